@@ -1,0 +1,251 @@
+"""Safe decoding of untrusted bytes: msgpack(+numpy), lz4, and RLlib's legacy pickled columns.
+
+Three codecs live here:
+
+* **msgpack + msgpack-numpy** (RLlib's episode format). :func:`unpackb` decodes msgpack-numpy's
+  array/scalar records itself, so an object-dtype record (which msgpack-numpy would *unpickle*) is
+  refused instead of executed. Sizes are checked before any allocation.
+* **this project's column codec**: ``lz4.frame(msgpack-numpy(array))``, see :func:`pack_array` /
+  :func:`unpack_array`, with a limit on the decompressed size (a 1 KB lz4 frame can claim 4 GB).
+* **RLlib's legacy compressed columns**: ``base64(lz4.frame(pickle(array)))``. Only
+  :func:`legacy_unpack` reads them, through :class:`RestrictedUnpickler`, which admits numpy array
+  reconstruction and plain builtin containers and refuses every other global. Callers enable it
+  explicitly (``legacy_pickle=True``); nothing here guesses that a string is a pickle.
+
+Every failure is a :class:`~offline_prelearner.errors.DecodeError`; callers add file/column/row.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import pickle
+from dataclasses import dataclass
+from typing import Any
+
+import lz4.frame
+import msgpack
+import msgpack_numpy
+import numpy as np
+
+from .errors import DecodeError
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "DecodeLimits",
+    "RestrictedUnpickler",
+    "legacy_unpack",
+    "lz4_decompress",
+    "pack_array",
+    "packb",
+    "unpack_array",
+    "unpackb",
+]
+
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+
+
+@dataclass(frozen=True)
+class DecodeLimits:
+    """Upper bounds applied while decoding untrusted bytes.
+
+    Attributes:
+        max_decompressed_bytes: Largest output one lz4 frame / one cell may decompress to.
+        max_message_bytes: Largest msgpack message (one episode, one cell) accepted.
+        max_array_bytes: Largest single numpy array one record may describe.
+    """
+
+    max_decompressed_bytes: int = 1 << 30
+    max_message_bytes: int = 1 << 30
+    max_array_bytes: int = 1 << 30
+
+
+DEFAULT_LIMITS = DecodeLimits()
+
+
+# --------------------------------------------------------------------------------------------
+# lz4
+# --------------------------------------------------------------------------------------------
+def lz4_decompress(data: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> bytes:
+    """Decompresses one lz4 frame, refusing output larger than ``limits.max_decompressed_bytes``."""
+    if not data.startswith(_LZ4_MAGIC):
+        raise DecodeError("not an lz4 frame (bad magic number)", reason="corrupt_lz4")
+    limit = limits.max_decompressed_bytes
+    try:
+        info = lz4.frame.get_frame_info(data)
+        declared = info.get("content_size") or 0
+        if declared > limit:
+            raise DecodeError(
+                f"lz4 frame declares {declared} bytes, above the limit of {limit}",
+                reason="size_limit",
+            )
+        dec = lz4.frame.LZ4FrameDecompressor()
+        out = dec.decompress(data, max_length=limit + 1)
+    except DecodeError:
+        raise
+    except RuntimeError as e:  # lz4 reports corrupt frames as RuntimeError
+        raise DecodeError(f"corrupt lz4 frame: {e}", reason="corrupt_lz4") from None
+    if len(out) > limit:
+        raise DecodeError(
+            f"lz4 frame decompresses to more than the limit of {limit} bytes", reason="size_limit"
+        )
+    if not dec.eof:
+        raise DecodeError("truncated lz4 frame (no end mark)", reason="corrupt_lz4")
+    return bytes(out)
+
+
+# --------------------------------------------------------------------------------------------
+# msgpack + msgpack-numpy, without the pickle path
+# --------------------------------------------------------------------------------------------
+def _numpy_hook(obj: dict[Any, Any]) -> Any:
+    """object_hook: decodes msgpack-numpy records; refuses object dtypes (they would be pickles)."""
+    if b"nd" not in obj:
+        if b"complex" in obj:
+            raw = obj.get(b"data")
+            try:
+                return complex(raw.decode("ascii") if isinstance(raw, bytes) else str(raw))
+            except (ValueError, UnicodeDecodeError):
+                raise DecodeError("msgpack-numpy complex record is corrupt", reason="bad_msgpack") from None
+        return obj
+    try:
+        kind = obj.get(b"kind", b"")
+        type_str = obj[b"type"]
+        data = obj[b"data"]
+    except KeyError as e:
+        raise DecodeError(f"msgpack-numpy record without field {e}", reason="bad_msgpack") from None
+    if kind == b"O" or (isinstance(type_str, str) and "O" in type_str) or not isinstance(data, bytes):
+        raise DecodeError(
+            "msgpack-numpy record holds an object-dtype (pickled) array; refused",
+            reason="refused_pickle",
+        )
+    try:
+        dtype = np.dtype(type_str if isinstance(type_str, str) else [tuple(f) for f in type_str])
+    except (TypeError, ValueError) as e:
+        raise DecodeError(f"msgpack-numpy record with bad dtype {type_str!r}: {e}",
+                          reason="bad_msgpack") from None
+    if dtype.hasobject:
+        raise DecodeError("msgpack-numpy dtype holds Python objects; refused", reason="refused_pickle")
+    if not obj[b"nd"]:  # a numpy scalar
+        if len(data) != dtype.itemsize:
+            raise DecodeError("msgpack-numpy scalar of the wrong size", reason="bad_msgpack")
+        return np.frombuffer(data, dtype=dtype)[0]
+    shape = tuple(obj.get(b"shape", ()))
+    if any((not isinstance(s, int)) or s < 0 for s in shape):
+        raise DecodeError(f"msgpack-numpy array with bad shape {shape!r}", reason="bad_msgpack")
+    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if expected != len(data):
+        raise DecodeError(
+            f"msgpack-numpy array of shape {shape} and dtype {dtype} needs {expected} bytes, "
+            f"record holds {len(data)}",
+            reason="bad_msgpack",
+        )
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+
+def unpackb(data: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
+    """Decodes one msgpack message (msgpack-numpy arrays included) from untrusted bytes.
+
+    Unlike ``msgpack_numpy.decode``, object-dtype records are refused, never unpickled. Arrays come
+    back read-only, as views of the message buffer.
+    """
+    if len(data) > limits.max_message_bytes:
+        raise DecodeError(
+            f"msgpack message of {len(data)} bytes is above the limit of {limits.max_message_bytes}",
+            reason="size_limit",
+        )
+    try:
+        return msgpack.unpackb(
+            data,
+            object_hook=_numpy_hook,
+            raw=False,
+            max_bin_len=limits.max_array_bytes,
+            max_str_len=limits.max_message_bytes,
+        )
+    except DecodeError:
+        raise
+    except (msgpack.exceptions.ExtraData, msgpack.exceptions.FormatError,
+            msgpack.exceptions.StackError, ValueError, TypeError, UnicodeDecodeError) as e:
+        raise DecodeError(f"corrupt msgpack: {type(e).__name__}: {e}", reason="bad_msgpack") from None
+
+
+def _refuse_objects(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray | np.generic) and obj.dtype.hasobject:
+        raise DecodeError("refusing to encode an object-dtype array (it would be a pickle)",
+                          reason="refused_pickle")
+    return msgpack_numpy.encode(obj)
+
+
+def packb(obj: Any) -> bytes:
+    """Encodes ``obj`` (numpy arrays included) as msgpack + msgpack-numpy, refusing object arrays."""
+    return msgpack.packb(obj, default=_refuse_objects, use_bin_type=True)
+
+
+# --------------------------------------------------------------------------------------------
+# this project's column codec
+# --------------------------------------------------------------------------------------------
+def pack_array(array: Any) -> bytes:
+    """Compresses one array (or msgpack-able value) as ``lz4.frame(msgpack-numpy(value))``."""
+    return lz4.frame.compress(packb(array), store_size=True)
+
+
+def unpack_array(data: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
+    """Inverse of :func:`pack_array`, with the size limits of ``limits``."""
+    return unpackb(lz4_decompress(bytes(data), limits), limits)
+
+
+# --------------------------------------------------------------------------------------------
+# RLlib's legacy base64(lz4(pickle)) columns
+# --------------------------------------------------------------------------------------------
+_ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
+    [(mod, name) for mod in ("numpy.core.multiarray", "numpy._core.multiarray")
+     for name in ("_reconstruct", "scalar")]
+    + [(mod, "_frombuffer") for mod in ("numpy.core.numeric", "numpy._core.numeric")]
+    + [("numpy", "ndarray"), ("numpy", "dtype")]
+    + [("builtins", name) for name in ("complex", "set", "frozenset", "bytearray", "slice")]
+    + [("collections", "OrderedDict")]
+)
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """An unpickler that can rebuild numpy arrays and plain builtins, and nothing else.
+
+    Any other global (``os.system``, ``builtins.eval``, a user class, ...) raises
+    :class:`DecodeError` with ``reason="refused_pickle"`` before it is looked up.
+    """
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _ALLOWED_GLOBALS:
+            raise DecodeError(
+                f"pickle refers to {module}.{name}; only numpy arrays and plain builtins are "
+                "admitted from legacy columns",
+                reason="refused_pickle",
+            )
+        return super().find_class(module, name)
+
+
+def _restricted_loads(raw: bytes) -> Any:
+    try:
+        return RestrictedUnpickler(io.BytesIO(raw)).load()
+    except DecodeError:
+        raise
+    except Exception as e:  # a malformed pickle can fail in many ways; all mean "corrupt"
+        raise DecodeError(f"corrupt pickle: {type(e).__name__}: {e}", reason="bad_pickle") from None
+
+
+def legacy_unpack(value: str | bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
+    """Decodes one RLlib legacy compressed value: ``base64(lz4.frame(pickle(x)))``.
+
+    Uncompressed legacy values (``base64(pickle(x))``, written where lz4 was missing) are read too.
+    """
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise DecodeError(f"legacy compressed value is not base64: {e}", reason="bad_base64") from None
+    if raw.startswith(_LZ4_MAGIC):
+        raw = lz4_decompress(raw, limits)
+    elif len(raw) > limits.max_decompressed_bytes:
+        raise DecodeError("legacy pickle above the size limit", reason="size_limit")
+    if not raw.startswith(b"\x80"):
+        raise DecodeError("legacy compressed value is neither lz4 nor a pickle", reason="corrupt_lz4")
+    return _restricted_loads(raw)

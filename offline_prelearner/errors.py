@@ -1,0 +1,134 @@
+"""One exception tree for the whole package.
+
+::
+
+    OfflinePrelearnerError                      root; catch this to catch everything of ours
+    ├── DataError (ValueError)                  something about the *data* is wrong; says where
+    │   ├── SchemaError                         columns missing / renamed / of the wrong type
+    │   ├── DecodeError                         corrupt lz4, bad msgpack, refused pickle, size limit
+    │   └── EpisodeValidationError              an episode breaks a contract (done, t, lengths, NaN)
+    ├── UnsupportedFormatError (ValueError)     no reader for this input / cannot detect the format
+    ├── ConfigError (ValueError)                a config field has a bad value; names the field
+    └── EmptyBufferError (RuntimeError)         sampling from a buffer that holds nothing sampleable
+
+Every :class:`DataError` carries a :class:`Where` (file, column, episode id, row) and renders it
+into its message, so a user reading the one line that reaches the terminal knows where to look.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "ConfigError",
+    "DataError",
+    "DecodeError",
+    "EmptyBufferError",
+    "EpisodeValidationError",
+    "OfflinePrelearnerError",
+    "SchemaError",
+    "UnsupportedFormatError",
+    "Where",
+]
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where in the input a problem sits. Every field is optional; known ones are printed."""
+
+    file: str | None = None
+    column: str | None = None
+    episode_id: Any = None
+    row: int | None = None
+    timestep: int | None = None
+
+    def merged(self, other: Where | None) -> Where:
+        """Fields of ``self`` win; holes are filled from ``other``."""
+        if other is None:
+            return self
+        return Where(**{f: _first(getattr(self, f), getattr(other, f)) for f in _WHERE_FIELDS})
+
+    def __str__(self) -> str:
+        parts = []
+        if self.file is not None:
+            parts.append(f"file {self.file!r}")
+        if self.column is not None:
+            parts.append(f"column {self.column!r}")
+        if self.episode_id is not None:
+            parts.append(f"episode {self.episode_id!r}")
+        if self.row is not None:
+            parts.append(f"row {self.row}")
+        if self.timestep is not None:
+            parts.append(f"t={self.timestep}")
+        return ", ".join(parts)
+
+
+_WHERE_FIELDS = ("file", "column", "episode_id", "row", "timestep")
+
+
+def _first(a: Any, b: Any) -> Any:
+    return a if a is not None else b
+
+
+class OfflinePrelearnerError(Exception):
+    """Root of every exception this package raises on purpose."""
+
+
+class DataError(OfflinePrelearnerError, ValueError):
+    """The input data is wrong. ``where`` says where; ``reason`` is a short stable tag for counters."""
+
+    reason = "invalid_data"
+
+    def __init__(self, message: str, where: Where | None = None, *, reason: str | None = None):
+        self.message = message
+        self.where = where or Where()
+        if reason is not None:
+            self.reason = reason
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        loc = str(self.where)
+        return f"{self.message} [{loc}]" if loc else self.message
+
+    def at(self, **fields: Any) -> DataError:
+        """Returns the same error with more location filled in (known fields are kept)."""
+        return type(self)(self.message, self.where.merged(Where(**fields)), reason=self.reason)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Ray ships exceptions between processes; keep message, location and reason intact.
+        return (_rebuild, (type(self), self.message, self.where, self.reason))
+
+
+def _rebuild(cls: type[DataError], message: str, where: Where, reason: str) -> DataError:
+    return cls(message, where, reason=reason)
+
+
+class SchemaError(DataError):
+    """Columns are missing, renamed or of a type the schema does not admit."""
+
+    reason = "schema"
+
+
+class DecodeError(DataError):
+    """Bytes could not be decoded safely: corrupt lz4/base64/msgpack, a refused pickle, a size limit."""
+
+    reason = "decode"
+
+
+class EpisodeValidationError(DataError):
+    """An episode breaks a contract: not done, `t` out of order, inconsistent lengths, NaN rewards."""
+
+    reason = "invalid_episode"
+
+
+class UnsupportedFormatError(OfflinePrelearnerError, ValueError):
+    """No reader is registered for the requested format, or the format of a path cannot be detected."""
+
+
+class ConfigError(OfflinePrelearnerError, ValueError):
+    """A configuration value is invalid. The message names the field, the expected and the found value."""
+
+
+class EmptyBufferError(OfflinePrelearnerError, RuntimeError):
+    """A sample was requested from a buffer that holds nothing sampleable (yet)."""

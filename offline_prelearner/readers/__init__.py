@@ -1,0 +1,68 @@
+"""Readers: one decoder per input format, registered by name. Each turns a batch into episodes.
+
+A reader is any object with ``read(batch, source=None) -> EpisodeBatch`` (see :class:`Reader`),
+built from a :class:`~offline_prelearner.config.ReadConfig`. ``batch`` is an Arrow table or a dict
+of numpy columns (both Ray Data batch formats); ``source`` names the file, for error messages.
+
+Built-in formats: ``rows`` (one transition per row), ``episodes`` (msgpack episode records in an
+``item`` column). Register more with :func:`register_reader`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import pyarrow as pa
+
+from ..config import ReadConfig
+from ..errors import UnsupportedFormatError
+from ..report import EpisodeBatch
+
+__all__ = ["Batch", "Reader", "available_formats", "make_reader", "register_reader"]
+
+Batch = pa.Table | Mapping[str, np.ndarray]
+
+
+@runtime_checkable
+class Reader(Protocol):
+    """Turns one batch of input records into episodes, accounting for every row."""
+
+    config: ReadConfig
+
+    def read(self, batch: Batch, source: str | None = None) -> EpisodeBatch: ...
+
+
+_REGISTRY: dict[str, Callable[[ReadConfig], Reader]] = {}
+
+
+def register_reader(name: str) -> Callable[[Any], Any]:
+    """Class decorator: ``@register_reader("myformat")`` makes ``format="myformat"`` work."""
+
+    def deco(factory: Any) -> Any:
+        _REGISTRY[name] = factory
+        return factory
+
+    return deco
+
+
+def available_formats() -> list[str]:
+    _load_builtins()
+    return sorted(_REGISTRY)
+
+
+def make_reader(config: ReadConfig) -> Reader:
+    """The reader registered for ``config.format``."""
+    _load_builtins()
+    try:
+        factory = _REGISTRY[config.format]
+    except KeyError:
+        raise UnsupportedFormatError(
+            f"no reader for format {config.format!r}; known formats: {sorted(_REGISTRY)}"
+        ) from None
+    return factory(config)
+
+
+def _load_builtins() -> None:
+    from . import episodes, rows  # noqa: F401  (registration side effect)

@@ -1,0 +1,164 @@
+"""Accounting for every input row: what was kept, rejected (by reason) or dropped as a duplicate.
+
+Readers, validation and de-duplication all pass an :class:`EpisodeBatch` along: the episodes built
+so far, how many input rows each came from, and a :class:`Ledger` that must always balance::
+
+    rows_in == rows_kept + sum(rows_rejected.values()) + rows_duplicate
+
+``OnInvalid`` decides what happens to bad data: ``"raise"`` (the default) raises the
+:class:`~offline_prelearner.errors.DataError`; ``"skip"`` counts it; ``"quarantine"`` counts it
+and keeps the offending rows, with the reason, for :func:`write_quarantine`.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .episode import Episode
+from .errors import ConfigError, DataError
+
+__all__ = ["EpisodeBatch", "Ledger", "OnInvalid", "Rejection", "check_on_invalid", "write_quarantine"]
+
+OnInvalid = Literal["raise", "skip", "quarantine"]
+_POLICIES = ("raise", "skip", "quarantine")
+
+
+def check_on_invalid(value: str) -> OnInvalid:
+    if value not in _POLICIES:
+        raise ConfigError(f"on_invalid must be one of {_POLICIES}, found {value!r}")
+    return value  # type: ignore[return-value]
+
+
+@dataclass
+class Rejection:
+    """Rows refused for one reason. ``rows`` (an Arrow table) is kept only under quarantine."""
+
+    error: DataError
+    num_rows: int
+    rows: pa.Table | None = None
+
+    @property
+    def reason(self) -> str:
+        return self.error.reason
+
+
+@dataclass
+class Ledger:
+    """Counters over input rows and episodes. Add ledgers with ``+=``; check with :meth:`balanced`."""
+
+    rows_in: int = 0
+    rows_kept: int = 0
+    rows_duplicate: int = 0
+    rows_rejected: Counter[str] = field(default_factory=Counter)
+    episodes_kept: int = 0
+    episodes_duplicate: int = 0
+    episodes_rejected: Counter[str] = field(default_factory=Counter)
+
+    def balanced(self) -> bool:
+        return self.rows_in == self.rows_kept + sum(self.rows_rejected.values()) + self.rows_duplicate
+
+    def __iadd__(self, other: Ledger) -> Ledger:
+        self.rows_in += other.rows_in
+        self.rows_kept += other.rows_kept
+        self.rows_duplicate += other.rows_duplicate
+        self.rows_rejected.update(other.rows_rejected)
+        self.episodes_kept += other.episodes_kept
+        self.episodes_duplicate += other.episodes_duplicate
+        self.episodes_rejected.update(other.episodes_rejected)
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rows_in": self.rows_in,
+            "rows_kept": self.rows_kept,
+            "rows_duplicate": self.rows_duplicate,
+            "rows_rejected": dict(sorted(self.rows_rejected.items())),
+            "episodes_kept": self.episodes_kept,
+            "episodes_duplicate": self.episodes_duplicate,
+            "episodes_rejected": dict(sorted(self.episodes_rejected.items())),
+            "balanced": self.balanced(),
+        }
+
+
+@dataclass
+class EpisodeBatch:
+    """Episodes on their way through read -> validate -> dedup, with the rows they account for.
+
+    ``source_rows[i]`` is the number of input rows ``episodes[i]`` was built from (its length for
+    row data, 1 for a msgpack episode record). The ledger's ``rows_kept``/``episodes_kept`` are
+    derived from the episodes still held, so stages only record what they remove.
+    """
+
+    episodes: list[Episode] = field(default_factory=list)
+    source_rows: list[int] = field(default_factory=list)
+    ledger: Ledger = field(default_factory=Ledger)
+    rejections: list[Rejection] = field(default_factory=list)
+    on_invalid: OnInvalid = "raise"
+
+    def __post_init__(self) -> None:
+        self.sync()
+
+    def sync(self) -> None:
+        """Recomputes the kept counters from the episodes held."""
+        self.ledger.rows_kept = sum(self.source_rows)
+        self.ledger.episodes_kept = len(self.episodes)
+
+    def add(self, episode: Episode, source_rows: int) -> None:
+        self.episodes.append(episode)
+        self.source_rows.append(source_rows)
+        self.ledger.rows_kept += source_rows
+        self.ledger.episodes_kept += 1
+
+    def reject(self, error: DataError, num_rows: int, rows: pa.Table | None = None,
+               episodes: int = 1) -> None:
+        """Applies the policy to bad data that is *not* in ``episodes``: raise, or count it."""
+        if self.on_invalid == "raise":
+            raise error
+        self.ledger.rows_rejected[error.reason] += num_rows
+        self.ledger.episodes_rejected[error.reason] += episodes
+        keep = rows if self.on_invalid == "quarantine" else None
+        self.rejections.append(Rejection(error, num_rows, keep))
+
+    def keep_only(self, mask: list[bool]) -> tuple[list[Episode], list[int]]:
+        """Drops the episodes whose ``mask`` entry is False; returns the dropped ones."""
+        dropped = [e for e, k in zip(self.episodes, mask, strict=True) if not k]
+        dropped_rows = [r for r, k in zip(self.source_rows, mask, strict=True) if not k]
+        self.episodes = [e for e, k in zip(self.episodes, mask, strict=True) if k]
+        self.source_rows = [r for r, k in zip(self.source_rows, mask, strict=True) if k]
+        self.sync()
+        return dropped, dropped_rows
+
+    def extend(self, other: EpisodeBatch) -> None:
+        """Appends another batch (episodes, ledger, rejections)."""
+        self.episodes.extend(other.episodes)
+        self.source_rows.extend(other.source_rows)
+        self.ledger += other.ledger
+        self.rejections.extend(other.rejections)
+        self.sync()
+
+
+def write_quarantine(rejections: list[Rejection], out_dir: str | os.PathLike[str]) -> str | None:
+    """Writes quarantined rows (with ``_reject_reason`` and ``_reject_message``) as one Parquet file.
+
+    Returns the path written, or None when nothing was quarantined.
+    """
+    tables = []
+    for rej in rejections:
+        if rej.rows is None or rej.rows.num_rows == 0:
+            continue
+        n = rej.rows.num_rows
+        t = rej.rows.append_column("_reject_reason", pa.array([rej.reason] * n, pa.string()))
+        tables.append(t.append_column("_reject_message", pa.array([str(rej.error)] * n, pa.string())))
+    if not tables:
+        return None
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(os.fspath(out_dir), f"quarantine-{uuid.uuid4().hex[:12]}.parquet")
+    pq.write_table(pa.concat_tables(tables, promote_options="permissive"), path)
+    return path
