@@ -1,0 +1,159 @@
+"""``offline-prelearner``: the command line. Parses arguments, builds configs, calls the library.
+
+Subcommands: ``record`` (a gymnasium env -> RLlib-compatible offline data) and ``inspect``
+(what a dataset holds and whether it validates). Errors about data print one line naming the
+file, column, episode and row, and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .config import ReadConfig
+from .errors import ConfigError, OfflinePrelearnerError
+
+__all__ = ["main"]
+
+
+def _progress(i: int, n: int, name: str) -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\r  read {i}/{n} files ({100 * i // n}%)   ")
+        if i == n:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def _cmd_record(args: argparse.Namespace) -> int:
+    from .record import record_env, write_recording
+
+    rec = record_env(args.env, args.steps, policy=args.policy, seed=args.seed)
+    files = write_recording(rec, args.out, fmt=args.format, rows_per_file=args.rows_per_file)
+    summary = {
+        "env": args.env,
+        "format": args.format,
+        "policy": args.policy,
+        "seed": args.seed,
+        "steps": sum(len(e) for e in rec.episodes),
+        "episodes": len(rec.episodes),
+        "files": files,
+    }
+    print(json.dumps(summary, indent=None if args.json else 2))
+    return 0
+
+
+def _fmt_stats(s: dict[str, float] | None) -> str:
+    if not s:
+        return "-"
+    return f"min {s['min']:.4g}  mean {s['mean']:.4g}  max {s['max']:.4g}  std {s['std']:.4g}"
+
+
+def _print_report(d: dict[str, Any]) -> None:
+    lines = [
+        f"path        {d['path']}  ({d['files']} files)",
+        f"format      {d['format']}   schema {d['schema']}",
+        f"rows        {d['rows']}",
+        f"episodes    {d['episodes']}  ({d['terminated']} terminated, {d['truncated']} truncated, "
+        f"{d['not_done']} not done)",
+        f"timesteps   {d['timesteps']}",
+        f"observation {d['observation']}   action {d['action']}",
+        f"extras      {', '.join(d['extras']) or '-'}",
+        f"length      {_fmt_stats(d['length'])}",
+        f"return      {_fmt_stats(d['return'])}",
+        f"duplicates  {d['duplicates']} episodes ({d['duplicate_rows']} rows)",
+        f"rejected    {d['rejected'] or 'none'}",
+        f"accounting  rows in = kept + rejected + duplicate: "
+        f"{'yes' if d['rows_balance'] else 'NO'}",
+    ]
+    if d["files_unreadable"]:
+        lines.append(f"unreadable  {', '.join(d['files_unreadable'])}")
+    if d["quarantine_file"]:
+        lines.append(f"quarantine  {d['quarantine_file']}")
+    print("\n".join(lines))
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from .inspection import inspect_path
+    from .validate import ValidateConfig
+
+    if args.on_invalid == "quarantine" and not args.quarantine_dir:
+        raise ConfigError("--on-invalid quarantine needs --quarantine-dir DIR for the rejected rows")
+    read = ReadConfig(
+        format=args.format,
+        schema=args.schema,
+        legacy_pickle=args.legacy_pickle,
+        on_invalid=args.on_invalid,
+    )
+    validate = ValidateConfig(on_invalid=args.on_invalid, require_done=not args.allow_fragments)
+    report = inspect_path(
+        args.path,
+        read,
+        validate,
+        quarantine_dir=args.quarantine_dir,
+        progress=None if args.json else _progress,
+    )
+    d = report.to_dict()
+    if args.json:
+        print(json.dumps(d))
+    else:
+        _print_report(d)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="offline-prelearner",
+        description="Offline RL data: recorded experience -> episodes -> learner-ready batches.",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("record", help="record a gymnasium env into RLlib-compatible offline data")
+    r.add_argument("env", help="gymnasium env id, e.g. CartPole-v1")
+    r.add_argument("--steps", type=int, required=True, help="env steps to record")
+    r.add_argument("--out", required=True, help="output directory")
+    r.add_argument("--format", choices=["rows", "episodes"], default="rows",
+                   help="rows: one transition per row (RLlib's recorder layout, plus t); "
+                        "episodes: msgpack episode records (default: rows)")
+    r.add_argument("--policy", choices=["random", "heuristic"], default="random")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--rows-per-file", type=int, default=0,
+                   help="split rows data into files of this many rows, cutting through episodes "
+                        "like RLlib's recorder (default: one file)")
+    r.add_argument("--json", action="store_true", help="print the summary on one line")
+    r.set_defaults(func=_cmd_record)
+
+    i = sub.add_parser("inspect", help="what a dataset holds, and a validation report")
+    i.add_argument("path", help="a file, a directory (read recursively, name order) or a glob")
+    i.add_argument("--format", choices=["auto", "rows", "episodes"], default="auto")
+    i.add_argument("--schema", default=None,
+                   help="a preset name from schemas/ (rllib, rllib_compressed, d4rl, minari, ...) "
+                        "or a schema JSON file (default: RLlib's column names)")
+    i.add_argument("--legacy-pickle", action="store_true",
+                   help="decode RLlib's legacy base64(lz4(pickle)) columns with the restricted "
+                        "unpickler (numpy arrays and plain builtins only)")
+    i.add_argument("--on-invalid", choices=["raise", "skip", "quarantine"], default="skip",
+                   help="what to do with rows that fail to read or validate (default: skip and "
+                        "count them in the report)")
+    i.add_argument("--quarantine-dir", default=None,
+                   help="with --on-invalid quarantine: where rejected rows are written")
+    i.add_argument("--allow-fragments", action="store_true",
+                   help="keep episodes that never end within the data instead of rejecting them")
+    i.add_argument("--json", action="store_true", help="print one JSON object")
+    i.set_defaults(func=_cmd_inspect)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (OfflinePrelearnerError, FileNotFoundError) as e:
+        print(f"offline-prelearner {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
