@@ -1,0 +1,211 @@
+"""The command line, end to end on real files: record -> inspect, RLlib's files, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from offline_prelearner.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def inspect_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    code, out, err = run(capsys, "inspect", *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.fixture
+def recorded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    code, out, err = run(capsys, "record", "CartPole-v1", "--steps", "400", "--out",
+                         str(tmp_path / "rows"), "--seed", "3", "--json")
+    assert code == 0, err
+    return tmp_path / "rows"
+
+
+def test_record_then_inspect_accounts_for_every_step(recorded: Path, capsys) -> None:
+    d = inspect_json(capsys, str(recorded))
+    assert d["format"] == "rows"
+    assert d["rows"] == 400 and d["timesteps"] == 400
+    assert d["episodes"] == len(d["episode_stats"]) > 1
+    assert d["terminated"] + d["truncated"] == d["episodes"]
+    assert d["rejected"] == {} and d["duplicates"] == 0 and d["rows_balance"]
+    assert sum(e["len"] for e in d["episode_stats"]) == 400
+    # CartPole pays 1 per step: an episode's return is its length.
+    assert all(e["return"] == e["len"] for e in d["episode_stats"])
+    assert d["observation"] == {"shape": [4], "dtype": "float32"}
+
+
+def test_record_is_deterministic_in_the_seed(tmp_path: Path, capsys) -> None:
+    for name in ("a", "b"):
+        assert run(capsys, "record", "CartPole-v1", "--steps", "120", "--out",
+                   str(tmp_path / name), "--seed", "7")[0] == 0
+    ta = pq.read_table(next((tmp_path / "a").glob("*.parquet")))
+    tb = pq.read_table(next((tmp_path / "b").glob("*.parquet")))
+    assert ta.equals(tb)
+
+
+def test_episodes_split_over_files_are_joined(tmp_path: Path, capsys) -> None:
+    args = ["CartPole-v1", "--steps", "300", "--seed", "1", "--policy", "heuristic"]
+    run(capsys, "record", *args, "--out", str(tmp_path / "one"))
+    run(capsys, "record", *args, "--out", str(tmp_path / "many"), "--rows-per-file", "37")
+    assert len(list((tmp_path / "many").glob("*.parquet"))) == 9
+    one = inspect_json(capsys, str(tmp_path / "one"))
+    many = inspect_json(capsys, str(tmp_path / "many"))
+    assert many["episode_stats"] == one["episode_stats"]
+    assert many["rows_balance"] and many["rejected"] == {}
+
+
+def test_record_and_inspect_msgpack_episodes(tmp_path: Path, capsys) -> None:
+    assert run(capsys, "record", "CartPole-v1", "--steps", "250", "--out", str(tmp_path),
+               "--format", "episodes")[0] == 0
+    d = inspect_json(capsys, str(tmp_path))
+    assert d["format"] == "episodes"
+    assert d["timesteps"] == 250 and d["rows"] == d["episodes"]
+
+
+def test_inspect_glob_and_human_output(recorded: Path, capsys) -> None:
+    code, out, _ = run(capsys, "inspect", str(recorded / "*.parquet"))
+    assert code == 0
+    assert "episodes" in out and "rows in = kept + rejected + duplicate: yes" in out
+
+
+def test_heuristic_beats_random(tmp_path: Path, capsys) -> None:
+    rets = {}
+    for policy in ("random", "heuristic"):
+        run(capsys, "record", "CartPole-v1", "--steps", "1000", "--out", str(tmp_path / policy),
+            "--policy", policy)
+        rets[policy] = inspect_json(capsys, str(tmp_path / policy))["return"]["mean"]
+    assert rets["heuristic"] > 2 * rets["random"]
+
+
+def test_heuristic_for_unknown_env_is_a_clear_error(tmp_path: Path, capsys) -> None:
+    code, _, err = run(capsys, "record", "FrozenLake-v1", "--steps", "10", "--out", str(tmp_path),
+                       "--policy", "heuristic")
+    assert code == 2 and "no heuristic policy for 'FrozenLake-v1'" in err
+
+
+# ---------------------------------------------------------------- the shipped dataset
+def test_shipped_dataset_matches_its_note(capsys) -> None:
+    d = inspect_json(capsys, str(REPO / "datasets/cartpole-v1/rows"))
+    note = (REPO / "datasets/cartpole-v1/README.md").read_text()
+    assert f"{d['rows']} rows" in note and f"{d['episodes']} episodes" in note
+    assert d["rejected"] == {} and d["rows_balance"]
+    e = inspect_json(capsys, str(REPO / "datasets/cartpole-v1/episodes"))
+    assert e["format"] == "episodes"
+    assert e["episode_stats"] == d["episode_stats"]
+
+
+# ---------------------------------------------------------------- RLlib's own files
+@pytest.mark.rllib_data
+def test_inspect_rllib_rows(shared_data: Path, capsys) -> None:
+    d = inspect_json(capsys, str(shared_data / "cartpole-v1_rows_uncompressed.parquet"))
+    assert (d["format"], d["rows"], d["episodes"], d["timesteps"]) == ("rows", 295, 12, 295)
+    assert d["rejected"] == {} and d["terminated"] + d["truncated"] == 12
+    assert "weights_seq_no" in d["extras"]
+
+
+@pytest.mark.rllib_data
+def test_inspect_rllib_compressed_rows_needs_legacy_flag(shared_data: Path, capsys) -> None:
+    f = str(shared_data / "cartpole-v1_rows_compressed.parquet")
+    code, _, err = run(capsys, "inspect", f, "--schema", "rllib_compressed", "--on-invalid", "raise")
+    assert code == 2 and "legacy" in err.lower() and "obs" in err
+    d = inspect_json(capsys, f, "--schema", "rllib_compressed", "--legacy-pickle")
+    assert d["rows"] == 234 and d["timesteps"] == 234 and d["rejected"] == {}
+    assert d["observation"] == {"shape": [4], "dtype": "float32"}
+
+
+@pytest.mark.rllib_data
+def test_inspect_rllib_msgpack_episodes(shared_data: Path, capsys) -> None:
+    d = inspect_json(capsys, str(shared_data / "cartpole-v1_episodes_msgpack.parquet"))
+    assert (d["format"], d["episodes"]) == ("episodes", 12)
+    lens = [e["len"] for e in d["episode_stats"]]
+    assert min(lens) >= 11 and max(lens) <= 49
+
+
+@pytest.mark.rllib_data
+def test_inspect_a_directory_of_rllib_files_of_one_format(shared_data: Path, tmp_path: Path,
+                                                         capsys) -> None:
+    for name in ("b.parquet", "a.parquet"):
+        shutil.copy(shared_data / "cartpole-v1_rows_uncompressed.parquet", tmp_path / name)
+    d = inspect_json(capsys, str(tmp_path))
+    # The second copy holds the same episode ids: counted as duplicates, not silently merged.
+    assert d["rows"] == 590 and d["episodes"] == 12
+    assert d["duplicates"] == 12 and d["duplicate_rows"] == 295 and d["rows_balance"]
+
+
+# ---------------------------------------------------------------- bad input
+def test_missing_path(tmp_path: Path, capsys) -> None:
+    code, _, err = run(capsys, "inspect", str(tmp_path / "nope"))
+    assert code == 2 and "nope" in err
+
+
+def test_not_a_parquet_file(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "data.parquet"
+    bad.write_text("this is not parquet\n")
+    code, _, err = run(capsys, "inspect", str(bad))
+    assert code == 2 and "data.parquet" in err
+
+
+def test_unreadable_file_among_good_ones_is_listed_under_skip(recorded: Path, capsys) -> None:
+    (recorded / "zz-broken.parquet").write_bytes(b"PAR1 garbage")
+    d = inspect_json(capsys, str(recorded))
+    assert d["files_unreadable"] == [str(recorded / "zz-broken.parquet")]
+    assert d["rows"] == 400
+    code, _, err = run(capsys, "inspect", str(recorded), "--on-invalid", "raise")
+    assert code == 2 and "zz-broken.parquet" in err
+
+
+def test_empty_file(tmp_path: Path, capsys) -> None:
+    (tmp_path / "empty.parquet").write_bytes(b"")
+    code, _, err = run(capsys, "inspect", str(tmp_path / "empty.parquet"))
+    assert code == 2 and "empty.parquet" in err
+
+
+def test_nan_rewards_are_counted_under_skip_and_quarantined(recorded: Path, tmp_path: Path,
+                                                            capsys) -> None:
+    f = next(recorded.glob("*.parquet"))
+    t = pq.read_table(f)
+    rewards = t.column("rewards").to_numpy().copy()
+    eps = t.column("eps_id").to_numpy()
+    bad_id = eps[0]
+    rewards[np.flatnonzero(eps == bad_id)[1]] = np.nan
+    t = t.set_column(t.column_names.index("rewards"), "rewards", pa.array(rewards))
+    pq.write_table(t, f)
+    n_bad = int((eps == bad_id).sum())
+    d = inspect_json(capsys, str(recorded))
+    assert d["rejected"] == {"nan_reward": n_bad} and d["rows_balance"]
+    assert d["timesteps"] == 400 - n_bad
+    qdir = tmp_path / "q"
+    d = inspect_json(capsys, str(recorded), "--on-invalid", "quarantine", "--quarantine-dir",
+                     str(qdir))
+    q = pq.read_table(d["quarantine_file"])
+    assert q.num_rows == n_bad and set(q.column("_reject_reason").to_pylist()) == {"nan_reward"}
+    code, _, err = run(capsys, "inspect", str(recorded), "--on-invalid", "raise")
+    assert code == 2 and bad_id in err and "reward" in err
+
+
+def test_missing_columns_are_all_named(recorded: Path, capsys) -> None:
+    f = next(recorded.glob("*.parquet"))
+    t = pq.read_table(f).rename_columns(
+        [{"obs": "observation", "rewards": "reward"}.get(c, c) for c in pq.read_schema(f).names]
+    )
+    pq.write_table(t, f)
+    code, _, err = run(capsys, "inspect", str(f), "--on-invalid", "raise")
+    assert code == 2
+    assert "obs" in err and "rewards" in err and "observation" in err and "reward" in err
+    assert os.path.basename(f) in err

@@ -1,0 +1,74 @@
+"""Joining fragments of one episode that arrive in different batches or files."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from offline_prelearner.episode import Episode
+from offline_prelearner.errors import EpisodeValidationError
+from offline_prelearner.report import EpisodeBatch
+from offline_prelearner.stitch import stitch_fragments
+
+
+def _episode(eid: str, n: int, seed: int = 0, terminated: bool = True) -> Episode:
+    rng = np.random.default_rng(seed)
+    return Episode(id=eid, observations=rng.normal(size=(n + 1, 3)).astype(np.float32),
+                   actions=rng.integers(0, 4, n), rewards=rng.normal(size=n),
+                   terminated=terminated)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 30), st.lists(st.integers(1, 29), max_size=4)),
+                min_size=1, max_size=5), st.randoms(use_true_random=False))
+def test_cut_and_shuffled_fragments_join_back(specs, rnd) -> None:
+    originals, frags = [], []
+    for k, (n, cuts) in enumerate(specs):
+        ep = _episode(f"e{k}", n, seed=k)
+        originals.append(ep)
+        points = sorted({c for c in cuts if c < n})
+        bounds = [0, *points, n]
+        frags += [ep.slice(a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
+    rnd.shuffle(frags)
+    batch = EpisodeBatch()
+    for f in frags:
+        batch.add(f, len(f))
+    batch.ledger.rows_in = sum(len(f) for f in frags)
+    out = stitch_fragments(batch)
+    got = {e.id: e for e in out.episodes}
+    assert len(got) == len(originals) == len(out.episodes)
+    for ep in originals:
+        g = got[ep.id]
+        assert np.array_equal(g.observations, ep.observations)
+        assert np.array_equal(g.rewards, ep.rewards) and g.terminated and len(g) == len(ep)
+    assert out.ledger.balanced()
+
+
+def test_overlapping_copies_stay_apart_for_the_deduplicator() -> None:
+    ep = _episode("x", 5)
+    batch = EpisodeBatch()
+    batch.add(ep, 5)
+    batch.add(ep, 5)
+    out = stitch_fragments(batch)
+    assert len(out.episodes) == 2 and out.ledger.rows_kept == 10
+
+
+def test_boundary_mismatch_is_rejected_by_policy() -> None:
+    a = _episode("x", 4, seed=1, terminated=False)
+    b = _episode("x", 3, seed=2).slice(0)
+    b = Episode(id="x", observations=b.observations, actions=b.actions, rewards=b.rewards,
+                t_started=4, terminated=True)
+    for policy in ("raise", "skip"):
+        batch = EpisodeBatch(on_invalid=policy)
+        batch.add(a, 4)
+        batch.add(b, 3)
+        batch.ledger.rows_in = 7
+        if policy == "raise":
+            with pytest.raises(EpisodeValidationError, match="first observation differs"):
+                stitch_fragments(batch)
+        else:
+            out = stitch_fragments(batch)
+            assert out.episodes == [] and out.ledger.rows_rejected == {"inconsistent": 7}
+            assert out.ledger.balanced()
