@@ -1,0 +1,373 @@
+"""Validation and de-duplication, two stages over a :class:`~.report.EpisodeBatch`.
+
+:class:`Validator` checks each episode against the contracts of :class:`ValidateConfig` and, in the
+Gymnasium env checker's spirit, *raises* on a broken contract (or skips / quarantines it, as the
+policy says) and *warns once* on data that is odd but legal. :class:`Deduplicator` drops episodes
+whose steps were already seen. Both remove episodes with ``EpisodeBatch.keep_only`` and record what
+they removed, so the batch's ledger always balances::
+
+    rows_in == rows_kept + sum(rows_rejected.values()) + rows_duplicate
+
+Each check is a few numpy reductions over one episode's columns; the only loop is over episodes.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from .episode import Episode
+from .errors import ConfigError, EpisodeValidationError, Where
+from .report import EpisodeBatch, OnInvalid, check_on_invalid
+from .writers import episodes_to_rows
+
+__all__ = ["Deduplicator", "OddDataWarning", "ValidateConfig", "Validator"]
+
+
+class OddDataWarning(UserWarning):
+    """Legal but suspicious data (float64 observations for a float32 space, empty episodes)."""
+
+
+@dataclass(frozen=True)
+class ValidateConfig:
+    """What :class:`Validator` checks, and what it does with an episode that fails.
+
+    Attributes:
+        require_done: Every episode must be terminated or truncated. Turn off for streams of
+            fragments (an episode cut across batches), where a not-done fragment is kept.
+        check_finite_rewards: Reject episodes with a NaN or infinite reward.
+        check_finite_obs: Reject episodes with a NaN or infinite observation. Off by default: some
+            environments legitimately emit NaN (e.g. a missing sensor reading).
+        observation_space: A gymnasium space every observation must lie in, or None.
+        action_space: A gymnasium space every action must lie in, or None.
+        min_length: Fewest steps an episode may have (0 admits empty episodes, with a warning).
+        on_invalid: ``"raise"`` | ``"skip"`` | ``"quarantine"``. This policy, not the incoming
+            batch's, decides what happens to episodes that fail validation.
+    """
+
+    require_done: bool = True
+    check_finite_rewards: bool = True
+    check_finite_obs: bool = False
+    observation_space: gym.Space[Any] | None = None
+    action_space: gym.Space[Any] | None = None
+    min_length: int = 1
+    on_invalid: OnInvalid = "raise"
+
+    def __post_init__(self) -> None:
+        for name in ("require_done", "check_finite_rewards", "check_finite_obs"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise ConfigError(f"{name} must be true or false, found {value!r}")
+        for name in ("observation_space", "action_space"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, gym.Space):
+                raise ConfigError(
+                    f"{name} must be a gymnasium space or None, found {type(value).__name__}"
+                )
+        if isinstance(self.min_length, bool) or not isinstance(self.min_length, int | np.integer):
+            raise ConfigError(f"min_length must be an integer, found {self.min_length!r}")
+        if self.min_length < 0:
+            raise ConfigError(f"min_length must be >= 0, found {self.min_length}")
+        check_on_invalid(self.on_invalid)
+
+
+# ---------------------------------------------------------------------------- space checks
+@dataclass(frozen=True)
+class _Miss:
+    """Why values are not in a space: ``kind`` shape | dtype | value; ``index`` the first step."""
+
+    kind: str
+    detail: str
+    index: int | None = None
+
+
+def _first_bad(ok: np.ndarray) -> int | None:
+    """The first step (axis 0) where ``ok`` is not all True, or None."""
+    per_step = ok.all(axis=tuple(range(1, ok.ndim)))
+    return None if per_step.all() else int(np.argmin(per_step))
+
+
+def _box(space: gym.spaces.Box, x: np.ndarray) -> _Miss | None:
+    if x.shape[1:] != space.shape:
+        return _Miss("shape", f"per-step shape {x.shape[1:]}, the space has {space.shape}")
+    if x.dtype.kind not in "biuf" or (x.dtype.kind == "f" and space.dtype.kind in "biu"):
+        return _Miss("dtype", f"dtype {x.dtype} cannot hold values of a {space.dtype} space")
+    inside = (x >= space.low) & (x <= space.high)  # bounds broadcast over the time axis
+    if x.dtype.kind == "f":
+        inside |= np.isnan(x)  # NaN is governed by check_finite_obs, not by the bounds
+    i = _first_bad(inside)
+    if i is None:
+        return None
+    at = tuple(int(k) for k in np.argwhere(~inside[i])[0])
+    return _Miss(
+        "value",
+        f"value {x[i][at]} at index {at} is outside [{space.low[at]}, {space.high[at]}]",
+        i,
+    )
+
+
+def _integers(x: np.ndarray, space: gym.Space[Any]) -> _Miss | None:
+    if x.dtype.kind not in "iu":
+        return _Miss("dtype", f"dtype {x.dtype} is not an integer type, as {space} needs")
+    return None
+
+
+def _in_space(space: gym.Space[Any], x: np.ndarray) -> _Miss | None:
+    """The first way ``x`` (``[T, *shape]``, one entry per step) is not in ``space``, or None."""
+    if isinstance(space, gym.spaces.Box):
+        return _box(space, x)
+    if isinstance(space, gym.spaces.Discrete):
+        if x.ndim != 1:
+            return _Miss("shape", f"per-step shape {x.shape[1:]}, a Discrete space has ()")
+        miss = _integers(x, space)
+        if miss is not None:
+            return miss
+        i = _first_bad((x >= space.start) & (x < space.start + space.n))
+        return (
+            None
+            if i is None
+            else _Miss(
+                "value", f"{x[i]} is outside [{space.start}, {space.start + space.n - 1}]", i
+            )
+        )
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        if x.shape[1:] != space.shape:
+            return _Miss("shape", f"per-step shape {x.shape[1:]}, the space has {space.shape}")
+        miss = _integers(x, space)
+        if miss is not None:
+            return miss
+        rel = x - space.start
+        i = _first_bad((rel >= 0) & (rel < space.nvec))
+        return (
+            None
+            if i is None
+            else _Miss("value", f"{x[i].tolist()} is outside nvec {space.nvec.tolist()}", i)
+        )
+    if isinstance(space, gym.spaces.MultiBinary):
+        if x.shape[1:] != space.shape:
+            return _Miss("shape", f"per-step shape {x.shape[1:]}, the space has {space.shape}")
+        if x.dtype.kind not in "biuf":
+            return _Miss("dtype", f"dtype {x.dtype} cannot hold binary values")
+        i = _first_bad((x == 0) | (x == 1))
+        return None if i is None else _Miss("value", f"{x[i].tolist()} is not all 0/1", i)
+    # Exotic spaces (Text, Graph, Sequence, OneOf, composites a connector flattened...) have no
+    # vectorized membership test; ask the space itself, one step at a time.
+    for i in range(len(x)):
+        if not space.contains(x[i]):
+            return _Miss("value", f"{x[i]} is not in {space}", i)
+    return None
+
+
+def _lossy_dtype(x: np.ndarray, space: gym.Space[Any]) -> bool:
+    """True when values are in the space but stored in a type it would not cast to safely."""
+    return isinstance(space, gym.spaces.Box) and not np.can_cast(x.dtype, space.dtype)
+
+
+# ---------------------------------------------------------------------------- validator
+class Validator:
+    """Checks episodes against a :class:`ValidateConfig`; stateful across batches.
+
+    Checks, in order (the first failure is the episode's reason tag): ``too_short``, ``bad_t``
+    (``t_started < 0``), ``not_done``, ``nan_reward``, ``obs_shape`` / ``obs_dtype`` (against the
+    first episode this validator accepted, in this batch or an earlier one, and the observation
+    space), ``nan_obs``, ``out_of_space`` (observations, then actions).
+    """
+
+    def __init__(self, config: ValidateConfig | None = None) -> None:
+        self.config = config or ValidateConfig()
+        self._expected_obs: tuple[tuple[int, ...], np.dtype[Any], Any] | None = None
+        self._warned: set[str] = set()
+
+    @property
+    def expected_obs(self) -> tuple[tuple[int, ...], np.dtype[Any]] | None:
+        """Per-step observation shape and dtype every episode must have (None before the first)."""
+        return None if self._expected_obs is None else self._expected_obs[:2]
+
+    def validate(self, batch: EpisodeBatch) -> EpisodeBatch:
+        """Removes the episodes that fail a check and records them; returns ``batch``.
+
+        Under ``on_invalid="raise"`` the first failure raises an
+        :class:`~offline_prelearner.errors.EpisodeValidationError` naming the episode, the column,
+        the timestep and what was expected; under ``"quarantine"`` each rejection keeps the
+        episode's rows (:func:`~offline_prelearner.writers.episodes_to_rows`).
+        """
+        policy = self.config.on_invalid
+        keep: list[bool] = []
+        failed: list[tuple[int, EpisodeValidationError]] = []
+        for i, ep in enumerate(batch.episodes):
+            error = self.check(ep)
+            if error is not None and policy == "raise":
+                raise error
+            keep.append(error is None)
+            if error is not None:
+                failed.append((i, error))
+        saved = batch.on_invalid
+        batch.on_invalid = policy  # reject() applies the batch's policy; this stage's one wins
+        try:
+            for i, error in failed:
+                rows = episodes_to_rows([batch.episodes[i]]) if policy == "quarantine" else None
+                batch.reject(error, batch.source_rows[i], rows)
+        finally:
+            batch.on_invalid = saved
+        batch.keep_only(keep)
+        return batch
+
+    def check(self, ep: Episode) -> EpisodeValidationError | None:
+        """The first contract ``ep`` breaks, or None; an accepted episode may fix the obs spec."""
+        cfg = self.config
+        n = len(ep)
+        if n < cfg.min_length:
+            return _error(
+                ep, "too_short", f"episode has {n} steps, fewer than min_length={cfg.min_length}"
+            )
+        if ep.t_started < 0:
+            return _error(ep, "bad_t", f"t_started must be >= 0, found {ep.t_started}", "t")
+        if cfg.require_done and not ep.is_done:
+            return _error(
+                ep,
+                "not_done",
+                f"episode ending at t={ep.t_end} is neither terminated "
+                "nor truncated (require_done=False admits fragments)",
+            )
+        if cfg.check_finite_rewards and ep.rewards.dtype.kind in "fc":
+            i = _first_bad(np.isfinite(ep.rewards))
+            if i is not None:
+                t = ep.t_started + i
+                return _error(
+                    ep,
+                    "nan_reward",
+                    f"reward at t={t} is {ep.rewards[i]}, not finite",
+                    "rewards",
+                    t,
+                )
+        error = self._check_obs(ep)
+        if error is not None:
+            return error
+        if cfg.action_space is not None and n > 0:  # an empty action array has no shape to check
+            error = self._check_space(ep, "actions", ep.actions, cfg.action_space)
+            if error is not None:
+                return error
+        if n == 0:
+            self._warn_once("empty", f"episode {ep.id!r} has no steps (min_length=0 admits it)")
+        if self._expected_obs is None:
+            self._expected_obs = (ep.observations.shape[1:], ep.observations.dtype, ep.id)
+        return None
+
+    def _check_obs(self, ep: Episode) -> EpisodeValidationError | None:
+        obs = ep.observations
+        if self._expected_obs is not None:
+            shape, dtype, ref = self._expected_obs
+            if obs.shape[1:] != shape:
+                return _error(
+                    ep,
+                    "obs_shape",
+                    f"observation shape {obs.shape[1:]} differs from "
+                    f"the expected {shape} (set by episode {ref!r})",
+                    "obs",
+                )
+            if obs.dtype != dtype:
+                return _error(
+                    ep,
+                    "obs_dtype",
+                    f"observation dtype {obs.dtype} differs from the "
+                    f"expected {dtype} (set by episode {ref!r})",
+                    "obs",
+                )
+        if self.config.check_finite_obs and obs.dtype.kind in "fc":
+            i = _first_bad(np.isfinite(obs))
+            if i is not None:
+                t = ep.t_started + i
+                return _error(
+                    ep, "nan_obs", f"observation at t={t} has a non-finite value", "obs", t
+                )
+        space = self.config.observation_space
+        if space is not None:
+            return self._check_space(ep, "obs", obs, space)
+        return None
+
+    def _check_space(
+        self, ep: Episode, column: str, x: np.ndarray, space: gym.Space[Any]
+    ) -> EpisodeValidationError | None:
+        miss = _in_space(space, x)
+        if miss is None:
+            if _lossy_dtype(x, space):
+                self._warn_once(
+                    f"{column}:{x.dtype}",
+                    f"{column} are {x.dtype} but the space says "
+                    f"{space.dtype} (first seen in episode {ep.id!r})",
+                )
+            return None
+        reason = f"{column}_{miss.kind}" if column == "obs" and miss.kind != "value" else None
+        t = None if miss.index is None else ep.t_started + miss.index
+        at = "" if t is None else f" at t={t}"
+        return _error(
+            ep, reason or "out_of_space", f"{column}{at} not in {space}: {miss.detail}", column, t
+        )
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(message, OddDataWarning, stacklevel=2)
+
+
+def _error(
+    ep: Episode, reason: str, message: str, column: str | None = None, timestep: int | None = None
+) -> EpisodeValidationError:
+    return EpisodeValidationError(
+        message, Where(episode_id=ep.id, column=column, timestep=timestep), reason=reason
+    )
+
+
+# ---------------------------------------------------------------------------- de-duplication
+class Deduplicator:
+    """Drops episodes whose steps were already seen; keep one per pipeline (e.g. in a Ray actor).
+
+    An episode is keyed by ``(id, agent_id)``. It is a duplicate when its key was seen before
+    (earlier in the batch or in an earlier batch) and it starts before the end of what was seen
+    (``t_started < t_end_seen``): an exact copy, or a fragment overlapping one already kept. A later
+    fragment of the same episode (``t_started >= t_end_seen``) is kept and extends ``t_end_seen``.
+
+    Edges: fragments must arrive in ``t`` order; an earlier fragment arriving after a later one
+    counts as a duplicate. Zero-length episodes cover no step and are never duplicates.
+
+    Memory is one dict entry per key. With ``max_ids`` the oldest keys (by first sight) are
+    forgotten beyond that many, FIFO; a forgotten episode that comes back is kept again.
+    """
+
+    def __init__(self, max_ids: int | None = None) -> None:
+        if max_ids is not None and (
+            isinstance(max_ids, bool) or not isinstance(max_ids, int) or max_ids < 1
+        ):
+            raise ConfigError(f"max_ids must be a positive integer or None, found {max_ids!r}")
+        self.max_ids = max_ids
+        self._t_end: dict[tuple[Any, Any], int] = {}
+
+    def __len__(self) -> int:
+        """Number of keys remembered."""
+        return len(self._t_end)
+
+    def is_duplicate(self, ep: Episode) -> bool:
+        """Whether ``ep`` overlaps what was seen; remembers it when it does not."""
+        key = (ep.id, ep.agent_id)
+        seen = self._t_end.get(key)
+        if seen is not None:
+            if ep.t_started < seen:
+                return True
+            self._t_end[key] = max(seen, ep.t_end)
+            return False
+        self._t_end[key] = ep.t_end
+        if self.max_ids is not None and len(self._t_end) > self.max_ids:
+            del self._t_end[next(iter(self._t_end))]
+        return False
+
+    def dedupe(self, batch: EpisodeBatch) -> EpisodeBatch:
+        """Removes duplicates from ``batch`` and counts them (rows and episodes); returns it."""
+        keep = [not self.is_duplicate(ep) for ep in batch.episodes]
+        _, dropped_rows = batch.keep_only(keep)
+        batch.ledger.rows_duplicate += sum(dropped_rows)
+        batch.ledger.episodes_duplicate += len(dropped_rows)
+        return batch
