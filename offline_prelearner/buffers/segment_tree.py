@@ -1,0 +1,308 @@
+"""Sum and min segment trees, updated and searched a whole batch at a time.
+
+Both trees are complete binary trees stored in one flat ``float64`` array of ``2 * size`` entries,
+where ``size`` is ``capacity`` rounded up to a power of two: node ``i`` has children ``2i`` and
+``2i + 1``, the root is node 1 and leaf ``j`` is node ``size + j``. Leaves past ``capacity`` are
+padding and hold the neutral element (0 for sums, ``+inf`` for minima), so they never count.
+
+Every operation takes a batch of indices and runs one numpy step per tree *level* (about
+``log2(capacity)`` steps), never one Python step per item:
+
+- ``update`` writes the leaves, then recomputes the parents of the touched leaves level by level
+  from their children. Nothing is ever added to or subtracted from a stored sum, so there is no
+  drift: after any sequence of updates every node equals the node a from-scratch build of the
+  same leaves would hold, bit for bit (the property tests check exactly that).
+- ``SumTree.find_prefixsum`` descends from the root for all prefixes at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import DataError, Where
+
+__all__ = ["MinTree", "SumTree"]
+
+ArrayLike = npt.ArrayLike
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+class _SegmentTree:
+    """Shared machinery; subclasses fix the combining operation and its neutral element."""
+
+    _neutral: float = 0.0
+    _kind: str = "segment"
+
+    def __init__(self, capacity: int) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
+            raise TypeError(f"capacity must be an int, found {type(capacity).__name__}")
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, found {capacity}")
+        self._capacity = int(capacity)
+        self._depth = (self._capacity - 1).bit_length()  # levels below the root
+        self._size = 1 << self._depth
+        self._tree = np.full(2 * self._size, self._neutral, dtype=np.float64)
+        # Row p of this view is (tree[2p], tree[2p + 1]): the two children of node p.
+        self._pairs = self._tree.reshape(self._size, 2)
+
+    # -- subclass hooks -------------------------------------------------------------------------
+
+    @staticmethod
+    def _combine(a: FloatArray, b: FloatArray) -> FloatArray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _check_values(self, values: FloatArray, what: str) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    # -- public API -------------------------------------------------------------------------------
+
+    @property
+    def capacity(self) -> int:
+        """Number of leaves (indices ``0 .. capacity - 1``)."""
+        return self._capacity
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the tree array (``16 * capacity`` rounded up to a power of two)."""
+        return int(self._tree.nbytes)
+
+    def update(self, indices: ArrayLike, values: ArrayLike) -> None:
+        """Sets ``leaf[indices[k]] = values[k]`` for the whole batch, then fixes the parents.
+
+        ``values`` may be a scalar (broadcast to every index). When an index occurs more than once
+        in the batch, the value at its *last* occurrence wins, always (numpy's own fancy
+        assignment leaves that order unspecified, so it is resolved here explicitly).
+
+        Raises:
+            IndexError: an index is outside ``0 .. capacity - 1``.
+            ValueError: shapes differ, or a value is not admissible for this tree (NaN; for a
+                sum tree also negative or infinite).
+        """
+        idx = self._indices(indices)
+        vals = np.asarray(values, dtype=np.float64)
+        if vals.ndim == 0:
+            vals = np.full(idx.shape, vals, dtype=np.float64)
+        vals = vals.ravel()
+        if vals.shape != idx.shape:
+            raise ValueError(
+                f"update: {idx.size} indices but {vals.size} values; they must pair one to one"
+            )
+        self._check_values(vals, "update")
+        self._write(idx, vals)
+
+    def get(self, indices: ArrayLike) -> FloatArray:
+        """Leaf values at ``indices`` (any shape; the result has the same shape)."""
+        arr = np.asarray(indices)
+        idx = self._indices(arr)
+        return self._tree.take(idx + self._size).reshape(arr.shape)
+
+    def values(self) -> FloatArray:
+        """A copy of all ``capacity`` leaves."""
+        return self._tree[self._size : self._size + self._capacity].copy()
+
+    def get_state(self) -> dict[str, Any]:
+        """Plain state (an int and one array): the leaves. Parents are rebuilt on load."""
+        return {"capacity": self._capacity, "values": self.values()}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restores leaves from :meth:`get_state` and rebuilds every parent from them.
+
+        Raises:
+            DataError: the state is for another capacity, is truncated, or holds inadmissible
+                values (a tampered checkpoint is an error, not a silently different tree).
+        """
+        where = Where(column=f"{self._kind}_tree")
+        try:
+            capacity = int(state["capacity"])
+            values = np.asarray(state["values"], dtype=np.float64)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"{self._kind} tree state is malformed: {exc!r}", where) from None
+        if capacity != self._capacity:
+            raise DataError(
+                f"{self._kind} tree state is for capacity {capacity}, this tree has "
+                f"capacity {self._capacity}",
+                where,
+            )
+        if values.shape != (self._capacity,):
+            raise DataError(
+                f"{self._kind} tree state holds values of shape {values.shape}, expected "
+                f"({self._capacity},)",
+                where,
+            )
+        try:
+            self._check_values(values, "set_state")
+        except ValueError as exc:
+            raise DataError(str(exc), where) from None
+        self._tree[self._size : self._size + self._capacity] = values
+        self._tree[self._size + self._capacity :] = self._neutral
+        self._rebuild_levels(self._depth - 1)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(capacity={self._capacity}, root={self._tree[1]!r})"
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _indices(self, indices: ArrayLike) -> IntArray:
+        idx = np.asarray(indices)
+        if idx.dtype.kind not in "iu":
+            if idx.size == 0:
+                return np.empty(0, dtype=np.int64)
+            raise TypeError(f"indices must be integers, found dtype {idx.dtype}")
+        idx = idx.astype(np.int64, copy=False).ravel()
+        if idx.size and (idx.min() < 0 or idx.max() >= self._capacity):
+            bad = idx[(idx < 0) | (idx >= self._capacity)][0]
+            raise IndexError(f"index {bad} is outside the tree (capacity {self._capacity})")
+        return idx
+
+    def _write(self, idx: IntArray, vals: FloatArray) -> None:
+        """Unchecked batch write: ``idx`` in range, ``vals`` admissible, same length."""
+        n = idx.size
+        if n == 0:
+            return
+        if n > 1:
+            # Sort by index, stably, and keep the last occurrence of each index: last write wins.
+            order = np.argsort(idx, kind="stable")
+            idx = idx[order]
+            last = np.empty(n, dtype=bool)
+            np.not_equal(idx[1:], idx[:-1], out=last[:-1])
+            last[-1] = True
+            if not last.all():
+                order = order[last]
+                idx = idx[last]
+            vals = vals[order]
+        pos = idx + self._size
+        tree = self._tree
+        tree[pos] = vals
+        self._rebuild_parents(pos)
+
+    def _rebuild_parents(self, pos: IntArray) -> None:
+        """Recomputes every ancestor of the (unique, sorted) nodes ``pos`` from its children.
+
+        Sparse levels gather the touched parents' child pairs; once a level is no wider than the
+        batch, it is cheaper to recompute that level and all above it whole.
+        """
+        tree, pairs, combine = self._tree, self._pairs, self._combine
+        level = self._depth  # level of the nodes in ``pos``; the root is level 0
+        n = pos.size
+        while level > 0:
+            level -= 1
+            if (1 << level) <= n:
+                self._rebuild_levels(level)
+                return
+            pos = pos >> 1
+            kids = pairs.take(pos, axis=0)
+            tree[pos] = combine(kids[:, 0], kids[:, 1])
+
+    def _rebuild_levels(self, top: int) -> None:
+        """Recomputes all nodes of levels ``top, top - 1, ..., 0`` from the level below."""
+        tree, combine = self._tree, self._combine
+        for level in range(top, -1, -1):
+            lo, hi = 1 << level, 2 << level
+            tree[lo:hi] = combine(tree[2 * lo : 2 * hi : 2], tree[2 * lo + 1 : 2 * hi : 2])
+
+
+class SumTree(_SegmentTree):
+    """Sums of non-negative leaves, with a batched prefix-sum search.
+
+    Example:
+        >>> t = SumTree(5)
+        >>> t.update([0, 1, 3], [1.0, 2.0, 3.0])
+        >>> t.total(), t.find_prefixsum([0.0, 1.0, 2.9, 3.0, 99.0]).tolist()
+        (6.0, [0, 1, 1, 3, 3])
+    """
+
+    _neutral = 0.0
+    _kind = "sum"
+
+    @staticmethod
+    def _combine(a: FloatArray, b: FloatArray) -> FloatArray:
+        return np.add(a, b)
+
+    def _check_values(self, values: FloatArray, what: str) -> None:
+        if values.size and not (np.isfinite(values).all() and values.min() >= 0.0):
+            bad = values[~(np.isfinite(values) & (values >= 0.0))][0]
+            raise ValueError(f"{what}: sum-tree values must be finite and >= 0, found {bad!r}")
+
+    def total(self) -> float:
+        """Sum of all leaves (the root)."""
+        return float(self._tree[1])
+
+    def find_prefixsum(self, prefixes: ArrayLike) -> IntArray:
+        """For each prefix ``p``, the leaf whose cumulative range ``[c_{i-1}, c_i)`` holds ``p``.
+
+        Semantics, with ``c = cumsum(leaves)``: the smallest ``i`` with ``c[i] > p``, which is
+        ``np.searchsorted(c, p, side="right")``. So a prefix exactly on a boundary ``c[i-1]``
+        selects leaf ``i`` (the one *starting* there), and a leaf of zero mass is never returned.
+        At the edges: a negative prefix counts as 0 (the first leaf with mass); a prefix ``>=``
+        the total selects the last leaf with mass (floating-point rounding can push ``u * total``
+        onto the total). The descent subtracts left-subtree sums, so near a boundary the answer
+        may differ from a float ``cumsum`` by the rounding of the sums involved; it is exact when
+        the sums are (e.g. integers or dyadic fractions).
+
+        Returns:
+            ``int64`` leaf indices, the same shape as ``prefixes``.
+
+        Raises:
+            ValueError: the tree holds no mass (nothing can be selected), or a prefix is NaN.
+        """
+        arr = np.asarray(prefixes, dtype=np.float64)
+        if not self._tree[1] > 0.0:
+            raise ValueError("find_prefixsum on a sum tree with total 0: no leaf has mass")
+        if np.isnan(arr).any():
+            raise ValueError("find_prefixsum: prefixes must not be NaN")
+        return self._find(arr.ravel()).reshape(arr.shape)
+
+    def _find(self, prefixes: FloatArray) -> IntArray:
+        """Unchecked descent (total > 0, no NaN). ``prefixes`` is not modified."""
+        tree = self._tree
+        p = np.maximum(prefixes, 0.0)
+        node = np.ones(p.shape, dtype=np.int64)
+        for _ in range(self._depth):
+            node <<= 1
+            left = tree.take(node)
+            right = np.greater_equal(p, left)
+            np.subtract(p, left, out=p, where=right)
+            node += right
+        # Rounding (or a prefix >= total) can walk past the last leaf with mass of a subtree into
+        # zero-mass leaves on its right edge. Rare; redo those with a descent that never enters
+        # a subtree without mass.
+        bad = tree.take(node) <= 0.0
+        if bad.any():
+            node[bad] = self._guarded_find(prefixes[bad])
+        return node - self._size
+
+    def _guarded_find(self, prefixes: FloatArray) -> IntArray:
+        tree = self._tree
+        p = np.maximum(prefixes, 0.0)
+        node = np.ones(p.shape, dtype=np.int64)
+        for _ in range(self._depth):
+            node <<= 1
+            left = tree.take(node)
+            right = (p >= left) & (tree.take(node + 1) > 0.0)
+            np.subtract(p, left, out=p, where=right)
+            node += right
+        return node
+
+
+class MinTree(_SegmentTree):
+    """Minimum of the leaves. Empty and padding leaves hold ``+inf``, so they never win."""
+
+    _neutral = float("inf")
+    _kind = "min"
+
+    @staticmethod
+    def _combine(a: FloatArray, b: FloatArray) -> FloatArray:
+        return np.minimum(a, b)
+
+    def _check_values(self, values: FloatArray, what: str) -> None:
+        if np.isnan(values).any():
+            raise ValueError(f"{what}: min-tree values must not be NaN")
+
+    def min(self) -> float:
+        """Minimum over all leaves (``inf`` when every leaf is empty)."""
+        return float(self._tree[1])
