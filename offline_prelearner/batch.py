@@ -1,0 +1,151 @@
+"""SampleBatch and MultiAgentBatch: what a buffer hands to a learner.
+
+A :class:`SampleBatch` is a small dict-like of numpy columns that share their first axis (the
+rows: one per sampled transition or sequence). ``batch["obs"]`` is a column, ``len(batch)`` is the
+number of rows (not of columns -- iterate ``batch.keys()`` for those), ``batch[2:5]`` is a row slice
+whose columns are views. A :class:`MultiAgentBatch` maps module ids to SampleBatches and counts
+the env steps they came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
+from typing import Any
+
+import numpy as np
+
+__all__ = ["MultiAgentBatch", "SampleBatch"]
+
+
+class SampleBatch:
+    """Numpy columns with a common number of rows.
+
+    Columns are checked to agree on their row count when set. Everything that is not a column
+    (e.g. the sampler's info) lives in ``info``.
+    """
+
+    __slots__ = ("_cols", "info")
+
+    def __init__(self, columns: Mapping[str, Any] | None = None, **kw: Any) -> None:
+        self._cols: dict[str, np.ndarray] = {}
+        self.info: dict[str, Any] = {}
+        for k, v in {**(columns or {}), **kw}.items():
+            self[k] = v
+
+    @classmethod
+    def _trusted(cls, columns: dict[str, np.ndarray]) -> SampleBatch:
+        """Wraps columns already known to be numpy arrays of one row count (hot path, no checks)."""
+        out = cls.__new__(cls)
+        out._cols = columns
+        out.info = {}
+        return out
+
+    # ------------------------------------------------------------------ dict-like
+    def __getitem__(self, key: str | slice) -> Any:
+        if isinstance(key, slice):
+            return SampleBatch._trusted({k: v[key] for k, v in self._cols.items()})
+        return self._cols[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        arr = np.asarray(value)
+        if arr.ndim == 0:
+            raise ValueError(f"column {key!r} must have a row axis, got a scalar")
+        if self._cols:
+            n = len(self)
+            if len(arr) != n:
+                raise ValueError(f"column {key!r} has {len(arr)} rows, the batch has {n}")
+        self._cols[key] = arr
+
+    def __delitem__(self, key: str) -> None:
+        del self._cols[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._cols
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._cols)
+
+    def __len__(self) -> int:
+        """Number of rows (0 for a batch without columns)."""
+        for v in self._cols.values():
+            return len(v)
+        return 0
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SampleBatch):
+            return NotImplemented
+        return self._cols.keys() == other._cols.keys() and all(
+            np.array_equal(v, other._cols[k]) for k, v in self._cols.items()
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def keys(self) -> KeysView[str]:
+        return self._cols.keys()
+
+    def values(self) -> ValuesView[np.ndarray]:
+        return self._cols.values()
+
+    def items(self) -> ItemsView[str, np.ndarray]:
+        return self._cols.items()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._cols.get(key, default)
+
+    def to_dict(self) -> dict[str, np.ndarray]:
+        """The columns as a plain dict (the arrays themselves, not copies)."""
+        return dict(self._cols)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self)
+
+    def __repr__(self) -> str:
+        cols = ", ".join(f"{k}={v.dtype}{list(v.shape)}" for k, v in self._cols.items())
+        return f"SampleBatch({len(self)} rows: {cols})"
+
+    # ------------------------------------------------------------------ joining
+    @staticmethod
+    def concat(batches: Iterable[SampleBatch]) -> SampleBatch:
+        """Rows of several batches with the same columns, in order (one copy per column)."""
+        bs = list(batches)
+        if not bs:
+            return SampleBatch()
+        keys = list(bs[0].keys())
+        for b in bs[1:]:
+            if list(b.keys()) != keys and set(b.keys()) != set(keys):
+                raise ValueError(
+                    f"cannot concat batches with columns {sorted(keys)} and {sorted(b.keys())}"
+                )
+        return SampleBatch._trusted({k: np.concatenate([b[k] for b in bs]) for k in keys})
+
+
+class MultiAgentBatch:
+    """``{module_id: SampleBatch}`` plus the number of env steps the samples came from."""
+
+    __slots__ = ("env_steps", "policy_batches")
+
+    def __init__(self, policy_batches: Mapping[Any, SampleBatch], env_steps: int) -> None:
+        self.policy_batches = dict(policy_batches)
+        self.env_steps = int(env_steps)
+
+    def __getitem__(self, module_id: Any) -> SampleBatch:
+        return self.policy_batches[module_id]
+
+    def __contains__(self, module_id: object) -> bool:
+        return module_id in self.policy_batches
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.policy_batches)
+
+    def __len__(self) -> int:
+        """Number of modules."""
+        return len(self.policy_batches)
+
+    def agent_steps(self) -> int:
+        """Rows summed over modules."""
+        return sum(len(b) for b in self.policy_batches.values())
+
+    def __repr__(self) -> str:
+        mods = ", ".join(f"{m!r}: {len(b)} rows" for m, b in self.policy_batches.items())
+        return f"MultiAgentBatch(env_steps={self.env_steps}, {{{mods}}})"
