@@ -140,8 +140,8 @@ def _in_space(space: gym.Space[Any], x: np.ndarray) -> _Miss | None:
         miss = _integers(x, space)
         if miss is not None:
             return miss
-        rel = x - space.start
-        i = _first_bad((rel >= 0) & (rel < space.nvec))
+        # Compare with the largest value rather than subtract: x - start can overflow small ints.
+        i = _first_bad((x >= space.start) & (x <= space.start + (space.nvec - 1)))
         return (
             None
             if i is None
