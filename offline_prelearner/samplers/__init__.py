@@ -1,5 +1,24 @@
 """Samplers (which steps are drawn) and sample units (what each step expands into)."""
 
 from .base import Sampler, SamplerState, SampleUnit, UpdatableSampler, ValidStarts, ranges
+from .n_step import NStep
+from .sequence import LOSS_MASK, SEQ_LENS, Sequence
+from .stack import FrameStack
+from .transition import Transition
+from .uniform import Uniform
 
-__all__ = ["SampleUnit", "Sampler", "SamplerState", "UpdatableSampler", "ValidStarts", "ranges"]
+__all__ = [
+    "LOSS_MASK",
+    "SEQ_LENS",
+    "FrameStack",
+    "NStep",
+    "SampleUnit",
+    "Sampler",
+    "SamplerState",
+    "Sequence",
+    "Transition",
+    "Uniform",
+    "UpdatableSampler",
+    "ValidStarts",
+    "ranges",
+]
