@@ -2,17 +2,24 @@
 
 Both trees are complete binary trees stored in one flat ``float64`` array of ``2 * size`` entries,
 where ``size`` is ``capacity`` rounded up to a power of two: node ``i`` has children ``2i`` and
-``2i + 1``, the root is node 1 and leaf ``j`` is node ``size + j``. Leaves past ``capacity`` are
-padding and hold the neutral element (0 for sums, ``+inf`` for minima), so they never count.
+``2i + 1`` and leaf ``j`` is node ``size + j``. Leaves past ``capacity`` are padding and hold the
+neutral element (0 for sums, ``+inf`` for minima), so they never count.
 
-Every operation takes a batch of indices and runs one numpy step per tree *level* (about
-``log2(capacity)`` steps), never one Python step per item:
+Every operation takes a batch of indices and runs one numpy step per tree *level*, never one Python
+step per item. numpy costs about a microsecond per call whatever the batch, so the number of levels
+is what matters. The top levels are therefore not stored: the tree stops at its widest level of at
+most ``top_width`` nodes (1024 by default), and a prefix sum (for the min tree: the minimum) over
+that level stands in for everything above it. It is recomputed, once, on the first query after an
+update -- a single ``cumsum`` over ``top_width`` numbers instead of ten levels of gathers.
 
 - ``update`` writes the leaves, then recomputes the parents of the touched leaves level by level
   from their children. Nothing is ever added to or subtracted from a stored sum, so there is no
-  drift: after any sequence of updates every node equals the node a from-scratch build of the
-  same leaves would hold, bit for bit (the property tests check exactly that).
-- ``SumTree.find_prefixsum`` descends from the root for all prefixes at once.
+  drift: after any sequence of updates every node (and the total) equals what a from-scratch build
+  of the same leaves holds, bit for bit (the property tests check exactly that).
+- ``SumTree.find_prefixsum`` finds the top-level node of every prefix with one ``searchsorted``,
+  then descends from there for all prefixes at once.
+
+Memory: ``16 * size`` bytes per tree (``size`` as above, so 16 to 32 bytes per leaf).
 """
 
 from __future__ import annotations
@@ -38,17 +45,23 @@ class _SegmentTree:
     _neutral: float = 0.0
     _kind: str = "segment"
 
-    def __init__(self, capacity: int) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
-            raise TypeError(f"capacity must be an int, found {type(capacity).__name__}")
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, found {capacity}")
+    def __init__(self, capacity: int, *, top_width: int = 1024) -> None:
+        for name, value in (("capacity", capacity), ("top_width", top_width)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"{name} must be an int, found {type(value).__name__}")
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, found {value}")
+        if top_width & (top_width - 1):
+            raise ValueError(f"top_width must be a power of two, found {top_width}")
         self._capacity = int(capacity)
-        self._depth = (self._capacity - 1).bit_length()  # levels below the root
+        self._depth = (self._capacity - 1).bit_length()  # level of the leaves; the root is 0
         self._size = 1 << self._depth
+        self._top = min(self._depth, int(top_width).bit_length() - 1)  # shallowest stored level
+        self._width = 1 << self._top  # nodes on that level: heap indices width .. 2 * width - 1
         self._tree = np.full(2 * self._size, self._neutral, dtype=np.float64)
         # Row p of this view is (tree[2p], tree[2p + 1]): the two children of node p.
         self._pairs = self._tree.reshape(self._size, 2)
+        self._stale = True  # the summary of the top level needs recomputing
 
     # -- subclass hooks -------------------------------------------------------------------------
 
@@ -57,6 +70,10 @@ class _SegmentTree:
         raise NotImplementedError
 
     def _check_values(self, values: FloatArray, what: str) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def _refresh(self) -> None:  # pragma: no cover - abstract
+        """Recomputes the summary of the top level (prefix sums, or the minimum)."""
         raise NotImplementedError
 
     # -- public API -------------------------------------------------------------------------------
@@ -141,9 +158,10 @@ class _SegmentTree:
         self._tree[self._size : self._size + self._capacity] = values
         self._tree[self._size + self._capacity :] = self._neutral
         self._rebuild_levels(self._depth - 1)
+        self._stale = True
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(capacity={self._capacity}, root={self._tree[1]!r})"
+        return f"{type(self).__name__}(capacity={self._capacity})"
 
     # -- internals --------------------------------------------------------------------------------
 
@@ -179,31 +197,33 @@ class _SegmentTree:
         tree = self._tree
         tree[pos] = vals
         self._rebuild_parents(pos)
+        self._stale = True
 
     def _rebuild_parents(self, pos: IntArray) -> None:
-        """Recomputes every ancestor of the (unique, sorted) nodes ``pos`` from its children.
+        """Recomputes every stored ancestor of the (unique, sorted) nodes ``pos``.
 
-        Sparse levels gather the touched parents' child pairs; once a level is no wider than the
-        batch, it is cheaper to recompute that level and all above it whole.
+        A sparse level gathers the child pairs of the touched parents; once a level is narrow
+        enough that recomputing it whole is as cheap, it and everything above it are done whole.
         """
         tree, pairs, combine = self._tree, self._pairs, self._combine
-        level = self._depth  # level of the nodes in ``pos``; the root is level 0
-        n = pos.size
-        while level > 0:
+        level = self._depth  # level of the nodes in ``pos``
+        dense = 8 * pos.size
+        while level > self._top:
             level -= 1
-            if (1 << level) <= n:
+            if (1 << level) <= dense:
                 self._rebuild_levels(level)
                 return
             pos = pos >> 1
             kids = pairs.take(pos, axis=0)
             tree[pos] = combine(kids[:, 0], kids[:, 1])
 
-    def _rebuild_levels(self, top: int) -> None:
-        """Recomputes all nodes of levels ``top, top - 1, ..., 0`` from the level below."""
-        tree, combine = self._tree, self._combine
-        for level in range(top, -1, -1):
-            lo, hi = 1 << level, 2 << level
-            tree[lo:hi] = combine(tree[2 * lo : 2 * hi : 2], tree[2 * lo + 1 : 2 * hi : 2])
+    def _rebuild_levels(self, level: int) -> None:
+        """Recomputes whole levels ``level, level - 1, ..., top`` from the level below each."""
+        tree, pairs, combine = self._tree, self._pairs, self._combine
+        for lvl in range(level, self._top - 1, -1):
+            lo, hi = 1 << lvl, 2 << lvl
+            kids = pairs[lo:hi]
+            tree[lo:hi] = combine(kids[:, 0], kids[:, 1])
 
 
 class SumTree(_SegmentTree):
@@ -228,9 +248,20 @@ class SumTree(_SegmentTree):
             bad = values[~(np.isfinite(values) & (values >= 0.0))][0]
             raise ValueError(f"{what}: sum-tree values must be finite and >= 0, found {bad!r}")
 
+    def __init__(self, capacity: int, *, top_width: int = 1024) -> None:
+        super().__init__(capacity, top_width=top_width)
+        # _cum[k] = sum of the first k top-level nodes; _cum[-1] is the total.
+        self._cum = np.zeros(self._width + 1, dtype=np.float64)
+
+    def _refresh(self) -> None:
+        np.cumsum(self._tree[self._width : 2 * self._width], out=self._cum[1:])
+        self._stale = False
+
     def total(self) -> float:
-        """Sum of all leaves (the root)."""
-        return float(self._tree[1])
+        """Sum of all leaves."""
+        if self._stale:
+            self._refresh()
+        return float(self._cum[-1])
 
     def find_prefixsum(self, prefixes: ArrayLike) -> IntArray:
         """For each prefix ``p``, the leaf whose cumulative range ``[c_{i-1}, c_i)`` holds ``p``.
@@ -240,9 +271,9 @@ class SumTree(_SegmentTree):
         selects leaf ``i`` (the one *starting* there), and a leaf of zero mass is never returned.
         At the edges: a negative prefix counts as 0 (the first leaf with mass); a prefix ``>=``
         the total selects the last leaf with mass (floating-point rounding can push ``u * total``
-        onto the total). The descent subtracts left-subtree sums, so near a boundary the answer
-        may differ from a float ``cumsum`` by the rounding of the sums involved; it is exact when
-        the sums are (e.g. integers or dyadic fractions).
+        onto the total). The search subtracts partial sums, so near a boundary the answer may
+        differ from a float ``cumsum`` over the leaves by the rounding of the sums involved; it is
+        exact when the sums are (e.g. integers or dyadic fractions).
 
         Returns:
             ``int64`` leaf indices, the same shape as ``prefixes``.
@@ -251,40 +282,49 @@ class SumTree(_SegmentTree):
             ValueError: the tree holds no mass (nothing can be selected), or a prefix is NaN.
         """
         arr = np.asarray(prefixes, dtype=np.float64)
-        if not self._tree[1] > 0.0:
+        if not self.total() > 0.0:
             raise ValueError("find_prefixsum on a sum tree with total 0: no leaf has mass")
         if np.isnan(arr).any():
             raise ValueError("find_prefixsum: prefixes must not be NaN")
         return self._find(arr.ravel()).reshape(arr.shape)
 
     def _find(self, prefixes: FloatArray) -> IntArray:
-        """Unchecked descent (total > 0, no NaN). ``prefixes`` is not modified."""
-        tree = self._tree
+        """Unchecked search (total > 0, no NaN). ``prefixes`` is not modified."""
+        if self._stale:
+            self._refresh()
+        tree, cum, width = self._tree, self._cum, self._width
         p = np.maximum(prefixes, 0.0)
-        node = np.ones(p.shape, dtype=np.int64)
-        for _ in range(self._depth):
+        # The top-level node holding each prefix, then the prefix relative to that node.
+        top = np.searchsorted(cum[1:], p, side="right")
+        np.minimum(top, width - 1, out=top)
+        p -= cum.take(top)
+        node = top + width
+        for _ in range(self._depth - self._top):
             node <<= 1
             left = tree.take(node)
             right = np.greater_equal(p, left)
-            np.subtract(p, left, out=p, where=right)
+            p -= left * right
             node += right
-        # Rounding (or a prefix >= total) can walk past the last leaf with mass of a subtree into
-        # zero-mass leaves on its right edge. Rare; redo those with a descent that never enters
-        # a subtree without mass.
+        # Rounding (or a prefix >= total) can run past the last leaf with mass of a node into the
+        # zero-mass leaves on its right edge. Rare; redo those with a search that never enters a
+        # node without mass.
         bad = tree.take(node) <= 0.0
         if bad.any():
             node[bad] = self._guarded_find(prefixes[bad])
         return node - self._size
 
     def _guarded_find(self, prefixes: FloatArray) -> IntArray:
-        tree = self._tree
+        tree, cum, width = self._tree, self._cum, self._width
         p = np.maximum(prefixes, 0.0)
-        node = np.ones(p.shape, dtype=np.int64)
-        for _ in range(self._depth):
+        top = np.searchsorted(cum[1:], p, side="right")
+        np.minimum(top, np.flatnonzero(tree[width : 2 * width] > 0.0)[-1], out=top)
+        p -= cum.take(top)
+        node = top + width
+        for _ in range(self._depth - self._top):
             node <<= 1
             left = tree.take(node)
             right = (p >= left) & (tree.take(node + 1) > 0.0)
-            np.subtract(p, left, out=p, where=right)
+            p -= left * right
             node += right
         return node
 
@@ -303,6 +343,16 @@ class MinTree(_SegmentTree):
         if np.isnan(values).any():
             raise ValueError(f"{what}: min-tree values must not be NaN")
 
+    def __init__(self, capacity: int, *, top_width: int = 1024) -> None:
+        super().__init__(capacity, top_width=top_width)
+        self._min = float("inf")
+
+    def _refresh(self) -> None:
+        self._min = float(self._tree[self._width : 2 * self._width].min())
+        self._stale = False
+
     def min(self) -> float:
         """Minimum over all leaves (``inf`` when every leaf is empty)."""
-        return float(self._tree[1])
+        if self._stale:
+            self._refresh()
+        return self._min

@@ -15,15 +15,19 @@ from offline_prelearner.errors import DataError
 # -- plain-loop references ---------------------------------------------------------------------
 
 
-def ref_pairwise(leaves: list[float], combine, neutral: float) -> float:
-    """Root of a complete binary tree built by a Python loop, level by level, left to right."""
+def ref_total(leaves: list[float], top_width: int) -> float:
+    """The tree's total, by Python loops: pairwise sums level by level, left to right, up to the
+    widest level of at most ``top_width`` nodes, then a running sum along that level."""
     size = 1
     while size < len(leaves):
         size *= 2
-    level = list(leaves) + [neutral] * (size - len(leaves))
-    while len(level) > 1:
-        level = [combine(level[i], level[i + 1]) for i in range(0, len(level), 2)]
-    return level[0]
+    level = list(leaves) + [0.0] * (size - len(leaves))
+    while len(level) > top_width:
+        level = [level[i] + level[i + 1] for i in range(0, len(level), 2)]
+    total = 0.0
+    for v in level:
+        total += v
+    return total
 
 
 def ref_find(leaves: list[float], prefix: float) -> int:
@@ -47,6 +51,8 @@ def apply_updates(leaves: list[float], indices: list[int], values: list[float]) 
 # Dyadic values (multiples of 1/4, small): every sum and difference is exact in float64, so the
 # tree must agree with the references bit for bit, boundaries included.
 dyadic = st.integers(0, 40).map(lambda k: k / 4)
+# Small widths make even small trees search and update through stored levels; 1024 is the default.
+top_widths = st.sampled_from([1, 2, 4, 16, 1024])
 
 
 @st.composite
@@ -65,27 +71,32 @@ def update_sequences(draw, values=dyadic, max_capacity=70):
 
 
 @settings(max_examples=200, deadline=None)
-@given(update_sequences(values=st.floats(0.0, 1e6, allow_nan=False, allow_infinity=False)))
-def test_sum_tree_root_is_sum_of_leaves_after_any_updates(case):
+@given(
+    update_sequences(values=st.floats(0.0, 1e6, allow_nan=False, allow_infinity=False)), top_widths
+)
+def test_sum_tree_root_is_sum_of_leaves_after_any_updates(case, top_width):
     capacity, batches = case
-    tree, leaves = SumTree(capacity), [0.0] * capacity
+    tree, leaves = SumTree(capacity, top_width=top_width), [0.0] * capacity
     for idx, vals in batches:
         tree.update(np.array(idx, dtype=np.int64), np.array(vals))
         apply_updates(leaves, idx, vals)
         assert tree.values().tolist() == leaves
-        assert tree.total() == ref_pairwise(leaves, lambda a, b: a + b, 0.0)  # exact: no drift
+        assert tree.total() == ref_total(leaves, top_width)  # bit for bit: no drift
         assert tree.total() == pytest.approx(math.fsum(leaves), rel=1e-12, abs=1e-300)
-    # No drift: a tree rebuilt from scratch from the same leaves holds the same root bit for bit.
-    fresh = SumTree(capacity)
+    # No drift: a tree rebuilt from scratch from the same leaves holds the same total bit for bit.
+    fresh = SumTree(capacity, top_width=top_width)
     fresh.set_state(tree.get_state())
     assert fresh.total() == tree.total()
+    assert (fresh._tree == tree._tree).all()  # every stored node, not only the total
 
 
 @settings(max_examples=200, deadline=None)
-@given(update_sequences(values=st.floats(-1e9, 1e9, allow_nan=False) | st.just(math.inf)))
-def test_min_tree_root_is_min_of_leaves_after_any_updates(case):
+@given(
+    update_sequences(values=st.floats(-1e9, 1e9, allow_nan=False) | st.just(math.inf)), top_widths
+)
+def test_min_tree_root_is_min_of_leaves_after_any_updates(case, top_width):
     capacity, batches = case
-    tree, leaves = MinTree(capacity), [math.inf] * capacity
+    tree, leaves = MinTree(capacity, top_width=top_width), [math.inf] * capacity
     for idx, vals in batches:
         tree.update(idx, vals)
         apply_updates(leaves, idx, vals)
@@ -95,10 +106,10 @@ def test_min_tree_root_is_min_of_leaves_after_any_updates(case):
 
 
 @settings(max_examples=300, deadline=None)
-@given(update_sequences(), st.data())
-def test_find_prefixsum_matches_loop_reference(case, data):
+@given(update_sequences(), top_widths, st.data())
+def test_find_prefixsum_matches_loop_reference(case, top_width, data):
     capacity, batches = case
-    tree, leaves = SumTree(capacity), [0.0] * capacity
+    tree, leaves = SumTree(capacity, top_width=top_width), [0.0] * capacity
     for idx, vals in batches:
         tree.update(idx, vals)
         apply_updates(leaves, idx, vals)
@@ -128,9 +139,10 @@ def test_find_prefixsum_matches_loop_reference(case, data):
         lambda v: sum(v) > 0
     ),
     st.lists(st.floats(0.0, 1.0, exclude_max=True), min_size=1, max_size=100),
+    top_widths,
 )
-def test_find_prefixsum_never_returns_zero_mass_with_arbitrary_floats(leaves, fractions):
-    tree = SumTree(len(leaves))
+def test_find_prefixsum_never_returns_zero_mass_with_arbitrary_floats(leaves, fractions, top_width):
+    tree = SumTree(len(leaves), top_width=top_width)
     tree.update(np.arange(len(leaves)), leaves)
     # Include u * total for u just below 1, where float rounding reaches the total.
     prefixes = np.array([*fractions, np.nextafter(1.0, 0.0), 1.0]) * tree.total()
@@ -147,14 +159,15 @@ def test_find_prefixsum_never_returns_zero_mass_with_arbitrary_floats(leaves, fr
 # -- edges -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("capacity", [1, 2, 3, 5, 8, 1000, 1025])
-def test_capacities_not_a_power_of_two(capacity):
-    tree = SumTree(capacity)
+@pytest.mark.parametrize("top_width", [1, 1024])
+@pytest.mark.parametrize("capacity", [1, 2, 3, 5, 8, 1000, 1025, 5000])
+def test_capacities_not_a_power_of_two(capacity, top_width):
+    tree = SumTree(capacity, top_width=top_width)
     tree.update(np.arange(capacity), np.ones(capacity))
     assert tree.total() == capacity
     assert tree.find_prefixsum(np.arange(capacity) + 0.5).tolist() == list(range(capacity))
     assert tree.find_prefixsum([capacity + 10.0]).tolist() == [capacity - 1]  # padding never
-    mt = MinTree(capacity)
+    mt = MinTree(capacity, top_width=top_width)
     assert mt.min() == math.inf
     mt.update([capacity - 1], [3.0])
     assert mt.min() == 3.0
@@ -205,6 +218,12 @@ def test_state_round_trip_rebuilds_parents():
 def test_capacity_must_be_positive(bad):
     with pytest.raises(ValueError, match="capacity must be >= 1"):
         SumTree(bad)
+
+
+@pytest.mark.parametrize("bad", [0, 3, 1000])
+def test_top_width_must_be_a_power_of_two(bad):
+    with pytest.raises(ValueError, match="top_width"):
+        SumTree(10, top_width=bad)
 
 
 def test_capacity_must_be_int():
@@ -271,3 +290,25 @@ def test_tampered_state_is_an_error(mutate, match):
     with pytest.raises(DataError, match=match):
         fresh.set_state(state)
     assert fresh.total() == 0.0
+
+
+def test_large_tree_incremental_updates_match_fresh_build_and_cumsum():
+    rng = np.random.default_rng(7)
+    n = 100_003
+    tree = SumTree(n)
+    tree.update(np.arange(n), rng.random(n))
+    for _ in range(20):  # sparse batches: the per-level gather path
+        tree.update(rng.integers(0, n, 256), rng.random(256) * (rng.random(256) > 0.3))
+    fresh = SumTree(n)
+    fresh.set_state(tree.get_state())
+    assert (fresh._tree == tree._tree).all() and fresh.total() == tree.total()
+    leaves = tree.values()
+    assert tree.total() == pytest.approx(math.fsum(leaves), rel=1e-12)
+    prefixes = rng.random(4096) * tree.total()
+    got = tree.find_prefixsum(prefixes)
+    cum = np.cumsum(leaves)
+    ref = np.searchsorted(cum, prefixes, side="right")
+    assert (leaves[got] > 0).all()
+    assert (got == ref).mean() > 0.999  # differences only within float rounding of a boundary
+    off = got != ref
+    assert np.allclose(cum[np.minimum(got, ref)][off], prefixes[off], rtol=1e-9)
