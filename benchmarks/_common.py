@@ -1,0 +1,378 @@
+"""Shared helpers for the benchmark scripts: JSON lines, timing, peak memory, the RLlib side.
+
+Every measurement is one JSON object on its own line of stdout (progress goes to stderr), with
+at least the keys in :data:`KEYS`::
+
+    {"bench": "cartpole_rows.map", "impl": "ours", "throughput": 2.1e6, "unit": "rows/s",
+     "seconds": 0.47, "peak_mem_mb": 61.2, "n": 1000003, ...extras}
+
+* ``throughput`` is ``n / seconds``; ``seconds`` is the **median** over the timed repeats (after
+  an untimed warm-up); extras ``seconds_best`` / ``throughput_best`` give the fastest repeat and
+  ``repeats`` how many there were.
+* ``peak_mem_mb`` is measured in a separate, untimed run of the same call (tracing slows
+  allocation-heavy code, so it never overlaps a timed run). It is the sum of two peaks above the
+  level at the start of the call: ``py_peak_mb`` -- ``tracemalloc``'s peak, which covers Python
+  objects and numpy arrays (numpy reports its buffers to tracemalloc) -- and ``arrow_peak_mb`` --
+  the peak of bytes allocated through pyarrow's default memory pool during the call (a proxy pool
+  is installed for the call), which tracemalloc cannot see. Memory held by buffers that exist
+  before the call (e.g. the input table) is not counted. ``maxrss_mb`` is the process's
+  high-water resident set (``resource.getrusage(RUSAGE_SELF).ru_maxrss``) when the line is
+  written: a coarse, never-decreasing figure for the whole process, reported for context only.
+* An RLlib line that could not be measured is ``{"bench": ..., "impl": "rllib", "skipped":
+  reason}``; a ratio line is ``{"bench": ..., "impl": "ratio", "ratio": ours / rllib}``.
+
+This module imports only the standard library, numpy and pyarrow, so the RLlib-side scripts
+(run by the RLlib venv's python) use it too. It never imports ``offline_prelearner``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = [
+    "KEYS",
+    "MemoryPeak",
+    "Timing",
+    "add_common_args",
+    "data_dir",
+    "dataset_digest",
+    "emit",
+    "limited_tables",
+    "log",
+    "maxrss_mb",
+    "measure_peak",
+    "parquet_files",
+    "ratio_lines",
+    "record",
+    "rllib_python",
+    "run_rllib",
+    "time_repeats",
+]
+
+KEYS = ("bench", "impl", "throughput", "unit", "seconds", "peak_mem_mb", "n")
+DEFAULT_DATA = "/work/bench-data"
+DEFAULT_RLLIB_PYTHON = "/work/rllib-venv/bin/python"
+_MB = 1024.0 * 1024.0
+
+
+# ----------------------------------------------------------------------------- arguments, data
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    """``--data``, ``--quick`` and ``--repeats``, identical in every benchmark script."""
+    parser.add_argument(
+        "--data",
+        default=None,
+        help="benchmark data directory (default: $OFFLINE_PRELEARNER_BENCH_DATA or "
+        f"{DEFAULT_DATA}); made by /work/shared/bench/make_data.py",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="a small subset and one repeat: a smoke run"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="timed repeats (default 3, 1 with --quick)"
+    )
+
+
+def data_dir(arg: str | None) -> Path:
+    """The data directory: the argument, else ``$OFFLINE_PRELEARNER_BENCH_DATA``, else default."""
+    path = Path(arg or os.environ.get("OFFLINE_PRELEARNER_BENCH_DATA") or DEFAULT_DATA)
+    if not path.is_dir():
+        raise SystemExit(
+            f"benchmark data not found at {path}: make it with "
+            "`python /work/shared/bench/make_data.py --out DIR` (see /work/shared/bench/README.md) "
+            "and pass --data DIR"
+        )
+    return path
+
+
+def dataset_digest(data: Path) -> str | None:
+    """The content digest in ``manifest.json`` (quote it next to every figure)."""
+    try:
+        return str(json.loads((data / "manifest.json").read_text())["digest"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def parquet_files(directory: Path) -> list[Path]:
+    """The ``*.parquet`` files of a directory in name order (the order RLlib's recorder wrote)."""
+    files = sorted(directory.glob("*.parquet"))
+    if not files:
+        raise SystemExit(f"no Parquet files in {directory}")
+    return files
+
+
+def limited_tables(
+    files: Sequence[Path], limit: int | None, episode_column: str | None = "eps_id"
+) -> Iterator[tuple[Path, pa.Table]]:
+    """Reads files in order, yielding ``(path, table)`` until ``limit`` rows have been yielded.
+
+    The last table is cut just after the episode that holds row ``limit`` (by ``episode_column``,
+    so no episode is split; ``None`` cuts at exactly ``limit`` rows). ``limit=None`` reads all.
+    """
+    left = limit
+    for path in files:
+        if left is not None and left <= 0:
+            return
+        if left is None:
+            table = pq.read_table(path)
+        else:
+            table = _read_prefix(path, left, episode_column)
+            if table.num_rows > left:
+                table = table.slice(0, _episode_end(table, left, episode_column))
+            left -= table.num_rows
+        yield path, table
+
+
+def _read_prefix(path: Path, rows: int, column: str | None) -> pa.Table:
+    """The first ``rows`` rows of a file and the rest of the episode they end in, or all rows.
+
+    Decodes batch by batch and stops as soon as it can: much faster than ``read_table`` for a
+    few rows of a large file (a 5,000-row file of 84x84x4 pixels takes seconds to decode whole).
+    """
+    batches: list[pa.RecordBatch] = []
+    got = 0
+    size = max(64, min(rows, 4096))
+    for batch in pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size=size):
+        batches.append(batch)
+        got += batch.num_rows
+        if got > rows and (column is None or _ended(batches, rows, column)):
+            break
+    return pa.Table.from_batches(batches)
+
+
+def _ended(batches: list[pa.RecordBatch], rows: int, column: str) -> bool:
+    """Whether the episode holding row ``rows - 1`` ends before the last row read."""
+    ids = pa.Table.from_batches(batches).column(column)
+    return bool(ids[rows - 1].as_py() != ids[len(ids) - 1].as_py())
+
+
+def _episode_end(table: pa.Table, limit: int, column: str | None) -> int:
+    """The first row index >= ``limit`` where ``column`` changes value (or the table's end)."""
+    if column is None:
+        return limit
+    tail = table.column(column).slice(limit - 1).to_numpy(zero_copy_only=False)
+    change = np.flatnonzero(tail[1:] != tail[0])
+    return table.num_rows if len(change) == 0 else limit + int(change[0])
+
+
+# ----------------------------------------------------------------------------- timing, memory
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds of each timed repeat (the warm-up is not included)."""
+
+    times: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def best(self) -> float:
+        return min(self.times)
+
+
+def time_repeats(fn: Callable[[], float | None], repeats: int, warmup: int = 1) -> Timing:
+    """Runs ``fn`` ``warmup`` times untimed, then ``repeats`` times timed.
+
+    ``fn`` may return its own elapsed seconds (when only part of it is to be timed, e.g. the map
+    but not the Parquet read); otherwise the wall time of the whole call is used. A full garbage
+    collection runs before each call, never inside one.
+    """
+    times = []
+    for i in range(warmup + repeats):
+        gc.collect()
+        t0 = time.perf_counter()
+        inner = fn()
+        elapsed = time.perf_counter() - t0 if inner is None else float(inner)
+        if i >= warmup:
+            times.append(elapsed)
+    return Timing(tuple(times))
+
+
+@dataclass(frozen=True)
+class MemoryPeak:
+    """Peaks (MiB) above the starting level during one call; see the module docstring."""
+
+    py_mb: float
+    arrow_mb: float
+
+    @property
+    def total_mb(self) -> float:
+        return self.py_mb + self.arrow_mb
+
+
+def measure_peak(fn: Callable[[], Any]) -> MemoryPeak:
+    """Runs ``fn`` once under tracemalloc and a proxy Arrow memory pool; returns the peaks.
+
+    The result of ``fn`` is dropped after the peaks are read. The proxy pool is deliberately
+    never freed (Arrow buffers allocated through it may outlive the call, and freeing a pool
+    before its buffers crashes the process); it costs a few bytes per call.
+    """
+    gc.collect()
+    base = pa.default_memory_pool()
+    proxy = pa.proxy_memory_pool(base)
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(proxy))
+    was_tracing = tracemalloc.is_tracing()
+    if not was_tracing:
+        tracemalloc.start()
+    start, _ = tracemalloc.get_traced_memory()
+    tracemalloc.reset_peak()
+    pa.set_memory_pool(proxy)
+    try:
+        result = fn()
+        _, peak = tracemalloc.get_traced_memory()
+        arrow_peak = proxy.max_memory()
+    finally:
+        pa.set_memory_pool(base)
+        if not was_tracing:
+            tracemalloc.stop()
+    del result
+    return MemoryPeak(max(peak - start, 0) / _MB, max(arrow_peak, 0) / _MB)
+
+
+def maxrss_mb() -> float:
+    """The process's resident-set high-water mark in MiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+# ----------------------------------------------------------------------------- JSON lines
+
+
+def record(
+    bench: str,
+    impl: str,
+    *,
+    n: int,
+    timing: Timing,
+    unit: str,
+    memory: MemoryPeak | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A measurement line: throughput ``n / median seconds``, plus best, memory and extras."""
+    line: dict[str, Any] = {
+        "bench": bench,
+        "impl": impl,
+        "throughput": round(n / timing.median, 1),
+        "unit": unit,
+        "seconds": round(timing.median, 6),
+        "peak_mem_mb": None if memory is None else round(memory.total_mb, 1),
+        "n": n,
+        "seconds_best": round(timing.best, 6),
+        "throughput_best": round(n / timing.best, 1),
+        "repeats": len(timing.times),
+    }
+    if memory is not None:
+        line["py_peak_mb"] = round(memory.py_mb, 1)
+        line["arrow_peak_mb"] = round(memory.arrow_mb, 1)
+    line["maxrss_mb"] = round(maxrss_mb(), 1)
+    line.update(extra)
+    return line
+
+
+def emit(line: dict[str, Any]) -> dict[str, Any]:
+    """Prints one JSON line to stdout (flushed) and returns it."""
+    if "skipped" not in line and line.get("impl") != "ratio":
+        missing = [k for k in KEYS if k not in line]
+        if missing:
+            raise ValueError(f"benchmark line {line.get('bench')!r} lacks keys {missing}")
+    print(json.dumps(line), flush=True)
+    return line
+
+
+def log(message: str) -> None:
+    """Progress for humans, on stderr (stdout is JSON lines only)."""
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- the RLlib side
+
+
+def rllib_python() -> tuple[str | None, str]:
+    """The RLlib venv's interpreter (``$RLLIB_PYTHON`` or the default) or None, and why."""
+    path = os.environ.get("RLLIB_PYTHON") or DEFAULT_RLLIB_PYTHON
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        return None, f"no RLlib interpreter at {path} (set RLLIB_PYTHON)"
+    return path, path
+
+
+def run_rllib(
+    script: Path, args: Sequence[str], benches: Sequence[str], timeout: float = 3600.0
+) -> list[dict[str, Any]]:
+    """Runs ``script`` under the RLlib venv's python and returns the JSON lines it printed.
+
+    The child inherits this process's environment (thread settings included) and stderr. When
+    the interpreter is absent or the script fails, each of ``benches`` gets a ``skipped`` line
+    with the reason instead, so a run without RLlib still completes.
+    """
+    python, why = rllib_python()
+    if python is None:
+        return [{"bench": b, "impl": "rllib", "skipped": why} for b in benches]
+    try:
+        proc = subprocess.run(
+            [python, str(script), *args],
+            stdout=subprocess.PIPE,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return [
+            {"bench": b, "impl": "rllib", "skipped": f"timed out after {timeout:.0f} s"}
+            for b in benches
+        ]
+    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    seen = {line["bench"] for line in lines}
+    if proc.returncode != 0:
+        reason = f"{script.name} exited with code {proc.returncode} (its stderr is above)"
+        lines += [
+            {"bench": b, "impl": "rllib", "skipped": reason} for b in benches if b not in seen
+        ]
+    return lines
+
+
+def ratio_lines(lines: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One ``ours / rllib`` line per bench measured by both (same unit), median and best.
+
+    Extras ending in ``_per_s`` present on both sides (e.g. ``steps_per_s``) get a ratio too.
+    """
+    by_key = {(x["bench"], x["impl"]): x for x in lines if "throughput" in x}
+    out = []
+    for (bench, impl), ours in by_key.items():
+        theirs = by_key.get((bench, "rllib"))
+        if impl != "ours" or theirs is None or theirs["unit"] != ours["unit"]:
+            continue
+        line: dict[str, Any] = {
+            "bench": bench,
+            "impl": "ratio",
+            "ratio": round(ours["throughput"] / theirs["throughput"], 1),
+            "ratio_best": round(ours["throughput_best"] / theirs["throughput_best"], 1),
+            "unit": ours["unit"],
+            "n_ours": ours["n"],
+            "n_rllib": theirs["n"],
+        }
+        for key, value in ours.items():
+            if key.endswith("_per_s") and key in theirs:
+                line[f"ratio_{key}"] = round(value / theirs[key], 1)
+        out.append(line)
+    return out

@@ -1,0 +1,195 @@
+"""Readers benchmark: rows -> episodes and msgpack episodes decoded per second, beside RLlib 2.60.
+
+Workloads (bench names; the same names on the RLlib side, so each gets a ratio line):
+
+* ``cartpole_rows.*``  -- the 1,000,003 CartPole rows (RLlib recorder layout, Ray tensor columns,
+  no ``t``) through ``make_reader(ReadConfig(format="rows"))``, rows/s;
+* ``pixels_rows.*``    -- the 100,017 rows of 84x84x4 uint8 observations, the same way, rows/s;
+* ``cartpole_episodes.*`` -- the 44,685 msgpack episodes through ``ReadConfig(format="episodes")``,
+  episodes/s (and ``steps_per_s``).
+
+Each Parquet file is one batch, read in name order with ``pyarrow.parquet.read_table`` (a fresh
+reader per pass). Per workload three lines: ``.map`` / ``.decode`` times only the reader's
+``read(table)`` (the figure compared with RLlib), ``.read`` only the Parquet read, and
+``.read_map`` / ``.read_decode`` the two together, per pass. RLlib's side (``rllib_readers.py``)
+runs afterwards in its own venv, on a prefix of each dataset. See ``benchmarks/README.md``.
+
+Usage: ``python benchmarks/bench_readers.py [--data DIR] [--quick] [--repeats K] [--no-rllib]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import _common as C
+
+from offline_prelearner.config import ReadConfig
+from offline_prelearner.readers import make_reader
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One dataset through one reader format."""
+
+    name: str  # bench name prefix and data sub-folder, e.g. "cartpole_rows"
+    format: str  # ReadConfig.format
+    unit: str  # what n counts: "rows" or "episodes"
+    verb: str  # what the reader does to them: "map" or "decode"
+    episode_column: str | None  # a --quick cut falls where this changes (None: anywhere)
+    quick_limit: int  # n under --quick
+
+
+WORKLOADS = {
+    "rows": Workload("cartpole_rows", "rows", "rows", "map", "eps_id", 20_000),
+    "pixels": Workload("pixels_rows", "rows", "rows", "map", "eps_id", 300),
+    "episodes": Workload("cartpole_episodes", "episodes", "episodes", "decode", None, 1_000),
+}
+
+
+@dataclass
+class Pass:
+    """Seconds and counts of one pass over the files."""
+
+    read_s: float = 0.0
+    map_s: float = 0.0
+    rows: int = 0
+    episodes: int = 0
+    steps: int = 0
+
+
+def one_pass(work: Workload, files: list[Path], limit: int | None) -> Pass:
+    """Reads each file (timed) and maps it (timed separately) with a fresh reader."""
+    reader = make_reader(ReadConfig(format=work.format))
+    tables = iter(C.limited_tables(files, limit, work.episode_column))
+    result = Pass()
+    while True:
+        t0 = time.perf_counter()
+        try:
+            path, table = next(tables)
+        except StopIteration:
+            break
+        t1 = time.perf_counter()
+        out = reader.read(table, source=str(path))
+        t2 = time.perf_counter()
+        _check(out, table.num_rows, path)
+        result.read_s += t1 - t0
+        result.map_s += t2 - t1
+        result.rows += table.num_rows
+        result.episodes += len(out.episodes)
+        result.steps += sum(len(e) for e in out.episodes)
+        del table, out
+    return result
+
+
+def _check(out: Any, rows: int, path: Path) -> None:
+    """A benchmark over silently rejected rows would measure nothing: insist on a clean read."""
+    ledger = out.ledger
+    if not ledger.balanced() or ledger.rows_in != rows or ledger.rows_kept != rows:
+        raise SystemExit(f"{path}: reader did not keep every row: {ledger.to_dict()}")
+
+
+def bench(
+    work: Workload, data: Path, quick: bool, repeats: int, extra: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Warm-up, ``repeats`` timed passes, then one untimed run per line for peak memory."""
+    files = C.parquet_files(data / work.name)
+    limit = work.quick_limit if quick else None
+    first = lambda: next(iter(C.limited_tables(files, limit, work.episode_column)))  # noqa: E731
+    warm_path, warm_table = first()
+    make_reader(ReadConfig(format=work.format)).read(warm_table.slice(0, 2000), str(warm_path))
+    passes = []
+    for i in range(repeats):
+        passes.append(one_pass(work, files, limit))
+        p = passes[-1]
+        C.log(
+            f"ours {work.name} pass {i + 1}/{repeats}: read {p.read_s:.2f} s, "
+            f"{work.verb} {p.map_s:.2f} s, {p.rows} {work.unit}"
+        )
+    p = passes[0]
+    n = p.rows
+    counts = {"episodes": p.episodes, "steps": p.steps, "files": len(files) if not quick else None}
+    reader = make_reader(ReadConfig(format=work.format))
+    mem_map = C.measure_peak(functools.partial(reader.read, warm_table, str(warm_path)))
+    mem_read = C.measure_peak(lambda: first()[1])
+    mem_both = C.measure_peak(
+        lambda: make_reader(ReadConfig(format=work.format)).read(first()[1], "first")
+    )
+    mem_rows = warm_table.num_rows
+    del warm_table
+    lines = []
+    timings: list[tuple[str, Callable[[Pass], float], C.MemoryPeak]] = [
+        (work.verb, lambda q: q.map_s, mem_map),
+        ("read", lambda q: q.read_s, mem_read),
+        (f"read_{work.verb}", lambda q: q.read_s + q.map_s, mem_both),
+    ]
+    for suffix, seconds, memory in timings:
+        timing = C.Timing(tuple(seconds(q) for q in passes))
+        line = C.record(
+            f"{work.name}.{suffix}",
+            "ours",
+            n=n,
+            timing=timing,
+            unit=f"{work.unit}/s",
+            memory=memory,
+            mem_batch_rows=mem_rows,
+            **counts,
+            **extra,
+        )
+        if work.unit == "episodes":
+            line["steps_per_s"] = round(p.steps / timing.median, 1)
+        lines.append(C.emit(line))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    C.add_common_args(parser)
+    parser.add_argument(
+        "--only",
+        default="rows,pixels,episodes",
+        help="comma-separated workloads: rows, pixels, episodes",
+    )
+    parser.add_argument("--no-rllib", action="store_true", help="skip the RLlib side")
+    args = parser.parse_args(argv)
+    data = C.data_dir(args.data)
+    repeats = args.repeats or (1 if args.quick else 3)
+    only = [w for w in args.only.split(",") if w]
+    unknown = sorted(set(only) - set(WORKLOADS))
+    if unknown:
+        parser.error(f"unknown workloads {unknown}; choose from {sorted(WORKLOADS)}")
+    extra = {
+        "digest": C.dataset_digest(data),
+        "quick": args.quick,
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+    }
+    t0 = time.perf_counter()
+    # RLlib first: a child inherits its parent's ru_maxrss high-water mark, so it must start
+    # while this process is still small.
+    benches = [f"{WORKLOADS[k].name}.{WORKLOADS[k].verb}" for k in only]
+    if args.no_rllib:
+        rllib = [{"bench": b, "impl": "rllib", "skipped": "--no-rllib"} for b in benches]
+    else:
+        rllib_args = ["--data", str(data), "--repeats", str(repeats), "--only", ",".join(only)]
+        rllib_args += ["--quick"] * args.quick
+        rllib = C.run_rllib(HERE / "rllib_readers.py", rllib_args, benches)
+    lines = [C.emit(line) for line in rllib]
+    for key in only:
+        lines += bench(WORKLOADS[key], data, args.quick, repeats, extra)
+    for line in C.ratio_lines(lines):
+        C.emit(line)
+    C.log(f"done in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
