@@ -87,84 +87,79 @@ class _Miss:
 
 def _first_bad(ok: np.ndarray) -> int | None:
     """The first step (axis 0) where ``ok`` is not all True, or None."""
-    per_step = ok.all(axis=tuple(range(1, ok.ndim)))
-    return None if per_step.all() else int(np.argmin(per_step))
-
-
-def _box(space: gym.spaces.Box, x: np.ndarray) -> _Miss | None:
-    if x.shape[1:] != space.shape:
-        return _Miss("shape", f"per-step shape {x.shape[1:]}, the space has {space.shape}")
-    if x.dtype.kind not in "biuf" or (x.dtype.kind == "f" and space.dtype.kind in "biu"):
-        return _Miss("dtype", f"dtype {x.dtype} cannot hold values of a {space.dtype} space")
-    inside = (x >= space.low) & (x <= space.high)  # bounds broadcast over the time axis
-    if x.dtype.kind == "f":
-        inside |= np.isnan(x)  # NaN is governed by check_finite_obs, not by the bounds
-    i = _first_bad(inside)
-    if i is None:
+    if ok.all():
         return None
-    at = tuple(int(k) for k in np.argwhere(~inside[i])[0])
-    return _Miss(
-        "value",
-        f"value {x[i][at]} at index {at} is outside [{space.low[at]}, {space.high[at]}]",
-        i,
-    )
+    return int(np.argmin(ok.all(axis=tuple(range(1, ok.ndim)))))
 
 
-def _integers(x: np.ndarray, space: gym.Space[Any]) -> _Miss | None:
-    if x.dtype.kind not in "iu":
-        return _Miss("dtype", f"dtype {x.dtype} is not an integer type, as {space} needs")
-    return None
+class _SpaceCheck:
+    """Membership of a whole column (``[T, *shape]``, one entry per step) in one space.
 
+    Built once per space, so checking an episode is a few numpy calls: per-step shape, dtype
+    kind, then inclusive bounds (Box, Discrete, MultiDiscrete) or 0/1 (MultiBinary) over the
+    whole column at once; the first bad step is located only when there is one.
+    """
 
-def _in_space(space: gym.Space[Any], x: np.ndarray) -> _Miss | None:
-    """The first way ``x`` (``[T, *shape]``, one entry per step) is not in ``space``, or None."""
-    if isinstance(space, gym.spaces.Box):
-        return _box(space, x)
-    if isinstance(space, gym.spaces.Discrete):
-        if x.ndim != 1:
-            return _Miss("shape", f"per-step shape {x.shape[1:]}, a Discrete space has ()")
-        miss = _integers(x, space)
-        if miss is not None:
-            return miss
-        i = _first_bad((x >= space.start) & (x < space.start + space.n))
+    def __init__(self, space: gym.Space[Any]) -> None:
+        self.space = space
+        self.shape: tuple[int, ...] | None = None  # None: no vectorized test for this space
+        self.kinds = "biuf"
+        self.binary = False
+        self.nan_ok = False
+        self.cast_to: np.dtype[Any] | None = None  # Box dtype: storing wider values is odd
+        self.lo: Any = None
+        self.hi: Any = None
+        if isinstance(space, gym.spaces.Box):
+            self.shape, self.lo, self.hi = space.shape, space.low, space.high
+            self.kinds = "biu" if space.dtype.kind in "biu" else "biuf"
+            self.nan_ok = True  # NaN is governed by check_finite_obs, not by the bounds
+            self.cast_to = space.dtype
+        elif isinstance(space, gym.spaces.Discrete):
+            self.shape, self.kinds = (), "iu"
+            self.lo, self.hi = np.int64(space.start), np.int64(space.start + space.n - 1)
+        elif isinstance(space, gym.spaces.MultiDiscrete):
+            # start + (nvec - 1) fits the space's dtype; x - start could overflow small ints.
+            self.shape, self.kinds = space.shape, "iu"
+            self.lo, self.hi = space.start, space.start + (space.nvec - 1)
+        elif isinstance(space, gym.spaces.MultiBinary):
+            self.shape, self.binary = space.shape, True
+
+    def __call__(self, x: np.ndarray) -> _Miss | None:
+        """The first way ``x`` is not in the space, or None."""
+        if self.shape is None:
+            # Exotic spaces (Text, Graph, Sequence, OneOf, ...) have no vectorized membership
+            # test; ask the space itself, one step at a time.
+            for i in range(len(x)):
+                if not self.space.contains(x[i]):
+                    return _Miss("value", f"{x[i]} is not in {self.space}", i)
+            return None
+        if x.shape[1:] != self.shape:
+            return _Miss("shape", f"per-step shape {x.shape[1:]}, the space has {self.shape}")
+        if x.dtype.kind not in self.kinds:
+            need = "an integer type" if self.kinds == "iu" else f"one of kinds {self.kinds!r}"
+            return _Miss("dtype", f"dtype {x.dtype} is not {need}, as {self.space} needs")
+        ok = (x == 0) | (x == 1) if self.binary else (x >= self.lo) & (x <= self.hi)
+        if ok.all():
+            return None
+        if self.nan_ok and x.dtype.kind == "f":
+            ok |= np.isnan(x)
+        i = _first_bad(ok)
+        if i is None:
+            return None
+        at = tuple(int(k) for k in np.argwhere(~ok[i])[0])
+        where = f" at index {at}" if at else ""
+        if self.binary:
+            return _Miss("value", f"value {x[i][at]}{where} is not 0 or 1", i)
+        lo, hi = np.broadcast_to(self.lo, self.shape)[at], np.broadcast_to(self.hi, self.shape)[at]
+        return _Miss("value", f"value {x[i][at]}{where} is outside [{lo}, {hi}]", i)
+
+    def lossy(self, dtype: np.dtype[Any]) -> bool:
+        """True when values in the space are stored in a type it would not cast to safely."""
         return (
-            None
-            if i is None
-            else _Miss(
-                "value", f"{x[i]} is outside [{space.start}, {space.start + space.n - 1}]", i
-            )
+            self.cast_to is not None
+            and dtype != self.cast_to
+            and not np.can_cast(dtype, self.cast_to)
         )
-    if isinstance(space, gym.spaces.MultiDiscrete):
-        if x.shape[1:] != space.shape:
-            return _Miss("shape", f"per-step shape {x.shape[1:]}, the space has {space.shape}")
-        miss = _integers(x, space)
-        if miss is not None:
-            return miss
-        # Compare with the largest value rather than subtract: x - start can overflow small ints.
-        i = _first_bad((x >= space.start) & (x <= space.start + (space.nvec - 1)))
-        return (
-            None
-            if i is None
-            else _Miss("value", f"{x[i].tolist()} is outside nvec {space.nvec.tolist()}", i)
-        )
-    if isinstance(space, gym.spaces.MultiBinary):
-        if x.shape[1:] != space.shape:
-            return _Miss("shape", f"per-step shape {x.shape[1:]}, the space has {space.shape}")
-        if x.dtype.kind not in "biuf":
-            return _Miss("dtype", f"dtype {x.dtype} cannot hold binary values")
-        i = _first_bad((x == 0) | (x == 1))
-        return None if i is None else _Miss("value", f"{x[i].tolist()} is not all 0/1", i)
-    # Exotic spaces (Text, Graph, Sequence, OneOf, composites a connector flattened...) have no
-    # vectorized membership test; ask the space itself, one step at a time.
-    for i in range(len(x)):
-        if not space.contains(x[i]):
-            return _Miss("value", f"{x[i]} is not in {space}", i)
-    return None
-
-
-def _lossy_dtype(x: np.ndarray, space: gym.Space[Any]) -> bool:
-    """True when values are in the space but stored in a type it would not cast to safely."""
-    return isinstance(space, gym.spaces.Box) and not np.can_cast(x.dtype, space.dtype)
 
 
 # ---------------------------------------------------------------------------- validator
@@ -181,6 +176,8 @@ class Validator:
         self.config = config or ValidateConfig()
         self._expected_obs: tuple[tuple[int, ...], np.dtype[Any], Any] | None = None
         self._warned: set[str] = set()
+        spaces = (("obs", self.config.observation_space), ("actions", self.config.action_space))
+        self._spaces = {col: _SpaceCheck(sp) for col, sp in spaces if sp is not None}
 
     @property
     def expected_obs(self) -> tuple[tuple[int, ...], np.dtype[Any]] | None:
@@ -248,7 +245,7 @@ class Validator:
         if error is not None:
             return error
         if cfg.action_space is not None and n > 0:  # an empty action array has no shape to check
-            error = self._check_space(ep, "actions", ep.actions, cfg.action_space)
+            error = self._check_space(ep, "actions", ep.actions)
             if error is not None:
                 return error
         if n == 0:
@@ -284,21 +281,20 @@ class Validator:
                 return _error(
                     ep, "nan_obs", f"observation at t={t} has a non-finite value", "obs", t
                 )
-        space = self.config.observation_space
-        if space is not None:
-            return self._check_space(ep, "obs", obs, space)
-        return None
+        return self._check_space(ep, "obs", obs) if "obs" in self._spaces else None
 
     def _check_space(
-        self, ep: Episode, column: str, x: np.ndarray, space: gym.Space[Any]
+        self, ep: Episode, column: str, x: np.ndarray
     ) -> EpisodeValidationError | None:
-        miss = _in_space(space, x)
+        check = self._spaces[column]
+        space = check.space
+        miss = check(x)
         if miss is None:
-            if _lossy_dtype(x, space):
+            if check.lossy(x.dtype):
                 self._warn_once(
                     f"{column}:{x.dtype}",
                     f"{column} are {x.dtype} but the space says "
-                    f"{space.dtype} (first seen in episode {ep.id!r})",
+                    f"{check.cast_to} (first seen in episode {ep.id!r})",
                 )
             return None
         reason = f"{column}_{miss.kind}" if column == "obs" and miss.kind != "value" else None

@@ -104,6 +104,30 @@ def _concat(episodes: Sequence[Episode], name: str, get: Any) -> np.ndarray:
     return np.concatenate(parts)
 
 
+#: Per-step observation size from which obs / new_obs are gathered from views of each episode
+#: instead of from one concatenation of all observations (saves a copy of large observations).
+_LARGE_OBS_BYTES = 4096
+
+
+def _obs_columns(episodes: Sequence[Episode], lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``obs`` (each episode's observations but the last) and ``new_obs`` (all but the first)."""
+    first = episodes[0].observations
+    if first[0].nbytes >= _LARGE_OBS_BYTES:
+        return (
+            _concat(episodes, C.OBS, lambda e: e.observations[:-1]),
+            _concat(episodes, C.NEW_OBS, lambda e: e.observations[1:]),
+        )
+    # Small observations: concatenate all of them once ([T_i + 1] each) and drop, with boolean
+    # masks, each episode's last one (obs) or first one (new_obs).
+    all_obs = _concat(episodes, C.OBS, lambda e: e.observations)
+    obs_end = np.cumsum(lengths + 1)  # one past each episode's last observation
+    is_last = np.zeros(len(all_obs), dtype=bool)
+    is_last[obs_end - 1] = True
+    is_first = np.zeros(len(all_obs), dtype=bool)
+    is_first[obs_end - lengths - 1] = True
+    return all_obs[~is_last], all_obs[~is_first]
+
+
 def _ids(values: list[Any], lengths: np.ndarray) -> pa.Array:
     """An id per episode, repeated over its rows: string, or null type when all are None."""
     if all(v is None for v in values):
@@ -180,14 +204,7 @@ def episodes_to_rows(episodes: Sequence[Episode], *, with_t: bool = True) -> pa.
     lengths = np.array([len(e) for e in episodes], dtype=np.int64)
     n_rows = int(lengths.sum())
     row_start = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    # All observations back to back ([T_i + 1] each): obs drops each episode's last one,
-    # new_obs its first one.
-    all_obs = _concat(episodes, C.OBS, lambda e: e.observations)
-    obs_end = np.cumsum(lengths + 1)  # one past each episode's last observation
-    is_last = np.zeros(len(all_obs), dtype=bool)
-    is_last[obs_end - 1] = True
-    is_first = np.zeros(len(all_obs), dtype=bool)
-    is_first[obs_end - lengths - 1] = True
+    obs, new_obs = _obs_columns(episodes, lengths)
 
     last_row = (row_start + lengths - 1)[lengths > 0]
     terminated = np.array([e.terminated for e in episodes], dtype=bool)[lengths > 0]
@@ -203,11 +220,11 @@ def episodes_to_rows(episodes: Sequence[Episode], *, with_t: bool = True) -> pa.
     for name, attr in ((C.AGENT_ID, "agent_id"), (C.MODULE_ID, "module_id")):
         arr = _ids([getattr(e, attr) for e in episodes], lengths)
         cols.append((pa.field(name, arr.type), arr))
-    cols.append(_column(C.OBS, all_obs[~is_last]))
+    cols.append(_column(C.OBS, obs))
     cols.append(_column(C.ACTIONS, _concat(episodes, C.ACTIONS, lambda e: e.actions)))
     rewards = _concat(episodes, C.REWARDS, lambda e: e.rewards).astype(np.float64, copy=False)
     cols.append(_column(C.REWARDS, rewards))
-    cols.append(_column(C.NEW_OBS, all_obs[~is_first]))
+    cols.append(_column(C.NEW_OBS, new_obs))
     cols.append(_column(C.TERMINATEDS, terminateds))
     cols.append(_column(C.TRUNCATEDS, truncateds))
     if with_t:
