@@ -77,7 +77,7 @@ class NStep:
         rows: np.ndarray,
         storage: EpisodeStorage,
         rng: np.random.Generator,
-        frames: int = 1,
+        frames: int | None = None,
     ) -> SampleBatch:
         lo, hi = self.bounds
         b = len(slots)
@@ -100,7 +100,7 @@ class NStep:
 
         obs_col = storage.columns["obs"]
         end = slots + m
-        if frames == 1:
+        if frames is None:
             out[C.OBS] = obs_col.take(slots, axis=0)
             out[C.NEW_OBS] = obs_col.take(end, axis=0)
         elif hi == 1:

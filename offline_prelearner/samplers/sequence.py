@@ -63,7 +63,7 @@ class Sequence:
         rows: np.ndarray,
         storage: EpisodeStorage,
         rng: np.random.Generator,
-        frames: int = 1,
+        frames: int | None = None,
     ) -> SampleBatch:
         start = storage.starts.take(rows)
         length = storage.lengths.take(rows)
@@ -80,7 +80,7 @@ class Sequence:
 
         cols = storage.columns
         out: dict[str, np.ndarray] = {}
-        if frames == 1:
+        if frames is None:
             out[C.OBS] = cols["obs"].take(idx, axis=0)
             out[C.NEW_OBS] = cols["obs"].take(np.where(real, idx + 1, pad), axis=0)
         else:

@@ -1,7 +1,7 @@
 """Transition: each sampled step expands into one ``(obs, action, reward, new_obs)`` transition.
 
 Also home of the gathering helpers the other units share. Every unit accepts ``frames``: with
-``frames = k > 1`` observations come back stacked, ``[B, k, *obs_shape]``, the last ``k``
+``frames = k`` observations come back stacked, ``[B, k, *obs_shape]``, the last ``k``
 observations up to and including the step, repeating the episode's first stored frame where the
 episode is younger than ``k`` (see :class:`~offline_prelearner.samplers.stack.FrameStack`).
 """
@@ -65,12 +65,12 @@ class Transition:
         rows: np.ndarray,
         storage: EpisodeStorage,
         rng: np.random.Generator,
-        frames: int = 1,
+        frames: int | None = None,
     ) -> SampleBatch:
         start = storage.starts.take(rows)
         last = slots - start == storage.lengths.take(rows) - 1
         obs_col = storage.columns["obs"]
-        if frames == 1:
+        if frames is None:
             obs = obs_col.take(slots, axis=0)
             new_obs = obs_col.take(slots + 1, axis=0)
         else:  # obs and new_obs share k - 1 frames: gather k + 1 once
