@@ -1,0 +1,480 @@
+"""The ``rows`` reader: one transition per row -> episodes, grouped and ordered with numpy.
+
+A batch (an Arrow table or a dict of numpy columns) becomes episodes in a handful of array passes:
+
+1. **Key.** Rows are factorized by episode id, plus agent id where it is set (one episode per
+   ``(eps_id, agent_id)``; ``Episode.id`` is the eps_id, ``Episode.agent_id`` the agent).
+   Schemas without an episode id (D4RL-style) split the rows at ``terminateds | truncateds`` in
+   row order, with ids ``"<source or 'batch'>:<k>"``, ``k`` counting that source's episodes.
+2. **Order.** With a ``t`` column, rows are stably sorted by (key, t) and ``t`` must go up by
+   exactly 1 within an episode; ``t_started`` is the first ``t``. Without ``t`` (RLlib's recorder
+   writes none) the row order within an episode is the step order; with ``check_continuity``
+   each row's ``new_obs`` must equal the next row's ``obs``, so a scrambled episode is an error
+   rather than silent garbage.
+3. **Episodes.** The observations of all episodes are scattered once into one
+   ``[rows + episodes, ...]`` array (each episode's rows' ``obs``, then its last ``new_obs``); every
+   episode's columns are views. ``terminated`` / ``truncated`` come from the last row (both set:
+   terminated wins, a terminal state needs no bootstrap); a done flag on another row is an error.
+
+**Streams.** The reader keeps state across calls (it lives in a Ray actor). Without ``t``, an
+episode that ended not done continues in a later batch: ``t_started`` counts on and (with
+``check_continuity``) its first ``obs`` must equal the last ``new_obs`` seen. Only pending episodes
+are kept (key -> next t and last observation); done episodes leave. Fragments read by *different*
+readers cannot be stitched here: give the data a ``t`` column (the buffer stitches by ``t``).
+
+Unmapped columns become per-step ``Episode.extras``; a mapped ``infos`` column becomes
+``Episode.infos = [{}] + row infos``. Under ``on_invalid="skip"``/``"quarantine"`` a bad episode is
+rejected whole (its rows as payload) and counted, so ``rows_in == kept + rejected``; under
+``"raise"`` the first :class:`~offline_prelearner.errors.DataError` propagates naming file,
+column, episode id and row (the row's index in the batch given to :meth:`RowsReader.read`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import columns as C
+from ..arrowcols import ColumnValueError, decode_cells
+from ..config import ReadConfig
+from ..episode import Episode
+from ..errors import ConfigError, DataError, EpisodeValidationError, SchemaError, Where
+from ..report import EpisodeBatch
+from ..schema import load_schema
+from . import Batch, register_reader
+from ._batch import (
+    ColumnBatch,
+    Groups,
+    Keys,
+    Verdicts,
+    assemble_observations,
+    factorize,
+    rows_differ,
+)
+
+__all__ = ["RowsReader"]
+
+_NEEDED = (C.OBS, C.NEW_OBS, C.ACTIONS, C.REWARDS)
+_POISONED = "rejected"  # pending marker: an earlier fragment of this episode was rejected
+
+
+@dataclass
+class _Cols:
+    """The converted columns of one frame, in frame row order."""
+
+    obs: np.ndarray
+    new_obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    term: np.ndarray
+    trunc: np.ndarray
+    t: np.ndarray | None
+    module: np.ndarray | None
+    infos: list[Any] | None
+    extras: dict[str, np.ndarray]
+
+
+@register_reader("rows")
+class RowsReader:
+    """Reads row batches into episodes; see the module docstring for the semantics."""
+
+    def __init__(self, config: ReadConfig | None = None) -> None:
+        self.config = config if config is not None else ReadConfig()
+        schema = load_schema(self.config.schema)
+        unmapped = [f for f in _NEEDED if schema.column(f) is None]
+        if unmapped:
+            raise ConfigError(
+                f"schema {schema.name!r} maps no column for {unmapped}; the rows "
+                f"reader needs {list(_NEEDED)}"
+            )
+        required = tuple(dict.fromkeys((*schema.required, *_NEEDED)))
+        self.schema = dataclasses.replace(schema, required=required)
+        # (episode id, agent id) -> (next t, last obs) | _POISONED. Used only without `t`.
+        self._pending: dict[tuple[Any, Any], Any] = {}
+        self._split_next: dict[str, int] = {}  # source -> number of its open episode (no eps_id)
+
+    @property
+    def pending(self) -> Mapping[tuple[Any, Any], Any]:
+        """Episodes that ended not done, awaiting their continuation (a copy)."""
+        return dict(self._pending)
+
+    # ------------------------------------------------------------------ entry point
+    def read(self, batch: Batch, source: str | None = None) -> EpisodeBatch:
+        """Turns one batch of rows into episodes; every row ends up kept or rejected."""
+        out = EpisodeBatch(on_invalid=self.config.on_invalid)
+        frame = ColumnBatch(batch, source)
+        out.ledger.rows_in += frame.num_rows
+        if frame.num_rows == 0:
+            return out
+        # A configuration problem, not bad data: raised under every policy.
+        self.schema.check_codecs(self.config.legacy_pickle, frame.names, source)
+        rows = np.arange(frame.num_rows, dtype=np.int64)  # batch row of each frame row
+        try:
+            self.schema.check(frame.names, source)
+            keys = self._keys(frame, source)
+        except DataError as e:
+            self._reject(
+                out, _locate(e, source, rows), frame, rows
+            )  # the whole batch (rows == positions)
+            return out
+        codes = keys.codes
+        while True:  # each pass drops every episode a failing column names; few passes
+            try:
+                cols = self._convert(frame, source)
+                break
+            except ColumnValueError as e:
+                if e.rows is None or len(e.rows) == 0:
+                    self._reject(out, _locate(e, source, rows), frame, np.arange(len(rows)))
+                    return out
+                bad = np.isin(codes, codes[e.rows])
+                self._reject_groups(out, e, frame, rows, codes, bad, e.rows, keys, source)
+                frame, rows, codes = frame.filter(~bad), rows[~bad], codes[~bad]
+                if len(rows) == 0:
+                    return out
+        self._build(out, frame, cols, rows, codes, keys, source)
+        return out
+
+    # ------------------------------------------------------------------ columns
+    def _keys(self, frame: ColumnBatch, source: str | None) -> Keys:
+        eps_col = self.schema.present(C.EPS_ID, frame.names)
+        if eps_col is None:  # no episode id: split at the done flags, in row order
+            term, trunc = self._flags(frame, source)
+            done = term | trunc
+            seg = np.zeros(len(done), np.int64)
+            np.cumsum(done[:-1], out=seg[1:])
+            src = source or "batch"
+            k0 = self._split_next.get(src, 0)
+            self._split_next[src] = k0 + int(np.count_nonzero(done))
+            n = int(seg[-1]) + 1
+            return Keys(seg, [f"{src}:{k0 + i}" for i in range(n)], [None] * n)
+        ecodes, eids = _factorize(frame, eps_col, source)
+        agent_col = self.schema.present(C.AGENT_ID, frame.names)
+        acodes, aids = _factorize(frame, agent_col, source) if agent_col else (None, [None])
+        if acodes is None or aids == [None]:
+            return Keys(ecodes, eids, [None] * len(eids))
+        codes, combined = factorize(ecodes * len(aids) + acodes)
+        na = len(aids)
+        return Keys(codes, [eids[c // na] for c in combined], [aids[c % na] for c in combined])
+
+    def _array(self, frame: ColumnBatch, col: str, source: str | None) -> np.ndarray:
+        codec = self.schema.codec(col)
+        if codec is None:
+            return frame.to_numpy(col)
+        # Compressed cells are separate blobs: decoding is per cell by nature.
+        return decode_cells(frame.cells(col), codec, col, source, self.config.limits)
+
+    def _numeric(
+        self,
+        frame: ColumnBatch,
+        field: str,
+        source: str | None,
+        kinds: str = "biuf",
+        scalar: bool = False,
+    ) -> np.ndarray:
+        col = self.schema.column(field) or field  # mapped: checked in __init__
+        arr = self._array(frame, col, source)
+        if arr.dtype.kind not in kinds:
+            raise _type_error(arr, col, field, kinds, self.schema.codec(col), source)
+        if scalar and arr.ndim != 1:
+            raise ColumnValueError(
+                f"column {col!r} must hold one scalar per row, found rows of shape {arr.shape[1:]}",
+                Where(file=source, column=col),
+                reason="bad_shape",
+            )
+        return arr
+
+    def _flag(self, frame: ColumnBatch, col: str | None, source: str | None) -> np.ndarray:
+        if col is None:
+            return np.zeros(frame.num_rows, bool)
+        arr = self._array(frame, col, source)
+        if arr.dtype.kind not in "biuf" or arr.ndim != 1:
+            raise _type_error(arr, col, col, "b", None, source)
+        if arr.dtype.kind == "b":
+            return arr
+        bad = np.flatnonzero((arr != 0) & (arr != 1))
+        if len(bad):
+            raise ColumnValueError(
+                f"column {col!r} must hold true/false (or 0/1), found "
+                f"{arr[bad[0]]!r} at row {bad[0]}",
+                Where(file=source, column=col, row=int(bad[0])),
+                reason="bad_flag",
+                rows=bad,
+            )
+        return arr != 0
+
+    def _flags(self, frame: ColumnBatch, source: str | None) -> tuple[np.ndarray, np.ndarray]:
+        term_col = self.schema.present(C.TERMINATEDS, frame.names)
+        if term_col is None and self.schema.dones in frame.names:
+            term_col = self.schema.dones  # legacy `dones`: read as terminateds, as RLlib did
+        trunc_col = self.schema.present(C.TRUNCATEDS, frame.names)
+        return self._flag(frame, term_col, source), self._flag(frame, trunc_col, source)
+
+    def _convert(self, frame: ColumnBatch, source: str | None) -> _Cols:
+        s = self.schema
+        obs = self._numeric(frame, C.OBS, source)
+        new_obs = self._numeric(frame, C.NEW_OBS, source)
+        if obs.shape[1:] != new_obs.shape[1:]:
+            raise ColumnValueError(
+                f"column {s.column(C.NEW_OBS)!r} rows have shape {new_obs.shape[1:]} but "
+                f"{s.column(C.OBS)!r} rows have {obs.shape[1:]}",
+                Where(file=source, column=s.column(C.NEW_OBS)),
+                reason="bad_shape",
+            )
+        term, trunc = self._flags(frame, source)
+        t_col = s.present(C.T, frame.names)
+        mod_col = s.present(C.MODULE_ID, frame.names)
+        info_col = s.present(C.INFOS, frame.names)
+        return _Cols(
+            obs=obs,
+            new_obs=new_obs,
+            actions=self._numeric(frame, C.ACTIONS, source),
+            rewards=self._numeric(frame, C.REWARDS, source, kinds="biuf", scalar=True),
+            term=term,
+            trunc=trunc,
+            t=self._numeric(frame, C.T, source, kinds="iu", scalar=True) if t_col else None,
+            module=frame.to_numpy(mod_col) if mod_col else None,
+            infos=frame.pylist(info_col) if info_col else None,
+            extras={c: self._array(frame, c, source) for c in s.extras(frame.names)},
+        )
+
+    # ------------------------------------------------------------------ rejection
+    def _reject(
+        self, out: EpisodeBatch, err: DataError, frame: ColumnBatch, members: np.ndarray
+    ) -> None:
+        payload = frame.take(members) if out.on_invalid == "quarantine" else None
+        out.reject(err, len(members), payload)
+
+    def _reject_groups(
+        self,
+        out: EpisodeBatch,
+        err: DataError,
+        frame: ColumnBatch,
+        rows: np.ndarray,
+        codes: np.ndarray,
+        bad: np.ndarray,
+        bad_rows: np.ndarray,
+        keys: Keys,
+        source: str | None,
+    ) -> None:
+        """Rejects, one by one, the episodes (codes) holding the offending ``bad_rows``."""
+        u, first = np.unique(codes[bad_rows], return_index=True)
+        first_row = dict(zip(u.tolist(), bad_rows[first].tolist(), strict=True))
+        idx = np.flatnonzero(bad)
+        idx = idx[np.argsort(codes[idx], kind="stable")]
+        for members in np.split(idx, np.flatnonzero(np.diff(codes[idx])) + 1):
+            code = int(codes[members[0]])
+            eid = keys.ids[code]
+            e = _locate(err, source, rows, episode_id=eid, row=first_row[code])
+            self._reject(out, e, frame, members)
+            if self.schema.present(C.T, frame.names) is None:  # streams are tracked without t
+                key = (eid, keys.agents[code])
+                if self._ends_done(frame, int(members[-1]), source):
+                    self._pending.pop(key, None)
+                else:
+                    self._pending[key] = _POISONED
+
+    def _ends_done(self, frame: ColumnBatch, row: int, source: str | None) -> bool:
+        """Whether ``row`` carries a done flag (False when the flags themselves are unreadable)."""
+        try:
+            term, trunc = self._flags(frame, source)
+        except DataError:
+            return False
+        return bool(term[row] or trunc[row])
+
+    # ------------------------------------------------------------------ episodes
+    def _build(
+        self,
+        out: EpisodeBatch,
+        frame: ColumnBatch,
+        c: _Cols,
+        rows: np.ndarray,
+        codes: np.ndarray,
+        keys: Keys,
+        source: str | None,
+    ) -> None:
+        gr = Groups.of(codes, c.t, rows, keys)
+        v = Verdicts(gr, source, raise_now=out.on_invalid == "raise")
+        t_started = self._check(gr, c, v, frame.names)
+        if c.t is None and self._pending:
+            self._continue(gr, c, v, t_started)
+        obs_all = assemble_observations(gr, c.obs, c.new_obs)
+        g, starts, ends = gr.g, gr.starts.tolist(), gr.ends.tolist()
+        actions, rewards = g(c.actions), g(c.rewards)
+        extras = {k: g(x) for k, x in c.extras.items()}
+        last = gr.last
+        term = c.term[last]
+        trunc = (c.trunc[last] & ~term).tolist()  # both set: terminated wins
+        term = term.tolist()
+        mods = c.module[gr.first].tolist() if c.module is not None else [None] * len(starts)
+        infos = c.infos
+        if infos is not None and gr.perm is not None:
+            infos = [infos[i] for i in gr.perm.tolist()]  # Python objects: per row by nature
+        track, pending, bad = c.t is None, self._pending, v.bad
+        for e, (st, en, t0) in enumerate(zip(starts, ends, t_started.tolist(), strict=True)):
+            eid, agent = gr.ids[e], gr.agents[e]
+            if e not in bad:
+                try:
+                    ep = Episode(
+                        id=eid,
+                        observations=obs_all[st + e : en + e + 1],
+                        actions=actions[st:en],
+                        rewards=rewards[st:en],
+                        terminated=term[e],
+                        truncated=trunc[e],
+                        agent_id=agent,
+                        module_id=mods[e],
+                        t_started=t0,
+                        extras={k: x[st:en] for k, x in extras.items()},
+                        infos=None if infos is None else [{}, *(i or {} for i in infos[st:en])],
+                    )
+                    out.add(ep, en - st)
+                except EpisodeValidationError as err:
+                    v.record(e, _locate(err, source, rows, eid, int(gr.first[e])))
+            if e in bad:
+                members = np.arange(st, en) if gr.perm is None else gr.perm[st:en]
+                self._reject(out, bad[e], frame, members)
+            if track:
+                if term[e] or trunc[e]:
+                    pending.pop((eid, agent), None)
+                else:
+                    nxt = _POISONED if e in bad else (t0 + en - st, obs_all[en + e].copy())
+                    pending[(eid, agent)] = nxt
+
+    def _check(self, gr: Groups, c: _Cols, v: Verdicts, names: list[str]) -> np.ndarray:
+        """Row-level contracts, vectorized; returns ``t_started`` per episode."""
+        s, g = self.schema, gr.g
+        if s.present(C.EPS_ID, names):
+            null = np.array([i is None for i in gr.ids], bool)
+            v.flag(gr.starts[null], "episode id is null", s.column(C.EPS_ID), reason="null_id")
+        t_started = np.zeros(len(gr.starts), np.int64)
+        if c.t is not None:
+            ts = g(c.t)
+            t_col = s.column(C.T)
+            gap = np.flatnonzero(gr.same_next & (np.diff(ts) != 1)) + 1
+            v.flag(
+                gap,
+                lambda p: (
+                    f"t={ts[p]} appears twice in this episode"
+                    if ts[p] == ts[p - 1]
+                    else f"t jumps from {ts[p - 1]} to {ts[p]}; rows need consecutive t"
+                ),
+                t_col,
+                ts,
+                reason="t_not_consecutive",
+            )
+            t_started = ts[gr.starts].astype(np.int64)
+            v.flag(
+                gr.starts[t_started < 0],
+                lambda p: f"t must be >= 0, found {ts[p]}",
+                t_col,
+                ts,
+                reason="bad_t",
+            )
+        not_last = np.ones(len(gr.ep_of), bool)
+        not_last[gr.ends - 1] = False
+        v.flag(
+            np.flatnonzero(g(c.term | c.trunc) & not_last),
+            lambda p: (
+                f"row is marked done but is not its episode's last row "
+                f"({gr.ends[gr.ep_of[p]] - 1 - p} more rows follow)"
+            ),
+            s.column(C.TERMINATEDS) or s.dones,
+            reason="done_mid_episode",
+        )
+        if c.t is None and self.config.check_continuity and len(gr.ep_of) > 1:
+            p = gr.perm
+            if p is None:
+                broken = rows_differ(c.new_obs[:-1], c.obs[1:])
+            else:
+                broken = rows_differ(c.new_obs, c.obs, p[:-1], p[1:])
+            v.flag(
+                np.flatnonzero(broken & gr.same_next) + 1,
+                "row's obs differs from the previous row's new_obs: this episode's rows are out "
+                "of order or missing (without a t column, row order is step order)",
+                s.column(C.OBS),
+                reason="discontinuous",
+            )
+        return t_started
+
+    def _continue(self, gr: Groups, c: _Cols, v: Verdicts, t_started: np.ndarray) -> None:
+        """Episodes that continue a not-done fragment of an earlier batch (no ``t`` column)."""
+        obs_col = self.schema.column(C.OBS)
+        for e, key in enumerate(zip(gr.ids, gr.agents, strict=True)):  # per episode
+            prev = self._pending.get(key)
+            if prev is None:
+                continue
+            at = gr.starts[e : e + 1]
+            if isinstance(prev, str):  # _POISONED
+                v.flag(
+                    at,
+                    "an earlier fragment of this episode was rejected; its later rows "
+                    "cannot be placed",
+                    None,
+                    reason="after_rejected",
+                )
+                continue
+            t_started[e] = prev[0]
+            first = int(gr.first[e])
+            if (
+                self.config.check_continuity
+                and rows_differ(c.obs[first : first + 1], prev[1][None])[0]
+            ):
+                v.flag(
+                    at,
+                    "first row's obs differs from the last new_obs of this episode's "
+                    "fragment in an earlier batch (batches out of order?)",
+                    obs_col,
+                    reason="discontinuous",
+                )
+
+
+# ---------------------------------------------------------------------------------------------
+def _factorize(frame: ColumnBatch, col: str, source: str | None) -> tuple[np.ndarray, list[Any]]:
+    try:
+        return factorize(frame.raw(col))
+    except SchemaError as e:
+        raise e.at(file=source, column=col) from None
+
+
+def _locate(
+    err: DataError,
+    source: str | None,
+    rows: np.ndarray,
+    episode_id: Any = None,
+    row: int | None = None,
+) -> DataError:
+    """``err`` with file, episode and *batch* row (``row`` / ``err.where.row`` are frame rows)."""
+    w = err.where
+    r = row if row is not None else w.row
+    return type(err)(
+        err.message,
+        Where(
+            file=w.file if w.file is not None else source,
+            column=w.column,
+            episode_id=episode_id if episode_id is not None else w.episode_id,
+            row=None if r is None else int(rows[r]),
+            timestep=w.timestep,
+        ),
+        reason=err.reason,
+    )
+
+
+def _type_error(
+    arr: np.ndarray, col: str, field: str, kinds: str, codec: str | None, source: str | None
+) -> ColumnValueError:
+    want = {"biuf": "numbers or bools", "iu": "integers", "b": "true/false flags"}.get(kinds, kinds)
+    sample = next((v for v in arr[:1000].tolist() if v is not None), None) if len(arr) else None
+    found = "strings" if isinstance(sample, str) else f"dtype {arr.dtype}"
+    msg = f"column {col!r} (field {field!r}) must hold {want}, found {found} (e.g. {sample!r:.60})"
+    if isinstance(sample, str | bytes) and codec is None and field in (C.OBS, C.NEW_OBS, C.ACTIONS):
+        msg += (
+            ". If these are compressed cells, declare them in the schema: RLlib's "
+            "output_compress_columns -> schema 'rllib_compressed' with legacy_pickle=True "
+            f"(--legacy-pickle); this project's codec -> compression {{{col!r}: "
+            "'lz4_msgpack'}"
+        )
+    return ColumnValueError(msg, Where(file=source, column=col), reason="bad_type")
