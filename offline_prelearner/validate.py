@@ -42,7 +42,8 @@ class ValidateConfig:
         check_finite_rewards: Reject episodes with a NaN or infinite reward.
         check_finite_obs: Reject episodes with a NaN or infinite observation. Off by default: some
             environments legitimately emit NaN (e.g. a missing sensor reading).
-        observation_space: A gymnasium space every observation must lie in, or None.
+        observation_space: A gymnasium space every observation must lie in, or None. NaN passes
+            a Box's bounds check (``check_finite_obs`` decides about NaN).
         action_space: A gymnasium space every action must lie in, or None.
         min_length: Fewest steps an episode may have (0 admits empty episodes, with a warning).
         on_invalid: ``"raise"`` | ``"skip"`` | ``"quarantine"``. This policy, not the incoming
@@ -143,15 +144,15 @@ class _SpaceCheck:
             return None
         if self.nan_ok and x.dtype.kind == "f":
             ok |= np.isnan(x)
-        i = _first_bad(ok)
-        if i is None:
+        step = _first_bad(ok)
+        if step is None:
             return None
-        at = tuple(int(k) for k in np.argwhere(~ok[i])[0])
+        at = tuple(int(k) for k in np.argwhere(~ok[step])[0])
         where = f" at index {at}" if at else ""
         if self.binary:
-            return _Miss("value", f"value {x[i][at]}{where} is not 0 or 1", i)
+            return _Miss("value", f"value {x[step][at]}{where} is not 0 or 1", step)
         lo, hi = np.broadcast_to(self.lo, self.shape)[at], np.broadcast_to(self.hi, self.shape)[at]
-        return _Miss("value", f"value {x[i][at]}{where} is outside [{lo}, {hi}]", i)
+        return _Miss("value", f"value {x[step][at]}{where} is outside [{lo}, {hi}]", step)
 
     def lossy(self, dtype: np.dtype[Any]) -> bool:
         """True when values in the space are stored in a type it would not cast to safely."""
