@@ -32,11 +32,28 @@ import numpy.typing as npt
 
 from ..errors import DataError, Where
 
-__all__ = ["MinTree", "SumTree"]
+__all__ = ["MinTree", "SumTree", "last_writes"]
 
 ArrayLike = npt.ArrayLike
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+
+
+def last_writes(indices: IntArray, values: FloatArray) -> tuple[IntArray, FloatArray]:
+    """``(unique sorted indices, the value of each one's last occurrence)``: a batch of writes with
+    repeated indices reduced to the writes that win, deterministically."""
+    n = indices.size
+    if n < 2:
+        return indices, values
+    order = np.argsort(indices, kind="stable")
+    idx = indices[order]
+    last = np.empty(n, dtype=bool)
+    np.not_equal(idx[1:], idx[:-1], out=last[:-1])
+    last[-1] = True
+    if not last.all():
+        order = order[last]
+        idx = idx[last]
+    return idx, values[order]
 
 
 class _SegmentTree:
@@ -179,25 +196,23 @@ class _SegmentTree:
 
     def _write(self, idx: IntArray, vals: FloatArray) -> None:
         """Unchecked batch write: ``idx`` in range, ``vals`` admissible, same length."""
-        n = idx.size
-        if n == 0:
+        idx, vals = last_writes(idx, vals)
+        self._write_unique(idx, vals)
+
+    def _write_unique(self, idx: IntArray, vals: FloatArray) -> None:
+        """Unchecked batch write of indices that are unique and sorted (see :func:`last_writes`).
+
+        Lets a caller that writes the same indices into two trees resolve duplicates once.
+        """
+        if idx.size == 0:
             return
-        if n > 1:
-            # Sort by index, stably, and keep the last occurrence of each index: last write wins.
-            order = np.argsort(idx, kind="stable")
-            idx = idx[order]
-            last = np.empty(n, dtype=bool)
-            np.not_equal(idx[1:], idx[:-1], out=last[:-1])
-            last[-1] = True
-            if not last.all():
-                order = order[last]
-                idx = idx[last]
-            vals = vals[order]
         pos = idx + self._size
-        tree = self._tree
-        tree[pos] = vals
+        self._tree[pos] = vals
         self._rebuild_parents(pos)
         self._stale = True
+
+    def _get_unchecked(self, idx: IntArray) -> FloatArray:
+        return self._tree.take(idx + self._size)
 
     def _rebuild_parents(self, pos: IntArray) -> None:
         """Recomputes every stored ancestor of the (unique, sorted) nodes ``pos``.
