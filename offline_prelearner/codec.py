@@ -92,6 +92,10 @@ def lz4_decompress(data: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> bytes:
         )
     if not dec.eof:
         raise DecodeError("truncated lz4 frame (no end mark)", reason="corrupt_lz4")
+    if dec.unused_data:
+        raise DecodeError(
+            f"{len(dec.unused_data)} bytes after the end of the lz4 frame", reason="corrupt_lz4"
+        )
     return bytes(out)
 
 
@@ -106,7 +110,9 @@ def _numpy_hook(obj: dict[Any, Any]) -> Any:
             try:
                 return complex(raw.decode("ascii") if isinstance(raw, bytes) else str(raw))
             except (ValueError, UnicodeDecodeError):
-                raise DecodeError("msgpack-numpy complex record is corrupt", reason="bad_msgpack") from None
+                raise DecodeError(
+                    "msgpack-numpy complex record is corrupt", reason="bad_msgpack"
+                ) from None
         return obj
     try:
         kind = obj.get(b"kind", b"")
@@ -114,18 +120,32 @@ def _numpy_hook(obj: dict[Any, Any]) -> Any:
         data = obj[b"data"]
     except KeyError as e:
         raise DecodeError(f"msgpack-numpy record without field {e}", reason="bad_msgpack") from None
-    if kind == b"O" or (isinstance(type_str, str) and "O" in type_str) or not isinstance(data, bytes):
+    if isinstance(type_str, bytes):  # older writers store the dtype string as bytes
+        try:
+            type_str = type_str.decode("ascii")
+        except UnicodeDecodeError:
+            raise DecodeError(
+                "msgpack-numpy record with a non-ASCII dtype", reason="bad_msgpack"
+            ) from None
+    if kind in (b"O", "O") or (isinstance(type_str, str) and "O" in type_str):
         raise DecodeError(
             "msgpack-numpy record holds an object-dtype (pickled) array; refused",
             reason="refused_pickle",
         )
+    if not isinstance(data, bytes):
+        raise DecodeError(
+            f"msgpack-numpy record's data is {type(data).__name__}, not bytes", reason="bad_msgpack"
+        )
     try:
         dtype = np.dtype(type_str if isinstance(type_str, str) else [tuple(f) for f in type_str])
     except (TypeError, ValueError) as e:
-        raise DecodeError(f"msgpack-numpy record with bad dtype {type_str!r}: {e}",
-                          reason="bad_msgpack") from None
+        raise DecodeError(
+            f"msgpack-numpy record with bad dtype {type_str!r}: {e}", reason="bad_msgpack"
+        ) from None
     if dtype.hasobject:
-        raise DecodeError("msgpack-numpy dtype holds Python objects; refused", reason="refused_pickle")
+        raise DecodeError(
+            "msgpack-numpy dtype holds Python objects; refused", reason="refused_pickle"
+        )
     if not obj[b"nd"]:  # a numpy scalar
         if len(data) != dtype.itemsize:
             raise DecodeError("msgpack-numpy scalar of the wrong size", reason="bad_msgpack")
@@ -151,7 +171,8 @@ def unpackb(data: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
     """
     if len(data) > limits.max_message_bytes:
         raise DecodeError(
-            f"msgpack message of {len(data)} bytes is above the limit of {limits.max_message_bytes}",
+            f"msgpack message of {len(data)} bytes is above the limit of "
+            f"{limits.max_message_bytes}",
             reason="size_limit",
         )
     try:
@@ -164,20 +185,29 @@ def unpackb(data: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
         )
     except DecodeError:
         raise
-    except (msgpack.exceptions.ExtraData, msgpack.exceptions.FormatError,
-            msgpack.exceptions.StackError, ValueError, TypeError, UnicodeDecodeError) as e:
-        raise DecodeError(f"corrupt msgpack: {type(e).__name__}: {e}", reason="bad_msgpack") from None
+    except (
+        msgpack.exceptions.ExtraData,
+        msgpack.exceptions.FormatError,
+        msgpack.exceptions.StackError,
+        ValueError,
+        TypeError,
+        UnicodeDecodeError,
+    ) as e:
+        detail = f"{type(e).__name__}: {e}" if str(e).strip() else type(e).__name__
+        raise DecodeError(f"corrupt msgpack ({detail})", reason="bad_msgpack") from None
 
 
 def _refuse_objects(obj: Any) -> Any:
     if isinstance(obj, np.ndarray | np.generic) and obj.dtype.hasobject:
-        raise DecodeError("refusing to encode an object-dtype array (it would be a pickle)",
-                          reason="refused_pickle")
+        raise DecodeError(
+            "refusing to encode an object-dtype array (it would be a pickle)",
+            reason="refused_pickle",
+        )
     return msgpack_numpy.encode(obj)
 
 
 def packb(obj: Any) -> bytes:
-    """Encodes ``obj`` (numpy arrays included) as msgpack + msgpack-numpy, refusing object arrays."""
+    """Encodes ``obj`` (numpy arrays included) as msgpack + msgpack-numpy; refuses object arrays."""
     return msgpack.packb(obj, default=_refuse_objects, use_bin_type=True)
 
 
@@ -198,35 +228,111 @@ def unpack_array(data: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
 # RLlib's legacy base64(lz4(pickle)) columns
 # --------------------------------------------------------------------------------------------
 _ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
-    [(mod, name) for mod in ("numpy.core.multiarray", "numpy._core.multiarray")
-     for name in ("_reconstruct", "scalar")]
+    [
+        (mod, name)
+        for mod in ("numpy.core.multiarray", "numpy._core.multiarray")
+        for name in ("_reconstruct", "scalar")
+    ]
     + [(mod, "_frombuffer") for mod in ("numpy.core.numeric", "numpy._core.numeric")]
     + [("numpy", "ndarray"), ("numpy", "dtype")]
-    + [("builtins", name) for name in ("complex", "set", "frozenset", "bytearray", "slice")]
-    + [("collections", "OrderedDict")]
+    + [
+        ("builtins", name)
+        for name in ("complex", "set", "frozenset", "bytes", "bytearray", "slice")
+    ]
+    + [("collections", "OrderedDict"), ("_codecs", "encode")]
 )
+
+
+class _NdarrayToken:
+    """Stands for ``numpy.ndarray`` inside a restricted pickle: an argument, never a callable."""
+
+    def __repr__(self) -> str:
+        return "<numpy.ndarray (restricted)>"
+
+
+_NDARRAY = _NdarrayToken()
 
 
 class RestrictedUnpickler(pickle.Unpickler):
     """An unpickler that can rebuild numpy arrays and plain builtins, and nothing else.
 
     Any other global (``os.system``, ``builtins.eval``, a user class, ...) raises
-    :class:`DecodeError` with ``reason="refused_pickle"`` before it is looked up.
+    :class:`DecodeError` with ``reason="refused_pickle"`` before it is looked up. The admitted
+    callables that could allocate (``_reconstruct``, ``scalar``, ``bytearray``, ``ndarray``) are
+    wrapped so that a small pickle cannot ask for more than ``limits.max_array_bytes``.
     """
 
+    def __init__(self, file: Any, limits: DecodeLimits = DEFAULT_LIMITS) -> None:
+        super().__init__(file)
+        self._limit = limits.max_array_bytes
+
     def find_class(self, module: str, name: str) -> Any:
+        if module == "__builtin__":  # protocol 2 names builtins the Python 2 way
+            module = "builtins"
         if (module, name) not in _ALLOWED_GLOBALS:
             raise DecodeError(
                 f"pickle refers to {module}.{name}; only numpy arrays and plain builtins are "
                 "admitted from legacy columns",
                 reason="refused_pickle",
             )
+        if name == "ndarray":
+            return _NDARRAY
+        if name == "_reconstruct":
+            return self._reconstruct
+        if name == "scalar":
+            real_scalar = super().find_class(module, name)
+
+            def scalar(dtype: Any, *args: Any) -> Any:
+                dt = np.dtype(dtype)
+                self._check_size(dt.itemsize)
+                return real_scalar(dt, *args)
+
+            return scalar
+        if name == "bytearray":
+            return self._bytearray
+        if name == "bytes":
+            return lambda *args: bytes(self._bytearray(*args))
+        if name == "encode":  # protocol 2 writes bytes as _codecs.encode(text, "latin1")
+            return _latin1_encode
         return super().find_class(module, name)
 
+    def _check_size(self, nbytes: int) -> None:
+        if nbytes > self._limit:
+            raise DecodeError(
+                f"pickle asks for an array of {nbytes} bytes, above the limit of {self._limit}",
+                reason="size_limit",
+            )
 
-def _restricted_loads(raw: bytes) -> Any:
+    def _reconstruct(self, subtype: Any, shape: Any, dtype: Any) -> Any:
+        if subtype is not _NDARRAY:
+            raise DecodeError(
+                "pickle reconstructs something other than numpy.ndarray", reason="refused_pickle"
+            )
+        dt = np.dtype(dtype)
+        self._check_size(int(np.prod(shape, dtype=np.int64)) * dt.itemsize)
+        return np.ndarray.__new__(np.ndarray, shape, dt)
+
+    def _bytearray(self, *args: Any) -> bytearray:
+        if args and not isinstance(args[0], bytes | bytearray):
+            raise DecodeError(
+                "pickle builds a bytearray from something other than bytes", reason="refused_pickle"
+            )
+        return bytearray(*args)
+
+
+def _latin1_encode(text: Any, encoding: Any = "utf-8") -> bytes:
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise DecodeError(
+            f"pickle calls _codecs.encode with encoding {encoding!r}; only latin1 "
+            "(protocol 2 bytes) is admitted",
+            reason="refused_pickle",
+        )
+    return text.encode("latin1")
+
+
+def _restricted_loads(raw: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
     try:
-        return RestrictedUnpickler(io.BytesIO(raw)).load()
+        return RestrictedUnpickler(io.BytesIO(raw), limits).load()
     except DecodeError:
         raise
     except Exception as e:  # a malformed pickle can fail in many ways; all mean "corrupt"
@@ -240,12 +346,16 @@ def legacy_unpack(value: str | bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> 
     """
     try:
         raw = base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError) as e:
-        raise DecodeError(f"legacy compressed value is not base64: {e}", reason="bad_base64") from None
+    except (binascii.Error, ValueError, TypeError) as e:
+        raise DecodeError(
+            f"legacy compressed value is not base64: {e}", reason="bad_base64"
+        ) from None
     if raw.startswith(_LZ4_MAGIC):
         raw = lz4_decompress(raw, limits)
     elif len(raw) > limits.max_decompressed_bytes:
         raise DecodeError("legacy pickle above the size limit", reason="size_limit")
     if not raw.startswith(b"\x80"):
-        raise DecodeError("legacy compressed value is neither lz4 nor a pickle", reason="corrupt_lz4")
-    return _restricted_loads(raw)
+        raise DecodeError(
+            "legacy compressed value is neither lz4 nor a pickle", reason="corrupt_lz4"
+        )
+    return _restricted_loads(raw, limits)

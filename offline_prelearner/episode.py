@@ -18,6 +18,7 @@ decode and our episodes can be read by RLlib.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -95,11 +96,13 @@ class Episode:
                 column="obs",
             )
         if self.rewards.shape != (t,):
-            raise _fail(f"rewards must have shape ({t},), found {self.rewards.shape}", eid,
-                        column="rewards")
+            raise _fail(
+                f"rewards must have shape ({t},), found {self.rewards.shape}", eid, column="rewards"
+            )
         if self.rewards.dtype.kind not in "iufb":
-            raise _fail(f"rewards must be numeric, found dtype {self.rewards.dtype}", eid,
-                        column="rewards")
+            raise _fail(
+                f"rewards must be numeric, found dtype {self.rewards.dtype}", eid, column="rewards"
+            )
         for name, col in (("obs", self.observations), ("actions", self.actions)):
             if col.dtype.hasobject:
                 raise _fail(f"{name} has dtype object (ragged or mixed values)", eid, column=name)
@@ -108,12 +111,19 @@ class Episode:
         if self.t_started < 0:
             raise _fail(f"t_started must be >= 0, found {self.t_started}", eid, column="t")
         if self.infos is not None and len(self.infos) != t + 1:
-            raise _fail(f"infos must have {t + 1} entries (reset info first), found "
-                        f"{len(self.infos)}", eid, column="infos")
+            raise _fail(
+                f"infos must have {t + 1} entries (reset info first), found {len(self.infos)}",
+                eid,
+                column="infos",
+            )
         for name, col in self.extras.items():
             if col.ndim < 1 or len(col) != t:
-                raise _fail(f"extra column {name!r} must have {t} rows, found "
-                            f"{len(col) if col.ndim else 'a scalar'}", eid, column=name)
+                raise _fail(
+                    f"extra column {name!r} must have {t} rows, found "
+                    f"{len(col) if col.ndim else 'a scalar'}",
+                    eid,
+                    column=name,
+                )
 
     # ------------------------------------------------------------------ basics
     def __len__(self) -> int:
@@ -188,12 +198,15 @@ class Episode:
         first = frags[0]
         if len(frags) == 1:
             return first
-        for prev, nxt in zip(frags, frags[1:], strict=False):
+        for prev, nxt in itertools.pairwise(frags):
             if nxt.id != first.id:
                 raise _fail(f"cannot join fragments of different episodes ({nxt.id!r})", first.id)
             if prev.is_done:
-                raise _fail(f"fragment ending at t={prev.t_end} is already done; nothing may follow",
-                            first.id, timestep=nxt.t_started)
+                raise _fail(
+                    f"fragment ending at t={prev.t_end} is already done; nothing may follow",
+                    first.id,
+                    timestep=nxt.t_started,
+                )
             if nxt.t_started != prev.t_end:
                 raise _fail(
                     f"fragments do not continue: one ends at t={prev.t_end}, the next starts at "
@@ -202,11 +215,19 @@ class Episode:
                     timestep=nxt.t_started,
                 )
             if not _same_obs(prev.observations[-1], nxt.observations[0]):
-                raise _fail("fragment's first observation differs from the previous fragment's "
-                            "last one", first.id, timestep=nxt.t_started, column="obs")
+                raise _fail(
+                    "fragment's first observation differs from the previous fragment's last one",
+                    first.id,
+                    timestep=nxt.t_started,
+                    column="obs",
+                )
             if set(prev.extras) != set(nxt.extras):
-                raise _fail(f"fragments carry different extra columns: {sorted(prev.extras)} vs "
-                            f"{sorted(nxt.extras)}", first.id, timestep=nxt.t_started)
+                raise _fail(
+                    f"fragments carry different extra columns: {sorted(prev.extras)} vs "
+                    f"{sorted(nxt.extras)}",
+                    first.id,
+                    timestep=nxt.t_started,
+                )
         last = frags[-1]
         with_infos = all(f.infos is not None for f in frags)
         infos: list[Any] | None = None
@@ -216,7 +237,9 @@ class Episode:
                 infos.extend((f.infos or [])[1:])
         return Episode(
             id=first.id,
-            observations=np.concatenate([first.observations] + [f.observations[1:] for f in frags[1:]]),
+            observations=np.concatenate(
+                [first.observations] + [f.observations[1:] for f in frags[1:]]
+            ),
             actions=np.concatenate([f.actions for f in frags]),
             rewards=np.concatenate([f.rewards for f in frags]),
             extras={k: np.concatenate([f.extras[k] for f in frags]) for k in first.extras},
@@ -229,9 +252,7 @@ class Episode:
         )
 
     # ------------------------------------------------------------------ RLlib state layout
-    def get_state(
-        self, observation_space: Any = None, action_space: Any = None
-    ) -> dict[str, Any]:
+    def get_state(self, observation_space: Any = None, action_space: Any = None) -> dict[str, Any]:
         """This episode in RLlib's ``SingleAgentEpisode.get_state()`` layout (finalized buffers)."""
         obs_space = space_to_dict(observation_space)
         act_space = space_to_dict(action_space)
@@ -264,48 +285,103 @@ class Episode:
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> Episode:
-        """Builds an episode from RLlib's ``SingleAgentEpisode`` state dict (lists or finalized)."""
+        """Builds an episode from RLlib's ``SingleAgentEpisode`` state dict (lists or finalized).
+
+        Each buffer's ``lookback`` steps are dropped: the episode starts at ``t_started``. Infos
+        that are all empty (RLlib writes ``{}`` for every step) are dropped too (``infos=None``),
+        as are infos whose count does not match the observations.
+        """
         if not isinstance(state, Mapping):
-            raise DecodeError(f"episode state must be a map, found {type(state).__name__}",
-                              reason="bad_episode_state")
+            raise DecodeError(
+                f"episode state must be a map, found {type(state).__name__}",
+                reason="bad_episode_state",
+            )
         eid = state.get("id_")
+        if "agent_episodes" in state:
+            raise DecodeError(
+                "record holds a MultiAgentEpisode state; only single-agent episodes are read",
+                Where(episode_id=eid),
+                reason="unsupported_multi_agent",
+            )
         try:
-            obs = _buffer_array(state["observations"], "obs", eid)
-            actions = _buffer_array(state["actions"], "actions", eid)
-            rewards = _buffer_array(state["rewards"], "rewards", eid)
             infos_state = state.get("infos")
-            infos = None
-            if isinstance(infos_state, Mapping):
-                data = _unlookback(infos_state)
-                infos = [i if i is not None else {} for i in data]
-                if len(infos) != len(obs):
-                    infos = None  # RLlib writes infos inconsistently in places; they are optional.
-            extras = {
-                k: _buffer_array(v, k, eid)
-                for k, v in (state.get("extra_model_outputs") or {}).items()
-                if v
-            }
-            t_started = int(state.get("t_started") or 0)
-            t = state.get("t")
-            if t is not None and int(t) != t_started + len(actions):
-                raise _fail(f"state says t={t} but t_started={t_started} plus {len(actions)} "
-                            "actions disagree", eid, column="t")
-            return cls(
+            return cls._from_parts(
                 id=eid,
-                observations=obs,
-                actions=actions,
-                rewards=rewards,
+                observations=_buffer_array(state["observations"], "obs", eid),
+                actions=_buffer_array(state["actions"], "actions", eid),
+                rewards=_buffer_array(state["rewards"], "rewards", eid),
                 terminated=bool(state.get("is_terminated", False)),
                 truncated=bool(state.get("is_truncated", False)),
                 agent_id=state.get("agent_id"),
                 module_id=state.get("module_id"),
-                t_started=t_started,
-                infos=infos,
-                extras=extras,
+                t_started=state.get("t_started"),
+                t=state.get("t"),
+                infos=_unlookback(infos_state) if isinstance(infos_state, Mapping) else None,
+                extras={
+                    k: _buffer_array(v, k, eid)
+                    for k, v in (state.get("extra_model_outputs") or {}).items()
+                    if v
+                },
             )
         except KeyError as e:
-            raise DecodeError(f"episode state has no {e.args[0]!r} entry",
-                              Where(episode_id=eid), reason="bad_episode_state") from None
+            raise DecodeError(
+                f"episode state has no {e.args[0]!r} entry",
+                Where(episode_id=eid),
+                reason="bad_episode_state",
+            ) from None
+
+    @classmethod
+    def _from_parts(
+        cls,
+        *,
+        id: Any,
+        observations: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        terminated: bool,
+        truncated: bool,
+        agent_id: Any,
+        module_id: Any,
+        t_started: Any,
+        t: Any,
+        infos: Sequence[Any] | None,
+        extras: Mapping[str, np.ndarray],
+    ) -> Episode:
+        """The last step of :meth:`from_state`, shared with the readers' fast decoder.
+
+        ``infos`` are RLlib's per-step infos after the lookback (None entries mean ``{}``).
+        """
+        try:
+            t0 = int(t_started or 0)
+            t_end = None if t is None else int(t)
+        except (TypeError, ValueError):
+            raise _fail(
+                f"t_started={t_started!r} and t={t!r} must be integers", id, column="t"
+            ) from None
+        if t_end is not None and t_end != t0 + len(actions):
+            raise _fail(
+                f"state says t={t} but t_started={t0} plus {len(actions)} actions disagree",
+                id,
+                column="t",
+            )
+        if infos is not None:
+            if len(infos) != len(observations) or not any(infos):
+                infos = None  # all empty, or inconsistent (RLlib writes them so in places)
+            else:
+                infos = [i if i is not None else {} for i in infos]
+        return cls(
+            id=id,
+            observations=observations,
+            actions=actions,
+            rewards=rewards,
+            terminated=terminated,
+            truncated=truncated,
+            agent_id=agent_id,
+            module_id=module_id,
+            t_started=t0,
+            infos=infos,
+            extras=extras,
+        )
 
 
 def _same_obs(a: np.ndarray, b: np.ndarray) -> bool:
@@ -321,15 +397,20 @@ def _unlookback(buffer_state: Mapping[str, Any]) -> Any:
 def _buffer_array(buffer_state: Any, column: str, eid: Any) -> np.ndarray:
     """One InfiniteLookbackBuffer state -> a numpy array along time (lookback dropped)."""
     if not isinstance(buffer_state, Mapping) or "data" not in buffer_state:
-        raise DecodeError(f"{column} is not an InfiniteLookbackBuffer state",
-                          Where(column=column, episode_id=eid), reason="bad_episode_state")
+        raise DecodeError(
+            f"{column} is not an InfiniteLookbackBuffer state",
+            Where(column=column, episode_id=eid),
+            reason="bad_episode_state",
+        )
     data = _unlookback(buffer_state)
     if isinstance(data, np.ndarray):
         return data
     if isinstance(data, Mapping):
-        raise DecodeError(f"{column} holds a composite (dict) space; flatten it with a connector "
-                          "before storing", Where(column=column, episode_id=eid),
-                          reason="unsupported_composite")
+        raise DecodeError(
+            f"{column} holds a composite (dict) space; flatten it with a connector before storing",
+            Where(column=column, episode_id=eid),
+            reason="unsupported_composite",
+        )
     try:
         if data and isinstance(data[0], np.ndarray):
             return np.stack(data)

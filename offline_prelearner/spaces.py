@@ -35,7 +35,9 @@ def _decode_ndarray(text: str) -> np.ndarray:
         dec = zlib.decompressobj()
         raw = dec.decompress(packed, _MAX_SPACE_ARRAY_BYTES + 1)
         if len(raw) > _MAX_SPACE_ARRAY_BYTES or not dec.eof:
-            raise DecodeError("space array is truncated or above the size limit", reason="size_limit")
+            raise DecodeError(
+                "space array is truncated or above the size limit", reason="size_limit"
+            )
         return np.load(io.BytesIO(raw), allow_pickle=False)
     except DecodeError:
         raise
@@ -61,8 +63,11 @@ def space_to_dict(space: gym.Space[Any] | None) -> dict[str, Any] | None:
         n = space.n
         return {"space": "multi-binary", "n": n if isinstance(n, int) else list(n)}
     if isinstance(space, gym.spaces.MultiDiscrete):
-        return {"space": "multi-discrete", "nvec": _encode_ndarray(space.nvec),
-                "dtype": space.dtype.str}
+        return {
+            "space": "multi-discrete",
+            "nvec": _encode_ndarray(space.nvec),
+            "dtype": space.dtype.str,
+        }
     if isinstance(space, gym.spaces.Tuple):
         return {"space": "tuple", "spaces": [space_to_dict(s) for s in space.spaces]}
     if isinstance(space, gym.spaces.Dict):
@@ -98,6 +103,7 @@ def space_from_dict(d: dict[str, Any] | None) -> gym.Space[Any] | None:
     except DecodeError:
         raise
     except (KeyError, TypeError, ValueError) as e:
-        raise DecodeError(f"bad {kind!r} space dict: {type(e).__name__}: {e}",
-                          reason="bad_space") from None
+        raise DecodeError(
+            f"bad {kind!r} space dict: {type(e).__name__}: {e}", reason="bad_space"
+        ) from None
     raise DecodeError(f"unsupported space kind {kind!r}", reason="bad_space")
