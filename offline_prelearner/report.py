@@ -117,13 +117,15 @@ class EpisodeBatch:
         self.ledger.episodes_kept += 1
 
     def reject(self, error: DataError, num_rows: int, rows: pa.Table | None = None,
-               episodes: int = 1) -> None:
-        """Applies the policy to bad data that is *not* in ``episodes``: raise, or count it."""
-        if self.on_invalid == "raise":
+               episodes: int = 1, policy: OnInvalid | None = None) -> None:
+        """Applies ``policy`` (default: the batch's) to bad data that is *not* in ``episodes``:
+        raise, or count it (and keep ``rows`` under quarantine)."""
+        policy = policy or self.on_invalid
+        if policy == "raise":
             raise error
         self.ledger.rows_rejected[error.reason] += num_rows
         self.ledger.episodes_rejected[error.reason] += episodes
-        keep = rows if self.on_invalid == "quarantine" else None
+        keep = rows if policy == "quarantine" else None
         self.rejections.append(Rejection(error, num_rows, keep))
 
     def keep_only(self, mask: list[bool]) -> tuple[list[Episode], list[int]]:

@@ -203,14 +203,9 @@ class Validator:
             keep.append(error is None)
             if error is not None:
                 failed.append((i, error))
-        saved = batch.on_invalid
-        batch.on_invalid = policy  # reject() applies the batch's policy; this stage's one wins
-        try:
-            for i, error in failed:
-                rows = episodes_to_rows([batch.episodes[i]]) if policy == "quarantine" else None
-                batch.reject(error, batch.source_rows[i], rows)
-        finally:
-            batch.on_invalid = saved
+        for i, error in failed:  # this stage's policy wins over the batch's
+            rows = episodes_to_rows([batch.episodes[i]]) if policy == "quarantine" else None
+            batch.reject(error, batch.source_rows[i], rows, policy=policy)
         batch.keep_only(keep)
         return batch
 
