@@ -17,6 +17,7 @@ the same next sample as the one saved.
 
 from __future__ import annotations
 
+import numpy as np
 import numpy.typing as npt
 
 from ..errors import ConfigError
@@ -62,7 +63,9 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         """New priorities for sampled rows: ``indices`` is a sample's ``"indices"`` column,
         ``priorities`` one TD error (or priority) per row. Rows whose episode was evicted or
         moved since they were sampled are ignored. Returns how many were applied."""
-        return self.sampler.update_priorities(self.storage, indices, priorities)  # type: ignore[arg-type]
+        return self.sampler.update_priorities(
+            self.storage, np.asarray(indices), np.asarray(priorities)
+        )
 
     def stats(self) -> dict[str, int]:
         """The base counters plus ``priority_updates`` applied and ``priority_updates_stale``."""

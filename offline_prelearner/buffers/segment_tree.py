@@ -24,7 +24,7 @@ Memory: ``16 * size`` bytes per tree (``size`` as above, so 16 to 32 bytes per l
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from ..errors import DataError, Where
 
-__all__ = ["MinTree", "SumTree", "last_writes"]
+__all__ = ["MinTree", "SumTree", "last_writes", "write_unique"]
 
 ArrayLike = npt.ArrayLike
 IntArray = npt.NDArray[np.int64]
@@ -54,6 +54,38 @@ def last_writes(indices: IntArray, values: FloatArray) -> tuple[IntArray, FloatA
         order = order[last]
         idx = idx[last]
     return idx, values[order]
+
+
+def write_unique(
+    trees: Sequence[_SegmentTree], indices: IntArray, values: Sequence[FloatArray]
+) -> None:
+    """Writes ``values[k]`` into ``trees[k]`` at the same ``indices``, then fixes the parents.
+
+    Unchecked, for callers that keep several trees over the same slots (a sum and a min tree):
+    ``indices`` unique, sorted and in range (see :func:`last_writes`), values admissible, and all
+    trees of one capacity and top width. Sharing the walk up the levels saves its index math.
+
+    A sparse level gathers the child pairs of the touched parents; once a level is narrow enough
+    that recomputing it whole is as cheap, it and everything above it are recomputed whole.
+    """
+    if indices.size == 0:
+        return
+    first = trees[0]
+    pos = indices + first._size
+    for tree, vals in zip(trees, values, strict=True):
+        tree._tree[pos] = vals
+        tree._stale = True
+    level, dense = first._depth, 8 * pos.size
+    while level > first._top:
+        level -= 1
+        if (1 << level) <= dense:
+            for tree in trees:
+                tree._rebuild_levels(level)
+            return
+        pos = pos >> 1
+        for tree in trees:
+            kids = tree._pairs.take(pos, axis=0)
+            tree._tree[pos] = tree._combine(kids[:, 0], kids[:, 1])
 
 
 class _SegmentTree:
@@ -200,37 +232,11 @@ class _SegmentTree:
         self._write_unique(idx, vals)
 
     def _write_unique(self, idx: IntArray, vals: FloatArray) -> None:
-        """Unchecked batch write of indices that are unique and sorted (see :func:`last_writes`).
-
-        Lets a caller that writes the same indices into two trees resolve duplicates once.
-        """
-        if idx.size == 0:
-            return
-        pos = idx + self._size
-        self._tree[pos] = vals
-        self._rebuild_parents(pos)
-        self._stale = True
+        """Unchecked batch write of indices that are unique and sorted (see :func:`last_writes`)."""
+        write_unique((self,), idx, (vals,))
 
     def _get_unchecked(self, idx: IntArray) -> FloatArray:
         return self._tree.take(idx + self._size)
-
-    def _rebuild_parents(self, pos: IntArray) -> None:
-        """Recomputes every stored ancestor of the (unique, sorted) nodes ``pos``.
-
-        A sparse level gathers the child pairs of the touched parents; once a level is narrow
-        enough that recomputing it whole is as cheap, it and everything above it are done whole.
-        """
-        tree, pairs, combine = self._tree, self._pairs, self._combine
-        level = self._depth  # level of the nodes in ``pos``
-        dense = 8 * pos.size
-        while level > self._top:
-            level -= 1
-            if (1 << level) <= dense:
-                self._rebuild_levels(level)
-                return
-            pos = pos >> 1
-            kids = pairs.take(pos, axis=0)
-            tree[pos] = combine(kids[:, 0], kids[:, 1])
 
     def _rebuild_levels(self, level: int) -> None:
         """Recomputes whole levels ``level, level - 1, ..., top`` from the level below each."""

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from ..buffers.segment_tree import MinTree, SumTree, last_writes
+from ..buffers.segment_tree import MinTree, SumTree, last_writes, write_unique
 from ..errors import ConfigError, DataError, EmptyBufferError, Where
 from .base import SamplerState, ValidStarts
 
@@ -147,16 +147,14 @@ class Prioritized:
         tree, mins = self._trees(storage.capacity)
         idx = np.unique(slots)
         vals = np.full(idx.shape, self.max_priority**self.alpha)
-        tree._write_unique(idx, vals)
-        mins._write_unique(idx, vals)
+        write_unique((tree, mins), idx, (vals, vals))
 
     def on_evict(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
         """Slots that stopped being valid starts: never drawn again (until re-added)."""
         if self._sum is None or self._min is None:
             return
         idx = np.unique(np.asarray(slots, dtype=np.int64))
-        self._sum._write_unique(idx, np.zeros(idx.shape))
-        self._min._write_unique(idx, np.full(idx.shape, np.inf))
+        write_unique((self._sum, self._min), idx, (np.zeros(idx.shape), np.full(idx.shape, np.inf)))
 
     def update_priorities(
         self, storage: EpisodeStorage, handles: npt.ArrayLike, priorities: npt.ArrayLike
@@ -193,8 +191,8 @@ class Prioritized:
         slots, current = storage.resolve(handles)
         # Belt and braces: a handle must also name a slot that is sampleable right now, so a
         # forged or foreign handle can never make padding or an unfinished window drawable.
-        inside = (slots >= 0) & (slots < tree.capacity)
-        if not inside.all():
+        if slots.min() < 0 or slots.max() >= tree.capacity:
+            inside = (slots >= 0) & (slots < tree.capacity)
             current &= inside
             slots = np.where(inside, slots, 0)
         current &= tree._get_unchecked(slots) > 0.0
@@ -207,8 +205,7 @@ class Prioritized:
             return 0
         self.max_priority = max(self.max_priority, float(p.max()))
         idx, vals = last_writes(slots, leaf)
-        tree._write_unique(idx, vals)
-        mins._write_unique(idx, vals)
+        write_unique((tree, mins), idx, (vals, vals))
         return applied
 
     # ------------------------------------------------------------------ state
