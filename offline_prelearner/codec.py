@@ -197,26 +197,47 @@ def unpackb(data: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
         raise DecodeError(f"corrupt msgpack ({detail})", reason="bad_msgpack") from None
 
 
-def _refuse_objects(obj: Any) -> Any:
-    if isinstance(obj, np.ndarray | np.generic) and obj.dtype.hasobject:
-        raise DecodeError(
-            "refusing to encode an object-dtype array (it would be a pickle)",
-            reason="refused_pickle",
-        )
+def _encode_numpy(obj: Any) -> Any:
+    """``default`` hook of :func:`packb`: msgpack-numpy's record layout, written here.
+
+    Arrays become ``{nd: True, type, kind, shape, data}`` (``data`` last: the episodes reader's
+    fast path relies on it), numpy scalars ``{nd: False, type, data}``. Object dtypes are refused:
+    msgpack-numpy would pickle them.
+    """
+    if isinstance(obj, np.ndarray | np.generic):
+        if obj.dtype.hasobject:
+            raise DecodeError(
+                "refusing to encode an object-dtype array (it would be a pickle)",
+                reason="refused_pickle",
+            )
+        structured = obj.dtype.fields is not None
+        type_ = obj.dtype.descr if structured else obj.dtype.str
+        if isinstance(obj, np.generic):
+            return {b"nd": False, b"type": type_, b"data": obj.tobytes()}
+        return {
+            b"nd": True,
+            b"type": type_,
+            b"kind": b"V" if structured else b"",
+            b"shape": list(obj.shape),
+            b"data": obj.tobytes(),
+        }
     return msgpack_numpy.encode(obj)
 
 
 def packb(obj: Any) -> bytes:
     """Encodes ``obj`` (numpy arrays included) as msgpack + msgpack-numpy; refuses object arrays."""
-    return msgpack.packb(obj, default=_refuse_objects, use_bin_type=True)
+    return msgpack.packb(obj, default=_encode_numpy, use_bin_type=True)
 
 
 # --------------------------------------------------------------------------------------------
 # this project's column codec
 # --------------------------------------------------------------------------------------------
 def pack_array(array: Any) -> bytes:
-    """Compresses one array (or msgpack-able value) as ``lz4.frame(msgpack-numpy(value))``."""
-    return lz4.frame.compress(packb(array), store_size=True)
+    """Compresses one array (or msgpack-able value) as ``lz4.frame(msgpack-numpy(value))``.
+
+    The frame carries its content size and a content checksum, so corruption is detected.
+    """
+    return lz4.frame.compress(packb(array), store_size=True, content_checksum=True)
 
 
 def unpack_array(data: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
