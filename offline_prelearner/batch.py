@@ -40,6 +40,10 @@ class SampleBatch:
         out.info = {}
         return out
 
+    def set_trusted(self, key: str, value: np.ndarray) -> None:
+        """Sets a column known to be a numpy array with the right row count (hot path)."""
+        self._cols[key] = value
+
     # ------------------------------------------------------------------ dict-like
     def __getitem__(self, key: str | slice) -> Any:
         if isinstance(key, slice):

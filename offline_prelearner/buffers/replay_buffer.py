@@ -26,7 +26,7 @@ from ..batch import SampleBatch
 from ..episode import Episode
 from ..errors import ConfigError, EmptyBufferError
 from ..samplers.base import Sampler, SampleUnit, ValidStarts, ranges
-from ..samplers.transition import Transition
+from ..samplers.transition import Transition, ones
 from ..samplers.uniform import Uniform
 from . import checkpoint
 from .storage import Change, EpisodeStorage
@@ -187,8 +187,11 @@ class EpisodeReplayBuffer:
             rows = self.storage.rows_of(slots)
         batch = self.unit.expand(slots, rows, self.storage, self.rng)
         weights = info.get("weights")
-        batch[C.WEIGHTS] = np.ones(len(slots), np.float32) if weights is None else weights
-        batch[INDICES] = self.storage.handles(slots, rows)
+        batch.set_trusted(
+            C.WEIGHTS,
+            ones(len(slots), np.float32) if weights is None else np.asarray(weights, np.float32),
+        )
+        batch.set_trusted(INDICES, self.storage.handles(slots, rows))
         self.samples_drawn += len(slots)
         return batch
 

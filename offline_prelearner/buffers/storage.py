@@ -99,6 +99,7 @@ class EpisodeStorage:
         self._base = 0  # serial of table index 0
         self._where: dict[int | str, int] = {}  # id -> serial of its placement
         self._wrap_cache: tuple[int, int] = (-1, 0)
+        self._derived: tuple[int, np.ndarray, np.ndarray] = (-1, np.zeros(0), np.zeros(0))
         self.counters: dict[str, int] = dict.fromkeys(
             (
                 "timesteps_added",
@@ -179,6 +180,18 @@ class EpisodeStorage:
         b = np.searchsorted(starts[w:], slots, side="right") - 1 + w
         return np.where(slots >= first, a, b)
 
+    def last_and_t_base(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: the slot of the episode's last step (``start + length - 1``) and
+        ``t_started - start`` (so a slot's env step is ``t_base[row] + slot``). Cached per
+        version; units use them to save a gather or two per column."""
+        version, last, t_base = self._derived
+        if version != self.version:
+            starts = self.starts
+            last = starts + self.lengths - 1
+            t_base = self.t_started - starts
+            self._derived = (self.version, last, t_base)
+        return last, t_base
+
     def _wrap_point(self) -> int:
         """Index (window-relative) of the first row placed after the ring last wrapped."""
         version, w = self._wrap_cache
@@ -191,8 +204,10 @@ class EpisodeStorage:
 
     def handles(self, slots: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Opaque int64 handles for sampled slots (placement serial and slot)."""
-        serial = rows.astype(np.int64) + (self._base + self._lo)
-        return (serial << _SLOT_BITS) | slots.astype(np.int64)
+        serial = np.add(rows, self._base + self._lo, dtype=np.int64)
+        serial <<= _SLOT_BITS
+        serial |= slots
+        return serial
 
     def is_current(self, serials: np.ndarray) -> np.ndarray:
         """True where a placement serial still holds its episode (not evicted, not moved)."""

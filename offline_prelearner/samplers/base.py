@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
@@ -59,7 +60,7 @@ class ValidStarts:
     count: np.ndarray  # int64 [rows]
     version: int  # storage.version these were computed at
 
-    @property
+    @cached_property
     def total(self) -> int:
         """How many slots may start a sample."""
         return int(self.count.sum())

@@ -81,8 +81,8 @@ class NStep:
     ) -> SampleBatch:
         lo, hi = self.bounds
         b = len(slots)
-        start = storage.starts.take(rows)
-        remaining = storage.lengths.take(rows) - (slots - start)  # >= 1
+        last = storage.last_and_t_base()[0].take(rows)
+        remaining = last - slots + 1  # >= 1
         n = lo if lo == hi else rng.integers(lo, hi + 1, size=b)
         m = np.minimum(n, remaining)
         reached_end = m == remaining
@@ -91,10 +91,16 @@ class NStep:
         rew_col = storage.columns["rewards"]
         if hi == 1:
             ret = out[C.REWARDS]
+        elif hi <= 8:  # a loop over window positions (not samples): fewer temporaries
+            ret = out[C.REWARDS].astype(np.float64)
+            for j in range(1, hi):
+                r = rew_col.take(slots + j, mode="clip")  # past the ring: the zero pad row
+                r[m <= j] = 0
+                ret += r * (self.gamma**j)
         else:
             j = np.arange(hi, dtype=np.int64)
-            idx = np.minimum(slots[:, None] + j, storage.pad_slot)
-            r = np.where(j < m[:, None], rew_col.take(idx), 0.0)
+            r = rew_col.take(slots.reshape(-1, 1) + j, mode="clip")
+            r = np.where(j < m.reshape(-1, 1), r, 0.0)
             ret = r @ (self.gamma ** j.astype(np.float64))
         out[C.REWARDS] = ret.astype(np.result_type(rew_col.dtype, np.float32), copy=False)
 
@@ -104,14 +110,16 @@ class NStep:
             out[C.OBS] = obs_col.take(slots, axis=0)
             out[C.NEW_OBS] = obs_col.take(end, axis=0)
         elif hi == 1:
+            start = storage.starts.take(rows)
             both = obs_col.take(stack_index(slots + 1, start, frames + 1), axis=0)
             out[C.OBS], out[C.NEW_OBS] = both[:, :-1], both[:, 1:]
         else:
+            start = storage.starts.take(rows)
             out[C.OBS] = obs_col.take(stack_index(slots, start, frames), axis=0)
             out[C.NEW_OBS] = obs_col.take(stack_index(end, start, frames), axis=0)
         out[C.TERMINATEDS] = storage.terminated.take(rows) & reached_end
         out[C.TRUNCATEDS] = storage.truncated.take(rows) & reached_end
-        out[C.N_STEP] = np.broadcast_to(m, (b,)).astype(np.int32)
+        out[C.N_STEP] = m.astype(np.int32)
         return SampleBatch._trusted(out)
 
 

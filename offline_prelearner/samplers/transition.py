@@ -19,7 +19,7 @@ from ..batch import SampleBatch
 if TYPE_CHECKING:
     from ..buffers.storage import EpisodeStorage
 
-__all__ = ["Transition", "episode_columns", "stack_index"]
+__all__ = ["Transition", "episode_columns", "ones", "stack_index"]
 
 
 def stack_index(idx: np.ndarray, first: np.ndarray, frames: int) -> np.ndarray:
@@ -43,8 +43,23 @@ def episode_columns(
     for name in storage.extra_names:
         out[name] = cols["extras/" + name].take(slots, axis=0)
     out[C.EPS_ID] = storage.ids.take(rows)
-    out[C.T] = storage.t_started.take(rows) + (slots - storage.starts.take(rows))
+    out[C.T] = storage.last_and_t_base()[1].take(rows) + slots
     return out
+
+
+def ones(n: int, dtype: type) -> np.ndarray:
+    """A read-only array of ``n`` ones, shared between calls (a constant column)."""
+    key = (n, np.dtype(dtype))
+    arr = _ONES.get(key)
+    if arr is None:
+        if len(_ONES) > 64:
+            _ONES.clear()
+        arr = _ONES[key] = np.ones(n, dtype)
+        arr.flags.writeable = False
+    return arr
+
+
+_ONES: dict[tuple[int, np.dtype], np.ndarray] = {}
 
 
 @dataclass(frozen=True)
@@ -67,13 +82,13 @@ class Transition:
         rng: np.random.Generator,
         frames: int | None = None,
     ) -> SampleBatch:
-        start = storage.starts.take(rows)
-        last = slots - start == storage.lengths.take(rows) - 1
+        last = slots == storage.last_and_t_base()[0].take(rows)
         obs_col = storage.columns["obs"]
         if frames is None:
             obs = obs_col.take(slots, axis=0)
             new_obs = obs_col.take(slots + 1, axis=0)
         else:  # obs and new_obs share k - 1 frames: gather k + 1 once
+            start = storage.starts.take(rows)
             both = obs_col.take(stack_index(slots + 1, start, frames + 1), axis=0)
             obs, new_obs = both[:, :-1], both[:, 1:]
         out = episode_columns(storage, slots, rows)
@@ -81,5 +96,5 @@ class Transition:
         out[C.NEW_OBS] = new_obs
         out[C.TERMINATEDS] = storage.terminated.take(rows) & last
         out[C.TRUNCATEDS] = storage.truncated.take(rows) & last
-        out[C.N_STEP] = np.ones(len(slots), np.int32)
+        out[C.N_STEP] = ones(len(slots), np.int32)
         return SampleBatch._trusted(out)

@@ -13,22 +13,48 @@ if TYPE_CHECKING:
 
 __all__ = ["Uniform"]
 
+_LUT_MIN_ROWS = 2048  # below this a plain binary search is as fast (its array stays in cache)
+
 
 class Uniform:
     """Draws valid start steps uniformly, with replacement.
 
-    One integer draw per sample picks a position among all ``valid.total`` valid starts; a binary
-    search in the per-episode cumulative counts (recomputed only when the table changes) turns it
-    into an episode row and an offset: ``O(B log E)`` per batch, independent of the capacity.
-    Stateless apart from that cache.
+    One integer draw per sample picks a position ``u`` among all ``valid.total`` valid starts;
+    the row holding it is found in the cumulative per-episode counts, recomputed only when the
+    table changes. For large tables a lookup table of buckets of ``w`` positions (``w`` a power
+    of two near half the mean episode count) gives each draw's row to within a step or two,
+    and a vectorized fix-up finishes the job: about two random memory accesses per sample
+    instead of a binary search's ``log2(E)``. Cost is ``O(B)`` per batch, independent of the
+    capacity; the lookup table takes ``4 / w`` bytes per valid start. Stateless otherwise.
     """
 
     def __init__(self) -> None:
         self._valid: ValidStarts | None = None
-        self._cum = np.zeros(0, np.int64)
+        self._total = 0
+        self._rows = np.zeros(0, np.int64)  # rows with a valid start
+        self._cum = np.zeros(0, np.int64)  # cumulative counts over those rows
+        self._shift = np.zeros(0, np.int64)  # slot = u + shift[row]
+        self._lut: np.ndarray | None = None
+        self._bits = 0
 
     def __repr__(self) -> str:
         return "Uniform()"
+
+    def _prepare(self, valid: ValidStarts) -> None:
+        count = valid.count
+        rows = np.flatnonzero(count)
+        cum = np.cumsum(count.take(rows))
+        self._rows, self._cum = rows, cum
+        # Position u of row r is slot first[r] + (u - (cum[r] - count[r])).
+        self._shift = valid.first.take(rows) - cum + count.take(rows)
+        self._total = int(cum[-1]) if len(cum) else 0
+        self._lut = None
+        if len(rows) >= _LUT_MIN_ROWS:
+            mean = self._total / len(rows)
+            self._bits = int(min(6, max(0, np.floor(np.log2(max(mean / 2, 1.0))))))
+            bucket_starts = np.arange(0, self._total, 1 << self._bits, dtype=np.int64)
+            self._lut = cum.searchsorted(bucket_starts, side="right").astype(np.int32)
+        self._valid = valid
 
     def sample(
         self,
@@ -38,13 +64,22 @@ class Uniform:
         valid: ValidStarts,
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         if valid is not self._valid:
-            self._cum = np.cumsum(valid.count)
-            self._valid = valid
+            self._prepare(valid)
+        # floor(U[0, 1) * total) is uniform on 0..total - 1 up to 2**-53 (and never total: the
+        # product of a double below 1 and an integer below 2**53 rounds below it); it costs a
+        # third of rng.integers.
+        u = (rng.random(batch_size) * self._total).astype(np.int64)
         cum = self._cum
-        u = rng.integers(0, cum[-1], size=batch_size)
-        rows = cum.searchsorted(u, side="right")
-        slots = valid.first.take(rows) + (u - cum.take(rows) + valid.count.take(rows))
-        return slots, {"rows": rows}
+        if self._lut is None:
+            r = cum.searchsorted(u, side="right")
+        else:
+            r = self._lut.take(u >> self._bits)
+            while True:  # advance draws whose row ends before them; a step or two at most
+                behind = cum.take(r) <= u
+                if not behind.any():
+                    break
+                r += behind
+        return u + self._shift.take(r), {"rows": self._rows.take(r)}
 
     def on_add(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
         """Nothing to do: the buffer's ``valid`` already says what is sampleable."""
