@@ -7,10 +7,11 @@ neutral element (0 for sums, ``+inf`` for minima), so they never count.
 
 Every operation takes a batch of indices and runs one numpy step per tree *level*, never one Python
 step per item. numpy costs about a microsecond per call whatever the batch, so the number of levels
-is what matters. The top levels are therefore not stored: the tree stops at its widest level of at
-most ``top_width`` nodes (1024 by default), and a prefix sum (for the min tree: the minimum) over
-that level stands in for everything above it. It is recomputed, once, on the first query after an
-update -- a single ``cumsum`` over ``top_width`` numbers instead of ten levels of gathers.
+is what matters. The top levels are therefore not maintained: the tree stops at its widest level
+of at most ``top_width`` nodes (2048 by default), and a prefix sum (for the min tree: the minimum)
+over that level stands in for everything above it. It is recomputed, once, on the first query
+after an update -- one ``cumsum`` over 2048 numbers instead of eleven levels of gathers per
+search and per update. A tree of at most ``top_width`` leaves is just that prefix sum.
 
 - ``update`` writes the leaves, then recomputes the parents of the touched leaves level by level
   from their children. Nothing is ever added to or subtracted from a stored sum, so there is no
@@ -89,12 +90,18 @@ def write_unique(
 
 
 class _SegmentTree:
-    """Shared machinery; subclasses fix the combining operation and its neutral element."""
+    """Shared machinery; subclasses fix the combining operation and its neutral element.
+
+    Args:
+        capacity: Number of leaves, any int >= 1 (padded internally to a power of two).
+        top_width: Widest stored level (a power of two); a tuning knob, see the module docstring.
+            Results do not depend on it except through the rounding of sums.
+    """
 
     _neutral: float = 0.0
     _kind: str = "segment"
 
-    def __init__(self, capacity: int, *, top_width: int = 1024) -> None:
+    def __init__(self, capacity: int, *, top_width: int = 2048) -> None:
         for name, value in (("capacity", capacity), ("top_width", top_width)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise TypeError(f"{name} must be an int, found {type(value).__name__}")
@@ -269,7 +276,7 @@ class SumTree(_SegmentTree):
             bad = values[~(np.isfinite(values) & (values >= 0.0))][0]
             raise ValueError(f"{what}: sum-tree values must be finite and >= 0, found {bad!r}")
 
-    def __init__(self, capacity: int, *, top_width: int = 1024) -> None:
+    def __init__(self, capacity: int, *, top_width: int = 2048) -> None:
         super().__init__(capacity, top_width=top_width)
         # _cum[k] = sum of the first k top-level nodes; _cum[-1] is the total.
         self._cum = np.zeros(self._width + 1, dtype=np.float64)
@@ -364,7 +371,7 @@ class MinTree(_SegmentTree):
         if np.isnan(values).any():
             raise ValueError(f"{what}: min-tree values must not be NaN")
 
-    def __init__(self, capacity: int, *, top_width: int = 1024) -> None:
+    def __init__(self, capacity: int, *, top_width: int = 2048) -> None:
         super().__init__(capacity, top_width=top_width)
         self._min = float("inf")
 

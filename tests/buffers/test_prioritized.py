@@ -368,6 +368,8 @@ def test_priorities_match_plain_model(ops, capacity, alpha):
         others = np.ones(tree.capacity, bool)
         others[slots] = False
         assert (got[others] == 0).all()
+        mins = buf.sampler.min_tree.values()
+        assert (mins[slots] == got[slots]).all() and (mins[others] == np.inf).all()
         assert buf.sampler.min_tree.min() == pytest.approx(min(want), rel=1e-12)
         assert buf.sampler.max_priority == pytest.approx(max_seen)
 
