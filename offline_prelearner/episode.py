@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DecodeError, EpisodeValidationError, Where
+from .errors import DataError, DecodeError, EpisodeValidationError, Where
 from .spaces import space_to_dict
 
 __all__ = ["Episode"]
@@ -323,9 +323,18 @@ class Episode:
                     if v
                 },
             )
+        except DataError:
+            raise
         except KeyError as e:
             raise DecodeError(
                 f"episode state has no {e.args[0]!r} entry",
+                Where(episode_id=eid),
+                reason="bad_episode_state",
+            ) from None
+        except (TypeError, AttributeError, ValueError, IndexError) as e:
+            # A state of the right keys but wrong types (a list where a map belongs, ...).
+            raise DecodeError(
+                f"episode state is malformed: {type(e).__name__}: {e}",
                 Where(episode_id=eid),
                 reason="bad_episode_state",
             ) from None
@@ -391,6 +400,8 @@ def _same_obs(a: np.ndarray, b: np.ndarray) -> bool:
 def _unlookback(buffer_state: Mapping[str, Any]) -> Any:
     data = buffer_state["data"]
     lookback = int(buffer_state.get("lookback") or 0)
+    if lookback < 0:
+        raise DecodeError(f"lookback must be >= 0, found {lookback}", reason="bad_episode_state")
     return data[lookback:] if lookback else data
 
 

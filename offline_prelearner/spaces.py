@@ -97,9 +97,9 @@ def space_from_dict(d: dict[str, Any] | None) -> gym.Space[Any] | None:
         if kind == "multi-discrete":
             return gym.spaces.MultiDiscrete(_decode_ndarray(d["nvec"]), dtype=np.dtype(d["dtype"]))
         if kind == "tuple":
-            return gym.spaces.Tuple([space_from_dict(s) for s in d["spaces"]])
+            return gym.spaces.Tuple([_member(s) for s in d["spaces"]])
         if kind == "dict":
-            return gym.spaces.Dict({k: space_from_dict(s) for k, s in d["spaces"].items()})
+            return gym.spaces.Dict({k: _member(s) for k, s in d["spaces"].items()})
     except DecodeError:
         raise
     except (KeyError, TypeError, ValueError) as e:
@@ -107,3 +107,11 @@ def space_from_dict(d: dict[str, Any] | None) -> gym.Space[Any] | None:
             f"bad {kind!r} space dict: {type(e).__name__}: {e}", reason="bad_space"
         ) from None
     raise DecodeError(f"unsupported space kind {kind!r}", reason="bad_space")
+
+
+def _member(d: Any) -> gym.Space[Any]:
+    """A member of a Tuple/Dict space dict: must be a space, not ``None``."""
+    space = space_from_dict(d)
+    if space is None:
+        raise DecodeError("a composite space has a null member", reason="bad_space")
+    return space

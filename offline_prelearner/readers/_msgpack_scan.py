@@ -635,6 +635,7 @@ def assemble(buf: bytes, plans: list[Plan | None]) -> list[Episode | Fallback | 
 
 
 def _column_values(col: _Column) -> Any:
+    arr: Any
     if col.array is not None:
         arr = col.array
     elif col.items is not None:

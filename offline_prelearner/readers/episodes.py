@@ -22,7 +22,7 @@ MultiAgentEpisode states are refused (reason ``unsupported_multi_agent``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -33,10 +33,12 @@ from ..episode import Episode
 from ..errors import DataError, DecodeError, SchemaError, Where
 from ..report import EpisodeBatch
 from ..spaces import space_from_dict
-from . import Batch, register_reader
+from . import register_reader
 from ._msgpack_scan import EpisodeScanner, Fallback, Plan, assemble
 
 __all__ = ["ITEM", "EpisodesReader", "decode_episode", "episodes_to_table"]
+
+_Batch: TypeAlias = "pa.Table | Mapping[str, Any]"
 
 #: The column RLlib writes episode records to.
 ITEM = "item"
@@ -96,7 +98,7 @@ class EpisodesReader:
         return self._space("_action_space")
 
     # ---------------------------------------------------------------- reading
-    def read(self, batch: Batch, source: str | None = None) -> EpisodeBatch:
+    def read(self, batch: _Batch, source: str | None = None) -> EpisodeBatch:
         """Decodes every record of ``batch``; each record is one input row of the ledger."""
         buf, offsets, valid = _item_buffer(batch, source)
         n = len(offsets) - 1
@@ -118,25 +120,27 @@ class EpisodesReader:
                 break
         built = assemble(buf, plans)
         for row in range(n):
-            ep = built[row]
-            if isinstance(ep, Episode):
-                out.add(ep, 1)
+            done = built[row]
+            if isinstance(done, Episode):
+                out.add(done, 1)
                 continue
-            where = Where(file=source, column=ITEM, row=row)
-            error: DataError | None = None
-            if not valid[row]:
-                error = DecodeError("episode record is null", where, reason="null_record")
+            seen_id = done.episode_id if isinstance(done, Fallback) else ids.get(row)
+            result = self._general(buf[bounds[row] : bounds[row + 1]], bool(valid[row]))
+            if isinstance(result, Episode):
+                out.add(result, 1)
             else:
-                try:
-                    ep = decode_episode(buf[bounds[row] : bounds[row + 1]], self.config.limits)
-                except DataError as err:
-                    eid = ep.episode_id if isinstance(ep, Fallback) else ids.get(row)
-                    error = _locate(err, where, eid)
-            if error is not None:
+                error = _locate(result, Where(file=source, column=ITEM, row=row), seen_id)
                 out.reject(error, 1, rows=_row_table(batch, row), episodes=1)
-            else:
-                out.add(ep, 1)
         return out
+
+    def _general(self, item: bytes, valid: bool) -> Episode | DataError:
+        """The general path for one record: its episode, or the error that rejects it."""
+        if not valid:
+            return DecodeError("episode record is null", reason="null_record")
+        try:
+            return decode_episode(item, self.config.limits)
+        except DataError as err:
+            return err
 
 
 def _locate(err: DataError, where: Where, episode_id: Any) -> DataError:
@@ -153,7 +157,7 @@ def _locate(err: DataError, where: Where, episode_id: Any) -> DataError:
 # --------------------------------------------------------------------------------------------
 # the item column as one buffer + offsets
 # --------------------------------------------------------------------------------------------
-def _item_buffer(batch: Batch, source: str | None) -> tuple[bytes, np.ndarray, np.ndarray]:
+def _item_buffer(batch: _Batch, source: str | None) -> tuple[bytes, np.ndarray, np.ndarray]:
     """All records of ``batch`` as one bytes object, ``n + 1`` offsets and a non-null mask."""
     where = Where(file=source, column=ITEM)
     if isinstance(batch, pa.Table):
@@ -165,7 +169,7 @@ def _item_buffer(batch: Batch, source: str | None) -> tuple[bytes, np.ndarray, n
             )
         return _arrow_buffer(batch.column(ITEM), where)
     if not isinstance(batch, Mapping) or ITEM not in batch:
-        found = list(batch) if isinstance(batch, Mapping) else type(batch).__name__
+        found: Any = list(batch) if isinstance(batch, Mapping) else type(batch).__name__
         raise SchemaError(f"episode records need a binary column {ITEM!r}; found {found}", where)
     return _numpy_buffer(batch[ITEM], where)
 
@@ -208,7 +212,7 @@ def _numpy_buffer(col: Any, where: Where) -> tuple[bytes, np.ndarray, np.ndarray
             f"{arr.dtype} and shape {arr.shape}",
             where,
         )
-    null = np.equal(arr, None)
+    null: np.ndarray = np.equal(arr, None).astype(np.bool_)  # type: ignore[call-overload]
     cells = np.where(null, b"", arr) if null.any() else arr
     try:
         data = b"".join(cells)
@@ -221,10 +225,10 @@ def _numpy_buffer(col: Any, where: Where) -> tuple[bytes, np.ndarray, np.ndarray
         ) from None
     lengths = np.fromiter(map(len, cells), dtype=np.int64, count=len(cells))
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    return data, offsets, ~null
+    return data, offsets, np.logical_not(null)
 
 
-def _row_table(batch: Batch, row: int) -> pa.Table:
+def _row_table(batch: _Batch, row: int) -> pa.Table:
     """Row ``row`` of ``batch`` as a one-row table (what quarantine keeps)."""
     if isinstance(batch, pa.Table):
         return batch.slice(row, 1)
