@@ -44,7 +44,7 @@ def last_writes(indices: IntArray, values: FloatArray) -> tuple[IntArray, FloatA
     """``(unique sorted indices, the value of each one's last occurrence)``: a batch of writes with
     repeated indices reduced to the writes that win, deterministically."""
     n = indices.size
-    if n < 2:
+    if n < 2 or (indices[1:] > indices[:-1]).all():  # already unique and sorted: common
         return indices, values
     order = np.argsort(indices, kind="stable")
     idx = indices[order]
@@ -314,10 +314,11 @@ class SumTree(_SegmentTree):
             raise ValueError("find_prefixsum on a sum tree with total 0: no leaf has mass")
         if np.isnan(arr).any():
             raise ValueError("find_prefixsum: prefixes must not be NaN")
-        return self._find(arr.ravel()).reshape(arr.shape)
+        return self._find(arr.ravel())[0].reshape(arr.shape)
 
-    def _find(self, prefixes: FloatArray) -> IntArray:
-        """Unchecked search (total > 0, no NaN). ``prefixes`` is not modified."""
+    def _find(self, prefixes: FloatArray) -> tuple[IntArray, FloatArray]:
+        """Unchecked search (total > 0, no NaN): ``(leaf indices, their values)``. ``prefixes``
+        is not modified."""
         if self._stale:
             self._refresh()
         tree, cum, width = self._tree, self._cum, self._width
@@ -336,10 +337,12 @@ class SumTree(_SegmentTree):
         # Rounding (or a prefix >= total) can run past the last leaf with mass of a node into the
         # zero-mass leaves on its right edge. Rare; redo those with a search that never enters a
         # node without mass.
-        bad = tree.take(node) <= 0.0
+        values = tree.take(node)
+        bad = values <= 0.0
         if bad.any():
             node[bad] = self._guarded_find(prefixes[bad])
-        return node - self._size
+            values = tree.take(node)
+        return node - self._size, values
 
     def _guarded_find(self, prefixes: FloatArray) -> IntArray:
         tree, cum, width = self._tree, self._cum, self._width

@@ -132,11 +132,10 @@ class Prioritized:
         else:
             prefixes = rng.random(batch_size)
             prefixes *= total
-        slots = tree._find(prefixes)
+        slots, ratio = tree._find(prefixes)
         if self._beta == 0.0:
             weights = np.ones(batch_size, dtype=np.float32)
         else:
-            ratio = tree._get_unchecked(slots)
             ratio *= 1.0 / mins.min()
             weights = np.power(ratio, -self._beta).astype(np.float32)
         return slots, {"weights": weights}
