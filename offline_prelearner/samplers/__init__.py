@@ -2,6 +2,7 @@
 
 from .base import Sampler, SamplerState, SampleUnit, UpdatableSampler, ValidStarts, ranges
 from .n_step import NStep
+from .prioritized import Prioritized
 from .sequence import LOSS_MASK, SEQ_LENS, Sequence
 from .stack import FrameStack
 from .transition import Transition
@@ -12,6 +13,7 @@ __all__ = [
     "SEQ_LENS",
     "FrameStack",
     "NStep",
+    "Prioritized",
     "SampleUnit",
     "Sampler",
     "SamplerState",
