@@ -18,6 +18,8 @@ at least the keys in :data:`KEYS`::
   before the call (e.g. the input table) is not counted. ``maxrss_mb`` is the process's
   high-water resident set (``resource.getrusage(RUSAGE_SELF).ru_maxrss``) when the line is
   written: a coarse, never-decreasing figure for the whole process, reported for context only.
+* ``loadavg_1m`` is the machine's 1-minute load average when the line is written: figures taken
+  while other work shares the cores are noisy (compare it with the number of cores).
 * An RLlib line that could not be measured is ``{"bench": ..., "impl": "rllib", "skipped":
   reason}``; a ratio line is ``{"bench": ..., "impl": "ratio", "ratio": ours / rllib}``.
 
@@ -88,7 +90,10 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
         "--quick", action="store_true", help="a small subset and one repeat: a smoke run"
     )
     parser.add_argument(
-        "--repeats", type=int, default=None, help="timed repeats (default 3, 1 with --quick)"
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed repeats (default: the script's, 1 with --quick)",
     )
 
 
@@ -286,6 +291,7 @@ def record(
         line["py_peak_mb"] = round(memory.py_mb, 1)
         line["arrow_peak_mb"] = round(memory.arrow_mb, 1)
     line["maxrss_mb"] = round(maxrss_mb(), 1)
+    line["loadavg_1m"] = round(os.getloadavg()[0], 2)
     line.update(extra)
     return line
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -48,6 +47,10 @@ class Workload:
     episode_column: str | None  # a --quick cut falls where this changes (None: anywhere)
     quick_limit: int  # n under --quick
 
+
+#: Timed passes per workload (``--repeats`` overrides; 1 under ``--quick``). A pixels pass is
+#: dominated by decoding 5.6 GB of Parquet lists (minutes), hence fewer. Same in rllib_readers.py.
+DEFAULT_REPEATS = {"rows": 5, "pixels": 3, "episodes": 5}
 
 WORKLOADS = {
     "rows": Workload("cartpole_rows", "rows", "rows", "map", "eps_id", 20_000),
@@ -162,16 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-rllib", action="store_true", help="skip the RLlib side")
     args = parser.parse_args(argv)
     data = C.data_dir(args.data)
-    repeats = args.repeats or (1 if args.quick else 3)
     only = [w for w in args.only.split(",") if w]
     unknown = sorted(set(only) - set(WORKLOADS))
     if unknown:
         parser.error(f"unknown workloads {unknown}; choose from {sorted(WORKLOADS)}")
-    extra = {
-        "digest": C.dataset_digest(data),
-        "quick": args.quick,
-        "loadavg_1m": round(os.getloadavg()[0], 2),
-    }
+    extra = {"digest": C.dataset_digest(data), "quick": args.quick}
     t0 = time.perf_counter()
     # RLlib first: a child inherits its parent's ru_maxrss high-water mark, so it must start
     # while this process is still small.
@@ -179,11 +177,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_rllib:
         rllib = [{"bench": b, "impl": "rllib", "skipped": "--no-rllib"} for b in benches]
     else:
-        rllib_args = ["--data", str(data), "--repeats", str(repeats), "--only", ",".join(only)]
+        rllib_args = ["--data", str(data), "--only", ",".join(only)]
         rllib_args += ["--quick"] * args.quick
+        rllib_args += ["--repeats", str(args.repeats)] * bool(args.repeats)
         rllib = C.run_rllib(HERE / "rllib_readers.py", rllib_args, benches)
     lines = [C.emit(line) for line in rllib]
     for key in only:
+        repeats = args.repeats or (1 if args.quick else DEFAULT_REPEATS[key])
         lines += bench(WORKLOADS[key], data, args.quick, repeats, extra)
     for line in C.ratio_lines(lines):
         C.emit(line)

@@ -34,6 +34,8 @@ from typing import Any
 import _common as C
 
 ROWS, PIXELS, EPISODES = "cartpole_rows.map", "pixels_rows.map", "cartpole_episodes.decode"
+#: Timed passes per workload, as in bench_readers.py (``--repeats`` overrides; 1 under --quick).
+DEFAULT_REPEATS = {"rows": 5, "pixels": 3, "episodes": 5}
 
 
 def to_numpy_batches(tables: list[tuple[Path, Any]]) -> list[dict[str, Any]]:
@@ -141,10 +143,13 @@ def bench_episodes(directory: Path, limit: int, repeats: int) -> None:
     )
 
 
-def _versions() -> dict[str, str]:
+_EXTRA: dict[str, Any] = {}
+
+
+def _versions() -> dict[str, Any]:
     import ray
 
-    return {"rllib_version": ray.__version__, "python": sys.version.split()[0]}
+    return {"rllib_version": ray.__version__, "python": sys.version.split()[0], **_EXTRA}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,21 +166,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     data = C.data_dir(args.data)
-    repeats = args.repeats or (1 if args.quick else 3)
+
+    def repeats(key: str) -> int:
+        return int(args.repeats or (1 if args.quick else DEFAULT_REPEATS[key]))
+
     only = set(args.only.split(","))
+    _EXTRA.update(digest=C.dataset_digest(data), quick=args.quick)
     warm = time.perf_counter()
     import ray.rllib  # noqa: F401  (import cost paid before any timing)
 
     C.log(f"rllib imported in {time.perf_counter() - warm:.1f} s")
     if "rows" in only:
         rows = args.rows or (5_000 if args.quick else 100_000)
-        bench_rows(ROWS, data / "cartpole_rows", rows, repeats, args.to_numpy)
+        bench_rows(ROWS, data / "cartpole_rows", rows, repeats("rows"), args.to_numpy)
     if "pixels" in only:
         pixel_rows = args.pixel_rows or (200 if args.quick else 20_000)
-        bench_rows(PIXELS, data / "pixels_rows", pixel_rows, repeats, args.to_numpy)
+        bench_rows(PIXELS, data / "pixels_rows", pixel_rows, repeats("pixels"), args.to_numpy)
     if "episodes" in only:
         episodes = args.episodes or (300 if args.quick else 2_000)
-        bench_episodes(data / "cartpole_episodes", episodes, repeats)
+        bench_episodes(data / "cartpole_episodes", episodes, repeats("episodes"))
     return 0
 
 
