@@ -57,14 +57,14 @@ class Prioritized:
     def __init__(
         self, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, stratified: bool = True
     ) -> None:
-        self.alpha = _number("alpha", alpha, lo=0.0)
-        self.eps = _number("eps", eps, lo=0.0, strict=True)
+        self._alpha = _number("alpha", alpha, lo=0.0)
+        self._eps = _number("eps", eps, lo=0.0, strict=True)
         if not isinstance(stratified, bool):
             raise ConfigError(f"stratified must be true or false, found {stratified!r}")
-        self.stratified = stratified
-        if self.eps**self.alpha == 0.0 or math.isinf(1.0 / self.eps**self.alpha):
+        self._stratified = stratified
+        if self._eps**self._alpha == 0.0 or math.isinf(1.0 / self._eps**self._alpha):
             raise ConfigError(
-                f"eps ** alpha = {self.eps}**{self.alpha} underflows float64; raise eps or "
+                f"eps ** alpha = {self._eps}**{self._alpha} underflows float64; raise eps or "
                 "lower alpha"
             )
         self.beta = beta  # validated by the property
@@ -75,8 +75,22 @@ class Prioritized:
         self.updates_stale = 0
         self._arange = np.zeros(0)
 
+    # alpha, eps and stratified are fixed: the stored priorities mean something only under them.
+    @property
+    def alpha(self) -> float:
+        return self._alpha
+
+    @property
+    def eps(self) -> float:
+        return self._eps
+
+    @property
+    def stratified(self) -> bool:
+        return self._stratified
+
     @property
     def beta(self) -> float:
+        """Importance-weight exponent; may be set between samples (annealing)."""
         return self._beta
 
     @beta.setter
@@ -123,7 +137,7 @@ class Prioritized:
                 f"prioritized sampler holds no priorities but {valid.total} steps are valid; "
                 "were episodes added through the buffer (on_add)?"
             )
-        if self.stratified:
+        if self._stratified:
             if self._arange.size != batch_size:
                 self._arange = np.arange(batch_size, dtype=np.float64)
             prefixes = rng.random(batch_size)
@@ -174,9 +188,9 @@ class Prioritized:
         if handles.size == 0:
             return 0
         p = np.abs(values)
-        p += self.eps
+        p += self._eps
         with np.errstate(over="ignore"):  # an overflow is reported below, as an error
-            leaf = p**self.alpha
+            leaf = p**self._alpha
         if not np.isfinite(leaf).all():
             bad = int(np.flatnonzero(~np.isfinite(leaf))[0])
             raise ValueError(

@@ -458,3 +458,12 @@ def test_one_sampler_cannot_serve_two_capacities():
     PrioritizedEpisodeReplayBuffer(50, sampler).add(make_episode(0, 5))
     with pytest.raises(ConfigError, match="capacity 50"):
         EpisodeReplayBuffer(60, sampler, Transition()).add(make_episode(0, 5))
+
+
+def test_configuration_is_read_only_except_beta():
+    sampler = Prioritized(alpha=0.5, beta=0.3, eps=0.01, stratified=False)
+    assert (sampler.alpha, sampler.beta, sampler.eps, sampler.stratified) == (0.5, 0.3, 0.01, False)
+    for name in ("alpha", "eps", "stratified"):
+        with pytest.raises(AttributeError):
+            setattr(sampler, name, 1.0)
+    assert repr(sampler) == "Prioritized(alpha=0.5, eps=0.01, stratified=False)"
