@@ -98,10 +98,10 @@ class NStep:
                 r[m <= j] = 0
                 ret += r * (self.gamma**j)
         else:
-            j = np.arange(hi, dtype=np.int64)
-            r = rew_col.take(slots.reshape(-1, 1) + j, mode="clip")
-            r = np.where(j < m.reshape(-1, 1), r, 0.0)
-            ret = r @ (self.gamma ** j.astype(np.float64))
+            pos = np.arange(hi, dtype=np.int64)
+            window = rew_col.take(slots.reshape(-1, 1) + pos, mode="clip")
+            window = np.where(pos < m.reshape(-1, 1), window, 0.0)
+            ret = window @ (self.gamma ** pos.astype(np.float64))
         out[C.REWARDS] = ret.astype(np.result_type(rew_col.dtype, np.float32), copy=False)
 
         obs_col = storage.columns["obs"]
