@@ -177,9 +177,16 @@ class Prioritized:
         :attr:`updates_stale`.
 
         Raises:
+            TypeError: ``handles`` are not integers (e.g. another column was passed).
             ValueError: lengths differ, or a value is NaN or infinite (nothing is applied).
         """
-        handles = np.asarray(handles, dtype=np.int64).ravel()
+        handles = np.asarray(handles)
+        if handles.dtype.kind not in "iu" and handles.size:
+            raise TypeError(
+                f"update_priorities: indices must be the int64 handles of a sample's "
+                f"'indices' column, found dtype {handles.dtype}"
+            )
+        handles = handles.astype(np.int64, copy=False).ravel()
         values = np.asarray(priorities, dtype=np.float64).ravel()
         if values.shape != handles.shape:
             raise ValueError(

@@ -284,6 +284,13 @@ def test_priority_overflow_with_large_alpha_is_rejected():
         buf.update_priorities(handles, [1.0, 1e120, 1.0])
 
 
+def test_handles_must_be_integers():
+    buf = make_buffer([5])
+    batch = buf.sample(4)
+    with pytest.raises(TypeError, match="int64 handles"):
+        buf.update_priorities(batch["weights"], [1.0] * 4)
+
+
 def test_length_mismatch_and_empty_update():
     buf = make_buffer([5])
     handles, _ = all_handles(buf)
