@@ -247,11 +247,25 @@ def to_table(columns: dict[str, np.ndarray], tensor: str = "list") -> pa.Table:
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def ray_local() -> Iterator[Any]:
-    """A local Ray instance for the whole session (1 CPU, no dashboard)."""
+    """A local Ray instance for the whole session (1 CPU, no dashboard).
+
+    Functions and classes passed to Ray from a test module must be importable by workers; the
+    tests folder is put on their PYTHONPATH.
+    """
     ray = pytest.importorskip("ray")
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+        # Workers unpickle functions defined in test modules by module name: let them import
+        # tests/ (and conftest) like the driver does.
+        path = os.pathsep.join(
+            p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p
+        )
+        ray.init(
+            num_cpus=1,
+            include_dashboard=False,
+            log_to_driver=False,
+            runtime_env={"env_vars": {"PYTHONPATH": path}},
+        )
     yield ray
     if started:
         ray.shutdown()

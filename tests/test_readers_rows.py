@@ -462,3 +462,83 @@ def test_several_bad_episodes_in_one_batch_all_counted() -> None:
     assert out.episodes == []
     assert out.ledger.rows_rejected == {"ragged": 3, "done_mid_episode": 9}
     assert out.ledger.balanced()
+
+
+# ---------------------------------------------------------------------------------------------
+# Ray Data
+# ---------------------------------------------------------------------------------------------
+def _summarize(batch: Any) -> dict[str, np.ndarray]:
+    """map_batches body: read one batch and return one row per episode."""
+    if isinstance(batch, pa.Table):
+        obs_kind = f"arrow:{getattr(batch.schema.field('obs').type, 'extension_name', 'plain')}"
+    else:
+        obs_kind = f"numpy:{batch['obs'].dtype}:{batch['obs'].ndim}"
+    out = RowsReader().read(batch, "ray")
+    eps = out.episodes
+    return {
+        "id": np.array([e.id for e in eps], dtype=object),
+        "length": np.array([len(e) for e in eps]),
+        "done": np.array([e.is_done for e in eps]),
+        "obs_shape": np.array([str(e.observations.shape[1:]) for e in eps], dtype=object),
+        "obs_kind": np.array([obs_kind] * len(eps), dtype=object),
+    }
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("batch_format", ["pyarrow", "numpy"])
+def test_reader_inside_ray_map_batches(ray_local: Any, shared_data: Any, batch_format: str) -> None:
+    ds = ray_local.data.read_parquet(str(shared_data / UNCOMPRESSED))
+    rows = ds.map_batches(_summarize, batch_format=batch_format, batch_size=None).take_all()
+    assert len(rows) == 12 and sum(r["length"] for r in rows) == 295
+    assert all(r["done"] for r in rows) and {r["obs_shape"] for r in rows} == {"(4,)"}
+    kinds = {r["obs_kind"] for r in rows}
+    # Ray hands tensor columns over as its extension type, or as [n, 4] ndarrays
+    assert kinds == (
+        {"arrow:ray.data.arrow_tensor_v2"} if batch_format == "pyarrow" else {"numpy:float32:2"}
+    )
+
+
+class _StatefulReader:
+    """A map_batches actor: one reader for the whole stream, as the prelearner holds it."""
+
+    def __init__(self) -> None:
+        self.reader = RowsReader()
+
+    def __call__(self, batch: Any) -> dict[str, np.ndarray]:
+        eps = self.reader.read(batch, "ray").episodes
+        return {
+            "id": np.array([e.id for e in eps], dtype=object),
+            "t_started": np.array([e.t_started for e in eps]),
+            "length": np.array([len(e) for e in eps]),
+            "done": np.array([e.is_done for e in eps]),
+        }
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(180)
+def test_stateful_reader_actor_stitches_small_batches(ray_local: Any, shared_data: Any) -> None:
+    ctx = ray_local.data.DataContext.get_current()
+    ctx.execution_options.preserve_order = True  # rows without t: batches must come in order
+    ds = ray_local.data.read_parquet(str(shared_data / UNCOMPRESSED))
+    # num_cpus=0: with one CPU, an actor holding it would starve the read tasks.
+    rows = ds.map_batches(
+        _StatefulReader, batch_format="numpy", batch_size=50, concurrency=1, num_cpus=0
+    ).take_all()
+    lengths: dict[str, int] = {}
+    for r in sorted(rows, key=lambda r: (r["id"], r["t_started"])):
+        assert r["t_started"] == lengths.get(r["id"], 0)  # fragments continue where they left
+        lengths[r["id"]] = r["t_started"] + r["length"]
+    assert len(lengths) == 12 and sum(lengths.values()) == 295
+    assert sum(r["done"] for r in rows) == 12
+
+
+def test_nan_ids_from_ray_numpy_format_are_null() -> None:
+    """Ray's "numpy" format turns all-null agent_id/module_id columns into float NaN."""
+    cols = episodes_to_columns([make_episode(6, id="A", seed=1)])
+    cols["agent_id"] = np.full(6, np.nan, np.float32)
+    cols["module_id"] = np.full(6, np.nan, np.float32)
+    reader = RowsReader()
+    (a,) = reader.read({k: v[:4] for k, v in cols.items()}).episodes
+    assert a.agent_id is None and a.module_id is None and ("A", None) in reader.pending
+    (b,) = reader.read({k: v[4:] for k, v in cols.items()}).episodes
+    assert b.t_started == 4 and b.is_done and reader.pending == {}

@@ -137,7 +137,8 @@ def _as_array(values: Any) -> np.ndarray:
 def factorize(values: pa.ChunkedArray | pa.Array | np.ndarray) -> tuple[np.ndarray, list[Any]]:
     """Dense int64 codes per row (in order of first appearance) and the distinct values.
 
-    Nulls are a value of their own (``None``). Hash-based (Arrow), no sort.
+    Nulls are a value of their own (``None``); so is NaN in numpy input, which is how Ray's
+    ``"numpy"`` batch format hands over an all-null column. Hash-based (Arrow), no sort.
     """
     if isinstance(values, np.ndarray):
         if values.ndim != 1:
@@ -145,7 +146,7 @@ def factorize(values: pa.ChunkedArray | pa.Array | np.ndarray) -> tuple[np.ndarr
                 f"an id column must hold scalars, found shape {values.shape[1:]}", reason="bad_type"
             )
         try:
-            values = pa.array(values, from_pandas=False)
+            values = pa.array(values, from_pandas=True)  # NaN -> null
         except (pa.ArrowException, TypeError, ValueError):
             return _factorize_py(values)
     if isinstance(values, pa.ChunkedArray):

@@ -236,7 +236,7 @@ class RowsReader:
             term=term,
             trunc=trunc,
             t=self._numeric(frame, C.T, source, kinds="iu", scalar=True) if t_col else None,
-            module=frame.to_numpy(mod_col) if mod_col else None,
+            module=_ids(frame.to_numpy(mod_col)) if mod_col else None,
             infos=frame.pylist(info_col) if info_col else None,
             extras={c: self._array(frame, c, source) for c in s.extras(frame.names)},
         )
@@ -433,6 +433,15 @@ class RowsReader:
 
 
 # ---------------------------------------------------------------------------------------------
+def _ids(values: np.ndarray) -> np.ndarray:
+    """An id column as objects, NaN as None (Ray's numpy format turns null columns into NaN)."""
+    if values.dtype.kind != "f":
+        return values
+    out = values.astype(object)
+    out[np.isnan(values)] = None
+    return out
+
+
 def _factorize(frame: ColumnBatch, col: str, source: str | None) -> tuple[np.ndarray, list[Any]]:
     try:
         return factorize(frame.raw(col))
