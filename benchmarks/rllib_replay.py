@@ -91,11 +91,16 @@ def main() -> None:
             for e in eps
         ]
 
-    def emit(name: str, value: float, unit: str) -> None:
-        print(
-            json.dumps({"name": name, "impl": "rllib", "throughput": value, "unit": unit}),
-            flush=True,
-        )
+    def emit(name: str, value: float | tuple[float, float], unit: str) -> None:
+        wall, cpu = value if isinstance(value, tuple) else (value, None)
+        rec = {
+            "name": name,
+            "impl": "rllib",
+            "throughput": wall,
+            "cpu_throughput": cpu,
+            "unit": unit,
+        }
+        print(json.dumps(rec), flush=True)
 
     eps = to_rllib(synthetic_cartpole(timesteps))
     buf = EpisodeReplayBuffer(capacity=timesteps + 10)
