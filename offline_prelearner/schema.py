@@ -191,7 +191,7 @@ class ColumnSchema:
         parts = []
         for f in missing:
             col = self.columns[f] or f
-            close = difflib.get_close_matches(col, names, n=3, cutoff=0.5)
+            close = _closest(col, names)
             hint = (
                 f"closest present: {', '.join(repr(c) for c in close)}"
                 if close
@@ -283,6 +283,15 @@ class ColumnSchema:
         except json.JSONDecodeError as e:
             raise ConfigError(f"{origin}: not valid JSON: {e}") from None
         return cls.from_dict(d, origin)
+
+
+def _closest(col: str, names: list[str], n: int = 3) -> list[str]:
+    """Present names most like ``col``: similar spelling, or one containing the other."""
+    low = col.lower()
+    cands = set(difflib.get_close_matches(col, names, n=n, cutoff=0.5))
+    cands |= {c for c in names if low in c.lower() or (c and c.lower() in low)}
+    ratio = {c: difflib.SequenceMatcher(None, low, c.lower()).ratio() for c in cands}
+    return sorted(cands, key=lambda c: -ratio[c])[:n]
 
 
 # ---------------------------------------------------------------------------------------------
