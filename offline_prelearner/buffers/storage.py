@@ -100,6 +100,7 @@ class EpisodeStorage:
         self.head = 0
         self.table = EpisodeTable()
         self.counters: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
+        self._accepted: set[tuple[Any, ...]] = set()  # column layouts already checked
 
     # ------------------------------------------------------------------ the table, by row
     @property
@@ -299,6 +300,22 @@ class EpisodeStorage:
         self.extra_names = tuple(ep.extras)
 
     def _check_columns(self, ep: Episode) -> None:
+        o, a, r = ep.observations, ep.actions, ep.rewards
+        sig = (
+            o.dtype,
+            o.shape[1:],
+            a.dtype,
+            a.shape[1:],
+            r.dtype,
+            *((k, v.dtype, v.shape[1:]) for k, v in ep.extras.items()),
+        )
+        if sig in self._accepted:  # the common case: the same layout as before
+            return
+        self._check_columns_slowly(ep)
+        if len(self._accepted) < 64:
+            self._accepted.add(sig)
+
+    def _check_columns_slowly(self, ep: Episode) -> None:
         if set(ep.extras) != set(self.extra_names):
             raise EpisodeValidationError(
                 f"episode carries extra columns {sorted(ep.extras)}, the buffer holds "
@@ -393,6 +410,7 @@ class EpisodeStorage:
             int(meta["first_serial"]), {k[4:]: v for k, v in arrays.items() if k.startswith("tab/")}
         )
         self.columns = columns
+        self._accepted.clear()
         self.extra_names = tuple(meta["extra_names"])
         self.head = int(meta["head"])
         self.counters = {k: int(v) for k, v in meta["counters"].items()}
