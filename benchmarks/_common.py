@@ -6,9 +6,10 @@ at least the keys in :data:`KEYS`::
     {"bench": "cartpole_rows.map", "impl": "ours", "throughput": 2.1e6, "unit": "rows/s",
      "seconds": 0.47, "peak_mem_mb": 61.2, "n": 1000003, ...extras}
 
-* ``throughput`` is ``n / seconds``; ``seconds`` is the **median** over the timed repeats (after
-  an untimed warm-up); extras ``seconds_best`` / ``throughput_best`` give the fastest repeat and
-  ``repeats`` how many there were.
+* ``throughput`` is ``n / seconds``; ``seconds`` is the **median** wall time over the timed
+  repeats (after an untimed warm-up); extras ``seconds_best`` / ``throughput_best`` give the
+  fastest repeat, ``repeats`` how many there were, and ``cpu_seconds`` / ``cpu_throughput`` the
+  median process CPU time where it was measured (steadier than wall time on a shared machine).
 * ``peak_mem_mb`` is measured in a separate, untimed run of the same call (tracing slows
   allocation-heavy code, so it never overlaps a timed run). It is the sum of two peaks above the
   level at the start of the call: ``py_peak_mb`` -- ``tracemalloc``'s peak, which covers Python
@@ -21,7 +22,8 @@ at least the keys in :data:`KEYS`::
 * ``loadavg_1m`` is the machine's 1-minute load average when the line is written: figures taken
   while other work shares the cores are noisy (compare it with the number of cores).
 * An RLlib line that could not be measured is ``{"bench": ..., "impl": "rllib", "skipped":
-  reason}``; a ratio line is ``{"bench": ..., "impl": "ratio", "ratio": ours / rllib}``.
+  reason}``; a ratio line is ``{"bench": ..., "impl": "ratio", "ratio": ours / rllib}``
+  (medians; also ``ratio_best`` and, where both sides measured CPU time, ``ratio_cpu``).
 
 This module imports only the standard library, numpy and pyarrow, so the RLlib-side scripts
 (run by the RLlib venv's python) use it too. It never imports ``offline_prelearner``.
@@ -184,9 +186,15 @@ def _episode_end(table: pa.Table, limit: int, column: str | None) -> int:
 
 @dataclass(frozen=True)
 class Timing:
-    """Seconds of each timed repeat (the warm-up is not included)."""
+    """Wall seconds of each timed repeat (the warm-up is not included), and CPU seconds if known.
+
+    ``cpu`` is this process's CPU time (``time.process_time``, all threads) per repeat. On a
+    shared machine it is far less disturbed by other processes than wall time; a multi-threaded
+    call (e.g. a Parquet read) can use more CPU than wall time.
+    """
 
     times: tuple[float, ...]
+    cpu: tuple[float, ...] = ()
 
     @property
     def median(self) -> float:
@@ -196,23 +204,36 @@ class Timing:
     def best(self) -> float:
         return min(self.times)
 
+    @property
+    def cpu_median(self) -> float | None:
+        return statistics.median(self.cpu) if self.cpu else None
 
-def time_repeats(fn: Callable[[], float | None], repeats: int, warmup: int = 1) -> Timing:
+
+Elapsed = float | tuple[float, float] | None
+
+
+def time_repeats(fn: Callable[[], Elapsed], repeats: int, warmup: int = 1) -> Timing:
     """Runs ``fn`` ``warmup`` times untimed, then ``repeats`` times timed.
 
-    ``fn`` may return its own elapsed seconds (when only part of it is to be timed, e.g. the map
-    but not the Parquet read); otherwise the wall time of the whole call is used. A full garbage
-    collection runs before each call, never inside one.
+    ``fn`` may return its own elapsed seconds -- wall, or ``(wall, cpu)`` -- when only part of it
+    is to be timed (e.g. the map but not the Parquet read); otherwise the wall and CPU time of
+    the whole call are used. A full garbage collection runs before each call, never inside one.
     """
-    times = []
+    times, cpus = [], []
     for i in range(warmup + repeats):
         gc.collect()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         inner = fn()
-        elapsed = time.perf_counter() - t0 if inner is None else float(inner)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        if isinstance(inner, tuple):
+            wall, cpu = float(inner[0]), float(inner[1])
+        elif inner is not None:
+            wall, cpu = float(inner), float("nan")
         if i >= warmup:
-            times.append(elapsed)
-    return Timing(tuple(times))
+            times.append(wall)
+            cpus.append(cpu)
+    known = all(c == c for c in cpus)  # NaN: fn reported wall time only
+    return Timing(tuple(times), tuple(cpus) if known else ())
 
 
 @dataclass(frozen=True)
@@ -287,6 +308,9 @@ def record(
         "throughput_best": round(n / timing.best, 1),
         "repeats": len(timing.times),
     }
+    if timing.cpu_median:
+        line["cpu_seconds"] = round(timing.cpu_median, 6)
+        line["cpu_throughput"] = round(n / timing.cpu_median, 1)
     if memory is not None:
         line["py_peak_mb"] = round(memory.py_mb, 1)
         line["arrow_peak_mb"] = round(memory.arrow_mb, 1)
@@ -377,6 +401,8 @@ def ratio_lines(lines: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "n_ours": ours["n"],
             "n_rllib": theirs["n"],
         }
+        if ours.get("cpu_throughput") and theirs.get("cpu_throughput"):
+            line["ratio_cpu"] = round(ours["cpu_throughput"] / theirs["cpu_throughput"], 1)
         for key, value in ours.items():
             if key.endswith("_per_s") and key in theirs:
                 line[f"ratio_{key}"] = round(value / theirs[key], 1)
