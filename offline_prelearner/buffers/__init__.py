@@ -1,6 +1,7 @@
 """Replay storage and buffers: ring storage of episodes, composed with samplers and units."""
 
-from .prioritized import PrioritizedEpisodeReplayBuffer
+from typing import Any
+
 from .replay_buffer import INDICES, EpisodeReplayBuffer
 from .segment_tree import MinTree, SumTree
 from .storage import Change, EpisodeStorage
@@ -14,3 +15,13 @@ __all__ = [
     "PrioritizedEpisodeReplayBuffer",
     "SumTree",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: samplers.prioritized imports buffers.segment_tree, which runs this
+    # package's __init__; an eager import of buffers.prioritized here would close a cycle.
+    if name == "PrioritizedEpisodeReplayBuffer":
+        from .prioritized import PrioritizedEpisodeReplayBuffer
+
+        return PrioritizedEpisodeReplayBuffer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
