@@ -249,7 +249,10 @@ def _chunked(column: pa.ChunkedArray, shape: tuple[int, ...] | None) -> np.ndarr
         return _convert(pa.array([], column.type), shape)
     parts = []
     base = 0
-    for chunk in column.chunks:
+    chunks = [c for c in column.chunks if len(c)]  # an empty list chunk has no inner shape
+    if len(chunks) <= 1:
+        return _convert(chunks[0] if chunks else column.chunk(0), shape)
+    for chunk in chunks:
         try:
             parts.append(_convert(chunk, shape))
         except _Bad as bad:

@@ -154,7 +154,7 @@ def factorize(values: pa.ChunkedArray | pa.Array | np.ndarray) -> tuple[np.ndarr
     if isinstance(values.type, pa.ExtensionType):
         values = values.storage
     if pa.types.is_null(values.type):
-        return np.zeros(len(values), np.int64), [None]
+        return np.zeros(len(values), np.int64), [None] if len(values) else []
     try:
         enc = pc.dictionary_encode(values, null_encoding="encode")
     except pa.ArrowException as e:
