@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -137,7 +138,9 @@ def to_numpy(
     )
 
 
-def stack_cells(cells: Sequence[Any], name: str, source: str | None = None) -> np.ndarray:
+def stack_cells(
+    cells: Sequence[Any] | np.ndarray, name: str, source: str | None = None
+) -> np.ndarray:
     """Stacks per-row values (arrays, scalars or lists) into ``[n, *shape]``.
 
     This walks the cells (they are separate Python objects, so there is no columnar shortcut);
@@ -151,7 +154,7 @@ def stack_cells(cells: Sequence[Any], name: str, source: str | None = None) -> n
 
 
 def decode_cells(
-    cells: Sequence[Any],
+    cells: Sequence[Any] | np.ndarray,
     codec: str,
     name: str,
     source: str | None = None,
@@ -256,7 +259,7 @@ def _chunked(column: pa.ChunkedArray, shape: tuple[int, ...] | None) -> np.ndarr
         try:
             parts.append(_convert(chunk, shape))
         except _Bad as bad:
-            raise bad.shifted(lambda r, b=base: r + b) from None
+            raise bad.shifted(partial(np.add, base)) from None
         base += len(chunk)
     try:
         return np.concatenate(parts)
@@ -377,7 +380,7 @@ def _from_ndarray(array: np.ndarray) -> np.ndarray:
     return array  # strings, bytes, dicts, ids: an object column stays one
 
 
-def _stack(cells: Sequence[Any]) -> np.ndarray:
+def _stack(cells: Sequence[Any] | np.ndarray) -> np.ndarray:
     n = len(cells)
     if n == 0:
         return np.empty((0,))

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from .. import columns as C
 from ..arrowcols import ColumnValueError, decode_cells
@@ -45,7 +46,7 @@ from ..episode import Episode
 from ..errors import ConfigError, DataError, EpisodeValidationError, SchemaError, Where
 from ..report import EpisodeBatch
 from ..schema import load_schema
-from . import Batch, register_reader
+from . import register_reader
 from ._batch import (
     ColumnBatch,
     Groups,
@@ -103,7 +104,9 @@ class RowsReader:
         return dict(self._pending)
 
     # ------------------------------------------------------------------ entry point
-    def read(self, batch: Batch, source: str | None = None) -> EpisodeBatch:
+    def read(
+        self, batch: pa.Table | Mapping[str, np.ndarray], source: str | None = None
+    ) -> EpisodeBatch:
         """Turns one batch of rows into episodes; every row ends up kept or rejected."""
         out = EpisodeBatch(on_invalid=self.config.on_invalid)
         frame = ColumnBatch(batch, source)
