@@ -38,6 +38,13 @@ def shared_data_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "shared" / "data" / "rllib-2.60"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests using ``shared_data`` get the ``rllib_data`` marker (``-m "not rllib_data"``)."""
+    for item in items:
+        if "shared_data" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.rllib_data)
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     path = shared_data_dir()
