@@ -373,7 +373,12 @@ def test_rows_differ_matches_reference(data: Any) -> None:
     flat = b.reshape(-1)
     for i in flips:
         if b.size:
-            flat[i] = not flat[i] if dtype == np.bool_ else flat[i] + 1
+            if dtype == np.bool_:
+                flat[i] = not flat[i]
+            elif np.issubdtype(dtype, np.integer):
+                flat[i] ^= 1
+            else:
+                flat[i] += 1
     if dtype in (np.float32, np.float64) and b.size:  # -0.0 equals 0.0; NaN equals NaN
         b = np.where(b == 0, -b, b)
     assert rows_differ(a, b).tolist() == row_differs_reference(a, b)
