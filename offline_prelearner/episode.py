@@ -80,6 +80,39 @@ class Episode:
         self.extras = {k: np.asarray(v) for k, v in (extras or {}).items()}
         self._check()
 
+    @classmethod
+    def _trusted(
+        cls,
+        id: Any,
+        observations: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        terminated: bool,
+        truncated: bool,
+        agent_id: Any,
+        module_id: Any,
+        t_started: int,
+        extras: dict[str, np.ndarray],
+    ) -> Episode:
+        """An episode whose invariants the caller has already established, without checks.
+
+        For the batch decoder only: it checks lengths, flags and ``t`` as vectors over a whole
+        batch and passes one episode of each layout through the real constructor first.
+        """
+        ep = object.__new__(cls)
+        ep.id = id
+        ep.observations = observations
+        ep.actions = actions
+        ep.rewards = rewards
+        ep.terminated = terminated
+        ep.truncated = truncated
+        ep.agent_id = agent_id
+        ep.module_id = module_id
+        ep.t_started = t_started
+        ep.infos = None
+        ep.extras = extras
+        return ep
+
     # ------------------------------------------------------------------ invariants
     def _check(self) -> None:
         eid = self.id

@@ -392,7 +392,10 @@ def test_sliced_chunked_and_large_binary_columns(make_episode: Any) -> None:
         [table_of(items[:2]).to_batches()[0], table_of(items[2:]).to_batches()[0]]
     )
     large = pa.table({ITEM: pa.array(items, type=pa.large_binary())})
+    batches = table_of(items).to_batches()
+    assert len(batches) == 1
     for table, expect in [
+        (batches[0], eps),
         (table_of(items).slice(2, 3), eps[2:5]),
         (chunked, eps),
         (large, eps),
@@ -402,6 +405,22 @@ def test_sliced_chunked_and_large_binary_columns(make_episode: Any) -> None:
         assert len(out.episodes) == len(expect)
         for a, b in zip(out.episodes, expect, strict=True):
             assert_same_episode(a, b)
+
+
+def test_more_layouts_than_the_scanner_learns(make_episode: Any, monkeypatch: Any) -> None:
+    """Twelve layouts in one batch (other extras): eight are learned, the rest are walked."""
+    import offline_prelearner.readers.episodes as module
+
+    eps = [make_episode(3 + k % 4, id=f"e{k}", seed=k, extras=(f"x{k % 12}",)) for k in range(40)]
+    items = [pack_rllib(rllib_state(e)) for e in eps]
+    general: list[bytes] = []
+    real = module.decode_episode
+    monkeypatch.setattr(module, "decode_episode", lambda b, lim=None: general.append(b) or real(b))
+    for _ in range(2):
+        out = EpisodesReader().read(table_of(items))
+        for a, b in zip(out.episodes, eps, strict=True):
+            assert_same_episode(a, b)
+    assert general == []
 
 
 def test_nonempty_infos_survive_and_empty_ones_are_dropped(make_episode: Any) -> None:
@@ -448,6 +467,13 @@ def test_garbage_record_has_no_episode_id() -> None:
         EpisodesReader().read(table_of([b"\xc1\xc1"]), "f")
     assert info.value.where.row == 0 and info.value.where.episode_id is None
     assert info.value.reason == "bad_msgpack"
+
+
+def test_empty_records_after_a_learned_layout(make_episode: Any) -> None:
+    reader = EpisodesReader(ReadConfig(format="episodes", on_invalid="skip"))
+    reader.read(table_of([pack_rllib(rllib_state(make_episode(2)))]))
+    out = reader.read(table_of([b"", b""]))
+    assert [r.reason for r in out.rejections] == ["bad_msgpack", "bad_msgpack"]
 
 
 def test_skip_and_quarantine_account_for_every_row(make_episode: Any) -> None:

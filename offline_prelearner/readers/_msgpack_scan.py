@@ -1,243 +1,70 @@
-"""Fast path for msgpack episode records: a batch of records decoded with a few numpy operations.
+"""Reading the layout of msgpack episode records, one record at a time.
 
 RLlib writes an episode's buffers *non-finalized*: ``observations`` is a list with one
-msgpack-numpy record per step (``{b"nd", b"type", b"kind", b"shape", b"data"}``), ``actions`` a
-list of scalar records, ``rewards`` a list of msgpack floats, ``infos`` a list of (mostly empty)
-maps. Decoding that with ``msgpack.unpackb`` builds hundreds of small Python objects per episode.
+msgpack-numpy record per step, ``actions`` a list of scalar records, ``rewards`` a list of msgpack
+floats, ``infos`` a list of (mostly empty) maps. Decoding that with ``msgpack.unpackb`` builds
+hundreds of small Python objects per episode.
 
-Here each record is walked at the *header* level only (keys, scalars, list headers), once per
-episode, and every per-step list is described by a :class:`_Template`: the bytes each element
-repeats (``prefix``) and the size of the part that changes (the payload). The elements of a list
-are then assumed to be ``size`` bytes apart. Nothing is trusted yet: :func:`assemble` gathers the
-lists of a whole batch into one ``[rows, size]`` byte matrix per template and checks, in one numpy
-comparison, that every element repeats the prefix byte for byte. An element that repeats the prefix
-has the same structure (keys, dtype, shape, payload length), so the layout is proven, not guessed.
-Episodes whose lists are not uniform (mixed int/float rewards, ragged observations, non-empty
-infos that are not plain maps...) or that use anything else this walker does not know are handed
-back as ``None``; the caller decodes them with the general, safe path
+:class:`EpisodeScanner` walks a record at the *header* level (keys, scalars, list headers) and
+describes each per-step list by a :class:`~._msgpack_layout.Template` and its position, without
+decoding the elements. Each walk also yields a :class:`Program`: the record's bytes with the parts
+that vary (list contents, the id, ``t``, the flags) cut out. Records of one dataset share their
+programs, so the batch decoder (:mod:`._msgpack_batch`) matches a program against a whole batch
+with numpy and only walks the records that do not match.
+
+The scanner never trusts what it infers: list positions are bounded by the record, every element
+is checked against its template by the batch decoder, and anything unfamiliar raises
+:class:`~._msgpack_layout.Fallback`, sending the record to the general path
 (:func:`~offline_prelearner.codec.unpackb` + :meth:`Episode.from_state`), which is also the
-reference the tests compare this module with. The values produced are the same, dtype for dtype.
-
-Nothing here unpickles or allocates more than the message it reads: object dtypes make the walker
-give up (the general path then refuses them with a clear error), list extents are checked against
-the record's end before use.
+reference the tests compare with. Object dtypes make it give up (the general path refuses them).
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from ..codec import DecodeLimits, _numpy_hook
-from ..episode import Episode
-
-__all__ = ["EpisodeScanner", "Fallback", "Plan", "assemble"]
-
-
-class Fallback(Exception):
-    """The fast path does not handle this record; decode it with the general path.
-
-    ``episode_id`` is the id read before giving up (None if not reached), for error messages.
-    """
-
-    def __init__(self, episode_id: Any = None) -> None:
-        super().__init__()
-        self.episode_id = episode_id
-
-
-# --------------------------------------------------------------------------------------------
-# element templates
-# --------------------------------------------------------------------------------------------
-@dataclass(frozen=True, eq=False)
-class _Template:
-    """How each element of a per-step list is laid out.
-
-    Every element is ``size`` bytes: ``prefix`` (identical in all elements), then a payload of
-    ``size - len(prefix)`` bytes read as ``dtype`` with per-element ``shape``. ``check`` tests
-    1-byte elements that have no prefix (fixints, bools, empty maps); ``convert`` turns the
-    stored values into what ``np.asarray`` of the decoded Python values would give.
-    """
-
-    prefix: bytes
-    size: int
-    dtype: np.dtype[Any]
-    shape: tuple[int, ...] = ()
-    check: Callable[[np.ndarray], np.ndarray] | None = None
-    convert: Callable[[np.ndarray], np.ndarray] | None = None
-    first: frozenset[int] | None = None  # bytes a 1-byte element may be (``check`` in Python)
-    prefix_u8: np.ndarray = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "prefix_u8", np.frombuffer(self.prefix, np.uint8))
-
-    def bad_rows(self, mat: np.ndarray) -> np.ndarray | None:
-        """Rows of a ``[rows, size]`` byte matrix that are not elements of this layout.
-
-        None when every row is (checked with one comparison over the whole matrix first).
-        """
-        plen = len(self.prefix)
-        ok = None
-        if plen:
-            head = mat[:, :plen]
-            if not np.array_equal(head, np.broadcast_to(self.prefix_u8, head.shape)):
-                ok = (head == self.prefix_u8).all(axis=1)
-        if self.check is not None:
-            c = self.check(mat[:, 0])
-            ok = c if ok is None else ok & c
-        if ok is None or ok.all():
-            return None
-        return np.flatnonzero(~ok)
-
-    def values(self, mat: np.ndarray) -> np.ndarray:
-        """The payloads of a ``[rows, size]`` byte matrix as ``[rows, *shape]`` values."""
-        n = len(mat)
-        if self.size == len(self.prefix):  # zero-size payloads
-            out = np.zeros((n, *self.shape), dtype=self.dtype)
-        else:
-            payload = np.ascontiguousarray(mat[:, len(self.prefix) :])
-            out = payload.view(self.dtype).reshape((n, *self.shape))
-        return self.convert(out) if self.convert is not None else out
-
-
-def _as_int64(a: np.ndarray) -> np.ndarray:
-    return a.astype(np.int64).reshape(len(a))
-
-
-def _as_float64(a: np.ndarray) -> np.ndarray:
-    return a.astype(np.float64).reshape(len(a))
-
-
-def _fixint_ok(b: np.ndarray) -> np.ndarray:
-    return b.view(np.int8) >= -32  # 0x00-0x7f and 0xe0-0xff
-
-
-def _bool_ok(b: np.ndarray) -> np.ndarray:
-    return (b == 0xC2) | (b == 0xC3)
-
-
-_FIXINT = _Template(
-    b"",
-    1,
-    np.dtype(np.int8),
-    check=_fixint_ok,
-    convert=_as_int64,
-    first=frozenset([*range(0x80), *range(0xE0, 0x100)]),
-)
-_BOOL = _Template(
-    b"",
-    1,
-    np.dtype(np.uint8),
-    check=_bool_ok,
-    convert=lambda a: a.reshape(len(a)) == 0xC3,
-    first=frozenset([0xC2, 0xC3]),
-)
-_EMPTY_MAP = _Template(
-    b"", 1, np.dtype(np.uint8), check=lambda b: b == 0x80, first=frozenset([0x80])
+from ._msgpack_layout import (
+    BOOL,
+    EMPTY_MAP,
+    FIXINT,
+    NUMBERS,
+    Fallback,
+    Template,
+    array_len,
+    is_container,
+    map_len,
+    scalar,
 )
 
-# A list of plain msgpack numbers, all written with the same marker byte.
-_NUMBERS: dict[int, _Template] = {
-    marker: _Template(bytes([marker]), 1 + np.dtype(dt).itemsize, np.dtype(dt), convert=conv)
-    for marker, dt, conv in [
-        (0xCA, ">f4", _as_float64),
-        (0xCB, ">f8", _as_float64),
-        (0xCC, "u1", _as_int64),
-        (0xCD, ">u2", _as_int64),
-        (0xCE, ">u4", _as_int64),
-        (0xD0, "i1", _as_int64),
-        (0xD1, ">i2", _as_int64),
-        (0xD2, ">i4", _as_int64),
-        (0xD3, ">i8", _as_int64),
-    ]
-}
-
-_INT_FORMATS = {
-    0xCC: ">B",
-    0xCD: ">H",
-    0xCE: ">I",
-    0xCF: ">Q",
-    0xD0: ">b",
-    0xD1: ">h",
-    0xD2: ">i",
-    0xD3: ">q",
-    0xCA: ">f",
-    0xCB: ">d",
-}
-_INT_STRUCTS = {c: struct.Struct(f) for c, f in _INT_FORMATS.items()}
-
-
-# --------------------------------------------------------------------------------------------
-# header-level walking
-# --------------------------------------------------------------------------------------------
-def _map_len(buf: bytes, pos: int) -> tuple[int, int]:
-    c = buf[pos]
-    if 0x80 <= c <= 0x8F:
-        return c & 0x0F, pos + 1
-    if c == 0xDE:
-        return int.from_bytes(buf[pos + 1 : pos + 3], "big"), pos + 3
-    if c == 0xDF:
-        return int.from_bytes(buf[pos + 1 : pos + 5], "big"), pos + 5
-    raise Fallback
-
-
-def _array_len(buf: bytes, pos: int) -> tuple[int, int]:
-    c = buf[pos]
-    if 0x90 <= c <= 0x9F:
-        return c & 0x0F, pos + 1
-    if c == 0xDC:
-        return int.from_bytes(buf[pos + 1 : pos + 3], "big"), pos + 3
-    if c == 0xDD:
-        return int.from_bytes(buf[pos + 1 : pos + 5], "big"), pos + 5
-    raise Fallback
-
-
-def _scalar(buf: bytes, pos: int) -> tuple[Any, int]:
-    """Decodes one scalar (nil, bool, int, float, str, bin); containers raise :class:`Fallback`."""
-    c = buf[pos]
-    if c <= 0x7F:
-        return c, pos + 1
-    if 0xA0 <= c <= 0xBF:
-        end = pos + 1 + (c & 0x1F)
-        return buf[pos + 1 : end].decode("utf-8"), end
-    if c >= 0xE0:
-        return c - 0x100, pos + 1
-    if c == 0xC0:
-        return None, pos + 1
-    if c == 0xC2 or c == 0xC3:
-        return c == 0xC3, pos + 1
-    st = _INT_STRUCTS.get(c)
-    if st is not None:
-        return st.unpack_from(buf, pos + 1)[0], pos + 1 + st.size
-    if c in (0xD9, 0xDA, 0xDB, 0xC4, 0xC5, 0xC6):
-        width = 1 << ((c - 0xD9) if c >= 0xD9 else (c - 0xC4))
-        start = pos + 1 + width
-        end = start + int.from_bytes(buf[pos + 1 : start], "big")
-        raw = buf[start:end]
-        if len(raw) != end - start:
-            raise Fallback
-        return (raw.decode("utf-8") if c >= 0xD9 else raw), end
-    raise Fallback
-
-
-def _is_container(c: int) -> bool:
-    return 0x80 <= c <= 0x9F or 0xDC <= c <= 0xDF
+__all__ = [
+    "DATA",
+    "EXTRA",
+    "FLAG",
+    "FLAG_BYTE",
+    "SCALAR",
+    "SKIP",
+    "Column",
+    "EpisodeScanner",
+    "Plan",
+    "Program",
+]
 
 
 # --------------------------------------------------------------------------------------------
 # per-episode plan
 # --------------------------------------------------------------------------------------------
 @dataclass(slots=True)
-class _Column:
+class Column:
     """One buffer of an episode: a per-step list (template, position, count) or a whole array."""
 
     lookback: int = 0
-    template: _Template | None = None
+    template: Template | None = None
     pos: int = 0
     count: int = 0
     array: np.ndarray | None = None
@@ -251,13 +78,13 @@ class Plan:
 
     row: int
     fields: dict[str, Any] = field(default_factory=dict)
-    columns: dict[str, _Column] = field(default_factory=dict)  # observations, actions, ...
-    extras: dict[str, _Column] = field(default_factory=dict)
+    columns: dict[str, Column] = field(default_factory=dict)  # observations, actions, ...
+    extras: dict[str, Column] = field(default_factory=dict)
     spaces: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
-class _Program:
+class Program:
     """A record layout learned from one walk: literal bytes between the parts that vary.
 
     ``steps`` are ``(literal, op, arg)``: the record must repeat ``literal`` byte for byte, then
@@ -270,14 +97,14 @@ class _Program:
     spaces: dict[str, bytes]
 
 
-_DATA, _EXTRA, _SCALAR, _FLAG, _FLAG_BYTE, _SKIP = range(6)
+DATA, EXTRA, SCALAR, FLAG, FLAG_BYTE, SKIP = range(6)
 #: The last byte of a flag's encoding -> its value: msgpack bools, msgpack-numpy bool records.
-_FLAG_BYTES = {1: {0xC2: False, 0xC3: True}, 0: {0x00: False, 0x01: True}}
+FLAG_BYTES = {1: {0xC2: False, 0xC3: True}, 0: {0x00: False, 0x01: True}}
 
 
 _BUFFERS = ("observations", "actions", "rewards", "infos")
-_SCALARS = ("id_", "agent_id", "module_id", "t_started", "t")
-_FLAGS = ("is_terminated", "is_truncated")
+_SCALAR_KEYS = ("id_", "agent_id", "module_id", "t_started", "t")
+_FLAG_KEYS = ("is_terminated", "is_truncated")
 _FLAG_ENCODINGS: dict[bytes, bool] = {b"\xc2": False, b"\xc3": True}
 for _v in (False, True):
     _FLAG_ENCODINGS[
@@ -288,19 +115,19 @@ for _v in (False, True):
 class EpisodeScanner:
     """Reads the layout of msgpack episode records; keeps what it learns between records.
 
-    A record is first matched against the layouts (:class:`_Program`) learned so far; if none
+    A record is first matched against the layouts (:class:`Program`) learned so far; if none
     fits, it is walked key by key, which teaches a new layout. Templates of per-step records and
     byte strings of space maps are cached too. One scanner per reader (per dataset).
     """
 
     _MAX_CACHED = 64
-    _MAX_PROGRAMS = 8
+    MAX_PROGRAMS = 8
 
     def __init__(self, limits: DecodeLimits) -> None:
         self.limits = limits
-        self._records: list[_Template] = []
+        self._records: list[Template] = []
         self._skips: list[bytes] = []  # byte strings of space maps seen before
-        self._programs: list[_Program] = []
+        self._programs: list[Program] = []
         self._trace: list[tuple[int, int, int, Any]] = []
 
     # ---------------------------------------------------------------- generic pieces
@@ -326,8 +153,8 @@ class EpisodeScanner:
 
     def _skip(self, buf: bytes, pos: int, end: int, remember: bool = False) -> int:
         c = buf[pos]
-        if not _is_container(c):
-            return _scalar(buf, pos)[1]
+        if not is_container(c):
+            return scalar(buf, pos)[1]
         if c == 0x80 or c == 0x90:
             return pos + 1
         for known in self._skips:
@@ -344,11 +171,20 @@ class EpisodeScanner:
         return new
 
     # ---------------------------------------------------------------- one record
-    def scan(self, buf: bytes, start: int, end: int, row: int) -> Plan:
-        """The plan of the record ``buf[start:end]``; raises :class:`Fallback` when unsure."""
+    @property
+    def programs(self) -> list[Program]:
+        """The record layouts learned so far (at most ``MAX_PROGRAMS``)."""
+        return self._programs
+
+    def scan(self, buf: bytes, start: int, end: int, row: int, try_programs: bool = True) -> Plan:
+        """The plan of the record ``buf[start:end]``; raises :class:`Fallback` when unsure.
+
+        Learned programs are tried first (unless ``try_programs`` is false); otherwise the record
+        is walked, which teaches a new program.
+        """
         if end - start > self.limits.max_message_bytes:
             raise Fallback
-        for prog in self._programs:
+        for prog in self._programs if try_programs else ():
             plan = Plan(row)
             try:
                 if self._run(prog, buf, start, end, plan) == end:
@@ -365,21 +201,21 @@ class EpisodeScanner:
             raise Fallback(plan.fields.get("id_")) from None
         if pos != end:
             raise Fallback(plan.fields.get("id_"))
-        if len(self._programs) < self._MAX_PROGRAMS:
+        if len(self._programs) < self.MAX_PROGRAMS:
             self._programs.append(self._learn(buf, start, end, plan))
         return plan
 
-    def _learn(self, buf: bytes, start: int, end: int, plan: Plan) -> _Program:
+    def _learn(self, buf: bytes, start: int, end: int, plan: Plan) -> Program:
         steps, prev = [], start
         for a, b, op, arg in self._trace:
-            col = (plan.columns if op == _DATA else plan.extras).get(arg) if op <= _EXTRA else None
+            col = (plan.columns if op == DATA else plan.extras).get(arg) if op <= EXTRA else None
             lookback = col.lookback if col is not None else 0
-            hint = col.template if col is not None else arg[1] if op == _FLAG_BYTE else None
+            hint = col.template if col is not None else arg[1] if op == FLAG_BYTE else None
             steps.append((buf[prev:a], op, arg, lookback, hint))
             prev = b
-        return _Program(tuple(steps), buf[prev:end], dict(plan.spaces))
+        return Program(tuple(steps), buf[prev:end], dict(plan.spaces))
 
-    def _run(self, prog: _Program, buf: bytes, pos: int, end: int, plan: Plan) -> int:
+    def _run(self, prog: Program, buf: bytes, pos: int, end: int, plan: Plan) -> int:
         """Matches a learned layout; the same result as walking, or :class:`Fallback`."""
         fields, columns, extras = plan.fields, plan.columns, plan.extras
         startswith = buf.startswith
@@ -387,7 +223,7 @@ class EpisodeScanner:
             if not startswith(literal, pos):
                 raise Fallback
             pos += len(literal)
-            if op <= _EXTRA:
+            if op <= EXTRA:
                 c = buf[pos]
                 if c == 0xDC:
                     count, first = (buf[pos + 1] << 8) | buf[pos + 2], pos + 3
@@ -401,58 +237,58 @@ class EpisodeScanner:
                     and startswith(hint.prefix, first)
                     and (hint.first is None or buf[first] in hint.first)
                 ):
-                    col = _Column(lookback, hint, first, count)
+                    col = Column(lookback, hint, first, count)
                     pos = first + count * hint.size
                     if pos > end:
                         raise Fallback
                 else:
-                    col = _Column(lookback)
+                    col = Column(lookback)
                     pos = self._scan_data(buf, pos, end, col, arg)
-                (columns if op == _DATA else extras)[arg] = col
-            elif op == _SCALAR:
-                fields[arg], pos = _scalar(buf, pos)
-            elif op == _FLAG_BYTE:
+                (columns if op == DATA else extras)[arg] = col
+            elif op == SCALAR:
+                fields[arg], pos = scalar(buf, pos)
+            elif op == FLAG_BYTE:
                 value = hint.get(buf[pos])
                 if value is None:
                     raise Fallback
                 fields[arg[0]] = value
                 pos += 1
-            elif op == _FLAG:
+            elif op == FLAG:
                 pos = self._scan_flag(buf, pos, end, plan, arg)
-            elif _is_container(buf[pos]):  # _SKIP: any scalar
+            elif is_container(buf[pos]):  # SKIP: any scalar
                 raise Fallback
             else:
-                pos = _scalar(buf, pos)[1]
+                pos = scalar(buf, pos)[1]
         if not startswith(prog.tail, pos):
             raise Fallback
         plan.spaces = prog.spaces
         return pos + len(prog.tail)
 
     def _scan_state(self, buf: bytes, pos: int, end: int, plan: Plan) -> int:
-        n, pos = _map_len(buf, pos)
+        n, pos = map_len(buf, pos)
         fields, trace = plan.fields, self._trace
         for _ in range(n):  # one iteration per state key (~18), not per step
-            key, pos = _scalar(buf, pos)
+            key, pos = scalar(buf, pos)
             start = pos
             if key in _BUFFERS:
                 pos = self._scan_buffer(buf, pos, end, plan, key)
-            elif key in _SCALARS:
-                fields[key], pos = _scalar(buf, pos)
-                trace.append((start, pos, _SCALAR, key))
-            elif key in _FLAGS:
+            elif key in _SCALAR_KEYS:
+                fields[key], pos = scalar(buf, pos)
+                trace.append((start, pos, SCALAR, key))
+            elif key in _FLAG_KEYS:
                 pos = self._scan_flag(buf, pos, end, plan, key)
                 enc = buf[start:pos]
                 if enc in _FLAG_ENCODINGS:  # known encoding: only its last byte varies
-                    trace.append((pos - 1, pos, _FLAG_BYTE, (key, _FLAG_BYTES[len(enc) == 1])))
+                    trace.append((pos - 1, pos, FLAG_BYTE, (key, FLAG_BYTES[len(enc) == 1])))
                 else:
-                    trace.append((start, pos, _FLAG, key))
+                    trace.append((start, pos, FLAG, key))
             elif key == "extra_model_outputs":
                 if buf[pos] == 0xC0:
                     pos += 1
                     continue
-                m, pos = _map_len(buf, pos)
+                m, pos = map_len(buf, pos)
                 for _ in range(m):
-                    name, pos = _scalar(buf, pos)
+                    name, pos = scalar(buf, pos)
                     if not isinstance(name, str) or buf[pos] in (0x80, 0xC0):
                         raise Fallback  # empty extras: the general path drops them
                     pos = self._scan_buffer(buf, pos, end, plan, name, extra=True)
@@ -463,8 +299,8 @@ class EpisodeScanner:
                 raise Fallback  # a MultiAgentEpisode state, or not an episode: general path
             else:
                 pos = self._skip(buf, pos, end)
-                if not _is_container(buf[start]):
-                    trace.append((start, pos, _SKIP, None))
+                if not is_container(buf[start]):
+                    trace.append((start, pos, SKIP, None))
             if pos > end:
                 raise Fallback
         return pos
@@ -481,18 +317,18 @@ class EpisodeScanner:
     def _scan_buffer(
         self, buf: bytes, pos: int, end: int, plan: Plan, name: str, extra: bool = False
     ) -> int:
-        n, pos = _map_len(buf, pos)
-        col = _Column()
+        n, pos = map_len(buf, pos)
+        col = Column()
         seen_data = False
         for _ in range(n):
-            key, pos = _scalar(buf, pos)
+            key, pos = scalar(buf, pos)
             if key == "data":
                 seen_data = True
                 start = pos
                 pos = self._scan_data(buf, pos, end, col, name)
-                self._trace.append((start, pos, _EXTRA if extra else _DATA, name))
+                self._trace.append((start, pos, EXTRA if extra else DATA, name))
             elif key == "lookback":
-                col.lookback, pos = _scalar(buf, pos)
+                col.lookback, pos = scalar(buf, pos)
                 if not isinstance(col.lookback, int) or col.lookback < 0:
                     raise Fallback
             else:  # finalized, space, ...
@@ -502,12 +338,12 @@ class EpisodeScanner:
         (plan.extras if extra else plan.columns)[name] = col
         return pos
 
-    def _scan_data(self, buf: bytes, pos: int, end: int, col: _Column, name: str) -> int:
+    def _scan_data(self, buf: bytes, pos: int, end: int, col: Column, name: str) -> int:
         c = buf[pos]
         if 0x90 <= c <= 0x9F:
             count, first = c & 0x0F, pos + 1
         elif c == 0xDC or c == 0xDD:
-            count, first = _array_len(buf, pos)
+            count, first = array_len(buf, pos)
         else:  # a finalized buffer: one array record
             if name == "infos":
                 col.items, pos = self._decode(buf, pos, end)
@@ -530,16 +366,16 @@ class EpisodeScanner:
             raise Fallback
         return stop
 
-    def _template(self, buf: bytes, pos: int, end: int) -> _Template:
+    def _template(self, buf: bytes, pos: int, end: int) -> Template:
         c = buf[pos]
         if c <= 0x7F or c >= 0xE0:
-            return _FIXINT
+            return FIXINT
         if c in (0xC2, 0xC3):
-            return _BOOL
+            return BOOL
         if c == 0x80:
-            return _EMPTY_MAP
-        if c in _NUMBERS:
-            return _NUMBERS[c]
+            return EMPTY_MAP
+        if c in NUMBERS:
+            return NUMBERS[c]
         if not (0x81 <= c <= 0x8F or c == 0xDE):
             raise Fallback
         for t in self._records:
@@ -550,15 +386,15 @@ class EpisodeScanner:
             self._records.append(tmpl)
         return tmpl
 
-    def _record_template(self, buf: bytes, pos: int, end: int) -> _Template:
+    def _record_template(self, buf: bytes, pos: int, end: int) -> Template:
         """Learns a msgpack-numpy record layout from one element; ``b"data"`` must come last."""
         value, rec_end = self._decode(buf, pos, end)  # safe hook: refuses object dtypes
         if not isinstance(value, np.ndarray | np.generic):
             raise Fallback
-        n, p = _map_len(buf, pos)
+        n, p = map_len(buf, pos)
         payload_at = -1
         for _ in range(n):
-            key, p = _scalar(buf, p)
+            key, p = scalar(buf, p)
             if key == b"data":
                 c = buf[p]
                 if c not in (0xC4, 0xC5, 0xC6):
@@ -571,101 +407,4 @@ class EpisodeScanner:
             raise Fallback
         if value.nbytes > self.limits.max_array_bytes:
             raise Fallback
-        return _Template(buf[pos:payload_at], rec_end - pos, value.dtype, value.shape)
-
-
-# --------------------------------------------------------------------------------------------
-# one batch: check every list in one go, then build episodes
-# --------------------------------------------------------------------------------------------
-def _split(data: np.ndarray, tmpl: _Template, members: list[tuple[int, _Column]]) -> list[int]:
-    """Checks one layout's lists of a whole batch at once; gives each column its values.
-
-    Returns the plan indices whose lists do not all have the layout.
-    """
-    m = len(members)
-    pos = np.fromiter((c.pos for _, c in members), dtype=np.int64, count=m)
-    counts = np.fromiter((c.count for _, c in members), dtype=np.int64, count=m)
-    offsets = np.zeros(m + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    owner = np.repeat(np.arange(m), counts)
-    starts = pos[owner] + (np.arange(offsets[-1]) - offsets[owner]) * tmpl.size
-    mat = sliding_window_view(data, tmpl.size)[starts]  # [rows, size], one gather
-    bad_rows = tmpl.bad_rows(mat)
-    bad = [] if bad_rows is None else np.unique(owner[bad_rows]).tolist()
-    if tmpl is not _EMPTY_MAP:
-        vals = tmpl.values(mat)
-        off = offsets.tolist()
-        for j, (_, col) in enumerate(members):  # per episode: a view
-            col.values = vals[off[j] : off[j + 1]]
-    return [members[j][0] for j in bad]
-
-
-def assemble(buf: bytes, plans: list[Plan | None]) -> list[Episode | Fallback | None]:
-    """Checks the plans' lists in one numpy pass per layout and builds their episodes.
-
-    Returns, per plan: the episode; ``Fallback`` when its lists are not uniform or the episode
-    cannot be built (the caller decodes it with the general path, which raises the definitive
-    error); ``None`` for a ``None`` plan.
-    """
-    data = np.frombuffer(buf, dtype=np.uint8)
-    groups: dict[int, tuple[_Template, list[tuple[int, _Column]]]] = {}
-    for i, plan in enumerate(plans):
-        if plan is None:
-            continue
-        for cols in (plan.columns, plan.extras):
-            for col in cols.values():
-                t = col.template
-                if t is not None:
-                    groups.setdefault(id(t), (t, []))[1].append((i, col))
-    bad: set[int] = set()
-    for tmpl, members in groups.values():
-        bad.update(_split(data, tmpl, members))
-    out: list[Episode | Fallback | None] = [None] * len(plans)
-    for i, plan in enumerate(plans):
-        if plan is None:
-            continue
-        if i in bad:
-            out[i] = Fallback(plan.fields.get("id_"))
-            continue
-        try:
-            out[i] = _build(plan)
-        except Exception:  # an invalid episode: the general path raises the definitive error
-            out[i] = Fallback(plan.fields.get("id_"))
-    return out
-
-
-def _column_values(col: _Column) -> Any:
-    arr: Any
-    if col.array is not None:
-        arr = col.array
-    elif col.items is not None:
-        arr = col.items
-    elif col.template is _EMPTY_MAP:
-        return None  # all infos empty: the episode keeps none
-    else:
-        arr = col.values
-    return arr[col.lookback :] if col.lookback else arr
-
-
-def _build(plan: Plan) -> Episode:
-    f, cols = plan.fields, plan.columns
-    for name in ("observations", "actions", "rewards"):
-        if name not in cols:
-            raise Fallback(f.get("id_"))
-    infos_col = cols.get("infos")
-    infos = None if infos_col is None else _column_values(infos_col)
-    extras = {k: _column_values(c) for k, c in plan.extras.items()}
-    return Episode._from_parts(
-        id=f.get("id_"),
-        observations=_column_values(cols["observations"]),
-        actions=_column_values(cols["actions"]),
-        rewards=_column_values(cols["rewards"]),
-        terminated=bool(f.get("is_terminated", False)),
-        truncated=bool(f.get("is_truncated", False)),
-        agent_id=f.get("agent_id"),
-        module_id=f.get("module_id"),
-        t_started=f.get("t_started"),
-        t=f.get("t"),
-        infos=infos,
-        extras=extras,
-    )
+        return Template(buf[pos:payload_at], rec_end - pos, value.dtype, value.shape)

@@ -34,11 +34,13 @@ from ..errors import DataError, DecodeError, SchemaError, Where
 from ..report import EpisodeBatch
 from ..spaces import space_from_dict
 from . import register_reader
-from ._msgpack_scan import EpisodeScanner, Fallback, Plan, assemble
+from ._msgpack_batch import decode_batch
+from ._msgpack_layout import Fallback
+from ._msgpack_scan import EpisodeScanner
 
 __all__ = ["ITEM", "EpisodesReader", "decode_episode", "episodes_to_table"]
 
-_Batch: TypeAlias = "pa.Table | Mapping[str, Any]"
+_Batch: TypeAlias = "pa.Table | pa.RecordBatch | Mapping[str, Any]"
 
 #: The column RLlib writes episode records to.
 ITEM = "item"
@@ -100,31 +102,22 @@ class EpisodesReader:
     # ---------------------------------------------------------------- reading
     def read(self, batch: _Batch, source: str | None = None) -> EpisodeBatch:
         """Decodes every record of ``batch``; each record is one input row of the ledger."""
+        if isinstance(batch, pa.RecordBatch):
+            batch = pa.Table.from_batches([batch])
         buf, offsets, valid = _item_buffer(batch, source)
         n = len(offsets) - 1
         out = EpisodeBatch(on_invalid=self.config.on_invalid)
         out.ledger.rows_in += n
         bounds = offsets.tolist()
-        plans: list[Plan | None] = [None] * n
-        ids: dict[int, Any] = {}
-        for row in range(n):  # one iteration per episode record
-            if not valid[row]:
-                continue
-            try:
-                plans[row] = self._scanner.scan(buf, bounds[row], bounds[row + 1], row)
-            except Fallback as fb:
-                ids[row] = fb.episode_id
-        for plan in reversed(plans):
-            if plan is not None and plan.spaces:
-                self._space_bytes.update(plan.spaces)
-                break
-        built = assemble(buf, plans)
+        built, spaces = decode_batch(self._scanner, buf, bounds, valid)
+        if spaces:
+            self._space_bytes.update(spaces)
         for row in range(n):
             done = built[row]
             if isinstance(done, Episode):
                 out.add(done, 1)
                 continue
-            seen_id = done.episode_id if isinstance(done, Fallback) else ids.get(row)
+            seen_id = done.episode_id if isinstance(done, Fallback) else None
             result = self._general(buf[bounds[row] : bounds[row + 1]], bool(valid[row]))
             if isinstance(result, Episode):
                 out.add(result, 1)
