@@ -11,6 +11,9 @@ Workloads (bench names; the ``per.*`` ones also run on RLlib 2.60's side, so the
 * ``tree.update`` / ``tree.find_prefixsum`` -- SumTree micro-benchmarks, B=256 over 1M leaves;
 * ``sampler.sample``     -- ``Prioritized.sample`` alone: draws + weights, no unit expansion.
 
+Every line also carries ``cpu_throughput`` (per second of this process's CPU time): a steadier
+figure than wall time when other work shares the two cores (see ``loadavg_1m``).
+
 Episodes are synthetic and deterministic (:func:`cartpole_like`: CartPole's shapes and dtypes,
 episode lengths like a random policy's, rewards 1, terminated; truncated at 500), built the same
 way on both sides. TD errors are drawn once up front and cycled. RLlib's side
@@ -114,11 +117,11 @@ def ours(args: argparse.Namespace) -> list[dict[str, Any]]:
     def fresh(unit: Any = None) -> PrioritizedEpisodeReplayBuffer:
         return PrioritizedEpisodeReplayBuffer(capacity, Prioritized(ALPHA, BETA), unit, seed=0)
 
-    def add() -> float:
+    def add() -> tuple[float, float]:
         buf = fresh()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         buf.add(episodes)
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.process_time() - c0
 
     C.log(f"ours: add {steps} steps ({len(episodes)} episodes)")
     t = C.time_repeats(add, args.repeats)

@@ -65,11 +65,11 @@ def main() -> None:
     def fresh() -> PrioritizedEpisodeReplayBuffer:
         return PrioritizedEpisodeReplayBuffer(capacity=steps, alpha=ALPHA)
 
-    def add() -> float:
+    def add() -> tuple[float, float]:
         buf = fresh()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         buf.add(episodes)
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.process_time() - c0
 
     C.log(f"rllib: per.add {steps} steps (once, no warm-up: a minute per 1M steps)")
     t = C.time_repeats(add, 1, warmup=0)
@@ -95,14 +95,15 @@ def main() -> None:
     )
     C.emit(C.record("per.sample", "rllib", n=iters * B, timing=t, unit="samples/s"))
 
-    def update() -> float:
-        total = 0.0
+    def update() -> tuple[float, float]:
+        wall = cpu = 0.0
         for i in range(iters):
             buf.sample(num_items=B, beta=BETA, n_step=1)  # RLlib updates its last sample only
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             buf.update_priorities(tds[i])
-            total += time.perf_counter() - t0
-        return total
+            wall += time.perf_counter() - t0
+            cpu += time.process_time() - c0
+        return wall, cpu
 
     t = C.time_repeats(update, args.repeats)
     C.emit(C.record("per.update", "rllib", n=iters * B, timing=t, unit="items/s"))
