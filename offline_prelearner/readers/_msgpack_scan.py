@@ -69,12 +69,12 @@ class Column:
     count: int = 0
     array: np.ndarray | None = None
     items: list[Any] | None = None  # infos decoded as a whole
-    values: np.ndarray | None = None  # filled by assemble()
+    values: np.ndarray | None = None  # filled by the batch decoder once checked
 
 
 @dataclass
 class Plan:
-    """Where one record's columns are, plus its scalar fields; see :func:`assemble`."""
+    """Where one record's columns are, plus its scalar fields (see :mod:`._msgpack_batch`)."""
 
     row: int
     fields: dict[str, Any] = field(default_factory=dict)
@@ -87,9 +87,12 @@ class Plan:
 class Program:
     """A record layout learned from one walk: literal bytes between the parts that vary.
 
-    ``steps`` are ``(literal, op, arg)``: the record must repeat ``literal`` byte for byte, then
-    ``op`` reads one varying part exactly as the walker would. A record that matches every step
-    parses like the record the program was learned from, except in those parts.
+    ``steps`` are ``(literal, op, name, lookback, hint)``: the record must repeat ``literal`` byte
+    for byte, then ``op`` reads one varying part as the walker would (``DATA``/``EXTRA``: a list,
+    expected to have the template ``hint``; ``SCALAR``: a field; ``FLAG_BYTE``: a flag's last byte,
+    ``hint`` mapping it to a value; ``FLAG``: a flag decoded in full; ``SKIP``: any scalar).
+    ``lookback`` is a list's lookback, which is part of the literal bytes. A record that matches
+    every step parses like the record the program was learned from, except in those parts.
     """
 
     steps: tuple[tuple[bytes, int, Any, int, Any], ...]  # literal, op, name, lookback, hint

@@ -5,9 +5,10 @@ Each cell of the binary column ``item`` holds one episode: msgpack (with msgpack
 
 Decoding runs on two paths that give the same episodes:
 
-* the fast path (:mod:`._msgpack_scan`) walks each record's headers once and decodes the per-step
-  lists of the whole batch with a few numpy operations, after proving byte for byte that every
-  element has the layout of the first;
+* the fast path (:mod:`._msgpack_batch`) learns a dataset's record layouts by walking one record
+  of each (:mod:`._msgpack_scan`), matches them against the whole batch with numpy, and decodes
+  every per-step list of the batch at once, after checking byte for byte that each element has
+  the layout of its template and that lengths, flags and ``t`` are consistent;
 * the general path, :func:`decode_episode` = :func:`~offline_prelearner.codec.unpackb` +
   :meth:`Episode.from_state`, takes every record the fast path declines (other layouts, corrupt or
   refused data) and is the one that raises errors.
