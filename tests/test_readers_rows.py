@@ -279,6 +279,17 @@ def test_infos_module_id_and_multi_agent() -> None:
         assert len(b) == 2 and b.id == "E"
 
 
+def test_infos_as_json_text() -> None:
+    cols = episodes_to_columns([make_episode(2, id="A", infos=True), make_episode(2, id="B")])
+    text = np.array(['{"step": 1}', '{"step": 2}', None, "{}"], dtype=object)
+    got = by_key(read({**cols, "infos": text}).episodes)
+    assert got[("A", None)].infos == [{}, {"step": 1}, {"step": 2}]
+    assert got[("B", None)].infos == [{}, {}, {}]
+    text[3] = "not json"
+    out = read({**cols, "infos": text}, on_invalid="skip")
+    assert [e.id for e in out.episodes] == ["A"] and out.ledger.rows_rejected == {"bad_infos": 2}
+
+
 def test_both_flags_set_means_terminated_and_int_flags_accepted() -> None:
     cols = episodes_to_columns([make_episode(2, id="A")])
     cols["truncateds"] = np.array([0, 1])

@@ -32,6 +32,7 @@ column, episode id and row (the row's index in the batch given to :meth:`RowsRea
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -240,7 +241,7 @@ class RowsReader:
             trunc=trunc,
             t=self._numeric(frame, C.T, source, kinds="iu", scalar=True) if t_col else None,
             module=_ids(frame.to_numpy(mod_col)) if mod_col else None,
-            infos=frame.pylist(info_col) if info_col else None,
+            infos=_infos(frame.pylist(info_col), info_col, source) if info_col else None,
             extras={c: self._array(frame, c, source) for c in s.extras(frame.names)},
         )
 
@@ -436,6 +437,27 @@ class RowsReader:
 
 
 # ---------------------------------------------------------------------------------------------
+def _infos(values: list[Any], col: str, source: str | None) -> list[Any]:
+    """Per-row infos; JSON text cells (how this project's writer stores them) are decoded."""
+    out: list[Any] = []
+    bad: list[int] = []
+    for i, v in enumerate(values):  # Python objects: per row by nature
+        if isinstance(v, str | bytes):
+            try:
+                v = json.loads(v)
+            except ValueError:
+                bad.append(i)
+        out.append(v)
+    if bad:
+        raise ColumnValueError(
+            f"column {col!r} holds text that is not JSON (row {bad[0]})",
+            Where(file=source, column=col, row=bad[0]),
+            reason="bad_infos",
+            rows=np.asarray(bad, np.int64),
+        )
+    return out
+
+
 def _ids(values: np.ndarray) -> np.ndarray:
     """An id column as objects, NaN as None (Ray's numpy format turns null columns into NaN)."""
     if values.dtype.kind != "f":
