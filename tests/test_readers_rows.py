@@ -553,3 +553,15 @@ def test_nan_ids_from_ray_numpy_format_are_null() -> None:
     assert a.agent_id is None and a.module_id is None and ("A", None) in reader.pending
     (b,) = reader.read({k: v[4:] for k, v in cols.items()}).episodes
     assert b.t_started == 4 and b.is_done and reader.pending == {}
+
+
+def test_truncated_mid_episode_names_the_truncateds_column() -> None:
+    cols = _base()
+    cols["truncateds"][9] = True  # C's first row
+    with pytest.raises(EpisodeValidationError, match="2 more rows follow") as exc:
+        read(cols)
+    assert (exc.value.where.column, exc.value.where.episode_id, exc.value.where.row) == (
+        "truncateds",
+        "C",
+        9,
+    )

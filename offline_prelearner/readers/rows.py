@@ -380,15 +380,19 @@ class RowsReader:
             )
         not_last = np.ones(len(gr.ep_of), bool)
         not_last[gr.ends - 1] = False
-        v.flag(
-            np.flatnonzero(g(c.term | c.trunc) & not_last),
-            lambda p: (
-                f"row is marked done but is not its episode's last row "
-                f"({gr.ends[gr.ep_of[p]] - 1 - p} more rows follow)"
-            ),
-            s.column(C.TERMINATEDS) or s.dones,
-            reason="done_mid_episode",
-        )
+        for flags, col in (
+            (c.term, s.column(C.TERMINATEDS) or s.dones),
+            (c.trunc, s.column(C.TRUNCATEDS)),
+        ):
+            v.flag(
+                np.flatnonzero(g(flags) & not_last),
+                lambda p: (
+                    f"row is marked done but is not its episode's last row "
+                    f"({gr.ends[gr.ep_of[p]] - 1 - p} more rows follow)"
+                ),
+                col,
+                reason="done_mid_episode",
+            )
         if c.t is None and self.config.check_continuity and len(gr.ep_of) > 1:
             p = gr.perm
             if p is None:
