@@ -565,3 +565,11 @@ def test_truncated_mid_episode_names_the_truncateds_column() -> None:
         "C",
         9,
     )
+
+
+def test_registered_as_rows_format() -> None:
+    from offline_prelearner.readers import Reader, make_reader
+
+    reader = make_reader(ReadConfig(format="rows", schema="d4rl"))
+    assert isinstance(reader, RowsReader) and isinstance(reader, Reader)
+    assert reader.schema.name == "d4rl"
