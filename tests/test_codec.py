@@ -108,6 +108,15 @@ def test_plain_values_round_trip(value: Any) -> None:
     assert unpackb(packb(value)) == value
 
 
+def test_structured_arrays_round_trip_both_ways() -> None:
+    a = np.zeros(3, dtype=[("x", "<f4"), ("y", "<i8")])
+    a["x"] = [1, 2, 3]
+    assert same_array(a, unpackb(packb(a)))
+    assert same_array(a, unpackb(msgpack.packb(a, default=msgpack_numpy.encode)))
+    ref = msgpack.unpackb(packb(a), object_hook=msgpack_numpy.decode)
+    assert same_array(a, ref)
+
+
 def test_arrays_come_back_read_only_views() -> None:
     out = unpackb(packb(np.arange(6.0).reshape(2, 3)))
     assert not out.flags.writeable
