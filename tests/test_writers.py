@@ -348,11 +348,6 @@ def test_round_trip_through_rows_reader(tmp_path: Path) -> None:
         assert flags == (ep.terminated, ep.truncated, ep.t_started)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the rows reader returns the infos column's JSON text as is; it should json-decode it",
-)
 def test_infos_round_trip_through_rows_reader(tmp_path: Path) -> None:
     ep = make_episode("a", 2, infos=[{}, {"k": 1}, {"k": 2}])
     got = read_back_with_rows_reader(write_rows([ep], tmp_path / "rows.parquet"))

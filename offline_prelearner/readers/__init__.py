@@ -11,7 +11,7 @@ Built-in formats: ``rows`` (one transition per row), ``episodes`` (msgpack episo
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
@@ -22,7 +22,7 @@ from ..report import EpisodeBatch
 
 __all__ = ["Batch", "Reader", "available_formats", "make_reader", "register_reader"]
 
-Batch = pa.Table | Mapping[str, np.ndarray]
+Batch: TypeAlias = pa.Table | Mapping[str, np.ndarray]
 
 
 @runtime_checkable
