@@ -61,6 +61,7 @@ __all__ = [
     "emit",
     "limited_tables",
     "log",
+    "markdown_table",
     "maxrss_mb",
     "measure_peak",
     "parquet_files",
@@ -408,3 +409,55 @@ def ratio_lines(lines: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 line[f"ratio_{key}"] = round(value / theirs[key], 1)
         out.append(line)
     return out
+
+
+def markdown_table(lines: Sequence[dict[str, Any]]) -> str:
+    """The lines as a Markdown table: one row per bench, ours and RLlib side by side."""
+
+    def fmt(x: Any) -> str:
+        if x is None:
+            return "-"
+        if isinstance(x, float):
+            return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+        return f"{x:,}" if isinstance(x, int) else str(x)
+
+    rows = [
+        "| bench | unit | ours | ours best | ours CPU | RLlib | RLlib CPU | ratio | ratio CPU "
+        "| n ours / RLlib | peak MiB ours / RLlib |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    by_key = {(x["bench"], x["impl"]): x for x in lines}
+    for bench in dict.fromkeys(x["bench"] for x in lines):
+        ours = by_key.get((bench, "ours"))
+        if ours is None:
+            continue
+        theirs = by_key.get((bench, "rllib"), {})
+        ratio = by_key.get((bench, "ratio"), {})
+        rows.append(
+            "| "
+            + " | ".join(
+                fmt(v)
+                for v in (
+                    bench,
+                    ours["unit"],
+                    ours["throughput"],
+                    ours["throughput_best"],
+                    ours.get("cpu_throughput"),
+                    theirs.get("throughput"),
+                    theirs.get("cpu_throughput"),
+                    ratio.get("ratio"),
+                    ratio.get("ratio_cpu"),
+                    f"{fmt(ours['n'])} / {fmt(theirs.get('n'))}",
+                    f"{fmt(ours['peak_mem_mb'])} / {fmt(theirs.get('peak_mem_mb'))}",
+                )
+            )
+            + " |"
+        )
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    # python benchmarks/_common.py RESULTS.jsonl  ->  the Markdown table of a saved run
+    for name in sys.argv[1:]:
+        with open(name) as fh:
+            print(markdown_table([json.loads(x) for x in fh if x.startswith("{")]))

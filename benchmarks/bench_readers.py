@@ -190,8 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     for key in only:
         repeats = args.repeats or (1 if args.quick else DEFAULT_REPEATS[key])
         lines += bench(WORKLOADS[key], data, args.quick, repeats, extra)
-    for line in C.ratio_lines(lines):
-        C.emit(line)
+    lines += [C.emit(line) for line in C.ratio_lines(lines)]
+    C.log("summary\n" + C.markdown_table(lines))
     C.log(f"done in {time.perf_counter() - t0:.1f} s")
     return 0
 
