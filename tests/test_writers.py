@@ -370,14 +370,6 @@ def test_infos_round_trip_through_rows_reader(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- Ray
-@pytest.fixture(scope="module")
-def ray_local() -> Any:
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 @pytest.mark.ray
 def test_ray_reads_obs_as_tensor_column_like_rllib_file(ray_local: Any, tmp_path: Path) -> None:
     eps = [make_episode("a", 5), make_episode("b", 3, seed=1)]
