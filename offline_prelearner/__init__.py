@@ -1,3 +1,3 @@
-"""offline_prelearner: recorded RL experience -> episodes -> replay -> learner-ready batches, on Ray Data."""
+"""offline_prelearner: recorded RL experience -> episodes -> replay -> learner batches."""
 
 __version__ = "0.1.0"

@@ -80,7 +80,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from .validate import ValidateConfig
 
     if args.on_invalid == "quarantine" and not args.quarantine_dir:
-        raise ConfigError("--on-invalid quarantine needs --quarantine-dir DIR for the rejected rows")
+        raise ConfigError(
+            "--on-invalid quarantine needs --quarantine-dir DIR for the rejected rows"
+        )
     read = ReadConfig(
         format=args.format,
         schema=args.schema,
@@ -114,33 +116,57 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("env", help="gymnasium env id, e.g. CartPole-v1")
     r.add_argument("--steps", type=int, required=True, help="env steps to record")
     r.add_argument("--out", required=True, help="output directory")
-    r.add_argument("--format", choices=["rows", "episodes"], default="rows",
-                   help="rows: one transition per row (RLlib's recorder layout, plus t); "
-                        "episodes: msgpack episode records (default: rows)")
+    r.add_argument(
+        "--format",
+        choices=["rows", "episodes"],
+        default="rows",
+        help="rows: one transition per row (RLlib's recorder layout, plus t); "
+        "episodes: msgpack episode records (default: rows)",
+    )
     r.add_argument("--policy", choices=["random", "heuristic"], default="random")
     r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--rows-per-file", type=int, default=0,
-                   help="split rows data into files of this many rows, cutting through episodes "
-                        "like RLlib's recorder (default: one file)")
+    r.add_argument(
+        "--rows-per-file",
+        type=int,
+        default=0,
+        help="split rows data into files of this many rows, cutting through episodes "
+        "like RLlib's recorder (default: one file)",
+    )
     r.add_argument("--json", action="store_true", help="print the summary on one line")
     r.set_defaults(func=_cmd_record)
 
     i = sub.add_parser("inspect", help="what a dataset holds, and a validation report")
     i.add_argument("path", help="a file, a directory (read recursively, name order) or a glob")
     i.add_argument("--format", choices=["auto", "rows", "episodes"], default="auto")
-    i.add_argument("--schema", default=None,
-                   help="a preset name from schemas/ (rllib, rllib_compressed, d4rl, minari, ...) "
-                        "or a schema JSON file (default: RLlib's column names)")
-    i.add_argument("--legacy-pickle", action="store_true",
-                   help="decode RLlib's legacy base64(lz4(pickle)) columns with the restricted "
-                        "unpickler (numpy arrays and plain builtins only)")
-    i.add_argument("--on-invalid", choices=["raise", "skip", "quarantine"], default="skip",
-                   help="what to do with rows that fail to read or validate (default: skip and "
-                        "count them in the report)")
-    i.add_argument("--quarantine-dir", default=None,
-                   help="with --on-invalid quarantine: where rejected rows are written")
-    i.add_argument("--allow-fragments", action="store_true",
-                   help="keep episodes that never end within the data instead of rejecting them")
+    i.add_argument(
+        "--schema",
+        default=None,
+        help="a preset name from schemas/ (rllib, rllib_compressed, d4rl, minari, ...) "
+        "or a schema JSON file (default: RLlib's column names)",
+    )
+    i.add_argument(
+        "--legacy-pickle",
+        action="store_true",
+        help="decode RLlib's legacy base64(lz4(pickle)) columns with the restricted "
+        "unpickler (numpy arrays and plain builtins only)",
+    )
+    i.add_argument(
+        "--on-invalid",
+        choices=["raise", "skip", "quarantine"],
+        default="skip",
+        help="what to do with rows that fail to read or validate (default: skip and "
+        "count them in the report)",
+    )
+    i.add_argument(
+        "--quarantine-dir",
+        default=None,
+        help="with --on-invalid quarantine: where rejected rows are written",
+    )
+    i.add_argument(
+        "--allow-fragments",
+        action="store_true",
+        help="keep episodes that never end within the data instead of rejecting them",
+    )
     i.add_argument("--json", action="store_true", help="print one JSON object")
     i.set_defaults(func=_cmd_inspect)
     return p

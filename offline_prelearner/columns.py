@@ -19,10 +19,10 @@ __all__ = [
     "N_STEP",
     "OBS",
     "REWARDS",
-    "T",
     "TERMINATEDS",
     "TRUNCATEDS",
     "WEIGHTS",
+    "T",
 ]
 
 EPS_ID = "eps_id"

@@ -76,7 +76,7 @@ class OfflinePrelearnerError(Exception):
 
 
 class DataError(OfflinePrelearnerError, ValueError):
-    """The input data is wrong. ``where`` says where; ``reason`` is a short stable tag for counters."""
+    """The input data is wrong. ``where`` says where; ``reason`` is a stable tag for counters."""
 
     reason = "invalid_data"
 
@@ -111,23 +111,23 @@ class SchemaError(DataError):
 
 
 class DecodeError(DataError):
-    """Bytes could not be decoded safely: corrupt lz4/base64/msgpack, a refused pickle, a size limit."""
+    """Bytes could not be decoded safely: corrupt lz4/base64/msgpack, refused pickle, size limit."""
 
     reason = "decode"
 
 
 class EpisodeValidationError(DataError):
-    """An episode breaks a contract: not done, `t` out of order, inconsistent lengths, NaN rewards."""
+    """An episode breaks a contract: not done, `t` out of order, inconsistent lengths, NaNs."""
 
     reason = "invalid_episode"
 
 
 class UnsupportedFormatError(OfflinePrelearnerError, ValueError):
-    """No reader is registered for the requested format, or the format of a path cannot be detected."""
+    """No reader is registered for the requested format, or a path's format is unknown."""
 
 
 class ConfigError(OfflinePrelearnerError, ValueError):
-    """A configuration value is invalid. The message names the field, the expected and the found value."""
+    """A configuration value is invalid. The message names the field, expected and found."""
 
 
 class EmptyBufferError(OfflinePrelearnerError, RuntimeError):

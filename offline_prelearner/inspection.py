@@ -50,8 +50,12 @@ class InspectReport:
         def stats(a: np.ndarray) -> dict[str, float] | None:
             if a.size == 0:
                 return None
-            return {"min": float(a.min()), "mean": float(a.mean()), "max": float(a.max()),
-                    "std": float(a.std())}
+            return {
+                "min": float(a.min()),
+                "mean": float(a.mean()),
+                "max": float(a.max()),
+                "std": float(a.std()),
+            }
 
         first = eps[0] if eps else None
         return {
@@ -71,18 +75,28 @@ class InspectReport:
             "rejected": dict(sorted(led.rows_rejected.items())),
             "rejected_episodes": dict(sorted(led.episodes_rejected.items())),
             "rows_balance": led.balanced(),
-            "observation": None if first is None else
-            {"shape": list(first.observations.shape[1:]), "dtype": str(first.observations.dtype)},
-            "action": None if first is None else
-            {"shape": list(first.actions.shape[1:]), "dtype": str(first.actions.dtype)},
+            "observation": None
+            if first is None
+            else {
+                "shape": list(first.observations.shape[1:]),
+                "dtype": str(first.observations.dtype),
+            },
+            "action": None
+            if first is None
+            else {"shape": list(first.actions.shape[1:]), "dtype": str(first.actions.dtype)},
             "extras": [] if first is None else sorted(first.extras),
             "length": stats(lens),
             "return": stats(rets),
             "quarantine_file": self.quarantine_file,
             "seconds": round(self.seconds, 4),
             "episode_stats": [
-                {"id": _jsonable_id(e.id), "len": len(e), "return": e.total_reward,
-                 "terminated": e.terminated, "truncated": e.truncated}
+                {
+                    "id": _jsonable_id(e.id),
+                    "len": len(e),
+                    "return": e.total_reward,
+                    "terminated": e.terminated,
+                    "truncated": e.truncated,
+                }
                 for e in eps
             ],
         }

@@ -42,7 +42,7 @@ def _acrobot(obs: np.ndarray, rng: np.random.Generator) -> int:
 
 
 def _pendulum(obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    cos, sin, vel = obs
+    _cos, sin, vel = obs
     return np.clip(np.array([-2.0 * sin - 0.5 * vel], dtype=np.float32), -2.0, 2.0)
 
 
@@ -104,14 +104,16 @@ def record_env(env_id: str, steps: int, policy: str = "random", seed: int = 0) -
         done_steps += 1
         cut = done_steps == steps
         if terminated or truncated or cut:
-            episodes.append(Episode(
-                id=uuid.UUID(bytes=id_rng.bytes(16), version=4).hex,
-                observations=np.stack(o),
-                actions=np.asarray(a),
-                rewards=np.asarray(r, dtype=np.float64),
-                terminated=bool(terminated),
-                truncated=bool(truncated) or (cut and not terminated),
-            ))
+            episodes.append(
+                Episode(
+                    id=uuid.UUID(bytes=id_rng.bytes(16), version=4).hex,
+                    observations=np.stack(o),
+                    actions=np.asarray(a),
+                    rewards=np.asarray(r, dtype=np.float64),
+                    terminated=bool(terminated),
+                    truncated=bool(truncated) or (cut and not terminated),
+                )
+            )
             if not cut:
                 obs, _ = env.reset()
                 o, a, r = [obs], [], []

@@ -24,7 +24,14 @@ import pyarrow.parquet as pq
 from .episode import Episode
 from .errors import ConfigError, DataError
 
-__all__ = ["EpisodeBatch", "Ledger", "OnInvalid", "Rejection", "check_on_invalid", "write_quarantine"]
+__all__ = [
+    "EpisodeBatch",
+    "Ledger",
+    "OnInvalid",
+    "Rejection",
+    "check_on_invalid",
+    "write_quarantine",
+]
 
 OnInvalid = Literal["raise", "skip", "quarantine"]
 _POLICIES = ("raise", "skip", "quarantine")
@@ -51,7 +58,7 @@ class Rejection:
 
 @dataclass
 class Ledger:
-    """Counters over input rows and episodes. Add ledgers with ``+=``; check with :meth:`balanced`."""
+    """Counters over input rows and episodes. Add with ``+=``; check with :meth:`balanced`."""
 
     rows_in: int = 0
     rows_kept: int = 0
@@ -62,7 +69,9 @@ class Ledger:
     episodes_rejected: Counter[str] = field(default_factory=Counter)
 
     def balanced(self) -> bool:
-        return self.rows_in == self.rows_kept + sum(self.rows_rejected.values()) + self.rows_duplicate
+        return (
+            self.rows_in == self.rows_kept + sum(self.rows_rejected.values()) + self.rows_duplicate
+        )
 
     def __iadd__(self, other: Ledger) -> Ledger:
         self.rows_in += other.rows_in
@@ -116,8 +125,14 @@ class EpisodeBatch:
         self.ledger.rows_kept += source_rows
         self.ledger.episodes_kept += 1
 
-    def reject(self, error: DataError, num_rows: int, rows: pa.Table | None = None,
-               episodes: int = 1, policy: OnInvalid | None = None) -> None:
+    def reject(
+        self,
+        error: DataError,
+        num_rows: int,
+        rows: pa.Table | None = None,
+        episodes: int = 1,
+        policy: OnInvalid | None = None,
+    ) -> None:
         """Applies ``policy`` (default: the batch's) to bad data that is *not* in ``episodes``:
         raise, or count it (and keep ``rows`` under quarantine)."""
         policy = policy or self.on_invalid
@@ -147,7 +162,7 @@ class EpisodeBatch:
 
 
 def write_quarantine(rejections: list[Rejection], out_dir: str | os.PathLike[str]) -> str | None:
-    """Writes quarantined rows (with ``_reject_reason`` and ``_reject_message``) as one Parquet file.
+    """Writes quarantined rows, with ``_reject_reason`` and ``_reject_message``, to Parquet.
 
     Returns the path written, or None when nothing was quarantined.
     """
@@ -157,7 +172,9 @@ def write_quarantine(rejections: list[Rejection], out_dir: str | os.PathLike[str
             continue
         n = rej.rows.num_rows
         t = rej.rows.append_column("_reject_reason", pa.array([rej.reason] * n, pa.string()))
-        tables.append(t.append_column("_reject_message", pa.array([str(rej.error)] * n, pa.string())))
+        tables.append(
+            t.append_column("_reject_message", pa.array([str(rej.error)] * n, pa.string()))
+        )
     if not tables:
         return None
     os.makedirs(out_dir, exist_ok=True)

@@ -104,10 +104,14 @@ def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
         return pq.read_table(path, columns=columns)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise DataError(f"cannot read the file: {msg}", Where(file=path), reason="unreadable_file") from None
+        raise DataError(
+            f"cannot read the file: {msg}", Where(file=path), reason="unreadable_file"
+        ) from None
 
 
-def iter_tables(files: list[str], columns: list[str] | None = None) -> Iterator[tuple[str, pa.Table]]:
+def iter_tables(
+    files: list[str], columns: list[str] | None = None
+) -> Iterator[tuple[str, pa.Table]]:
     """Yields ``(path, table)`` per file, in the given (name) order."""
     for f in files:
         yield f, read_table(f, columns)

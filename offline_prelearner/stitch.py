@@ -28,7 +28,9 @@ def stitch_fragments(batch: EpisodeBatch) -> EpisodeBatch:
     groups: dict[tuple[Any, Any], list[int]] = defaultdict(list)
     for i, ep in enumerate(batch.episodes):
         groups[(ep.id, ep.agent_id)].append(i)
-    out = EpisodeBatch(ledger=batch.ledger, rejections=batch.rejections, on_invalid=batch.on_invalid)
+    out = EpisodeBatch(
+        ledger=batch.ledger, rejections=batch.rejections, on_invalid=batch.on_invalid
+    )
     eps, src = batch.episodes, batch.source_rows
     for idx in groups.values():
         if len(idx) == 1:

@@ -31,8 +31,18 @@ def inspect_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
 
 @pytest.fixture
 def recorded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
-    code, out, err = run(capsys, "record", "CartPole-v1", "--steps", "400", "--out",
-                         str(tmp_path / "rows"), "--seed", "3", "--json")
+    code, _out, err = run(
+        capsys,
+        "record",
+        "CartPole-v1",
+        "--steps",
+        "400",
+        "--out",
+        str(tmp_path / "rows"),
+        "--seed",
+        "3",
+        "--json",
+    )
     assert code == 0, err
     return tmp_path / "rows"
 
@@ -52,8 +62,20 @@ def test_record_then_inspect_accounts_for_every_step(recorded: Path, capsys) -> 
 
 def test_record_is_deterministic_in_the_seed(tmp_path: Path, capsys) -> None:
     for name in ("a", "b"):
-        assert run(capsys, "record", "CartPole-v1", "--steps", "120", "--out",
-                   str(tmp_path / name), "--seed", "7")[0] == 0
+        assert (
+            run(
+                capsys,
+                "record",
+                "CartPole-v1",
+                "--steps",
+                "120",
+                "--out",
+                str(tmp_path / name),
+                "--seed",
+                "7",
+            )[0]
+            == 0
+        )
     ta = pq.read_table(next((tmp_path / "a").glob("*.parquet")))
     tb = pq.read_table(next((tmp_path / "b").glob("*.parquet")))
     assert ta.equals(tb)
@@ -71,8 +93,20 @@ def test_episodes_split_over_files_are_joined(tmp_path: Path, capsys) -> None:
 
 
 def test_record_and_inspect_msgpack_episodes(tmp_path: Path, capsys) -> None:
-    assert run(capsys, "record", "CartPole-v1", "--steps", "250", "--out", str(tmp_path),
-               "--format", "episodes")[0] == 0
+    assert (
+        run(
+            capsys,
+            "record",
+            "CartPole-v1",
+            "--steps",
+            "250",
+            "--out",
+            str(tmp_path),
+            "--format",
+            "episodes",
+        )[0]
+        == 0
+    )
     d = inspect_json(capsys, str(tmp_path))
     assert d["format"] == "episodes"
     assert d["timesteps"] == 250 and d["rows"] == d["episodes"]
@@ -87,15 +121,33 @@ def test_inspect_glob_and_human_output(recorded: Path, capsys) -> None:
 def test_heuristic_beats_random(tmp_path: Path, capsys) -> None:
     rets = {}
     for policy in ("random", "heuristic"):
-        run(capsys, "record", "CartPole-v1", "--steps", "1000", "--out", str(tmp_path / policy),
-            "--policy", policy)
+        run(
+            capsys,
+            "record",
+            "CartPole-v1",
+            "--steps",
+            "1000",
+            "--out",
+            str(tmp_path / policy),
+            "--policy",
+            policy,
+        )
         rets[policy] = inspect_json(capsys, str(tmp_path / policy))["return"]["mean"]
     assert rets["heuristic"] > 2 * rets["random"]
 
 
 def test_heuristic_for_unknown_env_is_a_clear_error(tmp_path: Path, capsys) -> None:
-    code, _, err = run(capsys, "record", "FrozenLake-v1", "--steps", "10", "--out", str(tmp_path),
-                       "--policy", "heuristic")
+    code, _, err = run(
+        capsys,
+        "record",
+        "FrozenLake-v1",
+        "--steps",
+        "10",
+        "--out",
+        str(tmp_path),
+        "--policy",
+        "heuristic",
+    )
     assert code == 2 and "no heuristic policy for 'FrozenLake-v1'" in err
 
 
@@ -122,7 +174,9 @@ def test_inspect_rllib_rows(shared_data: Path, capsys) -> None:
 @pytest.mark.rllib_data
 def test_inspect_rllib_compressed_rows_needs_legacy_flag(shared_data: Path, capsys) -> None:
     f = str(shared_data / "cartpole-v1_rows_compressed.parquet")
-    code, _, err = run(capsys, "inspect", f, "--schema", "rllib_compressed", "--on-invalid", "raise")
+    code, _, err = run(
+        capsys, "inspect", f, "--schema", "rllib_compressed", "--on-invalid", "raise"
+    )
     assert code == 2 and "legacy" in err.lower() and "obs" in err
     d = inspect_json(capsys, f, "--schema", "rllib_compressed", "--legacy-pickle")
     assert d["rows"] == 234 and d["timesteps"] == 234 and d["rejected"] == {}
@@ -139,8 +193,9 @@ def test_inspect_rllib_msgpack_episodes(shared_data: Path, capsys) -> None:
 
 
 @pytest.mark.rllib_data
-def test_inspect_a_directory_of_rllib_files_of_one_format(shared_data: Path, tmp_path: Path,
-                                                         capsys) -> None:
+def test_inspect_a_directory_of_rllib_files_of_one_format(
+    shared_data: Path, tmp_path: Path, capsys
+) -> None:
     for name in ("b.parquet", "a.parquet"):
         shutil.copy(shared_data / "cartpole-v1_rows_uncompressed.parquet", tmp_path / name)
     d = inspect_json(capsys, str(tmp_path))
@@ -177,8 +232,9 @@ def test_empty_file(tmp_path: Path, capsys) -> None:
     assert code == 2 and "empty.parquet" in err
 
 
-def test_nan_rewards_are_counted_under_skip_and_quarantined(recorded: Path, tmp_path: Path,
-                                                            capsys) -> None:
+def test_nan_rewards_are_counted_under_skip_and_quarantined(
+    recorded: Path, tmp_path: Path, capsys
+) -> None:
     f = next(recorded.glob("*.parquet"))
     t = pq.read_table(f)
     rewards = t.column("rewards").to_numpy().copy()
@@ -192,8 +248,9 @@ def test_nan_rewards_are_counted_under_skip_and_quarantined(recorded: Path, tmp_
     assert d["rejected"] == {"nan_reward": n_bad} and d["rows_balance"]
     assert d["timesteps"] == 400 - n_bad
     qdir = tmp_path / "q"
-    d = inspect_json(capsys, str(recorded), "--on-invalid", "quarantine", "--quarantine-dir",
-                     str(qdir))
+    d = inspect_json(
+        capsys, str(recorded), "--on-invalid", "quarantine", "--quarantine-dir", str(qdir)
+    )
     q = pq.read_table(d["quarantine_file"])
     assert q.num_rows == n_bad and set(q.column("_reject_reason").to_pylist()) == {"nan_reward"}
     code, _, err = run(capsys, "inspect", str(recorded), "--on-invalid", "raise")

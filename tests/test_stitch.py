@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -15,14 +17,24 @@ from offline_prelearner.stitch import stitch_fragments
 
 def _episode(eid: str, n: int, seed: int = 0, terminated: bool = True) -> Episode:
     rng = np.random.default_rng(seed)
-    return Episode(id=eid, observations=rng.normal(size=(n + 1, 3)).astype(np.float32),
-                   actions=rng.integers(0, 4, n), rewards=rng.normal(size=n),
-                   terminated=terminated)
+    return Episode(
+        id=eid,
+        observations=rng.normal(size=(n + 1, 3)).astype(np.float32),
+        actions=rng.integers(0, 4, n),
+        rewards=rng.normal(size=n),
+        terminated=terminated,
+    )
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 30), st.lists(st.integers(1, 29), max_size=4)),
-                min_size=1, max_size=5), st.randoms(use_true_random=False))
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 30), st.lists(st.integers(1, 29), max_size=4)),
+        min_size=1,
+        max_size=5,
+    ),
+    st.randoms(use_true_random=False),
+)
 def test_cut_and_shuffled_fragments_join_back(specs, rnd) -> None:
     originals, frags = [], []
     for k, (n, cuts) in enumerate(specs):
@@ -30,7 +42,7 @@ def test_cut_and_shuffled_fragments_join_back(specs, rnd) -> None:
         originals.append(ep)
         points = sorted({c for c in cuts if c < n})
         bounds = [0, *points, n]
-        frags += [ep.slice(a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
+        frags += [ep.slice(a, b) for a, b in itertools.pairwise(bounds)]
     rnd.shuffle(frags)
     batch = EpisodeBatch()
     for f in frags:
@@ -58,8 +70,14 @@ def test_overlapping_copies_stay_apart_for_the_deduplicator() -> None:
 def test_boundary_mismatch_is_rejected_by_policy() -> None:
     a = _episode("x", 4, seed=1, terminated=False)
     b = _episode("x", 3, seed=2).slice(0)
-    b = Episode(id="x", observations=b.observations, actions=b.actions, rewards=b.rewards,
-                t_started=4, terminated=True)
+    b = Episode(
+        id="x",
+        observations=b.observations,
+        actions=b.actions,
+        rewards=b.rewards,
+        t_started=4,
+        terminated=True,
+    )
     for policy in ("raise", "skip"):
         batch = EpisodeBatch(on_invalid=policy)
         batch.add(a, 4)
