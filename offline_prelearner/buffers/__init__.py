@@ -2,17 +2,29 @@
 
 from typing import Any
 
+from .mixin import MixInReplayBuffer
+from .multi_agent import AGENT_ID, DEFAULT_MODULE_ID, MultiAgentEpisodeReplayBuffer
+from .rate_limit import RateLimitExceeded, SampleToInsertRatio
 from .replay_buffer import INDICES, EpisodeReplayBuffer
+from .reservoir import Reservoir, ReservoirStorage
 from .segment_tree import MinTree, SumTree
 from .storage import Change, EpisodeStorage
 
 __all__ = [
+    "AGENT_ID",
+    "DEFAULT_MODULE_ID",
     "INDICES",
     "Change",
     "EpisodeReplayBuffer",
     "EpisodeStorage",
     "MinTree",
+    "MixInReplayBuffer",
+    "MultiAgentEpisodeReplayBuffer",
     "PrioritizedEpisodeReplayBuffer",
+    "RateLimitExceeded",
+    "Reservoir",
+    "ReservoirStorage",
+    "SampleToInsertRatio",
     "SumTree",
 ]
 

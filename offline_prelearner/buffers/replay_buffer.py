@@ -29,6 +29,8 @@ from ..samplers.base import Sampler, SampleUnit, ValidStarts, ranges
 from ..samplers.transition import Transition, ones
 from ..samplers.uniform import Uniform
 from . import checkpoint
+from .rate_limit import SampleToInsertRatio
+from .reservoir import Reservoir
 from .storage import Change, EpisodeStorage
 
 __all__ = ["INDICES", "EpisodeReplayBuffer"]
@@ -48,6 +50,12 @@ class EpisodeReplayBuffer:
         seed: Seed of the buffer's random generator (``None``: fresh entropy).
         learning_starts: ``sample`` raises :class:`EmptyBufferError` until this many timesteps
             have been added.
+        eviction: ``None`` for FIFO (the oldest episodes leave first) or a
+            :class:`~offline_prelearner.buffers.reservoir.Reservoir` (a uniform sample of
+            everything ever added stays).
+        rate_limit: A :class:`~offline_prelearner.buffers.rate_limit.SampleToInsertRatio`:
+            ``sample`` raises ``RateLimitExceeded`` (an :class:`EmptyBufferError`) rather than
+            draw more rows per inserted timestep than it allows.
     """
 
     def __init__(
@@ -58,6 +66,8 @@ class EpisodeReplayBuffer:
         *,
         seed: int | None = None,
         learning_starts: int = 0,
+        eviction: Reservoir | None = None,
+        rate_limit: SampleToInsertRatio | None = None,
     ) -> None:
         if (
             isinstance(learning_starts, bool)
@@ -65,7 +75,21 @@ class EpisodeReplayBuffer:
             or (learning_starts < 0)
         ):
             raise ConfigError(f"learning_starts must be an int >= 0, found {learning_starts!r}")
-        self.storage = EpisodeStorage(capacity)
+        if eviction is not None and not isinstance(eviction, Reservoir):
+            raise ConfigError(
+                f"eviction must be None (FIFO) or a Reservoir, found {type(eviction).__name__}"
+            )
+        if rate_limit is not None and not isinstance(rate_limit, SampleToInsertRatio):
+            raise ConfigError(
+                f"rate_limit must be None or a SampleToInsertRatio, found "
+                f"{type(rate_limit).__name__}"
+            )
+        self.eviction = eviction
+        self.rate_limit = rate_limit
+        self.rate_limited = 0  # sample calls the rate limit refused
+        self.storage: EpisodeStorage = (
+            EpisodeStorage(capacity) if eviction is None else eviction.make_storage(capacity)
+        )
         self.sampler: Sampler = sampler if sampler is not None else Uniform()
         self.unit: SampleUnit = unit if unit is not None else Transition()
         for name, obj, proto in (
@@ -110,7 +134,9 @@ class EpisodeReplayBuffer:
             for ep in eps:
                 if not isinstance(ep, Episode):
                     raise TypeError(f"add() takes Episode objects, found {type(ep).__name__}")
-                changes.append(self.storage.add(ep))
+                change = self.storage.add(ep)
+                changes += change.side
+                changes.append(change)
         finally:
             self._notify(changes)
 
@@ -163,30 +189,59 @@ class EpisodeReplayBuffer:
         Raises :class:`EmptyBufferError` before ``learning_starts`` timesteps were added or while
         nothing is sampleable (e.g. only unfinished episodes shorter than an n-step window).
         """
-        if (
-            isinstance(batch_size, bool)
-            or not isinstance(batch_size, (int, np.integer))
-            or (batch_size < 1)
-        ):
-            raise ConfigError(f"batch_size must be an int >= 1, found {batch_size!r}")
+        batch_size = _batch_size(batch_size)
+        self._check_learning_starts()
+        valid = self.valid_starts()
+        if valid.total == 0:
+            raise self._nothing_to_sample()
+        self._check_rate(batch_size)
+        slots, info = self.sampler.sample(self.storage, batch_size, self.rng, valid)
+        rows = info.get("rows")
+        if rows is None:
+            rows = self.storage.rows_of(slots)
+        return self._emit(slots, rows, info.get("weights"))
+
+    def _check_learning_starts(self) -> None:
         added = self.storage.counters["timesteps_added"]
         if added < self.learning_starts:
             raise EmptyBufferError(
                 f"{added} timesteps added, sampling starts after "
                 f"learning_starts={self.learning_starts}"
             )
-        valid = self.valid_starts()
-        if valid.total == 0:
-            raise EmptyBufferError(
-                f"nothing to sample: {self.storage.num_episodes} episodes held, none with a "
-                f"complete window for {self.unit!r}"
+
+    def _nothing_to_sample(self) -> EmptyBufferError:
+        return EmptyBufferError(
+            f"nothing to sample: {self.storage.num_episodes} episodes held, none with a "
+            f"complete window for {self.unit!r}"
+        )
+
+    def _check_rate(self, rows: int) -> None:
+        """Raises ``RateLimitExceeded`` if drawing ``rows`` more rows breaks the rate limit."""
+        if self.rate_limit is None:
+            return
+        try:
+            self.rate_limit.check(
+                rows,
+                self.samples_drawn,
+                self.storage.counters["timesteps_added"],
+                self.learning_starts,
             )
-        slots, info = self.sampler.sample(self.storage, int(batch_size), self.rng, valid)
-        rows = info.get("rows")
-        if rows is None:
-            rows = self.storage.rows_of(slots)
+        except EmptyBufferError:
+            self.rate_limited += 1
+            raise
+
+    def samples_allowed(self) -> int | None:
+        """Rows the rate limit still allows (``None`` without a rate limit)."""
+        if self.rate_limit is None:
+            return None
+        return self.rate_limit.allowed(
+            self.samples_drawn, self.storage.counters["timesteps_added"], self.learning_starts
+        )
+
+    def _emit(self, slots: np.ndarray, rows: np.ndarray, weights: np.ndarray | None) -> SampleBatch:
+        """Expands drawn start slots (and their table rows) into a batch with ``weights`` and
+        ``indices``, and counts them as drawn."""
         batch = self.unit.expand(slots, rows, self.storage, self.rng)
-        weights = info.get("weights")
         batch.set_trusted(
             C.WEIGHTS,
             ones(len(slots), np.float32) if weights is None else np.asarray(weights, np.float32),
@@ -204,6 +259,8 @@ class EpisodeReplayBuffer:
         out["episodes_held"] = st.num_episodes
         out["samples_drawn"] = self.samples_drawn
         out["sampleable"] = self.valid_starts().total
+        if self.rate_limit is not None:
+            out["rate_limited"] = self.rate_limited
         return out
 
     def get_state(self) -> dict[str, Any]:
@@ -223,6 +280,8 @@ class EpisodeReplayBuffer:
                 "samples_drawn": self.samples_drawn,
                 "learning_starts": self.learning_starts,
                 "rng": self.rng.bit_generator.state,
+                "eviction": None if self.eviction is None else repr(self.eviction),
+                "rate_limited": self.rate_limited,
             },
             "arrays": arrays,
         }
@@ -237,6 +296,12 @@ class EpisodeReplayBuffer:
                     f"state was saved with {name} {meta[name]}, this buffer has "
                     f"{getattr(self, name)!r}"
                 )
+        mine = None if self.eviction is None else repr(self.eviction)
+        if meta.get("eviction") != mine:
+            raise ConfigError(
+                f"state was saved with eviction {meta.get('eviction') or 'FIFO'}, this buffer "
+                f"has {mine or 'FIFO'}"
+            )
         rng_state = meta["rng"]
         if rng_state.get("bit_generator") != type(self.rng.bit_generator).__name__:
             raise ConfigError(
@@ -250,6 +315,7 @@ class EpisodeReplayBuffer:
         self.rng.bit_generator.state = rng_state
         self.samples_drawn = int(meta["samples_drawn"])
         self.learning_starts = int(meta["learning_starts"])
+        self.rate_limited = int(meta.get("rate_limited", 0))
         self._valid = None
 
     def save(self, path: str | Path) -> Path:
@@ -261,3 +327,13 @@ class EpisodeReplayBuffer:
         """Restores a checkpoint written by :meth:`save`, verifying every file's checksum."""
         meta, arrays = checkpoint.read(path)
         self.set_state({"meta": meta, "arrays": arrays})
+
+
+def _batch_size(batch_size: object) -> int:
+    if (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, (int, np.integer))
+        or (batch_size < 1)
+    ):
+        raise ConfigError(f"batch_size must be an int >= 1, found {batch_size!r}")
+    return int(batch_size)

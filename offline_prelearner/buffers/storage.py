@@ -67,12 +67,16 @@ class Change:
     """What one :meth:`EpisodeStorage.add` did, for samplers' hooks and counters.
 
     ``removed_*`` describe episodes whose slots stopped being usable (evicted, or the old place of
-    a moved episode), with their length and done flag at that moment. ``start``/``length``/
+    a moved episode -- for kind ``"moved"`` always the first record), with their length and done
+    flag at that moment. ``start``/``length``/
     ``done`` describe the written episode afterwards; ``prev_length``/``prev_done`` its state
     before when it was extended in place (``prev_length`` is -1 when it was written fresh).
+    ``key`` is the episode's normalized id. ``side`` holds records of *other* episodes the add
+    re-placed on the way (a storage subclass that compacts its ring reports each moved episode
+    there, as kind ``"relocated"``); a buffer handles them like changes of their own.
     """
 
-    kind: str  # "new" | "appended" | "moved" | "duplicate" | "flagged" | "noop"
+    kind: str  # "new" | "appended" | "moved" | "duplicate" | "flagged" | "noop" | "relocated"
     removed_start: list[int] = field(default_factory=list)
     removed_length: list[int] = field(default_factory=list)
     removed_done: list[bool] = field(default_factory=list)
@@ -82,6 +86,8 @@ class Change:
     prev_length: int = -1
     prev_done: bool = False
     serial: int = -1  # placement of the written episode
+    key: int | str | None = None
+    side: list[Change] = field(default_factory=list)
 
 
 class EpisodeStorage:
@@ -177,8 +183,10 @@ class EpisodeStorage:
             self._place(episode, key, change)
             self.counters["episodes_added"] += 1
             self.counters["timesteps_added"] += len(episode)
-            return change
-        return self._continue(episode, idx)
+        else:
+            change = self._continue(episode, idx)
+        change.key = key
+        return change
 
     def _continue(self, ep: Episode, idx: int) -> Change:
         tab = self.table

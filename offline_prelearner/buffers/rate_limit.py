@@ -1,0 +1,107 @@
+"""Sample-to-insert rate limiting: at most so many sampled rows per inserted timestep.
+
+::
+
+    buf = EpisodeReplayBuffer(100_000, rate_limit=SampleToInsertRatio(8.0), learning_starts=1000)
+    buf.add(episodes)
+    try:
+        batch = buf.sample(256)
+    except RateLimitExceeded as e:      # an EmptyBufferError: "collect more, then sample again"
+        ...                             # e.missing says how many more timesteps to insert
+
+The idea is Reverb's ``SampleToInsertRatio``, without its blocking (a buffer here lives in one
+thread of one process, so waiting would wait forever). The rule, checked before each sample::
+
+    samples_drawn + batch_rows
+        <= max_samples_per_insert * (timesteps_added - learning_starts) + burst
+
+* ``samples_drawn`` counts rows handed out (a sequence counts once, however long); a call that
+  would cross the line **raises** :class:`RateLimitExceeded` and draws nothing -- it never hands
+  out a smaller batch, so batch shapes stay fixed and the caller decides what to do.
+* ``timesteps_added`` counts timesteps stored (duplicates, and episodes a reservoir rejected, earn
+  nothing). Timesteps before ``learning_starts`` earn no credit, as in Reverb, where the credit
+  starts at ``min_size_to_sample``: otherwise the first sample after the warm-up could draw
+  ``ratio * learning_starts`` rows in a burst.
+* ``burst`` is extra allowance (Reverb's ``error_buffer``, one-sided): rows that may be drawn
+  ahead of the inserts.
+
+Only the sampling side is limited; inserts are never refused.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError, EmptyBufferError
+
+__all__ = ["RateLimitExceeded", "SampleToInsertRatio"]
+
+
+class RateLimitExceeded(EmptyBufferError):
+    """Sampling now would exceed the buffer's sample-to-insert ratio. Nothing was drawn.
+
+    ``allowed`` is how many rows may still be drawn; ``missing`` how many more timesteps must be
+    inserted before a batch of the requested size is allowed.
+    """
+
+    def __init__(self, message: str, *, allowed: int, missing: int) -> None:
+        super().__init__(message)
+        self.allowed = allowed
+        self.missing = missing
+
+
+@dataclass(frozen=True)
+class SampleToInsertRatio:
+    """At most ``max_samples_per_insert`` sampled rows per inserted timestep (plus ``burst``).
+
+    Args:
+        max_samples_per_insert: A positive, finite number (e.g. 0.25: one row per four steps;
+            8.0: eight rows per step).
+        burst: Rows that may be drawn beyond the ratio (an int >= 0).
+    """
+
+    max_samples_per_insert: float
+    burst: int = 0
+
+    def __post_init__(self) -> None:
+        r = self.max_samples_per_insert
+        if (
+            isinstance(r, bool)
+            or not isinstance(r, (int, float, np.integer, np.floating))
+            or not math.isfinite(r)
+            or r <= 0
+        ):
+            raise ConfigError(f"max_samples_per_insert must be a finite number > 0, found {r!r}")
+        object.__setattr__(self, "max_samples_per_insert", float(r))
+        b = self.burst
+        if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 0:
+            raise ConfigError(f"burst must be an int >= 0, found {b!r}")
+        object.__setattr__(self, "burst", int(b))
+
+    def allowed(self, samples_drawn: int, timesteps_added: int, learning_starts: int) -> int:
+        """Rows that may still be drawn (never negative)."""
+        credit = max(0, timesteps_added - learning_starts) * self.max_samples_per_insert
+        return max(0, math.floor(credit + self.burst + 1e-9) - samples_drawn)
+
+    def check(
+        self, rows: int, samples_drawn: int, timesteps_added: int, learning_starts: int
+    ) -> None:
+        """Raises :class:`RateLimitExceeded` unless ``rows`` more rows are allowed."""
+        allowed = self.allowed(samples_drawn, timesteps_added, learning_starts)
+        if rows <= allowed:
+            return
+        # Smallest number of further timesteps whose credit covers the request.
+        need = samples_drawn + rows - self.burst
+        steps = max(0, math.ceil(need / self.max_samples_per_insert - 1e-9))
+        missing = max(1, learning_starts + steps - timesteps_added)
+        raise RateLimitExceeded(
+            f"sampling {rows} rows would exceed max_samples_per_insert="
+            f"{self.max_samples_per_insert:g} (burst {self.burst}): {timesteps_added} timesteps "
+            f"added (learning_starts={learning_starts}) allow {allowed} more rows after the "
+            f"{samples_drawn} drawn; add about {missing} timesteps first",
+            allowed=allowed,
+            missing=missing,
+        )
