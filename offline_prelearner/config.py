@@ -6,14 +6,25 @@ Every field is documented where it is declared; construction checks values and r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import difflib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .codec import DecodeLimits
 from .errors import ConfigError
 from .report import OnInvalid, check_on_invalid
 
-__all__ = ["ReadConfig"]
+__all__ = [
+    "BufferConfig",
+    "ModulesConfig",
+    "PreLearnerConfig",
+    "RayConfig",
+    "ReadConfig",
+    "SampleConfig",
+]
 
 
 @dataclass(frozen=True)
@@ -47,3 +58,401 @@ class ReadConfig:
         for name in ("legacy_pickle", "check_continuity"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, found {getattr(self, name)!r}")
+
+
+# ============================================================================================
+# The prelearner's configuration: one frozen section per stage.
+# ============================================================================================
+BUFFER_KINDS = ("uniform", "prioritized", "mixin", "reservoir")
+DEFAULT_MODULE_ID = "default_policy"  # RLlib's DEFAULT_MODULE_ID
+
+
+def _check_int(section: str, name: str, value: Any, lo: int = 0, none_ok: bool = False) -> None:
+    if value is None and none_ok:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise ConfigError(f"{section}.{name} must be an integer >= {lo}, found {value!r}")
+
+
+def _check_float(section: str, name: str, value: Any, lo: float, hi: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+        raise ConfigError(f"{section}.{name} must be a number in [{lo}, {hi}], found {value!r}")
+
+
+@dataclass(frozen=True)
+class BufferConfig:
+    """The replay buffer each module's episodes go into.
+
+    Attributes:
+        kind: ``"uniform"`` (every valid step equally likely), ``"prioritized"`` (Schaul et al.;
+            ``update_priorities`` feeds it), ``"mixin"`` (the newest data always, plus old data by
+            ``replay_ratio``) or ``"reservoir"`` (eviction keeps a uniform sample of all data).
+        capacity: Slots of ring storage per module: timesteps plus one final observation per
+            episode. The oldest whole episodes are evicted to make room.
+        learning_starts: No samples before this many timesteps were added (per module).
+        alpha, beta, eps: Prioritized replay exponents and the priority floor.
+        replay_ratio: MixIn: replayed / (replayed + new), in [0, 1].
+        max_samples_per_insert: Optional rate limit: sampled rows per inserted timestep.
+    """
+
+    kind: str = "uniform"
+    capacity: int = 1_000_000
+    learning_starts: int = 0
+    alpha: float = 0.6
+    beta: float = 0.4
+    eps: float = 1e-6
+    replay_ratio: float = 0.5
+    max_samples_per_insert: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in BUFFER_KINDS:
+            raise ConfigError(f"buffer.kind must be one of {BUFFER_KINDS}, found {self.kind!r}")
+        _check_int("buffer", "capacity", self.capacity, lo=2)
+        _check_int("buffer", "learning_starts", self.learning_starts)
+        _check_float("buffer", "alpha", self.alpha, 0.0, 10.0)
+        _check_float("buffer", "beta", self.beta, 0.0, 10.0)
+        _check_float("buffer", "eps", self.eps, 0.0, 1.0)
+        _check_float("buffer", "replay_ratio", self.replay_ratio, 0.0, 1.0)
+        if self.max_samples_per_insert is not None:
+            _check_float("buffer", "max_samples_per_insert", self.max_samples_per_insert, 0, 1e12)
+
+
+@dataclass(frozen=True)
+class SampleConfig:
+    """What each sample is, and how many are drawn.
+
+    Attributes:
+        unit: ``"transition"`` (1-step, or n-step when ``n_step`` is not 1) or ``"sequence"``
+            (``[B, seq_len]`` windows with ``seq_lens`` and ``loss_mask``).
+        n_step: An int, or an inclusive ``[lo, hi]`` range drawn per sample. Windows stop at
+            episode ends; ``rewards`` is the discounted sum over the steps taken.
+        gamma: Discount for n-step returns and return connectors.
+        seq_len, burn_in: Sequence length (loss steps) and extra leading steps for RNN burn-in.
+        frame_stack: Stack the last k observations at sample time (1 = off).
+        train_batch_size: Samples drawn per input batch (RLlib's behaviour: each batch that enters
+            ``map_batches`` yields one train batch per module).
+        num_samples: Cap on the total number of samples the job writes (``None``: no cap).
+        sample_all: Instead of random replay, emit every valid transition (or sequence) of each
+            complete episode exactly once, in episode order (a BC epoch, an n-step dataset).
+    """
+
+    unit: str = "transition"
+    n_step: Any = 1
+    gamma: float = 0.99
+    seq_len: int = 20
+    burn_in: int = 0
+    frame_stack: int = 1
+    train_batch_size: int = 256
+    num_samples: int | None = None
+    sample_all: bool = False
+
+    def __post_init__(self) -> None:
+        if self.unit not in ("transition", "sequence"):
+            raise ConfigError(
+                f"sample.unit must be 'transition' or 'sequence', found {self.unit!r}"
+            )
+        n = self.n_step
+        if isinstance(n, list | tuple):
+            if len(n) != 2 or any(isinstance(v, bool) or not isinstance(v, int) for v in n):
+                raise ConfigError(f"sample.n_step range must be [lo, hi] integers, found {n!r}")
+            if not 1 <= n[0] <= n[1]:
+                raise ConfigError(f"sample.n_step range needs 1 <= lo <= hi, found {list(n)}")
+            object.__setattr__(self, "n_step", (int(n[0]), int(n[1])))
+        else:
+            _check_int("sample", "n_step", n, lo=1)
+        _check_float("sample", "gamma", self.gamma, 0.0, 1.0)
+        _check_int("sample", "seq_len", self.seq_len, lo=1)
+        _check_int("sample", "burn_in", self.burn_in)
+        _check_int("sample", "frame_stack", self.frame_stack, lo=1)
+        _check_int("sample", "train_batch_size", self.train_batch_size, lo=1)
+        _check_int("sample", "num_samples", self.num_samples, lo=1, none_ok=True)
+        if not isinstance(self.sample_all, bool):
+            raise ConfigError(f"sample.sample_all must be true or false, found {self.sample_all!r}")
+
+
+@dataclass(frozen=True)
+class ModulesConfig:
+    """Which modules are trained, and which module an agent's episodes belong to.
+
+    Attributes:
+        modules_to_train: Module ids whose samples are emitted (``None``: all). Samples of other
+            modules are dropped before output.
+        agent_to_module: ``{agent_id: module_id}``, or ``"package.module:function"`` mapping an
+            agent id to a module id. Episodes carrying a ``module_id`` keep it.
+        default_module: Module of episodes with neither (single-agent data): RLlib's
+            ``"default_policy"``.
+    """
+
+    modules_to_train: tuple[str, ...] | None = None
+    agent_to_module: Any = None
+    default_module: str = DEFAULT_MODULE_ID
+
+    def __post_init__(self) -> None:
+        m = self.modules_to_train
+        if m is not None:
+            if isinstance(m, str) or not all(isinstance(x, str) for x in m):
+                raise ConfigError(f"modules.modules_to_train must be a list of ids, found {m!r}")
+            object.__setattr__(self, "modules_to_train", tuple(m))
+        a = self.agent_to_module
+        if a is not None and not isinstance(a, dict) and not (isinstance(a, str) and ":" in a):
+            raise ConfigError(
+                "modules.agent_to_module must be a {agent: module} map or 'package.module:fn', "
+                f"found {a!r}"
+            )
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    """How the batch job runs on Ray Data.
+
+    Attributes:
+        address: Ray cluster address (``None``: ``RAY_ADDRESS`` or a local instance).
+        concurrency: Number of OfflinePreLearner actors in ``map_batches``. Row data without a
+            ``t`` column must stay in file order: use 1, or ``group_by_episode``.
+        batch_size: Rows per ``map_batches`` batch (``None``: one block at a time).
+        num_cpus: CPUs reserved per prelearner actor.
+        group_by_episode: Group rows by ``eps_id`` with Ray Data (``groupby().map_groups``) so
+            every batch holds whole episodes, whatever the file layout.
+    """
+
+    address: str | None = None
+    concurrency: int = 1
+    batch_size: int | None = 4096
+    num_cpus: float = 1.0
+    group_by_episode: bool = False
+
+    def __post_init__(self) -> None:
+        _check_int("ray", "concurrency", self.concurrency, lo=1)
+        _check_int("ray", "batch_size", self.batch_size, lo=1, none_ok=True)
+        _check_float("ray", "num_cpus", self.num_cpus, 0.0, 1024.0)
+        if not isinstance(self.group_by_episode, bool):
+            raise ConfigError(
+                f"ray.group_by_episode must be true or false, found {self.group_by_episode!r}"
+            )
+
+
+_SECTIONS: dict[str, type] = {}  # filled below: section name -> dataclass
+
+
+@dataclass(frozen=True)
+class PreLearnerConfig:
+    """Everything an :class:`~offline_prelearner.prelearner.OfflinePreLearner` needs.
+
+    Sections: ``read`` (input format, schema, decoding), ``validate`` (checks and the invalid-data
+    policy), ``buffer``, ``sample``, ``modules``, ``ray``; plus ``connectors`` (an ordered list of
+    connector specs: names, ``{"name": ..., **kwargs}`` or ``"package.module:Class"``), ``seed``
+    and ``prelearner`` (``"package.module:Class"`` of a custom subclass, for the batch job).
+
+    The defaults read RLlib-recorded row data with no configuration. ``with_updates({"n_step": 3,
+    "buffer.kind": "prioritized"})`` sets fields by flat name (a name found in several sections,
+    like ``on_invalid``, is set in all of them) or by ``section.field``.
+    """
+
+    read: ReadConfig = field(default_factory=ReadConfig)
+    validate: Any = None  # ValidateConfig; None -> built in __post_init__ (import cycle)
+    buffer: BufferConfig = field(default_factory=BufferConfig)
+    sample: SampleConfig = field(default_factory=SampleConfig)
+    modules: ModulesConfig = field(default_factory=ModulesConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+    connectors: tuple[Any, ...] = ()
+    seed: int | None = 0
+    prelearner: str | None = None
+
+    def __post_init__(self) -> None:
+        from .validate import ValidateConfig
+
+        if self.validate is None:
+            # Rows spread over batches arrive as fragments; the buffer joins them.
+            object.__setattr__(
+                self,
+                "validate",
+                ValidateConfig(require_done=False, on_invalid=self.read.on_invalid),
+            )
+        for name, cls in _section_types().items():
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                object.__setattr__(self, name, _build(cls, name, value))
+            elif not isinstance(value, cls):
+                raise ConfigError(f"{name} must be a {cls.__name__} or a dict, found {value!r}")
+        if isinstance(self.connectors, list | tuple):
+            object.__setattr__(self, "connectors", tuple(self.connectors))
+        else:
+            raise ConfigError(f"connectors must be a list, found {self.connectors!r}")
+        _check_int("config", "seed", self.seed, none_ok=True)
+        if self.prelearner is not None and (
+            not isinstance(self.prelearner, str) or ":" not in self.prelearner
+        ):
+            raise ConfigError(
+                f"prelearner must be 'package.module:Class', found {self.prelearner!r}"
+            )
+
+    # ------------------------------------------------------------------ updates
+    def with_updates(self, updates: Mapping[str, Any]) -> PreLearnerConfig:
+        """A copy with fields set by flat name or ``section.field`` (see the class docstring)."""
+        sections = {name: {} for name in _section_types()}
+        top: dict[str, Any] = {}
+        for key, value in updates.items():
+            if "." in key:
+                sec, _, fname = key.partition(".")
+                if sec not in sections or fname not in _field_names(_section_types()[sec]):
+                    raise ConfigError(f"unknown config field {key!r}")
+                sections[sec][fname] = value
+                continue
+            owners = [s for s, cls in _section_types().items() if key in _field_names(cls)]
+            if key in _field_names(PreLearnerConfig) and key not in sections:
+                top[key] = value
+            elif owners:
+                for s in owners:
+                    sections[s][key] = value
+            else:
+                close = difflib.get_close_matches(key, sorted(_all_fields()), n=3)
+                hint = f"; did you mean {' or '.join(close)}?" if close else ""
+                raise ConfigError(f"unknown config field {key!r}{hint}")
+        changes: dict[str, Any] = dict(top)
+        for sec, vals in sections.items():
+            if vals:
+                changes[sec] = _build(
+                    type(getattr(self, sec)), sec, {**_asdict(getattr(self, sec)), **vals}
+                )
+        return replace(self, **changes)
+
+    # ------------------------------------------------------------------ serialisation
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict (spaces in RLlib's space-dict layout, schemas by name or content)."""
+        out: dict[str, Any] = {}
+        for name in _section_types():
+            out[name] = {k: _jsonable(v) for k, v in _asdict(getattr(self, name)).items()}
+        out["connectors"] = [_jsonable(c) for c in self.connectors]
+        out["seed"] = self.seed
+        out["prelearner"] = self.prelearner
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PreLearnerConfig:
+        unknown = set(d) - _field_names(cls)
+        if unknown:
+            raise ConfigError(
+                f"unknown config sections {sorted(unknown)}; known: {sorted(_field_names(cls))}"
+            )
+        kw = dict(d)
+        if isinstance(kw.get("validate"), dict):
+            kw["validate"] = _build(_section_types()["validate"], "validate", kw["validate"])
+        return cls(**kw)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Writes JSON, or YAML when the path ends in .yaml/.yml."""
+        text = _dump(self.to_dict(), os.fspath(path))
+        with open(path, "w") as fh:
+            fh.write(text)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> PreLearnerConfig:
+        """Reads a JSON or YAML file written by :meth:`save` (or by hand)."""
+        p = os.fspath(path)
+        with open(p) as fh:
+            text = fh.read()
+        try:
+            if p.endswith((".yaml", ".yml")):
+                import yaml
+
+                data = yaml.safe_load(text)
+            else:
+                data = json.loads(text)
+        except ValueError as e:
+            raise ConfigError(f"cannot parse config file {p!r}: {e}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {p!r} must hold a mapping, found {type(data).__name__}")
+        return cls.from_dict(data)
+
+    @classmethod
+    def coerce(cls, config: Any) -> PreLearnerConfig:
+        """A PreLearnerConfig from a config, a dict, a file path, or None (defaults)."""
+        if config is None:
+            return cls()
+        if isinstance(config, cls):
+            return config
+        if isinstance(config, Mapping):
+            return cls.from_dict(config)
+        if isinstance(config, str | os.PathLike):
+            return cls.load(config)
+        raise ConfigError(f"config must be a PreLearnerConfig, dict or path, found {config!r}")
+
+
+def _section_types() -> dict[str, type]:
+    if not _SECTIONS:
+        from .validate import ValidateConfig
+
+        _SECTIONS.update(
+            read=ReadConfig,
+            validate=ValidateConfig,
+            buffer=BufferConfig,
+            sample=SampleConfig,
+            modules=ModulesConfig,
+            ray=RayConfig,
+        )
+    return _SECTIONS
+
+
+def _field_names(cls: type) -> set[str]:
+    return {f.name for f in fields(cls)}
+
+
+def _all_fields() -> set[str]:
+    out = {"connectors", "seed", "prelearner"}
+    for cls in _section_types().values():
+        out |= _field_names(cls)
+    return out
+
+
+def _asdict(obj: Any) -> dict[str, Any]:
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
+
+
+def _build(cls: type, section: str, values: Mapping[str, Any]) -> Any:
+    unknown = set(values) - _field_names(cls)
+    if unknown:
+        raise ConfigError(
+            f"unknown field(s) {sorted(unknown)} in section {section!r}; known: "
+            f"{sorted(_field_names(cls))}"
+        )
+    vals = dict(values)
+    for name in ("observation_space", "action_space"):
+        if isinstance(vals.get(name), dict):
+            from .spaces import space_from_dict
+
+            vals[name] = space_from_dict(vals[name])
+    if cls is ReadConfig and isinstance(vals.get("limits"), dict):
+        vals["limits"] = DecodeLimits(**vals["limits"])
+    try:
+        return cls(**vals)
+    except ConfigError as e:
+        msg = str(e)
+        raise ConfigError(msg if msg.startswith(section) else f"{section}: {msg}") from None
+    except TypeError as e:
+        raise ConfigError(f"section {section!r}: {e}") from None
+
+
+def _jsonable(v: Any) -> Any:
+    import gymnasium as gym
+
+    from .spaces import space_to_dict
+
+    if isinstance(v, gym.Space):
+        return space_to_dict(v)
+    if isinstance(v, DecodeLimits):
+        return _asdict(v)
+    if isinstance(v, tuple):
+        return [_jsonable(x) for x in v]
+    if hasattr(v, "to_dict") and hasattr(v, "name") and hasattr(v, "columns"):  # ColumnSchema
+        return v.to_dict()
+    if isinstance(v, str | int | float | bool | type(None) | list | dict):
+        return v
+    return repr(v)
+
+
+def _dump(d: dict[str, Any], path: str) -> str:
+    if path.endswith((".yaml", ".yml")):
+        import yaml
+
+        return str(yaml.safe_dump(d, sort_keys=False))
+    return json.dumps(d, indent=2) + "\n"
