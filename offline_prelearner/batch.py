@@ -14,7 +14,29 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MultiAgentBatch", "SampleBatch"]
+__all__ = ["MODULE_ID", "MultiAgentBatch", "SampleBatch"]
+
+MODULE_ID = "module_id"
+
+
+def _numpy_columns(rows: Any) -> dict[str, np.ndarray]:
+    """A dict of numpy columns from a dict, an Arrow table or a pandas DataFrame."""
+    if isinstance(rows, Mapping):
+        return {k: np.asarray(v) for k, v in rows.items()}
+    if hasattr(rows, "column_names") and hasattr(rows, "column"):  # pyarrow.Table
+        from .arrowcols import column_to_numpy
+
+        return {name: column_to_numpy(rows, name) for name in rows.column_names}
+    if hasattr(rows, "columns") and hasattr(rows, "to_numpy"):  # pandas.DataFrame
+        return {
+            str(c): np.stack(rows[c].to_numpy())
+            if rows[c].dtype == object and len(rows) and isinstance(rows[c].iloc[0], np.ndarray)
+            else rows[c].to_numpy()
+            for c in rows.columns
+        }
+    raise TypeError(
+        f"rows must be a dict of arrays, an Arrow table or a DataFrame, not {type(rows)}"
+    )
 
 
 class SampleBatch:
@@ -108,6 +130,12 @@ class SampleBatch:
         cols = ", ".join(f"{k}={v.dtype}{list(v.shape)}" for k, v in self._cols.items())
         return f"SampleBatch({len(self)} rows: {cols})"
 
+    def to_rows(self, module_id: Any) -> dict[str, np.ndarray]:
+        """The columns plus a ``module_id`` column: one Ray Data / Arrow row per sample."""
+        out = dict(self._cols)
+        out[MODULE_ID] = np.full(len(self), str(module_id), dtype=object)
+        return out
+
     # ------------------------------------------------------------------ joining
     @staticmethod
     def concat(batches: Iterable[SampleBatch]) -> SampleBatch:
@@ -145,6 +173,29 @@ class MultiAgentBatch:
     def __len__(self) -> int:
         """Number of modules."""
         return len(self.policy_batches)
+
+    @classmethod
+    def from_rows(cls, rows: Any) -> MultiAgentBatch:
+        """Rebuilds ``{module_id: SampleBatch}`` from output rows (the learner side).
+
+        ``rows``: a dict of numpy columns (Ray Data's ``batch_format="numpy"``), an Arrow table, or
+        a pandas DataFrame, with a ``module_id`` column. ``env_steps`` is the number of rows.
+        """
+        cols = _numpy_columns(rows)
+        if MODULE_ID not in cols:
+            raise KeyError(f"rows have no {MODULE_ID!r} column; columns: {sorted(cols)}")
+        mids = np.asarray(cols.pop(MODULE_ID))
+        n = len(mids)
+        if n == 0:
+            return cls({}, env_steps=0)
+        uniq, inverse = np.unique(mids.astype(str), return_inverse=True)
+        if len(uniq) == 1:
+            return cls({str(uniq[0]): SampleBatch(cols)}, env_steps=n)
+        out = {}
+        for k, m in enumerate(uniq):
+            sel = np.flatnonzero(inverse == k)
+            out[str(m)] = SampleBatch({c: v[sel] for c, v in cols.items()})
+        return cls(out, env_steps=n)
 
     def agent_steps(self) -> int:
         """Rows summed over modules."""

@@ -1,8 +1,8 @@
 """``offline-prelearner``: the command line. Parses arguments, builds configs, calls the library.
 
-Subcommands: ``record`` (a gymnasium env -> RLlib-compatible offline data) and ``inspect``
-(what a dataset holds and whether it validates). Errors about data print one line naming the
-file, column, episode and row, and exit with status 2.
+Subcommands: ``process`` (the batch job), ``record`` (a gymnasium env -> RLlib-compatible
+offline data) and ``inspect`` (what a dataset holds and whether it validates). Errors about
+data print one line naming the file, column, episode and row, and exit with status 2.
 """
 
 from __future__ import annotations
@@ -105,6 +105,57 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_set(items: list[str]) -> dict[str, Any]:
+    """``key=value`` pairs; values parse as JSON where they can (``[1,3]``, ``true``, ``0.99``)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects key=value, found {item!r}")
+        try:
+            out[key.strip()] = json.loads(raw)
+        except ValueError:
+            out[key.strip()] = raw
+    return out
+
+
+def _cmd_process(args: argparse.Namespace) -> int:
+    from .config import PreLearnerConfig
+    from .pipeline import run_pipeline
+
+    config = PreLearnerConfig.load(args.config) if args.config else PreLearnerConfig()
+    updates = _parse_set(args.set or [])
+    if args.format:
+        updates["format"] = args.format
+    if args.schema:
+        updates["schema"] = args.schema
+    if args.legacy_pickle:
+        updates["legacy_pickle"] = True
+    if args.address:
+        updates["address"] = args.address
+    config = config.with_updates(updates) if updates else config
+    result = run_pipeline(args.path, config, out_dir=args.out, prelearner=args.prelearner)
+    st = result.stats
+    summary = {
+        k: st[k]
+        for k in (
+            "files_read",
+            "format",
+            "rows_in",
+            "episodes_kept",
+            "rows_rejected",
+            "episodes_duplicate",
+            "samples_written",
+            "wall_seconds",
+            "rows_per_second",
+            "rows_balance",
+        )
+    }
+    summary["out"] = args.out
+    print(json.dumps(summary, indent=None if args.json else 2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="offline-prelearner",
@@ -134,6 +185,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--json", action="store_true", help="print the summary on one line")
     r.set_defaults(func=_cmd_record)
+
+    pr = sub.add_parser(
+        "process",
+        help="the batch job: read, build episodes, replay, sample, write learner-ready rows",
+    )
+    pr.add_argument("path", help="a file, a directory (read recursively, name order) or a glob")
+    pr.add_argument("--out", required=True, help="output directory (samples/*.parquet, stats.json)")
+    pr.add_argument("--config", help="a PreLearnerConfig as JSON or YAML")
+    pr.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a config field (flat name or section.field); JSON values: "
+        "--set n_step=[1,3] --set gamma=0.99 --set buffer.kind=prioritized",
+    )
+    pr.add_argument(
+        "--prelearner", help="a custom OfflinePreLearner subclass as package.module:Class"
+    )
+    pr.add_argument("--format", choices=["auto", "rows", "episodes", "sample_batches"])
+    pr.add_argument("--schema", help="schema preset name or JSON file (rows format)")
+    pr.add_argument("--legacy-pickle", action="store_true", help="as for inspect")
+    pr.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS or local)")
+    pr.add_argument("--json", action="store_true", help="print the summary on one line")
+    pr.set_defaults(func=_cmd_process)
 
     i = sub.add_parser("inspect", help="what a dataset holds, and a validation report")
     i.add_argument("path", help="a file, a directory (read recursively, name order) or a glob")
