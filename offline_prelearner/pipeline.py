@@ -1,0 +1,239 @@
+"""The batch job on Ray Data: read -> map_batches(OfflinePreLearner) -> write or iterate.
+
+::
+
+    result = run_pipeline("datasets/cartpole-v1/rows", config, out_dir="out/")   # Parquet + stats
+    for batch in iter_learner_batches("data/", config):                         # MultiAgentBatch
+        learner.update(batch)
+
+Ray is imported here (and in ``cli.py``) only. Files are read in name order with Ray Data's
+``preserve_order`` on, so row data without a ``t`` column keeps its order into a single
+prelearner actor; ``ray.group_by_episode`` groups rows by ``eps_id`` with Ray Data instead, so any
+number of actors each see whole episodes. Per-actor counters travel through a small Ray actor
+and are summed into ``stats.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from .batch import MultiAgentBatch
+from .config import PreLearnerConfig
+from .errors import ConfigError
+from .prelearner import OfflinePreLearner, import_object
+from .sources import detect_format, expand_paths
+
+__all__ = ["PipelineResult", "build_dataset", "iter_learner_batches", "run_pipeline"]
+
+
+@dataclass
+class PipelineResult:
+    """What :func:`run_pipeline` did: where the samples went and the summed counters."""
+
+    out_dir: str | None
+    files_written: list[str]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def _ray() -> Any:
+    import ray
+
+    return ray
+
+
+def _init_ray(config: PreLearnerConfig) -> None:
+    ray = _ray()
+    if ray.is_initialized():
+        return
+    address = config.ray.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=False)
+    else:
+        ray.init(include_dashboard=False, log_to_driver=False)
+
+
+def _stats_actor() -> Any:
+    ray = _ray()
+
+    @ray.remote(num_cpus=0)
+    class StatsCollector:
+        """Keeps each prelearner's latest cumulative stats; sums them on request."""
+
+        def __init__(self) -> None:
+            self.latest: dict[str, dict[str, Any]] = {}
+
+        def report(self, key: str, stats: dict[str, Any]) -> None:
+            self.latest[key] = stats
+
+        def all(self) -> dict[str, dict[str, Any]]:
+            return self.latest
+
+    return StatsCollector.remote()
+
+
+class _ActorSink:
+    """A picklable stats sink: forwards ``(key, stats)`` to the collector actor, fire-and-forget."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.pending: list[Any] = []
+
+    def __call__(self, key: str, stats: dict[str, Any]) -> None:
+        self.pending.append(self.handle.report.remote(key, stats))
+        if len(self.pending) > 16:  # keep the reference list short; the actor keeps the latest
+            _ray().wait(self.pending, num_returns=len(self.pending) - 8)
+            self.pending = self.pending[-8:]
+
+
+def resolve_config(config: PreLearnerConfig, files: list[str]) -> PreLearnerConfig:
+    """Fills in what depends on the files: the detected format."""
+    if config.read.format == "auto":
+        config = replace(config, read=replace(config.read, format=detect_format(files)))
+    return config
+
+
+def prelearner_class(config: PreLearnerConfig, cls: Any = None) -> type[OfflinePreLearner]:
+    """``cls`` (a class or ``"package.module:Class"``), else ``config.prelearner``, else base."""
+    spec = cls if cls is not None else config.prelearner
+    if spec is None:
+        return OfflinePreLearner
+    obj = import_object(spec) if isinstance(spec, str) else spec
+    if not (isinstance(obj, type) and issubclass(obj, OfflinePreLearner)):
+        raise ConfigError(f"prelearner {spec!r} is not a subclass of OfflinePreLearner")
+    return obj
+
+
+def build_dataset(
+    path: str | os.PathLike[str] | list[str],
+    config: PreLearnerConfig,
+    *,
+    prelearner: Any = None,
+    stats_sink: Any = None,
+) -> Any:
+    """The lazy Ray Dataset of learner-ready rows (read -> [groupby] -> map_batches -> [limit])."""
+    ray = _ray()
+    files = expand_paths(path if isinstance(path, list) else os.fspath(path))
+    config = resolve_config(config, files)
+    cls = prelearner_class(config, prelearner)
+    _init_ray(config)
+    ctx = ray.data.DataContext.get_current()
+    ctx.execution_options.preserve_order = True
+    if files[0].endswith((".json", ".jsonl", ".ndjson")):
+        ds = ray.data.read_json(files, lines=True)
+    else:
+        ds = ray.data.read_parquet(files)
+    kwargs = {"config": config, "stats_sink": stats_sink}
+    rc = config.ray
+    if rc.group_by_episode:
+        from .schema import load_schema
+
+        eps_col = load_schema(config.read.schema).column("eps_id") or "eps_id"
+        ds = ds.groupby(eps_col).map_groups(
+            cls,
+            fn_constructor_kwargs=kwargs,
+            concurrency=rc.concurrency,
+            num_cpus=rc.num_cpus,
+            batch_format="pyarrow",
+        )
+    else:
+        ds = ds.map_batches(
+            cls,
+            fn_constructor_kwargs=kwargs,
+            concurrency=rc.concurrency,
+            num_cpus=rc.num_cpus,
+            batch_size=rc.batch_size,
+            batch_format="pyarrow",
+        )
+    if config.sample.num_samples is not None:
+        ds = ds.limit(config.sample.num_samples)
+    return ds
+
+
+def _sum_stats(per_actor: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    total: dict[str, Any] = {"actors": len(per_actor), "rows_rejected": {}, "episodes_rejected": {}}
+    keys = ("rows_in", "rows_kept", "rows_duplicate", "episodes_kept", "episodes_duplicate")
+    for k in keys:
+        total[k] = 0
+    for k in ("batches", "samples", "episodes_added", "not_ready", "pending_fragments"):
+        total[k] = 0
+    for st in per_actor.values():
+        led = st["ledger"]
+        for k in keys:
+            total[k] += led[k]
+        for k in ("rows_rejected", "episodes_rejected"):
+            for reason, n in led[k].items():
+                total[k][reason] = total[k].get(reason, 0) + n
+        for k in ("batches", "samples", "episodes_added", "not_ready", "pending_fragments"):
+            total[k] += st.get(k, 0)
+    total["rows_balance"] = total["rows_in"] == (
+        total["rows_kept"] + sum(total["rows_rejected"].values()) + total["rows_duplicate"]
+    )
+    return total
+
+
+def run_pipeline(
+    path: str | os.PathLike[str] | list[str],
+    config: PreLearnerConfig | None = None,
+    *,
+    out_dir: str | os.PathLike[str] | None = None,
+    prelearner: Any = None,
+) -> PipelineResult:
+    """Runs the batch job; writes ``out_dir/samples/*.parquet`` and ``out_dir/stats.json``.
+
+    Without ``out_dir`` the samples are only counted (a dry run that still validates everything).
+    """
+    config = config or PreLearnerConfig()
+    start = time.perf_counter()
+    files = expand_paths(path if isinstance(path, list) else os.fspath(path))
+    config = resolve_config(config, files)
+    _init_ray(config)
+    collector = _stats_actor()
+    ds = build_dataset(files, config, prelearner=prelearner, stats_sink=_ActorSink(collector))
+    written: list[str] = []
+    if out_dir is not None:
+        samples_dir = Path(out_dir) / "samples"
+        ds.write_parquet(str(samples_dir))
+        written = sorted(str(p) for p in samples_dir.glob("*.parquet"))
+        samples_out = sum(pq.read_metadata(p).num_rows for p in written)
+    else:
+        samples_out = sum(
+            len(next(iter(b.values()))) for b in ds.iter_batches(batch_format="numpy")
+        )
+    seconds = time.perf_counter() - start
+    stats = _sum_stats(_ray().get(collector.all.remote()))
+    stats.update(
+        {
+            "input": [os.fspath(p) for p in (path if isinstance(path, list) else [path])],
+            "files_read": len(files),
+            "format": config.read.format,
+            "samples_written": samples_out,
+            "wall_seconds": round(seconds, 3),
+            "rows_per_second": round(stats["rows_in"] / seconds, 1) if seconds else None,
+            "samples_per_second": round(samples_out / seconds, 1) if seconds else None,
+            "config": config.to_dict(),
+        }
+    )
+    if out_dir is not None:
+        with open(Path(out_dir) / "stats.json", "w") as fh:
+            json.dump(stats, fh, indent=2)
+    return PipelineResult(None if out_dir is None else os.fspath(out_dir), written, stats)
+
+
+def iter_learner_batches(
+    path: str | os.PathLike[str] | list[str],
+    config: PreLearnerConfig | None = None,
+    *,
+    prelearner: Any = None,
+) -> Iterator[MultiAgentBatch]:
+    """Streams ``MultiAgentBatch`` objects from the job, one per output block, for a learner."""
+    ds = build_dataset(path, config or PreLearnerConfig(), prelearner=prelearner)
+    for rows in ds.iter_batches(batch_format="numpy", batch_size=None):
+        yield MultiAgentBatch.from_rows(rows)

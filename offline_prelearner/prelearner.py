@@ -1,0 +1,302 @@
+"""OfflinePreLearner: one Ray Data batch in, learner-ready rows out.
+
+::
+
+    batch ──map_to_episodes──▶ EpisodeBatch ──validate──▶ (checked, de-duplicated)
+          ──postprocess_episodes──▶ (episode connectors) ──add_to_buffers──▶ one buffer per module
+          ──sample──▶ MultiAgentBatch ──run_connectors──▶ ──to_output──▶ {column: ndarray}
+
+It is a callable class for ``Dataset.map_batches``: Ray builds one per actor, and each keeps its
+reader state (fragments spread over batches), its de-duplication memory and its buffers between
+batches. Every step is a small method, so a subclass changes one step without copying
+``__call__``. Nothing here imports Ray: the same object runs in a test, a notebook or a learner.
+
+Output: for each trained module, a dict of numpy columns with one row per sampled transition (or
+sequence) and a ``module_id`` column; :meth:`MultiAgentBatch.from_rows
+<offline_prelearner.batch.MultiAgentBatch.from_rows>` rebuilds ``{module_id: SampleBatch}``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from .batch import MultiAgentBatch, SampleBatch
+from .buffers.mixin import MixInReplayBuffer
+from .buffers.rate_limit import SampleToInsertRatio
+from .buffers.replay_buffer import EpisodeReplayBuffer
+from .buffers.reservoir import Reservoir
+from .config import PreLearnerConfig
+from .connectors.base import ConnectorContext, ConnectorPipeline, build_pipeline
+from .episode import Episode
+from .errors import ConfigError, EmptyBufferError
+from .readers import Batch, Reader, make_reader
+from .report import EpisodeBatch, Ledger
+from .samplers import FrameStack, NStep, Prioritized, Sequence, Transition, Uniform
+from .samplers.base import SampleUnit
+from .samplers.in_order import InOrder
+from .validate import Deduplicator, Validator
+
+__all__ = ["OfflinePreLearner", "StatsSink", "import_object"]
+
+#: Receives ``(actor_key, stats)`` after every batch; the batch job passes one that reports to a
+#: Ray actor. ``stats`` is cumulative for this prelearner.
+StatsSink = Callable[[str, dict[str, Any]], None]
+
+
+def import_object(spec: str) -> Any:
+    """``"package.module:Name"`` -> the object; a ConfigError naming the spec otherwise."""
+    mod_name, _, attr = spec.partition(":")
+    if not mod_name or not attr:
+        raise ConfigError(f"expected 'package.module:Name', found {spec!r}")
+    try:
+        obj: Any = importlib.import_module(mod_name)
+    except ImportError as e:
+        raise ConfigError(f"cannot import {mod_name!r} (from {spec!r}): {e}") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigError(f"{mod_name!r} has no attribute {attr!r} (from {spec!r})") from None
+    return obj
+
+
+class OfflinePreLearner:
+    """The callable Ray Data runs in ``map_batches``; see the module docstring.
+
+    Args:
+        config: A :class:`PreLearnerConfig`, a dict, a JSON/YAML path, or None for defaults.
+        stats_sink: Optional ``(key, stats)`` callback after each batch (the batch job's).
+        **updates: Field updates applied to ``config`` (``n_step=3``, ``buffer.kind=...``).
+    """
+
+    def __init__(
+        self,
+        config: PreLearnerConfig | Mapping[str, Any] | str | None = None,
+        *,
+        stats_sink: StatsSink | None = None,
+        **updates: Any,
+    ) -> None:
+        cfg = PreLearnerConfig.coerce(config)
+        self.config = cfg.with_updates(updates) if updates else cfg
+        self.stats_sink = stats_sink
+        self.key = f"prelearner-{id(self):x}-{time.time_ns()}"
+        self.reader = self.build_reader()
+        self.validator = Validator(self.config.validate)
+        self.deduplicator = Deduplicator()
+        self.connectors = self.build_connectors()
+        self.buffers: dict[str, EpisodeReplayBuffer] = {}
+        self.ledger = Ledger()
+        self.counters = {"batches": 0, "samples": 0, "episodes_added": 0, "not_ready": 0}
+        self._pending: dict[tuple[Any, Any], list[Episode]] = {}  # sample_all: open fragments
+        self._agent_to_module = self._mapping_fn()
+
+    # ================================================================== building blocks (hooks)
+    def build_reader(self) -> Reader:
+        """The reader for ``config.read.format`` (override to read a format of your own)."""
+        read = self.config.read
+        return make_reader(read)
+
+    def build_unit(self) -> SampleUnit:
+        """What each drawn step becomes: Transition, NStep, Sequence, optionally frame-stacked."""
+        s = self.config.sample
+        unit: Any
+        if s.unit == "sequence":
+            unit = Sequence(s.seq_len, burn_in=s.burn_in)
+        elif s.n_step == 1:
+            unit = Transition()
+        else:
+            unit = NStep(s.n_step, s.gamma)
+        return FrameStack(s.frame_stack, unit) if s.frame_stack > 1 else unit
+
+    def build_buffer(self, module_id: str) -> EpisodeReplayBuffer:
+        """A fresh buffer for one module, as ``config.buffer`` describes."""
+        b, seed = self.config.buffer, self.config.seed
+        kw: dict[str, Any] = {
+            "unit": self.build_unit(),
+            "seed": None if seed is None else seed + _stable_hash(module_id),
+            "learning_starts": b.learning_starts,
+        }
+        if b.max_samples_per_insert is not None:
+            kw["rate_limit"] = SampleToInsertRatio(b.max_samples_per_insert)
+        if b.kind == "reservoir":
+            kw["eviction"] = Reservoir(seed=0 if seed is None else seed)
+        if b.kind == "prioritized":
+            return EpisodeReplayBuffer(b.capacity, Prioritized(b.alpha, b.beta, b.eps), **kw)
+        if b.kind == "mixin":
+            return MixInReplayBuffer(b.capacity, Uniform(), replay_ratio=b.replay_ratio, **kw)
+        return EpisodeReplayBuffer(b.capacity, Uniform(), **kw)
+
+    def build_connectors(self) -> ConnectorPipeline:
+        """The connector pipeline from ``config.connectors`` (override to add your own)."""
+        return build_pipeline(list(self.config.connectors))
+
+    def _mapping_fn(self) -> Callable[[Any], str] | None:
+        a = self.config.modules.agent_to_module
+        if a is None:
+            return None
+        if isinstance(a, dict):
+            return lambda agent: a.get(agent, self.config.modules.default_module)
+        fn = import_object(a)
+        if not callable(fn):
+            raise ConfigError(f"modules.agent_to_module {a!r} is not callable")
+        return fn  # type: ignore[no-any-return]
+
+    # ================================================================== the steps
+    def map_to_episodes(self, batch: Batch) -> EpisodeBatch:
+        """Input batch -> episodes, every row accounted for (the registered reader)."""
+        return self.reader.read(batch)
+
+    def validate(self, episodes: EpisodeBatch) -> EpisodeBatch:
+        """Contract checks, then de-duplication within the batch and against earlier batches."""
+        return self.deduplicator.dedupe(self.validator.validate(episodes))
+
+    def postprocess_episodes(self, episodes: list[Episode]) -> list[Episode]:
+        """Episode-level connectors (returns-to-go, advantages ...), before buffering."""
+        return self.connectors.on_episodes(episodes) if len(self.connectors) else episodes
+
+    def module_of(self, episode: Episode) -> str:
+        """The module an episode trains: its module_id, else the agent mapping, else default."""
+        if episode.module_id is not None:
+            return str(episode.module_id)
+        if self._agent_to_module is not None and episode.agent_id is not None:
+            return str(self._agent_to_module(episode.agent_id))
+        return self.config.modules.default_module
+
+    def add_to_buffers(self, episodes: list[Episode]) -> None:
+        """Routes episodes to their module's buffer (created on first use)."""
+        by_module: dict[str, list[Episode]] = {}
+        for ep in episodes:
+            by_module.setdefault(self.module_of(ep), []).append(ep)
+        for module_id, eps in by_module.items():
+            buf = self.buffers.get(module_id)
+            if buf is None:
+                buf = self.buffers[module_id] = self.build_buffer(module_id)
+            buf.add(eps)
+            self.counters["episodes_added"] += len(eps)
+
+    def sample(self) -> MultiAgentBatch:
+        """``train_batch_size`` samples from each trained module's buffer (none if not ready)."""
+        n = self.config.sample.train_batch_size
+        out: dict[str, SampleBatch] = {}
+        for module_id, buf in self.buffers.items():
+            if not self._trains(module_id):
+                continue
+            try:
+                out[module_id] = buf.sample(n)
+            except EmptyBufferError:
+                self.counters["not_ready"] += 1
+        return MultiAgentBatch(out, env_steps=sum(len(b) for b in out.values()))
+
+    def sample_all(self, episodes: list[Episode]) -> MultiAgentBatch:
+        """Every valid transition (or sequence) of the complete episodes, once, in order.
+
+        Not-done fragments wait (per episode id) until their episode ends, so no window is cut by
+        a batch boundary; ``stats()["pending_fragments"]`` says how many are still open.
+        """
+        complete = self._complete_episodes(episodes)
+        by_module: dict[str, list[Episode]] = {}
+        for ep in complete:
+            by_module.setdefault(self.module_of(ep), []).append(ep)
+        out: dict[str, SampleBatch] = {}
+        for module_id, eps in by_module.items():
+            if not self._trains(module_id):
+                continue
+            buf = EpisodeReplayBuffer(
+                sum(len(e) + 1 for e in eps) + 1,
+                InOrder(),
+                self.build_unit(),
+                seed=self.config.seed,
+            )
+            buf.add(eps)
+            total = buf.valid_starts().total
+            if total:
+                out[module_id] = buf.sample(total)
+        return MultiAgentBatch(out, env_steps=sum(len(b) for b in out.values()))
+
+    def run_connectors(self, batch: MultiAgentBatch) -> MultiAgentBatch:
+        """Batch-level connectors, module by module."""
+        if not len(self.connectors):
+            return batch
+        out = {}
+        for module_id, sb in batch.policy_batches.items():
+            ctx = ConnectorContext(module_id=module_id, gamma=self.config.sample.gamma)
+            out[module_id] = self.connectors(sb, ctx)
+        return MultiAgentBatch(out, env_steps=batch.env_steps)
+
+    def to_output(self, batch: MultiAgentBatch) -> Iterator[dict[str, np.ndarray]]:
+        """One dict of numpy columns per module, with a ``module_id`` column (Arrow-friendly)."""
+        for module_id, sb in batch.policy_batches.items():
+            if len(sb):
+                yield sb.to_rows(module_id)
+
+    # ================================================================== the call
+    def __call__(self, batch: Batch) -> Iterator[dict[str, np.ndarray]]:
+        """One input batch -> zero or more output batches (one per trained module)."""
+        episodes = self.validate(self.map_to_episodes(batch))
+        self.ledger += episodes.ledger
+        eps = self.postprocess_episodes(episodes.episodes)
+        if self.config.sample.sample_all:
+            result = self.sample_all(eps)
+        else:
+            self.add_to_buffers(eps)
+            result = self.sample()
+        result = self.run_connectors(result)
+        self.counters["batches"] += 1
+        self.counters["samples"] += sum(len(b) for b in result.policy_batches.values())
+        if self.stats_sink is not None:
+            self.stats_sink(self.key, self.stats())
+        yield from self.to_output(result)
+
+    # ================================================================== feedback and stats
+    def update_priorities(
+        self, indices: np.ndarray, priorities: np.ndarray, module_id: str | None = None
+    ) -> int:
+        """Sends TD errors back to a prioritized buffer (same process only). Returns how many of
+        the handles were still current (stale ones, evicted since sampling, are ignored)."""
+        module_id = module_id or self.config.modules.default_module
+        buf = self.buffers.get(module_id)
+        if buf is None:
+            raise ConfigError(f"no buffer for module {module_id!r}; have {sorted(self.buffers)}")
+        if not isinstance(buf.sampler, Prioritized):
+            raise ConfigError(
+                f"module {module_id!r} has a {type(buf.sampler).__name__} sampler; "
+                "update_priorities needs buffer.kind='prioritized'"
+            )
+        return int(buf.sampler.update_priorities(buf.storage, indices, priorities))
+
+    def stats(self) -> dict[str, Any]:
+        """Cumulative counters: rows and episodes (the ledger), samples, buffers per module."""
+        return {
+            **self.counters,
+            "ledger": self.ledger.to_dict(),
+            "pending_fragments": sum(len(v) for v in self._pending.values()),
+            "buffers": {m: b.stats() for m, b in self.buffers.items()},
+        }
+
+    # ================================================================== helpers
+    def _trains(self, module_id: str) -> bool:
+        wanted = self.config.modules.modules_to_train
+        return wanted is None or module_id in wanted
+
+    def _complete_episodes(self, episodes: list[Episode]) -> list[Episode]:
+        done: list[Episode] = []
+        for ep in episodes:
+            key = (ep.id, ep.agent_id)
+            if key in self._pending or not ep.is_done:
+                frags = self._pending.setdefault(key, [])
+                frags.append(ep)
+                if ep.is_done:
+                    done.append(Episode.concat_fragments(self._pending.pop(key)))
+            else:
+                done.append(ep)
+        return done
+
+
+def _stable_hash(s: str) -> int:
+    """A small, process-independent hash (Python's str hash is salted per process)."""
+    return int.from_bytes(s.encode()[:8].ljust(8, b"\0"), "little") % 1_000_003
