@@ -1,0 +1,48 @@
+"""Connectors: small named transforms over episodes (before the buffer) and sampled batches.
+
+See :mod:`offline_prelearner.connectors.base` for the two hook points, the pipeline and specs.
+
+Built-ins, by registered name:
+
+* ``returns_to_go`` -- :class:`DiscountedReturns`: per-step discounted returns-to-go (episodes);
+* ``gae`` -- :class:`GAE`: advantages and value targets from a value column (episodes);
+* ``normalize_obs`` -- :class:`NormalizeObservations`: running mean/std normalisation (batches);
+* ``flatten_obs`` -- :class:`FlattenObservations`: ``[B, ...] -> [B, n]`` (batches);
+* ``one_hot_actions`` -- :class:`OneHotActions` (batches);
+* ``cast`` -- :class:`CastDtypes` (batches).
+"""
+
+from __future__ import annotations
+
+from .base import (
+    Connector,
+    ConnectorContext,
+    ConnectorPipeline,
+    ConnectorSpec,
+    available_connectors,
+    build_connector,
+    build_pipeline,
+    register_connector,
+)
+from .builtin import CastDtypes, FlattenObservations, NormalizeObservations, OneHotActions
+from .returns import GAE, DiscountedReturns, discounted_cumsum
+from .stats import RunningMeanStd
+
+__all__ = [
+    "GAE",
+    "CastDtypes",
+    "Connector",
+    "ConnectorContext",
+    "ConnectorPipeline",
+    "ConnectorSpec",
+    "DiscountedReturns",
+    "FlattenObservations",
+    "NormalizeObservations",
+    "OneHotActions",
+    "RunningMeanStd",
+    "available_connectors",
+    "build_connector",
+    "build_pipeline",
+    "discounted_cumsum",
+    "register_connector",
+]

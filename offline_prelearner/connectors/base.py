@@ -1,0 +1,330 @@
+"""Connectors: small named transforms at two hook points, and the ordered pipeline that runs them.
+
+A :class:`Connector` may act at either or both points of the data flow::
+
+    episodes ──on_episodes──▶ buffer ──sample──▶ SampleBatch ──__call__(batch, ctx)──▶ learner
+
+* ``on_episodes(episodes) -> episodes`` runs before the episodes enter the buffer. It is where
+  whole-episode quantities are computed (returns-to-go, GAE advantages): a per-step column added
+  to ``Episode.extras`` is stored by the buffer and gathered at the sampled ``t`` by every unit
+  (transition, n-step, sequence) at no further cost.
+* ``__call__(batch, ctx) -> batch`` runs on every sampled batch (normalise, flatten, one-hot,
+  cast). ``ctx`` is a small frozen :class:`ConnectorContext` (module id, spaces, gamma, rng).
+
+Both default to doing nothing, so a connector overrides only the hook it needs. Connectors may
+keep state (running statistics) exposed as ``get_state() -> dict`` of numpy arrays and JSON
+values, restored by ``set_state``.
+
+Connectors are named: a :class:`ConnectorPipeline` addresses them by ``name`` (unique within one
+pipeline), and :func:`build_connector` builds them from specs -- an instance, a registered name
+(``"returns_to_go"``), ``{"name": ..., **kwargs}``, ``{"class": "pkg.mod:Name", **kwargs}`` or
+the string ``"pkg.mod:Name"``. A spec dict may carry ``"as"`` to rename the built connector (two
+connectors of one kind in one pipeline).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from ..batch import SampleBatch
+from ..episode import Episode
+from ..errors import ConfigError
+
+__all__ = [
+    "Connector",
+    "ConnectorContext",
+    "ConnectorPipeline",
+    "ConnectorSpec",
+    "available_connectors",
+    "build_connector",
+    "build_pipeline",
+    "register_connector",
+]
+
+#: What :func:`build_connector` accepts.
+ConnectorSpec = Any  # Connector | str | Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ConnectorContext:
+    """What a connector may know about the batch it transforms, besides its columns.
+
+    Attributes:
+        module_id: The module the batch is for (``None`` in single-agent use).
+        observation_space: The module's observation space (a gymnasium space) if known; a
+            connector that needs it and finds ``None`` says so.
+        action_space: The module's action space if known.
+        gamma: The discount the rest of the pipeline uses (n-step returns).
+        rng: A generator for connectors that draw randomness (augmentation); ``None`` if the
+            caller gives none. Never use global numpy randomness: it breaks seeded runs.
+    """
+
+    module_id: Any = None
+    observation_space: Any = None
+    action_space: Any = None
+    gamma: float = 0.99
+    rng: np.random.Generator | None = None
+
+
+class Connector:
+    """Base class of connectors; both hooks are no-ops. Override one or both.
+
+    ``name`` names the connector in a pipeline; it defaults to the registered name (or, for an
+    unregistered class, the class name) and may be set per instance.
+    """
+
+    name: str = ""
+
+    def on_episodes(self, episodes: list[Episode]) -> list[Episode]:
+        """Transforms episodes before they enter the buffer. Must not modify the inputs in
+        place in ways their other holders would see (add columns to a shallow copy)."""
+        return episodes
+
+    def __call__(self, batch: SampleBatch, ctx: ConnectorContext) -> SampleBatch:
+        """Transforms one sampled batch (the rows of one module)."""
+        return batch
+
+    def get_state(self) -> dict[str, Any]:
+        """State to checkpoint: numpy arrays and JSON values only (no pickle needed)."""
+        return {}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restores what :meth:`get_state` returned."""
+        if state:
+            raise ConfigError(
+                f"connector {self.name!r} keeps no state, found state keys {sorted(state)}"
+            )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+
+def _name_of(c: Connector) -> str:
+    return c.name or type(c).__name__
+
+
+class ConnectorPipeline:
+    """An ordered list of connectors with unique names; both hooks run them in order."""
+
+    def __init__(self, connectors: Iterable[Connector] = ()) -> None:
+        self._items: list[Connector] = []
+        for c in connectors:
+            self.append(c)
+
+    # ------------------------------------------------------------------ running
+    def on_episodes(self, episodes: list[Episode]) -> list[Episode]:
+        out = list(episodes)
+        for c in self._items:
+            out = c.on_episodes(out)
+            if not isinstance(out, list):
+                raise TypeError(
+                    f"connector {_name_of(c)!r}.on_episodes returned {type(out).__name__}, "
+                    f"expected a list of Episode"
+                )
+        return out
+
+    def __call__(self, batch: SampleBatch, ctx: ConnectorContext | None = None) -> SampleBatch:
+        ctx = ctx if ctx is not None else ConnectorContext()
+        for c in self._items:
+            batch = c(batch, ctx)
+            if not isinstance(batch, SampleBatch):
+                raise TypeError(
+                    f"connector {_name_of(c)!r} returned {type(batch).__name__}, expected a "
+                    f"SampleBatch"
+                )
+        return batch
+
+    # ------------------------------------------------------------------ editing
+    @property
+    def names(self) -> list[str]:
+        return [_name_of(c) for c in self._items]
+
+    def _check_new(self, c: Connector) -> None:
+        if not isinstance(c, Connector):
+            raise ConfigError(f"not a Connector: {c!r} ({type(c).__name__})")
+        if _name_of(c) in self.names:
+            raise ConfigError(
+                f"the pipeline already has a connector named {_name_of(c)!r}; give the new one "
+                f"another name (set .name, or 'as' in a spec dict)"
+            )
+
+    def _index(self, name: str) -> int:
+        try:
+            return self.names.index(name)
+        except ValueError:
+            raise ConfigError(
+                f"no connector named {name!r}; the pipeline has {self.names}"
+            ) from None
+
+    def append(self, connector: Connector) -> None:
+        self._check_new(connector)
+        self._items.append(connector)
+
+    def insert_before(self, name: str, connector: Connector) -> None:
+        """Inserts ``connector`` right before the one named ``name``."""
+        i = self._index(name)
+        self._check_new(connector)
+        self._items.insert(i, connector)
+
+    def remove(self, name: str) -> Connector:
+        """Removes and returns the connector named ``name``."""
+        return self._items.pop(self._index(name))
+
+    def __getitem__(self, name: str) -> Connector:
+        return self._items[self._index(name)]
+
+    def __iter__(self) -> Iterator[Connector]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"ConnectorPipeline({self.names})"
+
+    # ------------------------------------------------------------------ state
+    def get_state(self) -> dict[str, dict[str, Any]]:
+        """``{name: state}`` for every connector that keeps state."""
+        return {_name_of(c): s for c in self._items if (s := c.get_state())}
+
+    def set_state(self, state: Mapping[str, Mapping[str, Any]]) -> None:
+        unknown = sorted(set(state) - set(self.names))
+        if unknown:
+            raise ConfigError(f"state for connectors {unknown} not in the pipeline {self.names}")
+        for c in self._items:
+            if _name_of(c) in state:
+                c.set_state(state[_name_of(c)])
+
+
+# ---------------------------------------------------------------------------------------------
+# registry and building
+# ---------------------------------------------------------------------------------------------
+_REGISTRY: dict[str, type[Connector]] = {}
+C = TypeVar("C", bound=type[Connector])
+
+
+def register_connector(name: str) -> Callable[[C], C]:
+    """Class decorator: ``@register_connector("my_thing")`` makes the spec ``"my_thing"`` build
+    that class; the class's default ``name`` becomes ``name`` unless it sets its own."""
+
+    def deco(cls: C) -> C:
+        if not (isinstance(cls, type) and issubclass(cls, Connector)):
+            raise ConfigError(f"register_connector({name!r}) needs a Connector subclass")
+        _REGISTRY[name] = cls
+        if not cls.__dict__.get("name"):
+            cls.name = name
+        return cls
+
+    return deco
+
+
+def available_connectors() -> list[str]:
+    """Registered connector names."""
+    _load_builtins()
+    return sorted(_REGISTRY)
+
+
+def build_connector(spec: ConnectorSpec) -> Connector:
+    """A connector from a spec; see the module docstring. Bad specs raise :class:`ConfigError`
+    naming the spec."""
+    if isinstance(spec, Connector):
+        return spec
+    if isinstance(spec, str):
+        return _instantiate(_resolve(spec), {}, spec)
+    if isinstance(spec, Mapping):
+        kwargs = dict(spec)
+        alias = kwargs.pop("as", None)
+        has_name, has_class = "name" in kwargs, "class" in kwargs
+        if has_name == has_class:
+            raise ConfigError(
+                f"connector spec {spec!r} needs exactly one of 'name' (a registered connector) or "
+                f"'class' ('package.module:Name')"
+            )
+        target = kwargs.pop("name") if has_name else kwargs.pop("class")
+        if not isinstance(target, str):
+            raise ConfigError(f"connector spec {spec!r}: {target!r} must be a string")
+        if has_name and ":" in target:
+            raise ConfigError(f"connector spec {spec!r}: use 'class' for an import path")
+        if has_class and ":" not in target:
+            raise ConfigError(f"connector spec {spec!r}: 'class' must be 'package.module:Name'")
+        built = _instantiate(_resolve(target), kwargs, spec)
+        if alias is not None:
+            if not isinstance(alias, str) or not alias:
+                raise ConfigError(f"connector spec {spec!r}: 'as' must be a non-empty string")
+            built.name = alias
+        return built
+    raise ConfigError(
+        f"connector spec must be a Connector, a name, 'package.module:Name' or a dict, found "
+        f"{spec!r} ({type(spec).__name__})"
+    )
+
+
+def build_pipeline(specs: ConnectorPipeline | Iterable[ConnectorSpec] | None) -> ConnectorPipeline:
+    """A pipeline from a list of specs (``None``: empty); a pipeline is returned as is."""
+    if specs is None:
+        return ConnectorPipeline()
+    if isinstance(specs, ConnectorPipeline):
+        return specs
+    if isinstance(specs, (str, Mapping, Connector)):
+        raise ConfigError(f"connectors must be a list of specs, found a single spec {specs!r}")
+    return ConnectorPipeline(build_connector(s) for s in specs)
+
+
+def _resolve(target: str) -> Any:
+    """A registered name or ``"package.module:Name"`` -> the object it names."""
+    if ":" not in target:
+        _load_builtins()
+        try:
+            return _REGISTRY[target]
+        except KeyError:
+            raise ConfigError(
+                f"unknown connector {target!r}; registered: {sorted(_REGISTRY)} (or give "
+                f"'package.module:Name')"
+            ) from None
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"connector {target!r} is not of the form 'package.module:Name'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"connector {target!r}: cannot import module {module_name!r}: {e}") from e
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigError(
+                f"connector {target!r}: module {module_name!r} has no attribute {attr!r}"
+            ) from None
+    return obj
+
+
+def _instantiate(obj: Any, kwargs: dict[str, Any], spec: Any) -> Connector:
+    if isinstance(obj, Connector):
+        if kwargs:
+            raise ConfigError(
+                f"connector spec {spec!r} names an instance; it takes no arguments, found "
+                f"{sorted(kwargs)}"
+            )
+        return obj
+    if not (isinstance(obj, type) and issubclass(obj, Connector)):
+        raise ConfigError(
+            f"connector spec {spec!r} names {obj!r}, which is not a Connector subclass or instance"
+        )
+    try:
+        return obj(**kwargs)
+    except ConfigError as e:
+        raise ConfigError(f"connector spec {spec!r}: {e}") from None
+    except TypeError as e:
+        raise ConfigError(
+            f"connector spec {spec!r}: bad arguments for {obj.__name__}: {e}"
+        ) from None
+
+
+def _load_builtins() -> None:
+    from . import builtin, returns  # noqa: F401  (registration side effect)

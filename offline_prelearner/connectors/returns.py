@@ -1,0 +1,277 @@
+"""Episode-level return math: discounted returns-to-go and GAE advantages, as extra columns.
+
+Both connectors act in ``on_episodes``: they concatenate the rewards (and values) of all given
+episodes, run one vectorized segmented scan over the whole list (no loop per step, nor per
+episode), and add a per-step extra column to shallow copies of the episodes. The buffer stores the
+column like any extra and every unit gathers it at the sampled ``t``.
+
+Edges, stated once:
+
+* **Not-done fragments.** An episode that is neither terminated nor truncated is a fragment of a
+  longer trajectory whose later rewards are not known. Its returns-to-go are *partial* (the sum
+  to the fragment's end). :class:`DiscountedReturns` marks them (``<column>_partial`` is true on
+  every step of such an episode, false elsewhere) or raises, as configured. For exact values feed
+  complete episodes (group rows by episode before the prelearner). Fragments stitched later in
+  the buffer keep the values computed for them.
+* **Truncated episodes.** Returns-to-go stop at the recorded end (nothing is bootstrapped; there
+  is no value estimate). GAE bootstraps from the last value estimate (see :class:`GAE`).
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from ..episode import Episode
+from ..errors import ConfigError, EpisodeValidationError, SchemaError, Where
+from .base import Connector, register_connector
+
+__all__ = ["GAE", "DiscountedReturns", "discounted_cumsum"]
+
+
+def discounted_cumsum(
+    x: np.ndarray, discount: float, lengths: Sequence[int] | np.ndarray
+) -> np.ndarray:
+    """Reverse discounted cumulative sums within consecutive segments, float64.
+
+    ``x`` is the concatenation of segments of ``lengths`` (summing to ``len(x)``); for each
+    position ``i`` of a segment ending at ``e``: ``out[i] = sum_{k=0}^{e-i} discount**k * x[i+k]``
+    (the recursion ``out[i] = x[i] + discount * out[i+1]``, cut at segment ends).
+
+    Computed by recursive doubling: after round ``r`` every position holds the sum over its next
+    ``2**r`` steps and the discount product over them (zero once the window crosses its segment's
+    end), so ``ceil(log2(max(lengths)))`` whole-array rounds suffice. No ``discount**-k`` scaling is
+    involved, so long segments and ``discount = 0`` neither overflow nor lose precision.
+    """
+    a = np.array(x, dtype=np.float64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n = len(a)
+    if a.ndim != 1:
+        raise ValueError(f"discounted_cumsum takes a 1-d array, found shape {a.shape}")
+    if int(lengths.sum()) != n or (lengths < 0).any():
+        raise ValueError(f"segment lengths {lengths.tolist()[:8]}... must be >= 0 and sum to {n}")
+    if n == 0:
+        return a
+    b = np.full(n, float(discount), dtype=np.float64)
+    b[np.cumsum(lengths[lengths > 0]) - 1] = 0.0  # no carry across a segment's end
+    longest = int(lengths.max())
+    d = 1
+    while d < longest:
+        a[:-d] += b[:-d] * a[d:]
+        b[:-d] = b[:-d] * b[d:]
+        b[-d:] = 0.0
+        d *= 2
+    return a
+
+
+def _check_unit(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise ConfigError(f"{name} must be a number in [0, 1], found {value!r}")
+    v = float(value)
+    if not 0.0 <= v <= 1.0:
+        raise ConfigError(f"{name} must be in [0, 1], found {value!r}")
+    return v
+
+
+def _check_dtype(value: Any) -> np.dtype:
+    try:
+        dt = np.dtype(value)
+    except TypeError:
+        raise ConfigError(f"dtype must be a numpy float dtype, found {value!r}") from None
+    if dt.kind != "f":
+        raise ConfigError(f"dtype must be a float dtype, found {dt}")
+    return dt
+
+
+def _with_columns(episodes: list[Episode], columns: dict[str, list[np.ndarray]]) -> list[Episode]:
+    """Shallow copies of ``episodes`` with per-step columns added to their extras."""
+    out = []
+    for i, ep in enumerate(episodes):
+        new = copy.copy(ep)
+        new.extras = {**ep.extras, **{k: v[i] for k, v in columns.items()}}
+        out.append(new)
+    return out
+
+
+def _split(flat: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+    return np.split(flat, np.cumsum(lengths)[:-1])
+
+
+@register_connector("returns_to_go")
+class DiscountedReturns(Connector):
+    """Adds ``column`` (default ``returns_to_go``) ``[T]``: ``sum_k gamma**k * r[t + k]`` to the
+    episode's recorded end. See the module docstring for fragments and truncation.
+
+    Args:
+        gamma: Discount in ``[0, 1]`` (1: undiscounted, as Decision Transformer uses).
+        column: Name of the extra column written (overwritten if present).
+        incomplete: For episodes neither terminated nor truncated: ``"mark"`` adds
+            ``<column>_partial`` (bool ``[T]``, to *every* episode so the buffer sees one set of
+            extras; true on the steps of not-done episodes) -- ``"raise"`` raises
+            :class:`EpisodeValidationError` naming the episode.
+        dtype: Float dtype of the column (computed in float64).
+    """
+
+    def __init__(
+        self,
+        gamma: float = 0.99,
+        *,
+        column: str = "returns_to_go",
+        incomplete: Literal["mark", "raise"] = "mark",
+        dtype: Any = "float32",
+    ) -> None:
+        self.gamma = _check_unit("gamma", gamma)
+        if not isinstance(column, str) or not column:
+            raise ConfigError(f"column must be a non-empty string, found {column!r}")
+        if incomplete not in ("mark", "raise"):
+            raise ConfigError(f"incomplete must be 'mark' or 'raise', found {incomplete!r}")
+        self.column = column
+        self.incomplete = incomplete
+        self.dtype = _check_dtype(dtype)
+
+    @property
+    def partial_column(self) -> str:
+        return self.column + "_partial"
+
+    def __repr__(self) -> str:
+        return (
+            f"DiscountedReturns(gamma={self.gamma}, column={self.column!r}, "
+            f"incomplete={self.incomplete!r})"
+        )
+
+    def on_episodes(self, episodes: list[Episode]) -> list[Episode]:
+        if not episodes:
+            return episodes
+        if self.incomplete == "raise":
+            for ep in episodes:
+                if not ep.is_done:
+                    raise EpisodeValidationError(
+                        f"{self.name}: episode is neither terminated nor truncated, so its "
+                        f"returns-to-go would be partial (incomplete='raise')",
+                        Where(episode_id=ep.id, timestep=ep.t_end),
+                        reason="incomplete_episode",
+                    )
+        lengths = np.fromiter((len(ep) for ep in episodes), np.int64, len(episodes))
+        rewards = np.concatenate([ep.rewards for ep in episodes])
+        ret = discounted_cumsum(rewards, self.gamma, lengths).astype(self.dtype, copy=False)
+        cols = {self.column: _split(ret, lengths)}
+        if self.incomplete == "mark":
+            open_ = np.fromiter((not ep.is_done for ep in episodes), bool, len(episodes))
+            cols[self.partial_column] = _split(np.repeat(open_, lengths), lengths)
+        return _with_columns(episodes, cols)
+
+
+@register_connector("gae")
+class GAE(Connector):
+    """Generalized advantage estimates from a per-step value column.
+
+    For an episode of ``T`` steps with values ``V[t]`` (extra ``value_column``, ``[T]`` or
+    ``[T, 1]``)::
+
+        V[T]     = 0          if terminated
+                 = V[T - 1]   otherwise (truncated, or a not-done fragment: the value of the
+                                          final observation is not recorded, the last estimate
+                                          stands in for it)
+        delta[t] = r[t] + gamma * V[t + 1] - V[t]
+        A[t]     = sum_k (gamma * lambda_)**k * delta[t + k]     (to the episode's end)
+
+    Adds ``advantages`` = ``A`` and ``value_targets`` = ``A + V`` (float ``[T]``).
+
+    Args:
+        gamma, lambda_: In ``[0, 1]``.
+        value_column: The extra holding value estimates (RLlib records ``vf_preds``).
+        missing: When *no* given episode has ``value_column``: ``"raise"`` (a
+            :class:`SchemaError`) or ``"skip"`` (episodes pass unchanged, one warning per call).
+            Episodes that have it mixed with ones that do not always raise (the buffer needs one
+            set of extras).
+        advantages, value_targets: Names of the columns written.
+        dtype: Float dtype of the written columns (computed in float64).
+    """
+
+    def __init__(
+        self,
+        gamma: float = 0.99,
+        lambda_: float = 0.95,
+        *,
+        value_column: str = "vf_preds",
+        missing: Literal["raise", "skip"] = "raise",
+        advantages: str = "advantages",
+        value_targets: str = "value_targets",
+        dtype: Any = "float32",
+    ) -> None:
+        self.gamma = _check_unit("gamma", gamma)
+        self.lambda_ = _check_unit("lambda_", lambda_)
+        if missing not in ("raise", "skip"):
+            raise ConfigError(f"missing must be 'raise' or 'skip', found {missing!r}")
+        for field, v in (
+            ("value_column", value_column),
+            ("advantages", advantages),
+            ("value_targets", value_targets),
+        ):
+            if not isinstance(v, str) or not v:
+                raise ConfigError(f"{field} must be a non-empty string, found {v!r}")
+        self.value_column = value_column
+        self.missing = missing
+        self.advantages = advantages
+        self.value_targets = value_targets
+        self.dtype = _check_dtype(dtype)
+
+    def __repr__(self) -> str:
+        return (
+            f"GAE(gamma={self.gamma}, lambda_={self.lambda_}, "
+            f"value_column={self.value_column!r}, missing={self.missing!r})"
+        )
+
+    def _values(self, ep: Episode) -> np.ndarray:
+        v = ep.extras[self.value_column]
+        if v.ndim == 2 and v.shape[1] == 1:
+            v = v[:, 0]
+        if v.ndim != 1 or v.dtype.kind not in "iuf":
+            raise SchemaError(
+                f"{self.name}: value column must hold one number per step ([T] or [T, 1]), "
+                f"found {v.dtype}{list(v.shape)}",
+                Where(column=self.value_column, episode_id=ep.id),
+            )
+        return v
+
+    def on_episodes(self, episodes: list[Episode]) -> list[Episode]:
+        if not episodes:
+            return episodes
+        has = [self.value_column in ep.extras for ep in episodes]
+        if not any(has):
+            msg = (
+                f"{self.name}: episodes have no value column {self.value_column!r} (extras: "
+                f"{sorted(episodes[0].extras)}); record value estimates or set value_column"
+            )
+            if self.missing == "skip":
+                warnings.warn(msg + "; advantages are not computed", stacklevel=2)
+                return episodes
+            raise SchemaError(msg, Where(column=self.value_column, episode_id=episodes[0].id))
+        if not all(has):
+            bad = episodes[has.index(False)]
+            raise SchemaError(
+                f"{self.name}: some episodes carry {self.value_column!r} and this one does not",
+                Where(column=self.value_column, episode_id=bad.id),
+            )
+        n_eps = len(episodes)
+        lengths = np.fromiter((len(ep) for ep in episodes), np.int64, n_eps)
+        rewards = np.concatenate([ep.rewards for ep in episodes]).astype(np.float64)
+        values = np.concatenate([self._values(ep) for ep in episodes]).astype(np.float64)
+        terminated = np.fromiter((ep.terminated for ep in episodes), bool, n_eps)
+        nonempty = lengths > 0
+        ends = np.cumsum(lengths)[nonempty] - 1
+        v_next = np.empty_like(values)
+        v_next[:-1] = values[1:]
+        v_next[ends] = np.where(terminated[nonempty], 0.0, values[ends])
+        delta = rewards + self.gamma * v_next - values
+        adv = discounted_cumsum(delta, self.gamma * self.lambda_, lengths)
+        targets = (adv + values).astype(self.dtype, copy=False)
+        adv = adv.astype(self.dtype, copy=False)
+        return _with_columns(
+            episodes,
+            {self.advantages: _split(adv, lengths), self.value_targets: _split(targets, lengths)},
+        )
