@@ -141,30 +141,47 @@ class EpisodeReplayBuffer:
             self._notify(changes)
 
     def _notify(self, changes: list[Change]) -> None:
-        """Tells the sampler which valid starts went away and which arrived (net of this add)."""
+        """Tells the sampler which valid starts went away and which arrived (net of this add).
+
+        Every removed record is evicted first, then every placement still current is added
+        beyond what the sampler already knew of it. A ``"relocated"`` record without a removal
+        (a compaction renumbered the placement but left its slots) knows what the first change
+        of that placement in this batch knew: nothing, if it was placed in this batch.
+        """
         rs, rl, rd = [], [], []
         serial, start, length, done, plen, pdone = [], [], [], [], [], []
+        chain: dict[Any, tuple[int, bool]] = {}  # key -> what the sampler knew of its placement
         for ch in changes:
             rs += ch.removed_start
             rl += ch.removed_length
             rd += ch.removed_done
-            if ch.serial >= 0:
-                serial.append(ch.serial)
-                start.append(ch.start)
-                length.append(ch.length)
-                done.append(ch.done)
-                plen.append(max(ch.prev_length, 0))
-                pdone.append(ch.prev_done)
+            if ch.serial < 0:
+                continue
+            if ch.kind in ("appended", "flagged"):
+                chain.setdefault(ch.key, (ch.prev_length, ch.prev_done))
+                known = (ch.prev_length, ch.prev_done)
+            elif ch.kind == "relocated" and not ch.removed_start:
+                known = chain.setdefault(ch.key, (ch.length, ch.done))
+            else:  # a fresh placement: new, moved, relocated elsewhere
+                known = chain[ch.key] = (-1, False)
+            serial.append(ch.serial)
+            start.append(ch.start)
+            length.append(ch.length)
+            done.append(ch.done)
+            plen.append(known[0])
+            pdone.append(known[1])
         unit = self.unit
         if rs:
             count = unit.valid_starts(np.array(rl, np.int64), np.array(rd, bool))
             self.sampler.on_evict(self.storage, ranges(np.array(rs, np.int64), count))
         if serial:
             keep = self.storage.is_current(np.array(serial, np.int64))
-            fresh = np.array([ch.prev_length < 0 for ch in changes if ch.serial >= 0], bool)
+            prev = np.array(plen, np.int64)
             new = unit.valid_starts(np.array(length, np.int64), np.array(done, bool))
             old = np.where(
-                fresh, 0, unit.valid_starts(np.array(plen, np.int64), np.array(pdone, bool))
+                prev < 0,
+                0,
+                unit.valid_starts(np.maximum(prev, 0), np.array(pdone, bool)),
             )
             first = np.array(start, np.int64) + old
             slots = ranges(first[keep], (new - old)[keep])

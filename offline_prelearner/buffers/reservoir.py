@@ -36,8 +36,9 @@ slots; admissions themselves thin out as ``budget / total`` over a long stream.
 
 A compaction re-places the episodes it moves. Samplers see them leave their old slots and arrive
 at the new ones (records of kind ``"relocated"``); prioritized samplers therefore restart those
-steps at the maximum priority, and priority updates for samples drawn before a compaction are
-dropped as stale. Episodes that did not move keep their slots, so their priorities stay.
+steps at the maximum priority. Episodes that did not move keep their slots, and their priorities.
+Every held episode gets a new placement serial, so priority updates for samples drawn before a
+compaction are dropped as stale.
 """
 
 from __future__ import annotations
@@ -250,26 +251,22 @@ class ReservoirStorage(EpisodeStorage):
         serial0 = first + tab.num_rows
         tab.set_state(serial0, live)
         self.head = total
+        # Every placement got a new serial; the moved ones also new slots. One record each (an
+        # unmoved one has no removal: samplers keep its slots, buffers re-key it).
         done = (live["terminated"] | live["truncated"]).tolist()
-        ids = tab.view("ids")
-        moved = np.flatnonzero(starts != new_starts).tolist()
-        for i in moved:
-            n = int(lengths[i])
-            change.side.append(
-                Change(
-                    "relocated",
-                    removed_start=[int(starts[i])],
-                    removed_length=[n],
-                    removed_done=[done[i]],
-                    start=int(new_starts[i]),
-                    length=n,
-                    done=done[i],
-                    serial=serial0 + i,
-                    key=ids[i],
-                )
-            )
+        ids = tab.view("ids").tolist()
+        old_s, new_s, lens = starts.tolist(), new_starts.tolist(), lengths.tolist()
+        moved = 0
+        for i, (a, b, n, d) in enumerate(zip(old_s, new_s, lens, done, strict=True)):
+            ch = Change("relocated", start=b, length=n, done=d, serial=serial0 + i, key=ids[i])
+            if a != b:
+                ch.removed_start, ch.removed_length, ch.removed_done = [a], [n], [d]
+                moved += 1
+            else:
+                ch.prev_length, ch.prev_done = n, d
+            change.side.append(ch)
         self.counters["compactions"] += 1
-        self.counters["episodes_relocated"] += len(moved)
+        self.counters["episodes_relocated"] += moved
 
     # ------------------------------------------------------------------ state
     def get_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

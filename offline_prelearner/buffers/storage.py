@@ -193,7 +193,9 @@ class EpisodeStorage:
         start, n, t0, term, trunc = tab.get(idx)
         done, end, serial = term or trunc, t0 + n, idx + tab.base
         where = Where(episode_id=ep.id, timestep=ep.t_started)
-        if ep.t_started < end:
+        # A step-less fragment at the end of a finished episode (e.g. a zero-length episode
+        # sent twice) repeats nothing new: a duplicate, not a continuation after the end.
+        if ep.t_started < end or (done and len(ep) == 0 and ep.t_started == end):
             if not (ep.t_started >= t0 and ep.t_end <= end):
                 raise EpisodeValidationError(
                     f"fragment t={ep.t_started}..{ep.t_end} overlaps the stored steps "
