@@ -72,9 +72,7 @@ def main() -> int:
     greedy = evaluate(lambda o: int(np.argmax(w @ features(o[None])[0])))
     random = evaluate(lambda o: int(rng.integers(2)))
     sampler = prelearner.buffers[module].sampler
-    print(
-        f"loss first 20 steps {np.mean(losses[:20]):.4f}  last 100 steps {np.mean(losses[-100:]):.4f}"
-    )
+    print(f"loss first 20 steps {np.mean(losses[:20]):.4f}  last 100 {np.mean(losses[-100:]):.4f}")
     print(f"priority updates applied {sampler.updates_applied}  stale {sampler.updates_stale}")
     print(f"return greedy {greedy:.1f}  random {random:.1f}")
     return 0
