@@ -105,6 +105,31 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from .convert import convert_path
+
+    def progress(i: int, n: int, name: str, steps: int) -> None:
+        if not args.json:
+            sys.stderr.write(f"  converted {i}/{n} files, {steps} steps read ({name})\n")
+            sys.stderr.flush()
+
+    read = ReadConfig(
+        format="sample_batches", schema=args.schema, legacy_pickle=args.legacy_pickle
+    )
+    stats = convert_path(
+        args.path,
+        args.to,
+        args.out,
+        read,
+        on_invalid=args.on_invalid,
+        progress=progress,
+        fragments=args.fragments,
+        dones=args.dones,
+    )
+    print(json.dumps(stats, indent=None if args.json else 2))
+    return 0
+
+
 def _parse_set(items: list[str]) -> dict[str, Any]:
     """``key=value`` pairs; values parse as JSON where they can (``[1,3]``, ``true``, ``0.99``)."""
     out: dict[str, Any] = {}
@@ -212,7 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("inspect", help="what a dataset holds, and a validation report")
     i.add_argument("path", help="a file, a directory (read recursively, name order) or a glob")
-    i.add_argument("--format", choices=["auto", "rows", "episodes"], default="auto")
+    i.add_argument(
+        "--format", choices=["auto", "rows", "episodes", "sample_batches"], default="auto"
+    )
     i.add_argument(
         "--schema",
         default=None,
@@ -244,6 +271,48 @@ def build_parser() -> argparse.ArgumentParser:
     )
     i.add_argument("--json", action="store_true", help="print one JSON object")
     i.set_defaults(func=_cmd_inspect)
+
+    c = sub.add_parser(
+        "convert",
+        help="old-stack SampleBatch/MultiAgentBatch data -> new-stack rows Parquet or episodes",
+    )
+    c.add_argument("path", help="a file, a directory (read recursively, name order) or a glob")
+    c.add_argument(
+        "--to",
+        choices=["rows", "episodes"],
+        required=True,
+        help="rows: RLlib's recorder row layout plus t; episodes: msgpack episode records",
+    )
+    c.add_argument("--out", required=True, help="output directory (gets stats.json too)")
+    c.add_argument(
+        "--legacy-pickle",
+        action="store_true",
+        help="decode compressed columns (base64(lz4(pickle))) with the restricted unpickler",
+    )
+    c.add_argument(
+        "--on-invalid",
+        choices=["raise", "skip", "quarantine"],
+        default="raise",
+        help="bad records/episodes: stop (default), count them, or count and write them to "
+        "OUT/quarantine/",
+    )
+    c.add_argument(
+        "--fragments",
+        choices=["keep", "reject"],
+        default="keep",
+        help="episodes that never end within the data: write them not done (default) or "
+        "reject them (counted as not_done)",
+    )
+    c.add_argument(
+        "--dones",
+        choices=["auto", "terminated", "truncated"],
+        default="auto",
+        help="legacy `dones` without `terminateds`: auto = truncated where the info says "
+        "TimeLimit.truncated, else terminated",
+    )
+    c.add_argument("--schema", default=None, help="column schema (default: rllib_old_stack)")
+    c.add_argument("--json", action="store_true", help="print the stats on one line")
+    c.set_defaults(func=_cmd_convert)
     return p
 
 

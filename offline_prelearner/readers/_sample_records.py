@@ -32,7 +32,7 @@ from ..arrowcols import to_numpy
 from ..codec import DecodeLimits, legacy_unpack
 from ..errors import DataError, DecodeError, SchemaError, Where
 
-__all__ = ["BadRecord", "Part", "Parsed", "arrow_parts", "object_parts", "parse_record"]
+__all__ = ["BadRecord", "Parsed", "Part", "arrow_parts", "object_parts", "parse_record"]
 
 SAMPLE_BATCH, MULTI_AGENT_BATCH = "SampleBatch", "MultiAgentBatch"
 _META = ("type", "count", "policy_batches")
