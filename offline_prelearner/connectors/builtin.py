@@ -80,6 +80,9 @@ class NormalizeObservations(Connector):
     row and time axes in sequence batches). Padding steps of sequences do not count and come out
     normalised like any value (``loss_mask``/``seq_lens`` say they are padding).
 
+    Each module keeps its own statistics (keyed by ``str(ctx.module_id)``; ``"None"`` in
+    single-agent use), so one pipeline serves several modules.
+
     Args:
         eps: Added to the variance before the square root.
         clip: Bound on the normalised magnitude; ``None`` for none.
@@ -107,13 +110,18 @@ class NormalizeObservations(Connector):
         self.clip = None if clip is None else float(clip)
         self.update = update
         self.columns = _columns_arg(columns)
-        self.stats = RunningMeanStd()
+        self.stats: dict[str, RunningMeanStd] = {}
 
     def __repr__(self) -> str:
+        counts = {k: v.count for k, v in self.stats.items()}
         return (
             f"NormalizeObservations(eps={self.eps}, clip={self.clip}, update={self.update}, "
-            f"count={self.stats.count})"
+            f"counts={counts})"
         )
+
+    def stats_for(self, module_id: Any = None) -> RunningMeanStd:
+        """The statistics of one module (created empty on first use)."""
+        return self.stats.setdefault(str(module_id), RunningMeanStd())
 
     def _lead(self, x: np.ndarray, batch: SampleBatch, ctx: ConnectorContext) -> int:
         shape = getattr(ctx.observation_space, "shape", None)
@@ -131,20 +139,24 @@ class NormalizeObservations(Connector):
     def __call__(self, batch: SampleBatch, ctx: ConnectorContext) -> SampleBatch:
         x = _column(batch, self.columns[0], self.name)
         lead = self._lead(x, batch, ctx)
+        stats = self.stats_for(ctx.module_id)
         if self.update:
             real = _real_mask(batch)
             rows = x[real] if real is not None else x
-            self.stats.update(rows.reshape(-1, *x.shape[lead:]), self.columns[0])
-        if self.stats.mean is None or self.stats.var is None:
-            raise ConfigError(f"{self.name}: no statistics yet (update=False and no state was set)")
-        if self.stats.shape != x.shape[lead:]:
+            stats.update(rows.reshape(-1, *x.shape[lead:]), self.columns[0])
+        if stats.mean is None or stats.var is None:
+            raise ConfigError(
+                f"{self.name}: no statistics for module {ctx.module_id!r} yet (update=False and "
+                f"no state was set)"
+            )
+        if stats.shape != x.shape[lead:]:
             raise SchemaError(
-                f"{self.name}: statistics are of shape {list(self.stats.shape or ())}, the "
+                f"{self.name}: statistics are of shape {list(stats.shape or ())}, the "
                 f"column's features of shape {list(x.shape[lead:])}",
                 Where(column=self.columns[0]),
             )
-        mean = self.stats.mean.astype(np.float32)
-        inv_std = (1.0 / np.sqrt(self.stats.var + self.eps)).astype(np.float32)
+        mean = stats.mean.astype(np.float32)
+        inv_std = (1.0 / np.sqrt(stats.var + self.eps)).astype(np.float32)
         out = _copy(batch)
         for name in self.columns:
             y = (_column(batch, name, self.name).astype(np.float32) - mean) * inv_std
@@ -154,10 +166,20 @@ class NormalizeObservations(Connector):
         return out
 
     def get_state(self) -> dict[str, Any]:
-        return self.stats.get_state()
+        """``{str(module_id): {"count": int, "mean": ndarray, "var": ndarray}}``."""
+        return {k: v.get_state() for k, v in self.stats.items() if v.count}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
-        self.stats.set_state(state)
+        stats = {}
+        for key, sub in state.items():
+            if not isinstance(sub, Mapping):
+                raise ConfigError(
+                    f"{self.name}: state must map module ids to statistics, found {key!r}: "
+                    f"{type(sub).__name__}"
+                )
+            stats[str(key)] = RunningMeanStd()
+            stats[str(key)].set_state(sub)
+        self.stats = stats
 
 
 # ---------------------------------------------------------------------------------------------
