@@ -113,9 +113,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
             sys.stderr.write(f"  converted {i}/{n} files, {steps} steps read ({name})\n")
             sys.stderr.flush()
 
-    read = ReadConfig(
-        format="sample_batches", schema=args.schema, legacy_pickle=args.legacy_pickle
-    )
+    read = ReadConfig(format="sample_batches", schema=args.schema, legacy_pickle=args.legacy_pickle)
     stats = convert_path(
         args.path,
         args.to,
