@@ -457,6 +457,8 @@ def _merge(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.n
     code = np.concatenate([p[0] for p in parts])
     lo = np.concatenate([p[1] for p in parts])
     hi = np.concatenate([p[2] for p in parts])
+    keep = hi > lo
+    code, lo, hi = code[keep], lo[keep], hi[keep]
     if len(code) == 0:
         return code, lo, hi - lo
     order = np.lexsort((lo, code))
