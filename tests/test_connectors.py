@@ -677,3 +677,38 @@ def test_build_pipeline_inputs():
         build_pipeline("flatten_obs")
     with pytest.raises(ConfigError, match="already has a connector named 'flatten_obs'"):
         build_pipeline(["flatten_obs", "flatten_obs"])
+
+
+def test_episode_connectors_edge_episodes():
+    """Zero-length episodes, infos and Episode subclasses pass through the shallow copy."""
+
+    class MyEpisode(Episode):
+        pass
+
+    empty = Episode(
+        id="empty",
+        observations=np.zeros((1, 3), np.float32),
+        actions=np.zeros(0, np.int64),
+        rewards=np.zeros(0),
+        terminated=True,
+        extras={"vf_preds": np.zeros(0)},
+    )
+    full = make_episode(4, id="full", infos=True, extras=("vf_preds",))
+    sub = MyEpisode(
+        id="sub",
+        observations=full.observations,
+        actions=full.actions,
+        rewards=full.rewards,
+        truncated=True,
+        extras=full.extras,
+    )
+    eps = [empty, full, empty, sub]
+    out = DiscountedReturns(0.9, dtype="float64").on_episodes(eps)
+    assert [len(e.extras["returns_to_go"]) for e in out] == [0, 4, 0, 4]
+    assert type(out[3]) is MyEpisode and out[1].infos is full.infos
+    tight(out[3].extras["returns_to_go"], ref_returns(full.rewards, 0.9))
+    gae = GAE(0.9, 0.8, dtype="float64").on_episodes(eps)
+    for ep, new in zip(eps, gae, strict=True):
+        adv, _ = ref_gae(ep.rewards, ep.extras["vf_preds"], ep.terminated, 0.9, 0.8)
+        tight(new.extras["advantages"], adv)
+        assert repr(new).startswith(f"Episode(id={ep.id!r}")
