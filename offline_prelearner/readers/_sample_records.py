@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..arrowcols import to_numpy
+from ..arrowcols import ColumnValueError, to_numpy
 from ..codec import DecodeLimits, legacy_unpack
 from ..errors import DataError, DecodeError, SchemaError, Where
 
@@ -408,13 +408,29 @@ def arrow_parts(
                         reason="unequal_lengths",
                     )
         prepared.append((pid, cols, present, n, decoded))
+    while True:  # each pass refuses the records a failing column names; few passes
+        parts = _flatten(prepared, bad, n_rec, where_of)
+        if parts is not None:
+            break
+    res.parts = parts
+    for i, err in sorted(bad.items()):
+        res.bad.append(BadRecord(i, err, int(steps[i]), _row_text(table, i)))
+    return res
+
+
+def _flatten(
+    prepared: list[Any], bad: dict[int, DataError], n_rec: int, where_of: Callable[[int], Where]
+) -> list[Part] | None:
+    """Flattens every policy's good records; None after refusing records a column failed on."""
     ok = np.ones(n_rec, bool)
     ok[list(bad)] = False
+    parts = []
     for pid, cols, present, n, decoded in prepared:
         good = present & ok
         if not good.any():
             continue
         idx = np.flatnonzero(good)
+        rec = np.repeat(idx, n[idx])
         flat: dict[str, Any] = {}
         for name, arr in cols.items():
             if name in decoded:
@@ -423,12 +439,22 @@ def arrow_parts(
             values = pc.list_flatten(arr.filter(pa.array(good)))
             if name == "infos":
                 flat[name] = _infos_column(values)
-            else:
+                continue
+            try:
                 flat[name] = to_numpy(values, name, where_of(int(idx[0])).file)
-        res.parts.append(Part(pid, flat, np.repeat(idx, n[idx])))
-    for i, err in sorted(bad.items()):
-        res.bad.append(BadRecord(i, err, int(steps[i]), _row_text(table, i)))
-    return res
+            except ColumnValueError as e:
+                rows = e.rows if e.rows is not None and len(e.rows) else np.arange(len(rec))
+                first = np.searchsorted(rec, rec)  # first flat row of each row's record
+                for r in np.unique(rows).tolist():
+                    i = int(rec[r])
+                    step = r - int(first[r])
+                    msg = f"{e.message.split(' at row ')[0]} at step {step} of the batch"
+                    bad.setdefault(
+                        i, SchemaError(msg, where_of(i).merged(Where(column=name)), reason=e.reason)
+                    )
+                return None
+        parts.append(Part(pid, flat, rec))
+    return parts
 
 
 def _lengths(
