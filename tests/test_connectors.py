@@ -142,6 +142,21 @@ def test_returns_to_go_matches_loop(episodes, gamma):
         assert (partial == (not ep.is_done)).all()
 
 
+def test_return_connectors_take_gamma_from_context_unless_given():
+    ep = make_episode(6, extras=("vf_preds",))
+    ctx = ConnectorContext(gamma=0.5)
+    (a,) = DiscountedReturns(dtype="float64").on_episodes([ep], ctx)
+    tight(a.extras["returns_to_go"], ref_returns(ep.rewards, 0.5))
+    (b,) = build_pipeline(
+        [{"name": "returns_to_go", "gamma": 0.9, "dtype": "float64"}]
+    ).on_episodes([ep], ctx)
+    tight(b.extras["returns_to_go"], ref_returns(ep.rewards, 0.9))
+    (c,) = DiscountedReturns(dtype="float64").on_episodes([ep])  # the default context: 0.99
+    tight(c.extras["returns_to_go"], ref_returns(ep.rewards, 0.99))
+    (d,) = GAE(lambda_=0.7, dtype="float64").on_episodes([ep], ctx)
+    tight(d.extras["advantages"], ref_gae(ep.rewards, ep.extras["vf_preds"], True, 0.5, 0.7)[0])
+
+
 def test_returns_to_go_float32_default_and_custom_column():
     ep = make_episode(7)
     (new,) = DiscountedReturns(0.9, column="rtg").on_episodes([ep])
@@ -498,7 +513,7 @@ class Tag(Connector):
         self.log = log if log is not None else []
         self.calls = 0
 
-    def on_episodes(self, episodes):
+    def on_episodes(self, episodes, ctx):
         self.log.append(("ep", self.name))
         return episodes
 
@@ -571,7 +586,7 @@ def test_pipeline_state_round_trip_and_return_type_check():
         def __call__(self, batch, ctx):
             return batch.to_dict()
 
-        def on_episodes(self, episodes):
+        def on_episodes(self, episodes, ctx):
             return tuple(episodes)
 
     with pytest.raises(TypeError, match="'bad' returned dict"):
@@ -618,6 +633,7 @@ def test_build_by_name_dict_import_path_and_instance():
     }
     c = build_connector("returns_to_go")
     assert isinstance(c, DiscountedReturns) and c.name == "returns_to_go"
+    assert build_connector("gae").gamma is None  # the context's gamma
     c = build_connector({"name": "gae", "gamma": 0.9, "lambda_": 0.5})
     assert isinstance(c, GAE) and (c.gamma, c.lambda_) == (0.9, 0.5)
     c = build_connector({"name": "cast", "mapping": {"obs": "float16"}, "as": "cast_obs"})

@@ -15,6 +15,7 @@ Built-ins, by registered name:
 from __future__ import annotations
 
 from .base import (
+    DEFAULT_CONTEXT,
     Connector,
     ConnectorContext,
     ConnectorPipeline,
@@ -29,6 +30,7 @@ from .returns import GAE, DiscountedReturns, discounted_cumsum
 from .stats import RunningMeanStd
 
 __all__ = [
+    "DEFAULT_CONTEXT",
     "GAE",
     "CastDtypes",
     "Connector",

@@ -4,10 +4,12 @@ A :class:`Connector` may act at either or both points of the data flow::
 
     episodes ──on_episodes──▶ buffer ──sample──▶ SampleBatch ──__call__(batch, ctx)──▶ learner
 
-* ``on_episodes(episodes) -> episodes`` runs before the episodes enter the buffer. It is where
-  whole-episode quantities are computed (returns-to-go, GAE advantages): a per-step column added
-  to ``Episode.extras`` is stored by the buffer and gathered at the sampled ``t`` by every unit
-  (transition, n-step, sequence) at no further cost.
+* ``on_episodes(episodes, ctx) -> episodes`` runs before the episodes enter the buffer. It is
+  where whole-episode quantities are computed (returns-to-go, GAE advantages): a per-step column
+  added to ``Episode.extras`` is stored by the buffer and gathered at the sampled ``t`` by every
+  unit (transition, n-step, sequence) at no further cost. The episodes may belong to several
+  modules (``Episode.module_id``), so ``ctx.module_id`` is ``None`` here; ``ctx.gamma`` is the
+  run's discount (what ``gamma=None`` in the return connectors means).
 * ``__call__(batch, ctx) -> batch`` runs on every sampled batch (normalise, flatten, one-hot,
   cast). ``ctx`` is a small frozen :class:`ConnectorContext` (module id, spaces, gamma, rng).
 
@@ -36,6 +38,7 @@ from ..episode import Episode
 from ..errors import ConfigError
 
 __all__ = [
+    "DEFAULT_CONTEXT",
     "Connector",
     "ConnectorContext",
     "ConnectorPipeline",
@@ -59,7 +62,8 @@ class ConnectorContext:
         observation_space: The module's observation space (a gymnasium space) if known; a
             connector that needs it and finds ``None`` says so.
         action_space: The module's action space if known.
-        gamma: The discount the rest of the pipeline uses (n-step returns).
+        gamma: The run's discount (n-step returns; return connectors built with
+            ``gamma=None``).
         rng: A generator for connectors that draw randomness (augmentation); ``None`` if the
             caller gives none. Never use global numpy randomness: it breaks seeded runs.
     """
@@ -71,6 +75,10 @@ class ConnectorContext:
     rng: np.random.Generator | None = None
 
 
+#: The context used where the caller gives none.
+DEFAULT_CONTEXT = ConnectorContext()
+
+
 class Connector:
     """Base class of connectors; both hooks are no-ops. Override one or both.
 
@@ -80,7 +88,9 @@ class Connector:
 
     name: str = ""
 
-    def on_episodes(self, episodes: list[Episode]) -> list[Episode]:
+    def on_episodes(
+        self, episodes: list[Episode], ctx: ConnectorContext = DEFAULT_CONTEXT
+    ) -> list[Episode]:
         """Transforms episodes before they enter the buffer. Must not modify the inputs in
         place in ways their other holders would see (add columns to a shallow copy)."""
         return episodes
@@ -117,10 +127,14 @@ class ConnectorPipeline:
             self.append(c)
 
     # ------------------------------------------------------------------ running
-    def on_episodes(self, episodes: list[Episode]) -> list[Episode]:
+    def on_episodes(
+        self, episodes: list[Episode], ctx: ConnectorContext | None = None
+    ) -> list[Episode]:
+        """Runs every connector's ``on_episodes`` in order (``ctx``: default context)."""
+        ctx = ctx if ctx is not None else DEFAULT_CONTEXT
         out = list(episodes)
         for c in self._items:
-            out = c.on_episodes(out)
+            out = c.on_episodes(out, ctx)
             if not isinstance(out, list):
                 raise TypeError(
                     f"connector {_name_of(c)!r}.on_episodes returned {type(out).__name__}, "
@@ -129,7 +143,8 @@ class ConnectorPipeline:
         return out
 
     def __call__(self, batch: SampleBatch, ctx: ConnectorContext | None = None) -> SampleBatch:
-        ctx = ctx if ctx is not None else ConnectorContext()
+        """Runs every connector on ``batch`` in order (``ctx``: default context)."""
+        ctx = ctx if ctx is not None else DEFAULT_CONTEXT
         for c in self._items:
             batch = c(batch, ctx)
             if not isinstance(batch, SampleBatch):

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..episode import Episode
 from ..errors import ConfigError, EpisodeValidationError, SchemaError, Where
-from .base import Connector, register_connector
+from .base import DEFAULT_CONTEXT, Connector, ConnectorContext, register_connector
 
 __all__ = ["GAE", "DiscountedReturns", "discounted_cumsum"]
 
@@ -75,6 +75,10 @@ def _check_unit(name: str, value: Any) -> float:
     if not 0.0 <= v <= 1.0:
         raise ConfigError(f"{name} must be in [0, 1], found {value!r}")
     return v
+
+
+def _gamma(own: float | None, ctx: ConnectorContext) -> float:
+    return own if own is not None else _check_unit("context gamma", ctx.gamma)
 
 
 def _check_dtype(value: Any) -> np.dtype:
@@ -146,7 +150,8 @@ class DiscountedReturns(Connector):
     episode's recorded end. See the module docstring for fragments and truncation.
 
     Args:
-        gamma: Discount in ``[0, 1]`` (1: undiscounted, as Decision Transformer uses).
+        gamma: Discount in ``[0, 1]`` (1: undiscounted, as Decision Transformer uses);
+            ``None``: the context's ``gamma`` (the run's discount).
         column: Name of the extra column written (overwritten if present).
         incomplete: For episodes neither terminated nor truncated: ``"mark"`` adds
             ``<column>_partial`` (bool ``[T]``, to *every* episode so the buffer sees one set of
@@ -157,13 +162,13 @@ class DiscountedReturns(Connector):
 
     def __init__(
         self,
-        gamma: float = 0.99,
+        gamma: float | None = None,
         *,
         column: str = "returns_to_go",
         incomplete: Literal["mark", "raise"] = "mark",
         dtype: Any = "float32",
     ) -> None:
-        self.gamma = _check_unit("gamma", gamma)
+        self.gamma = None if gamma is None else _check_unit("gamma", gamma)
         if not isinstance(column, str) or not column:
             raise ConfigError(f"column must be a non-empty string, found {column!r}")
         if incomplete not in ("mark", "raise"):
@@ -182,7 +187,9 @@ class DiscountedReturns(Connector):
             f"incomplete={self.incomplete!r})"
         )
 
-    def on_episodes(self, episodes: list[Episode]) -> list[Episode]:
+    def on_episodes(
+        self, episodes: list[Episode], ctx: ConnectorContext = DEFAULT_CONTEXT
+    ) -> list[Episode]:
         if not episodes:
             return episodes
         if self.incomplete == "raise":
@@ -196,7 +203,8 @@ class DiscountedReturns(Connector):
                     )
         lengths = np.fromiter((len(ep) for ep in episodes), np.int64, len(episodes))
         rewards = np.concatenate([ep.rewards for ep in episodes])
-        ret = discounted_cumsum(rewards, self.gamma, lengths).astype(self.dtype, copy=False)
+        gamma = _gamma(self.gamma, ctx)
+        ret = discounted_cumsum(rewards, gamma, lengths).astype(self.dtype, copy=False)
         cols = {self.column: ret}
         if self.incomplete == "mark":
             open_ = np.fromiter((not ep.is_done for ep in episodes), bool, len(episodes))
@@ -221,7 +229,7 @@ class GAE(Connector):
     Adds ``advantages`` = ``A`` and ``value_targets`` = ``A + V`` (float ``[T]``).
 
     Args:
-        gamma, lambda_: In ``[0, 1]``.
+        gamma, lambda_: In ``[0, 1]``; ``gamma=None``: the context's ``gamma``.
         value_column: The extra holding value estimates (RLlib records ``vf_preds``).
         missing: When *no* given episode has ``value_column``: ``"raise"`` (a
             :class:`SchemaError`) or ``"skip"`` (episodes pass unchanged, one warning per call).
@@ -233,7 +241,7 @@ class GAE(Connector):
 
     def __init__(
         self,
-        gamma: float = 0.99,
+        gamma: float | None = None,
         lambda_: float = 0.95,
         *,
         value_column: str = "vf_preds",
@@ -242,7 +250,7 @@ class GAE(Connector):
         value_targets: str = "value_targets",
         dtype: Any = "float32",
     ) -> None:
-        self.gamma = _check_unit("gamma", gamma)
+        self.gamma = None if gamma is None else _check_unit("gamma", gamma)
         self.lambda_ = _check_unit("lambda_", lambda_)
         if missing not in ("raise", "skip"):
             raise ConfigError(f"missing must be 'raise' or 'skip', found {missing!r}")
@@ -277,7 +285,9 @@ class GAE(Connector):
             )
         return v
 
-    def on_episodes(self, episodes: list[Episode]) -> list[Episode]:
+    def on_episodes(
+        self, episodes: list[Episode], ctx: ConnectorContext = DEFAULT_CONTEXT
+    ) -> list[Episode]:
         if not episodes:
             return episodes
         has = [self.value_column in ep.extras for ep in episodes]
@@ -306,8 +316,9 @@ class GAE(Connector):
         v_next = np.empty_like(values)
         v_next[:-1] = values[1:]
         v_next[ends] = np.where(terminated[nonempty], 0.0, values[ends])
-        delta = rewards + self.gamma * v_next - values
-        adv = discounted_cumsum(delta, self.gamma * self.lambda_, lengths)
+        gamma = _gamma(self.gamma, ctx)
+        delta = rewards + gamma * v_next - values
+        adv = discounted_cumsum(delta, gamma * self.lambda_, lengths)
         targets = (adv + values).astype(self.dtype, copy=False)
         adv = adv.astype(self.dtype, copy=False)
         return _with_columns(episodes, lengths, {self.advantages: adv, self.value_targets: targets})
