@@ -728,3 +728,20 @@ def test_episode_connectors_edge_episodes():
         adv, _ = ref_gae(ep.rewards, ep.extras["vf_preds"], ep.terminated, 0.9, 0.8)
         tight(new.extras["advantages"], adv)
         assert repr(new).startswith(f"Episode(id={ep.id!r}")
+
+
+def test_pipeline_pickles_with_state():
+    """Ray ships connectors to workers by pickle; state and behaviour survive the trip."""
+    import pickle
+
+    pipe = build_pipeline(["returns_to_go", {"name": "normalize_obs", "clip": None}, "flatten_obs"])
+    batch = sampled([make_episode(8, obs_shape=(2, 2))], n=16)
+    pipe(batch, CTX)
+    copy = pickle.loads(pickle.dumps(pipe))
+    assert copy.names == pipe.names
+    frozen = NormalizeObservations(update=False, clip=None)
+    frozen.set_state(pipe["normalize_obs"].get_state())
+    copy["normalize_obs"].update = False
+    np.testing.assert_array_equal(
+        copy(batch, CTX)["obs"], FlattenObservations()(frozen(batch, CTX), CTX)["obs"]
+    )

@@ -79,7 +79,7 @@ class RunningMeanStd:
             self.merge_moments(other.count, other.mean, other.var)
 
     def get_state(self) -> dict[str, Any]:
-        if self.mean is None:
+        if self.mean is None or self.var is None:
             return {"count": 0}
         return {"count": int(self.count), "mean": self.mean.copy(), "var": self.var.copy()}
 
