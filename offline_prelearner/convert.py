@@ -194,15 +194,15 @@ def _write_rows(episodes: list[Episode], out: Path, rows_per_file: int) -> list[
     for eps in groups.values():
         chunk: list[Episode] = []
         rows = 0
-        for ep in [*eps, None]:
-            if chunk and (ep is None or rows + len(ep) > rows_per_file):
+        for nxt in [*eps, None]:
+            if chunk and (nxt is None or rows + len(nxt) > rows_per_file):
                 p = out / f"rows-{len(written):05d}.parquet"
                 pq.write_table(episodes_to_rows(chunk, with_t=True), p)
                 written.append(str(p))
                 chunk, rows = [], 0
-            if ep is not None:
-                chunk.append(ep)
-                rows += len(ep)
+            if nxt is not None:
+                chunk.append(nxt)
+                rows += len(nxt)
     return written
 
 

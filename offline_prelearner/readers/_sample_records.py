@@ -413,8 +413,8 @@ def arrow_parts(
         if parts is not None:
             break
     res.parts = parts
-    for i, err in sorted(bad.items()):
-        res.bad.append(BadRecord(i, err, int(steps[i]), _row_text(table, i)))
+    for i, e in sorted(bad.items()):
+        res.bad.append(BadRecord(i, e, int(steps[i]), _row_text(table, i)))
     return res
 
 
