@@ -405,7 +405,9 @@ def check_sampler_state(
     same generator state; the same generator state gives the same draws (no hidden randomness)."""
     eps = example_episodes() if episodes is None else episodes
     buf = _filled_buffer(factory, unit, eps, None)
-    buf.sample(16)  # let the sampler build whatever it caches
+    drawn = buf.sample(16)  # let the sampler build whatever it caches
+    if hasattr(buf.sampler, "update_priorities"):  # make the state say something
+        buf.sampler.update_priorities(buf.storage, drawn["indices"], np.linspace(0.1, 5, 16))
     state = buf.sampler.state()
     _require(isinstance(state, Mapping), f"state() must be a mapping, found {type(state)}")
     bad = sorted(k for k, v in state.items() if not isinstance(v, np.ndarray))
@@ -416,7 +418,12 @@ def check_sampler_state(
     a, _ = buf.sampler.sample(buf.storage, 64, np.random.default_rng(7), valid)
     a2, _ = buf.sampler.sample(buf.storage, 64, np.random.default_rng(7), valid)
     _require(np.array_equal(a, a2), "the same generator state gave different draws")
-    b, _ = other.sample(buf.storage, 64, np.random.default_rng(7), valid)
+    try:
+        b, _ = other.sample(buf.storage, 64, np.random.default_rng(7), valid)
+    except Exception as e:
+        raise ContractError(
+            f"a sampler restored from state() cannot sample ({type(e).__name__}: {e})"
+        ) from None
     _require(np.array_equal(a, b), "a sampler restored from state() draws differently")
 
 
@@ -515,8 +522,10 @@ def check_connector_rows_and_inputs(
 
 
 def check_connector_state(factory: ConnectorFactory, batch: SampleBatch) -> None:
-    """``get_state()`` after a batch, given to a fresh connector, makes it act the same; the
-    connector is deterministic given the context's generator."""
+    """The connector is deterministic given the context's generator, and ``get_state()`` after a
+    batch, given to a fresh connector, makes it act the same."""
+    diff = _diff_columns(_apply(factory(), batch).to_dict(), _apply(factory(), batch).to_dict())
+    _require(not diff, f"two fresh connectors differ in columns {diff} (hidden randomness?)")
     a = factory()
     _apply(a, batch)
     state = a.get_state()
@@ -525,8 +534,6 @@ def check_connector_state(factory: ConnectorFactory, batch: SampleBatch) -> None
     b.set_state(pickle.loads(pickle.dumps(state)))
     diff = _diff_columns(_apply(copy.deepcopy(a), batch).to_dict(), _apply(b, batch).to_dict())
     _require(not diff, f"a connector restored from get_state() differs in columns {diff}")
-    diff = _diff_columns(_apply(factory(), batch).to_dict(), _apply(factory(), batch).to_dict())
-    _require(not diff, f"two fresh connectors differ in columns {diff} (hidden randomness?)")
 
 
 def check_connector_pickles(factory: ConnectorFactory, batch: SampleBatch) -> None:
