@@ -1,6 +1,11 @@
-"""Replay benchmarks: add, uniform 1-/3-step, sequences, frame stacks, memory per timestep.
+"""Replay benchmarks: add, uniform 1-/3-step, sequences, frame stacks, memory per timestep;
+mix-in, multi-agent and reservoir buffers.
 
     python benchmarks/bench_replay.py [--timesteps 1000000] [--pixels 100000] [--no-rllib]
+                                      [--new-only]
+
+``--new-only`` runs only the mix-in / multi-agent / reservoir workloads (which have no RLlib
+counterpart here).
 
 Prints one JSON line per measurement: ``name``, ``impl``, ``throughput`` (+ ``unit``), and where
 it applies ``peak_mb`` (tracemalloc peak while adding) or ``bytes_per_timestep``. When
@@ -19,10 +24,17 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rllib_replay import _rate, synthetic_cartpole, synthetic_pixels
 
-from offline_prelearner.buffers import EpisodeReplayBuffer
+from offline_prelearner.buffers import (
+    EpisodeReplayBuffer,
+    MixInReplayBuffer,
+    MultiAgentEpisodeReplayBuffer,
+    Reservoir,
+)
 from offline_prelearner.episode import Episode
 from offline_prelearner.samplers import FrameStack, NStep, Sequence, Transition
 
@@ -148,6 +160,120 @@ def ours(timesteps: int, pixels: int) -> Rates:
     return got
 
 
+def mixin(timesteps: int, new_steps: int = 128, ratio: float = 0.5) -> Rates:
+    """Mix-in B=256 from a full buffer: each cycle adds one new episode of ``new_steps`` steps
+    and samples (all ``new_steps`` + as many replayed at ratio 0.5). The cycle is timed whole:
+    every add changes the table, so the sample after it re-indexes the valid starts."""
+    eps = [to_episode(d) for d in synthetic_cartpole(timesteps)]
+    buf = MixInReplayBuffer(timesteps + len(eps), replay_ratio=ratio, seed=0)
+    buf.add(eps)
+    buf.sample()  # everything so far was new
+    del eps
+    rng = np.random.default_rng(1)
+    obs = rng.standard_normal((new_steps + 1, 4)).astype(np.float32)
+    act, rew = rng.integers(0, 2, new_steps), np.ones(new_steps)
+    count = iter(range(10**9))
+    per_call = new_steps + round(new_steps * ratio / (1 - ratio))
+
+    def cycle() -> None:
+        ep = Episode(
+            id=f"new{next(count)}", observations=obs, actions=act, rewards=rew, terminated=True
+        )
+        buf.add(ep)
+        b = buf.sample()
+        assert len(b) == per_call
+
+    wall, cpu = _rate(cycle, per_call, min_seconds=3.0, max_calls=100_000)
+    t0 = time.perf_counter()
+    for _ in range(200):
+        buf.add(Episode(id=f"x{next(count)}", observations=obs, actions=act, rewards=rew))
+    add_ms = (time.perf_counter() - t0) / 200 * 1e3
+    emit(
+        name=f"mixin_add{new_steps}_sample_B{per_call}",
+        impl="ours",
+        throughput=wall,
+        cpu_throughput=cpu,
+        unit="samples/s",
+        cycle_ms=per_call / wall * 1e3,
+        add_ms=add_ms,
+        held_timesteps=len(buf),
+    )
+    return {"mixin_B256": (wall, cpu)}
+
+
+def multi_agent(timesteps: int) -> Rates:
+    """Two modules (one agent each, the same env episodes), ``timesteps`` in total; independent
+    and lockstep B=256 (rows per module), and the lockstep index rebuild after an add."""
+    half = [to_episode(d) for d in synthetic_cartpole(timesteps // 2)]
+    eps = []
+    for e in half:
+        for agent in ("a0", "a1"):
+            eps.append(
+                Episode(
+                    id=e.id,
+                    observations=e.observations,
+                    actions=e.actions,
+                    rewards=e.rewards,
+                    terminated=True,
+                    agent_id=agent,
+                    module_id=f"module_{agent}",
+                )
+            )
+    got: Rates = {}
+    cap = timesteps // 2 + len(half) + 1000
+    for sampling in ("independent", "lockstep"):
+        buf = MultiAgentEpisodeReplayBuffer(cap, sampling=sampling, seed=0)
+        t0 = time.perf_counter()
+        buf.add(eps)
+        add_s = time.perf_counter() - t0
+        rebuild_s = None
+        if sampling == "lockstep":
+            t0 = time.perf_counter()
+            buf.sample(256)  # first call builds the union index
+            rebuild_s = time.perf_counter() - t0
+        mab = buf.sample(256)
+        rows = mab.agent_steps()
+        wall, cpu = _rate(lambda b=buf: b.sample(256), rows, min_seconds=3.0, max_calls=100_000)
+        got[f"multiagent_2modules_{sampling}_B256"] = (wall, cpu)
+        emit(
+            name=f"multiagent_2modules_{sampling}_B256",
+            impl="ours",
+            throughput=wall,
+            cpu_throughput=cpu,
+            unit="rows/s",
+            rows_per_call=rows,
+            env_steps_per_s=wall / rows * 256,
+            add_timesteps_per_s=timesteps / add_s,
+            index_rebuild_ms=None if rebuild_s is None else rebuild_s * 1e3,
+        )
+    return got
+
+
+def reservoir(timesteps: int, fraction: float = 0.1) -> Rates:
+    """Reservoir add of ``timesteps`` CartPole steps into a buffer holding ``fraction`` of them,
+    in batches of 1000 episodes (as a streaming job would)."""
+    eps = [to_episode(d) for d in synthetic_cartpole(timesteps)]
+    cap = int(timesteps * fraction)
+    buf = EpisodeReplayBuffer(cap, eviction=Reservoir(seed=0), seed=0)
+    t0, c0 = time.perf_counter(), time.process_time()
+    for i in range(0, len(eps), 1000):
+        buf.add(eps[i : i + 1000])
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    s = buf.stats()
+    assert s["timesteps_added"] + s["timesteps_rejected"] == timesteps, s
+    emit(
+        name=f"reservoir_add_{timesteps}_cap{cap}",
+        impl="ours",
+        throughput=timesteps / wall,
+        cpu_throughput=timesteps / max(cpu, 1e-9),
+        unit="timesteps/s",
+        admitted=s["timesteps_added"],
+        held=s["timesteps_held"],
+        compactions=s["compactions"],
+    )
+    return {"reservoir_add": (timesteps / wall, timesteps / max(cpu, 1e-9))}
+
+
 def rllib(timesteps: int) -> Rates:
     script = Path(__file__).resolve().parent / "rllib_replay.py"
     proc = subprocess.run(
@@ -173,8 +299,15 @@ def main() -> None:
     p.add_argument("--timesteps", type=int, default=1_000_000)
     p.add_argument("--pixels", type=int, default=100_000)
     p.add_argument("--no-rllib", action="store_true")
+    p.add_argument("--new-only", action="store_true", help="mix-in, multi-agent, reservoir only")
     args = p.parse_args()
-    mine = ours(args.timesteps, args.pixels)
+    if not args.new_only:
+        mine = ours(args.timesteps, args.pixels)
+    mixin(args.timesteps)
+    multi_agent(args.timesteps)
+    reservoir(args.timesteps)
+    if args.new_only:
+        return
     if args.no_rllib or not Path(RLLIB_PYTHON).exists():
         return
     theirs = rllib(args.timesteps)

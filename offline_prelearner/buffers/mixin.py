@@ -126,16 +126,19 @@ class MixInReplayBuffer(EpisodeReplayBuffer):
             before = self.unit.valid_starts(np.array(lengths, np.int64), np.array(done, bool))
             seen.update(zip(keys, np.asarray(before).tolist(), strict=True))
 
-    def _split(self) -> tuple[ValidStarts, np.ndarray]:
-        """The valid starts now, and per row how many of them are old (the rest are new)."""
+    def _split(self) -> tuple[ValidStarts, np.ndarray, np.ndarray]:
+        """The valid starts now; per row how many of them are old (the rest are new); and the
+        rows with new steps, ascending."""
         valid = self.valid_starts()
         old = valid.count.copy()
         row_of = self.storage.row_of_id
+        rows = []
         for key, before in self._seen.items():
             row = row_of(key)
-            if row is not None:
-                old[row] = min(before, old[row])
-        return valid, old
+            if row is not None and before < old[row]:
+                old[row] = before
+                rows.append(row)
+        return valid, old, np.sort(np.array(rows, np.int64))
 
     # ------------------------------------------------------------------ sampling
     def sample(self, batch_size: int | None = None) -> SampleBatch:
@@ -161,8 +164,8 @@ class MixInReplayBuffer(EpisodeReplayBuffer):
                 "of replay, so its size follows the data: call sample() without batch_size"
             )
         self._check_learning_starts()
-        valid, old = self._split()
-        fresh = valid.count - old
+        valid, old, new_rows = self._split()
+        fresh = valid.count.take(new_rows) - old.take(new_rows)
         n_new = int(fresh.sum())
         if n_new == 0:
             raise EmptyBufferError(
@@ -177,8 +180,8 @@ class MixInReplayBuffer(EpisodeReplayBuffer):
             k = math.floor(debt + 0.5)
             debt -= k
         self._check_rate(n_new + k)
-        new_slots = ranges(valid.first + old, fresh)
-        new_rows = np.repeat(np.arange(len(fresh), dtype=np.int64), fresh)
+        new_slots = ranges(valid.first.take(new_rows) + old.take(new_rows), fresh)
+        new_rows = np.repeat(new_rows, fresh)
         slots, rows, weights = new_slots, new_rows, None
         if k:
             sampler, st = self.sampler, self.storage
@@ -223,7 +226,7 @@ class MixInReplayBuffer(EpisodeReplayBuffer):
         """The base counters plus ``new_drawn``, ``replayed_drawn`` and ``new_pending`` (new
         steps the next sample will return)."""
         out = super().stats()
-        valid, old = self._split()
+        valid, old, _ = self._split()
         out["new_drawn"] = self.new_drawn
         out["replayed_drawn"] = self.replayed_drawn
         out["new_pending"] = valid.total - int(old.sum())
@@ -231,7 +234,7 @@ class MixInReplayBuffer(EpisodeReplayBuffer):
 
     def get_state(self) -> dict[str, Any]:
         state = super().get_state()
-        _, old = self._split()
+        _, old, _ = self._split()
         seen = np.full(self.storage.num_rows, -1, np.int64)
         for key in self._seen:
             row = self.storage.row_of_id(key)

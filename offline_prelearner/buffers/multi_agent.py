@@ -48,6 +48,7 @@ from ..errors import ConfigError, EmptyBufferError
 from ..samplers.base import SampleUnit, UpdatableSampler, ranges
 from ..samplers.uniform import Uniform
 from . import checkpoint
+from .mixin import MixInReplayBuffer
 from .replay_buffer import INDICES, EpisodeReplayBuffer, _batch_size
 from .storage import EpisodeStorage, normalize_id
 
@@ -207,7 +208,14 @@ class MultiAgentEpisodeReplayBuffer:
         reasons = []
         for mid, buf in self.buffers.items():
             try:
-                batch = buf.sample() if batch_size is None else buf.sample(batch_size)
+                if batch_size is not None:
+                    batch = buf.sample(batch_size)
+                elif isinstance(buf, MixInReplayBuffer):
+                    batch = buf.sample()
+                else:
+                    raise ConfigError(
+                        f"module {mid!r} has a {type(buf).__name__}: it needs a batch_size"
+                    )
             except EmptyBufferError as e:
                 reasons.append(f"{mid!r}: {e}")
                 continue
@@ -229,9 +237,8 @@ class MultiAgentEpisodeReplayBuffer:
         per_module, merged, total = self._union_index()
         if total == 0:
             raise EmptyBufferError("no module has sampleable steps for lockstep sampling")
-        m_code, m_lo, m_size = merged
+        m_code, m_lo, m_size, cum = merged
         u = (self.rng.random(batch_size) * total).astype(np.int64)
-        cum = np.cumsum(m_size)
         j = np.searchsorted(cum, u, side="right")
         code = m_code.take(j)
         t = m_lo.take(j) + (u - (cum.take(j) - m_size.take(j)))
@@ -260,10 +267,12 @@ class MultiAgentEpisodeReplayBuffer:
             raise EmptyBufferError("every module with the drawn steps is rate limited")
         return MultiAgentBatch(out, env_steps=batch_size)
 
-    def _union_index(self) -> tuple[dict[int | str, tuple[np.ndarray, ...]], tuple, int]:
+    def _union_index(
+        self,
+    ) -> tuple[dict[int | str, tuple[np.ndarray, ...]], tuple[np.ndarray, ...], int]:
         """Per module its sampleable rows sorted by episode code; the union of all modules'
-        sampleable ``(episode, t)`` as merged intervals ``(code, t_lo, size)``. Cached per
-        storage versions."""
+        sampleable ``(episode, t)`` as merged intervals ``(code, t_lo, size, cumulative size)``;
+        its total. Cached per storage versions."""
         ready = {}
         for mid, buf in self.buffers.items():
             try:
@@ -274,7 +283,7 @@ class MultiAgentEpisodeReplayBuffer:
         key = tuple((mid, b.storage.version) for mid, b in ready.items())
         if self._union is not None and self._union[0] == key:
             return self._union[1], self._union[2], self._union[3]
-        per_module = {}
+        per_module: dict[int | str, tuple[np.ndarray, ...]] = {}
         parts = []
         for mid, buf in ready.items():
             st, valid = buf.storage, buf.valid_starts()
@@ -288,8 +297,10 @@ class MultiAgentEpisodeReplayBuffer:
                 raise ConfigError(f"lockstep needs 0 <= t < 2**31; module {mid!r} holds others")
             per_module[mid] = (codes, rows, valid.first.take(rows), t0, count)
             parts.append((codes, t0, t0 + count))
-        merged = _merge(parts)
-        total = int(merged[2].sum())
+        code, lo, size = _merge(parts)
+        cum = np.cumsum(size)
+        merged = (code, lo, size, cum)
+        total = int(cum[-1]) if len(cum) else 0
         self._union = (key, per_module, merged, total)
         return per_module, merged, total
 

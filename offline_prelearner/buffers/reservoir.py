@@ -98,7 +98,10 @@ class Reservoir:
     def key(self, eid: Any) -> float:
         """The episode's key in ``[0, 1)``: 53 bits of BLAKE2b over the seed and the normalized
         id (ints and strings hash apart: ``1`` and ``"1"`` are different episodes)."""
-        nid = normalize_id(eid)
+        return self._key(normalize_id(eid))
+
+    def _key(self, nid: int | str) -> float:
+        """:meth:`key` of an id already normalized."""
         tag = b"i" if isinstance(nid, int) else b"s"
         data = self.seed.to_bytes(8, "little") + tag + str(nid).encode("utf-8", "surrogatepass")
         digest = hashlib.blake2b(data, digest_size=8).digest()
@@ -141,7 +144,7 @@ class ReservoirStorage(EpisodeStorage):
         need = len(ep) + 1
         if need > self.budget:
             raise self._too_long(ep.id, len(ep))
-        u = self.policy.key(key)
+        u = self.policy._key(key)
         change = Change("new")
         if u >= self.threshold or not self._make_room(need, u, None, change):
             self.threshold = min(self.threshold, u)
@@ -170,7 +173,7 @@ class ReservoirStorage(EpisodeStorage):
             return super()._continue(ep, idx)
         if n + k + 1 > self.budget:
             raise self._too_long(ep.id, n + k)
-        u = self.policy.key(key)
+        u = self.policy._key(key)
         pre = Change("appended")
         if not self._make_room(k, u, key, pre):
             # The episode itself now has the largest key: it leaves, the fragment is refused.
@@ -286,7 +289,7 @@ class ReservoirStorage(EpisodeStorage):
         self.threshold = threshold
         alive = self.alive
         ids = self.ids[alive]
-        self._heap = [(-self.policy.key(i), i) for i in ids]
+        self._heap = [(-self.policy._key(i), i) for i in ids]
         heapq.heapify(self._heap)
         self.held_slots = int((self.lengths[alive] + 1).sum())
         for name in _COUNTERS:
