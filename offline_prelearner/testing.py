@@ -514,10 +514,10 @@ def check_connector_rows_and_inputs(
     for i, (ep, snap) in enumerate(zip(eps, before_eps, strict=True)):
         diff = _diff_columns(snap, _episode_state(ep))
         _require(not diff, f"on_episodes changed input episode {i} ({ep.id!r}) in place: {diff}")
-    before = _snapshot(batch)
+    before, n = _snapshot(batch.to_dict()), len(batch)
     out = _apply(factory(), batch)
-    _require(len(out) == len(before[next(iter(before))]), f"{len(batch)} rows in, {len(out)} out")
-    diff = _diff_columns(before, batch)
+    _require(len(out) == n, f"{n} rows in, {len(out)} out")
+    diff = _diff_columns(before, batch.to_dict())
     _require(not diff, f"the connector changed its input batch in place: columns {diff}")
 
 
