@@ -32,9 +32,10 @@ only -- those already sampleable at the previous call -- expanded by the same un
 :class:`ConfigError` if given); ``r = 1`` requires one.
 
 Rows carry ``weights`` (1 for new steps; the sampler's importance weights for replayed ones) and
-``indices``; with a prioritized sampler :meth:`update_priorities` takes them as usual, and new
-steps enter the priority trees at the maximum priority when they are emitted. The ratio,
-the carried rounding error and the set of pending new steps are part of :meth:`get_state`.
+``indices``; with a prioritized sampler :meth:`update_priorities` takes them as usual. New steps
+are held out of the sampler only for the replay draw (``on_evict`` before it, ``on_add`` after),
+so they re-enter a prioritized sampler at the maximum priority seen so far. The ratio, the
+carried rounding error and the set of pending new steps are part of :meth:`get_state`.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ import numpy as np
 from .. import columns as C
 from ..batch import MultiAgentBatch, SampleBatch
 from ..episode import Episode
-from ..errors import ConfigError, EmptyBufferError
+from ..errors import ConfigError, DataError, EmptyBufferError, Where
 from ..samplers.base import SampleUnit, UpdatableSampler, ranges
 from ..samplers.uniform import Uniform
 from . import checkpoint
@@ -293,8 +293,16 @@ class MultiAgentEpisodeReplayBuffer:
             rows, codes = rows[order], codes[order]
             t0 = st.t_started.take(rows)
             count = valid.count.take(rows)
-            if len(rows) and (t0.min() < 0 or int((t0 + count).max()) >= _T_LIMIT):
-                raise ConfigError(f"lockstep needs 0 <= t < 2**31; module {mid!r} holds others")
+            bad = np.flatnonzero((t0 < 0) | (t0 + count >= _T_LIMIT))
+            if len(bad):
+                r = int(rows[bad[0]])
+                eid, agent = _decode(st.ids[r])
+                raise DataError(
+                    f"lockstep sampling matches steps by t and needs 0 <= t < 2**31; agent "
+                    f"{agent!r} of module {mid!r} has t={int(t0[bad[0]])}..",
+                    Where(episode_id=eid, timestep=int(t0[bad[0]])),
+                    reason="t_range",
+                )
             per_module[mid] = (codes, rows, valid.first.take(rows), t0, count)
             parts.append((codes, t0, t0 + count))
         code, lo, size = _merge(parts)

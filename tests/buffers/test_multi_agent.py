@@ -346,3 +346,13 @@ def test_bad_arguments():
         lock.sample(None)
     with pytest.raises(TypeError, match="Episode"):
         lock.add([{"obs": 1}])  # type: ignore[list-item]
+
+
+def test_lockstep_refuses_huge_t_naming_the_episode():
+    from offline_prelearner.errors import DataError
+
+    buf = MultiAgentEpisodeReplayBuffer(100, sampling="lockstep")
+    buf.add(make_episode("far", 3, agent="a0", t_started=2**31 - 2))
+    with pytest.raises(DataError, match="0 <= t < 2") as exc:
+        buf.sample(4)
+    assert exc.value.where.episode_id == "far" and exc.value.where.timestep == 2**31 - 2
