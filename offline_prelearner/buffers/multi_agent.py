@@ -34,7 +34,6 @@ limited) are left out of the batch; when no module can sample, :class:`EmptyBuff
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -48,9 +47,10 @@ from ..errors import ConfigError, DataError, EmptyBufferError, Where
 from ..samplers.base import SampleUnit, UpdatableSampler, ranges
 from ..samplers.uniform import Uniform
 from . import checkpoint
+from ._multi_agent_index import Names, agent_key, decode, encode, episode_code, merge
 from .mixin import MixInReplayBuffer
 from .replay_buffer import INDICES, EpisodeReplayBuffer, _batch_size
-from .storage import EpisodeStorage, normalize_id
+from .storage import normalize_id
 
 __all__ = ["AGENT_ID", "DEFAULT_MODULE_ID", "MultiAgentEpisodeReplayBuffer"]
 
@@ -105,7 +105,7 @@ class MultiAgentEpisodeReplayBuffer:
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.buffers: dict[int | str, EpisodeReplayBuffer] = {}
-        self._names: dict[int | str, _Names] = {}
+        self._names: dict[int | str, Names] = {}
         self._union: tuple[Any, ...] | None = None
 
     def __repr__(self) -> str:
@@ -141,8 +141,8 @@ class MultiAgentEpisodeReplayBuffer:
         for ep in eps:
             if not isinstance(ep, Episode):
                 raise TypeError(f"add() takes Episode objects, found {type(ep).__name__}")
-            eid, agent = normalize_id(ep.id), _agent(ep.agent_id)
-            sid = _encode(eid, agent)
+            eid, agent = normalize_id(ep.id), agent_key(ep.agent_id)
+            sid = encode(eid, agent)
             inner = Episode._trusted(
                 sid,
                 ep.observations,
@@ -172,13 +172,13 @@ class MultiAgentEpisodeReplayBuffer:
                     f"make_buffer must return an EpisodeReplayBuffer, found {type(buf).__name__}"
                 )
             self.buffers[mid] = buf
-            self._names[mid] = _Names()
+            self._names[mid] = Names()
         return buf
 
     def _module_seed(self, mid: int | str) -> int | None:
         if self.seed is None:
             return None
-        seq = np.random.SeedSequence(self.seed, spawn_key=(_code(_encode(mid, None)),))
+        seq = np.random.SeedSequence(self.seed, spawn_key=(episode_code(encode(mid, None)),))
         return int(seq.generate_state(1, np.uint64)[0] >> 1)
 
     def _register(self, mid: int | str, items: list[tuple[str, Any, Any]]) -> None:
@@ -193,7 +193,7 @@ class MultiAgentEpisodeReplayBuffer:
         for sid, eid, agent in items:
             row = st.row_of_id(sid)
             if row is not None:
-                names.set(first + row, first, eid, agent, _code(_encode(eid, None)))
+                names.set(first + row, first, eid, agent, episode_code(encode(eid, None)))
 
     # ------------------------------------------------------------------ sampling
     def sample(self, batch_size: int | None) -> MultiAgentBatch:
@@ -296,7 +296,7 @@ class MultiAgentEpisodeReplayBuffer:
             bad = np.flatnonzero((t0 < 0) | (t0 + count >= _T_LIMIT))
             if len(bad):
                 r = int(rows[bad[0]])
-                eid, agent = _decode(st.ids[r])
+                eid, agent = decode(st.ids[r])
                 raise DataError(
                     f"lockstep sampling matches steps by t and needs 0 <= t < 2**31; agent "
                     f"{agent!r} of module {mid!r} has t={int(t0[bad[0]])}..",
@@ -305,7 +305,7 @@ class MultiAgentEpisodeReplayBuffer:
                 )
             per_module[mid] = (codes, rows, valid.first.take(rows), t0, count)
             parts.append((codes, t0, t0 + count))
-        code, lo, size = _merge(parts)
+        code, lo, size = merge(parts)
         cum = np.cumsum(size)
         merged = (code, lo, size, cum)
         total = int(cum[-1]) if len(cum) else 0
@@ -371,49 +371,6 @@ class MultiAgentEpisodeReplayBuffer:
         self.set_state({"meta": meta, "arrays": arrays})
 
 
-class _Names:
-    """Per placement serial of one module's storage: the episode id, agent id and a 63-bit code
-    of the episode id that its internal key stands for (a window of serials, like the table)."""
-
-    def __init__(self) -> None:
-        self.off = 0  # serial of position 0
-        self.eps = np.empty(0, object)
-        self.agents = np.empty(0, object)
-        self.code = np.zeros(0, np.int64)
-        self.compactions = 0
-
-    def set(self, serial: int, first: int, eid: Any, agent: Any, code: int) -> None:
-        """``first``: the storage's oldest serial still in its table (older ones may go)."""
-        i = serial - self.off
-        assert i >= 0, "placement serials only grow"
-        if i >= len(self.eps):  # slide the window to start at `first`, and grow it
-            start = max(first, self.off)
-            lo, hi = start - self.off, len(self.eps)
-            n = max(0, hi - lo)
-            size = max(16, 2 * (serial - start + 1))
-            eps, agents = np.empty(size, object), np.empty(size, object)
-            codes = np.zeros(size, np.int64)
-            if n:
-                eps[:n], agents[:n], codes[:n] = self.eps[lo:], self.agents[lo:], self.code[lo:]
-            self.eps, self.agents, self.code, self.off = eps, agents, codes, start
-            i = serial - start
-        self.eps[i], self.agents[i], self.code[i] = eid, agent, code
-
-    def get(self, serials: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        i = serials - self.off
-        return self.eps.take(i), self.agents.take(i)
-
-    def codes(self, serials: np.ndarray) -> np.ndarray:
-        return self.code.take(serials - self.off)
-
-    def rebuild(self, st: EpisodeStorage) -> None:
-        self.__init__()  # type: ignore[misc]
-        first = st.table.base + st.table.lo
-        for row in np.flatnonzero(st.alive).tolist():
-            eid, agent = _decode(st.ids[row])
-            self.set(first + row, first, eid, agent, _code(_encode(eid, None)))
-
-
 # ---------------------------------------------------------------------- helpers
 class _DefaultBuffers:
     """The default ``make_buffer``: uniform :class:`EpisodeReplayBuffer` per module."""
@@ -427,37 +384,6 @@ class _DefaultBuffers:
         )
 
 
-def _agent(agent: Any) -> int | str | None:
-    return None if agent is None else normalize_id(agent)
-
-
-def _enc1(v: Any) -> str:
-    if v is None:
-        return "n"
-    return ("i" if isinstance(v, int) else "s") + str(v)
-
-
-def _encode(eid: int | str, agent: int | str | None) -> str:
-    """The key of an agent's episode inside a module: ``<len>:<episode><agent>``, each part
-    tagged ``i`` (int), ``s`` (str) or ``n`` (none), so it decodes back exactly."""
-    e = _enc1(eid)
-    return f"{len(e)}:{e}{_enc1(agent)}"
-
-
-def _dec1(s: str) -> int | str | None:
-    return None if s == "n" else int(s[1:]) if s[0] == "i" else s[1:]
-
-
-def _decode(sid: Any) -> tuple[Any, Any]:
-    n, _, rest = str(sid).partition(":")
-    return _dec1(rest[: int(n)]), _dec1(rest[int(n) :])
-
-
-def _code(s: str) -> int:
-    digest = hashlib.blake2b(s.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1
-
-
 def _json_id(mid: int | str) -> list[Any]:
     return ["i", mid] if isinstance(mid, int) else ["s", mid]
 
@@ -465,30 +391,3 @@ def _json_id(mid: int | str) -> list[Any]:
 def _from_json_id(v: Any) -> int | str:
     kind, value = v
     return int(value) if kind == "i" else str(value)
-
-
-def _merge(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, ...]:
-    """Union of intervals ``[lo, hi)`` keyed by code: ``(code, lo, size)`` of the disjoint
-    merged intervals, sorted by code then lo."""
-    if not parts:
-        z = np.zeros(0, np.int64)
-        return z, z, z
-    code = np.concatenate([p[0] for p in parts])
-    lo = np.concatenate([p[1] for p in parts])
-    hi = np.concatenate([p[2] for p in parts])
-    keep = hi > lo
-    code, lo, hi = code[keep], lo[keep], hi[keep]
-    if len(code) == 0:
-        return code, lo, hi - lo
-    order = np.lexsort((lo, code))
-    code, lo, hi = code[order], lo[order], hi[order]
-    new_group = np.empty(len(code), bool)
-    new_group[0] = True
-    np.not_equal(code[1:], code[:-1], out=new_group[1:])
-    group = np.cumsum(new_group) - 1
-    reach = np.maximum.accumulate((group << 32) | hi) & 0xFFFFFFFF  # running max hi per group
-    starts = new_group.copy()
-    starts[1:] |= lo[1:] > reach[:-1]
-    first = np.flatnonzero(starts)
-    m_hi = np.maximum.reduceat(hi, first)
-    return code[first], lo[first], m_hi - lo[first]

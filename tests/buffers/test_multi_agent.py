@@ -22,7 +22,7 @@ from offline_prelearner.buffers import (
     Reservoir,
     SampleToInsertRatio,
 )
-from offline_prelearner.buffers.multi_agent import _merge
+from offline_prelearner.buffers._multi_agent_index import merge as _merge
 from offline_prelearner.episode import Episode
 from offline_prelearner.errors import ConfigError, EmptyBufferError
 from offline_prelearner.samplers import NStep, Prioritized, Transition, Uniform
