@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -111,6 +112,21 @@ def prelearner_class(config: PreLearnerConfig, cls: Any = None) -> type[OfflineP
     return obj
 
 
+def _worker_env(cls: type) -> dict[str, Any] | None:
+    """A runtime_env that lets Ray workers import ``cls`` when its module is only on the driver's
+    path (a user's ``my_prelearners.py`` next to the data, not an installed package)."""
+    if cls is OfflinePreLearner or cls.__module__ == "__main__":  # __main__: pickled by value
+        return None
+    module = sys.modules.get(cls.__module__)
+    file = getattr(module, "__file__", None)
+    if not file or "site-packages" in file:
+        return None
+    depth = cls.__module__.count(".")
+    root = Path(file).resolve().parents[depth]
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)
+    return {"env_vars": {"PYTHONPATH": path}}
+
+
 def build_dataset(
     path: str | os.PathLike[str] | list[str],
     config: PreLearnerConfig,
@@ -132,6 +148,10 @@ def build_dataset(
         ds = ray.data.read_parquet(files)
     kwargs = {"config": config, "stats_sink": stats_sink}
     rc = config.ray
+    remote_args: dict[str, Any] = {"num_cpus": rc.num_cpus}
+    env = _worker_env(cls)
+    if env:
+        remote_args["runtime_env"] = env
     if rc.group_by_episode:
         from .schema import load_schema
 
@@ -139,18 +159,18 @@ def build_dataset(
         ds = ds.groupby(eps_col).map_groups(
             cls,
             fn_constructor_kwargs=kwargs,
-            concurrency=rc.concurrency,
-            num_cpus=rc.num_cpus,
+            compute=ray.data.ActorPoolStrategy(size=rc.concurrency),
             batch_format="pyarrow",
+            **remote_args,
         )
     else:
         ds = ds.map_batches(
             cls,
             fn_constructor_kwargs=kwargs,
-            concurrency=rc.concurrency,
-            num_cpus=rc.num_cpus,
+            compute=ray.data.ActorPoolStrategy(size=rc.concurrency),
             batch_size=rc.batch_size,
             batch_format="pyarrow",
+            **remote_args,
         )
     if config.sample.num_samples is not None:
         ds = ds.limit(config.sample.num_samples)
@@ -162,7 +182,7 @@ def _sum_stats(per_actor: dict[str, dict[str, Any]]) -> dict[str, Any]:
     keys = ("rows_in", "rows_kept", "rows_duplicate", "episodes_kept", "episodes_duplicate")
     for k in keys:
         total[k] = 0
-    for k in ("batches", "samples", "episodes_added", "not_ready", "pending_fragments"):
+    for k in ("batches", "samples", "fragments_added", "not_ready", "pending_fragments"):
         total[k] = 0
     for st in per_actor.values():
         led = st["ledger"]
@@ -171,7 +191,7 @@ def _sum_stats(per_actor: dict[str, dict[str, Any]]) -> dict[str, Any]:
         for k in ("rows_rejected", "episodes_rejected"):
             for reason, n in led[k].items():
                 total[k][reason] = total[k].get(reason, 0) + n
-        for k in ("batches", "samples", "episodes_added", "not_ready", "pending_fragments"):
+        for k in ("batches", "samples", "fragments_added", "not_ready", "pending_fragments"):
             total[k] += st.get(k, 0)
     total["rows_balance"] = total["rows_in"] == (
         total["rows_kept"] + sum(total["rows_rejected"].values()) + total["rows_duplicate"]

@@ -91,7 +91,7 @@ class OfflinePreLearner:
         self.connectors = self.build_connectors()
         self.buffers: dict[str, EpisodeReplayBuffer] = {}
         self.ledger = Ledger()
-        self.counters = {"batches": 0, "samples": 0, "episodes_added": 0, "not_ready": 0}
+        self.counters = {"batches": 0, "samples": 0, "fragments_added": 0, "not_ready": 0}
         self._pending: dict[tuple[Any, Any], list[Episode]] = {}  # sample_all: open fragments
         self._agent_to_module = self._mapping_fn()
 
@@ -157,7 +157,11 @@ class OfflinePreLearner:
 
     def postprocess_episodes(self, episodes: list[Episode]) -> list[Episode]:
         """Episode-level connectors (returns-to-go, advantages ...), before buffering."""
-        return self.connectors.on_episodes(episodes) if len(self.connectors) else episodes
+        if not len(self.connectors):
+            return episodes
+        return self.connectors.on_episodes(
+            episodes, ConnectorContext(gamma=self.config.sample.gamma)
+        )
 
     def module_of(self, episode: Episode) -> str:
         """The module an episode trains: its module_id, else the agent mapping, else default."""
@@ -177,7 +181,7 @@ class OfflinePreLearner:
             if buf is None:
                 buf = self.buffers[module_id] = self.build_buffer(module_id)
             buf.add(eps)
-            self.counters["episodes_added"] += len(eps)
+            self.counters["fragments_added"] += len(eps)
 
     def sample(self) -> MultiAgentBatch:
         """``train_batch_size`` samples from each trained module's buffer (none if not ready)."""
@@ -224,7 +228,12 @@ class OfflinePreLearner:
             return batch
         out = {}
         for module_id, sb in batch.policy_batches.items():
-            ctx = ConnectorContext(module_id=module_id, gamma=self.config.sample.gamma)
+            ctx = ConnectorContext(
+                module_id=module_id,
+                observation_space=self.config.validate.observation_space,
+                action_space=self.config.validate.action_space,
+                gamma=self.config.sample.gamma,
+            )
             out[module_id] = self.connectors(sb, ctx)
         return MultiAgentBatch(out, env_steps=batch.env_steps)
 

@@ -254,7 +254,7 @@ def to_table(columns: dict[str, np.ndarray], tensor: str = "list") -> pa.Table:
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def ray_local() -> Iterator[Any]:
-    """A local Ray instance for the whole session (1 CPU, no dashboard).
+    """A local Ray instance for the whole session (4 logical CPUs, no dashboard).
 
     Functions and classes passed to Ray from a test module must be importable by workers; the
     tests folder is put on their PYTHONPATH.
@@ -268,7 +268,7 @@ def ray_local() -> Iterator[Any]:
             p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p
         )
         ray.init(
-            num_cpus=1,
+            num_cpus=4,  # logical: the prelearner actor holds one, reads and writes need more
             include_dashboard=False,
             log_to_driver=False,
             runtime_env={"env_vars": {"PYTHONPATH": path}},

@@ -18,8 +18,19 @@ from offline_prelearner.prelearner import OfflinePreLearner
 REPO = Path(__file__).resolve().parents[1]
 ROWS = sorted((REPO / "datasets/cartpole-v1/rows").glob("*.parquet"))
 EPISODES = sorted((REPO / "datasets/cartpole-v1/episodes").glob("*.parquet"))
-REQUIRED = {"module_id", "eps_id", "t", "obs", "actions", "rewards", "new_obs", "terminateds",
-            "truncateds", "n_step", "weights"}
+REQUIRED = {
+    "module_id",
+    "eps_id",
+    "t",
+    "obs",
+    "actions",
+    "rewards",
+    "new_obs",
+    "terminateds",
+    "truncateds",
+    "n_step",
+    "weights",
+}
 
 
 def run_all(p: OfflinePreLearner, files: list[Path] = ROWS) -> list[dict[str, np.ndarray]]:
@@ -34,10 +45,10 @@ def test_each_batch_yields_a_train_batch_with_the_learner_columns() -> None:
     outs = run_all(p)
     assert len(outs) == len(ROWS)
     for o in outs:
-        assert REQUIRED <= set(o) and all(len(v) == 32 for v in o.values())
+        assert set(o) >= REQUIRED and all(len(v) == 32 for v in o.values())
         assert set(o["module_id"]) == {"default_policy"}
         assert o["obs"].shape == (32, 4) and o["new_obs"].shape == (32, 4)
-        assert ((1 <= o["n_step"]) & (o["n_step"] <= 3)).all()
+        assert ((o["n_step"] >= 1) & (o["n_step"] <= 3)).all()
         # A window shorter than 3 happens only where it reaches the episode's end.
         short = o["n_step"] < 3
         assert (o["terminateds"][short] | o["truncateds"][short]).all()
@@ -58,8 +69,9 @@ def test_sample_all_emits_every_transition_once_in_order() -> None:
     # Against a plain loop over the source rows: 2-step discounted rewards within each episode.
     table = pa.concat_tables([pq.read_table(f) for f in ROWS]).to_pydict()
     by_ep: dict[str, list[tuple[int, float, bool]]] = {}
-    for e, tt, r, d in zip(table["eps_id"], table["t"], table["rewards"], table["terminateds"],
-                           strict=True):
+    for e, tt, r, d in zip(
+        table["eps_id"], table["t"], table["rewards"], table["terminateds"], strict=True
+    ):
         by_ep.setdefault(e, []).append((tt, r, d))
     expected = {}
     for e, steps in by_ep.items():
