@@ -40,7 +40,9 @@ def main() -> int:
             f"rows read       {s['rows_in']} (kept {s['rows_kept']}, "
             f"rejected {sum(s['rows_rejected'].values())}, duplicate {s['rows_duplicate']})"
         )
-        print(f"episodes added  {s['episodes_added']}")
+        print(
+            f"episodes held   {s.get('episodes_held', 0)} (from {s['fragments_added']} fragments)"
+        )
         print(f"samples written {s['samples_written']} ({samples.num_rows} rows on disk)")
         print(f"n_step in data  {sorted(set(samples.column('n_step').to_pylist()))}")
         print(f"columns         {', '.join(samples.column_names)}")

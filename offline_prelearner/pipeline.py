@@ -193,6 +193,9 @@ def _sum_stats(per_actor: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 total[k][reason] = total[k].get(reason, 0) + n
         for k in ("batches", "samples", "fragments_added", "not_ready", "pending_fragments"):
             total[k] += st.get(k, 0)
+        for buf in st.get("buffers", {}).values():
+            total["episodes_held"] = total.get("episodes_held", 0) + buf["episodes_held"]
+            total["timesteps_held"] = total.get("timesteps_held", 0) + buf["timesteps_held"]
     total["rows_balance"] = total["rows_in"] == (
         total["rows_kept"] + sum(total["rows_rejected"].values()) + total["rows_duplicate"]
     )

@@ -5,7 +5,8 @@ built from a :class:`~offline_prelearner.config.ReadConfig`. ``batch`` is an Arr
 of numpy columns (both Ray Data batch formats); ``source`` names the file, for error messages.
 
 Built-in formats: ``rows`` (one transition per row), ``episodes`` (msgpack episode records in an
-``item`` column). Register more with :func:`register_reader`.
+``item`` column), ``sample_batches`` (RLlib's old-stack SampleBatch / MultiAgentBatch records).
+Register more with :func:`register_reader`.
 """
 
 from __future__ import annotations
@@ -65,4 +66,4 @@ def make_reader(config: ReadConfig) -> Reader:
 
 
 def _load_builtins() -> None:
-    from . import episodes, rows  # noqa: F401  (registration side effect)
+    from . import episodes, rows, sample_batches  # noqa: F401  (registration side effect)
