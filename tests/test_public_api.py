@@ -1,0 +1,72 @@
+"""The public surface is deliberate: this test pins it (httpx's habit)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import offline_prelearner as op
+
+EXPECTED = {
+    "ColumnSchema",
+    "PreLearnerConfig",
+    "ReadConfig",
+    "load_schema",
+    "make_reader",
+    "register_reader",
+    "Episode",
+    "EpisodeBatch",
+    "Ledger",
+    "Deduplicator",
+    "ValidateConfig",
+    "Validator",
+    "EpisodeReplayBuffer",
+    "MixInReplayBuffer",
+    "MultiAgentEpisodeReplayBuffer",
+    "PrioritizedEpisodeReplayBuffer",
+    "Reservoir",
+    "SampleToInsertRatio",
+    "FrameStack",
+    "NStep",
+    "Prioritized",
+    "Sequence",
+    "Transition",
+    "Uniform",
+    "Connector",
+    "ConnectorPipeline",
+    "build_pipeline",
+    "register_connector",
+    "MultiAgentBatch",
+    "SampleBatch",
+    "OfflinePreLearner",
+    "convert_path",
+    "iter_learner_batches",
+    "run_pipeline",
+    "ConfigError",
+    "DataError",
+    "DecodeError",
+    "EmptyBufferError",
+    "EpisodeValidationError",
+    "OfflinePrelearnerError",
+    "SchemaError",
+    "UnsupportedFormatError",
+}
+
+
+def test_all_is_pinned_and_every_name_resolves() -> None:
+    assert set(op.__all__) == EXPECTED and len(op.__all__) == len(EXPECTED)
+    for name in op.__all__:
+        assert getattr(op, name) is not None, name
+
+
+def test_errors_are_also_natural_builtins() -> None:
+    assert issubclass(op.DataError, ValueError) and issubclass(op.ConfigError, ValueError)
+    assert issubclass(op.EmptyBufferError, RuntimeError)
+    for cls in (op.SchemaError, op.DecodeError, op.EpisodeValidationError):
+        assert issubclass(cls, op.DataError) and issubclass(cls, op.OfflinePrelearnerError)
+
+
+def test_importing_the_package_does_not_import_ray() -> None:
+    code = "import sys, offline_prelearner; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
