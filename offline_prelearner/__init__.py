@@ -16,10 +16,7 @@ The public API, grouped by stage (everything is also importable from its module)
 
 from typing import Any
 
-# batches
 from .batch import MultiAgentBatch, SampleBatch
-
-# replay and sample
 from .buffers import (
     EpisodeReplayBuffer,
     MixInReplayBuffer,
@@ -27,18 +24,10 @@ from .buffers import (
     Reservoir,
     SampleToInsertRatio,
 )
-
-# read
 from .config import PreLearnerConfig, ReadConfig
-
-# connect
 from .connectors import Connector, ConnectorPipeline, build_pipeline, register_connector
 from .convert import convert_path
-
-# episodes
 from .episode import Episode
-
-# errors
 from .errors import (
     ConfigError,
     DataError,
@@ -49,15 +38,11 @@ from .errors import (
     SchemaError,
     UnsupportedFormatError,
 )
-
-# run
 from .prelearner import OfflinePreLearner
 from .readers import make_reader, register_reader
 from .report import EpisodeBatch, Ledger
 from .samplers import FrameStack, NStep, Prioritized, Sequence, Transition, Uniform
 from .schema import ColumnSchema, load_schema
-
-# check
 from .validate import Deduplicator, ValidateConfig, Validator
 
 __version__ = "0.1.0"
