@@ -321,6 +321,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OfflinePrelearnerError, FileNotFoundError) as e:
         print(f"offline-prelearner {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:
+        # A worker's error arrives wrapped by Ray (RayTaskError, UserCodeException ...): show the
+        # reader's one-line message (file, column, episode, row), not Ray's stack traces.
+        ours = _our_error(e)
+        if ours is None:
+            raise
+        print(f"offline-prelearner {args.command}: error: {ours}", file=sys.stderr)
+        return 2
+
+
+def _our_error(e: BaseException) -> BaseException | None:
+    """The first OfflinePrelearnerError in ``e``'s chain of causes, if any."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [e]
+    while todo:
+        cur = todo.pop()
+        if cur is None or id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        if isinstance(cur, OfflinePrelearnerError):
+            return cur
+        todo += [getattr(cur, "cause", None), cur.__cause__, cur.__context__]
+    return None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -127,6 +127,19 @@ def _worker_env(cls: type) -> dict[str, Any] | None:
     return {"env_vars": {"PYTHONPATH": path}}
 
 
+def prepare(
+    path: str | os.PathLike[str] | list[str], config: PreLearnerConfig, prelearner: Any = None
+) -> tuple[list[str], PreLearnerConfig, type[OfflinePreLearner]]:
+    """Everything that can fail before Ray starts: files, format, the class, and one dry
+    construction of the prelearner (connectors, buffers, reader), so a bad config is an error
+    here and not a stack trace from inside an actor."""
+    files = expand_paths(path if isinstance(path, list) else os.fspath(path))
+    config = resolve_config(config, files)
+    cls = prelearner_class(config, prelearner)
+    cls(config)
+    return files, config, cls
+
+
 def build_dataset(
     path: str | os.PathLike[str] | list[str],
     config: PreLearnerConfig,
@@ -136,9 +149,7 @@ def build_dataset(
 ) -> Any:
     """The lazy Ray Dataset of learner-ready rows (read -> [groupby] -> map_batches -> [limit])."""
     ray = _ray()
-    files = expand_paths(path if isinstance(path, list) else os.fspath(path))
-    config = resolve_config(config, files)
-    cls = prelearner_class(config, prelearner)
+    files, config, cls = prepare(path, config, prelearner)
     _init_ray(config)
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
@@ -215,11 +226,10 @@ def run_pipeline(
     """
     config = config or PreLearnerConfig()
     start = time.perf_counter()
-    files = expand_paths(path if isinstance(path, list) else os.fspath(path))
-    config = resolve_config(config, files)
+    files, config, cls = prepare(path, config, prelearner)
     _init_ray(config)
     collector = _stats_actor()
-    ds = build_dataset(files, config, prelearner=prelearner, stats_sink=_ActorSink(collector))
+    ds = build_dataset(files, config, prelearner=cls, stats_sink=_ActorSink(collector))
     written: list[str] = []
     if out_dir is not None:
         samples_dir = Path(out_dir) / "samples"
