@@ -93,11 +93,14 @@ class Episode:
         module_id: Any,
         t_started: int,
         extras: dict[str, np.ndarray],
+        infos: list[Any] | None = None,
     ) -> Episode:
         """An episode whose invariants the caller has already established, without checks.
 
-        For the batch decoder only: it checks lengths, flags and ``t`` as vectors over a whole
-        batch and passes one episode of each layout through the real constructor first.
+        For the batch decoders only (msgpack episodes, rows): they check lengths, flags, dtypes
+        and ``t`` as vectors over a whole batch and pass one episode of each layout through the
+        real constructor first. Arguments are stored as given: numpy arrays, Python ``bool`` /
+        ``int`` flags and ``t_started``, ``infos`` a list of ``T + 1`` dicts or None.
         """
         ep = object.__new__(cls)
         ep.id = id
@@ -109,7 +112,7 @@ class Episode:
         ep.agent_id = agent_id
         ep.module_id = module_id
         ep.t_started = t_started
-        ep.infos = None
+        ep.infos = infos
         ep.extras = extras
         return ep
 

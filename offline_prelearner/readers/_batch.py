@@ -178,27 +178,32 @@ _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def rows_differ(
-    a: np.ndarray, b: np.ndarray, ia: np.ndarray | None = None, ib: np.ndarray | None = None
+    a: np.ndarray,
+    b: np.ndarray,
+    ia: np.ndarray | None = None,
+    ib: np.ndarray | None = None,
+    where: np.ndarray | None = None,
 ) -> np.ndarray:
     """Per ``i``: does row ``a[ia[i]]`` differ in value from ``b[ib[i]]``? (NaN == NaN, 0 == -0.)
 
-    ``ia`` / ``ib`` default to all rows in order. Rows are compared as bytes first (a wide
-    integer view) and only rows whose bytes differ are compared again by value. Work is chunked,
-    so gathering through ``ia``/``ib`` never copies whole columns.
+    ``ia`` / ``ib`` default to all rows in order (then both sides are read as views, no copy).
+    Only rows where ``where`` (bool, one per ``i``) is true are compared; the others come out
+    False. Rows are compared as bytes first (a wide unsigned integer view, in cache-sized chunks
+    into one reused buffer) and only rows whose bytes differ are compared again by value.
     """
     k = len(a) if ia is None else len(ia)
     out = np.zeros(k, dtype=bool)
     if k == 0:
         return out
-    row_bytes = max(1, int(np.prod(a.shape[1:], dtype=np.int64)) * a.dtype.itemsize)
-    step = max(1, (32 << 20) // row_bytes)
-    for s in range(0, k, step):
-        x = a[s : s + step] if ia is None else a[ia[s : s + step]]
-        y = b[s : s + step] if ib is None else b[ib[s : s + step]]
-        if x.dtype != y.dtype:
-            out[s : s + len(x)] = True
-        else:
-            out[s : s + len(x)] = _bytes_differ(np.ascontiguousarray(x), np.ascontiguousarray(y))
+    if a.shape[1:] != b.shape[1:]:
+        out[:] = True  # rows of different shapes differ
+        return out if where is None else out & where
+    if a.dtype != b.dtype:
+        out[:] = True  # left to the value comparison below
+    else:
+        _bytes_differ_into(out, a, b, ia, ib)
+    if where is not None:
+        out &= where
     idx = np.flatnonzero(out)
     if len(idx):
         x = a[idx] if ia is None else a[ia[idx]]
@@ -210,17 +215,49 @@ def rows_differ(
     return out
 
 
-def _bytes_differ(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    m = len(x)
-    raw = x.reshape(m, -1).view(np.uint8).shape[1]
-    width = next(w for w in (8, 4, 2, 1) if raw % w == 0)
-    ne = x.reshape(m, -1).view(np.uint8).view(_UINT[width]) != (
-        y.reshape(m, -1).view(np.uint8).view(_UINT[width])
-    )
-    cols = ne.shape[1]
-    if cols in _UINT:
-        return ne.view(_UINT[cols]).reshape(m) != 0
-    return ne.any(axis=1)
+#: Bytes of each side compared per chunk: small enough that the chunk's comparison result stays
+#: in cache, large enough that the per-chunk Python overhead is noise.
+_CHUNK_BYTES = 1 << 20
+
+
+def _bytes_differ_into(
+    out: np.ndarray, a: np.ndarray, b: np.ndarray, ia: np.ndarray | None, ib: np.ndarray | None
+) -> None:
+    """``out[i] = bytes of a[ia[i]] != bytes of b[ib[i]]`` (same dtype and row shape)."""
+    k = len(out)
+    row_bytes = int(np.prod(a.shape[1:], dtype=np.int64)) * a.dtype.itemsize
+    if row_bytes == 0:
+        return  # empty rows are all equal
+    width = next(w for w in (8, 4, 2, 1) if row_bytes % w == 0)
+    words = row_bytes // width
+    step = max(1, _CHUNK_BYTES // row_bytes)
+    ne = np.empty((min(step, k), words), bool)
+    take_a, take_b = _chunk_reader(a, ia, step), _chunk_reader(b, ib, step)
+    for s in range(0, k, step):
+        m = min(step, k - s)
+        x, y = take_a(s, m), take_b(s, m)
+        r = np.not_equal(_words(x, m, width), _words(y, m, width), out=ne[:m])
+        if words % 8 == 0:  # eight flags at a time
+            out[s : s + m] = r.view(np.uint64).any(axis=1)
+        else:
+            out[s : s + m] = r.any(axis=1)
+
+
+def _chunk_reader(
+    a: np.ndarray, ia: np.ndarray | None, step: int
+) -> Callable[[int, int], np.ndarray]:
+    """Rows ``s:s + m`` of ``a`` (a view), or of ``a[ia]`` gathered into one reused buffer."""
+    if ia is None:
+        return lambda s, m: a[s : s + m]
+    buf = np.empty((min(step, len(ia)), *a.shape[1:]), a.dtype)
+    # mode="clip": indices are in range, and "raise" would buffer the output once more.
+    return lambda s, m: np.take(a, ia[s : s + m], axis=0, out=buf[:m], mode="clip")
+
+
+def _words(x: np.ndarray, m: int, width: int) -> np.ndarray:
+    """Rows of ``x`` as ``[m, row_bytes // width]`` unsigned ints (a view when contiguous)."""
+    x = np.ascontiguousarray(x)
+    return x.reshape(m, -1).view(np.uint8).view(_UINT[width])
 
 
 def order_rows(codes: np.ndarray, t: np.ndarray | None) -> np.ndarray | None:

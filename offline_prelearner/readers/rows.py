@@ -318,26 +318,55 @@ class RowsReader:
         if infos is not None and gr.perm is not None:
             infos = [infos[i] for i in gr.perm.tolist()]  # Python objects: per row by nature
         track, pending, bad = c.t is None, self._pending, v.bad
+        xs = list(extras.items())
+        kept: list[Episode] = []
+        sizes: list[int] = []
+        checked = False  # has one episode of this batch passed the checking constructor?
         for e, (st, en, t0) in enumerate(zip(starts, ends, t_started.tolist(), strict=True)):
             eid, agent = gr.ids[e], gr.agents[e]
             if e not in bad:
-                try:
-                    ep = Episode(
-                        id=eid,
-                        observations=obs_all[st + e : en + e + 1],
-                        actions=actions[st:en],
-                        rewards=rewards[st:en],
-                        terminated=term[e],
-                        truncated=trunc[e],
-                        agent_id=agent,
-                        module_id=mods[e],
-                        t_started=t0,
-                        extras={k: x[st:en] for k, x in extras.items()},
-                        infos=None if infos is None else [{}, *(i or {} for i in infos[st:en])],
+                ep_infos = None if infos is None else [{}, *(i or {} for i in infos[st:en])]
+                ep_extras = {k: x[st:en] for k, x in xs}
+                if checked:
+                    # Same arrays and layout as an episode that passed the checks; lengths,
+                    # flags, dtypes and t_started were checked above as vectors.
+                    kept.append(
+                        Episode._trusted(
+                            eid,
+                            obs_all[st + e : en + e + 1],
+                            actions[st:en],
+                            rewards[st:en],
+                            term[e],
+                            trunc[e],
+                            agent,
+                            mods[e],
+                            t0,
+                            ep_extras,
+                            ep_infos,
+                        )
                     )
-                    out.add(ep, en - st)
-                except EpisodeValidationError as err:
-                    v.record(e, _locate(err, source, rows, eid, int(gr.first[e])))
+                    sizes.append(en - st)
+                else:
+                    try:
+                        kept.append(
+                            Episode(
+                                id=eid,
+                                observations=obs_all[st + e : en + e + 1],
+                                actions=actions[st:en],
+                                rewards=rewards[st:en],
+                                terminated=term[e],
+                                truncated=trunc[e],
+                                agent_id=agent,
+                                module_id=mods[e],
+                                t_started=t0,
+                                extras=ep_extras,
+                                infos=ep_infos,
+                            )
+                        )
+                        sizes.append(en - st)
+                        checked = True
+                    except EpisodeValidationError as err:
+                        v.record(e, _locate(err, source, rows, eid, int(gr.first[e])))
             if e in bad:
                 members = np.arange(st, en) if gr.perm is None else gr.perm[st:en]
                 self._reject(out, bad[e], frame, members)
@@ -347,6 +376,9 @@ class RowsReader:
                 else:
                     nxt = _POISONED if e in bad else (t0 + en - st, obs_all[en + e].copy())
                     pending[(eid, agent)] = nxt
+        out.episodes.extend(kept)
+        out.source_rows.extend(sizes)
+        out.sync()
 
     def _check(self, gr: Groups, c: _Cols, v: Verdicts, names: list[str]) -> np.ndarray:
         """Row-level contracts, vectorized; returns ``t_started`` per episode."""
@@ -395,12 +427,13 @@ class RowsReader:
             )
         if c.t is None and self.config.check_continuity and len(gr.ep_of) > 1:
             p = gr.perm
-            if p is None:
-                broken = rows_differ(c.new_obs[:-1], c.obs[1:])
+            # Only pairs within an episode are compared (episode boundaries masked out).
+            if p is None:  # grouped: the two sides are views, new_obs[:-1] vs obs[1:]
+                broken = rows_differ(c.new_obs[:-1], c.obs[1:], where=gr.same_next)
             else:
-                broken = rows_differ(c.new_obs, c.obs, p[:-1], p[1:])
+                broken = rows_differ(c.new_obs, c.obs, p[:-1], p[1:], where=gr.same_next)
             v.flag(
-                np.flatnonzero(broken & gr.same_next) + 1,
+                np.flatnonzero(broken) + 1,
                 "row's obs differs from the previous row's new_obs: this episode's rows are out "
                 "of order or missing (without a t column, row order is step order)",
                 s.column(C.OBS),
