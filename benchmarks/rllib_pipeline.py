@@ -1,0 +1,129 @@
+"""RLlib 2.60's side of ``bench_pipeline.py``: its offline data path on Ray Data, end to end.
+
+Run ONLY by the RLlib venv's python (``bench_pipeline.py`` starts it; ``$RLLIB_PYTHON`` overrides
+the interpreter). Never imported by the package or its tests. Prints JSON lines (see
+``_common.py``) with the bench names of our default jobs, so ratios pair up.
+
+What is timed is what RLlib's BC / MARWIL training step runs to get data: a ``BCConfig`` with
+CartPole-v1's spaces, ``num_learners=0`` (a local learner) and
+``.offline_data(input_=FILES, input_read_method="read_parquet", map_batches_kwargs={"concurrency":
+1, "num_cpus": 1})`` is built into an algorithm (untimed: that builds the learner and its RL
+module); then, timed, ``algo.offline_data.sample(num_samples=N, return_iterator=True,
+num_shards=0)`` -- which adds ``map_batches(OfflinePreLearner, batch_size=N, concurrency=1)`` to
+the dataset -- and every batch of the returned ``DataIterator`` is consumed with
+``iter_batches(batch_size=None)``. A fresh algorithm (so a fresh dataset and actor) per repeat.
+
+* ``cartpole_rows.e2e.b<N>``: row data. For rows RLlib's map batch size is ``num_samples`` (it
+  refuses ``input_read_batch_size`` for rows), and every row becomes a one-step episode that runs
+  through BC's learner connector: every row comes out once (``n_step`` is not used on this path).
+* ``cartpole_episodes.e2e.b<E>``: msgpack episodes, ``input_read_episodes=True``,
+  ``input_read_batch_size=E`` episodes per map batch; each batch goes into RLlib's episode buffer
+  (capacity ``10 * train_batch_size_per_learner``) and ``train_batch_size_per_learner=256``
+  samples come out.
+
+The session is ``ray.init(num_cpus=2)`` as on our side (``bench_pipeline.init_ray``), with one
+prelearner actor: RLlib's default ``concurrency=max(2, num_learners)`` puts two 1-CPU actors on a
+2-CPU session, leaving no CPU for the read tasks. RLlib runs on a prefix of the files (``n``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import _common as C
+from bench_pipeline import EPISODE_BATCH_SIZES, Run, init_ray, line_for, repeat, timed, total_rows
+
+
+def build_algo(files: list[Path], episodes: bool, episode_batch: int) -> Any:
+    import gymnasium as gym
+    from ray.rllib.algorithms.bc import BCConfig
+
+    env = gym.make("CartPole-v1")
+    data_kwargs: dict[str, Any] = {
+        "input_": [str(f) for f in files],
+        "input_read_method": "read_parquet",
+        "map_batches_kwargs": {"concurrency": 1, "num_cpus": 1},
+        "dataset_num_iters_per_learner": 1,
+    }
+    if episodes:
+        data_kwargs.update(input_read_episodes=True, input_read_batch_size=episode_batch)
+    config = (
+        BCConfig()
+        .environment(observation_space=env.observation_space, action_space=env.action_space)
+        .learners(num_learners=0)
+        .training(train_batch_size_per_learner=256)
+        .offline_data(**data_kwargs)
+    )
+    return config.build_algo()
+
+
+def run_rllib(files: list[Path], batch: int, episodes: bool, limit: int | None) -> Run:
+    """One timed end-to-end pass (the algorithm is built before the clock)."""
+    algo = build_algo(files, episodes, batch)
+    data = algo.offline_data
+    if limit is not None:
+        data.data = data.data.limit(limit)
+    rows = limit or total_rows(files)
+
+    def job() -> tuple[int, int, float | None]:
+        t0 = time.perf_counter()
+        num_samples = 256 if episodes else batch
+        (it,) = data.sample(num_samples=num_samples, return_iterator=True, num_shards=0)
+        samples, first = 0, None
+        for b in it.iter_batches(batch_size=None, batch_format="numpy"):
+            samples += len(next(iter(b.values())))
+            first = first if first is not None else time.perf_counter() - t0
+        return rows, samples, first
+
+    run = timed(job)
+    algo.stop()
+    if not episodes and run.samples != rows:
+        raise SystemExit(f"RLlib emitted {run.samples} samples for {rows} rows")
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    C.add_common_args(parser)
+    parser.add_argument("--only", default="rows,episodes")
+    parser.add_argument("--batch-sizes", default="4096,65536")
+    parser.add_argument("--files", type=int, default=2, help="row files to read (100k rows each)")
+    args = parser.parse_args(argv)
+    data = C.data_dir(args.data)
+    only = args.only.split(",")
+    sizes = [int(s) for s in args.batch_sizes.split(",")]
+    repeats = args.repeats or (1 if args.quick else 3)
+    extra = {"digest": C.dataset_digest(data), "quick": args.quick, "ray_num_cpus": 2}
+    rows_files = C.parquet_files(data / "cartpole_rows")[: args.files]
+    eps_files = C.parquet_files(data / "cartpole_episodes")[:1]
+    init_ray()
+    for size in sizes:
+        if "rows" in only:
+            bench = f"cartpole_rows.e2e.b{size}"
+            limit = 2 * size if args.quick else None
+            runs = repeat(
+                f"rllib {bench}",
+                lambda size=size, limit=limit: run_rllib(rows_files, size, False, limit),
+                repeats,
+            )
+            line = line_for(bench, "rllib", runs, "rows/s", batch_size=size, files=len(rows_files))
+            C.emit({**line, **extra})
+        if "episodes" in only:
+            esize = EPISODE_BATCH_SIZES.get(size, size)
+            bench = f"cartpole_episodes.e2e.b{esize}"
+            limit = 2 * esize if args.quick else None
+            runs = repeat(
+                f"rllib {bench}",
+                lambda esize=esize, limit=limit: run_rllib(eps_files, esize, True, limit),
+                repeats,
+            )
+            C.emit({**line_for(bench, "rllib", runs, "episodes/s", batch_size=esize), **extra})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
