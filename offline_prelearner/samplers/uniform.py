@@ -21,11 +21,15 @@ class Uniform:
 
     One integer draw per sample picks a position ``u`` among all ``valid.total`` valid starts;
     the row holding it is found in the cumulative per-episode counts, recomputed only when the
-    table changes. For large tables a lookup table of buckets of ``w`` positions (``w`` a power
-    of two near half the mean episode count) gives each draw's row to within a step or two,
-    and a vectorized fix-up finishes the job: about two random memory accesses per sample
-    instead of a binary search's ``log2(E)``. Cost is ``O(B)`` per batch, independent of the
-    capacity; the lookup table takes ``4 / w`` bytes per valid start. Stateless otherwise.
+    table changes (``O(rows)``). For large tables a lookup table of buckets of ``w`` positions
+    (``w`` a power of two near half the mean episode count) gives each draw's row to within a
+    step or two, and a vectorized fix-up finishes the job: about two random memory accesses per
+    sample instead of a binary search's ``log2(E)``. The lookup table costs ``O(rows +
+    buckets)`` to build, so it is built only for the *second* batch drawn from an unchanged
+    table: add-then-sample loops (a new table every batch) binary-search, repeated sampling
+    gets the table. Both find the same row, so draws do not depend on which is used. Cost is
+    ``O(B)`` per batch otherwise; the lookup table takes ``4 / w`` bytes per valid start.
+    Stateless otherwise.
     """
 
     def __init__(self) -> None:
@@ -36,6 +40,7 @@ class Uniform:
         self._shift = np.zeros(0, np.int64)  # slot = u + shift[row]
         self._lut: np.ndarray | None = None
         self._bits = 0
+        self._drawn = 0  # batches drawn since the table last changed
 
     def __repr__(self) -> str:
         return "Uniform()"
@@ -48,13 +53,19 @@ class Uniform:
         # Position u of row r is slot first[r] + (u - (cum[r] - count[r])).
         self._shift = valid.first.take(rows) - cum + count.take(rows)
         self._total = int(cum[-1]) if len(cum) else 0
-        self._lut = None
-        if len(rows) >= _LUT_MIN_ROWS:
-            mean = self._total / len(rows)
-            self._bits = int(min(6, max(0, np.floor(np.log2(max(mean / 2, 1.0))))))
-            bucket_starts = np.arange(0, self._total, 1 << self._bits, dtype=np.int64)
-            self._lut = cum.searchsorted(bucket_starts, side="right").astype(np.int32)
+        self._lut = None  # built on the second batch drawn from this table (see sample)
+        self._drawn = 0
         self._valid = valid
+
+    def _build_lut(self) -> None:
+        cum = self._cum
+        mean = self._total / len(cum)
+        self._bits = int(min(6, max(0, np.floor(np.log2(max(mean / 2, 1.0))))))
+        # lut[j] is the first row whose cum exceeds j * w, i.e. the row holding position j * w.
+        # Row r holds the buckets j with cum[r - 1] <= j * w < cum[r]: the j from
+        # ceil(cum[r - 1] / w) to ceil(cum[r] / w) - 1. One repeat, O(rows + buckets).
+        ends = (cum + ((1 << self._bits) - 1)) >> self._bits  # ceil(cum / w)
+        self._lut = np.repeat(np.arange(len(cum), dtype=np.int32), np.diff(ends, prepend=0))
 
     def sample(
         self,
@@ -70,6 +81,9 @@ class Uniform:
         # third of rng.integers.
         u = (rng.random(batch_size) * self._total).astype(np.int64)
         cum = self._cum
+        self._drawn += 1
+        if self._lut is None and self._drawn == 2 and len(cum) >= _LUT_MIN_ROWS:
+            self._build_lut()
         if self._lut is None:
             r = cum.searchsorted(u, side="right")
         else:
