@@ -100,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     extra = {"digest": C.dataset_digest(data), "quick": args.quick, "ray_num_cpus": 2}
     rows_files = C.parquet_files(data / "cartpole_rows")[: args.files]
     eps_files = C.parquet_files(data / "cartpole_episodes")[:1]
+    # Ray's read_parquet probes ``fsspec.implementations.http`` from several listing threads; in a
+    # venv without aiohttp one thread can see the other's half-imported module and fail with
+    # ImportError (only ModuleNotFoundError is caught). Marking the module absent makes every
+    # probe a clean ModuleNotFoundError. Local files only, so nothing measured changes.
+    sys.modules.setdefault("fsspec.implementations.http", None)  # type: ignore[arg-type]
     init_ray()
     for size in sizes:
         if "rows" in only:
