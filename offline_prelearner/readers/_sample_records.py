@@ -67,6 +67,9 @@ class Parsed:
     num_records: int = 0
 
 
+_Column = pa.Array | pa.ChunkedArray  # one column of the records, over all of them
+
+
 def _skip_column(name: str) -> bool:
     return name in _PER_SEQUENCE or name.startswith(_PER_SEQUENCE_PREFIX)
 
@@ -305,15 +308,15 @@ def unwrap_table(table: pa.Table) -> pa.Table:
 
 def _policy_columns(
     table: pa.Table, kinds: np.ndarray
-) -> list[tuple[str | None, dict[str, pa.Array], np.ndarray]]:
+) -> list[tuple[str | None, dict[str, _Column], np.ndarray]]:
     """Per policy: its columns over all records (null where absent) and where it is present."""
-    out: list[tuple[str | None, dict[str, pa.Array], np.ndarray]] = []
+    out: list[tuple[str | None, dict[str, _Column], np.ndarray]] = []
     sb = kinds == SAMPLE_BATCH
     if sb.any():
+        # Kept chunked (pyarrow.json reads a file in many blocks): combining them would copy
+        # every list column once more; the flattened values are joined once, as numpy.
         cols = {
-            n: table.column(n).combine_chunks()
-            for n in table.column_names
-            if n not in _META and not _skip_column(n)
+            n: table.column(n) for n in table.column_names if n not in _META and not _skip_column(n)
         }
         out.append((None, cols, sb))
     ma = kinds == MULTI_AGENT_BATCH
@@ -332,7 +335,7 @@ def _policy_columns(
     return out
 
 
-def _null_mask(arr: pa.Array) -> np.ndarray:
+def _null_mask(arr: _Column) -> np.ndarray:
     if arr.null_count == 0:
         return np.zeros(len(arr), bool)
     return arr.is_null().to_numpy(zero_copy_only=False)
@@ -431,12 +434,14 @@ def _flatten(
             continue
         idx = np.flatnonzero(good)
         rec = np.repeat(idx, n[idx])
+        every = len(idx) == n_rec  # the usual case: no filter (a copy of every list column)
+        mask = None if every else pa.array(good)
         flat: dict[str, Any] = {}
         for name, arr in cols.items():
             if name in decoded:
                 flat[name] = np.concatenate([decoded[name][i] for i in idx.tolist()])
                 continue
-            values = pc.list_flatten(arr.filter(pa.array(good)))
+            values = pc.list_flatten(arr if mask is None else arr.filter(mask))
             if name == "infos":
                 flat[name] = _infos_column(values)
                 continue
@@ -458,7 +463,7 @@ def _flatten(
 
 
 def _lengths(
-    cols: dict[str, pa.Array],
+    cols: dict[str, _Column],
     present: np.ndarray,
     decode: _Decoder,
     where_of: Callable[[int], Where],
@@ -504,7 +509,7 @@ def _lengths(
     return lengths, decoded
 
 
-def _infos_column(values: pa.Array) -> np.ndarray | None:
+def _infos_column(values: _Column) -> np.ndarray | None:
     """Per-step infos as dicts (per step by nature); None when all are empty ``{}``."""
     if pa.types.is_struct(values.type) and values.type.num_fields == 0:
         return None
