@@ -102,3 +102,139 @@ def test_cli_process_with_set_values(ray_local: Any, tmp_path: Path, capsys) -> 
 def test_cli_process_bad_set_is_a_clear_error(tmp_path: Path, capsys) -> None:
     code = main(["process", str(ROWS), "--out", str(tmp_path), "--set", "n_stepp=3"])
     assert code == 2 and "did you mean n_step" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- correctness against the input
+def _episodes_by_id(rows_dir: Path) -> dict[str, dict[str, list]]:
+    """The input episodes, rebuilt by a plain loop over the rows (ordered by t)."""
+    table = pq.read_table(rows_dir).to_pydict()
+    eps: dict[str, dict[str, list]] = {}
+    order = sorted(range(len(table["t"])), key=lambda i: (table["eps_id"][i], table["t"][i]))
+    for i in order:
+        e = eps.setdefault(
+            table["eps_id"][i], {k: [] for k in ("t", "r", "obs", "new_obs", "term", "trunc")}
+        )
+        e["t"].append(table["t"][i])
+        e["r"].append(table["rewards"][i])
+        e["obs"].append(table["obs"][i])
+        e["new_obs"].append(table["new_obs"][i])
+        e["term"].append(table["terminateds"][i])
+        e["trunc"].append(table["truncateds"][i])
+    return eps
+
+
+def test_every_output_row_matches_a_plain_loop_n_step(ray_local: Any, tmp_path: Path) -> None:
+    gamma, n = 0.9, 3
+    cfg = PreLearnerConfig().with_updates(
+        {"n_step": n, "gamma": gamma, "train_batch_size": 200, "batch_size": 1000, "seed": 3}
+    )
+    run_pipeline(ROWS, cfg, out_dir=tmp_path)
+    out = pq.read_table(tmp_path / "samples").to_pydict()
+    eps = _episodes_by_id(ROWS)
+    assert len(out["eps_id"]) >= 1000
+    for i in range(len(out["eps_id"])):
+        e, t = eps[out["eps_id"][i]], out["t"][i]
+        k = e["t"].index(t)
+        steps = min(n, len(e["t"]) - k)
+        reward = sum(gamma**j * e["r"][k + j] for j in range(steps))
+        assert out["n_step"][i] == steps
+        assert out["rewards"][i] == pytest.approx(reward, rel=1e-6)
+        assert out["obs"][i] == pytest.approx(e["obs"][k])
+        assert out["new_obs"][i] == pytest.approx(e["new_obs"][k + steps - 1])
+        last = k + steps - 1 == len(e["t"]) - 1
+        assert out["terminateds"][i] == (last and e["term"][-1])
+        assert out["truncateds"][i] == (last and e["trunc"][-1])
+
+
+# ---------------------------------------------------------------- RLlib's own files
+@pytest.mark.rllib_data
+@pytest.mark.parametrize(
+    ("name", "fmt", "rows_in"),
+    [
+        ("cartpole-v1_rows_uncompressed.parquet", "rows", 295),
+        ("cartpole-v1_episodes_msgpack.parquet", "episodes", 12),
+    ],
+)
+def test_rllib_recorded_files_end_to_end(
+    ray_local: Any, shared_data: Path, tmp_path: Path, name: str, fmt: str, rows_in: int
+) -> None:
+    cfg = PreLearnerConfig().with_updates({"format": "auto", "sample_all": True})
+    res = run_pipeline(shared_data / name, cfg, out_dir=tmp_path)
+    assert res.stats["format"] == fmt and res.stats["rows_in"] == rows_in
+    assert (
+        res.stats["samples_written"] == 295 if fmt == "rows" else res.stats["samples_written"] > 0
+    )
+    assert res.stats["rows_balance"] and res.stats["pending_fragments"] == 0
+
+
+# ---------------------------------------------------------------- plug-ins and errors
+PLUGIN = """
+import numpy as np
+from offline_prelearner import OfflinePreLearner
+
+class Doubled(OfflinePreLearner):
+    def postprocess_episodes(self, episodes):
+        for ep in episodes:
+            ep.rewards = ep.rewards * 2.0
+        return episodes
+"""
+
+
+def test_cli_custom_prelearner_by_import_path(
+    ray_local: Any, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "my_plugins.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "out"
+    code = main(
+        [
+            "process",
+            str(ROWS),
+            "--out",
+            str(out),
+            "--prelearner",
+            "my_plugins:Doubled",
+            "--set",
+            "train_batch_size=64",
+            "--json",
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    rewards = pq.read_table(out / "samples").column("rewards").to_numpy()
+    assert set(np.unique(rewards)) == {2.0}  # CartPole pays 1 per step; the subclass doubled it
+
+
+def test_cli_bad_data_under_raise_prints_the_readers_message(
+    ray_local: Any, tmp_path: Path, capsys
+) -> None:
+    import pyarrow as pa
+
+    t = pq.read_table(next(ROWS.glob("*.parquet")))
+    rewards = t.column("rewards").to_numpy().copy()
+    rewards[7] = np.nan
+    bad_id = t.column("eps_id")[7].as_py()
+    pq.write_table(
+        t.set_column(t.column_names.index("rewards"), "rewards", pa.array(rewards)),
+        tmp_path / "bad.parquet",
+    )
+    code = main(
+        [
+            "process",
+            str(tmp_path / "bad.parquet"),
+            "--out",
+            str(tmp_path / "o"),
+            "--set",
+            "on_invalid=raise",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and bad_id in err and "reward" in err
+    assert "Traceback" not in err.splitlines()[-1]
+
+
+def test_bad_config_fails_before_ray_starts(tmp_path: Path) -> None:
+    from offline_prelearner.errors import ConfigError
+
+    cfg = PreLearnerConfig(connectors=("no_such_connector",))
+    with pytest.raises(ConfigError, match="no_such_connector"):
+        run_pipeline(ROWS, cfg, out_dir=tmp_path)
