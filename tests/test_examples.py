@@ -44,6 +44,7 @@ def test_examples_are_short() -> None:
         "custom_prelearner.py",
         "old_stack_conversion.py",
         "learner_loop.py",
+        "behaviour_cloning.py",
     }
     for p in scripts:
         assert len(p.read_text().splitlines()) < 100, p.name
@@ -99,3 +100,13 @@ def test_learner_loop() -> None:
     greedy, random = number(r"return greedy (\S+)", out), number(r"random (\S+)", out)
     assert random < 40  # CartPole's random policy lasts ~22 steps
     assert greedy > 2 * random
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_behaviour_cloning_beats_random() -> None:
+    out = run_example("behaviour_cloning.py")
+    assert number(r"transitions\s+(\d+)", out) == 3000  # every transition of the dataset, once
+    cloned = number(r"return cloned\s+([\d.]+)", out)
+    random = number(r"return random\s+([\d.]+)", out)
+    assert cloned > 3 * random and cloned >= 200
