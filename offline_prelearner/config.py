@@ -289,7 +289,7 @@ class PreLearnerConfig:
     # ------------------------------------------------------------------ updates
     def with_updates(self, updates: Mapping[str, Any]) -> PreLearnerConfig:
         """A copy with fields set by flat name or ``section.field`` (see the class docstring)."""
-        sections = {name: {} for name in _section_types()}
+        sections: dict[str, dict[str, Any]] = {name: {} for name in _section_types()}
         top: dict[str, Any] = {}
         for key, value in updates.items():
             if "." in key:

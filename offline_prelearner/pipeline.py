@@ -77,7 +77,7 @@ def _stats_actor() -> Any:
         def all(self) -> dict[str, dict[str, Any]]:
             return self.latest
 
-    return StatsCollector.remote()
+    return StatsCollector.remote()  # type: ignore[attr-defined]
 
 
 class _ActorSink:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -144,7 +144,7 @@ class OfflinePreLearner:
         fn = import_object(a)
         if not callable(fn):
             raise ConfigError(f"modules.agent_to_module {a!r} is not callable")
-        return fn  # type: ignore[no-any-return]
+        return cast("Callable[[Any], str]", fn)
 
     # ================================================================== the steps
     def map_to_episodes(self, batch: Batch) -> EpisodeBatch:
