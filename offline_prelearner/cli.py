@@ -154,6 +154,8 @@ def _cmd_process(args: argparse.Namespace) -> int:
         updates["schema"] = args.schema
     if args.legacy_pickle:
         updates["legacy_pickle"] = True
+    if args.on_invalid != "raise":  # the default leaves a config file's choice alone
+        updates["on_invalid"] = args.on_invalid
     if args.address:
         updates["address"] = args.address
     config = config.with_updates(updates) if updates else config
@@ -177,6 +179,26 @@ def _cmd_process(args: argparse.Namespace) -> int:
     summary["out"] = args.out
     print(json.dumps(summary, indent=None if args.json else 2))
     return 0
+
+
+_PATH_HELP = "a file, a directory (read recursively, name order) or a glob"
+_LEGACY_HELP = (
+    "decode RLlib's legacy base64(lz4(pickle)) columns with the restricted unpickler "
+    "(numpy arrays and plain builtins only)"
+)
+
+
+def _add_common(p: argparse.ArgumentParser, on_invalid: str | None, on_invalid_help: str) -> None:
+    """The options every data-reading subcommand shares: PATH, --legacy-pickle, --on-invalid."""
+    p.add_argument("path", help=_PATH_HELP)
+    p.add_argument("--legacy-pickle", action="store_true", help=_LEGACY_HELP)
+    if on_invalid is not None:
+        p.add_argument(
+            "--on-invalid",
+            choices=["raise", "skip", "quarantine"],
+            default=on_invalid,
+            help=on_invalid_help,
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -213,7 +235,12 @@ def build_parser() -> argparse.ArgumentParser:
         "process",
         help="the batch job: read, build episodes, replay, sample, write learner-ready rows",
     )
-    pr.add_argument("path", help="a file, a directory (read recursively, name order) or a glob")
+    _add_common(
+        pr,
+        "raise",
+        "bad rows/episodes: stop with the reader's message (default), or count them "
+        "(skip / quarantine) in stats.json",
+    )
     pr.add_argument("--out", required=True, help="output directory (samples/*.parquet, stats.json)")
     pr.add_argument("--config", help="a PreLearnerConfig as JSON or YAML")
     pr.add_argument(
@@ -228,13 +255,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pr.add_argument("--format", choices=["auto", "rows", "episodes", "sample_batches"])
     pr.add_argument("--schema", help="schema preset name or JSON file (rows format)")
-    pr.add_argument("--legacy-pickle", action="store_true", help="as for inspect")
     pr.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS or local)")
     pr.add_argument("--json", action="store_true", help="print the summary on one line")
     pr.set_defaults(func=_cmd_process)
 
     i = sub.add_parser("inspect", help="what a dataset holds, and a validation report")
-    i.add_argument("path", help="a file, a directory (read recursively, name order) or a glob")
+    _add_common(
+        i,
+        "skip",
+        "what to do with rows that fail to read or validate (default: skip and count them in "
+        "the report)",
+    )
     i.add_argument(
         "--format", choices=["auto", "rows", "episodes", "sample_batches"], default="auto"
     )
@@ -243,19 +274,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="a preset name from schemas/ (rllib, rllib_compressed, d4rl, minari, ...) "
         "or a schema JSON file (default: RLlib's column names)",
-    )
-    i.add_argument(
-        "--legacy-pickle",
-        action="store_true",
-        help="decode RLlib's legacy base64(lz4(pickle)) columns with the restricted "
-        "unpickler (numpy arrays and plain builtins only)",
-    )
-    i.add_argument(
-        "--on-invalid",
-        choices=["raise", "skip", "quarantine"],
-        default="skip",
-        help="what to do with rows that fail to read or validate (default: skip and "
-        "count them in the report)",
     )
     i.add_argument(
         "--quarantine-dir",
@@ -274,7 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
         "convert",
         help="old-stack SampleBatch/MultiAgentBatch data -> new-stack rows Parquet or episodes",
     )
-    c.add_argument("path", help="a file, a directory (read recursively, name order) or a glob")
+    _add_common(
+        c,
+        "raise",
+        "bad records/episodes: stop (default), count them, or count and write them to "
+        "OUT/quarantine/",
+    )
     c.add_argument(
         "--to",
         choices=["rows", "episodes"],
@@ -282,18 +305,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="rows: RLlib's recorder row layout plus t; episodes: msgpack episode records",
     )
     c.add_argument("--out", required=True, help="output directory (gets stats.json too)")
-    c.add_argument(
-        "--legacy-pickle",
-        action="store_true",
-        help="decode compressed columns (base64(lz4(pickle))) with the restricted unpickler",
-    )
-    c.add_argument(
-        "--on-invalid",
-        choices=["raise", "skip", "quarantine"],
-        default="raise",
-        help="bad records/episodes: stop (default), count them, or count and write them to "
-        "OUT/quarantine/",
-    )
     c.add_argument(
         "--fragments",
         choices=["keep", "reject"],
