@@ -3,13 +3,12 @@ old-only replay, any unit and sampler, edge cases, checkpoints -- against plain-
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
+from buffer_helpers import make_episode, ref
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,28 +28,6 @@ from offline_prelearner.samplers import (
     Transition,
     Uniform,
 )
-
-_spec = importlib.util.spec_from_file_location(
-    "buffers_reference", Path(__file__).with_name("reference.py")
-)
-ref = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(ref)  # type: ignore[union-attr]
-
-
-def make_episode(eid, length, end="terminated", seed=0, t_started=0, obs0=None):
-    rng = np.random.default_rng(seed)
-    obs = rng.standard_normal((length + 1, 2)).astype(np.float32)
-    if obs0 is not None:
-        obs[0] = obs0
-    return Episode(
-        id=eid,
-        observations=obs,
-        actions=rng.integers(0, 3, length),
-        rewards=rng.standard_normal(length),
-        terminated=end == "terminated",
-        truncated=end == "truncated",
-        t_started=t_started,
-    )
 
 
 def window(unit) -> int:

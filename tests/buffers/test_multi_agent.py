@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
+from buffer_helpers import make_episode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,23 +24,8 @@ from offline_prelearner.buffers import (
     SampleToInsertRatio,
 )
 from offline_prelearner.buffers._multi_agent_index import merge as _merge
-from offline_prelearner.episode import Episode
 from offline_prelearner.errors import ConfigError, EmptyBufferError
 from offline_prelearner.samplers import NStep, Prioritized, Transition, Uniform
-
-
-def make_episode(eid, length, agent=None, module=None, t_started=0, done=True, seed=0):
-    rng = np.random.default_rng(seed)
-    return Episode(
-        id=eid,
-        observations=rng.standard_normal((length + 1, 2)).astype(np.float32),
-        actions=rng.integers(0, 3, length),
-        rewards=rng.standard_normal(length),
-        terminated=done,
-        agent_id=agent,
-        module_id=module,
-        t_started=t_started,
-    )
 
 
 def shared_or_solo(agent, episode):

@@ -9,9 +9,11 @@ plain-Python model keyed by (episode id, t) through adds, evictions and (partly 
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 import pytest
+from buffer_helpers import make_episode as _make_episode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,17 +25,7 @@ from offline_prelearner.samplers import NStep, Transition
 from offline_prelearner.samplers.prioritized import Prioritized
 from offline_prelearner.samplers.uniform import Uniform
 
-
-def make_episode(eid, length, *, done=True, t_started=0, seed=None):
-    rng = np.random.default_rng(eid if seed is None else seed)
-    return Episode(
-        id=eid,
-        observations=rng.standard_normal((length + 1, 3)).astype(np.float32),
-        actions=rng.integers(0, 4, length),
-        rewards=rng.standard_normal(length),
-        terminated=done,
-        t_started=t_started,
-    )
+make_episode = partial(_make_episode, seed=None, obs_shape=(3,), n_actions=4)
 
 
 def make_buffer(lengths, *, capacity=None, sampler=None, unit=None, seed=0):

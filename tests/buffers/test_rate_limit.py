@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-import numpy as np
 import pytest
+from buffer_helpers import make_episode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,20 +16,8 @@ from offline_prelearner.buffers import (
     RateLimitExceeded,
     SampleToInsertRatio,
 )
-from offline_prelearner.episode import Episode
 from offline_prelearner.errors import ConfigError, EmptyBufferError
 from offline_prelearner.samplers import Sequence
-
-
-def make_episode(eid, length, seed=0):
-    rng = np.random.default_rng(seed)
-    return Episode(
-        id=eid,
-        observations=rng.standard_normal((length + 1, 2)).astype(np.float32),
-        actions=rng.integers(0, 3, length),
-        rewards=rng.standard_normal(length),
-        terminated=True,
-    )
 
 
 def allowed_ref(ratio: str, burst: int, added: int, drawn: int, starts: int) -> int:

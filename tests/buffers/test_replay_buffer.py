@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from buffer_helpers import RecordingSampler, make_episode, ref
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,19 +22,6 @@ from offline_prelearner.samplers import (
     Uniform,
     ValidStarts,
 )
-
-
-def make_episode(eid, length, end="terminated", seed=0, t_started=0):
-    rng = np.random.default_rng(seed)
-    return Episode(
-        id=eid,
-        observations=rng.standard_normal((length + 1, 2)).astype(np.float32),
-        actions=rng.integers(0, 3, length),
-        rewards=rng.standard_normal(length),
-        terminated=end == "terminated",
-        truncated=end == "truncated",
-        t_started=t_started,
-    )
 
 
 def chi_square_critical(df: int, z: float = 3.09) -> float:
@@ -62,25 +50,6 @@ def test_uniform_frequencies_are_uniform_over_valid_starts(unit):
     expected = draws / len(cells)
     chi2 = float(((counts - expected) ** 2 / expected).sum())
     assert chi2 < chi_square_critical(len(cells) - 1), (chi2, counts)
-
-
-class RecordingSampler(Uniform):
-    """A Uniform that tracks the set of valid starts through on_add / on_evict only."""
-
-    def __init__(self):
-        super().__init__()
-        self.held: set[int] = set()
-
-    def on_add(self, storage, slots):
-        s = set(slots.tolist())
-        assert not s & self.held, "a slot was added twice without an eviction"
-        self.held |= s
-
-    def on_evict(self, storage, slots):
-        self.held -= set(slots.tolist())
-
-    def __repr__(self):
-        return "RecordingSampler()"
 
 
 @settings(max_examples=60, deadline=None)
@@ -222,19 +191,10 @@ def test_bad_arguments():
 def test_real_rllib_episodes_and_rows_give_the_same_n_step_samples(shared_data):
     """CartPole episodes RLlib 2.60 recorded, read both as msgpack episodes and as rows: each
     buffer's n-step samples match the plain-loop reference on the episode they came from."""
-    import importlib.util
-    from pathlib import Path
-
     import pyarrow.parquet as pq
 
     from offline_prelearner.config import ReadConfig
     from offline_prelearner.readers import make_reader
-
-    spec = importlib.util.spec_from_file_location(
-        "buffers_reference", Path(__file__).with_name("reference.py")
-    )
-    ref = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(ref)  # type: ignore[union-attr]
 
     sources = {
         "episodes": shared_data / "cartpole-v1_episodes_msgpack.parquet",

@@ -5,13 +5,12 @@ algorithm R, compaction, sampler hooks, priorities, checkpoints and errors."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import math
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
+from buffer_helpers import RecordingSampler, make_episode, ref
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,29 +21,7 @@ from offline_prelearner.buffers import (
 )
 from offline_prelearner.episode import Episode
 from offline_prelearner.errors import ConfigError, EpisodeValidationError
-from offline_prelearner.samplers import NStep, Prioritized, Sequence, Transition, Uniform
-
-_spec = importlib.util.spec_from_file_location(
-    "buffers_reference", Path(__file__).with_name("reference.py")
-)
-ref = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(ref)  # type: ignore[union-attr]
-
-
-def make_episode(eid, length, end="terminated", seed=0, t_started=0, obs0=None):
-    rng = np.random.default_rng(seed)
-    obs = rng.standard_normal((length + 1, 2)).astype(np.float32)
-    if obs0 is not None:
-        obs[0] = obs0
-    return Episode(
-        id=eid,
-        observations=obs,
-        actions=rng.integers(0, 3, length),
-        rewards=rng.standard_normal(length),
-        terminated=end == "terminated",
-        truncated=end == "truncated",
-        t_started=t_started,
-    )
+from offline_prelearner.samplers import NStep, Prioritized, Sequence, Transition
 
 
 # ---------------------------------------------------------------------- plain references
@@ -79,25 +56,6 @@ def algorithm_r(n_items: int, m: int, rng: random.Random) -> list[int]:
             if j < m:
                 res[j] = k
     return res
-
-
-class RecordingSampler(Uniform):
-    """A Uniform that tracks the valid starts through on_add / on_evict only."""
-
-    def __init__(self):
-        super().__init__()
-        self.held: set[int] = set()
-
-    def on_add(self, storage, slots):
-        s = set(slots.tolist())
-        assert not s & self.held, "a slot was added twice without an eviction"
-        self.held |= s
-
-    def on_evict(self, storage, slots):
-        self.held -= set(slots.tolist())
-
-    def __repr__(self):
-        return "RecordingSampler()"
 
 
 # ---------------------------------------------------------------------- the held set

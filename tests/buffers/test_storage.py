@@ -3,12 +3,13 @@ duplicates, errors, slot -> row lookup, handles and memory."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-from pathlib import Path
+from functools import partial
 
 import numpy as np
 import pytest
+from buffer_helpers import make_episode as _make_episode
+from buffer_helpers import ref
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,27 +17,12 @@ from offline_prelearner.buffers import EpisodeStorage
 from offline_prelearner.episode import Episode
 from offline_prelearner.errors import ConfigError, EpisodeValidationError
 
-_spec = importlib.util.spec_from_file_location(
-    "buffers_reference", Path(__file__).with_name("reference.py")
-)
-ref = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(ref)  # type: ignore[union-attr]
-
 SETTINGS = settings(max_examples=60, deadline=None)
 
 
-def make_episode(eid, length, end="terminated", seed=None, t_started=0, extras=True):
-    rng = np.random.default_rng(seed if seed is not None else hash(eid) % 2**32)
-    return Episode(
-        id=eid,
-        observations=rng.standard_normal((length + 1, 3)).astype(np.float32),
-        actions=rng.integers(0, 5, length),
-        rewards=rng.standard_normal(length).astype(np.float32),
-        terminated=end == "terminated",
-        truncated=end == "truncated",
-        t_started=t_started,
-        extras={"logp": rng.standard_normal(length)} if extras else None,
-    )
+make_episode = partial(
+    _make_episode, seed=None, obs_shape=(3,), n_actions=5, reward_dtype=np.float32, logp=np.float64
+)
 
 
 def assert_same_episode(got: Episode, want: Episode) -> None:
@@ -237,7 +223,7 @@ def test_mismatched_columns_are_errors():
     store = EpisodeStorage(50)
     store.add(make_episode("a", 3))
     with pytest.raises(EpisodeValidationError, match="extra columns"):
-        store.add(make_episode("b", 3, extras=False))
+        store.add(make_episode("b", 3, logp=None))
     bad = Episode(
         id="c",
         observations=np.zeros((4, 5), np.float32),

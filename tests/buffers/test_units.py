@@ -6,11 +6,12 @@ row is compared with the reference computed one step at a time.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from functools import partial
 
 import numpy as np
 import pytest
+from buffer_helpers import make_episode as _make_episode
+from buffer_helpers import ref
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,27 +21,10 @@ from offline_prelearner.episode import Episode
 from offline_prelearner.errors import ConfigError
 from offline_prelearner.samplers import FrameStack, NStep, Sequence, Transition
 
-_spec = importlib.util.spec_from_file_location(
-    "buffers_reference", Path(__file__).with_name("reference.py")
-)
-ref = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(ref)  # type: ignore[union-attr]
-
 SETTINGS = settings(max_examples=40, deadline=None)
 
 
-def make_episode(eid, length, end="terminated", seed=0, t_started=0, obs_shape=(2,)):
-    rng = np.random.default_rng(seed)
-    return Episode(
-        id=eid,
-        observations=rng.standard_normal((length + 1, *obs_shape)).astype(np.float32),
-        actions=rng.integers(0, 5, length),
-        rewards=rng.standard_normal(length),
-        terminated=end == "terminated",
-        truncated=end == "truncated",
-        t_started=t_started,
-        extras={"logp": rng.standard_normal(length).astype(np.float32)},
-    )
+make_episode = partial(_make_episode, n_actions=5, logp=np.float32)
 
 
 episode_specs = st.lists(
