@@ -174,7 +174,7 @@ class MixInReplayBuffer(EpisodeReplayBuffer):
                 f"{self._ratio}) is built around new steps; add episodes first"
             )
         n_old = valid.total - n_new
-        debt = 0.0
+        debt = self._debt  # with no old data the replay owed now is dropped; the carry stays
         k = 0
         if self._ratio > 0.0 and n_old > 0:
             debt = self._debt + n_new * self._ratio / (1.0 - self._ratio)
