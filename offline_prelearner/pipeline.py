@@ -237,9 +237,9 @@ def run_pipeline(
         written = sorted(str(p) for p in samples_dir.glob("*.parquet"))
         samples_out = sum(pq.read_metadata(p).num_rows for p in written)
     else:
-        samples_out = sum(
-            len(next(iter(b.values()))) for b in ds.iter_batches(batch_format="numpy")
-        )
+        # Whole blocks, as Arrow: counting must not re-batch or convert what it only counts.
+        batches = ds.iter_batches(batch_format="pyarrow", batch_size=None)
+        samples_out = sum(b.num_rows for b in batches)
     seconds = time.perf_counter() - start
     stats = _sum_stats(_ray().get(collector.all.remote()))
     stats.update(
