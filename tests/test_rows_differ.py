@@ -1,3 +1,8 @@
+"""rows_differ (the rows reader's continuity check) against a plain loop, including `where`
+masks, index gathers and chunk sizes that cut rows mid-way."""
+
+from __future__ import annotations
+
 from typing import Any
 
 import hypothesis.extra.numpy as hnp
@@ -5,6 +10,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import offline_prelearner.readers._batch as B
 from offline_prelearner.readers._batch import rows_differ
 
 
