@@ -22,7 +22,7 @@ import json
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -67,7 +67,7 @@ class Parsed:
     num_records: int = 0
 
 
-_Column = pa.Array | pa.ChunkedArray  # one column of the records, over all of them
+_Column: TypeAlias = pa.Array | pa.ChunkedArray  # one column of the records, over all of them
 
 
 def _skip_column(name: str) -> bool:
