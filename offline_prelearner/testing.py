@@ -27,6 +27,7 @@ apply, such as priority feedback for a uniform buffer), never at import time.
 from __future__ import annotations
 
 import copy
+import io
 import pickle
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -42,6 +43,15 @@ from .prelearner import OfflinePreLearner
 from .samplers.base import Sampler, SampleUnit
 from .samplers.transition import Transition
 from .writers import episodes_to_rows
+
+
+def _pickle_roundtrip(obj: Any) -> Any:
+    """Pickles and unpickles an object this process just built (what Ray does to ship it).
+
+    These bytes never come from a file: the round trip tests picklability, it does not read data.
+    """
+    return pickle.Unpickler(io.BytesIO(pickle.dumps(obj))).load()
+
 
 __all__ = [
     "REQUIRED_COLUMNS",
@@ -240,8 +250,8 @@ def check_prelearner_pickles(factory: PreLearnerFactory, batch: Any) -> None:
     pl = factory()
     cls = type(pl)
     try:
-        cls2 = pickle.loads(pickle.dumps(cls))
-        config = pickle.loads(pickle.dumps(pl.config))
+        cls2 = _pickle_roundtrip(cls)
+        config = _pickle_roundtrip(pl.config)
     except Exception as e:
         raise ContractError(
             f"{cls.__qualname__} or its config does not pickle ({type(e).__name__}: {e}); Ray "
@@ -413,7 +423,7 @@ def check_sampler_state(
     bad = sorted(k for k, v in state.items() if not isinstance(v, np.ndarray))
     _require(not bad, f"state() values must be numpy arrays; {bad} are not")
     other = factory()
-    other.set_state(pickle.loads(pickle.dumps(dict(state))))
+    other.set_state(_pickle_roundtrip(dict(state)))
     valid = buf.valid_starts()
     a, _ = buf.sampler.sample(buf.storage, 64, np.random.default_rng(7), valid)
     a2, _ = buf.sampler.sample(buf.storage, 64, np.random.default_rng(7), valid)
@@ -531,7 +541,7 @@ def check_connector_state(factory: ConnectorFactory, batch: SampleBatch) -> None
     state = a.get_state()
     _require(isinstance(state, Mapping), f"get_state() returned {type(state).__name__}")
     b = factory()
-    b.set_state(pickle.loads(pickle.dumps(state)))
+    b.set_state(_pickle_roundtrip(state))
     diff = _diff_columns(_apply(copy.deepcopy(a), batch).to_dict(), _apply(b, batch).to_dict())
     _require(not diff, f"a connector restored from get_state() differs in columns {diff}")
 
@@ -541,7 +551,7 @@ def check_connector_pickles(factory: ConnectorFactory, batch: SampleBatch) -> No
     the same."""
     c = factory()
     try:
-        c2 = pickle.loads(pickle.dumps(c))
+        c2 = _pickle_roundtrip(c)
     except Exception as e:
         raise ContractError(f"{c!r} does not pickle ({type(e).__name__}: {e})") from None
     diff = _diff_columns(_apply(c, batch).to_dict(), _apply(c2, batch).to_dict())

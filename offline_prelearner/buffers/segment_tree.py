@@ -25,6 +25,7 @@ Memory: ``16 * size`` bytes per tree (``size`` as above, so 16 to 32 bytes per l
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -89,7 +90,7 @@ def write_unique(
             tree._tree[pos] = tree._combine(kids[:, 0], kids[:, 1])
 
 
-class _SegmentTree:
+class _SegmentTree(ABC):
     """Shared machinery; subclasses fix the combining operation and its neutral element.
 
     Args:
@@ -122,15 +123,17 @@ class _SegmentTree:
     # -- subclass hooks -------------------------------------------------------------------------
 
     @staticmethod
-    def _combine(a: FloatArray, b: FloatArray) -> FloatArray:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _combine(a: FloatArray, b: FloatArray) -> FloatArray:
+        """Combines two children into their parent (sum or minimum)."""
 
-    def _check_values(self, values: FloatArray, what: str) -> None:  # pragma: no cover
-        raise NotImplementedError
+    @abstractmethod
+    def _check_values(self, values: FloatArray, what: str) -> None:
+        """Raises on values this tree cannot hold."""
 
-    def _refresh(self) -> None:  # pragma: no cover - abstract
+    @abstractmethod
+    def _refresh(self) -> None:
         """Recomputes the summary of the top level (prefix sums, or the minimum)."""
-        raise NotImplementedError
 
     # -- public API -------------------------------------------------------------------------------
 
