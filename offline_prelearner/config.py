@@ -33,7 +33,9 @@ class ReadConfig:
 
     Attributes:
         format: Reader name: ``"rows"`` (one transition per row), ``"episodes"`` (msgpack
-            episodes in an ``item`` column), or any name registered with ``register_reader``.
+            episodes in an ``item`` column), ``"sample_batches"`` (old-stack records), ``"auto"``
+            (chosen from the files, or from the first batch's columns; the prelearner's
+            default), or any name registered with ``register_reader``.
         schema: A :class:`~offline_prelearner.schema.ColumnSchema`, a preset name (see
             ``schemas/``) or a path to a schema JSON file. ``None`` means RLlib's new-stack names.
         legacy_pickle: Decode RLlib's legacy ``base64(lz4(pickle))`` compressed columns through
@@ -248,7 +250,7 @@ class PreLearnerConfig:
     like ``on_invalid``, is set in all of them) or by ``section.field``.
     """
 
-    read: ReadConfig = field(default_factory=ReadConfig)
+    read: ReadConfig = field(default_factory=lambda: ReadConfig(format="auto"))
     validate: Any = None  # ValidateConfig; None -> built in __post_init__ (import cycle)
     buffer: BufferConfig = field(default_factory=BufferConfig)
     sample: SampleConfig = field(default_factory=SampleConfig)

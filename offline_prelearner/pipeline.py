@@ -154,7 +154,7 @@ def build_dataset(
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
     if files[0].endswith((".json", ".jsonl", ".ndjson")):
-        ds = ray.data.read_json(files, lines=True)
+        ds = ray.data.read_json(files)  # pyarrow's JSON reader (newline-delimited); keeps types
     else:
         ds = ray.data.read_parquet(files)
     kwargs = {"config": config, "stats_sink": stats_sink}

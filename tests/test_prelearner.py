@@ -89,7 +89,7 @@ def test_sample_all_emits_every_transition_once_in_order() -> None:
 
 
 def test_msgpack_episodes_go_through_the_same_chain() -> None:
-    p = OfflinePreLearner(format="episodes", train_batch_size=16)
+    p = OfflinePreLearner(train_batch_size=16)  # format "auto": the item column says episodes
     (out,) = run_all(p, EPISODES)
     assert len(out["obs"]) == 16
     assert p.stats()["ledger"]["rows_in"] == 222  # one record per episode

@@ -12,6 +12,7 @@ Register more with :func:`register_reader`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
@@ -21,7 +22,15 @@ from ..config import ReadConfig
 from ..errors import UnsupportedFormatError
 from ..report import EpisodeBatch
 
-__all__ = ["Batch", "Reader", "available_formats", "make_reader", "register_reader"]
+__all__ = [
+    "AutoReader",
+    "Batch",
+    "Reader",
+    "available_formats",
+    "detect_batch_format",
+    "make_reader",
+    "register_reader",
+]
 
 Batch: TypeAlias = pa.Table | Mapping[str, np.ndarray]
 
@@ -56,6 +65,8 @@ def available_formats() -> list[str]:
 def make_reader(config: ReadConfig) -> Reader:
     """The reader registered for ``config.format``."""
     _load_builtins()
+    if config.format == "auto":
+        return AutoReader(config)
     try:
         factory = _REGISTRY[config.format]
     except KeyError:
@@ -63,6 +74,32 @@ def make_reader(config: ReadConfig) -> Reader:
             f"no reader for format {config.format!r}; known formats: {sorted(_REGISTRY)}"
         ) from None
     return factory(config)
+
+
+def detect_batch_format(column_names: list[str]) -> str:
+    """``episodes`` (an ``item`` column), ``sample_batches`` (a ``type`` column of old-stack
+    records) or ``rows``, from a batch's column names."""
+    names = set(column_names)
+    if names == {"item"} or ("item" in names and "obs" not in names):
+        return "episodes"
+    if "type" in names and ("count" in names or "policy_batches" in names or "obs" in names):
+        return "sample_batches"
+    return "rows"
+
+
+class AutoReader:
+    """Picks the reader from the first batch's columns, then keeps it (``format="auto"``)."""
+
+    def __init__(self, config: ReadConfig) -> None:
+        self.config = config
+        self.reader: Reader | None = None
+
+    def read(self, batch: Batch, source: str | None = None) -> EpisodeBatch:
+        if self.reader is None:
+            names = list(batch.column_names if isinstance(batch, pa.Table) else batch.keys())
+            fmt = detect_batch_format(names)
+            self.reader = make_reader(replace(self.config, format=fmt))
+        return self.reader.read(batch, source)
 
 
 def _load_builtins() -> None:
