@@ -194,20 +194,83 @@ class Validator:
         episode's rows (:func:`~offline_prelearner.writers.episodes_to_rows`).
         """
         policy = self.config.on_invalid
-        keep: list[bool] = []
+        eps = batch.episodes
         failed: list[tuple[int, EpisodeValidationError]] = []
-        for i, ep in enumerate(batch.episodes):
-            error = self.check(ep)
-            if error is not None and policy == "raise":
-                raise error
-            keep.append(error is None)
+        i = 0
+        while i < len(eps) and self._expected_obs is None:  # until an episode fixes the spec
+            error = self.check(eps[i])
             if error is not None:
+                if policy == "raise":
+                    raise error
                 failed.append((i, error))
+            i += 1
+        # The rest: the checks as vectors over the whole batch; ``check`` itself (which builds
+        # the error, and warns) runs only for the episodes those do not clear.
+        for j in np.flatnonzero(~self._passes(eps[i:])).tolist():
+            error = self.check(eps[i + j])
+            if error is not None:
+                if policy == "raise":
+                    raise error
+                failed.append((i + j, error))
+        keep = [True] * len(eps)
         for i, error in failed:  # this stage's policy wins over the batch's
+            keep[i] = False
             rows = episodes_to_rows([batch.episodes[i]]) if policy == "quarantine" else None
             batch.reject(error, batch.source_rows[i], rows, policy=policy)
         batch.keep_only(keep)
         return batch
+
+    def _passes(self, eps: list[Episode]) -> np.ndarray:
+        """Per episode: True where ``check`` would surely return None without a side effect
+        (once the obs spec is fixed). False means "ask ``check``", not necessarily "bad"."""
+        cfg = self.config
+        m = len(eps)
+        if m == 0 or self._expected_obs is None:
+            return np.zeros(m, bool)
+        shape, dtype, _ = self._expected_obs
+        n = np.fromiter((len(e.actions) for e in eps), np.int64, m)
+        # Empty episodes warn (or fail min_length): always the detailed path.
+        ok = n >= max(cfg.min_length, 1)
+        ok &= np.fromiter((e.t_started for e in eps), np.int64, m) >= 0
+        if cfg.require_done:
+            ok &= np.fromiter((e.terminated or e.truncated for e in eps), bool, m)
+        ok &= np.fromiter(
+            (e.observations.shape[1:] == shape and e.observations.dtype == dtype for e in eps),
+            bool,
+            m,
+        )
+        bounds = np.zeros(m + 1, np.int64)
+        np.cumsum(n, out=bounds[1:])
+        if cfg.check_finite_rewards:
+            rewards = np.concatenate([e.rewards for e in eps])
+            if rewards.dtype.kind in "fc":
+                ok &= _none_per_episode(~np.isfinite(rewards), bounds)
+        if not ok.any():
+            return ok
+        good = np.flatnonzero(ok).tolist()
+        if (cfg.check_finite_obs and np.dtype(dtype).kind in "fc") or "obs" in self._spaces:
+            obs = np.concatenate([eps[g].observations for g in good])
+            if cfg.check_finite_obs and obs.dtype.kind in "fc":
+                obs_bounds = np.zeros(len(good) + 1, np.int64)
+                np.cumsum(n[good] + 1, out=obs_bounds[1:])
+                bad = ~np.isfinite(obs).reshape(len(obs), -1).all(axis=1)
+                ok[good] &= _none_per_episode(bad, obs_bounds)
+            if "obs" in self._spaces and not self._space_clear("obs", obs):
+                ok[good] = False
+        if "actions" in self._spaces and ok.any():
+            good = np.flatnonzero(ok).tolist()
+            acts = [eps[g].actions for g in good]
+            one = {(a.dtype, a.shape[1:]) for a in acts}
+            if len(one) != 1 or not self._space_clear("actions", np.concatenate(acts)):
+                ok[good] = False
+        return ok
+
+    def _space_clear(self, column: str, x: np.ndarray) -> bool:
+        """Whether all of ``x`` (steps of several episodes, one dtype) lies in the column's space
+        and would raise no warning."""
+        check = self._spaces[column]
+        warned = f"{column}:{x.dtype}" in self._warned
+        return check(x) is None and (warned or not check.lossy(x.dtype))
 
     def check(self, ep: Episode) -> EpisodeValidationError | None:
         """The first contract ``ep`` breaks, or None; an accepted episode may fix the obs spec."""
@@ -304,6 +367,13 @@ class Validator:
         if key not in self._warned:
             self._warned.add(key)
             warnings.warn(message, OddDataWarning, stacklevel=2)
+
+
+def _none_per_episode(bad: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Per segment ``bounds[k]:bounds[k + 1]`` of ``bad`` (bools): True where none is set."""
+    counts = np.zeros(len(bad) + 1, np.int64)
+    np.cumsum(bad, out=counts[1:])
+    return counts[bounds[1:]] == counts[bounds[:-1]]
 
 
 def _error(

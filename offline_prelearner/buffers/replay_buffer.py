@@ -31,7 +31,7 @@ from ..samplers.uniform import Uniform
 from . import checkpoint
 from .rate_limit import SampleToInsertRatio
 from .reservoir import Reservoir
-from .storage import Change, EpisodeStorage
+from .storage import Change, EpisodeStorage, Placements
 
 __all__ = ["INDICES", "EpisodeReplayBuffer"]
 
@@ -128,17 +128,24 @@ class EpisodeReplayBuffer:
         Episodes are added in order; one that contradicts what is held (see
         :meth:`EpisodeStorage.add`) raises after the ones before it were added.
         """
-        eps = [episodes] if isinstance(episodes, Episode) else episodes
-        changes: list[Change] = []
+        eps: list[Episode] = []
+        stop: BaseException | None = None
         try:
-            for ep in eps:
+            for ep in [episodes] if isinstance(episodes, Episode) else episodes:
                 if not isinstance(ep, Episode):
                     raise TypeError(f"add() takes Episode objects, found {type(ep).__name__}")
-                change = self.storage.add(ep)
-                changes += change.side
-                changes.append(change)
+                eps.append(ep)
+        except BaseException as e:  # add the ones before it, then raise
+            stop = e
+        changes: list[Change | Placements] = []
+        try:
+            self.storage.add_many(eps, changes)
         finally:
-            self._notify(changes)
+            if type(self)._notify is not EpisodeReplayBuffer._notify:  # it expects Changes
+                changes = _expand(changes)
+            self._notify(changes)  # type: ignore[arg-type]
+        if stop is not None:
+            raise stop
 
     def _notify(self, changes: list[Change]) -> None:
         """Tells the sampler which valid starts went away and which arrived (net of this add).
@@ -147,11 +154,31 @@ class EpisodeReplayBuffer:
         beyond what the sampler already knew of it. A ``"relocated"`` record without a removal
         (a compaction renumbered the placement but left its slots) knows what the first change
         of that placement in this batch knew: nothing, if it was placed in this batch.
+        ``changes`` may also hold :class:`Placements` (runs of new episodes, from ``add``).
         """
-        rs, rl, rd = [], [], []
-        serial, start, length, done, plen, pdone = [], [], [], [], [], []
+        rs: list[int] = []
+        rl: list[int] = []
+        rd: list[bool] = []
+        serial: list[int] = []
+        start: list[int] = []
+        length: list[int] = []
+        done: list[bool] = []
+        plen: list[int] = []
+        pdone: list[bool] = []
         chain: dict[Any, tuple[int, bool]] = {}  # key -> what the sampler knew of its placement
         for ch in changes:
+            if isinstance(ch, Placements):
+                rs += ch.removed_start.tolist()
+                rl += ch.removed_length.tolist()
+                rd += ch.removed_done.tolist()
+                serial += ch.serial.tolist()
+                start += ch.start.tolist()
+                length += ch.length.tolist()
+                done += ch.done.tolist()
+                plen += [-1] * len(ch.keys)
+                pdone += [False] * len(ch.keys)
+                chain.update(dict.fromkeys(ch.keys, (-1, False)))
+                continue
             rs += ch.removed_start
             rl += ch.removed_length
             rd += ch.removed_done
@@ -354,3 +381,11 @@ def _batch_size(batch_size: object) -> int:
     ):
         raise ConfigError(f"batch_size must be an int >= 1, found {batch_size!r}")
     return int(batch_size)
+
+
+def _expand(changes: list[Change | Placements]) -> list[Change | Placements]:
+    """``changes`` with every :class:`Placements` replaced by its :class:`Change` records."""
+    out: list[Change | Placements] = []
+    for ch in changes:
+        out += ch.to_changes() if isinstance(ch, Placements) else [ch]
+    return out

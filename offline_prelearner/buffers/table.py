@@ -93,6 +93,63 @@ class EpisodeTable:
         self.version += 1
         return i
 
+    def append_many(
+        self,
+        keys: list[int | str],
+        start: np.ndarray,
+        length: np.ndarray,
+        t_started: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+    ) -> int:
+        """Adds live records at the back, in order, as ``append`` one by one would (``keys``
+        must be distinct and not held); returns the index of the first."""
+        m = len(keys)
+        cap = len(self.cols["start"])
+        if self.hi + m > cap:
+            live = self.hi - self.lo
+            self._grow(cap if live + m <= cap // 2 else 2 * max(cap, live + m))
+        i, c = self.hi, self.cols
+        part = slice(i, i + m)
+        c["start"][part], c["length"][part], c["t_started"][part] = start, length, t_started
+        c["terminated"][part], c["truncated"][part], c["alive"][part] = terminated, truncated, True
+        c["ids"][part] = keys
+        serial = i + self.base
+        self.where.update(zip(keys, range(serial, serial + m), strict=True))
+        self.hi += m
+        self.version += m
+        return i
+
+    def drop_front_inside(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Drops the front records while they start inside slots ``[lo, hi)`` -- what a run of
+        ``kill`` (live ones) and ``pop_front`` calls would do. Returns ``(start, length, done)``
+        of the live records dropped, oldest first."""
+        c, first = self.cols, self.lo
+        end = first
+        step = max(hi - lo, 1)
+        while end < self.hi:  # records start at distinct slots: usually one step suffices
+            s = c["start"][end : min(self.hi, end + step)]
+            inside = (s >= lo) & (s < hi)
+            if not inside.all():
+                end += int(np.argmin(inside))
+                break
+            end += len(s)
+        part = slice(first, end)
+        alive = c["alive"][part]
+        live = np.flatnonzero(alive) + first
+        for key in c["ids"][live]:
+            del self.where[key]
+        out = (
+            c["start"][live],
+            c["length"][live],
+            c["terminated"][live] | c["truncated"][live],
+        )
+        c["alive"][part] = False
+        c["ids"][part] = None
+        self.lo = end
+        self.version += (end - first) + len(live)
+        return out
+
     def update(self, idx: int, *, length: int, terminated: bool, truncated: bool) -> None:
         c = self.cols
         c["length"][idx], c["terminated"][idx], c["truncated"][idx] = length, terminated, truncated
@@ -110,10 +167,14 @@ class EpisodeTable:
         self.lo += 1
         self.version += 1
 
-    def _grow(self) -> None:
+    def _grow(self, size: int | None = None) -> None:
+        """Compacts the window to index 0 in columns of ``size`` records (default: the same
+        size when at most half full, else double)."""
         cap = len(self.cols["start"])
         live = self.hi - self.lo
-        new = _empty(cap if live <= cap // 2 else cap * 2)
+        if size is None:
+            size = cap if live <= cap // 2 else cap * 2
+        new = _empty(size)
         for f, col in self.cols.items():
             new[f][:live] = col[self.lo : self.hi]
         self.cols, self.base, self.lo, self.hi = new, self.base + self.lo, 0, live

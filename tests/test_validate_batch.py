@@ -1,0 +1,173 @@
+"""Batched validation (``Validator.validate``) against a loop of ``Validator.check`` calls.
+
+The reference is the per-episode algorithm: ``check`` on every episode in order, raising at the
+first failure under ``"raise"``, else rejecting the failures in order. Random mixes of good and
+bad episodes (too short, empty, negative ``t``, not done, NaN/inf rewards or observations, other
+obs shapes and dtypes, out-of-space observations and actions, float64 observations for a float32
+space) over several batches must give the same kept episodes, rejections (reasons, messages,
+rows), ledger, expected observation spec and warnings.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from offline_prelearner.episode import Episode
+from offline_prelearner.errors import EpisodeValidationError
+from offline_prelearner.report import EpisodeBatch, Ledger
+from offline_prelearner.validate import ValidateConfig, Validator
+from offline_prelearner.writers import episodes_to_rows
+
+KINDS = [
+    "good", "good", "good", "good", "short", "empty", "bad_t", "open", "nan_reward",
+    "inf_reward", "int_reward", "nan_obs", "shape", "dtype64", "int_obs", "obs_out",
+    "act_out", "act_float",
+]  # fmt: skip
+
+
+def episode(kind: str, k: int, n: int) -> Episode:
+    rng = np.random.default_rng(k)
+    n = 0 if kind == "empty" else 1 if kind == "short" else n
+    obs = rng.uniform(-1, 1, size=(n + 1, 4)).astype(np.float32)
+    actions: np.ndarray = rng.integers(0, 2, size=n)
+    rewards: np.ndarray = np.ones(n)
+    if kind == "nan_reward" and n:
+        rewards[rng.integers(n)] = np.nan
+    if kind == "inf_reward" and n:
+        rewards[-1] = -np.inf
+    if kind == "int_reward":
+        rewards = np.ones(n, np.int64)
+    if kind == "nan_obs":
+        obs[rng.integers(n + 1), rng.integers(4)] = np.nan
+    if kind == "shape":
+        obs = rng.uniform(-1, 1, size=(n + 1, 3)).astype(np.float32)
+    if kind == "dtype64":
+        obs = obs.astype(np.float64)
+    if kind == "int_obs":
+        obs = np.zeros((n + 1, 4), np.int64)
+    if kind == "obs_out":
+        obs[rng.integers(n + 1), 0] = 5.0
+    if kind == "act_out" and n:
+        actions[rng.integers(n)] = 7
+    if kind == "act_float":
+        actions = actions.astype(np.float32)
+    ep = Episode(
+        id=f"{kind}-{k}",
+        observations=obs,
+        actions=actions,
+        rewards=rewards,
+        terminated=kind != "open",
+        t_started=3,
+    )
+    if kind == "bad_t":  # the constructor refuses it; decoders build episodes unchecked
+        ep.t_started = -1
+    return ep
+
+
+def reference(v: Validator, batch: EpisodeBatch) -> EpisodeBatch:
+    """The per-episode algorithm, built on ``Validator.check``."""
+    policy = v.config.on_invalid
+    keep: list[bool] = []
+    failed: list[tuple[int, EpisodeValidationError]] = []
+    for i, ep in enumerate(batch.episodes):
+        error = v.check(ep)
+        if error is not None and policy == "raise":
+            raise error
+        keep.append(error is None)
+        if error is not None:
+            failed.append((i, error))
+    for i, error in failed:
+        rows = episodes_to_rows([batch.episodes[i]]) if policy == "quarantine" else None
+        batch.reject(error, batch.source_rows[i], rows, policy=policy)
+    batch.keep_only(keep)
+    return batch
+
+
+def outcome(v: Validator, fn: Any, batch: EpisodeBatch) -> dict[str, Any]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fn(v, batch)
+            raised = None
+        except EpisodeValidationError as e:
+            raised = (e.reason, str(e))
+    return {
+        "raised": raised,
+        "kept": [e.id for e in batch.episodes],
+        "rows": list(batch.source_rows),
+        "ledger": batch.ledger.to_dict(),
+        "rejections": [
+            (r.error.reason, str(r.error), r.num_rows, None if r.rows is None else r.rows.num_rows)
+            for r in batch.rejections
+        ],
+        "expected": v.expected_obs,
+        "warnings": [(w.category, str(w.message)) for w in caught],
+    }
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[dict[str, Any], list[list[Episode]]]:
+    cfg: dict[str, Any] = {
+        "on_invalid": draw(st.sampled_from(["skip", "quarantine", "raise"])),
+        "require_done": draw(st.booleans()),
+        "check_finite_rewards": draw(st.booleans()),
+        "check_finite_obs": draw(st.booleans()),
+        "min_length": draw(st.integers(0, 3)),
+    }
+    if draw(st.booleans()):
+        cfg["observation_space"] = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    if draw(st.booleans()):
+        cfg["action_space"] = gym.spaces.Discrete(2)
+    kinds = st.lists(st.tuples(st.sampled_from(KINDS), st.integers(1, 8)), max_size=25)
+    batches = draw(st.lists(kinds, min_size=1, max_size=3))
+    k = 0
+    out = []
+    for b in batches:
+        out.append([episode(kind, k := k + 1, n) for kind, n in b])
+    return cfg, out
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_batched_validation_equals_checking_each_episode(
+    case: tuple[dict[str, Any], list[list[Episode]]],
+) -> None:
+    cfg, batches = case
+    fast, slow = Validator(ValidateConfig(**cfg)), Validator(ValidateConfig(**cfg))
+    for eps in batches:
+        rows = [len(e) + 1 for e in eps]
+        a, b = (EpisodeBatch(list(eps), list(rows), Ledger(rows_in=sum(rows))) for _ in "ab")
+        got = outcome(fast, Validator.validate, a)
+        want = outcome(slow, reference, b)
+        assert got == want
+        if got["raised"]:
+            break
+
+
+def test_a_clean_batch_never_calls_check() -> None:
+    """The vectorized checks clear good episodes without the per-episode path."""
+    calls = []
+
+    class Counting(Validator):
+        def check(self, ep: Episode) -> EpisodeValidationError | None:
+            calls.append(ep.id)
+            return super().check(ep)
+
+    v = Counting(
+        ValidateConfig(
+            on_invalid="skip",
+            check_finite_obs=True,
+            observation_space=gym.spaces.Box(-1.0, 1.0, (4,), np.float32),
+            action_space=gym.spaces.Discrete(2),
+        )
+    )
+    eps = [episode("good", k, 5) for k in range(20)] + [episode("nan_reward", 99, 5)]
+    batch = v.validate(EpisodeBatch(eps, [6] * 21, Ledger(rows_in=126)))
+    assert calls == ["good-0", "nan_reward-99"]
+    assert len(batch.episodes) == 20 and batch.ledger.balanced()
