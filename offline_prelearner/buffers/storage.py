@@ -23,6 +23,9 @@ The episode table (:mod:`.table`) keeps one record per placement, in placement o
 ring order: slot -> row is a binary search, with no per-slot map (that keeps CartPole within
 ~1.15x its raw bytes). An episode moved to the head gets a new placement; the old one stays, dead,
 until it ages out.
+
+Batched adds (:meth:`EpisodeStorage.add_many`, which reports runs of new episodes as
+:class:`Placements`) are implemented in :mod:`._add_many`; both names are importable from here.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ import numpy as np
 
 from ..episode import Episode
 from ..errors import ConfigError, EpisodeValidationError, Where
+from . import _add_many
+from ._add_many import Placements
 from .table import EpisodeTable
 
 __all__ = ["Change", "EpisodeStorage", "Placements", "normalize_id"]
@@ -89,53 +94,6 @@ class Change:
     serial: int = -1  # placement of the written episode
     key: int | str | None = None
     side: list[Change] = field(default_factory=list)
-
-
-@dataclass
-class Placements:
-    """New episodes that one step of :meth:`EpisodeStorage.add_many` placed together: exactly
-    what their ``add`` calls would have returned (a ``"new"`` :class:`Change` each), as arrays.
-
-    ``removed_*`` hold the records their writes evicted, oldest first (the concatenation of the
-    changes' lists); the other arrays hold one entry per episode, in the order they were added.
-    """
-
-    removed_start: np.ndarray
-    removed_length: np.ndarray
-    removed_done: np.ndarray
-    start: np.ndarray
-    length: np.ndarray
-    done: np.ndarray
-    serial: np.ndarray
-    keys: list[int | str]
-
-    def to_changes(self) -> list[Change]:
-        """The per-episode :class:`Change` records (each eviction goes to the episode whose
-        slots the evicted record started in)."""
-        ends = self.start + self.length + 1
-        owner = np.searchsorted(ends, self.removed_start, side="right").tolist()
-        out = [
-            Change("new", start=s, length=n, done=d, serial=x, key=k)
-            for s, n, d, x, k in zip(
-                self.start.tolist(),
-                self.length.tolist(),
-                self.done.tolist(),
-                self.serial.tolist(),
-                self.keys,
-                strict=True,
-            )
-        ]
-        removed = zip(
-            self.removed_start.tolist(),
-            self.removed_length.tolist(),
-            self.removed_done.tolist(),
-            strict=True,
-        )
-        for i, (s, n, d) in zip(owner, removed, strict=True):
-            out[i].removed_start.append(s)
-            out[i].removed_length.append(n)
-            out[i].removed_done.append(d)
-        return out
 
 
 class EpisodeStorage:
@@ -247,136 +205,7 @@ class EpisodeStorage:
         Everything else (continuations, duplicates, an episode that wraps the ring, the first
         of a new layout, subclasses that place episodes their own way) goes through ``add``.
         """
-        bulk = type(self).add is EpisodeStorage.add and type(self)._place is EpisodeStorage._place
-        i, n = 0, len(episodes)
-        while i < n:
-            run = self._new_run(episodes, i) if bulk else None
-            if run is None:
-                change = self.add(episodes[i])
-                out += change.side
-                out.append(change)
-                i += 1
-                continue
-            keys, lengths, t_started, term, trunc = run
-            j = i + len(keys)
-            while i < j:
-                k = self._place_run(episodes, i, keys, lengths, t_started, term, trunc, out)
-                if k == 0:  # the next one wraps the ring: the ordinary path
-                    change = self.add(episodes[i])
-                    out += change.side
-                    out.append(change)
-                    k = 1
-                i += k
-                del keys[:k], lengths[:k], t_started[:k], term[:k], trunc[:k]
-
-    def _new_run(self, eps: Sequence[Episode], i: int) -> tuple[list[Any], ...] | None:
-        """``(keys, lengths, t_started, terminated, truncated)`` of the longest run of episodes
-        from ``i`` that ``add`` would each store fresh without an error or a new column layout
-        (all in one layout), or None if ``eps[i]`` is not such an episode."""
-        if not self.columns:
-            return None
-        held, cap = self.table.where, self.capacity
-        seen: dict[Any, None] = {}  # the run's keys, in order
-        for ep in eps[i:]:
-            eid = ep.id
-            kind = type(eid)
-            if kind is str or kind is int:
-                key: Any = eid
-            else:
-                try:
-                    key = normalize_id(eid)
-                except Exception:  # add raises it, in its turn
-                    break
-            if key in held or key in seen or len(ep.actions) >= cap:
-                break
-            seen[key] = None
-        run = eps[i : i + len(seen)]
-        m = self._same_layout(run)
-        if m == 0:
-            return None
-        run = run[:m]
-        keys = list(seen)[:m]
-        return (
-            keys,
-            [len(e.actions) for e in run],
-            [e.t_started for e in run],
-            [e.terminated for e in run],
-            [e.truncated for e in run],
-        )
-
-    def _same_layout(self, run: Sequence[Episode]) -> int:
-        """How many episodes from the start of ``run`` share one column layout already
-        accepted (0 if the first one's is not)."""
-        if not run:
-            return 0
-        extras = run[0].extras
-        layout = _layout(run[0])
-        if layout not in self._accepted:
-            return 0
-        # One pass per column over the whole run (cheap), then locate a change only if any.
-        same = {(e.observations.dtype, e.observations.shape[1:]) for e in run} == {layout[:2]}
-        same = same and {(e.actions.dtype, e.actions.shape[1:]) for e in run} == {layout[2:4]}
-        same = same and {e.rewards.dtype for e in run} == {layout[4]}
-        names = list(extras)
-        same = same and all(list(e.extras) == names for e in run)
-        for k, v in extras.items():
-            same = same and {(e.extras[k].dtype, e.extras[k].shape[1:]) for e in run} == {
-                (v.dtype, v.shape[1:])
-            }
-        if same:
-            return len(run)
-        for m, e in enumerate(run):
-            if _layout(e) != layout:
-                return m
-        return len(run)
-
-    def _place_run(
-        self,
-        eps: Sequence[Episode],
-        i: int,
-        keys: list[Any],
-        lengths: list[int],
-        t_started: list[int],
-        term: list[bool],
-        trunc: list[bool],
-        out: list[Change | Placements],
-    ) -> int:
-        """Writes the longest prefix of the run ``eps[i:]`` (described by the lists) that fits
-        before the end of the ring, as ``_place`` would one by one; returns its length."""
-        n = np.array(lengths, np.int64)
-        ends = self.head + np.cumsum(n + 1)
-        k = int(np.searchsorted(ends, self.capacity, side="right"))
-        if k == 0:
-            return 0
-        n, ends = n[:k], ends[:k]
-        head, stop = self.head, int(ends[-1])
-        starts = ends - n - 1
-        tab, c = self.table, self.columns
-        r_start, r_length, r_done = tab.drop_front_inside(head, stop)
-        cnt = self.counters
-        cnt["episodes_evicted"] += len(r_start)
-        cnt["timesteps_evicted"] += int(r_length.sum())
-        part = eps[i : i + k]
-        steps = int(n.sum())
-        if k == 1:
-            self._write(head, part[0], skip_first_obs=False)
-        else:
-            at = np.arange(steps) + np.repeat(np.arange(head, head + k), n)
-            c["obs"][head:stop] = np.concatenate([e.observations for e in part])
-            c["actions"][at] = np.concatenate([e.actions for e in part])
-            c["rewards"][at] = np.concatenate([e.rewards for e in part])
-            for name in self.extra_names:
-                c["extras/" + name][at] = np.concatenate([e.extras[name] for e in part])
-        done = np.array(term[:k], bool)
-        trunc_k = np.array(trunc[:k], bool)
-        idx = tab.append_many(keys[:k], starts, n, np.array(t_started[:k], np.int64), done, trunc_k)
-        done |= trunc_k
-        self.head = stop
-        cnt["episodes_added"] += k
-        cnt["timesteps_added"] += steps
-        serial = np.arange(idx + tab.base, idx + tab.base + k, dtype=np.int64)
-        out.append(Placements(r_start, r_length, r_done, starts, n, done, serial, keys[:k]))
-        return k
+        _add_many.add_many(self, episodes, out)
 
     def _continue(self, ep: Episode, idx: int) -> Change:
         tab = self.table
