@@ -92,7 +92,8 @@ def test_cli_process_with_set_values(ray_local: Any, tmp_path: Path, capsys) -> 
             "--json",
         ]
     )
-    out = json.loads(capsys.readouterr().out)
+    # Ray may print its own warnings to stdout (the raylet's); our JSON is the last line.
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert code == 0 and out["rows_in"] == 5000 and out["rows_balance"]
     st = json.loads((tmp_path / "stats.json").read_text())
     assert st["config"]["sample"]["n_step"] == [1, 3] and st["config"]["sample"]["gamma"] == 0.5
