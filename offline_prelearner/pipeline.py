@@ -29,7 +29,8 @@ import pyarrow.parquet as pq
 from .batch import MultiAgentBatch
 from .config import PreLearnerConfig
 from .errors import ConfigError
-from .prelearner import OfflinePreLearner, import_object
+from .plugins import import_object
+from .prelearner import OfflinePreLearner
 from .sources import detect_format, expand_paths
 
 __all__ = ["PipelineResult", "build_dataset", "iter_learner_batches", "run_pipeline"]
@@ -106,7 +107,7 @@ def prelearner_class(config: PreLearnerConfig, cls: Any = None) -> type[OfflineP
     spec = cls if cls is not None else config.prelearner
     if spec is None:
         return OfflinePreLearner
-    obj = import_object(spec) if isinstance(spec, str) else spec
+    obj = import_object(spec, f"prelearner {spec!r}") if isinstance(spec, str) else spec
     if not (isinstance(obj, type) and issubclass(obj, OfflinePreLearner)):
         raise ConfigError(f"prelearner {spec!r} is not a subclass of OfflinePreLearner")
     return obj

@@ -18,7 +18,6 @@ sequence) and a ``module_id`` column; :meth:`MultiAgentBatch.from_rows
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
@@ -34,6 +33,7 @@ from .config import PreLearnerConfig
 from .connectors.base import ConnectorContext, ConnectorPipeline, build_pipeline
 from .episode import Episode
 from .errors import ConfigError, EmptyBufferError
+from .plugins import import_object
 from .readers import Batch, Reader, make_reader
 from .report import EpisodeBatch, Ledger
 from .samplers import FrameStack, NStep, Prioritized, Sequence, Transition, Uniform
@@ -41,28 +41,11 @@ from .samplers.base import SampleUnit
 from .samplers.in_order import InOrder
 from .validate import Deduplicator, Validator
 
-__all__ = ["OfflinePreLearner", "StatsSink", "import_object"]
+__all__ = ["OfflinePreLearner", "StatsSink"]
 
 #: Receives ``(actor_key, stats)`` after every batch; the batch job passes one that reports to a
 #: Ray actor. ``stats`` is cumulative for this prelearner.
 StatsSink = Callable[[str, dict[str, Any]], None]
-
-
-def import_object(spec: str) -> Any:
-    """``"package.module:Name"`` -> the object; a ConfigError naming the spec otherwise."""
-    mod_name, _, attr = spec.partition(":")
-    if not mod_name or not attr:
-        raise ConfigError(f"expected 'package.module:Name', found {spec!r}")
-    try:
-        obj: Any = importlib.import_module(mod_name)
-    except ImportError as e:
-        raise ConfigError(f"cannot import {mod_name!r} (from {spec!r}): {e}") from None
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ConfigError(f"{mod_name!r} has no attribute {attr!r} (from {spec!r})") from None
-    return obj
 
 
 class OfflinePreLearner:
@@ -141,7 +124,7 @@ class OfflinePreLearner:
             return None
         if isinstance(a, dict):
             return lambda agent: a.get(agent, self.config.modules.default_module)
-        fn = import_object(a)
+        fn = import_object(a, f"modules.agent_to_module {a!r}")
         if not callable(fn):
             raise ConfigError(f"modules.agent_to_module {a!r} is not callable")
         return cast("Callable[[Any], str]", fn)

@@ -26,7 +26,6 @@ connectors of one kind in one pipeline).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -36,6 +35,7 @@ import numpy as np
 from ..batch import SampleBatch
 from ..episode import Episode
 from ..errors import ConfigError
+from ..plugins import import_object
 
 __all__ = [
     "DEFAULT_CONTEXT",
@@ -301,22 +301,7 @@ def _resolve(target: str) -> Any:
                 f"unknown connector {target!r}; registered: {sorted(_REGISTRY)} (or give "
                 f"'package.module:Name')"
             ) from None
-    module_name, _, attr = target.partition(":")
-    if not module_name or not attr:
-        raise ConfigError(f"connector {target!r} is not of the form 'package.module:Name'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ConfigError(f"connector {target!r}: cannot import module {module_name!r}: {e}") from e
-    obj: Any = module
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ConfigError(
-                f"connector {target!r}: module {module_name!r} has no attribute {attr!r}"
-            ) from None
-    return obj
+    return import_object(target, f"connector {target!r}")
 
 
 def _instantiate(obj: Any, kwargs: dict[str, Any], spec: Any) -> Connector:
