@@ -42,7 +42,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -211,6 +211,18 @@ class Timing:
 
 
 Elapsed = float | tuple[float, float] | None
+
+
+def timed_calls(fn: Callable[[Any], Any], items: Iterable[Any]) -> tuple[float, float]:
+    """Calls ``fn(item)`` for each item; returns (wall, CPU) seconds summed over the calls only
+    (loading the next item, if ``items`` is lazy, is not counted). Results are dropped at once."""
+    wall = cpu = 0.0
+    for item in items:
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = fn(item)
+        wall, cpu = wall + time.perf_counter() - t0, cpu + time.process_time() - c0
+        del out
+    return wall, cpu
 
 
 def time_repeats(fn: Callable[[], Elapsed], repeats: int, warmup: int = 1) -> Timing:

@@ -63,13 +63,7 @@ def bench_rows(name: str, directory: Path, limit: int, repeats: int, to_numpy: b
     mapper = OfflinePreLearner._map_to_episodes
 
     def one_pass() -> tuple[float, float]:
-        wall = cpu = 0.0
-        for batch in batches:
-            t0, c0 = time.perf_counter(), time.process_time()
-            out = mapper(this, batch, to_numpy=to_numpy)
-            wall, cpu = wall + time.perf_counter() - t0, cpu + time.process_time() - c0
-            del out
-        return wall, cpu
+        return C.timed_calls(lambda b: mapper(this, b, to_numpy=to_numpy), batches)
 
     C.log(f"rllib {name}: {n} rows in {len(batches)} batches")
     mapper(this, {k: v[:1000] for k, v in batches[0].items()}, to_numpy=to_numpy)  # warm-up
@@ -112,13 +106,7 @@ def bench_episodes(directory: Path, limit: int, repeats: int) -> None:
     steps = sum(len(e) for b in batches for e in decode(b))  # also the warm-up
 
     def one_pass() -> tuple[float, float]:
-        wall = cpu = 0.0
-        for batch in batches:
-            t0, c0 = time.perf_counter(), time.process_time()
-            out = decode(batch)
-            wall, cpu = wall + time.perf_counter() - t0, cpu + time.process_time() - c0
-            del out
-        return wall, cpu
+        return C.timed_calls(decode, batches)
 
     C.log(f"rllib {EPISODES}: {n} episodes ({steps} steps) in {len(batches)} batches")
     timing = C.time_repeats(one_pass, repeats, warmup=0)

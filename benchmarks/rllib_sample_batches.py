@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 import types
 from pathlib import Path
 
@@ -64,22 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     mapper(this, {k: v[:10] for k, v in batches[0].items()}, to_numpy=True)  # warm-up
 
     def map_pass() -> tuple[float, float]:
-        wall = cpu = 0.0
-        for b in batches:
-            t0, c0 = time.perf_counter(), time.process_time()
-            out = mapper(this, b, to_numpy=True)
-            wall, cpu = wall + time.perf_counter() - t0, cpu + time.process_time() - c0
-            del out
-        return wall, cpu
+        return C.timed_calls(lambda b: mapper(this, b, to_numpy=True), batches)
 
     def read_map_pass() -> tuple[float, float]:
-        wall = cpu = 0.0
-        for f in files:
-            t0, c0 = time.perf_counter(), time.process_time()
-            out = mapper(this, load(f, limit)[1], to_numpy=True)
-            wall, cpu = wall + time.perf_counter() - t0, cpu + time.process_time() - c0
-            del out
-        return wall, cpu
+        return C.timed_calls(lambda f: mapper(this, load(f, limit)[1], to_numpy=True), files)
 
     episodes = sum(len(mapper(this, b, to_numpy=True)["episodes"]) for b in batches)
     call = "OfflinePreLearner._map_sample_batch_to_episode(batch, to_numpy=True), infos dropped"
