@@ -31,6 +31,7 @@ from .config import PreLearnerConfig
 from .errors import ConfigError
 from .plugins import import_object
 from .prelearner import OfflinePreLearner
+from .report import Ledger
 from .sources import detect_format, expand_paths
 
 __all__ = ["PipelineResult", "build_dataset", "iter_learner_batches", "run_pipeline"]
@@ -189,29 +190,24 @@ def build_dataset(
     return ds
 
 
+_COUNTERS = ("batches", "samples", "fragments_added", "not_ready", "pending_fragments")
+
+
 def _sum_stats(per_actor: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    total: dict[str, Any] = {"actors": len(per_actor), "rows_rejected": {}, "episodes_rejected": {}}
-    keys = ("rows_in", "rows_kept", "rows_duplicate", "episodes_kept", "episodes_duplicate")
-    for k in keys:
-        total[k] = 0
-    for k in ("batches", "samples", "fragments_added", "not_ready", "pending_fragments"):
-        total[k] = 0
+    """Sums every actor's cumulative stats: the ledgers (Ledger +=), counters, buffer holdings."""
+    ledger = Ledger()
+    counters = dict.fromkeys(_COUNTERS, 0)
+    held = {"episodes_held": 0, "timesteps_held": 0}
     for st in per_actor.values():
-        led = st["ledger"]
-        for k in keys:
-            total[k] += led[k]
-        for k in ("rows_rejected", "episodes_rejected"):
-            for reason, n in led[k].items():
-                total[k][reason] = total[k].get(reason, 0) + n
-        for k in ("batches", "samples", "fragments_added", "not_ready", "pending_fragments"):
-            total[k] += st.get(k, 0)
+        ledger += Ledger.from_dict(st["ledger"])
+        for k in _COUNTERS:
+            counters[k] += st.get(k, 0)
         for buf in st.get("buffers", {}).values():
-            total["episodes_held"] = total.get("episodes_held", 0) + buf["episodes_held"]
-            total["timesteps_held"] = total.get("timesteps_held", 0) + buf["timesteps_held"]
-    total["rows_balance"] = total["rows_in"] == (
-        total["rows_kept"] + sum(total["rows_rejected"].values()) + total["rows_duplicate"]
-    )
-    return total
+            for k in held:
+                held[k] += buf[k]
+    total = ledger.to_dict()
+    total["rows_balance"] = total.pop("balanced")
+    return {"actors": len(per_actor), **total, **counters, **held}
 
 
 def run_pipeline(

@@ -83,6 +83,19 @@ class Ledger:
         self.episodes_rejected.update(other.episodes_rejected)
         return self
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Ledger:
+        """Inverse of :meth:`to_dict` (``balanced`` is derived, not read)."""
+        return cls(
+            rows_in=d["rows_in"],
+            rows_kept=d["rows_kept"],
+            rows_duplicate=d["rows_duplicate"],
+            rows_rejected=Counter(d["rows_rejected"]),
+            episodes_kept=d["episodes_kept"],
+            episodes_duplicate=d["episodes_duplicate"],
+            episodes_rejected=Counter(d["episodes_rejected"]),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "rows_in": self.rows_in,
