@@ -1,0 +1,601 @@
+"""Replay shards as Ray actors (the Ape-X design): prioritized replay across processes.
+
+A streaming ``map_batches`` stage cannot take TD errors back from a learner, so for prioritized
+replay across processes episodes stream into replay *shards* -- Ray actors, each owning one
+:class:`EpisodeReplayBuffer` -- and the learner samples from them and sends priorities back::
+
+    shards = ShardedReplayBuffer(config, num_shards=2)      # config.buffer.kind="prioritized"
+    shards.add(episodes)                     # routed by episode id; asynchronous
+    batch = shards.sample(256)               # one round of concurrent calls, all shards
+    shards.update_priorities(batch["indices"], td_errors)   # asynchronous, bounded in flight
+    shards.flush()                           # waits for what is in flight
+    shards.save("ckpt/"); shards.close()
+
+:mod:`offline_prelearner.apex` feeds shards from a Ray Data job. :class:`ReplayShard` is the
+plain class each actor runs (usable without Ray, in a test or a notebook).
+
+Semantics at the edges:
+
+* **Routing.** An episode goes to shard :func:`shard_of` of its id (a hash that is the same in
+  every process), so every fragment of an episode lands on the shard holding the rest. Fragments
+  must still arrive in order: one feeding process (or ``ray.group_by_episode``), as for the
+  plain pipeline.
+* **Capacity** ``config.buffer.capacity`` is the total: each shard holds ``ceil(capacity /
+  num_shards)`` slots and evicts on its own (FIFO or reservoir). ``learning_starts`` and
+  ``max_samples_per_insert`` are checked by the client over all shards' counters, as one buffer
+  would check them; the shards themselves have neither.
+* **Sampling mass** of a shard: the number of valid starts (uniform) or the sum of ``p ** alpha``
+  over them (prioritized). A batch of ``n`` is split over the shards by a multinomial draw
+  proportional to the masses the client last heard of (every reply carries the shard's mass), and
+  each shard draws its part from its own distribution. When those masses are current, a row is
+  drawn with exactly the probability one buffer holding all the data would give it, ``P(i) = m_i
+  / sum_k m_k``. Priority updates still in flight when the split is made make it lag by those
+  updates; the importance weights are computed from the probability the row was *actually* drawn
+  with (split share times in-shard probability, see :func:`global_weights`), so they stay exact
+  either way: ``w_i = (P(i) / min_j P(j)) ** -beta``, the minimum over every step any shard could
+  have drawn -- one buffer's weights whenever the masses were current. Uniform rows weigh 1.
+* **Handles.** ``indices`` hold ``(local_handle << b) | shard`` with ``b = (num_shards -
+  1).bit_length()`` low bits (:func:`encode_handles`); one buffer's handles lose nothing by it
+  (see there). A handle naming no shard, or stale in its shard, is ignored and counted.
+* **Mixin** buffers are refused: "all the new data in every batch" has no meaning across shards.
+
+Not thread-safe: one client per thread. A client pickles (e.g. into Ray Data actors) as its
+actor handles and configuration, with nothing in flight; only the creating client kills the
+actors (:meth:`ShardedReplayBuffer.close`).
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .. import columns as C
+from ..batch import SampleBatch
+from ..config import PreLearnerConfig
+from ..episode import Episode
+from ..errors import ConfigError, DataError, EmptyBufferError, Where
+from ..samplers.prioritized import Prioritized
+from . import checkpoint
+from ._shard_parts import (
+    decode_handles,
+    encode_handles,
+    global_weights,
+    pack_episodes,
+    shard_of,
+    split_counts,
+    unpack_episodes,
+)
+from .replay_buffer import INDICES, EpisodeReplayBuffer
+
+__all__ = [
+    "ReplayShard",
+    "ShardInfo",
+    "ShardSample",
+    "ShardedReplayBuffer",
+    "decode_handles",
+    "encode_handles",
+    "global_weights",
+    "pack_episodes",
+    "shard_of",
+    "split_counts",
+    "unpack_episodes",
+]
+
+_CLIENT_MANIFEST = "sharded"
+
+
+# ============================================================================ one shard
+@dataclass(frozen=True)
+class ShardInfo:
+    """What a shard reports with every reply (the client keeps the newest by ``seq``)."""
+
+    shard: int
+    seq: int  # calls served so far: orders replies from one shard
+    mass: float  # sampling mass: valid starts (uniform) or sum of p ** alpha (prioritized)
+    min_mass: float  # mass of the least likely valid start (inf when none)
+    timesteps_added: int
+    samples_drawn: int
+
+
+@dataclass
+class ShardSample:
+    """One shard's part of a batch: columns (local ``indices``), each row's mass, the info."""
+
+    columns: dict[str, np.ndarray]
+    row_mass: np.ndarray
+    info: ShardInfo
+
+    def __len__(self) -> int:
+        return len(self.row_mass)
+
+
+class ReplayShard:
+    """One replay buffer behind an actor; plain Python, testable without Ray.
+
+    Args:
+        config: The buffer, sample and seed sections are used; the buffer is built exactly as
+            :meth:`OfflinePreLearner.build_buffer` builds it, with this shard's own seed.
+        shard: This shard's number (seeds its generator; named in replies and checkpoints).
+        module_id: The module whose buffer this is (default ``config.modules.default_module``).
+    """
+
+    def __init__(
+        self,
+        config: PreLearnerConfig | Mapping[str, Any] | None = None,
+        shard: int = 0,
+        module_id: str | None = None,
+    ) -> None:
+        cfg = PreLearnerConfig.coerce(config)
+        if cfg.buffer.kind == "mixin":
+            raise ConfigError(
+                "buffer.kind='mixin' cannot be sharded (its batches hold all new data of one "
+                "buffer); use 'uniform' or 'prioritized'"
+            )
+        if cfg.seed is not None:
+            seed = int(np.random.SeedSequence([cfg.seed, shard]).generate_state(1)[0])
+            cfg = cfg.with_updates({"seed": seed})
+        self.shard = shard
+        self.module_id = module_id or cfg.modules.default_module
+        # Upward import (buffers -> prelearner), deferred: build_buffer is the one definition
+        # of "the buffer a config describes"; it belongs in a lower module (see the report).
+        from ..prelearner import OfflinePreLearner
+
+        self.buffer: EpisodeReplayBuffer = OfflinePreLearner(cfg).build_buffer(self.module_id)
+        self.seq = 0
+
+    def __repr__(self) -> str:
+        return f"ReplayShard({self.shard}, {self.buffer!r})"
+
+    @property
+    def prioritized(self) -> bool:
+        return isinstance(self.buffer.sampler, Prioritized)
+
+    def info(self) -> ShardInfo:
+        """Counts this call and reports the shard's mass and counters."""
+        self.seq += 1
+        buf, mass, low = self.buffer, 0.0, math.inf
+        total = buf.valid_starts().total
+        sampler = buf.sampler
+        if isinstance(sampler, Prioritized):
+            tree, mins = sampler.sum_tree, sampler.min_tree
+            if total and tree is not None and mins is not None:
+                mass, low = tree.total(), mins.min()
+        elif total:
+            mass, low = float(total), 1.0
+        st = buf.storage.counters
+        return ShardInfo(self.shard, self.seq, mass, low, st["timesteps_added"], buf.samples_drawn)
+
+    def add(self, episodes: Iterable[Episode | Mapping[str, Any]]) -> ShardInfo:
+        """Stores episodes (Episode objects and/or :func:`pack_episodes` dicts), in order."""
+        eps: list[Episode] = []
+        for item in episodes:
+            eps.extend(unpack_episodes(item) if isinstance(item, Mapping) else [item])
+        self.buffer.add(eps)
+        return self.info()
+
+    def sample(self, n: int) -> ShardSample:
+        """``n`` rows (none when ``n`` is 0 or nothing is sampleable), with each row's mass."""
+        rows: dict[str, np.ndarray] = {}
+        row_mass = np.zeros(0)
+        if n > 0 and self.buffer.valid_starts().total:
+            try:
+                rows = self.buffer.sample(n).to_dict()
+            except EmptyBufferError:  # e.g. a custom sampler with nothing to draw
+                rows = {}
+            if rows:
+                row_mass = self._row_mass(rows[INDICES])
+        return ShardSample(rows, row_mass, self.info())
+
+    def _row_mass(self, handles: np.ndarray) -> np.ndarray:
+        sampler = self.buffer.sampler
+        if not isinstance(sampler, Prioritized) or sampler.sum_tree is None:
+            return np.ones(len(handles))
+        slots, _ = self.buffer.storage.resolve(handles)
+        return sampler.sum_tree.get(slots)
+
+    def update_priorities(self, handles: npt.ArrayLike, priorities: npt.ArrayLike) -> int:
+        """Sets priorities of sampled rows (this shard's handles); returns how many were still
+        current. Stale handles are ignored and counted (``stats()["priority_updates_stale"]``)."""
+        sampler = self.buffer.sampler
+        if not isinstance(sampler, Prioritized):
+            raise ConfigError(
+                f"shard {self.shard} has a {type(sampler).__name__} sampler; "
+                "update_priorities needs buffer.kind='prioritized'"
+            )
+        return sampler.update_priorities(self.buffer.storage, handles, priorities)
+
+    def feedback(self, handles: npt.ArrayLike, priorities: npt.ArrayLike) -> ShardInfo:
+        """:meth:`update_priorities`, answered with the shard's info (what the client sends)."""
+        self.update_priorities(handles, priorities)
+        return self.info()
+
+    def stats(self) -> dict[str, Any]:
+        """The buffer's counters plus the shard number, mass and priority-update counters."""
+        out: dict[str, Any] = dict(self.buffer.stats())
+        info = self.info()
+        out.update(shard=self.shard, mass=info.mass)
+        sampler = self.buffer.sampler
+        if isinstance(sampler, Prioritized):
+            out["priority_updates"] = sampler.updates_applied
+            out["priority_updates_stale"] = sampler.updates_stale
+        return out
+
+    def save(self, path: str | Path, save_id: str | None = None) -> Path:
+        """Writes the buffer's checkpoint (see :mod:`.checkpoint`), tagged with shard/save id."""
+        state = self.buffer.get_state()
+        meta = {**state["meta"], "shard": {"shard": self.shard, "save_id": save_id}}
+        return checkpoint.write(path, meta, state["arrays"])
+
+    def load(self, path: str | Path, save_id: str | None = None) -> ShardInfo:
+        """Restores :meth:`save` output; with ``save_id``, only the checkpoint of that save."""
+        meta, arrays = checkpoint.read(path)
+        tag = meta.get("shard") or {}
+        if save_id is not None and tag.get("save_id") != save_id:
+            raise DataError(
+                f"shard checkpoint {str(path)!r} belongs to save {tag.get('save_id')!r}, not "
+                f"{save_id!r} (an interrupted save?)",
+                Where(file=str(path)),
+                reason="foreign_shard_checkpoint",
+            )
+        self.buffer.set_state({"meta": meta, "arrays": arrays})
+        return self.info()
+
+
+# ============================================================================ the client
+def _ray() -> Any:
+    import ray
+
+    return ray
+
+
+class ShardedReplayBuffer:
+    """The learner's (and feeders') handle on ``num_shards`` :class:`ReplayShard` actors.
+
+    Args:
+        config: A :class:`PreLearnerConfig` (or dict / path); ``buffer.kind`` uniform,
+            prioritized or reservoir. ``buffer.capacity`` is the total over all shards.
+        num_shards: How many actors (>= 1).
+        module_id: The module these shards serve (default ``config.modules.default_module``).
+        num_cpus: CPUs each actor reserves (0: Ray's default for a running actor; give 1 on a
+            cluster where shards should not share cores).
+        actor_options: More ``ray.remote`` options for the actors (``memory``, ``resources``...).
+        max_in_flight: Asynchronous ``add`` / ``update_priorities`` calls allowed in flight.
+    """
+
+    def __init__(
+        self,
+        config: PreLearnerConfig | Mapping[str, Any] | str | None,
+        num_shards: int,
+        *,
+        module_id: str | None = None,
+        num_cpus: float = 0.0,
+        actor_options: Mapping[str, Any] | None = None,
+        max_in_flight: int = 8,
+    ) -> None:
+        cfg = PreLearnerConfig.coerce(config)
+        if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
+            raise ConfigError(f"num_shards must be an int >= 1, found {num_shards!r}")
+        if (
+            isinstance(max_in_flight, bool)
+            or not isinstance(max_in_flight, int)
+            or max_in_flight < 1
+        ):
+            raise ConfigError(f"max_in_flight must be an int >= 1, found {max_in_flight!r}")
+        b = cfg.buffer
+        self.config = cfg
+        self.num_shards = num_shards
+        self.module_id = module_id or cfg.modules.default_module
+        self.max_in_flight = max_in_flight
+        self.learning_starts = b.learning_starts
+        self.rate_limit = ReplayShard(cfg, 0, self.module_id).buffer.rate_limit  # checks cfg
+        self.shard_config = cfg.with_updates(
+            {
+                "buffer.capacity": -(-b.capacity // num_shards),
+                "buffer.learning_starts": 0,
+                "buffer.max_samples_per_insert": None,
+            }
+        )
+        self.prioritized = b.kind == "prioritized"
+        self.beta = b.beta
+        ray = _ray()
+        remote = ray.remote(ReplayShard).options(num_cpus=num_cpus, **(actor_options or {}))
+        self.actors = [
+            remote.remote(self.shard_config, s, self.module_id) for s in range(num_shards)
+        ]
+        self._owner = True
+        self._reset_local()
+        for info in ray.get([a.info.remote() for a in self.actors]):  # surfaces start-up errors
+            self._note(info)
+
+    def _reset_local(self) -> None:
+        seed = self.config.seed
+        self.rng = np.random.default_rng(None if seed is None else [seed, 0x5A4D])
+        self._infos: list[ShardInfo | None] = [None] * self.num_shards
+        self._pending: list[Any] = []
+        self.counters = {"samples": 0, "rounds": 0, "redraws": 0, "updates_sent": 0}
+        self.counters.update(updates_foreign=0, episodes_sent=0, timesteps_sent=0)
+
+    def __getstate__(self) -> dict[str, Any]:
+        keep = ("config", "num_shards", "module_id", "max_in_flight", "learning_starts")
+        keep += ("rate_limit", "shard_config", "prioritized", "_beta", "actors")
+        return {k: self.__dict__[k] for k in keep}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._owner = False
+        self._reset_local()
+
+    def __repr__(self) -> str:
+        return (
+            f"ShardedReplayBuffer(num_shards={self.num_shards}, module_id={self.module_id!r}, "
+            f"kind={self.config.buffer.kind!r}, capacity={self.config.buffer.capacity})"
+        )
+
+    def __enter__(self) -> ShardedReplayBuffer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def beta(self) -> float:
+        """Importance-weight exponent of :meth:`sample` (may be annealed between samples)."""
+        return self._beta
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        if isinstance(value, bool) or not (isinstance(value, (int, float)) and value >= 0):
+            raise ConfigError(f"beta must be a number >= 0, found {value!r}")
+        self._beta = float(value)
+
+    # ------------------------------------------------------------------ adding
+    def add(self, episodes: Episode | Iterable[Episode]) -> np.ndarray:
+        """Sends episodes to their shards (asynchronously); returns episodes sent per shard.
+
+        An error in a shard (e.g. a fragment that contradicts what it holds) is raised by a
+        later call that waits for it: :meth:`flush`, or an ``add`` / ``update_priorities`` past
+        ``max_in_flight``.
+        """
+        eps = [episodes] if isinstance(episodes, Episode) else list(episodes)
+        for ep in eps:
+            if not isinstance(ep, Episode):
+                raise TypeError(f"add() takes Episode objects, found {type(ep).__name__}")
+        shard = shard_of([e.id for e in eps], self.num_shards)
+        for s in np.unique(shard).tolist():
+            part = [eps[i] for i in np.flatnonzero(shard == s).tolist()]
+            self._submit(self.actors[s].add.remote(pack_episodes(part)))
+        self.counters["episodes_sent"] += len(eps)
+        self.counters["timesteps_sent"] += sum(len(e) for e in eps)
+        return np.bincount(shard, minlength=self.num_shards)
+
+    # ------------------------------------------------------------------ sampling
+    def sample(self, batch_size: int) -> SampleBatch:
+        """``batch_size`` rows from all shards in one round of concurrent calls.
+
+        Rows come grouped by shard; ``weights`` are global importance weights and ``indices``
+        global handles (see the module docstring); ``batch.info["shard_counts"]`` says how many
+        rows each shard drew. Raises :class:`EmptyBufferError` before ``learning_starts``
+        timesteps were added over all shards, while nothing is sampleable, or when the rate
+        limit refuses (``RateLimitExceeded``).
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
+            raise ConfigError(f"batch_size must be an int >= 1, found {batch_size!r}")
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be an int >= 1, found {batch_size!r}")
+        n, ray = int(batch_size), _ray()
+        self._reap(timeout=0.0)
+        self._check_ready(n)
+        for _ in range(3):
+            split = self._masses()
+            if not split.sum() > 0:
+                self.refresh()
+                split = self._masses()
+                if not split.sum() > 0:
+                    raise EmptyBufferError(
+                        f"nothing to sample: none of the {self.num_shards} shards holds a "
+                        "complete window"
+                    )
+            counts = split_counts(split, n, self.rng)
+            parts = ray.get(
+                [a.sample.remote(int(c)) for a, c in zip(self.actors, counts.tolist(), strict=True)]
+            )
+            for p in parts:
+                self._note(p.info)
+            self.counters["rounds"] += 1
+            if all(len(p) == c for p, c in zip(parts, counts.tolist(), strict=True)):
+                break
+            self.counters["redraws"] += 1  # a shard emptied since its mass was reported
+        else:
+            raise EmptyBufferError("shards kept coming up short of their share; nothing drawn")
+        return self._assemble(parts, split, counts)
+
+    def _assemble(
+        self, parts: list[ShardSample], split: np.ndarray, counts: np.ndarray
+    ) -> SampleBatch:
+        full = [p for p in parts if len(p)]
+        cols = {k: np.concatenate([p.columns[k] for p in full]) for k in full[0].columns}
+        row_shard = np.repeat(np.arange(self.num_shards), [len(p) for p in parts])
+        cols[INDICES] = encode_handles(cols[INDICES], row_shard, self.num_shards)
+        if self.prioritized:
+            w = global_weights(
+                np.concatenate([p.row_mass for p in full]),
+                row_shard,
+                split,
+                [p.info.mass for p in parts],
+                [p.info.min_mass for p in parts],
+                self.beta,
+            )
+            cols[C.WEIGHTS] = w.astype(np.float32)
+        batch = SampleBatch(cols)
+        batch.info["shard_counts"] = counts
+        self.counters["samples"] += len(row_shard)
+        return batch
+
+    def _check_ready(self, n: int) -> None:
+        """learning_starts and the rate limit over all shards (refreshed once if they refuse)."""
+        for attempt in range(2):
+            added = sum(i.timesteps_added for i in self._infos if i is not None)
+            drawn = sum(i.samples_drawn for i in self._infos if i is not None)
+            try:
+                if added < self.learning_starts:
+                    raise EmptyBufferError(
+                        f"{added} timesteps added over {self.num_shards} shards, sampling "
+                        f"starts after learning_starts={self.learning_starts}"
+                    )
+                if self.rate_limit is not None:
+                    self.rate_limit.check(n, drawn, added, self.learning_starts)
+                return
+            except EmptyBufferError:
+                if attempt:
+                    raise
+                self.refresh()
+
+    def _masses(self) -> np.ndarray:
+        return np.array([0.0 if i is None else i.mass for i in self._infos])
+
+    def refresh(self) -> list[ShardInfo]:
+        """Asks every shard for its info now (one round); returns it."""
+        infos = _ray().get([a.info.remote() for a in self.actors])
+        for info in infos:
+            self._note(info)
+        return infos
+
+    # ------------------------------------------------------------------ priorities
+    def update_priorities(self, indices: npt.ArrayLike, td_errors: npt.ArrayLike) -> int:
+        """Sends new priorities (``|td| + eps``) for sampled rows to their shards, without
+        waiting; returns how many handles were sent. Handles naming no shard are dropped and
+        counted (``updates_foreign``); stale ones are counted by their shard.
+
+        Raises (before sending anything): ``TypeError`` for non-integer indices, ``ValueError``
+        for unequal lengths or a non-finite value, :class:`ConfigError` for a uniform buffer.
+        """
+        if not self.prioritized:
+            raise ConfigError(
+                f"update_priorities needs buffer.kind='prioritized', these shards are "
+                f"{self.config.buffer.kind!r}"
+            )
+        h = np.asarray(indices)
+        if h.dtype.kind not in "iu" and h.size:
+            raise TypeError(
+                f"update_priorities: indices must be the int64 handles of a sample's "
+                f"'indices' column, found dtype {h.dtype}"
+            )
+        h = h.astype(np.int64, copy=False).ravel()
+        td = np.asarray(td_errors, np.float64).ravel()
+        if td.shape != h.shape:
+            raise ValueError(f"update_priorities: {h.size} indices but {td.size} priorities")
+        if not np.isfinite(td).all():
+            bad = int(np.flatnonzero(~np.isfinite(td))[0])
+            raise ValueError(f"update_priorities: priority {td[bad]!r} at {bad} is not finite")
+        local, shard = decode_handles(h, self.num_shards)
+        key = np.minimum(shard, self.num_shards)  # num_shards: names no shard
+        order = np.argsort(key, kind="stable")
+        bounds = np.searchsorted(key[order], np.arange(self.num_shards + 1)).tolist()
+        for s in range(self.num_shards):
+            rows = order[bounds[s] : bounds[s + 1]]
+            if len(rows):
+                self._submit(self.actors[s].feedback.remote(local[rows], td[rows]))
+        sent = bounds[-1]
+        self.counters["updates_sent"] += sent
+        self.counters["updates_foreign"] += len(h) - sent
+        return sent
+
+    # ------------------------------------------------------------------ in flight
+    def _submit(self, ref: Any) -> None:
+        self._pending.append(ref)
+        if len(self._pending) > self.max_in_flight:
+            self._reap(num_returns=len(self._pending) - self.max_in_flight // 2)
+
+    def _reap(self, num_returns: int | None = None, timeout: float | None = None) -> None:
+        """Collects finished calls (at least ``num_returns``; all finished ones with
+        ``timeout=0``), noting their infos and raising the first error among them."""
+        if not self._pending:
+            return
+        ray = _ray()
+        want = len(self._pending) if num_returns is None else num_returns
+        done, self._pending = ray.wait(self._pending, num_returns=want, timeout=timeout)
+        for info in ray.get(done):
+            self._note(info)
+
+    def _note(self, info: ShardInfo) -> None:
+        cur = self._infos[info.shard]
+        if cur is None or info.seq > cur.seq:
+            self._infos[info.shard] = info
+
+    def flush(self) -> None:
+        """Waits for every ``add`` / ``update_priorities`` in flight; raises a shard's error."""
+        self._reap()
+
+    # ------------------------------------------------------------------ stats and state
+    def stats(self) -> dict[str, Any]:
+        """Counters summed over shards (``timesteps_held``, ``priority_updates_stale`` ...),
+        ``shards`` (each one's stats) and ``client`` (this client's counters)."""
+        per = _ray().get([a.stats.remote() for a in self.actors])
+        total = {
+            k: sum(p[k] for p in per)
+            for k, v in per[0].items()
+            if isinstance(v, (int, float)) and k != "shard"
+        }
+        client = {**self.counters, "in_flight": len(self._pending)}
+        return {"num_shards": self.num_shards, **total, "shards": per, "client": client}
+
+    def save(self, path: str | Path) -> Path:
+        """Flushes, then writes ``path/shard-XXX`` (one checkpoint per shard; the shards write
+        them, so ``path`` must be on a file system they share) and ``path/sharded`` last."""
+        self.flush()
+        root, save_id = Path(path), uuid.uuid4().hex
+        _ray().get(
+            [a.save.remote(str(root / _shard_dir(i)), save_id) for i, a in enumerate(self.actors)]
+        )
+        meta = {
+            "num_shards": self.num_shards,
+            "module_id": self.module_id,
+            "save_id": save_id,
+            "beta": self.beta,
+            "rng": self.rng.bit_generator.state,
+            "config": self.config.to_dict(),
+        }
+        checkpoint.write(root / _CLIENT_MANIFEST, meta, {})
+        return root
+
+    def load(self, path: str | Path) -> None:
+        """Restores :meth:`save` output into these shards (same number and module)."""
+        root = Path(path)
+        meta, _ = checkpoint.read(root / _CLIENT_MANIFEST)
+        for name, mine in (("num_shards", self.num_shards), ("module_id", self.module_id)):
+            if meta.get(name) != mine:
+                raise ConfigError(
+                    f"checkpoint {str(root)!r} was saved with {name}={meta.get(name)!r}, these "
+                    f"shards have {mine!r} (episodes are routed by num_shards)"
+                )
+        self.flush()
+        infos = _ray().get(
+            [
+                a.load.remote(str(root / _shard_dir(i)), meta["save_id"])
+                for i, a in enumerate(self.actors)
+            ]
+        )
+        self._infos = list(infos)
+        self.beta = meta["beta"]
+        self.rng.bit_generator.state = meta["rng"]
+
+    def close(self) -> None:
+        """Kills the shard actors (their data is gone; :meth:`save` first to keep it). Only the
+        client that created them does this; copies just forget their calls in flight."""
+        self._pending: list[Any] = []
+        if self._owner and self.actors:
+            ray = _ray()
+            for a in self.actors:
+                ray.kill(a)
+        self.actors = []
+
+
+def _shard_dir(i: int) -> str:
+    return f"shard-{i:03d}"
