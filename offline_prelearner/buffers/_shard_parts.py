@@ -1,22 +1,35 @@
-"""The pure pieces of replay sharding (no Ray): routing, global handles, the split of a batch
-over shards, global importance weights, and episodes packed as columns for the trip to a shard.
+"""The Ray-free half of replay sharding: routing, global handles, the split of a batch over
+shards, global importance weights, episodes packed as columns for the trip to a shard, and
+:class:`ReplayShard`, the plain class each shard actor runs.
 
-:mod:`.shards` uses them; they are separate so each can be tested against a plain reference.
+:mod:`.shards` (the client, which talks to Ray) uses them and re-exports the public names; each
+piece here is tested on its own, the math against plain references.
 """
 
 from __future__ import annotations
 
+import math
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from ..config import PreLearnerConfig
 from ..episode import Episode
+from ..errors import ConfigError, DataError, EmptyBufferError, Where
+from ..samplers.prioritized import Prioritized
+from . import checkpoint
+from .replay_buffer import INDICES, EpisodeReplayBuffer
 from .storage import normalize_id
 
 __all__ = [
+    "ReplayShard",
+    "ShardInfo",
+    "ShardSample",
     "decode_handles",
     "encode_handles",
     "global_weights",
@@ -195,3 +208,168 @@ def _layout(ep: Episode) -> tuple[Any, ...]:
     o, a, r = ep.observations, ep.actions, ep.rewards
     extras = tuple((k, v.shape[1:], v.dtype.str) for k, v in ep.extras.items())
     return o.shape[1:], o.dtype.str, a.shape[1:], a.dtype.str, r.dtype.str, extras, ep.infos is None
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """What a shard reports with every reply (the client keeps the newest by ``seq``)."""
+
+    shard: int
+    seq: int  # calls served so far: orders replies from one shard
+    mass: float  # sampling mass: valid starts (uniform) or sum of p ** alpha (prioritized)
+    min_mass: float  # mass of the least likely valid start (inf when none)
+    timesteps_added: int
+    samples_drawn: int
+
+
+@dataclass
+class ShardSample:
+    """One shard's part of a batch: columns (local ``indices``), each row's mass, the info."""
+
+    columns: dict[str, np.ndarray]
+    row_mass: np.ndarray
+    info: ShardInfo
+
+    def __len__(self) -> int:
+        return len(self.row_mass)
+
+
+class ReplayShard:
+    """One replay buffer behind an actor; plain Python, testable without Ray.
+
+    Args:
+        config: The buffer, sample and seed sections are used; the buffer is built exactly as
+            :meth:`OfflinePreLearner.build_buffer` builds it, with this shard's own seed.
+        shard: This shard's number (seeds its generator; named in replies and checkpoints).
+        module_id: The module whose buffer this is (default ``config.modules.default_module``).
+    """
+
+    def __init__(
+        self,
+        config: PreLearnerConfig | Mapping[str, Any] | None = None,
+        shard: int = 0,
+        module_id: str | None = None,
+    ) -> None:
+        cfg = PreLearnerConfig.coerce(config)
+        if cfg.buffer.kind == "mixin":
+            raise ConfigError(
+                "buffer.kind='mixin' cannot be sharded (its batches hold all new data of one "
+                "buffer); use 'uniform' or 'prioritized'"
+            )
+        if cfg.seed is not None:
+            seed = int(np.random.SeedSequence([cfg.seed, shard]).generate_state(1)[0])
+            cfg = cfg.with_updates({"seed": seed})
+        self.shard = shard
+        self.module_id = module_id or cfg.modules.default_module
+        # Upward import (buffers -> prelearner), deferred: build_buffer is the one definition
+        # of "the buffer a config describes"; it belongs in a lower module (see the report).
+        from ..prelearner import OfflinePreLearner
+
+        self.buffer: EpisodeReplayBuffer = OfflinePreLearner(cfg).build_buffer(self.module_id)
+        self.seq = 0
+
+    def __repr__(self) -> str:
+        return f"ReplayShard({self.shard}, {self.buffer!r})"
+
+    @property
+    def prioritized(self) -> bool:
+        return isinstance(self.buffer.sampler, Prioritized)
+
+    def info(self) -> ShardInfo:
+        """Counts this call and reports the shard's mass and counters."""
+        self.seq += 1
+        buf, mass, low = self.buffer, 0.0, math.inf
+        total = buf.valid_starts().total
+        sampler = buf.sampler
+        if isinstance(sampler, Prioritized):
+            tree, mins = sampler.sum_tree, sampler.min_tree
+            if total and tree is not None and mins is not None:
+                mass, low = tree.total(), mins.min()
+        elif total:
+            mass, low = float(total), 1.0
+        st = buf.storage.counters
+        return ShardInfo(self.shard, self.seq, mass, low, st["timesteps_added"], buf.samples_drawn)
+
+    def add(self, episodes: Iterable[Episode | Mapping[str, Any]]) -> ShardInfo:
+        """Stores episodes (Episode objects and/or :func:`pack_episodes` dicts), in order."""
+        eps: list[Episode] = []
+        for item in episodes:
+            eps.extend(unpack_episodes(item) if isinstance(item, Mapping) else [item])
+        self.buffer.add(eps)
+        return self.info()
+
+    def sample(
+        self,
+        n: int,
+        handles: npt.ArrayLike | None = None,
+        priorities: npt.ArrayLike | None = None,
+    ) -> ShardSample:
+        """``n`` rows (none when ``n`` is 0 or nothing is sampleable), with each row's mass;
+        with ``handles`` and ``priorities``, :meth:`update_priorities` first (one call for a
+        learner's update and its next draw)."""
+        if handles is not None:
+            self.update_priorities(handles, np.asarray(priorities))
+        rows: dict[str, np.ndarray] = {}
+        row_mass = np.zeros(0)
+        if n > 0 and self.buffer.valid_starts().total:
+            try:
+                rows = self.buffer.sample(n).to_dict()
+            except EmptyBufferError:  # e.g. a custom sampler with nothing to draw
+                rows = {}
+            if rows:
+                row_mass = self._row_mass(rows[INDICES])
+        return ShardSample(rows, row_mass, self.info())
+
+    def _row_mass(self, handles: np.ndarray) -> np.ndarray:
+        sampler = self.buffer.sampler
+        if not isinstance(sampler, Prioritized) or sampler.sum_tree is None:
+            return np.ones(len(handles))
+        slots, _ = self.buffer.storage.resolve(handles)
+        return sampler.sum_tree.get(slots)
+
+    def update_priorities(self, handles: npt.ArrayLike, priorities: npt.ArrayLike) -> int:
+        """Sets priorities of sampled rows (this shard's handles); returns how many were still
+        current. Stale handles are ignored and counted (``stats()["priority_updates_stale"]``)."""
+        sampler = self.buffer.sampler
+        if not isinstance(sampler, Prioritized):
+            raise ConfigError(
+                f"shard {self.shard} has a {type(sampler).__name__} sampler; "
+                "update_priorities needs buffer.kind='prioritized'"
+            )
+        return sampler.update_priorities(self.buffer.storage, handles, priorities)
+
+    def feedback(self, handles: npt.ArrayLike, priorities: npt.ArrayLike) -> ShardInfo:
+        """:meth:`update_priorities`, answered with the shard's info (what the client sends)."""
+        self.update_priorities(handles, priorities)
+        return self.info()
+
+    def stats(self) -> dict[str, Any]:
+        """The buffer's counters plus the shard number, mass and priority-update counters."""
+        out: dict[str, Any] = dict(self.buffer.stats())
+        info = self.info()
+        out.update(shard=self.shard, mass=info.mass)
+        sampler = self.buffer.sampler
+        if isinstance(sampler, Prioritized):
+            out["priority_updates"] = sampler.updates_applied
+            out["priority_updates_stale"] = sampler.updates_stale
+        return out
+
+    def save(self, path: str | Path, save_id: str | None = None) -> Path:
+        """Writes the buffer's checkpoint (see :mod:`.checkpoint`), tagged with shard/save id."""
+        state = self.buffer.get_state()
+        meta = {**state["meta"], "shard": {"shard": self.shard, "save_id": save_id}}
+        return checkpoint.write(path, meta, state["arrays"])
+
+    def load(self, path: str | Path, save_id: str | None = None) -> ShardInfo:
+        """Restores :meth:`save` output; with ``save_id``, only the checkpoint of that save."""
+        meta, arrays = checkpoint.read(path)
+        tag = meta.get("shard") or {}
+        if save_id is not None and tag.get("save_id") != save_id:
+            raise DataError(
+                f"shard checkpoint {str(path)!r} belongs to save {tag.get('save_id')!r}, not "
+                f"{save_id!r} (an interrupted save?)",
+                Where(file=str(path)),
+                reason="foreign_shard_checkpoint",
+            )
+        self.buffer.set_state({"meta": meta, "arrays": arrays})
+        return self.info()

@@ -46,8 +46,8 @@ actors (:meth:`ShardedReplayBuffer.close`).
 
 from __future__ import annotations
 
-import math
 import uuid
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,10 +60,12 @@ from .. import columns as C
 from ..batch import SampleBatch
 from ..config import PreLearnerConfig
 from ..episode import Episode
-from ..errors import ConfigError, DataError, EmptyBufferError, Where
-from ..samplers.prioritized import Prioritized
+from ..errors import ConfigError, EmptyBufferError
 from . import checkpoint
 from ._shard_parts import (
+    ReplayShard,
+    ShardInfo,
+    ShardSample,
     decode_handles,
     encode_handles,
     global_weights,
@@ -72,7 +74,7 @@ from ._shard_parts import (
     split_counts,
     unpack_episodes,
 )
-from .replay_buffer import INDICES, EpisodeReplayBuffer
+from .replay_buffer import INDICES
 
 __all__ = [
     "ReplayShard",
@@ -91,168 +93,21 @@ __all__ = [
 _CLIENT_MANIFEST = "sharded"
 
 
-# ============================================================================ one shard
-@dataclass(frozen=True)
-class ShardInfo:
-    """What a shard reports with every reply (the client keeps the newest by ``seq``)."""
-
-    shard: int
-    seq: int  # calls served so far: orders replies from one shard
-    mass: float  # sampling mass: valid starts (uniform) or sum of p ** alpha (prioritized)
-    min_mass: float  # mass of the least likely valid start (inf when none)
-    timesteps_added: int
-    samples_drawn: int
-
-
-@dataclass
-class ShardSample:
-    """One shard's part of a batch: columns (local ``indices``), each row's mass, the info."""
-
-    columns: dict[str, np.ndarray]
-    row_mass: np.ndarray
-    info: ShardInfo
-
-    def __len__(self) -> int:
-        return len(self.row_mass)
-
-
-class ReplayShard:
-    """One replay buffer behind an actor; plain Python, testable without Ray.
-
-    Args:
-        config: The buffer, sample and seed sections are used; the buffer is built exactly as
-            :meth:`OfflinePreLearner.build_buffer` builds it, with this shard's own seed.
-        shard: This shard's number (seeds its generator; named in replies and checkpoints).
-        module_id: The module whose buffer this is (default ``config.modules.default_module``).
-    """
-
-    def __init__(
-        self,
-        config: PreLearnerConfig | Mapping[str, Any] | None = None,
-        shard: int = 0,
-        module_id: str | None = None,
-    ) -> None:
-        cfg = PreLearnerConfig.coerce(config)
-        if cfg.buffer.kind == "mixin":
-            raise ConfigError(
-                "buffer.kind='mixin' cannot be sharded (its batches hold all new data of one "
-                "buffer); use 'uniform' or 'prioritized'"
-            )
-        if cfg.seed is not None:
-            seed = int(np.random.SeedSequence([cfg.seed, shard]).generate_state(1)[0])
-            cfg = cfg.with_updates({"seed": seed})
-        self.shard = shard
-        self.module_id = module_id or cfg.modules.default_module
-        # Upward import (buffers -> prelearner), deferred: build_buffer is the one definition
-        # of "the buffer a config describes"; it belongs in a lower module (see the report).
-        from ..prelearner import OfflinePreLearner
-
-        self.buffer: EpisodeReplayBuffer = OfflinePreLearner(cfg).build_buffer(self.module_id)
-        self.seq = 0
-
-    def __repr__(self) -> str:
-        return f"ReplayShard({self.shard}, {self.buffer!r})"
-
-    @property
-    def prioritized(self) -> bool:
-        return isinstance(self.buffer.sampler, Prioritized)
-
-    def info(self) -> ShardInfo:
-        """Counts this call and reports the shard's mass and counters."""
-        self.seq += 1
-        buf, mass, low = self.buffer, 0.0, math.inf
-        total = buf.valid_starts().total
-        sampler = buf.sampler
-        if isinstance(sampler, Prioritized):
-            tree, mins = sampler.sum_tree, sampler.min_tree
-            if total and tree is not None and mins is not None:
-                mass, low = tree.total(), mins.min()
-        elif total:
-            mass, low = float(total), 1.0
-        st = buf.storage.counters
-        return ShardInfo(self.shard, self.seq, mass, low, st["timesteps_added"], buf.samples_drawn)
-
-    def add(self, episodes: Iterable[Episode | Mapping[str, Any]]) -> ShardInfo:
-        """Stores episodes (Episode objects and/or :func:`pack_episodes` dicts), in order."""
-        eps: list[Episode] = []
-        for item in episodes:
-            eps.extend(unpack_episodes(item) if isinstance(item, Mapping) else [item])
-        self.buffer.add(eps)
-        return self.info()
-
-    def sample(self, n: int) -> ShardSample:
-        """``n`` rows (none when ``n`` is 0 or nothing is sampleable), with each row's mass."""
-        rows: dict[str, np.ndarray] = {}
-        row_mass = np.zeros(0)
-        if n > 0 and self.buffer.valid_starts().total:
-            try:
-                rows = self.buffer.sample(n).to_dict()
-            except EmptyBufferError:  # e.g. a custom sampler with nothing to draw
-                rows = {}
-            if rows:
-                row_mass = self._row_mass(rows[INDICES])
-        return ShardSample(rows, row_mass, self.info())
-
-    def _row_mass(self, handles: np.ndarray) -> np.ndarray:
-        sampler = self.buffer.sampler
-        if not isinstance(sampler, Prioritized) or sampler.sum_tree is None:
-            return np.ones(len(handles))
-        slots, _ = self.buffer.storage.resolve(handles)
-        return sampler.sum_tree.get(slots)
-
-    def update_priorities(self, handles: npt.ArrayLike, priorities: npt.ArrayLike) -> int:
-        """Sets priorities of sampled rows (this shard's handles); returns how many were still
-        current. Stale handles are ignored and counted (``stats()["priority_updates_stale"]``)."""
-        sampler = self.buffer.sampler
-        if not isinstance(sampler, Prioritized):
-            raise ConfigError(
-                f"shard {self.shard} has a {type(sampler).__name__} sampler; "
-                "update_priorities needs buffer.kind='prioritized'"
-            )
-        return sampler.update_priorities(self.buffer.storage, handles, priorities)
-
-    def feedback(self, handles: npt.ArrayLike, priorities: npt.ArrayLike) -> ShardInfo:
-        """:meth:`update_priorities`, answered with the shard's info (what the client sends)."""
-        self.update_priorities(handles, priorities)
-        return self.info()
-
-    def stats(self) -> dict[str, Any]:
-        """The buffer's counters plus the shard number, mass and priority-update counters."""
-        out: dict[str, Any] = dict(self.buffer.stats())
-        info = self.info()
-        out.update(shard=self.shard, mass=info.mass)
-        sampler = self.buffer.sampler
-        if isinstance(sampler, Prioritized):
-            out["priority_updates"] = sampler.updates_applied
-            out["priority_updates_stale"] = sampler.updates_stale
-        return out
-
-    def save(self, path: str | Path, save_id: str | None = None) -> Path:
-        """Writes the buffer's checkpoint (see :mod:`.checkpoint`), tagged with shard/save id."""
-        state = self.buffer.get_state()
-        meta = {**state["meta"], "shard": {"shard": self.shard, "save_id": save_id}}
-        return checkpoint.write(path, meta, state["arrays"])
-
-    def load(self, path: str | Path, save_id: str | None = None) -> ShardInfo:
-        """Restores :meth:`save` output; with ``save_id``, only the checkpoint of that save."""
-        meta, arrays = checkpoint.read(path)
-        tag = meta.get("shard") or {}
-        if save_id is not None and tag.get("save_id") != save_id:
-            raise DataError(
-                f"shard checkpoint {str(path)!r} belongs to save {tag.get('save_id')!r}, not "
-                f"{save_id!r} (an interrupted save?)",
-                Where(file=str(path)),
-                reason="foreign_shard_checkpoint",
-            )
-        self.buffer.set_state({"meta": meta, "arrays": arrays})
-        return self.info()
-
-
 # ============================================================================ the client
 def _ray() -> Any:
     import ray
 
     return ray
+
+
+@dataclass
+class _Round:
+    """One round of sample calls in flight: its size, the masses it was split by, the split."""
+
+    n: int
+    split: np.ndarray
+    counts: np.ndarray
+    refs: list[Any]
 
 
 class ShardedReplayBuffer:
@@ -267,6 +122,11 @@ class ShardedReplayBuffer:
             cluster where shards should not share cores).
         actor_options: More ``ray.remote`` options for the actors (``memory``, ``resources``...).
         max_in_flight: Asynchronous ``add`` / ``update_priorities`` calls allowed in flight.
+        prefetch: Sample rounds kept in flight (0: none). With 1, :meth:`sample` returns the
+            round submitted at the previous call and submits the next, so the shards draw while
+            the learner computes (as Ape-X's learner prefetches); such a round is drawn before
+            the priorities of the batch just returned arrive. Its weights still match the
+            probabilities it was drawn with.
     """
 
     def __init__(
@@ -278,6 +138,7 @@ class ShardedReplayBuffer:
         num_cpus: float = 0.0,
         actor_options: Mapping[str, Any] | None = None,
         max_in_flight: int = 8,
+        prefetch: int = 0,
     ) -> None:
         cfg = PreLearnerConfig.coerce(config)
         if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
@@ -288,11 +149,14 @@ class ShardedReplayBuffer:
             or max_in_flight < 1
         ):
             raise ConfigError(f"max_in_flight must be an int >= 1, found {max_in_flight!r}")
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ConfigError(f"prefetch must be an int >= 0, found {prefetch!r}")
         b = cfg.buffer
         self.config = cfg
         self.num_shards = num_shards
         self.module_id = module_id or cfg.modules.default_module
         self.max_in_flight = max_in_flight
+        self.prefetch = prefetch
         self.learning_starts = b.learning_starts
         self.rate_limit = ReplayShard(cfg, 0, self.module_id).buffer.rate_limit  # checks cfg
         self.shard_config = cfg.with_updates(
@@ -319,11 +183,13 @@ class ShardedReplayBuffer:
         self.rng = np.random.default_rng(None if seed is None else [seed, 0x5A4D])
         self._infos: list[ShardInfo | None] = [None] * self.num_shards
         self._pending: list[Any] = []
+        self._ahead: deque[_Round] = deque()
+        self._queued: list[tuple[np.ndarray, np.ndarray] | None] = [None] * self.num_shards
         self.counters = {"samples": 0, "rounds": 0, "redraws": 0, "updates_sent": 0}
         self.counters.update(updates_foreign=0, episodes_sent=0, timesteps_sent=0)
 
     def __getstate__(self) -> dict[str, Any]:
-        keep = ("config", "num_shards", "module_id", "max_in_flight", "learning_starts")
+        keep = ("config", "num_shards", "module_id", "max_in_flight", "prefetch", "learning_starts")
         keep += ("rate_limit", "shard_config", "prioritized", "_beta", "actors")
         return {k: self.__dict__[k] for k in keep}
 
@@ -381,40 +247,58 @@ class ShardedReplayBuffer:
 
         Rows come grouped by shard; ``weights`` are global importance weights and ``indices``
         global handles (see the module docstring); ``batch.info["shard_counts"]`` says how many
-        rows each shard drew. Raises :class:`EmptyBufferError` before ``learning_starts``
-        timesteps were added over all shards, while nothing is sampleable, or when the rate
-        limit refuses (``RateLimitExceeded``).
+        rows each shard drew. With ``prefetch`` rounds already in flight, the oldest one of this
+        size is taken instead of waiting for a new one. Raises :class:`EmptyBufferError` before
+        ``learning_starts`` timesteps were added over all shards, while nothing is sampleable,
+        or when the rate limit refuses (``RateLimitExceeded``).
         """
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
             raise ConfigError(f"batch_size must be an int >= 1, found {batch_size!r}")
         if batch_size < 1:
             raise ConfigError(f"batch_size must be an int >= 1, found {batch_size!r}")
-        n, ray = int(batch_size), _ray()
+        n = int(batch_size)
         self._reap(timeout=0.0)
-        self._check_ready(n)
-        for _ in range(3):
-            split = self._masses()
-            if not split.sum() > 0:
-                self.refresh()
-                split = self._masses()
-                if not split.sum() > 0:
-                    raise EmptyBufferError(
-                        f"nothing to sample: none of the {self.num_shards} shards holds a "
-                        "complete window"
-                    )
-            counts = split_counts(split, n, self.rng)
-            parts = ray.get(
-                [a.sample.remote(int(c)) for a, c in zip(self.actors, counts.tolist(), strict=True)]
-            )
+        if self._ahead and self._ahead[0].n != n:
+            self._ahead.clear()  # drawn for another batch size: dropped
+        if not self._ahead:
+            self._check_ready(n)
+        rnd = self._ahead.popleft() if self._ahead else self._round(n)
+        for attempt in range(3):
+            parts = _ray().get(rnd.refs)
             for p in parts:
                 self._note(p.info)
             self.counters["rounds"] += 1
-            if all(len(p) == c for p, c in zip(parts, counts.tolist(), strict=True)):
+            if all(len(p) == c for p, c in zip(parts, rnd.counts.tolist(), strict=True)):
                 break
             self.counters["redraws"] += 1  # a shard emptied since its mass was reported
-        else:
-            raise EmptyBufferError("shards kept coming up short of their share; nothing drawn")
-        return self._assemble(parts, split, counts)
+            if attempt == 2:
+                raise EmptyBufferError("shards kept coming up short of their share")
+            rnd = self._round(n)
+        batch = self._assemble(parts, rnd.split, rnd.counts)
+        while len(self._ahead) < self.prefetch:
+            try:
+                self._check_ready(n, ahead=sum(r.n for r in self._ahead))
+                self._ahead.append(self._round(n))
+            except EmptyBufferError:
+                break
+        return batch
+
+    def _round(self, n: int) -> _Round:
+        """Submits one round: the split of ``n`` rows by the known masses, a call per shard."""
+        split = self._masses()
+        if not split.sum() > 0:
+            self.refresh()
+            split = self._masses()
+            if not split.sum() > 0:
+                raise EmptyBufferError(
+                    f"nothing to sample: none of the {self.num_shards} shards holds a "
+                    "complete window"
+                )
+        counts = split_counts(split, n, self.rng)
+        calls = zip(self.actors, counts.tolist(), self._queued, strict=True)
+        refs = [a.sample.remote(c, *(q or ())) for a, c, q in calls]  # waiting priorities first
+        self._queued = [None] * self.num_shards
+        return _Round(n, split, counts, refs)
 
     def _assemble(
         self, parts: list[ShardSample], split: np.ndarray, counts: np.ndarray
@@ -438,11 +322,12 @@ class ShardedReplayBuffer:
         self.counters["samples"] += len(row_shard)
         return batch
 
-    def _check_ready(self, n: int) -> None:
-        """learning_starts and the rate limit over all shards (refreshed once if they refuse)."""
+    def _check_ready(self, n: int, ahead: int = 0) -> None:
+        """learning_starts and the rate limit over all shards (refreshed once if they refuse);
+        ``ahead`` rows are drawn in rounds still in flight."""
         for attempt in range(2):
             added = sum(i.timesteps_added for i in self._infos if i is not None)
-            drawn = sum(i.samples_drawn for i in self._infos if i is not None)
+            drawn = ahead + sum(i.samples_drawn for i in self._infos if i is not None)
             try:
                 if added < self.learning_starts:
                     raise EmptyBufferError(
@@ -461,7 +346,8 @@ class ShardedReplayBuffer:
         return np.array([0.0 if i is None else i.mass for i in self._infos])
 
     def refresh(self) -> list[ShardInfo]:
-        """Asks every shard for its info now (one round); returns it."""
+        """Asks every shard for its info now (one round, after any waiting priorities)."""
+        self._send_queued()
         infos = _ray().get([a.info.remote() for a in self.actors])
         for info in infos:
             self._note(info)
@@ -469,9 +355,14 @@ class ShardedReplayBuffer:
 
     # ------------------------------------------------------------------ priorities
     def update_priorities(self, indices: npt.ArrayLike, td_errors: npt.ArrayLike) -> int:
-        """Sends new priorities (``|td| + eps``) for sampled rows to their shards, without
-        waiting; returns how many handles were sent. Handles naming no shard are dropped and
-        counted (``updates_foreign``); stale ones are counted by their shard.
+        """New priorities (``|td| + eps``) for sampled rows, for their shards; returns how many
+        handles were accepted. Handles naming no shard are dropped and counted
+        (``updates_foreign``); stale ones are counted by their shard.
+
+        Nothing waits: each shard's part rides along with the next :meth:`sample` round (one
+        call per shard per learner step, applied before that round draws), or goes at once as
+        its own call when the shard already has a part waiting; :meth:`flush`, :meth:`stats`,
+        :meth:`refresh` and :meth:`save` send what waits.
 
         Raises (before sending anything): ``TypeError`` for non-integer indices, ``ValueError``
         for unequal lengths or a non-finite value, :class:`ConfigError` for a uniform buffer.
@@ -501,13 +392,21 @@ class ShardedReplayBuffer:
         for s in range(self.num_shards):
             rows = order[bounds[s] : bounds[s + 1]]
             if len(rows):
-                self._submit(self.actors[s].feedback.remote(local[rows], td[rows]))
+                if self._queued[s] is not None:
+                    self._submit(self.actors[s].feedback.remote(*self._queued[s]))
+                self._queued[s] = (local[rows], td[rows])
         sent = bounds[-1]
         self.counters["updates_sent"] += sent
         self.counters["updates_foreign"] += len(h) - sent
         return sent
 
     # ------------------------------------------------------------------ in flight
+    def _send_queued(self) -> None:
+        for s, part in enumerate(self._queued):
+            if part is not None:
+                self._submit(self.actors[s].feedback.remote(*part))
+        self._queued = [None] * self.num_shards
+
     def _submit(self, ref: Any) -> None:
         self._pending.append(ref)
         if len(self._pending) > self.max_in_flight:
@@ -530,13 +429,16 @@ class ShardedReplayBuffer:
             self._infos[info.shard] = info
 
     def flush(self) -> None:
-        """Waits for every ``add`` / ``update_priorities`` in flight; raises a shard's error."""
+        """Sends waiting priorities, then waits for every ``add`` / ``update_priorities`` in
+        flight; raises a shard's error."""
+        self._send_queued()
         self._reap()
 
     # ------------------------------------------------------------------ stats and state
     def stats(self) -> dict[str, Any]:
         """Counters summed over shards (``timesteps_held``, ``priority_updates_stale`` ...),
         ``shards`` (each one's stats) and ``client`` (this client's counters)."""
+        self._send_queued()
         per = _ray().get([a.stats.remote() for a in self.actors])
         total = {
             k: sum(p[k] for p in per)
@@ -548,7 +450,9 @@ class ShardedReplayBuffer:
 
     def save(self, path: str | Path) -> Path:
         """Flushes, then writes ``path/shard-XXX`` (one checkpoint per shard; the shards write
-        them, so ``path`` must be on a file system they share) and ``path/sharded`` last."""
+        them, so ``path`` must be on a file system they share) and ``path/sharded`` last.
+        Prefetched rounds were drawn before the save: this client still returns them, a client
+        that loads the checkpoint draws afresh."""
         self.flush()
         root, save_id = Path(path), uuid.uuid4().hex
         _ray().get(
@@ -583,13 +487,14 @@ class ShardedReplayBuffer:
             ]
         )
         self._infos = list(infos)
+        self._ahead.clear()  # drawn from the state before the load
         self.beta = meta["beta"]
         self.rng.bit_generator.state = meta["rng"]
 
     def close(self) -> None:
         """Kills the shard actors (their data is gone; :meth:`save` first to keep it). Only the
         client that created them does this; copies just forget their calls in flight."""
-        self._pending: list[Any] = []
+        self._pending, self._ahead, self._queued = [], deque(), [None] * self.num_shards
         if self._owner and self.actors:
             ray = _ray()
             for a in self.actors:

@@ -327,6 +327,10 @@ def test_shard_samples_real_transitions_with_their_masses() -> None:
     assert part.info.timesteps_added == sum(len(e) for e in eps)
     assert part.info.samples_drawn == 450
     assert len(shard.sample(0)) == 0
+    # A learner's update rides with its next draw: applied first, then counted.
+    before = shard.stats()["priority_updates"]
+    assert len(shard.sample(0, part.columns["indices"][:5], np.full(5, 9.0))) == 0
+    assert shard.stats()["priority_updates"] == before + 5
 
 
 def test_uniform_shard_mass_is_its_valid_starts() -> None:
@@ -473,11 +477,21 @@ def test_save_load_round_trips_all_shards(ray_local: Any, tmp_path) -> None:
         assert other.stats()["episodes_held"] == sb.stats()["episodes_held"] + 2
     finally:
         close_all(sb, other)
-    one = ShardedReplayBuffer(cfg, 1)
+    one = ShardedReplayBuffer(cfg, 1, prefetch=1)
     try:
         with pytest.raises(EmptyBufferError, match="learning_starts"):
             one.sample(4)
         with pytest.raises(ConfigError, match="num_shards"):
             one.load(tmp_path / "ck")
+        eps = episodes_for(4)
+        one.add(eps)
+        first = one.sample(16)  # waits for its round, then submits the next
+        assert len(one._ahead) == 1 and one.counters["rounds"] == 1
+        second = one.sample(16)  # the prefetched round
+        assert one.counters["rounds"] == 2 and len(one._ahead) == 1
+        other_size = one.sample(8)  # the round of 16 in flight is dropped
+        assert len(other_size) == 8 and one._ahead[0].n == 8
+        for b in (first, second, other_size):
+            assert set(sampled_transitions(b.to_dict())) <= transitions(eps)
     finally:
         close_all(one)
