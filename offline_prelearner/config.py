@@ -215,6 +215,11 @@ class RayConfig:
         num_cpus: CPUs reserved per prelearner actor.
         group_by_episode: Group rows by ``eps_id`` with Ray Data (``groupby().map_groups``) so
             every batch holds whole episodes, whatever the file layout.
+        footer_readers: Actors Ray Data starts to read Parquet footers before the read
+            (``None``: one per 10 files, at most 32). Ray's own default is 32 whatever the number
+            of files; each is a new worker process, which costs a second or more of wall time on
+            a small machine while reading 10 files needs one. The environment variable
+            ``RAY_DATA_PARQUET_FOOTER_NUM_ACTORS``, when set, wins.
     """
 
     address: str | None = None
@@ -222,9 +227,11 @@ class RayConfig:
     batch_size: int | None = 4096
     num_cpus: float = 1.0
     group_by_episode: bool = False
+    footer_readers: int | None = None
 
     def __post_init__(self) -> None:
         _check_int("ray", "concurrency", self.concurrency, lo=1)
+        _check_int("ray", "footer_readers", self.footer_readers, lo=1, none_ok=True)
         _check_int("ray", "batch_size", self.batch_size, lo=1, none_ok=True)
         _check_float("ray", "num_cpus", self.num_cpus, 0.0, 1024.0)
         if not isinstance(self.group_by_episode, bool):

@@ -155,10 +155,7 @@ def build_dataset(
     _init_ray(config)
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
-    if files[0].endswith((".json", ".jsonl", ".ndjson")):
-        ds = ray.data.read_json(files)  # pyarrow's JSON reader (newline-delimited); keeps types
-    else:
-        ds = ray.data.read_parquet(files)
+    ds = _read(ray, files, config)
     kwargs = {"config": config, "stats_sink": stats_sink}
     rc = config.ray
     remote_args: dict[str, Any] = {"num_cpus": rc.num_cpus}
@@ -190,6 +187,31 @@ def build_dataset(
     return ds
 
 
+#: Ray Data reads this when ``read_parquet`` is called (on the driver) and starts that many
+#: footer-reading actors per read; each handles 10 files per call.
+FOOTER_ACTORS_ENV = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
+
+
+def footer_readers(config: PreLearnerConfig, num_files: int) -> int:
+    """How many Parquet footer actors a read of ``num_files`` files starts (see RayConfig)."""
+    if config.ray.footer_readers is not None:
+        return config.ray.footer_readers
+    return max(1, min(32, -(-num_files // 10)))
+
+
+def _read(ray: Any, files: list[str], config: PreLearnerConfig) -> Any:
+    """The read stage: JSON lines through pyarrow's reader, Parquet with sized footer reading."""
+    if files[0].endswith((".json", ".jsonl", ".ndjson")):
+        return ray.data.read_json(files)  # pyarrow's JSON reader (newline-delimited); keeps types
+    if FOOTER_ACTORS_ENV in os.environ:  # the user's setting wins
+        return ray.data.read_parquet(files)
+    os.environ[FOOTER_ACTORS_ENV] = str(footer_readers(config, len(files)))
+    try:
+        return ray.data.read_parquet(files)
+    finally:
+        del os.environ[FOOTER_ACTORS_ENV]
+
+
 _COUNTERS = ("batches", "samples", "fragments_added", "not_ready", "pending_fragments")
 
 
@@ -208,6 +230,17 @@ def _sum_stats(per_actor: dict[str, dict[str, Any]]) -> dict[str, Any]:
     total = ledger.to_dict()
     total["rows_balance"] = total.pop("balanced")
     return {"actors": len(per_actor), **total, **counters, **held}
+
+
+def _cluster_info() -> dict[str, Any]:
+    """Where the job ran: the cluster's GCS address, its live nodes and CPUs."""
+    ray = _ray()
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    return {
+        "address": ray.get_runtime_context().gcs_address,
+        "nodes": len(nodes),
+        "cpus": sum(n.get("Resources", {}).get("CPU", 0) for n in nodes),
+    }
 
 
 def run_pipeline(
@@ -248,6 +281,7 @@ def run_pipeline(
             "wall_seconds": round(seconds, 3),
             "rows_per_second": round(stats["rows_in"] / seconds, 1) if seconds else None,
             "samples_per_second": round(samples_out / seconds, 1) if seconds else None,
+            "ray_cluster": _cluster_info(),
             "config": config.to_dict(),
         }
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from offline_prelearner.batch import MultiAgentBatch
 from offline_prelearner.cli import main
 from offline_prelearner.config import PreLearnerConfig
+from offline_prelearner.errors import ConfigError
 from offline_prelearner.pipeline import iter_learner_batches, run_pipeline
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -33,6 +35,7 @@ def test_batch_job_writes_samples_and_balanced_stats(ray_local: Any, tmp_path: P
     )
     res = run_pipeline(ROWS, cfg, out_dir=tmp_path)
     st = json.loads((tmp_path / "stats.json").read_text())
+    assert st["ray_cluster"]["nodes"] >= 1 and st["ray_cluster"]["cpus"] > 0
     assert st == json.loads(json.dumps(res.stats))
     assert st["rows_in"] == 5000 and st["rows_balance"] and st["rows_rejected"] == {}
     assert st["files_read"] == 5 and st["format"] == "rows"
@@ -239,3 +242,37 @@ def test_bad_config_fails_before_ray_starts(tmp_path: Path) -> None:
     cfg = PreLearnerConfig(connectors=("no_such_connector",))
     with pytest.raises(ConfigError, match="no_such_connector"):
         run_pipeline(ROWS, cfg, out_dir=tmp_path)
+
+
+def test_footer_readers_scale_with_the_number_of_files() -> None:
+    from offline_prelearner.pipeline import footer_readers
+
+    cfg = PreLearnerConfig()
+    assert [footer_readers(cfg, n) for n in (1, 10, 11, 95, 320, 10_000)] == [1, 1, 2, 10, 32, 32]
+    assert footer_readers(cfg.with_updates({"ray.footer_readers": 5}), 1000) == 5
+    with pytest.raises(ConfigError, match=r"ray\.footer_readers"):
+        cfg.with_updates({"ray.footer_readers": 0})
+
+
+def test_read_sets_footer_actors_only_for_the_call_and_respects_the_user(
+    ray_local: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+
+    from offline_prelearner.pipeline import FOOTER_ACTORS_ENV, _read
+
+    seen: list[str | None] = []
+    real = ray.data.read_parquet
+
+    def spy(files: Any, **kw: Any) -> Any:
+        seen.append(os.environ.get(FOOTER_ACTORS_ENV))
+        return real(files, **kw)
+
+    monkeypatch.setattr(ray.data, "read_parquet", spy)
+    monkeypatch.delenv(FOOTER_ACTORS_ENV, raising=False)
+    files = sorted(str(p) for p in ROWS.glob("*.parquet"))
+    assert _read(ray, files, PreLearnerConfig()).count() == 5000
+    assert FOOTER_ACTORS_ENV not in os.environ
+    monkeypatch.setenv(FOOTER_ACTORS_ENV, "3")
+    _read(ray, files, PreLearnerConfig())
+    assert seen == ["1", "3"]
