@@ -7,8 +7,8 @@ replay across processes episodes stream into replay *shards* -- Ray actors, each
     shards = ShardedReplayBuffer(config, num_shards=2)      # config.buffer.kind="prioritized"
     shards.add(episodes)                     # routed by episode id; asynchronous
     batch = shards.sample(256)               # one round of concurrent calls, all shards
-    shards.update_priorities(batch["indices"], td_errors)   # asynchronous, bounded in flight
-    shards.flush()                           # waits for what is in flight
+    shards.update_priorities(batch["indices"], td_errors)   # rides with the next round
+    shards.flush()                           # sends what waits, waits for what is in flight
     shards.save("ckpt/"); shards.close()
 
 :mod:`offline_prelearner.apex` feeds shards from a Ray Data job. :class:`ReplayShard` is the
@@ -29,11 +29,16 @@ Semantics at the edges:
   proportional to the masses the client last heard of (every reply carries the shard's mass), and
   each shard draws its part from its own distribution. When those masses are current, a row is
   drawn with exactly the probability one buffer holding all the data would give it, ``P(i) = m_i
-  / sum_k m_k``. Priority updates still in flight when the split is made make it lag by those
-  updates; the importance weights are computed from the probability the row was *actually* drawn
-  with (split share times in-shard probability, see :func:`global_weights`), so they stay exact
-  either way: ``w_i = (P(i) / min_j P(j)) ** -beta``, the minimum over every step any shard could
-  have drawn -- one buffer's weights whenever the masses were current. Uniform rows weigh 1.
+  / sum_k m_k``. They lag by whatever changed since the last reply: the priorities that ride with
+  this very round, episodes other processes added. So the importance weights are computed from
+  the probability the row was *actually* drawn with (split share times in-shard probability at
+  draw time, see :func:`global_weights`): ``w_i = (P(i) / min_j P(j)) ** -beta``, the minimum
+  over every step any shard could have drawn. That is one buffer's weights whenever the masses
+  were current (e.g. after :meth:`~ShardedReplayBuffer.flush`), and the right correction for
+  the draw in any case. Uniform rows weigh 1.
+* **Feedback.** ``update_priorities`` queues each shard's part; it is applied by that shard
+  just before the next round draws (one remote call per shard per learner step, not two), or
+  sent on its own by ``flush``/``stats``/``save`` or a second update before the next sample.
 * **Handles.** ``indices`` hold ``(local_handle << b) | shard`` with ``b = (num_shards -
   1).bit_length()`` low bits (:func:`encode_handles`); one buffer's handles lose nothing by it
   (see there). A handle naming no shard, or stale in its shard, is ignored and counted.
@@ -91,6 +96,19 @@ __all__ = [
 ]
 
 _CLIENT_MANIFEST = "sharded"
+_PICKLED = (  # what a copy of a client takes along (nothing in flight, no cached infos)
+    "config",
+    "num_shards",
+    "module_id",
+    "max_in_flight",
+    "prefetch",
+    "learning_starts",
+    "rate_limit",
+    "shard_config",
+    "prioritized",
+    "_beta",
+    "actors",
+)
 
 
 # ============================================================================ the client
@@ -189,9 +207,7 @@ class ShardedReplayBuffer:
         self.counters.update(updates_foreign=0, episodes_sent=0, timesteps_sent=0)
 
     def __getstate__(self) -> dict[str, Any]:
-        keep = ("config", "num_shards", "module_id", "max_in_flight", "prefetch", "learning_starts")
-        keep += ("rate_limit", "shard_config", "prioritized", "_beta", "actors")
-        return {k: self.__dict__[k] for k in keep}
+        return {k: self.__dict__[k] for k in _PICKLED}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -392,8 +408,9 @@ class ShardedReplayBuffer:
         for s in range(self.num_shards):
             rows = order[bounds[s] : bounds[s + 1]]
             if len(rows):
-                if self._queued[s] is not None:
-                    self._submit(self.actors[s].feedback.remote(*self._queued[s]))
+                waiting = self._queued[s]
+                if waiting is not None:
+                    self._submit(self.actors[s].feedback.remote(*waiting))
                 self._queued[s] = (local[rows], td[rows])
         sent = bounds[-1]
         self.counters["updates_sent"] += sent

@@ -495,3 +495,29 @@ def test_save_load_round_trips_all_shards(ray_local: Any, tmp_path) -> None:
             assert set(sampled_transitions(b.to_dict())) <= transitions(eps)
     finally:
         close_all(one)
+
+
+@pytest.mark.ray
+def test_a_shard_emptied_behind_the_clients_back_is_redrawn(ray_local: Any) -> None:
+    """The client split by masses that another process's adds have since evicted: the round
+    comes up short, the client redraws with the masses the replies brought, and says so."""
+    names = [f"id{i}" for i in range(40)]
+    where = shard_of(names, 2).tolist()
+    a0, x0 = [n for n, w in zip(names, where, strict=True) if w == 0][:2]
+    a1, x1 = [n for n, w in zip(names, where, strict=True) if w == 1][:2]
+    sb = ShardedReplayBuffer(config(n_step=3, **{"buffer.capacity": 14}), 2)  # 7 slots each
+    try:
+        sb.add([make_episode(5, id=a0), make_episode(5, id=a1, seed=1)])
+        sb.flush()  # the client now knows a mass of 5 in each shard
+        other = pickle.loads(pickle.dumps(sb))  # another feeder's copy
+        other.add([make_episode(2, id=x0, terminated=False)])  # evicts a0; no 3-step window
+        other.flush()
+        batch = sb.sample(64)  # shard 0's share comes back empty: redrawn from shard 1
+        assert sb.counters["redraws"] == 1 and batch.info["shard_counts"].tolist() == [0, 64]
+        assert set(decode_handles(batch["indices"], 2)[1].tolist()) == {1}
+        other.add([make_episode(2, id=x1, terminated=False)])  # evicts a1 too
+        other.flush()
+        with pytest.raises(EmptyBufferError, match="nothing to sample"):
+            sb.sample(4)
+    finally:
+        close_all(sb)
