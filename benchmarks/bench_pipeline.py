@@ -18,6 +18,15 @@ Workloads (bench names; ``b<N>`` is the ``map_batches`` batch size in input rows
 * ``cartpole_episodes.e2e.b<N>`` -- the 44,685 msgpack episodes, ``format=episodes``; RLlib with
   ``input_read_episodes=True`` (its episode buffer, 256 samples per input batch). ``N`` counts
   episodes; ``n`` and ``throughput`` are episodes, ``steps_per_s`` env steps.
+* ``pixels_rows.<variant>.b<N>`` (``--only pixels``) -- the 100,017 rows of 84x84x4 uint8
+  frames, one batch size (the first of ``--batch-sizes``): ``read_iter`` (the floor), ``e2e``
+  (defaults, but ``buffer.capacity=50_000``: the default 1M slots of 28 KB frames is a 26 GiB
+  ``np.zeros`` that the actor cannot allocate), ``e2e_nstep3`` and ``e2e_framestack4``
+  (``frame_stack=4``: four stacked frames per sample). RLlib: the same ``BCConfig`` job with the
+  frames' spaces (``Box(0, 255, (84, 84, 4), uint8)``, ``Discrete(2)``) on the first
+  ``--rllib-pixel-files`` files. One repeat unless ``--repeats`` says otherwise: a pass decodes
+  5.6 GB of Parquet lists (~300-700 rows/s on 2 cores), so it takes minutes; not in the default
+  ``--only`` for that reason.
 
 Each line's ``n`` / ``throughput`` is input rows (episodes) per second of wall time;
 ``samples_per_s`` is learner-ready rows out per second. ``peak_mem_mb`` is the peak summed RSS of
@@ -26,7 +35,7 @@ the largest single worker; both include Ray's per-process baseline. RLlib runs f
 venv (``rllib_pipeline.py``), on a prefix of the files (``n`` says how many rows).
 
 Usage: ``python benchmarks/bench_pipeline.py [--data DIR] [--quick] [--repeats K] [--no-rllib]
-[--batch-sizes 4096,65536] [--only rows,episodes]``
+[--batch-sizes 4096,65536] [--only rows,episodes,pixels] [--pixel-files K]``
 """
 
 from __future__ import annotations
@@ -54,6 +63,19 @@ ROW_VARIANTS: dict[str, dict[str, Any]] = {
     "e2e_nstep3": {"n_step": 3},
     "e2e_sample_all": {"sample_all": True},
 }
+#: Variants of our pixel job, on top of :data:`PIXEL_BASE`.
+PIXEL_VARIANTS: dict[str, dict[str, Any]] = {
+    "e2e": {},
+    "e2e_nstep3": {"n_step": 3},
+    "e2e_framestack4": {"frame_stack": 4},
+}
+#: The pixel job's one change from the defaults: 50k replay slots of 84x84x4 frames (1.4 GB). The
+#: default 1M slots would be a 26 GiB array, more than this machine's memory.
+PIXEL_BASE: dict[str, Any] = {"capacity": 50_000}
+#: Timed passes of each pixel job unless ``--repeats`` is given (a pass takes minutes).
+PIXEL_REPEATS = 1
+#: Row datasets whose end-to-end lines get ratios against RLlib's and against the bare read.
+ROW_DATASETS = ("cartpole_rows", "pixels_rows")
 
 
 # ----------------------------------------------------------------------------- shared with RLlib
@@ -102,8 +124,8 @@ class RssPoller:
                 return
 
 
-def _worker_rss_mb() -> list[float]:
-    """RSS (MiB) of every ``ray::`` process descending from this one (Linux /proc)."""
+def descendants(root: int | None = None) -> list[int]:
+    """PIDs of every process descending from ``root`` (default: this one), from Linux /proc."""
     parent: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -112,13 +134,20 @@ def _worker_rss_mb() -> list[float]:
                     parent[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
             except (OSError, IndexError, ValueError):
                 continue
-    me, out = os.getpid(), []
+    me, out = root or os.getpid(), []
     for pid in parent:
         p, seen = parent.get(pid), 0
         while p and p != me and seen < 64:
             p, seen = parent.get(p), seen + 1
-        if p != me:
-            continue
+        if p == me:
+            out.append(pid)
+    return out
+
+
+def _worker_rss_mb() -> list[float]:
+    """RSS (MiB) of every ``ray::`` process descending from this one (Linux /proc)."""
+    out = []
+    for pid in descendants():
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 name = fh.read(64).split(b"\0")[0]
@@ -309,26 +338,44 @@ def bench_ours(
     return lines
 
 
+def bench_pixels(
+    data: Path, files: int | None, repeats: int, size: int, extra: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The pixel rows (the first ``files`` files): bare read + iterate, then each variant."""
+    pixel_files = C.parquet_files(data / "pixels_rows")[:files]
+    lines = []
+    bench = f"pixels_rows.read_iter.b{size}"
+    runs = repeat(bench, lambda: run_bare(pixel_files, size), repeats)
+    lines.append(C.emit(line_for(bench, "ours", runs, "rows/s", batch_size=size, **extra)))
+    for suffix, updates in PIXEL_VARIANTS.items():
+        bench = f"pixels_rows.{suffix}.b{size}"
+        ups = {"ray.batch_size": size, **PIXEL_BASE, **updates}
+        runs = repeat(bench, lambda ups=ups: run_ours(pixel_files, ups), repeats)
+        line = line_for(bench, "ours", runs, "rows/s", batch_size=size, **PIXEL_BASE, **updates)
+        lines.append(C.emit({**line, "files": len(pixel_files), **extra}))
+    return lines
+
+
 # ----------------------------------------------------------------------------- ratios, main
 
 
 def extra_ratios(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Our n-step / sample_all variants against RLlib's one row job of the same batch size, and
-    each of our end-to-end lines as a fraction of the bare read + iterate rate."""
+    """Our ``e2e_*`` variants against RLlib's one ``e2e`` job of the same dataset and batch size,
+    and each of our end-to-end lines as a fraction of the bare read + iterate rate."""
     by = {(x["bench"], x["impl"]): x for x in lines if "throughput" in x}
     out = []
     for (bench, impl), ours in by.items():
-        if impl != "ours" or not bench.startswith("cartpole_rows.e2e_"):
+        parts = bench.split(".")
+        if impl != "ours" or len(parts) != 3:
             continue
-        size = bench.rsplit(".", 1)[1]
-        theirs = by.get((f"cartpole_rows.e2e.{size}", "rllib"))
-        if theirs is not None:
+        dataset, variant, size = parts
+        if dataset not in ROW_DATASETS or not variant.startswith("e2e"):
+            continue
+        theirs = by.get((f"{dataset}.e2e.{size}", "rllib"))
+        if theirs is not None and variant != "e2e":  # plain e2e pairs in C.ratio_lines
             pair = C.ratio_lines([ours, {**theirs, "bench": bench}])
             out += [{**x, "rllib_bench": theirs["bench"]} for x in pair]
-    for (bench, impl), ours in by.items():
-        if impl != "ours" or ".e2e" not in bench or not bench.startswith("cartpole_rows."):
-            continue
-        bare = by.get((f"cartpole_rows.read_iter.{bench.rsplit('.', 1)[1]}", "ours"))
+        bare = by.get((f"{dataset}.read_iter.{size}", "ours"))
         if bare is not None:
             out.append(
                 {
@@ -345,12 +392,17 @@ def extra_ratios(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     C.add_common_args(parser)
-    parser.add_argument("--only", default="rows,episodes", help="rows, episodes (comma-separated)")
+    parser.add_argument(
+        "--only",
+        default="rows,episodes",
+        help="comma-separated workloads: rows, episodes, pixels (default rows,episodes: a pixel "
+        "pass takes minutes)",
+    )
     parser.add_argument(
         "--batch-sizes",
         default=None,
         help="map_batches batch sizes in rows (default 4096,65536; 4096 with --quick); "
-        "episodes use 256 and 4096 for these two",
+        "episodes use 256 and 4096 for these two; pixels use the first only",
     )
     parser.add_argument(
         "--rllib-files",
@@ -358,15 +410,36 @@ def main(argv: list[str] | None = None) -> int:
         default=2,
         help="CartPole row files RLlib reads (100k rows each; default 2)",
     )
+    parser.add_argument(
+        "--pixel-files",
+        type=int,
+        default=None,
+        help="pixel row files we read (~5k rows each; default all 20, 1 with --quick)",
+    )
+    parser.add_argument(
+        "--rllib-pixel-files",
+        type=int,
+        default=4,
+        help="pixel row files RLlib reads (default 4: 20,039 rows; 1 with --quick)",
+    )
+    parser.add_argument(
+        "--rllib-pixel-timeout",
+        type=float,
+        default=900.0,
+        help="seconds one RLlib pixel pass may take before it is stopped and reported skipped",
+    )
     parser.add_argument("--no-rllib", action="store_true", help="skip the RLlib side")
     args = parser.parse_args(argv)
     data = C.data_dir(args.data)
     only = [w for w in args.only.split(",") if w]
-    if set(only) - {"rows", "episodes"}:
-        parser.error(f"unknown workloads in {args.only!r}; choose from rows, episodes")
+    if set(only) - {"rows", "episodes", "pixels"}:
+        parser.error(f"unknown workloads in {args.only!r}; choose from rows, episodes, pixels")
     default_sizes = "4096" if args.quick else ",".join(map(str, DEFAULT_BATCH_SIZES))
     sizes = [int(s) for s in (args.batch_sizes or default_sizes).split(",")]
     repeats = args.repeats or (1 if args.quick else DEFAULT_REPEATS)
+    pixel_repeats = args.repeats or PIXEL_REPEATS
+    pixel_files = args.pixel_files or (1 if args.quick else None)
+    rllib_pixel_files = 1 if args.quick else args.rllib_pixel_files
     extra = {"digest": C.dataset_digest(data), "quick": args.quick, "ray_num_cpus": 2}
     t0 = time.perf_counter()
     benches = []
@@ -375,19 +448,29 @@ def main(argv: list[str] | None = None) -> int:
         benches += [f"cartpole_episodes.e2e.b{EPISODE_BATCH_SIZES.get(s, s)}"] * (
             "episodes" in only
         )
+    benches += [f"pixels_rows.e2e.b{sizes[0]}"] * ("pixels" in only)
     if args.no_rllib:
         rllib = [{"bench": b, "impl": "rllib", "skipped": "--no-rllib"} for b in benches]
     else:
-        # --quick: RLlib's rows only (its fixed start-up cost is most of a smoke run).
-        rllib_only = [w for w in only if w == "rows" or not args.quick] or only
+        # --quick: RLlib's rows (and pixels) only (its start-up cost is most of a smoke run).
+        rllib_only = [w for w in only if w != "episodes" or not args.quick] or only
         rllib_args = ["--data", str(data), "--only", ",".join(rllib_only)]
         rllib_args += ["--batch-sizes", ",".join(map(str, sizes))]
         rllib_args += ["--files", str(args.rllib_files), "--repeats", str(repeats)]
+        rllib_args += ["--pixel-files", str(rllib_pixel_files)]
+        rllib_args += ["--pixel-repeats", str(pixel_repeats)]
+        rllib_args += ["--pixel-timeout", str(args.rllib_pixel_timeout)]
         rllib_args += ["--quick"] * args.quick
         rllib = C.run_rllib(HERE / "rllib_pipeline.py", rllib_args, benches)
     lines = [C.emit(line) for line in rllib]
     init_ray()
-    lines += bench_ours(data, args.quick, repeats, sizes, only, extra)
+    if "rows" in only or "episodes" in only:
+        lines += bench_ours(data, args.quick, repeats, sizes, only, extra)
+    if "pixels" in only:
+        if not args.quick and "rows" not in only and "episodes" not in only:
+            C.log("ours: untimed warm-up on the first CartPole file")
+            run_ours(C.parquet_files(data / "cartpole_rows")[:1], {"ray.batch_size": sizes[0]})
+        lines += bench_pixels(data, pixel_files, pixel_repeats, sizes[0], extra)
     lines += [C.emit(line) for line in C.ratio_lines(lines)]
     lines += [C.emit(line) for line in extra_ratios(lines)]
     C.log("summary\n" + C.markdown_table(lines))

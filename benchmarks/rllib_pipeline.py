@@ -20,6 +20,11 @@ the dataset -- and every batch of the returned ``DataIterator`` is consumed with
   ``input_read_batch_size=E`` episodes per map batch; each batch goes into RLlib's episode buffer
   (capacity ``10 * train_batch_size_per_learner``) and ``train_batch_size_per_learner=256``
   samples come out.
+* ``pixels_rows.e2e.b<N>``: the 84x84x4 uint8 pixel rows (the first ``--pixel-files`` files), the
+  row job as for CartPole but with the frames' spaces (``Box(0, 255, (84, 84, 4), uint8)``,
+  ``Discrete(2)``; RLlib builds a CNN module for them, untimed). A pixel pass that runs past
+  ``--pixel-timeout`` seconds is stopped: a ``skipped`` line names the bench and the time, the Ray
+  processes this script started are killed by PID, and the script exits with code 3.
 
 The session is ``ray.init(num_cpus=2)`` as on our side (``bench_pipeline.init_ray``), with one
 prelearner actor: RLlib's default ``concurrency=max(2, num_learners)`` puts two 1-CPU actors on a
@@ -29,20 +34,41 @@ prelearner actor: RLlib's default ``concurrency=max(2, num_learners)`` puts two 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import _common as C
-from bench_pipeline import EPISODE_BATCH_SIZES, Run, init_ray, line_for, repeat, timed, total_rows
+from bench_pipeline import (
+    EPISODE_BATCH_SIZES,
+    Run,
+    descendants,
+    init_ray,
+    line_for,
+    repeat,
+    timed,
+    total_rows,
+)
+
+#: The pixel rows' observation space (``gymnasium.spaces.Box`` arguments); actions are CartPole's.
+PIXEL_OBS = (0, 255, (84, 84, 4), "uint8")
 
 
-def build_algo(files: list[Path], episodes: bool, episode_batch: int) -> Any:
+def build_algo(files: list[Path], episodes: bool, episode_batch: int, pixels: bool = False) -> Any:
     import gymnasium as gym
+    import numpy as np
     from ray.rllib.algorithms.bc import BCConfig
 
     env = gym.make("CartPole-v1")
+    obs_space = env.observation_space
+    if pixels:
+        low, high, shape, dtype = PIXEL_OBS
+        obs_space = gym.spaces.Box(low, high, shape, np.dtype(dtype))
     data_kwargs: dict[str, Any] = {
         "input_": [str(f) for f in files],
         "input_read_method": "read_parquet",
@@ -53,7 +79,7 @@ def build_algo(files: list[Path], episodes: bool, episode_batch: int) -> Any:
         data_kwargs.update(input_read_episodes=True, input_read_batch_size=episode_batch)
     config = (
         BCConfig()
-        .environment(observation_space=env.observation_space, action_space=env.action_space)
+        .environment(observation_space=obs_space, action_space=env.action_space)
         .learners(num_learners=0)
         .training(train_batch_size_per_learner=256)
         .offline_data(**data_kwargs)
@@ -61,9 +87,11 @@ def build_algo(files: list[Path], episodes: bool, episode_batch: int) -> Any:
     return config.build_algo()
 
 
-def run_rllib(files: list[Path], batch: int, episodes: bool, limit: int | None) -> Run:
+def run_rllib(
+    files: list[Path], batch: int, episodes: bool, limit: int | None, pixels: bool = False
+) -> Run:
     """One timed end-to-end pass (the algorithm is built before the clock)."""
-    algo = build_algo(files, episodes, batch)
+    algo = build_algo(files, episodes, batch, pixels)
     data = algo.offline_data
     if limit is not None:
         data.data = data.data.limit(limit)
@@ -86,12 +114,49 @@ def run_rllib(files: list[Path], batch: int, episodes: bool, limit: int | None) 
     return run
 
 
+class Watchdog:
+    """Stops this script if the work inside ``with Watchdog(...)`` runs past ``seconds``.
+
+    On time-out (from a timer thread, while the main thread may be blocked inside Ray): prints a
+    ``skipped`` line for ``bench`` with the reason, kills every process this one started (Ray's
+    GCS, raylet and workers of this session, by PID), and exits with code 3. ``_common.run_rllib``
+    keeps the lines printed so far and reports the benches never reached as skipped.
+    """
+
+    def __init__(self, seconds: float, bench: str) -> None:
+        self.seconds, self.bench = seconds, bench
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> Watchdog:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+    def _fire(self) -> None:
+        reason = f"no result after {self.seconds:.0f} s (hung or too slow); stopped"
+        C.log(f"rllib {self.bench}: {reason}")
+        C.emit({"bench": self.bench, "impl": "rllib", "skipped": reason})
+        for pid in descendants():
+            with contextlib.suppress(OSError):  # already gone
+                os.kill(pid, signal.SIGKILL)
+        sys.stdout.flush()
+        os._exit(3)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     C.add_common_args(parser)
     parser.add_argument("--only", default="rows,episodes")
     parser.add_argument("--batch-sizes", default="4096,65536")
     parser.add_argument("--files", type=int, default=2, help="row files to read (100k rows each)")
+    parser.add_argument("--pixel-files", type=int, default=4, help="pixel files (~5k rows each)")
+    parser.add_argument("--pixel-repeats", type=int, default=1, help="timed pixel passes")
+    parser.add_argument(
+        "--pixel-timeout", type=float, default=900.0, help="seconds per pixel pass, then stop"
+    )
     args = parser.parse_args(argv)
     data = C.data_dir(args.data)
     only = args.only.split(",")
@@ -100,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = {"digest": C.dataset_digest(data), "quick": args.quick, "ray_num_cpus": 2}
     rows_files = C.parquet_files(data / "cartpole_rows")[: args.files]
     eps_files = C.parquet_files(data / "cartpole_episodes")[:1]
+    pixel_files = C.parquet_files(data / "pixels_rows")[: args.pixel_files]
     # Ray's read_parquet probes ``fsspec.implementations.http`` from several listing threads; in a
     # venv without aiohttp one thread can see the other's half-imported module and fail with
     # ImportError (only ModuleNotFoundError is caught). Marking the module absent makes every
@@ -127,6 +193,18 @@ def main(argv: list[str] | None = None) -> int:
                 repeats,
             )
             C.emit({**line_for(bench, "rllib", runs, "episodes/s", batch_size=esize), **extra})
+    if "pixels" in only:  # last: a time-out ends the script
+        size = sizes[0]
+        bench = f"pixels_rows.e2e.b{size}"
+        timeout = args.pixel_timeout * args.pixel_repeats
+        with Watchdog(timeout, bench):
+            runs = repeat(
+                f"rllib {bench}",
+                lambda: run_rllib(pixel_files, size, False, None, pixels=True),
+                args.pixel_repeats,
+            )
+        line = line_for(bench, "rllib", runs, "rows/s", batch_size=size, files=len(pixel_files))
+        C.emit({**line, **extra})
     return 0
 
 
