@@ -32,6 +32,7 @@ from .buffers.reservoir import Reservoir
 from .config import PreLearnerConfig
 from .connectors.base import ConnectorContext, ConnectorPipeline, build_pipeline
 from .episode import Episode
+from .episode_columns import EpisodeColumns
 from .errors import ConfigError, EmptyBufferError
 from .plugins import import_object
 from .readers import Batch, Reader, make_reader
@@ -231,11 +232,14 @@ class OfflinePreLearner:
         """One input batch -> zero or more output batches (one per trained module)."""
         episodes = self.validate(self.map_to_episodes(batch))
         self.ledger += episodes.ledger
-        eps = self.postprocess_episodes(episodes.episodes)
         if self.config.sample.sample_all:
-            result = self.sample_all(eps)
+            result = self.sample_all(self.postprocess_episodes(episodes.episodes))
         else:
-            self.add_to_buffers(eps)
+            cols = episodes.columns
+            if cols is not None and self._columnar:
+                self._add_columns(cols)
+            else:
+                self.add_to_buffers(self.postprocess_episodes(episodes.episodes))
             result = self.sample()
         result = self.run_connectors(result)
         self.counters["batches"] += 1
@@ -271,6 +275,37 @@ class OfflinePreLearner:
         }
 
     # ================================================================== helpers
+    @property
+    def _columnar(self) -> bool:
+        """Whether episodes a reader gives as columns can go to the buffers as columns: the
+        episode hooks are the base ones and no connector works on episodes."""
+        base = OfflinePreLearner
+        cls = type(self)
+        return (
+            cls.postprocess_episodes is base.postprocess_episodes
+            and cls.add_to_buffers is base.add_to_buffers
+            and cls.module_of is base.module_of
+            and not len(self.connectors)
+        )
+
+    def _add_columns(self, cols: EpisodeColumns) -> None:
+        """``add_to_buffers`` for episodes held as columns (same routing as ``module_of``)."""
+        default = self.config.modules.default_module
+        fn = self._agent_to_module
+        modules = [
+            str(m) if m is not None else str(fn(a)) if fn is not None and a is not None else default
+            for m, a in zip(cols.modules, cols.agents, strict=True)
+        ]
+        for module_id in dict.fromkeys(modules):
+            part = cols
+            if module_id != modules[0] or modules.count(module_id) != len(modules):
+                part = cols.select(np.array([m == module_id for m in modules]))
+            buf = self.buffers.get(module_id)
+            if buf is None:
+                buf = self.buffers[module_id] = self.build_buffer(module_id)
+            buf.add_columns(part)
+            self.counters["fragments_added"] += len(part)
+
     def _trains(self, module_id: str) -> bool:
         wanted = self.config.modules.modules_to_train
         return wanted is None or module_id in wanted

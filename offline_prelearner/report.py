@@ -18,10 +18,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .episode import Episode
+from .episode_columns import EpisodeColumns
 from .errors import ConfigError, DataError
 
 __all__ = [
@@ -109,28 +111,76 @@ class Ledger:
         }
 
 
-@dataclass
 class EpisodeBatch:
     """Episodes on their way through read -> validate -> dedup, with the rows they account for.
 
     ``source_rows[i]`` is the number of input rows ``episodes[i]`` was built from (its length for
     row data, 1 for a msgpack episode record). The ledger's ``rows_kept``/``episodes_kept`` are
     derived from the episodes still held, so stages only record what they remove.
+
+    A reader may hand the episodes over as shared columns (:attr:`columns`, an
+    :class:`~offline_prelearner.episode_columns.EpisodeColumns`) instead of objects; stages that
+    work on columns use them, and the first access to :attr:`episodes` builds the objects (after
+    which :attr:`columns` is None and the list is the one truth).
     """
 
-    episodes: list[Episode] = field(default_factory=list)
-    source_rows: list[int] = field(default_factory=list)
-    ledger: Ledger = field(default_factory=Ledger)
-    rejections: list[Rejection] = field(default_factory=list)
-    on_invalid: OnInvalid = "raise"
+    def __init__(
+        self,
+        episodes: list[Episode] | None = None,
+        source_rows: list[int] | None = None,
+        ledger: Ledger | None = None,
+        rejections: list[Rejection] | None = None,
+        on_invalid: OnInvalid = "raise",
+    ) -> None:
+        self._episodes: list[Episode] = [] if episodes is None else episodes
+        self._columns: EpisodeColumns | None = None
+        self.source_rows: list[int] = [] if source_rows is None else source_rows
+        self.ledger = Ledger() if ledger is None else ledger
+        self.rejections: list[Rejection] = [] if rejections is None else rejections
+        self.on_invalid = on_invalid
+        self.sync()
 
-    def __post_init__(self) -> None:
+    def __repr__(self) -> str:
+        cols = self._columns
+        held = len(self._episodes) if cols is None else f"columns[{len(cols)}]"
+        return f"EpisodeBatch(episodes={held}, ledger={self.ledger}, on_invalid={self.on_invalid})"
+
+    # ------------------------------------------------------------------ what is held
+    @property
+    def episodes(self) -> list[Episode]:
+        """The episodes as objects (built from :attr:`columns` on first access)."""
+        if self._columns is not None:
+            self._episodes.extend(self._columns.episodes())
+            self._columns = None
+        return self._episodes
+
+    @episodes.setter
+    def episodes(self, value: list[Episode]) -> None:
+        self._columns = None
+        self._episodes = value
+
+    @property
+    def columns(self) -> EpisodeColumns | None:
+        """The episodes as shared columns, when a reader gave them so and nothing has asked for
+        objects since (None otherwise: use :attr:`episodes`)."""
+        return self._columns
+
+    def __len__(self) -> int:
+        return len(self._episodes) + (0 if self._columns is None else len(self._columns))
+
+    def add_columns(self, columns: EpisodeColumns) -> None:
+        """Appends episodes held as columns (each accounts for ``length`` input rows)."""
+        if self._episodes or self._columns is not None:  # one form at a time: objects
+            self.episodes.extend(columns.episodes())
+        else:
+            self._columns = columns
+        self.source_rows.extend(columns.length.tolist())
         self.sync()
 
     def sync(self) -> None:
         """Recomputes the kept counters from the episodes held."""
         self.ledger.rows_kept = sum(self.source_rows)
-        self.ledger.episodes_kept = len(self.episodes)
+        self.ledger.episodes_kept = len(self)
 
     def add(self, episode: Episode, source_rows: int) -> None:
         self.episodes.append(episode)
@@ -157,17 +207,28 @@ class EpisodeBatch:
         self.rejections.append(Rejection(error, num_rows, keep))
 
     def keep_only(self, mask: list[bool]) -> tuple[list[Episode], list[int]]:
-        """Drops the episodes whose ``mask`` entry is False; returns the dropped ones."""
-        dropped = [e for e, k in zip(self.episodes, mask, strict=True) if not k]
+        """Drops the episodes whose ``mask`` entry is False; returns the dropped ones (built as
+        objects) and their source rows."""
         dropped_rows = [r for r, k in zip(self.source_rows, mask, strict=True) if not k]
-        self.episodes = [e for e, k in zip(self.episodes, mask, strict=True) if k]
+        if not dropped_rows:
+            return [], []
+        if self._columns is not None:
+            cols, keep = self._columns, np.asarray(mask, bool)
+            dropped = [cols.episode(i) for i in np.flatnonzero(~keep).tolist()]
+            self._columns = cols.select(keep)
+        else:
+            dropped = [e for e, k in zip(self._episodes, mask, strict=True) if not k]
+            self._episodes = [e for e, k in zip(self._episodes, mask, strict=True) if k]
         self.source_rows = [r for r, k in zip(self.source_rows, mask, strict=True) if k]
         self.sync()
         return dropped, dropped_rows
 
     def extend(self, other: EpisodeBatch) -> None:
         """Appends another batch (episodes, ledger, rejections)."""
-        self.episodes.extend(other.episodes)
+        if other.columns is not None and not self._episodes and self._columns is None:
+            self._columns = other.columns
+        else:
+            self.episodes.extend(other.episodes)
         self.source_rows.extend(other.source_rows)
         self.ledger += other.ledger
         self.rejections.extend(other.rejections)

@@ -21,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 
 from .episode import Episode
+from .episode_columns import EpisodeColumns
 from .errors import ConfigError, EpisodeValidationError, Where
 from .report import EpisodeBatch, OnInvalid, check_on_invalid
 from .writers import episodes_to_rows
@@ -194,11 +195,11 @@ class Validator:
         episode's rows (:func:`~offline_prelearner.writers.episodes_to_rows`).
         """
         policy = self.config.on_invalid
-        eps = batch.episodes
+        held = _Held.of(batch)
         failed: list[tuple[int, EpisodeValidationError]] = []
         i = 0
-        while i < len(eps) and self._expected_obs is None:  # until an episode fixes the spec
-            error = self.check(eps[i])
+        while i < len(held) and self._expected_obs is None:  # until an episode fixes the spec
+            error = self.check(held.episode(i))
             if error is not None:
                 if policy == "raise":
                     raise error
@@ -206,50 +207,48 @@ class Validator:
             i += 1
         # The rest: the checks as vectors over the whole batch; ``check`` itself (which builds
         # the error, and warns) runs only for the episodes those do not clear.
-        for j in np.flatnonzero(~self._passes(eps[i:])).tolist():
-            error = self.check(eps[i + j])
+        for j in np.flatnonzero(~self._passes(held.tail(i))).tolist():
+            error = self.check(held.episode(i + j))
             if error is not None:
                 if policy == "raise":
                     raise error
                 failed.append((i + j, error))
-        keep = [True] * len(eps)
+        if not failed:
+            return batch
+        keep = [True] * len(held)
         for i, error in failed:  # this stage's policy wins over the batch's
             keep[i] = False
-            rows = episodes_to_rows([batch.episodes[i]]) if policy == "quarantine" else None
+            rows = episodes_to_rows([held.episode(i)]) if policy == "quarantine" else None
             batch.reject(error, batch.source_rows[i], rows, policy=policy)
         batch.keep_only(keep)
         return batch
 
-    def _passes(self, eps: list[Episode]) -> np.ndarray:
+    def _passes(self, held: _Held) -> np.ndarray:
         """Per episode: True where ``check`` would surely return None without a side effect
         (once the obs spec is fixed). False means "ask ``check``", not necessarily "bad"."""
         cfg = self.config
-        m = len(eps)
+        m = len(held)
         if m == 0 or self._expected_obs is None:
             return np.zeros(m, bool)
         shape, dtype, _ = self._expected_obs
-        n = np.fromiter((len(e.actions) for e in eps), np.int64, m)
+        n = held.lengths()
         # Empty episodes warn (or fail min_length): always the detailed path.
         ok = n >= max(cfg.min_length, 1)
-        ok &= np.fromiter((e.t_started for e in eps), np.int64, m) >= 0
+        ok &= held.t_started() >= 0
         if cfg.require_done:
-            ok &= np.fromiter((e.terminated or e.truncated for e in eps), bool, m)
-        ok &= np.fromiter(
-            (e.observations.shape[1:] == shape and e.observations.dtype == dtype for e in eps),
-            bool,
-            m,
-        )
+            ok &= held.done()
+        ok &= held.obs_layout_is(shape, dtype)
         bounds = np.zeros(m + 1, np.int64)
         np.cumsum(n, out=bounds[1:])
         if cfg.check_finite_rewards:
-            rewards = np.concatenate([e.rewards for e in eps])
+            rewards = held.rewards()
             if rewards.dtype.kind in "fc":
                 ok &= _none_per_episode(~np.isfinite(rewards), bounds)
         if not ok.any():
             return ok
-        good = np.flatnonzero(ok).tolist()
+        good = np.flatnonzero(ok)
         if (cfg.check_finite_obs and np.dtype(dtype).kind in "fc") or "obs" in self._spaces:
-            obs = np.concatenate([eps[g].observations for g in good])
+            obs = held.observations(good)
             if cfg.check_finite_obs and obs.dtype.kind in "fc":
                 obs_bounds = np.zeros(len(good) + 1, np.int64)
                 np.cumsum(n[good] + 1, out=obs_bounds[1:])
@@ -258,10 +257,9 @@ class Validator:
             if "obs" in self._spaces and not self._space_clear("obs", obs):
                 ok[good] = False
         if "actions" in self._spaces and ok.any():
-            good = np.flatnonzero(ok).tolist()
-            acts = [eps[g].actions for g in good]
-            one = {(a.dtype, a.shape[1:]) for a in acts}
-            if len(one) != 1 or not self._space_clear("actions", np.concatenate(acts)):
+            good = np.flatnonzero(ok)
+            acts = held.actions(good)
+            if acts is None or not self._space_clear("actions", acts):
                 ok[good] = False
         return ok
 
@@ -369,6 +367,80 @@ class Validator:
             warnings.warn(message, OddDataWarning, stacklevel=2)
 
 
+class _Held:
+    """The episodes of a batch as the vector checks see them: a list of objects, or the batch's
+    shared columns (no objects built), from episode ``start`` on."""
+
+    def __init__(
+        self, eps: list[Episode] | None, cols: EpisodeColumns | None, start: int = 0
+    ) -> None:
+        self.eps: list[Episode] = eps or []
+        self.cols, self.start = cols, start
+
+    @classmethod
+    def of(cls, batch: EpisodeBatch) -> _Held:
+        cols = batch.columns
+        return cls(None, cols) if cols is not None else cls(batch.episodes, None)
+
+    def __len__(self) -> int:
+        return len(self.cols) - self.start if self.cols is not None else len(self.eps)
+
+    def tail(self, i: int) -> _Held:
+        if self.cols is not None:
+            return _Held(None, self.cols, self.start + i)
+        return _Held(self.eps[i:], None)
+
+    def episode(self, i: int) -> Episode:
+        return self.cols.episode(self.start + i) if self.cols is not None else self.eps[i]
+
+    def lengths(self) -> np.ndarray:
+        if self.cols is not None:
+            return self.cols.length[self.start :]
+        return np.fromiter((len(e.actions) for e in self.eps), np.int64, len(self))
+
+    def t_started(self) -> np.ndarray:
+        if self.cols is not None:
+            return self.cols.t_started[self.start :]
+        return np.fromiter((e.t_started for e in self.eps), np.int64, len(self))
+
+    def done(self) -> np.ndarray:
+        if self.cols is not None:
+            return self.cols.done[self.start :]
+        return np.fromiter((e.terminated or e.truncated for e in self.eps), bool, len(self))
+
+    def obs_layout_is(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+        if self.cols is not None:  # one array: one layout
+            obs = self.cols.obs
+            return np.full(len(self), obs.shape[1:] == shape and obs.dtype == dtype)
+        same = (
+            e.observations.shape[1:] == shape and e.observations.dtype == dtype for e in self.eps
+        )
+        return np.fromiter(same, bool, len(self))
+
+    def rewards(self) -> np.ndarray:
+        """Every held episode's rewards, concatenated in order."""
+        if self.cols is not None:
+            return self.cols.rewards[self.cols.step_rows(self.start)]
+        return np.concatenate([e.rewards for e in self.eps])
+
+    def observations(self, which: np.ndarray) -> np.ndarray:
+        """The observations of episodes ``which`` (ascending), concatenated."""
+        if self.cols is not None:
+            sel = self.cols.select(which + self.start)
+            return sel.obs[sel.obs_rows()]
+        return np.concatenate([self.eps[g].observations for g in which.tolist()])
+
+    def actions(self, which: np.ndarray) -> np.ndarray | None:
+        """The actions of episodes ``which`` concatenated, or None if their layouts differ."""
+        if self.cols is not None:
+            sel = self.cols.select(which + self.start)
+            return sel.actions[sel.step_rows()]
+        acts = [self.eps[g].actions for g in which.tolist()]
+        if len({(a.dtype, a.shape[1:]) for a in acts}) != 1:
+            return None
+        return np.concatenate(acts)
+
+
 def _none_per_episode(bad: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     """Per segment ``bounds[k]:bounds[k + 1]`` of ``bad`` (bools): True where none is set."""
     counts = np.zeros(len(bad) + 1, np.int64)
@@ -414,21 +486,34 @@ class Deduplicator:
 
     def is_duplicate(self, ep: Episode) -> bool:
         """Whether ``ep`` overlaps what was seen; remembers it when it does not."""
-        key = (ep.id, ep.agent_id)
+        return self._seen((ep.id, ep.agent_id), ep.t_started, ep.t_end)
+
+    def _seen(self, key: tuple[Any, Any], t_started: int, t_end: int) -> bool:
         seen = self._t_end.get(key)
         if seen is not None:
-            if ep.t_started < seen:
+            if t_started < seen:
                 return True
-            self._t_end[key] = max(seen, ep.t_end)
+            self._t_end[key] = max(seen, t_end)
             return False
-        self._t_end[key] = ep.t_end
+        self._t_end[key] = t_end
         if self.max_ids is not None and len(self._t_end) > self.max_ids:
             del self._t_end[next(iter(self._t_end))]
         return False
 
     def dedupe(self, batch: EpisodeBatch) -> EpisodeBatch:
         """Removes duplicates from ``batch`` and counts them (rows and episodes); returns it."""
-        keep = [not self.is_duplicate(ep) for ep in batch.episodes]
+        cols = batch.columns
+        if cols is not None:  # the same walk over plain values, no objects built
+            seen = self._seen
+            spans = zip(
+                zip(cols.ids, cols.agents, strict=True),
+                cols.t_started.tolist(),
+                cols.t_end.tolist(),
+                strict=True,
+            )
+            keep = [not seen(key, t0, t1) for key, t0, t1 in spans]
+        else:
+            keep = [not self.is_duplicate(ep) for ep in batch.episodes]
         _, dropped_rows = batch.keep_only(keep)
         batch.ledger.rows_duplicate += sum(dropped_rows)
         batch.ledger.episodes_duplicate += len(dropped_rows)

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..episode import Episode
+from ..episode_columns import EpisodeColumns
 
 if TYPE_CHECKING:
     from .storage import Change, EpisodeStorage
 
-__all__ = ["Placements", "add_many"]
+__all__ = ["Placements", "add_columns", "add_many"]
 
 
 @dataclass
@@ -92,7 +93,7 @@ def add_many(
         keys, lengths, t_started, term, trunc = run
         j = i + len(keys)
         while i < j:
-            k = _place_run(st, episodes, i, keys, lengths, t_started, term, trunc, out)
+            k = _place_run(st, _Listed(episodes), i, keys, lengths, t_started, term, trunc, out)
             if k == 0:  # the next one wraps the ring: the ordinary path
                 change = st.add(episodes[i])
                 out += change.side
@@ -100,6 +101,120 @@ def add_many(
                 k = 1
             i += k
             del keys[:k], lengths[:k], t_started[:k], term[:k], trunc[:k]
+
+
+def add_columns(st: EpisodeStorage, cols: EpisodeColumns, out: list[Change | Placements]) -> None:
+    """The body of :meth:`EpisodeStorage.add_columns <.storage.EpisodeStorage.add_columns>`:
+    ``add_many`` over episodes held as shared columns, building an object only for an episode
+    that takes the ordinary path (a continuation, a duplicate key, one that wraps the ring)."""
+    from .storage import EpisodeStorage, _layout  # deferred: storage imports this module
+
+    n = len(cols)
+    if n == 0:
+        return
+    plain = type(st).add is EpisodeStorage.add and type(st)._place is EpisodeStorage._place
+    src, i, bulk = _Columns(cols), 0, False
+    while i < n:
+        # One layout for every episode (shared arrays): once accepted, accepted for all.
+        bulk = bulk or (plain and bool(st.columns) and _layout(cols.episode(i)) in st._accepted)
+        run = _new_column_run(st, cols, i) if bulk else None
+        if run is None:
+            change = st.add(cols.episode(i))
+            out += change.side
+            out.append(change)
+            i += 1
+            continue
+        keys = run
+        j = i + len(keys)
+        lengths = cols.length[i:j].tolist()
+        t_started = cols.t_started[i:j].tolist()
+        term, trunc = cols.terminated[i:j].tolist(), cols.truncated[i:j].tolist()
+        while i < j:
+            k = _place_run(st, src, i, keys, lengths, t_started, term, trunc, out)
+            if k == 0:  # the next one wraps the ring: the ordinary path
+                change = st.add(cols.episode(i))
+                out += change.side
+                out.append(change)
+                k = 1
+            i += k
+            del keys[:k], lengths[:k], t_started[:k], term[:k], trunc[:k]
+
+
+def _new_column_run(st: EpisodeStorage, cols: EpisodeColumns, i: int) -> list[Any] | None:
+    """The keys of the longest run of episodes from ``i`` that ``add`` would each store fresh
+    (ids not held, distinct, shorter than the ring), or None if episode ``i`` is not one."""
+    from .storage import normalize_id  # deferred: storage imports this module
+
+    held, cap = st.table.where, st.capacity
+    seen: dict[Any, None] = {}
+    too_long = np.flatnonzero(cols.length[i:] >= cap)
+    stop = len(cols) if len(too_long) == 0 else i + int(too_long[0])
+    for eid in cols.ids[i:stop]:  # dict lookups per episode: the keys are Python objects
+        kind = type(eid)
+        if kind is str or kind is int:
+            key: Any = eid
+        else:
+            try:
+                key = normalize_id(eid)
+            except Exception:  # add raises it, in its turn
+                break
+        if key in held or key in seen:
+            break
+        seen[key] = None
+    return list(seen) or None
+
+
+class _Source:
+    """Where a run's columns come from: episode objects or shared columns."""
+
+    def episode(self, i: int) -> Episode:
+        raise NotImplementedError
+
+    def observations(self, lo: int, hi: int) -> np.ndarray:
+        """Episodes ``lo:hi``'s observations (``T + 1`` each), concatenated."""
+        raise NotImplementedError
+
+    def steps(self, column: str, lo: int, hi: int) -> np.ndarray:
+        """Episodes ``lo:hi``'s per-step ``column`` ("actions", "rewards", "extras/<name>")."""
+        raise NotImplementedError
+
+
+class _Listed(_Source):
+    def __init__(self, eps: Sequence[Episode]) -> None:
+        self.eps = eps
+
+    def episode(self, i: int) -> Episode:
+        return self.eps[i]
+
+    def observations(self, lo: int, hi: int) -> np.ndarray:
+        return np.concatenate([e.observations for e in self.eps[lo:hi]])
+
+    def steps(self, column: str, lo: int, hi: int) -> np.ndarray:
+        part = self.eps[lo:hi]
+        if column == "actions":
+            return np.concatenate([e.actions for e in part])
+        if column == "rewards":
+            return np.concatenate([e.rewards for e in part])
+        name = column.removeprefix("extras/")
+        return np.concatenate([e.extras[name] for e in part])
+
+
+class _Columns(_Source):
+    def __init__(self, cols: EpisodeColumns) -> None:
+        self.cols = cols
+
+    def episode(self, i: int) -> Episode:
+        return self.cols.episode(i)
+
+    def observations(self, lo: int, hi: int) -> np.ndarray:
+        return self.cols.obs[self.cols.obs_rows(lo, hi)]
+
+    def steps(self, column: str, lo: int, hi: int) -> np.ndarray:
+        c = self.cols
+        arr = {"actions": c.actions, "rewards": c.rewards}.get(column)
+        if arr is None:
+            arr = c.extras[column.removeprefix("extras/")]
+        return arr[c.step_rows(lo, hi)]
 
 
 def _new_run(st: EpisodeStorage, eps: Sequence[Episode], i: int) -> tuple[list[Any], ...] | None:
@@ -171,7 +286,7 @@ def _same_layout(st: EpisodeStorage, run: Sequence[Episode]) -> int:
 
 def _place_run(
     st: EpisodeStorage,
-    eps: Sequence[Episode],
+    src: _Source,
     i: int,
     keys: list[Any],
     lengths: list[int],
@@ -195,17 +310,16 @@ def _place_run(
     cnt = st.counters
     cnt["episodes_evicted"] += len(r_start)
     cnt["timesteps_evicted"] += int(r_length.sum())
-    part = eps[i : i + k]
     steps = int(n.sum())
     if k == 1:
-        st._write(head, part[0], skip_first_obs=False)
+        st._write(head, src.episode(i), skip_first_obs=False)
     else:
         at = np.arange(steps) + np.repeat(np.arange(head, head + k), n)
-        c["obs"][head:stop] = np.concatenate([e.observations for e in part])
-        c["actions"][at] = np.concatenate([e.actions for e in part])
-        c["rewards"][at] = np.concatenate([e.rewards for e in part])
+        c["obs"][head:stop] = src.observations(i, i + k)
+        c["actions"][at] = src.steps("actions", i, i + k)
+        c["rewards"][at] = src.steps("rewards", i, i + k)
         for name in st.extra_names:
-            c["extras/" + name][at] = np.concatenate([e.extras[name] for e in part])
+            c["extras/" + name][at] = src.steps("extras/" + name, i, i + k)
     done = np.array(term[:k], bool)
     trunc_k = np.array(trunc[:k], bool)
     idx = tab.append_many(keys[:k], starts, n, np.array(t_started[:k], np.int64), done, trunc_k)

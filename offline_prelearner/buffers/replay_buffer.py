@@ -24,6 +24,7 @@ import numpy as np
 from .. import columns as C
 from ..batch import SampleBatch
 from ..episode import Episode
+from ..episode_columns import EpisodeColumns
 from ..errors import ConfigError, EmptyBufferError
 from ..samplers.base import Sampler, SampleUnit, ValidStarts, ranges
 from ..samplers.transition import Transition, ones
@@ -146,6 +147,21 @@ class EpisodeReplayBuffer:
             self._notify(changes)  # type: ignore[arg-type]
         if stop is not None:
             raise stop
+
+    def add_columns(self, columns: EpisodeColumns) -> None:
+        """:meth:`add` for episodes held as shared columns (the rows reader's
+        :class:`~offline_prelearner.episode_columns.EpisodeColumns`): the same result, without an
+        object per episode. A subclass that overrides :meth:`add` gets the objects."""
+        if type(self).add is not EpisodeReplayBuffer.add:
+            self.add(columns.episodes())
+            return
+        changes: list[Change | Placements] = []
+        try:
+            self.storage.add_columns(columns, changes)
+        finally:
+            if type(self)._notify is not EpisodeReplayBuffer._notify:  # it expects Changes
+                changes = _expand(changes)
+            self._notify(changes)  # type: ignore[arg-type]
 
     def _notify(self, changes: list[Change]) -> None:
         """Tells the sampler which valid starts went away and which arrived (net of this add).

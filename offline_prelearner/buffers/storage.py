@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..episode import Episode
+from ..episode_columns import EpisodeColumns
 from ..errors import ConfigError, EpisodeValidationError, Where
 from . import _add_many
 from ._add_many import Placements
@@ -206,6 +207,12 @@ class EpisodeStorage:
         of a new layout, subclasses that place episodes their own way) goes through ``add``.
         """
         _add_many.add_many(self, episodes, out)
+
+    def add_columns(self, columns: EpisodeColumns, out: list[Change | Placements]) -> None:
+        """:meth:`add_many` for episodes held as shared columns (a reader's
+        :class:`~offline_prelearner.episode_columns.EpisodeColumns`): the same result, record for
+        record, without building an object per episode on the bulk path."""
+        _add_many.add_columns(self, columns, out)
 
     def _continue(self, ep: Episode, idx: int) -> Change:
         tab = self.table

@@ -44,6 +44,7 @@ from .. import columns as C
 from ..arrowcols import ColumnValueError, decode_cells
 from ..config import ReadConfig
 from ..episode import Episode
+from ..episode_columns import EpisodeColumns
 from ..errors import ConfigError, DataError, EpisodeValidationError, SchemaError, Where
 from ..report import EpisodeBatch
 from ..schema import load_schema
@@ -305,80 +306,102 @@ class RowsReader:
         t_started = self._check(gr, c, v, frame.names)
         if c.t is None and self._pending:
             self._continue(gr, c, v, t_started)
-        obs_all = assemble_observations(gr, c.obs, c.new_obs)
-        g, starts, ends = gr.g, gr.starts.tolist(), gr.ends.tolist()
-        actions, rewards = g(c.actions), g(c.rewards)
-        extras = {k: g(x) for k, x in c.extras.items()}
-        last = gr.last
+        g, n_ep, last = gr.g, len(gr.starts), gr.last
         term = c.term[last]
-        trunc = (c.trunc[last] & ~term).tolist()  # both set: terminated wins
-        term = term.tolist()
-        mods = c.module[gr.first].tolist() if c.module is not None else [None] * len(starts)
+        cols = EpisodeColumns(
+            obs=assemble_observations(gr, c.obs, c.new_obs),
+            actions=g(c.actions),
+            rewards=g(c.rewards),
+            extras={k: g(x) for k, x in c.extras.items()},
+            obs_at=gr.starts + np.arange(n_ep, dtype=np.int64),
+            step_at=gr.starts,
+            length=gr.ends - gr.starts,
+            t_started=t_started,
+            terminated=term,
+            truncated=c.trunc[last] & ~term,  # both set: terminated wins
+            ids=gr.ids,
+            agents=gr.agents,
+            modules=c.module[gr.first].tolist() if c.module is not None else [None] * n_ep,
+        )
+        good = np.ones(n_ep, bool)
+        good[list(v.bad)] = False
+        first = np.flatnonzero(good)[:1].tolist()
+        # Shared arrays: what the vector checks above do not cover (dtypes, object columns) is
+        # the same for every episode, so one pass through the checking constructor covers all.
+        if c.infos is None and (not first or self._constructs(cols, first[0])):
+            out.add_columns(cols.select(good) if v.bad else cols)
+        else:
+            self._build_objects(out, cols, c, gr, v, rows, source)
+            good[list(v.bad)] = False
+        for e in sorted(v.bad):
+            pos = np.arange(gr.starts[e], gr.ends[e])
+            self._reject(out, v.bad[e], frame, pos if gr.perm is None else gr.perm[pos])
+        if c.t is None:
+            self._track(cols, good)
+
+    @staticmethod
+    def _constructs(cols: EpisodeColumns, e: int) -> bool:
+        """Whether episode ``e`` passes the checking :class:`Episode` constructor."""
+        ep = cols.episode(e)
+        try:
+            Episode(**{k: getattr(ep, k) for k in Episode.__slots__})
+        except EpisodeValidationError:
+            return False
+        return True
+
+    def _build_objects(
+        self,
+        out: EpisodeBatch,
+        cols: EpisodeColumns,
+        c: _Cols,
+        gr: Groups,
+        v: Verdicts,
+        rows: np.ndarray,
+        source: str | None,
+    ) -> None:
+        """Episodes one object at a time: with infos (Python objects per row), or when an episode
+        fails the checking constructor (each is then checked until one passes)."""
         infos = c.infos
         if infos is not None and gr.perm is not None:
             infos = [infos[i] for i in gr.perm.tolist()]  # Python objects: per row by nature
-        track, pending, bad = c.t is None, self._pending, v.bad
-        xs = list(extras.items())
         kept: list[Episode] = []
         sizes: list[int] = []
         checked = False  # has one episode of this batch passed the checking constructor?
-        for e, (st, en, t0) in enumerate(zip(starts, ends, t_started.tolist(), strict=True)):
-            eid, agent = gr.ids[e], gr.agents[e]
-            if e not in bad:
-                ep_infos = None if infos is None else [{}, *(i or {} for i in infos[st:en])]
-                ep_extras = {k: x[st:en] for k, x in xs}
-                if checked:
-                    # Same arrays and layout as an episode that passed the checks; lengths,
-                    # flags, dtypes and t_started were checked above as vectors.
-                    kept.append(
-                        Episode._trusted(
-                            eid,
-                            obs_all[st + e : en + e + 1],
-                            actions[st:en],
-                            rewards[st:en],
-                            term[e],
-                            trunc[e],
-                            agent,
-                            mods[e],
-                            t0,
-                            ep_extras,
-                            ep_infos,
-                        )
-                    )
-                    sizes.append(en - st)
-                else:
-                    try:
-                        kept.append(
-                            Episode(
-                                id=eid,
-                                observations=obs_all[st + e : en + e + 1],
-                                actions=actions[st:en],
-                                rewards=rewards[st:en],
-                                terminated=term[e],
-                                truncated=trunc[e],
-                                agent_id=agent,
-                                module_id=mods[e],
-                                t_started=t0,
-                                extras=ep_extras,
-                                infos=ep_infos,
-                            )
-                        )
-                        sizes.append(en - st)
-                        checked = True
-                    except EpisodeValidationError as err:
-                        v.record(e, _locate(err, source, rows, eid, int(gr.first[e])))
-            if e in bad:
-                members = np.arange(st, en) if gr.perm is None else gr.perm[st:en]
-                self._reject(out, bad[e], frame, members)
-            if track:
-                if term[e] or trunc[e]:
-                    pending.pop((eid, agent), None)
-                else:
-                    nxt = _POISONED if e in bad else (t0 + en - st, obs_all[en + e].copy())
-                    pending[(eid, agent)] = nxt
+        for e in range(len(cols)):
+            if e in v.bad:
+                continue
+            ep = cols.episode(e)
+            st, en = int(cols.step_at[e]), int(cols.step_at[e] + cols.length[e])
+            if infos is not None:
+                ep.infos = [{}, *(i or {} for i in infos[st:en])]
+            if not checked:
+                try:
+                    ep = Episode(**{k: getattr(ep, k) for k in Episode.__slots__})
+                    checked = True
+                except EpisodeValidationError as err:
+                    v.record(e, _locate(err, source, rows, ep.id, int(gr.first[e])))
+                    continue
+            kept.append(ep)
+            sizes.append(en - st)
         out.episodes.extend(kept)
         out.source_rows.extend(sizes)
         out.sync()
+
+    def _track(self, cols: EpisodeColumns, good: np.ndarray) -> None:
+        """Streams without ``t``: not-done episodes wait for their continuation (next t, last
+        observation; poisoned if rejected); done ones leave."""
+        pending, done = self._pending, cols.done
+        if pending:
+            keys = dict(zip(zip(cols.ids, cols.agents, strict=True), done.tolist(), strict=True))
+            for key in [k for k in pending if keys.get(k)]:
+                del pending[key]
+        for e in np.flatnonzero(~done).tolist():  # at most one or two per batch
+            key = (cols.ids[e], cols.agents[e])
+            if not good[e]:
+                pending[key] = _POISONED
+            else:
+                at = int(cols.obs_at[e] + cols.length[e])
+                pending[key] = (int(cols.t_end[e]), cols.obs[at].copy())
 
     def _check(self, gr: Groups, c: _Cols, v: Verdicts, names: list[str]) -> np.ndarray:
         """Row-level contracts, vectorized; returns ``t_started`` per episode."""
