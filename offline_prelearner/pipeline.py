@@ -96,6 +96,49 @@ class _ActorSink:
             self.pending = self.pending[-8:]
 
 
+class OfflinePreLearnerActor:
+    """A prelearner as the batch job runs it in ``map_batches``: the prelearner's output batches
+    (dicts of numpy columns, its public contract) are handed to Ray as Arrow tables built here.
+
+    Ray's own conversion of a dict checks each column in Python: ~2 ms for a 256-row CartPole
+    batch of 14 columns, half the prelearner's whole cost per 4096-row input batch. This builds the
+    same schema (Ray's tensor type for columns of arrays, strings for ids) in ~0.25 ms, and hands
+    anything it cannot type (mixed-type ids) to Ray unchanged.
+    """
+
+    def __init__(
+        self,
+        prelearner: type[OfflinePreLearner],
+        config: PreLearnerConfig,
+        stats_sink: Any = None,
+    ) -> None:
+        self.prelearner = prelearner(config, stats_sink=stats_sink)
+
+    def __call__(self, batch: Any) -> Iterator[Any]:
+        for out in self.prelearner(batch):  # a custom __call__ may yield Arrow already
+            yield to_arrow_block(out) if isinstance(out, dict) else out
+
+
+def to_arrow_block(columns: dict[str, Any]) -> Any:
+    """A dict of numpy columns as the Arrow table Ray Data would make of it (or the dict itself
+    when a column is not one Arrow type, e.g. ids of mixed types: Ray then converts it)."""
+    import pyarrow as pa
+    from ray.data.extensions import ArrowTensorArray
+
+    arrays = []
+    try:
+        for v in columns.values():
+            if v.ndim > 1:
+                arrays.append(ArrowTensorArray.from_numpy(v))
+            elif v.dtype == object:
+                arrays.append(pa.array(v.tolist()))
+            else:
+                arrays.append(pa.array(v))
+    except (pa.ArrowException, TypeError, ValueError):
+        return columns
+    return pa.Table.from_arrays(arrays, names=list(columns))
+
+
 def resolve_config(config: PreLearnerConfig, files: list[str]) -> PreLearnerConfig:
     """Fills in what depends on the files: the detected format."""
     if config.read.format == "auto":
@@ -156,7 +199,7 @@ def build_dataset(
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
     ds = _read(ray, files, config)
-    kwargs = {"config": config, "stats_sink": stats_sink}
+    kwargs = {"prelearner": cls, "config": config, "stats_sink": stats_sink}
     rc = config.ray
     remote_args: dict[str, Any] = {"num_cpus": rc.num_cpus}
     env = _worker_env(cls)
@@ -167,7 +210,7 @@ def build_dataset(
 
         eps_col = load_schema(config.read.schema).column("eps_id") or "eps_id"
         ds = ds.groupby(eps_col).map_groups(
-            cls,
+            OfflinePreLearnerActor,
             fn_constructor_kwargs=kwargs,
             compute=ray.data.ActorPoolStrategy(size=rc.concurrency),
             batch_format="pyarrow",
@@ -175,7 +218,7 @@ def build_dataset(
         )
     else:
         ds = ds.map_batches(
-            cls,
+            OfflinePreLearnerActor,
             fn_constructor_kwargs=kwargs,
             compute=ray.data.ActorPoolStrategy(size=rc.concurrency),
             batch_size=rc.batch_size,

@@ -16,6 +16,7 @@ from offline_prelearner.cli import main
 from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.errors import ConfigError
 from offline_prelearner.pipeline import iter_learner_batches, run_pipeline
+from offline_prelearner.prelearner import OfflinePreLearner
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -276,3 +277,20 @@ def test_read_sets_footer_actors_only_for_the_call_and_respects_the_user(
     monkeypatch.setenv(FOOTER_ACTORS_ENV, "3")
     _read(ray, files, PreLearnerConfig())
     assert seen == ["1", "3"]
+
+
+def test_arrow_blocks_match_what_ray_builds_from_the_dicts(ray_local: Any) -> None:
+    from ray.data.block import BlockAccessor
+
+    from offline_prelearner.pipeline import to_arrow_block
+
+    table = pq.read_table(sorted(ROWS.glob("*.parquet")))
+    pre = OfflinePreLearner(PreLearnerConfig().with_updates({"read.format": "rows", "n_step": 3}))
+    outs = [o for start in (0, 1000) for o in pre(table.slice(start, 1000))]
+    assert outs
+    for out in outs:
+        ours, rays = to_arrow_block(out), BlockAccessor.batch_to_block(out)
+        assert ours.schema == rays.schema
+        assert ours.equals(rays)
+    mixed = {"eps_id": np.array(["a", 1], dtype=object), "t": np.arange(2)}
+    assert to_arrow_block(mixed) is mixed  # Ray converts what has no single Arrow type
