@@ -294,3 +294,26 @@ def test_arrow_blocks_match_what_ray_builds_from_the_dicts(ray_local: Any) -> No
         assert ours.equals(rays)
     mixed = {"eps_id": np.array(["a", 1], dtype=object), "t": np.arange(2)}
     assert to_arrow_block(mixed) is mixed  # Ray converts what has no single Arrow type
+
+
+def test_an_address_where_no_cluster_listens_fails_in_seconds() -> None:
+    import socket
+    import time
+
+    from offline_prelearner.pipeline import check_cluster_address
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match=f"no Ray cluster answers at 127.0.0.1:{port}"):
+        check_cluster_address(f"127.0.0.1:{port}", timeout=2.0)
+    assert time.monotonic() - start < 5
+    with pytest.raises(ConfigError, match="must be host:port"):
+        check_cluster_address("nonsense")
+    for left_to_ray in ("auto", "local", "ray://head:10001"):
+        check_cluster_address(left_to_ray)
+    with socket.socket() as s:  # something listens: passes
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        check_cluster_address(f"127.0.0.1:{s.getsockname()[1]}")
