@@ -3,11 +3,14 @@
 Workloads (bench names), on the standard CartPole rows (``cartpole_rows``, 1,000,003 steps):
 
 * ``shards.add.S{1,2,4}``        -- ``ShardedReplayBuffer.add`` of every episode, in chunks of
-  about 4096 steps as a feeder sends them, then ``flush``; steps/s into 1, 2, 4 prioritized
-  shards (each shard a Ray actor in its own process);
-* ``shards.add.S2.episode_objects`` -- the same into 2 shards sending Episode objects instead of
-  packed columns (what :func:`pack_episodes` saves);
-* ``inproc.add``                 -- ``PrioritizedEpisodeReplayBuffer.add`` of the same chunks;
+  about 4096 steps held as ``EpisodeColumns`` (what the rows reader gives a feeder), then
+  ``flush``; steps/s into 1, 2, 4 prioritized shards (each a Ray actor in its own process);
+* ``shards.add.S2.from_objects`` -- the same chunks as Episode objects (the client groups them
+  into columns, :func:`to_columns`);
+* ``shards.add.S2.pickled_objects`` -- Episode objects sent as they are (what sending columns
+  saves);
+* ``inproc.add``                 -- ``PrioritizedEpisodeReplayBuffer.add_columns`` of the same
+  column chunks;
 * ``inproc.sample_update``       -- ``batch = buf.sample(256)`` then ``buf.update_priorities(
   batch["indices"], td)``, repeated, on a PrioritizedEpisodeReplayBuffer holding all the data
   in this process; samples/s;
@@ -91,10 +94,12 @@ def main() -> None:
     from offline_prelearner.buffers.prioritized import PrioritizedEpisodeReplayBuffer
     from offline_prelearner.buffers.shards import ShardedReplayBuffer, shard_of
     from offline_prelearner.config import PreLearnerConfig
+    from offline_prelearner.episode_columns import EpisodeColumns
     from offline_prelearner.samplers.prioritized import Prioritized
 
     C.log("loading episodes")
     chunks = load_chunks(data, 100_000 if args.quick else None)
+    col_chunks = [EpisodeColumns.from_episodes(c) for c in chunks]
     steps = sum(len(e) for c in chunks for e in c)
     n_eps = sum(len(c) for c in chunks)
     capacity = steps + n_eps + 4096
@@ -128,9 +133,14 @@ def main() -> None:
 
         return C.time_repeats(run, repeats, warmup=0)
 
-    def fill(buf: Any) -> None:
-        for c in chunks:
-            buf.add(c)
+    def fill(buf: Any, objects: bool = False) -> None:
+        for c, cols in zip(chunks, col_chunks, strict=True):
+            if objects:
+                buf.add(c)
+            elif isinstance(buf, ShardedReplayBuffer):
+                buf.add(cols)
+            else:
+                buf.add_columns(cols)
         if isinstance(buf, ShardedReplayBuffer):
             buf.flush()
 
@@ -144,7 +154,12 @@ def main() -> None:
         line = C.record(f"shards.add.S{s}", "ours", n=steps, timing=t, unit="steps/s", **common)
         C.emit({**line, "vs_inproc": vs})
 
-    def fill_objects(sb: Any) -> None:  # Episode objects, bypassing pack_episodes
+    C.log("add into 2 shards from Episode objects")
+    t = time_add(lambda sb: fill(sb, objects=True), lambda: ShardedReplayBuffer(cfg, 2))
+    name = "shards.add.S2.from_objects"
+    C.emit(C.record(name, "ours", n=steps, timing=t, unit="steps/s", **common))
+
+    def pickled_objects(sb: Any) -> None:  # Episode objects sent as they are
         pending = []
         for c in chunks:
             shard = shard_of([e.id for e in c], sb.num_shards)
@@ -156,13 +171,10 @@ def main() -> None:
                 ray.wait(pending, num_returns=len(pending) - 4)
         ray.get(pending)
 
-    C.log("add into 2 shards as Episode objects")
-    t = time_add(fill_objects, lambda: ShardedReplayBuffer(cfg, 2))
-    C.emit(
-        C.record(
-            "shards.add.S2.episode_objects", "ours", n=steps, timing=t, unit="steps/s", **common
-        )
-    )
+    C.log("add into 2 shards as pickled Episode objects")
+    t = time_add(pickled_objects, lambda: ShardedReplayBuffer(cfg, 2))
+    name = "shards.add.S2.pickled_objects"
+    C.emit(C.record(name, "ours", n=steps, timing=t, unit="steps/s", **common))
 
     def loop(buf: Any, update: bool = True, learner_s: float = 0.0) -> None:
         for i in range(iters):

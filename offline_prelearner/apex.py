@@ -40,6 +40,7 @@ from .batch import MultiAgentBatch
 from .buffers.shards import ShardedReplayBuffer
 from .config import PreLearnerConfig
 from .episode import Episode
+from .episode_columns import EpisodeColumns
 from .errors import ConfigError
 from .pipeline import build_dataset
 from .prelearner import OfflinePreLearner
@@ -78,6 +79,8 @@ class FeedStats:
 class ShardFeeder(OfflinePreLearner):
     """A prelearner whose buffers are replay shards: ``add_to_buffers`` sends episodes to the
     :class:`ShardedReplayBuffer` of their module and waits for it; ``sample`` draws nothing.
+    A batch the reader built as :class:`EpisodeColumns` goes to the shards as columns, without
+    an object per episode, when :meth:`columns_module` allows it.
 
     ``shards`` maps module ids to clients; :func:`feed_shards` binds it on a subclass made for
     the job (Ray pickles that class, clients included, into the map_batches actors).
@@ -94,18 +97,40 @@ class ShardFeeder(OfflinePreLearner):
         for ep in episodes:
             by_module.setdefault(self.module_of(ep), []).append(ep)
         for module_id, eps in by_module.items():
-            steps = sum(len(e) for e in eps)
-            client = self.shards.get(module_id)
-            if client is None:
-                self.counters["episodes_unrouted"] += len(eps)
-                self.counters["timesteps_unrouted"] += steps
-                continue
+            self._send(module_id, eps, len(eps), sum(len(e) for e in eps))
+        self._wait()
+
+    def _send(self, module_id: str, eps: Any, count: int, steps: int) -> None:
+        client = self.shards.get(module_id)
+        kind = "unrouted" if client is None else "sent"
+        self.counters[f"episodes_{kind}"] += count
+        self.counters[f"timesteps_{kind}"] += steps
+        if client is not None:
             client.add(eps)
-            self.counters["episodes_sent"] += len(eps)
-            self.counters["timesteps_sent"] += steps
-            self.counters["fragments_added"] += len(eps)
+            self.counters["fragments_added"] += count
+
+    def _wait(self) -> None:
         for client in self.shards.values():
             client.flush()
+
+    def columns_module(self, columns: EpisodeColumns) -> str | None:
+        """The one module all of a batch's columnar episodes belong to, when they may go to the
+        shards as columns (no episode hook overridden, no episode connector), else None."""
+        hooks = ("postprocess_episodes", "module_of", "add_to_buffers")
+        if len(self.connectors) or any(
+            getattr(type(self), h) is not getattr(ShardFeeder, h) for h in hooks
+        ):
+            return None
+        mods = set(columns.modules)
+        if len(mods) != 1:
+            return None
+        (mod,) = mods
+        if mod is not None:
+            return str(mod)
+        mapped = self.config.modules.agent_to_module is not None
+        return (
+            None if mapped and set(columns.agents) != {None} else self.config.modules.default_module
+        )
 
     def sample(self) -> MultiAgentBatch:
         return MultiAgentBatch({}, env_steps=0)
@@ -115,7 +140,13 @@ class ShardFeeder(OfflinePreLearner):
         before = {k: self.counters[k] for k in _COUNTS}
         episodes = self.validate(self.map_to_episodes(batch))
         self.ledger += episodes.ledger
-        self.add_to_buffers(self.postprocess_episodes(episodes.episodes))
+        cols = episodes.columns
+        module = None if cols is None or not len(cols) else self.columns_module(cols)
+        if cols is not None and module is not None:  # no object per episode on this path
+            self._send(module, cols, len(cols), int(cols.length.sum()))
+            self._wait()
+        else:
+            self.add_to_buffers(self.postprocess_episodes(episodes.episodes))
         self.counters["batches"] += 1
         if self.stats_sink is not None:
             self.stats_sink(self.key, self.stats())

@@ -1,6 +1,7 @@
 """The Ray-free half of replay sharding: routing, global handles, the split of a batch over
-shards, global importance weights, episodes packed as columns for the trip to a shard, and
-:class:`ReplayShard`, the plain class each shard actor runs.
+shards, global importance weights, episodes as columns for the trip to a shard, and
+:class:`ReplayShard`, the plain class each shard actor runs. Episodes travel as
+:class:`~offline_prelearner.episode_columns.EpisodeColumns` (what the rows reader builds).
 
 :mod:`.shards` (the client, which talks to Ray) uses them and re-exports the public names; each
 piece here is tested on its own, the math against plain references.
@@ -11,7 +12,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import numpy.typing as npt
 
 from ..config import PreLearnerConfig
 from ..episode import Episode
+from ..episode_columns import EpisodeColumns
 from ..errors import ConfigError, DataError, EmptyBufferError, Where
 from ..samplers.prioritized import Prioritized
 from . import checkpoint
@@ -30,14 +32,14 @@ __all__ = [
     "ReplayShard",
     "ShardInfo",
     "ShardSample",
+    "compact",
     "decode_handles",
     "encode_handles",
     "global_weights",
     "handle_bits",
-    "pack_episodes",
     "shard_of",
     "split_counts",
-    "unpack_episodes",
+    "to_columns",
 ]
 
 _U64 = (1 << 64) - 1
@@ -136,78 +138,42 @@ def global_weights(
     return np.power(p / p_min, -float(beta))
 
 
-def pack_episodes(episodes: Sequence[Episode]) -> list[dict[str, Any]]:
-    """Episodes as few numpy columns for the trip to a shard: one dict per layout.
-
-    Pickling thousands of small Episode objects costs ~70 us each; concatenated columns travel
-    through Ray's object store without a copy. Episodes of one layout keep their order.
-    """
+def to_columns(episodes: Sequence[Episode]) -> list[EpisodeColumns | Episode]:
+    """Episodes for the trip to a shard: one :class:`EpisodeColumns` per column layout (a few
+    arrays travel through Ray's object store without a copy, where pickling one object per
+    episode costs ~70 us each), and episodes with ``infos`` (which columns do not hold) as
+    themselves. Episodes of one layout keep their order."""
     groups: dict[tuple[Any, ...], list[Episode]] = {}
+    loose: list[EpisodeColumns | Episode] = []
     for ep in episodes:
-        groups.setdefault(_layout(ep), []).append(ep)
-    out = []
-    for eps in groups.values():
-        extras = list(eps[0].extras)
-        out.append(
-            {
-                "ids": [e.id for e in eps],
-                "agent_ids": [e.agent_id for e in eps],
-                "module_ids": [e.module_id for e in eps],
-                "infos": None if eps[0].infos is None else [e.infos for e in eps],
-                "lengths": np.fromiter((len(e) for e in eps), np.int64, len(eps)),
-                "t_started": np.fromiter((e.t_started for e in eps), np.int64, len(eps)),
-                "terminated": np.fromiter((e.terminated for e in eps), bool, len(eps)),
-                "truncated": np.fromiter((e.truncated for e in eps), bool, len(eps)),
-                "observations": np.concatenate([e.observations for e in eps]),
-                "actions": np.concatenate([e.actions for e in eps]),
-                "rewards": np.concatenate([e.rewards for e in eps]),
-                "extras": {k: np.concatenate([e.extras[k] for e in eps]) for k in extras},
-            }
-        )
-    return out
+        if ep.infos is None:
+            groups.setdefault(_layout(ep), []).append(ep)
+        else:
+            loose.append(ep)
+    return [*(EpisodeColumns.from_episodes(g) for g in groups.values()), *loose]
 
 
-def unpack_episodes(packed: Mapping[str, Any]) -> list[Episode]:
-    """Inverse of one dict of :func:`pack_episodes`: episodes whose columns are views.
-
-    The episodes were valid when packed, so they are rebuilt without re-checking them.
-    """
-    n = packed["lengths"].tolist()
-    a_end = np.cumsum(packed["lengths"]).tolist()
-    o_end = np.cumsum(packed["lengths"] + 1).tolist()
-    obs, act, rew, ext = (packed[k] for k in ("observations", "actions", "rewards", "extras"))
-    infos = packed["infos"] or [None] * len(n)
-    flags = zip(
-        packed["terminated"].tolist(),
-        packed["truncated"].tolist(),
-        packed["t_started"].tolist(),
-        strict=True,
+def compact(columns: EpisodeColumns) -> EpisodeColumns:
+    """The same episodes with arrays holding only their own rows (a :meth:`EpisodeColumns.select`
+    shares the whole batch's arrays, which would all travel to every shard)."""
+    obs_rows, step_rows = columns.obs_rows(), columns.step_rows()
+    step_at = np.zeros(len(columns), np.int64)
+    np.cumsum(columns.length[:-1], out=step_at[1:])
+    return replace(
+        columns,
+        obs=columns.obs[obs_rows],
+        actions=columns.actions[step_rows],
+        rewards=columns.rewards[step_rows],
+        extras={k: v[step_rows] for k, v in columns.extras.items()},
+        obs_at=step_at + np.arange(len(columns)),
+        step_at=step_at,
     )
-    out = []
-    for i, (term, trunc, t0) in enumerate(flags):
-        a, o = a_end[i] - n[i], o_end[i] - n[i] - 1
-        out.append(
-            Episode._trusted(
-                packed["ids"][i],
-                obs[o : o_end[i]],
-                act[a : a_end[i]],
-                rew[a : a_end[i]],
-                term,
-                trunc,
-                packed["agent_ids"][i],
-                packed["module_ids"][i],
-                t0,
-                {k: v[a : a_end[i]] for k, v in ext.items()},
-                infos[i],
-            )
-        )
-    return out
 
 
 def _layout(ep: Episode) -> tuple[Any, ...]:
     o, a, r = ep.observations, ep.actions, ep.rewards
     extras = tuple((k, v.shape[1:], v.dtype.str) for k, v in ep.extras.items())
-    return o.shape[1:], o.dtype.str, a.shape[1:], a.dtype.str, r.dtype.str, extras, ep.infos is None
+    return o.shape[1:], o.dtype.str, a.shape[1:], a.dtype.str, r.dtype.str, extras
 
 
 @dataclass(frozen=True)
@@ -290,12 +256,19 @@ class ReplayShard:
         st = buf.storage.counters
         return ShardInfo(self.shard, self.seq, mass, low, st["timesteps_added"], buf.samples_drawn)
 
-    def add(self, episodes: Iterable[Episode | Mapping[str, Any]]) -> ShardInfo:
-        """Stores episodes (Episode objects and/or :func:`pack_episodes` dicts), in order."""
-        eps: list[Episode] = []
+    def add(self, episodes: Iterable[Episode | EpisodeColumns]) -> ShardInfo:
+        """Stores episodes -- Episode objects and/or :class:`EpisodeColumns` -- in order."""
+        run: list[Episode] = []
         for item in episodes:
-            eps.extend(unpack_episodes(item) if isinstance(item, Mapping) else [item])
-        self.buffer.add(eps)
+            if isinstance(item, EpisodeColumns):
+                if run:
+                    self.buffer.add(run)
+                    run = []
+                self.buffer.add_columns(item)
+            else:
+                run.append(item)
+        if run:
+            self.buffer.add(run)
         return self.info()
 
     def sample(

@@ -65,19 +65,20 @@ from .. import columns as C
 from ..batch import SampleBatch
 from ..config import PreLearnerConfig
 from ..episode import Episode
+from ..episode_columns import EpisodeColumns
 from ..errors import ConfigError, EmptyBufferError
 from . import checkpoint
 from ._shard_parts import (
     ReplayShard,
     ShardInfo,
     ShardSample,
+    compact,
     decode_handles,
     encode_handles,
     global_weights,
-    pack_episodes,
     shard_of,
     split_counts,
-    unpack_episodes,
+    to_columns,
 )
 from .replay_buffer import INDICES
 
@@ -86,13 +87,13 @@ __all__ = [
     "ShardInfo",
     "ShardSample",
     "ShardedReplayBuffer",
+    "compact",
     "decode_handles",
     "encode_handles",
     "global_weights",
-    "pack_episodes",
     "shard_of",
     "split_counts",
-    "unpack_episodes",
+    "to_columns",
 ]
 
 _CLIENT_MANIFEST = "sharded"
@@ -238,23 +239,32 @@ class ShardedReplayBuffer:
         self._beta = float(value)
 
     # ------------------------------------------------------------------ adding
-    def add(self, episodes: Episode | Iterable[Episode]) -> np.ndarray:
+    def add(self, episodes: Episode | Iterable[Episode] | EpisodeColumns) -> np.ndarray:
         """Sends episodes to their shards (asynchronously); returns episodes sent per shard.
 
-        An error in a shard (e.g. a fragment that contradicts what it holds) is raised by a
-        later call that waits for it: :meth:`flush`, or an ``add`` / ``update_priorities`` past
-        ``max_in_flight``.
+        Episodes travel as :class:`EpisodeColumns` (objects are grouped into them by
+        :func:`to_columns`; columns are split by shard and compacted). An error in a shard (e.g.
+        a fragment that contradicts what it holds) is raised by a later call that waits for it:
+        :meth:`flush`, or an ``add`` / ``update_priorities`` past ``max_in_flight``.
         """
-        eps = [episodes] if isinstance(episodes, Episode) else list(episodes)
-        for ep in eps:
-            if not isinstance(ep, Episode):
-                raise TypeError(f"add() takes Episode objects, found {type(ep).__name__}")
-        shard = shard_of([e.id for e in eps], self.num_shards)
-        for s in np.unique(shard).tolist():
-            part = [eps[i] for i in np.flatnonzero(shard == s).tolist()]
-            self._submit(self.actors[s].add.remote(pack_episodes(part)))
-        self.counters["episodes_sent"] += len(eps)
-        self.counters["timesteps_sent"] += sum(len(e) for e in eps)
+        if isinstance(episodes, EpisodeColumns):
+            cols, shard = episodes, shard_of(episodes.ids, self.num_shards)
+            for s in np.unique(shard).tolist():
+                mine = compact(cols.select(shard == s))
+                self._submit(self.actors[s].add.remote([mine]))
+            steps = int(cols.length.sum())
+        else:
+            eps = [episodes] if isinstance(episodes, Episode) else list(episodes)
+            for ep in eps:
+                if not isinstance(ep, Episode):
+                    raise TypeError(f"add() takes Episode objects, found {type(ep).__name__}")
+            shard = shard_of([e.id for e in eps], self.num_shards)
+            for s in np.unique(shard).tolist():
+                part = [eps[i] for i in np.flatnonzero(shard == s).tolist()]
+                self._submit(self.actors[s].add.remote(to_columns(part)))
+            steps = sum(len(e) for e in eps)
+        self.counters["episodes_sent"] += len(shard)
+        self.counters["timesteps_sent"] += steps
         return np.bincount(shard, minlength=self.num_shards)
 
     # ------------------------------------------------------------------ sampling

@@ -20,18 +20,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from offline_prelearner.buffers._shard_parts import (
+    compact,
     decode_handles,
     encode_handles,
     global_weights,
     handle_bits,
-    pack_episodes,
     shard_of,
     split_counts,
-    unpack_episodes,
+    to_columns,
 )
 from offline_prelearner.buffers.shards import ReplayShard, ShardedReplayBuffer
 from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.episode import Episode
+from offline_prelearner.episode_columns import EpisodeColumns
 from offline_prelearner.errors import ConfigError, DataError, EmptyBufferError
 from offline_prelearner.prelearner import OfflinePreLearner
 
@@ -211,7 +212,7 @@ def test_split_then_draw_in_shard_gives_the_union_probabilities() -> None:
     assert chi2 < chi2_critical(5)
 
 
-# ============================================================================ packing
+# ============================================================================ columns
 def same_episode(a: Episode, b: Episode) -> bool:
     return (
         a.id == b.id
@@ -231,27 +232,46 @@ def same_episode(a: Episode, b: Episode) -> bool:
     )
 
 
+def unpacked(items: list[Any]) -> list[Episode]:
+    return [e for it in items for e in (it.episodes() if isinstance(it, EpisodeColumns) else [it])]
+
+
 @settings(max_examples=40, deadline=None)
-@given(random_episodes(any_start=True, extras=("logp",)), random_episodes(max_episodes=3))
-def test_pack_round_trips_episodes_of_mixed_layouts(first, second) -> None:
+@given(
+    random_episodes(any_start=True, extras=("logp",)),
+    random_episodes(max_episodes=3),
+    st.booleans(),
+)
+def test_to_columns_round_trips_episodes_of_mixed_layouts(first, second, infos) -> None:
+    if infos:  # episodes with infos travel as themselves
+        first = [e._replace(infos=[{"t": k} for k in range(len(e) + 1)]) for e in first]
     episodes = first + second
-    packed = pack_episodes(episodes)
-    back = [ep for p in packed for ep in unpack_episodes(p)]
-    # Grouped by layout, order kept within a layout: match each group's episodes in order.
+    items = to_columns(episodes)
+    back = unpacked(items)
+    # Grouped by layout, in order within a layout; each comes back equal, and only once.
     assert len(back) == len(episodes)
     remaining = list(episodes)
     for ep in back:
         match = next(i for i, e in enumerate(remaining) if same_episode(e, ep))
-        assert all(not same_episode(e, ep) or e is remaining[match] for e in remaining[:match])
         remaining.pop(match)
-    if len(packed) == 1:
+    loose = [it for it in items if isinstance(it, Episode)]
+    assert len(loose) == (len(first) if infos else 0)
+    if len(items) == 1 and isinstance(items[0], EpisodeColumns):
         assert all(same_episode(a, b) for a, b in zip(episodes, back, strict=True))
 
 
-def test_pack_keeps_infos() -> None:
-    eps = [make_episode(3, id=i, infos=True) for i in range(3)]
-    (packed,) = pack_episodes(eps)
-    assert all(same_episode(a, b) for a, b in zip(eps, unpack_episodes(packed), strict=True))
+@settings(max_examples=40, deadline=None)
+@given(random_episodes(max_episodes=8, extras=("logp",)), st.data())
+def test_compact_keeps_the_selected_episodes_in_arrays_of_their_own(episodes, data) -> None:
+    cols = EpisodeColumns.from_episodes(episodes)
+    keep = np.array(data.draw(st.lists(st.booleans(), min_size=len(cols), max_size=len(cols))))
+    if not keep.any():
+        keep[0] = True
+    small = compact(cols.select(keep))
+    want = [e for e, k in zip(episodes, keep, strict=True) if k]
+    assert all(same_episode(a, b) for a, b in zip(want, small.episodes(), strict=True))
+    assert len(small.obs) == sum(len(e) + 1 for e in want)
+    assert len(small.actions) == len(small.rewards) == sum(len(e) for e in want)
 
 
 # ============================================================================ ReplayShard
@@ -313,7 +333,7 @@ def test_shard_refuses_mixin() -> None:
 def test_shard_samples_real_transitions_with_their_masses() -> None:
     shard = ReplayShard(config(**{"buffer.kind": "prioritized"}))
     eps = episodes_for(8)
-    shard.add(pack_episodes(eps[:4]) + eps[4:])  # packed dicts and Episode objects
+    shard.add([*to_columns(eps[:4]), *eps[4:]])  # columns and Episode objects
     handles = shard.sample(50).columns["indices"]
     shard.update_priorities(handles, np.linspace(0.1, 3.0, 50))
     part = shard.sample(400)
