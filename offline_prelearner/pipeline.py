@@ -60,7 +60,10 @@ def _init_ray(config: PreLearnerConfig) -> None:
     address = config.ray.address or os.environ.get("RAY_ADDRESS")
     if address:
         check_cluster_address(address)
-        ray.init(address=address, log_to_driver=False)
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except (ConnectionError, RuntimeError) as e:
+            raise ConfigError(_connect_failure(address, e)) from None
     else:
         ray.init(include_dashboard=False, log_to_driver=False)
 
@@ -87,6 +90,35 @@ def check_cluster_address(address: str, timeout: float = 5.0) -> None:
             f"no Ray cluster answers at {address} ({e.strerror or e}); start one with "
             "`ray start --head`, fix --address / RAY_ADDRESS, or leave both unset to run locally"
         ) from None
+
+
+def _connect_failure(address: str, error: BaseException) -> str:
+    """One line for a failed ``ray.init(address=...)``: the chain of causes, and what to do."""
+    chain: list[BaseException] = [error]
+    while True:
+        nxt = chain[-1].__cause__ or chain[-1].__context__
+        if nxt is None or nxt in chain:
+            break
+        chain.append(nxt)
+    msg = f"could not connect to the Ray cluster at {address}: " + " <- ".join(
+        f"{type(e).__name__}: {_gist(e)}" for e in chain
+    )
+    text = " ".join(str(e) for e in chain).lower()
+    if "auth" in text or "token" in text:
+        msg += (
+            "; the cluster requires a token: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or "
+            "RAY_AUTH_TOKEN_PATH) to the cluster's token"
+        )
+    return msg
+
+
+def _gist(error: BaseException) -> str:
+    """An exception's message in one line: its first line, or for a message that carries a
+    traceback, that traceback's last line (the error itself)."""
+    lines = [ln.strip() for ln in str(error).strip().splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    return lines[-1] if "Traceback (most recent call last)" in lines[0] else lines[0]
 
 
 def _stats_actor() -> Any:

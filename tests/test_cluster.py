@@ -269,12 +269,6 @@ def test_process_without_a_cluster_is_a_prompt_one_line_error(tmp_path: Path) ->
     assert not (tmp_path / "stats.json").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="without the cluster's token, ray.init(address=...) retries 20 x 1 s, then the CLI "
-    "prints Ray's ConnectionError <- RuntimeError <- AuthenticationError traceback (~60 lines)",
-)
 def test_process_without_the_clusters_token_is_a_one_line_error(
     cluster: Cluster, tmp_path: Path
 ) -> None:

@@ -30,6 +30,7 @@ Batched adds (:meth:`EpisodeStorage.add_many`, which reports runs of new episode
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -327,12 +328,28 @@ class EpisodeStorage:
 
     # ------------------------------------------------------------------ columns
     def _allocate(self, ep: Episode) -> None:
+        """The ring columns, sized by the first episode's layout: ``capacity + 1`` slots each.
+
+        Raises:
+            ConfigError: the columns would not fit in this machine's memory (a pixel dataset
+                with a capacity meant for vectors, say): naming the capacity, bytes per slot
+                and the total, before anything is allocated.
+        """
         size = self.capacity + 1
-        self.columns["obs"] = np.zeros((size, *ep.observations.shape[1:]), ep.observations.dtype)
-        self.columns["actions"] = np.zeros((size, *ep.actions.shape[1:]), ep.actions.dtype)
-        self.columns["rewards"] = np.zeros(size, ep.rewards.dtype)
-        for name, col in ep.extras.items():
-            self.columns["extras/" + name] = np.zeros((size, *col.shape[1:]), col.dtype)
+        layout = {"obs": ep.observations[:1], "actions": ep.actions[:1], "rewards": ep.rewards[:1]}
+        layout.update({"extras/" + k: v[:1] for k, v in ep.extras.items()})
+        per_slot = sum(
+            int(np.prod(v.shape[1:], dtype=np.int64)) * v.dtype.itemsize for v in layout.values()
+        )
+        total, memory = per_slot * size, _physical_memory()
+        if memory is not None and total > memory:
+            raise _too_big(self.capacity, per_slot, total, f"this machine has {_gib(memory)}")
+        try:
+            for name, v in layout.items():
+                self.columns[name] = np.zeros((size, *v.shape[1:]), v.dtype)
+        except MemoryError:
+            self.columns = {}
+            raise _too_big(self.capacity, per_slot, total, "the allocation failed") from None
         self.extra_names = tuple(ep.extras)
 
     def _check_columns(self, ep: Episode) -> None:
@@ -454,4 +471,28 @@ def _layout(ep: Episode) -> tuple[Any, ...]:
         a.shape[1:],
         r.dtype,
         *((k, v.dtype, v.shape[1:]) for k, v in ep.extras.items()),
+    )
+
+
+def _physical_memory() -> int | None:
+    """Bytes of physical memory (None where the platform does not say)."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def _too_big(capacity: int, per_slot: int, total: int, why: str) -> ConfigError:
+    memory = _physical_memory()
+    hint = ""
+    if memory is not None:  # what would take half of this machine's memory
+        hint = f", e.g. --set buffer.capacity={max(1, memory // 2 // max(per_slot, 1)):_}"
+    return ConfigError(
+        f"buffer.capacity={capacity:,} slots x {per_slot:,} bytes per slot (observation, action, "
+        f"reward, extras) = {_gib(total)}; {why}. Lower buffer.capacity (it counts timesteps "
+        f"plus one per episode){hint}"
     )

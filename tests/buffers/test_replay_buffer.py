@@ -216,3 +216,25 @@ def test_real_rllib_episodes_and_rows_give_the_same_n_step_samples(shared_data):
             assert b["rewards"][i] == pytest.approx(want["rewards"])
             assert bool(b["terminateds"][i]) == want["terminateds"]
             np.testing.assert_array_equal(b["new_obs"][i], want["new_obs"])
+
+
+def test_a_buffer_too_big_for_this_machine_is_a_clear_error_before_allocating() -> None:
+    import os
+
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    frame = np.zeros((84, 84, 4), np.uint8)
+    capacity = memory // frame.nbytes + 1  # the observations alone exceed physical memory
+    ep = Episode(
+        id="px",
+        observations=np.stack([frame] * 3),
+        actions=np.zeros(2, np.int64),
+        rewards=np.zeros(2),
+        terminated=True,
+    )
+    buf = EpisodeReplayBuffer(capacity, Uniform())
+    with pytest.raises(ConfigError, match=r"buffer\.capacity=.* slots x 28,240 bytes per slot"):
+        buf.add(ep)
+    assert len(buf) == 0 and not buf.storage.columns
+    small = EpisodeReplayBuffer(100, Uniform())
+    small.add(ep)
+    assert len(small) == 2
