@@ -3,18 +3,20 @@
 The public API, grouped by stage (everything is also importable from its module)::
 
     read       ReadConfig, ColumnSchema, load_schema, make_reader, register_reader
-    episodes   Episode, EpisodeBatch, Ledger
+    episodes   Episode, EpisodeColumns, EpisodeBatch, Ledger
     check      ValidateConfig, Validator, Deduplicator
     replay     EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer, MixInReplayBuffer,
-               MultiAgentEpisodeReplayBuffer, Reservoir, SampleToInsertRatio
+               MultiAgentEpisodeReplayBuffer, Reservoir, SampleToInsertRatio,
+               ShardedReplayBuffer, ReplayShard
     sample     Uniform, Prioritized, Transition, NStep, Sequence, FrameStack
     connect    Connector, ConnectorPipeline, build_pipeline, register_connector
     batches    SampleBatch, MultiAgentBatch
-    run        PreLearnerConfig, OfflinePreLearner, run_pipeline, iter_learner_batches, convert_path
+    run        PreLearnerConfig, OfflinePreLearner, run_pipeline, iter_learner_batches,
+               convert_path, feed_shards, start_feed, FeedStats
     errors     OfflinePrelearnerError and its subclasses
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .batch import MultiAgentBatch, SampleBatch
 from .buffers import (
@@ -24,10 +26,12 @@ from .buffers import (
     Reservoir,
     SampleToInsertRatio,
 )
+from .buffers.shards import ReplayShard, ShardedReplayBuffer
 from .config import PreLearnerConfig, ReadConfig
 from .connectors import Connector, ConnectorPipeline, build_pipeline, register_connector
 from .convert import convert_path
 from .episode import Episode
+from .episode_columns import EpisodeColumns
 from .errors import (
     ConfigError,
     DataError,
@@ -45,6 +49,11 @@ from .samplers import FrameStack, NStep, Prioritized, Sequence, Transition, Unif
 from .schema import ColumnSchema, load_schema
 from .validate import Deduplicator, ValidateConfig, Validator
 
+if TYPE_CHECKING:  # loaded on first use at run time (see __getattr__); typed for checkers
+    from .apex import FeedStats, feed_shards, start_feed
+    from .buffers.prioritized import PrioritizedEpisodeReplayBuffer
+    from .pipeline import iter_learner_batches, run_pipeline
+
 __version__ = "0.1.0"
 
 __all__ = [  # noqa: RUF022  (grouped by stage, like the docstring)
@@ -58,6 +67,7 @@ __all__ = [  # noqa: RUF022  (grouped by stage, like the docstring)
     # episodes
     "Episode",
     "EpisodeBatch",
+    "EpisodeColumns",
     "Ledger",
     # check
     "Deduplicator",
@@ -68,8 +78,10 @@ __all__ = [  # noqa: RUF022  (grouped by stage, like the docstring)
     "MixInReplayBuffer",
     "MultiAgentEpisodeReplayBuffer",
     "PrioritizedEpisodeReplayBuffer",
+    "ReplayShard",
     "Reservoir",
     "SampleToInsertRatio",
+    "ShardedReplayBuffer",
     # sample
     "FrameStack",
     "NStep",
@@ -85,11 +97,14 @@ __all__ = [  # noqa: RUF022  (grouped by stage, like the docstring)
     # batches
     "MultiAgentBatch",
     "SampleBatch",
-    # run (run_pipeline and iter_learner_batches import Ray: loaded on first use)
+    # run (the pipeline and apex functions use Ray: loaded on first use)
+    "FeedStats",
     "OfflinePreLearner",
     "convert_path",
+    "feed_shards",
     "iter_learner_batches",
     "run_pipeline",
+    "start_feed",
     # errors
     "ConfigError",
     "DataError",
@@ -108,6 +123,10 @@ def __getattr__(name: str) -> Any:
         from . import pipeline
 
         return getattr(pipeline, name)
+    if name in ("feed_shards", "start_feed", "FeedStats"):
+        from . import apex
+
+        return getattr(apex, name)
     if name == "PrioritizedEpisodeReplayBuffer":
         from .buffers.prioritized import PrioritizedEpisodeReplayBuffer
 

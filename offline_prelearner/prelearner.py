@@ -25,10 +25,8 @@ from typing import Any, cast
 import numpy as np
 
 from .batch import MultiAgentBatch, SampleBatch
-from .buffers.mixin import MixInReplayBuffer
-from .buffers.rate_limit import SampleToInsertRatio
+from .buffers.build import build_buffer, build_unit
 from .buffers.replay_buffer import EpisodeReplayBuffer
-from .buffers.reservoir import Reservoir
 from .config import PreLearnerConfig
 from .connectors.base import ConnectorContext, ConnectorPipeline, build_pipeline
 from .episode import Episode
@@ -37,7 +35,7 @@ from .errors import ConfigError, EmptyBufferError
 from .plugins import import_object
 from .readers import Batch, Reader, make_reader
 from .report import EpisodeBatch, Ledger
-from .samplers import FrameStack, NStep, Prioritized, Sequence, Transition, Uniform
+from .samplers import Prioritized
 from .samplers.base import SampleUnit
 from .samplers.in_order import InOrder
 from .validate import Deduplicator, Validator
@@ -87,33 +85,11 @@ class OfflinePreLearner:
 
     def build_unit(self) -> SampleUnit:
         """What each drawn step becomes: Transition, NStep, Sequence, optionally frame-stacked."""
-        s = self.config.sample
-        unit: Any
-        if s.unit == "sequence":
-            unit = Sequence(s.seq_len, burn_in=s.burn_in)
-        elif s.n_step == 1:
-            unit = Transition()
-        else:
-            unit = NStep(s.n_step, s.gamma)
-        return FrameStack(s.frame_stack, unit) if s.frame_stack > 1 else unit
+        return build_unit(self.config.sample)
 
     def build_buffer(self, module_id: str) -> EpisodeReplayBuffer:
         """A fresh buffer for one module, as ``config.buffer`` describes."""
-        b, seed = self.config.buffer, self.config.seed
-        kw: dict[str, Any] = {
-            "unit": self.build_unit(),
-            "seed": None if seed is None else seed + _stable_hash(module_id),
-            "learning_starts": b.learning_starts,
-        }
-        if b.max_samples_per_insert is not None:
-            kw["rate_limit"] = SampleToInsertRatio(b.max_samples_per_insert)
-        if b.kind == "reservoir":
-            kw["eviction"] = Reservoir(seed=0 if seed is None else seed)
-        if b.kind == "prioritized":
-            return EpisodeReplayBuffer(b.capacity, Prioritized(b.alpha, b.beta, b.eps), **kw)
-        if b.kind == "mixin":
-            return MixInReplayBuffer(b.capacity, Uniform(), replay_ratio=b.replay_ratio, **kw)
-        return EpisodeReplayBuffer(b.capacity, Uniform(), **kw)
+        return build_buffer(self.config, module_id, self.build_unit())
 
     def build_connectors(self) -> ConnectorPipeline:
         """The connector pipeline from ``config.connectors`` (override to add your own)."""
@@ -322,8 +298,3 @@ class OfflinePreLearner:
             else:
                 done.append(ep)
         return done
-
-
-def _stable_hash(s: str) -> int:
-    """A small, process-independent hash (Python's str hash is salted per process)."""
-    return int.from_bytes(s.encode()[:8].ljust(8, b"\0"), "little") % 1_000_003

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import offline_prelearner as op
 
@@ -16,6 +18,7 @@ EXPECTED = {
     "register_reader",
     "Episode",
     "EpisodeBatch",
+    "EpisodeColumns",
     "Ledger",
     "Deduplicator",
     "ValidateConfig",
@@ -26,6 +29,8 @@ EXPECTED = {
     "PrioritizedEpisodeReplayBuffer",
     "Reservoir",
     "SampleToInsertRatio",
+    "ShardedReplayBuffer",
+    "ReplayShard",
     "FrameStack",
     "NStep",
     "Prioritized",
@@ -42,6 +47,9 @@ EXPECTED = {
     "convert_path",
     "iter_learner_batches",
     "run_pipeline",
+    "feed_shards",
+    "start_feed",
+    "FeedStats",
     "ConfigError",
     "DataError",
     "DecodeError",
@@ -70,3 +78,47 @@ def test_importing_the_package_does_not_import_ray() -> None:
     code = "import sys, offline_prelearner; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_lazy_exports_are_the_defining_modules_objects() -> None:
+    from offline_prelearner import apex, buffers, pipeline
+    from offline_prelearner.buffers import build, prioritized, shards
+
+    assert op.ShardedReplayBuffer is shards.ShardedReplayBuffer
+    assert op.ReplayShard is shards.ReplayShard
+    assert (op.feed_shards, op.start_feed, op.FeedStats) == (
+        apex.feed_shards,
+        apex.start_feed,
+        apex.FeedStats,
+    )
+    assert (op.run_pipeline, op.iter_learner_batches) == (
+        pipeline.run_pipeline,
+        pipeline.iter_learner_batches,
+    )
+    assert op.PrioritizedEpisodeReplayBuffer is prioritized.PrioritizedEpisodeReplayBuffer
+    assert (buffers.build_buffer, buffers.build_unit) == (build.build_buffer, build.build_unit)
+    assert buffers.ReplayShard is shards.ReplayShard
+    assert buffers.ShardedReplayBuffer is shards.ShardedReplayBuffer
+    for name in buffers.__all__:
+        assert getattr(buffers, name) is not None, name
+
+
+def test_buffers_import_nothing_above_them() -> None:
+    """Nothing low imports anything high (DESIGN.md): buffers/ never imports the prelearner,
+    the pipeline, apex or the CLI, not even inside a function."""
+    high = {"prelearner", "pipeline", "apex", "cli"}
+    pkg = Path(op.__file__).parent
+    for path in sorted((pkg / "buffers").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []  # absolute dotted names this import may load
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                here = ["offline_prelearner", "buffers"]
+                base = here[: len(here) - node.level + 1] if node.level else []
+                mod = ".".join([*base, *(node.module or "").split(".")]).strip(".")
+                targets = [f"{mod}.{a.name}" for a in node.names]
+            for t in targets:
+                parts = t.split(".")
+                bad = parts[0] == "offline_prelearner" and len(parts) > 1 and parts[1] in high
+                assert not bad, f"{path.name}:{node.lineno} imports {t}"

@@ -25,6 +25,7 @@ from ..episode_columns import EpisodeColumns
 from ..errors import ConfigError, DataError, EmptyBufferError, Where
 from ..samplers.prioritized import Prioritized
 from . import checkpoint
+from .build import build_buffer
 from .replay_buffer import INDICES, EpisodeReplayBuffer
 from .storage import normalize_id
 
@@ -205,7 +206,8 @@ class ReplayShard:
 
     Args:
         config: The buffer, sample and seed sections are used; the buffer is built exactly as
-            :meth:`OfflinePreLearner.build_buffer` builds it, with this shard's own seed.
+            :func:`~offline_prelearner.buffers.build.build_buffer` builds it (as
+            ``OfflinePreLearner.build_buffer`` does), with this shard's own seed.
         shard: This shard's number (seeds its generator; named in replies and checkpoints).
         module_id: The module whose buffer this is (default ``config.modules.default_module``).
     """
@@ -227,11 +229,7 @@ class ReplayShard:
             cfg = cfg.with_updates({"seed": seed})
         self.shard = shard
         self.module_id = module_id or cfg.modules.default_module
-        # Upward import (buffers -> prelearner), deferred: build_buffer is the one definition
-        # of "the buffer a config describes"; it belongs in a lower module (see the report).
-        from ..prelearner import OfflinePreLearner
-
-        self.buffer: EpisodeReplayBuffer = OfflinePreLearner(cfg).build_buffer(self.module_id)
+        self.buffer: EpisodeReplayBuffer = build_buffer(cfg, self.module_id)
         self.seq = 0
 
     def __repr__(self) -> str:
