@@ -215,6 +215,10 @@ class RayConfig:
         num_cpus: CPUs reserved per prelearner actor.
         group_by_episode: Group rows by ``eps_id`` with Ray Data (``groupby().map_groups``) so
             every batch holds whole episodes, whatever the file layout.
+        block_mb: Target size of the Ray Data blocks our datasets read and emit, in MiB (Ray's
+            default is 128). Smaller blocks let the prelearner start while the rest is read and
+            stream learner batches as they are made: with 128 MiB, 1M CartPole rows are one
+            block and a learner sees its first batch only when all of them are done.
         footer_readers: Actors Ray Data starts to read Parquet footers before the read
             (``None``: one per 10 files, at most 32). Ray's own default is 32 whatever the number
             of files; each is a new worker process, which costs a second or more of wall time on
@@ -228,8 +232,10 @@ class RayConfig:
     num_cpus: float = 1.0
     group_by_episode: bool = False
     footer_readers: int | None = None
+    block_mb: int = 16
 
     def __post_init__(self) -> None:
+        _check_int("ray", "block_mb", self.block_mb, lo=1)
         _check_int("ray", "concurrency", self.concurrency, lo=1)
         _check_int("ray", "footer_readers", self.footer_readers, lo=1, none_ok=True)
         _check_int("ray", "batch_size", self.batch_size, lo=1, none_ok=True)

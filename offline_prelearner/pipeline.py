@@ -15,6 +15,7 @@ and are summed into ``stats.json``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -254,8 +255,25 @@ def build_dataset(
     ray = _ray()
     files, config, cls = prepare(path, config, prelearner)
     _init_ray(config)
+    with _data_context(ray, config):
+        return _build(ray, files, config, cls, stats_sink)
+
+
+@contextlib.contextmanager
+def _data_context(ray: Any, config: PreLearnerConfig) -> Iterator[None]:
+    """The Ray Data settings of our datasets, set only while they are built (each dataset keeps
+    a copy of the context it was built under; the caller's own context is left as it was)."""
     ctx = ray.data.DataContext.get_current()
+    saved = (ctx.execution_options.preserve_order, ctx.target_max_block_size)
     ctx.execution_options.preserve_order = True
+    ctx.target_max_block_size = config.ray.block_mb * 2**20
+    try:
+        yield
+    finally:
+        ctx.execution_options.preserve_order, ctx.target_max_block_size = saved
+
+
+def _build(ray: Any, files: list[str], config: PreLearnerConfig, cls: type, stats_sink: Any) -> Any:
     ds = _read(ray, files, config)
     kwargs = {"prelearner": cls, "config": config, "stats_sink": stats_sink}
     rc = config.ray

@@ -317,3 +317,17 @@ def test_an_address_where_no_cluster_listens_fails_in_seconds() -> None:
         s.bind(("127.0.0.1", 0))
         s.listen()
         check_cluster_address(f"127.0.0.1:{s.getsockname()[1]}")
+
+
+def test_datasets_carry_their_settings_and_leave_the_callers_context_alone(ray_local: Any) -> None:
+    import ray
+
+    from offline_prelearner.pipeline import build_dataset
+
+    ctx = ray.data.DataContext.get_current()
+    before = (ctx.execution_options.preserve_order, ctx.target_max_block_size)
+    ds = build_dataset(ROWS, PreLearnerConfig().with_updates({"ray.block_mb": 3}))
+    assert ds.context.target_max_block_size == 3 * 2**20
+    assert ds.context.execution_options.preserve_order
+    assert (ctx.execution_options.preserve_order, ctx.target_max_block_size) == before
+    assert ds.count() > 0
