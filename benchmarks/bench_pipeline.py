@@ -7,14 +7,21 @@ driver. Ray is started before the clock; each repeat builds a fresh dataset (and
 
 Workloads (bench names; ``b<N>`` is the ``map_batches`` batch size in input rows):
 
-* ``cartpole_rows.e2e.b<N>`` -- ours: ``run_pipeline`` on the 1,000,003 CartPole rows with the
-  defaults (uniform replay, ``Transition``, ``train_batch_size=256`` samples per input batch).
+* ``cartpole_rows.e2e.b<N>`` -- ours: read_parquet -> map_batches(prelearner) -> iterate every
+  output batch (``build_dataset`` + ``iter_batches``, what ``iter_learner_batches`` and a learner
+  run) on the 1,000,003 CartPole rows with the defaults (uniform replay, ``Transition``,
+  ``train_batch_size=256`` samples per input batch). ``first_batch_s`` is the time to the first
+  output batch, ``rows_per_s_after_first_batch`` the rate after it (the fixed start-up aside).
+* ``cartpole_rows.e2e_job.b<N>`` -- the batch job: ``run_pipeline`` (the same, plus the stats
+  collector actor that sums every prelearner's ledger into ``stats.json``).
   RLlib: ``OfflineData.sample(num_samples=N, return_iterator=True)`` of a ``BCConfig`` (each row
   becomes a one-step episode and runs through BC's learner connector; every row is emitted).
 * ``cartpole_rows.e2e_nstep3.b<N>`` -- ours, ``n_step=3`` (RLlib's row path ignores ``n_step``).
 * ``cartpole_rows.e2e_sample_all.b<N>`` -- ours, ``sample_all=true``: every transition emitted
   once, which is what RLlib's row path emits too (so this is the closest like-for-like pair).
 * ``cartpole_rows.read_iter.b<N>`` -- the bare floor: ``read_parquet(files).iter_batches``.
+* ``cartpole_rows.read_iter_sized.b<N>`` -- the same through the pipeline's read (one Parquet
+  footer actor per 10 files instead of Ray's 32): the floor our job actually stands on.
 * ``cartpole_episodes.e2e.b<N>`` -- the 44,685 msgpack episodes, ``format=episodes``; RLlib with
   ``input_read_episodes=True`` (its episode buffer, 256 samples per input batch). ``N`` counts
   episodes; ``n`` and ``throughput`` are episodes, ``steps_per_s`` env steps.
@@ -59,7 +66,8 @@ DEFAULT_BATCH_SIZES = (4096, 65536)
 EPISODE_BATCH_SIZES = {4096: 256, 65536: 4096}  # rows batch size -> episodes batch size
 #: Variants of our row job: bench suffix -> config updates (on top of the defaults).
 ROW_VARIANTS: dict[str, dict[str, Any]] = {
-    "e2e": {},
+    "e2e": {"job_stats": False},
+    "e2e_job": {},
     "e2e_nstep3": {"n_step": 3},
     "e2e_sample_all": {"sample_all": True},
 }
@@ -224,10 +232,14 @@ def total_rows(files: list[Path]) -> int:
     return sum(pq.read_metadata(f).num_rows for f in files)
 
 
-def run_ours(files: list[Path], updates: dict[str, Any], write: bool = False) -> Run:
-    """``run_pipeline`` (a dry run that iterates every batch, or writing Parquet to a temp dir)."""
+def run_ours(
+    files: list[Path], updates: dict[str, Any], write: bool = False, job_stats: bool = True
+) -> Run:
+    """``run_pipeline`` (a dry run that iterates every batch, or writing Parquet to a temp dir);
+    without ``job_stats``, what a learner runs: ``build_dataset`` (read -> map_batches) and
+    iterating every output batch, with no stats collector."""
     from offline_prelearner.config import PreLearnerConfig
-    from offline_prelearner.pipeline import run_pipeline
+    from offline_prelearner.pipeline import build_dataset, run_pipeline
 
     config = PreLearnerConfig().with_updates(updates)
     expected = total_rows(files)
@@ -235,6 +247,14 @@ def run_ours(files: list[Path], updates: dict[str, Any], write: bool = False) ->
 
     def job() -> tuple[int, int, float | None]:
         paths = [str(f) for f in files]
+        if not job_stats:
+            t0, first, n = time.perf_counter(), None, 0
+            ds = build_dataset(paths, config)
+            for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+                first = time.perf_counter() - t0 if first is None else first
+                n += b.num_rows
+            stats.update(rows_in=expected, rows_kept=expected, rows_balance=True)
+            return expected, n, first
         if write:
             with tempfile.TemporaryDirectory(prefix="bench_pipeline_") as out:
                 stats.update(run_pipeline(paths, config, out_dir=out).stats)
@@ -278,12 +298,17 @@ def episode_steps(data: Path) -> int | None:
         return None
 
 
-def run_bare(files: list[Path], batch_size: int) -> Run:
-    """The floor: ``read_parquet(files).iter_batches(batch_size)``, nothing mapped."""
+def run_bare(files: list[Path], batch_size: int, sized: bool = False) -> Run:
+    """The floor: ``read_parquet(files).iter_batches(batch_size)``, nothing mapped; ``sized``:
+    through the pipeline's own read (Parquet footer actors sized to the files, not Ray's 32)."""
     import ray
 
+    from offline_prelearner.config import PreLearnerConfig
+    from offline_prelearner.pipeline import _read
+
     def job() -> tuple[int, int, float | None]:
-        ds = ray.data.read_parquet([str(f) for f in files])
+        paths = [str(f) for f in files]
+        ds = _read(ray, paths, PreLearnerConfig()) if sized else ray.data.read_parquet(paths)
         n = 0
         for b in ds.iter_batches(batch_size=batch_size, batch_format="pyarrow"):
             n += b.num_rows
@@ -308,15 +333,30 @@ def bench_ours(
             bench = f"cartpole_rows.read_iter.b{size}"
             runs = repeat(bench, lambda size=size: run_bare(rows_files, size), repeats)
             lines.append(C.emit(line_for(bench, "ours", runs, "rows/s", batch_size=size, **extra)))
+            bench = f"cartpole_rows.read_iter_sized.b{size}"
+            runs = repeat(bench, lambda size=size: run_bare(rows_files, size, True), repeats)
+            lines.append(C.emit(line_for(bench, "ours", runs, "rows/s", batch_size=size, **extra)))
             variants = ROW_VARIANTS
             if quick:
                 variants = {k: v for k, v in ROW_VARIANTS.items() if k != "e2e_nstep3"}
             for suffix, updates in variants.items():
                 bench = f"cartpole_rows.{suffix}.b{size}"
+                u = {k: v for k, v in updates.items() if k != "job_stats"}
+                job = updates.get("job_stats", True)
                 runs = repeat(
-                    bench, lambda u=updates, ups=ups: run_ours(rows_files, {**ups, **u}), repeats
+                    bench,
+                    lambda u=u, ups=ups, job=job: run_ours(rows_files, {**ups, **u}, job_stats=job),
+                    repeats,
                 )
-                line = line_for(bench, "ours", runs, "rows/s", batch_size=size, **updates, **extra)
+                line = line_for(bench, "ours", runs, "rows/s", batch_size=size, **u, **extra)
+                if not job:  # learner-side: rows/s once the first batch is out (startup aside)
+                    steady = [
+                        r.rows / (r.seconds - r.first_batch_s) for r in runs if r.first_batch_s
+                    ]
+                    if steady:
+                        line["rows_per_s_after_first_batch"] = round(
+                            sorted(steady)[len(steady) // 2], 1
+                        )
                 lines.append(C.emit(line))
         if "episodes" in only:
             esize = EPISODE_BATCH_SIZES.get(size, size)
@@ -375,17 +415,18 @@ def extra_ratios(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if theirs is not None and variant != "e2e":  # plain e2e pairs in C.ratio_lines
             pair = C.ratio_lines([ours, {**theirs, "bench": bench}])
             out += [{**x, "rllib_bench": theirs["bench"]} for x in pair]
-        bare = by.get((f"{dataset}.read_iter.{size}", "ours"))
-        if bare is not None:
-            out.append(
-                {
-                    "bench": f"{bench}/bare",
-                    "impl": "ratio",
-                    "ratio": round(ours["throughput"] / bare["throughput"], 3),
-                    "unit": "fraction of read_iter rows/s",
-                    "bare_throughput": bare["throughput"],
-                }
-            )
+        for floor, tag in (("read_iter", "bare"), ("read_iter_sized", "bare_sized")):
+            bare = by.get((f"{dataset}.{floor}.{size}", "ours"))
+            if bare is not None:
+                out.append(
+                    {
+                        "bench": f"{bench}/{tag}",
+                        "impl": "ratio",
+                        "ratio": round(ours["throughput"] / bare["throughput"], 3),
+                        "unit": f"fraction of {floor} rows/s",
+                        "bare_throughput": bare["throughput"],
+                    }
+                )
     return out
 
 
