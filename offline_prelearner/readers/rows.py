@@ -11,7 +11,25 @@ A batch (an Arrow table or a dict of numpy columns) becomes episodes in a handfu
    writes none) the row order within an episode is the step order; with ``check_continuity``
    each row's ``new_obs`` must equal the next row's ``obs``, so a scrambled episode is an error
    rather than silent garbage.
-3. **Episodes.** The observations of all episodes are scattered once into one
+3. **Duplicates.** Copies of rows *within the batch* (both copies of an episode in one batch: two
+   files holding it merged into one batch, a file written or listed twice) are dropped before
+   the checks and counted in ``ledger.rows_duplicate`` / ``episodes_duplicate``, as if each copy
+   had come in its own batch (copies across batches are the Deduplicator's). Rows are copies when
+   every column the episode is built from is equal (obs, new_obs, actions, rewards, flags,
+   extras, module id, infos; bytes compared, NaN equals NaN); the first in batch order is kept.
+   With ``t``: rows of one key and one ``t``. The same key and ``t`` with different content is a
+   conflict, not a copy: the episode fails with ``t_not_consecutive`` ("t=.. appears twice ...
+   with different content", naming both rows). Without ``t``: only a whole repetition is
+   recognised -- the key's first done flag before its last row ends the first copy, and every
+   later row equals its counterpart in that copy (full copies back to back, possibly ending in a
+   partial one). Not recognised, and failing as before (``done_mid_episode`` / ``discontinuous``):
+   a repeated not-done fragment (no done flag marks where it repeats), a copy that differs
+   anywhere, a copy of rows read in an earlier batch; without an episode id (split at done
+   flags) a repeated episode is a new episode. A copy of a bad episode is still a duplicate
+   (the one left is rejected), but rows that fail conversion reject every row of their episode,
+   copies included (conversion comes first). Cost on clean data: one compare of ``t`` (or one
+   pass over the done flags) in grouped order; see :mod:`._duplicates`.
+4. **Episodes.** The observations of all episodes are scattered once into one
    ``[rows + episodes, ...]`` array (each episode's rows' ``obs``, then its last ``new_obs``); every
    episode's columns are views. ``terminated`` / ``truncated`` come from the last row (both set:
    terminated wins, a terminal state needs no bootstrap); a done flag on another row is an error.
@@ -24,8 +42,8 @@ readers cannot be stitched here: give the data a ``t`` column (the buffer stitch
 
 Unmapped columns become per-step ``Episode.extras``; a mapped ``infos`` column becomes
 ``Episode.infos = [{}] + row infos``. Under ``on_invalid="skip"``/``"quarantine"`` a bad episode is
-rejected whole (its rows as payload) and counted, so ``rows_in == kept + rejected``; under
-``"raise"`` the first :class:`~offline_prelearner.errors.DataError` propagates naming file,
+rejected whole (its rows as payload) and counted, so ``rows_in == kept + rejected + duplicate``;
+under ``"raise"`` the first :class:`~offline_prelearner.errors.DataError` propagates naming file,
 column, episode id and row (the row's index in the batch given to :meth:`RowsReader.read`).
 """
 
@@ -35,6 +53,7 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -58,6 +77,7 @@ from ._batch import (
     factorize,
     rows_differ,
 )
+from ._duplicates import find_duplicates
 
 __all__ = ["RowsReader"]
 
@@ -79,6 +99,40 @@ class _Cols:
     module: np.ndarray | None
     infos: list[Any] | None
     extras: dict[str, np.ndarray]
+
+    def select(self, keep: np.ndarray) -> _Cols:
+        """The rows where ``keep`` (bool per row) is true."""
+        idx = np.flatnonzero(keep)
+
+        def take(a: np.ndarray) -> np.ndarray:
+            return a.take(idx, axis=0)
+
+        return _Cols(
+            obs=take(self.obs),
+            new_obs=take(self.new_obs),
+            actions=take(self.actions),
+            rewards=take(self.rewards),
+            term=take(self.term),
+            trunc=take(self.trunc),
+            t=None if self.t is None else take(self.t),
+            module=None if self.module is None else take(self.module),
+            infos=None if self.infos is None else list(compress(self.infos, keep.tolist())),
+            extras={k: take(v) for k, v in self.extras.items()},
+        )
+
+    def content(self) -> list[np.ndarray]:
+        """The columns an episode is built from (what makes two rows copies; not t, not infos)."""
+        mod = [] if self.module is None else [self.module]
+        return [
+            self.obs,
+            self.new_obs,
+            self.actions,
+            self.rewards,
+            self.term,
+            self.trunc,
+            *self.extras.values(),
+            *mod,
+        ]
 
 
 @register_reader("rows")
@@ -140,7 +194,8 @@ class RowsReader:
                 frame, rows, codes = frame.filter(~bad), rows[~bad], codes[~bad]
                 if len(rows) == 0:
                     return out
-        self._build(out, frame, cols, rows, codes, keys, source)
+        frame, cols, rows, gr = self._drop_duplicates(out, frame, cols, rows, codes, keys)
+        self._build(out, frame, cols, rows, gr, source)
         return out
 
     # ------------------------------------------------------------------ columns
@@ -291,17 +346,38 @@ class RowsReader:
         return bool(term[row] or trunc[row])
 
     # ------------------------------------------------------------------ episodes
-    def _build(
-        self,
+    @staticmethod
+    def _drop_duplicates(
         out: EpisodeBatch,
         frame: ColumnBatch,
         c: _Cols,
         rows: np.ndarray,
         codes: np.ndarray,
         keys: Keys,
+    ) -> tuple[ColumnBatch, _Cols, np.ndarray, Groups]:
+        """Groups the rows into episodes; copies of rows within the batch (see
+        :mod:`._duplicates`) are dropped from the frame first and counted as duplicates."""
+        gr = Groups.of(codes, c.t, rows, keys)
+        done = c.term | c.trunc if c.t is None else None
+        dup = find_duplicates(gr, c.content(), done, c.t, c.infos)
+        if dup is None:
+            return frame, c, rows, gr
+        keep = np.ones(len(rows), bool)
+        keep[dup.rows] = False
+        out.ledger.rows_duplicate += len(dup.rows)
+        out.ledger.episodes_duplicate += dup.episodes
+        c, rows = c.select(keep), rows[keep]
+        return frame.filter(keep), c, rows, Groups.of(codes[keep], c.t, rows, keys)
+
+    def _build(
+        self,
+        out: EpisodeBatch,
+        frame: ColumnBatch,
+        c: _Cols,
+        rows: np.ndarray,
+        gr: Groups,
         source: str | None,
     ) -> None:
-        gr = Groups.of(codes, c.t, rows, keys)
         v = Verdicts(gr, source, raise_now=out.on_invalid == "raise")
         t_started = self._check(gr, c, v, frame.names)
         if c.t is None and self._pending:
@@ -417,7 +493,8 @@ class RowsReader:
             v.flag(
                 gap,
                 lambda p: (
-                    f"t={ts[p]} appears twice in this episode"
+                    f"t={ts[p]} appears twice in this episode with different content (also at "
+                    f"row {gr.pos_rows[p - 1]}; identical copies are dropped as duplicates)"
                     if ts[p] == ts[p - 1]
                     else f"t jumps from {ts[p - 1]} to {ts[p]}; rows need consecutive t"
                 ),
@@ -443,7 +520,8 @@ class RowsReader:
                 np.flatnonzero(g(flags) & not_last),
                 lambda p: (
                     f"row is marked done but is not its episode's last row "
-                    f"({gr.ends[gr.ep_of[p]] - 1 - p} more rows follow)"
+                    f"({gr.ends[gr.ep_of[p]] - 1 - p} more rows follow, and they are not a "
+                    f"copy of the rows up to it)"
                 ),
                 col,
                 reason="done_mid_episode",
