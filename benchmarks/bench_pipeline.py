@@ -11,7 +11,7 @@ Workloads (bench names; ``b<N>`` is the ``map_batches`` batch size in input rows
   output batch (``build_dataset`` + ``iter_batches``, what ``iter_learner_batches`` and a learner
   run) on the 1,000,003 CartPole rows with the defaults (uniform replay, ``Transition``,
   ``train_batch_size=256`` samples per input batch). ``first_batch_s`` is the time to the first
-  output batch, ``rows_per_s_after_first_batch`` the rate after it (the fixed start-up aside).
+  output batch (what a learner waits before it can train).
 * ``cartpole_rows.e2e_job.b<N>`` -- the batch job: ``run_pipeline`` (the same, plus the stats
   collector actor that sums every prelearner's ledger into ``stats.json``).
   RLlib: ``OfflineData.sample(num_samples=N, return_iterator=True)`` of a ``BCConfig`` (each row
@@ -349,14 +349,6 @@ def bench_ours(
                     repeats,
                 )
                 line = line_for(bench, "ours", runs, "rows/s", batch_size=size, **u, **extra)
-                if not job:  # learner-side: rows/s once the first batch is out (startup aside)
-                    steady = [
-                        r.rows / (r.seconds - r.first_batch_s) for r in runs if r.first_batch_s
-                    ]
-                    if steady:
-                        line["rows_per_s_after_first_batch"] = round(
-                            sorted(steady)[len(steady) // 2], 1
-                        )
                 lines.append(C.emit(line))
         if "episodes" in only:
             esize = EPISODE_BATCH_SIZES.get(size, size)
