@@ -143,13 +143,19 @@ def add_columns(st: EpisodeStorage, cols: EpisodeColumns, out: list[Change | Pla
 def _new_column_run(st: EpisodeStorage, cols: EpisodeColumns, i: int) -> list[Any] | None:
     """The keys of the longest run of episodes from ``i`` that ``add`` would each store fresh
     (ids not held, distinct, shorter than the ring), or None if episode ``i`` is not one."""
+    too_long = np.flatnonzero(cols.length[i:] >= st.capacity)
+    stop = len(cols) if len(too_long) == 0 else i + int(too_long[0])
+    return _fresh_keys(st, cols.ids[i:stop]) or None
+
+
+def _fresh_keys(st: EpisodeStorage, ids: Sequence[Any]) -> list[Any]:
+    """The normalized keys of the longest prefix of ``ids`` that are distinct and not held (a
+    dict lookup per episode: the keys are Python objects)."""
     from .storage import normalize_id  # deferred: storage imports this module
 
-    held, cap = st.table.where, st.capacity
+    held = st.table.where
     seen: dict[Any, None] = {}
-    too_long = np.flatnonzero(cols.length[i:] >= cap)
-    stop = len(cols) if len(too_long) == 0 else i + int(too_long[0])
-    for eid in cols.ids[i:stop]:  # dict lookups per episode: the keys are Python objects
+    for eid in ids:
         kind = type(eid)
         if kind is str or kind is int:
             key: Any = eid
@@ -161,7 +167,7 @@ def _new_column_run(st: EpisodeStorage, cols: EpisodeColumns, i: int) -> list[An
         if key in held or key in seen:
             break
         seen[key] = None
-    return list(seen) or None
+    return list(seen)
 
 
 class _Source:
@@ -221,31 +227,18 @@ def _new_run(st: EpisodeStorage, eps: Sequence[Episode], i: int) -> tuple[list[A
     """``(keys, lengths, t_started, terminated, truncated)`` of the longest run of episodes
     from ``i`` that ``add`` would each store fresh without an error or a new column layout
     (all in one layout), or None if ``eps[i]`` is not such an episode."""
-    from .storage import normalize_id  # deferred: storage imports this module
-
     if not st.columns:
         return None
-    held, cap = st.table.where, st.capacity
-    seen: dict[Any, None] = {}  # the run's keys, in order
-    for ep in eps[i:]:
-        eid = ep.id
-        kind = type(eid)
-        if kind is str or kind is int:
-            key: Any = eid
-        else:
-            try:
-                key = normalize_id(eid)
-            except Exception:  # add raises it, in its turn
-                break
-        if key in held or key in seen or len(ep.actions) >= cap:
-            break
-        seen[key] = None
-    run = eps[i : i + len(seen)]
+    cap, stop = st.capacity, i
+    while stop < len(eps) and len(eps[stop].actions) < cap:
+        stop += 1
+    keys = _fresh_keys(st, [ep.id for ep in eps[i:stop]])  # the run's keys, in order
+    run = eps[i : i + len(keys)]
     m = _same_layout(st, run)
     if m == 0:
         return None
     run = run[:m]
-    keys = list(seen)[:m]
+    keys = keys[:m]
     return (
         keys,
         [len(e.actions) for e in run],
