@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -170,22 +170,21 @@ def _fresh_keys(st: EpisodeStorage, ids: Sequence[Any]) -> list[Any]:
     return list(seen)
 
 
-class _Source:
+class _Source(Protocol):
     """Where a run's columns come from: episode objects or shared columns."""
 
-    def episode(self, i: int) -> Episode:
-        raise NotImplementedError
+    def episode(self, i: int) -> Episode: ...
 
     def observations(self, lo: int, hi: int) -> np.ndarray:
         """Episodes ``lo:hi``'s observations (``T + 1`` each), concatenated."""
-        raise NotImplementedError
+        ...
 
     def steps(self, column: str, lo: int, hi: int) -> np.ndarray:
         """Episodes ``lo:hi``'s per-step ``column`` ("actions", "rewards", "extras/<name>")."""
-        raise NotImplementedError
+        ...
 
 
-class _Listed(_Source):
+class _Listed:
     def __init__(self, eps: Sequence[Episode]) -> None:
         self.eps = eps
 
@@ -205,7 +204,7 @@ class _Listed(_Source):
         return np.concatenate([e.extras[name] for e in part])
 
 
-class _Columns(_Source):
+class _Columns:
     def __init__(self, cols: EpisodeColumns) -> None:
         self.cols = cols
 

@@ -50,10 +50,7 @@ column, episode id and row (the row's index in the batch given to :meth:`RowsRea
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
-from dataclasses import dataclass
-from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -64,7 +61,7 @@ from ..arrowcols import ColumnValueError, decode_cells
 from ..config import ReadConfig
 from ..episode import Episode
 from ..episode_columns import EpisodeColumns
-from ..errors import ConfigError, DataError, EpisodeValidationError, SchemaError, Where
+from ..errors import ConfigError, DataError, EpisodeValidationError, Where
 from ..report import EpisodeBatch
 from ..schema import load_schema
 from . import register_reader
@@ -78,61 +75,12 @@ from ._batch import (
     rows_differ,
 )
 from ._duplicates import find_duplicates
+from ._rows_parts import Cols, factorize_column, ids_column, infos_column, locate, type_error
 
 __all__ = ["RowsReader"]
 
 _NEEDED = (C.OBS, C.NEW_OBS, C.ACTIONS, C.REWARDS)
 _POISONED = "rejected"  # pending marker: an earlier fragment of this episode was rejected
-
-
-@dataclass
-class _Cols:
-    """The converted columns of one frame, in frame row order."""
-
-    obs: np.ndarray
-    new_obs: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    term: np.ndarray
-    trunc: np.ndarray
-    t: np.ndarray | None
-    module: np.ndarray | None
-    infos: list[Any] | None
-    extras: dict[str, np.ndarray]
-
-    def select(self, keep: np.ndarray) -> _Cols:
-        """The rows where ``keep`` (bool per row) is true."""
-        idx = np.flatnonzero(keep)
-
-        def take(a: np.ndarray) -> np.ndarray:
-            return a.take(idx, axis=0)
-
-        return _Cols(
-            obs=take(self.obs),
-            new_obs=take(self.new_obs),
-            actions=take(self.actions),
-            rewards=take(self.rewards),
-            term=take(self.term),
-            trunc=take(self.trunc),
-            t=None if self.t is None else take(self.t),
-            module=None if self.module is None else take(self.module),
-            infos=None if self.infos is None else list(compress(self.infos, keep.tolist())),
-            extras={k: take(v) for k, v in self.extras.items()},
-        )
-
-    def content(self) -> list[np.ndarray]:
-        """The columns an episode is built from (what makes two rows copies; not t, not infos)."""
-        mod = [] if self.module is None else [self.module]
-        return [
-            self.obs,
-            self.new_obs,
-            self.actions,
-            self.rewards,
-            self.term,
-            self.trunc,
-            *self.extras.values(),
-            *mod,
-        ]
 
 
 @register_reader("rows")
@@ -177,7 +125,7 @@ class RowsReader:
             keys = self._keys(frame, source)
         except DataError as e:
             self._reject(
-                out, _locate(e, source, rows), frame, rows
+                out, locate(e, source, rows), frame, rows
             )  # the whole batch (rows == positions)
             return out
         codes = keys.codes
@@ -187,7 +135,7 @@ class RowsReader:
                 break
             except ColumnValueError as e:
                 if e.rows is None or len(e.rows) == 0:
-                    self._reject(out, _locate(e, source, rows), frame, np.arange(len(rows)))
+                    self._reject(out, locate(e, source, rows), frame, np.arange(len(rows)))
                     return out
                 bad = np.isin(codes, codes[e.rows])
                 self._reject_groups(out, e, frame, rows, codes, bad, e.rows, keys, source)
@@ -211,9 +159,9 @@ class RowsReader:
             self._split_next[src] = k0 + int(np.count_nonzero(done))
             n = int(seg[-1]) + 1
             return Keys(seg, [f"{src}:{k0 + i}" for i in range(n)], [None] * n)
-        ecodes, eids = _factorize(frame, eps_col, source)
+        ecodes, eids = factorize_column(frame, eps_col, source)
         agent_col = self.schema.present(C.AGENT_ID, frame.names)
-        acodes, aids = _factorize(frame, agent_col, source) if agent_col else (None, [None])
+        acodes, aids = factorize_column(frame, agent_col, source) if agent_col else (None, [None])
         if acodes is None or aids == [None]:
             return Keys(ecodes, eids, [None] * len(eids))
         codes, combined = factorize(ecodes * len(aids) + acodes)
@@ -238,7 +186,7 @@ class RowsReader:
         col = self.schema.column(field) or field  # mapped: checked in __init__
         arr = self._array(frame, col, source)
         if arr.dtype.kind not in kinds:
-            raise _type_error(arr, col, field, kinds, self.schema.codec(col), source)
+            raise type_error(arr, col, field, kinds, self.schema.codec(col), source)
         if scalar and arr.ndim != 1:
             raise ColumnValueError(
                 f"column {col!r} must hold one scalar per row, found rows of shape {arr.shape[1:]}",
@@ -252,7 +200,7 @@ class RowsReader:
             return np.zeros(frame.num_rows, bool)
         arr = self._array(frame, col, source)
         if arr.dtype.kind not in "biuf" or arr.ndim != 1:
-            raise _type_error(arr, col, col, "b", None, source)
+            raise type_error(arr, col, col, "b", None, source)
         if arr.dtype.kind == "b":
             return arr
         bad = np.flatnonzero((arr != 0) & (arr != 1))
@@ -273,7 +221,7 @@ class RowsReader:
         trunc_col = self.schema.present(C.TRUNCATEDS, frame.names)
         return self._flag(frame, term_col, source), self._flag(frame, trunc_col, source)
 
-    def _convert(self, frame: ColumnBatch, source: str | None) -> _Cols:
+    def _convert(self, frame: ColumnBatch, source: str | None) -> Cols:
         s = self.schema
         obs = self._numeric(frame, C.OBS, source)
         new_obs = self._numeric(frame, C.NEW_OBS, source)
@@ -288,7 +236,7 @@ class RowsReader:
         t_col = s.present(C.T, frame.names)
         mod_col = s.present(C.MODULE_ID, frame.names)
         info_col = s.present(C.INFOS, frame.names)
-        return _Cols(
+        return Cols(
             obs=obs,
             new_obs=new_obs,
             actions=self._numeric(frame, C.ACTIONS, source),
@@ -296,8 +244,8 @@ class RowsReader:
             term=term,
             trunc=trunc,
             t=self._numeric(frame, C.T, source, kinds="iu", scalar=True) if t_col else None,
-            module=_ids(frame.to_numpy(mod_col)) if mod_col else None,
-            infos=_infos(frame.pylist(info_col), info_col, source) if info_col else None,
+            module=ids_column(frame.to_numpy(mod_col)) if mod_col else None,
+            infos=infos_column(frame.pylist(info_col), info_col, source) if info_col else None,
             extras={c: self._array(frame, c, source) for c in s.extras(frame.names)},
         )
 
@@ -328,7 +276,7 @@ class RowsReader:
         for members in np.split(idx, np.flatnonzero(np.diff(codes[idx])) + 1):
             code = int(codes[members[0]])
             eid = keys.ids[code]
-            e = _locate(err, source, rows, episode_id=eid, row=first_row[code])
+            e = locate(err, source, rows, episode_id=eid, row=first_row[code])
             self._reject(out, e, frame, members)
             if self.schema.present(C.T, frame.names) is None:  # streams are tracked without t
                 key = (eid, keys.agents[code])
@@ -350,11 +298,11 @@ class RowsReader:
     def _drop_duplicates(
         out: EpisodeBatch,
         frame: ColumnBatch,
-        c: _Cols,
+        c: Cols,
         rows: np.ndarray,
         codes: np.ndarray,
         keys: Keys,
-    ) -> tuple[ColumnBatch, _Cols, np.ndarray, Groups]:
+    ) -> tuple[ColumnBatch, Cols, np.ndarray, Groups]:
         """Groups the rows into episodes; copies of rows within the batch (see
         :mod:`._duplicates`) are dropped from the frame first and counted as duplicates."""
         gr = Groups.of(codes, c.t, rows, keys)
@@ -373,7 +321,7 @@ class RowsReader:
         self,
         out: EpisodeBatch,
         frame: ColumnBatch,
-        c: _Cols,
+        c: Cols,
         rows: np.ndarray,
         gr: Groups,
         source: str | None,
@@ -429,7 +377,7 @@ class RowsReader:
         self,
         out: EpisodeBatch,
         cols: EpisodeColumns,
-        c: _Cols,
+        c: Cols,
         gr: Groups,
         v: Verdicts,
         rows: np.ndarray,
@@ -455,7 +403,7 @@ class RowsReader:
                     ep = Episode(**{k: getattr(ep, k) for k in Episode.__slots__})
                     checked = True
                 except EpisodeValidationError as err:
-                    v.record(e, _locate(err, source, rows, ep.id, int(gr.first[e])))
+                    v.record(e, locate(err, source, rows, ep.id, int(gr.first[e])))
                     continue
             kept.append(ep)
             sizes.append(en - st)
@@ -479,7 +427,7 @@ class RowsReader:
                 at = int(cols.obs_at[e] + cols.length[e])
                 pending[key] = (int(cols.t_end[e]), cols.obs[at].copy())
 
-    def _check(self, gr: Groups, c: _Cols, v: Verdicts, names: list[str]) -> np.ndarray:
+    def _check(self, gr: Groups, c: Cols, v: Verdicts, names: list[str]) -> np.ndarray:
         """Row-level contracts, vectorized; returns ``t_started`` per episode."""
         s, g = self.schema, gr.g
         if s.present(C.EPS_ID, names):
@@ -542,7 +490,7 @@ class RowsReader:
             )
         return t_started
 
-    def _continue(self, gr: Groups, c: _Cols, v: Verdicts, t_started: np.ndarray) -> None:
+    def _continue(self, gr: Groups, c: Cols, v: Verdicts, t_started: np.ndarray) -> None:
         """Episodes that continue a not-done fragment of an earlier batch (no ``t`` column)."""
         obs_col = self.schema.column(C.OBS)
         for e, key in enumerate(zip(gr.ids, gr.agents, strict=True)):  # per episode
@@ -572,81 +520,3 @@ class RowsReader:
                     obs_col,
                     reason="discontinuous",
                 )
-
-
-# ---------------------------------------------------------------------------------------------
-def _infos(values: list[Any], col: str, source: str | None) -> list[Any]:
-    """Per-row infos; JSON text cells (how this project's writer stores them) are decoded."""
-    out: list[Any] = []
-    bad: list[int] = []
-    for i, v in enumerate(values):  # Python objects: per row by nature
-        if isinstance(v, str | bytes):
-            try:
-                v = json.loads(v)
-            except ValueError:
-                bad.append(i)
-        out.append(v)
-    if bad:
-        raise ColumnValueError(
-            f"column {col!r} holds text that is not JSON (row {bad[0]})",
-            Where(file=source, column=col, row=bad[0]),
-            reason="bad_infos",
-            rows=np.asarray(bad, np.int64),
-        )
-    return out
-
-
-def _ids(values: np.ndarray) -> np.ndarray:
-    """An id column as objects, NaN as None (Ray's numpy format turns null columns into NaN)."""
-    if values.dtype.kind != "f":
-        return values
-    out = values.astype(object)
-    out[np.isnan(values)] = None
-    return out
-
-
-def _factorize(frame: ColumnBatch, col: str, source: str | None) -> tuple[np.ndarray, list[Any]]:
-    try:
-        return factorize(frame.raw(col))
-    except SchemaError as e:
-        raise e.at(file=source, column=col) from None
-
-
-def _locate(
-    err: DataError,
-    source: str | None,
-    rows: np.ndarray,
-    episode_id: Any = None,
-    row: int | None = None,
-) -> DataError:
-    """``err`` with file, episode and *batch* row (``row`` / ``err.where.row`` are frame rows)."""
-    w = err.where
-    r = row if row is not None else w.row
-    return type(err)(
-        err.message,
-        Where(
-            file=w.file if w.file is not None else source,
-            column=w.column,
-            episode_id=episode_id if episode_id is not None else w.episode_id,
-            row=None if r is None else int(rows[r]),
-            timestep=w.timestep,
-        ),
-        reason=err.reason,
-    )
-
-
-def _type_error(
-    arr: np.ndarray, col: str, field: str, kinds: str, codec: str | None, source: str | None
-) -> ColumnValueError:
-    want = {"biuf": "numbers or bools", "iu": "integers", "b": "true/false flags"}.get(kinds, kinds)
-    sample = next((v for v in arr[:1000].tolist() if v is not None), None) if len(arr) else None
-    found = "strings" if isinstance(sample, str) else f"dtype {arr.dtype}"
-    msg = f"column {col!r} (field {field!r}) must hold {want}, found {found} (e.g. {sample!r:.60})"
-    if isinstance(sample, str | bytes) and codec is None and field in (C.OBS, C.NEW_OBS, C.ACTIONS):
-        msg += (
-            ". If these are compressed cells, declare them in the schema: RLlib's "
-            "output_compress_columns -> schema 'rllib_compressed' with legacy_pickle=True "
-            f"(--legacy-pickle); this project's codec -> compression {{{col!r}: "
-            "'lz4_msgpack'}"
-        )
-    return ColumnValueError(msg, Where(file=source, column=col), reason="bad_type")
