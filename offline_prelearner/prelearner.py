@@ -268,10 +268,14 @@ class OfflinePreLearner:
         """``add_to_buffers`` for episodes held as columns (same routing as ``module_of``)."""
         default = self.config.modules.default_module
         fn = self._agent_to_module
-        modules = [
-            str(m) if m is not None else str(fn(a)) if fn is not None and a is not None else default
-            for m, a in zip(cols.modules, cols.agents, strict=True)
-        ]
+        n = len(cols)
+        if cols.modules.count(None) == n and (fn is None or cols.agents.count(None) == n):
+            modules = [default] * n  # the common case, without a walk over the episodes
+        else:
+            modules = [
+                str(m) if m is not None else str(fn(a)) if fn and a is not None else default
+                for m, a in zip(cols.modules, cols.agents, strict=True)
+            ]
         for module_id in dict.fromkeys(modules):
             part = cols
             if module_id != modules[0] or modules.count(module_id) != len(modules):

@@ -85,22 +85,11 @@ def add_many(
     while i < n:
         run = _new_run(st, episodes, i) if bulk else None
         if run is None:
-            change = st.add(episodes[i])
-            out += change.side
-            out.append(change)
+            _add_one(st, episodes[i], out)
             i += 1
             continue
         keys, lengths, t_started, term, trunc = run
-        j = i + len(keys)
-        while i < j:
-            k = _place_run(st, _Listed(episodes), i, keys, lengths, t_started, term, trunc, out)
-            if k == 0:  # the next one wraps the ring: the ordinary path
-                change = st.add(episodes[i])
-                out += change.side
-                out.append(change)
-                k = 1
-            i += k
-            del keys[:k], lengths[:k], t_started[:k], term[:k], trunc[:k]
+        i = _add_run(st, _Listed(episodes), i, keys, lengths, t_started, term, trunc, out)
 
 
 def add_columns(st: EpisodeStorage, cols: EpisodeColumns, out: list[Change | Placements]) -> None:
@@ -119,25 +108,52 @@ def add_columns(st: EpisodeStorage, cols: EpisodeColumns, out: list[Change | Pla
         bulk = bulk or (plain and bool(st.columns) and _layout(cols.episode(i)) in st._accepted)
         run = _new_column_run(st, cols, i) if bulk else None
         if run is None:
-            change = st.add(cols.episode(i))
-            out += change.side
-            out.append(change)
+            _add_one(st, cols.episode(i), out)
             i += 1
             continue
-        keys = run
-        j = i + len(keys)
-        lengths = cols.length[i:j].tolist()
-        t_started = cols.t_started[i:j].tolist()
-        term, trunc = cols.terminated[i:j].tolist(), cols.truncated[i:j].tolist()
-        while i < j:
-            k = _place_run(st, src, i, keys, lengths, t_started, term, trunc, out)
-            if k == 0:  # the next one wraps the ring: the ordinary path
-                change = st.add(cols.episode(i))
-                out += change.side
-                out.append(change)
-                k = 1
-            i += k
-            del keys[:k], lengths[:k], t_started[:k], term[:k], trunc[:k]
+        j = i + len(run)
+        i = _add_run(
+            st,
+            src,
+            i,
+            run,
+            cols.length[i:j].tolist(),
+            cols.t_started[i:j].tolist(),
+            cols.terminated[i:j].tolist(),
+            cols.truncated[i:j].tolist(),
+            out,
+        )
+
+
+def _add_one(st: EpisodeStorage, ep: Episode, out: list[Change | Placements]) -> None:
+    """The ordinary path for one episode: ``add``, its records appended to ``out``."""
+    change = st.add(ep)
+    out += change.side
+    out.append(change)
+
+
+def _add_run(
+    st: EpisodeStorage,
+    src: _Source,
+    i: int,
+    keys: list[Any],
+    lengths: list[int],
+    t_started: list[int],
+    term: list[bool],
+    trunc: list[bool],
+    out: list[Change | Placements],
+) -> int:
+    """Places the run of new episodes from ``i`` (described by the lists), in stretches that
+    fit before the end of the ring; returns the index after it."""
+    j = i + len(keys)
+    while i < j:
+        k = _place_run(st, src, i, keys, lengths, t_started, term, trunc, out)
+        if k == 0:  # the next one wraps the ring: the ordinary path
+            _add_one(st, src.episode(i), out)
+            k = 1
+        i += k
+        del keys[:k], lengths[:k], t_started[:k], term[:k], trunc[:k]
+    return j
 
 
 def _new_column_run(st: EpisodeStorage, cols: EpisodeColumns, i: int) -> list[Any] | None:

@@ -343,13 +343,17 @@ class EpisodeStorage:
         )
         total, memory = per_slot * size, _physical_memory()
         if memory is not None and total > memory:
-            raise _too_big(self.capacity, per_slot, total, f"this machine has {_gib(memory)}")
+            raise _too_big(
+                self.capacity, per_slot, total, memory, f"this machine has {_gib(memory)}"
+            )
         try:
             for name, v in layout.items():
                 self.columns[name] = np.zeros((size, *v.shape[1:]), v.dtype)
         except MemoryError:
             self.columns = {}
-            raise _too_big(self.capacity, per_slot, total, "the allocation failed") from None
+            raise _too_big(
+                self.capacity, per_slot, total, memory, "the allocation failed"
+            ) from None
         self.extra_names = tuple(ep.extras)
 
     def _check_columns(self, ep: Episode) -> None:
@@ -486,8 +490,7 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
-def _too_big(capacity: int, per_slot: int, total: int, why: str) -> ConfigError:
-    memory = _physical_memory()
+def _too_big(capacity: int, per_slot: int, total: int, memory: int | None, why: str) -> ConfigError:
     hint = ""
     if memory is not None:  # what would take half of this machine's memory
         hint = f", e.g. --set buffer.capacity={max(1, memory // 2 // max(per_slot, 1)):_}"
