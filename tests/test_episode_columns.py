@@ -13,13 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_validate_batch import episode, outcome
+from test_validate_batch import episode, outcome, validate_configs
 
 from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.episode import Episode
@@ -51,17 +50,7 @@ def objects_batch(eps: list[Episode]) -> EpisodeBatch:
 
 @st.composite
 def cases(draw: st.DrawFn) -> tuple[dict[str, Any], list[list[Episode]]]:
-    cfg: dict[str, Any] = {
-        "on_invalid": draw(st.sampled_from(["skip", "quarantine", "raise"])),
-        "require_done": draw(st.booleans()),
-        "check_finite_rewards": draw(st.booleans()),
-        "check_finite_obs": draw(st.booleans()),
-        "min_length": draw(st.integers(0, 3)),
-    }
-    if draw(st.booleans()):
-        cfg["observation_space"] = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
-    if draw(st.booleans()):
-        cfg["action_space"] = gym.spaces.Discrete(2)
+    cfg = draw(validate_configs())
     out: list[list[Episode]] = []
     sent: list[Episode] = []
     k = 0

@@ -112,7 +112,8 @@ def outcome(v: Validator, fn: Any, batch: EpisodeBatch) -> dict[str, Any]:
 
 
 @st.composite
-def cases(draw: st.DrawFn) -> tuple[dict[str, Any], list[list[Episode]]]:
+def validate_configs(draw: st.DrawFn) -> dict[str, Any]:
+    """ValidateConfig keyword arguments: every policy, check and space combination."""
     cfg: dict[str, Any] = {
         "on_invalid": draw(st.sampled_from(["skip", "quarantine", "raise"])),
         "require_done": draw(st.booleans()),
@@ -124,6 +125,12 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, Any], list[list[Episode]]]:
         cfg["observation_space"] = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
     if draw(st.booleans()):
         cfg["action_space"] = gym.spaces.Discrete(2)
+    return cfg
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[dict[str, Any], list[list[Episode]]]:
+    cfg = draw(validate_configs())
     kinds = st.lists(st.tuples(st.sampled_from(KINDS), st.integers(1, 8)), max_size=25)
     batches = draw(st.lists(kinds, min_size=1, max_size=3))
     k = 0
