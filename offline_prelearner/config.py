@@ -209,8 +209,10 @@ class RayConfig:
 
     Attributes:
         address: Ray cluster address (``None``: ``RAY_ADDRESS`` or a local instance).
-        concurrency: Number of OfflinePreLearner actors in ``map_batches``. Row data without a
-            ``t`` column must stay in file order: use 1, or ``group_by_episode``.
+        concurrency: The batch job: units of work run at once (``None``: as many as the
+            cluster's CPUs allow; units are self-contained, so any number is safe). The learner
+            stream: OfflinePreLearner actors in ``map_batches`` (``None``: 1). Row data without
+            a ``t`` column must stay in file order there: use 1, or ``group_by_episode``.
         batch_size: Rows per ``map_batches`` batch (``None``: one block at a time).
         num_cpus: CPUs reserved per prelearner actor.
         group_by_episode: Group rows by ``eps_id`` with Ray Data (``groupby().map_groups``) so
@@ -227,7 +229,7 @@ class RayConfig:
     """
 
     address: str | None = None
-    concurrency: int = 1
+    concurrency: int | None = None
     batch_size: int | None = 4096
     num_cpus: float = 1.0
     group_by_episode: bool = False
@@ -236,7 +238,7 @@ class RayConfig:
 
     def __post_init__(self) -> None:
         _check_int("ray", "block_mb", self.block_mb, lo=1)
-        _check_int("ray", "concurrency", self.concurrency, lo=1)
+        _check_int("ray", "concurrency", self.concurrency, lo=1, none_ok=True)
         _check_int("ray", "footer_readers", self.footer_readers, lo=1, none_ok=True)
         _check_int("ray", "batch_size", self.batch_size, lo=1, none_ok=True)
         _check_float("ray", "num_cpus", self.num_cpus, 0.0, 1024.0)

@@ -1,16 +1,23 @@
-"""The batch job on Ray Data: read -> map_batches(OfflinePreLearner) -> write or iterate.
+"""The batch job and the learner stream on Ray Data (and, for small jobs, in-process).
 
 ::
 
-    result = run_pipeline("datasets/cartpole-v1/rows", config, out_dir="out/")   # Parquet + stats
+    result = run_pipeline("datasets/cartpole-v1/rows", config, out_dir="out/")   # a commit
     for batch in iter_learner_batches("data/", config):                         # MultiAgentBatch
         learner.update(batch)
 
-Ray is imported here (and in ``cli.py``) only. Files are read in name order with Ray Data's
-``preserve_order`` on, so row data without a ``t`` column keeps its order into a single
-prelearner actor; ``ray.group_by_episode`` groups rows by ``eps_id`` with Ray Data instead, so any
-number of actors each see whole episodes. Per-actor counters travel through a small Ray actor
-and are summed into ``stats.json``.
+**The batch job** (:func:`run_pipeline`) plans self-contained units of work (:mod:`.units`),
+runs them in-process (``engine="local"``) or as Ray Data tasks that Ray retries when a worker
+dies (``engine="ray"``), and commits the output (:mod:`.commit`): staged, counted from the unit
+records, checked against the input's row count, moved into place whole. Same input and config,
+same output, whatever Ray retried or a ``resume`` reused.
+
+**The learner stream** (:func:`build_dataset`, :func:`iter_learner_batches`) reads with Ray Data
+in file order (``preserve_order``) into long-lived prelearner actors whose buffers fill as the data
+streams. Their state cannot survive a restart, so the actors are created with ``max_restarts=0``:
+a lost actor ends the stream with an error instead of silently dropping what it held.
+
+Ray is imported here (and in ``cli.py``) only.
 """
 
 from __future__ import annotations
@@ -18,25 +25,37 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
+import shutil
 import socket
 import sys
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow.parquet as pq
 
 from .batch import MultiAgentBatch
+from .commit import Staging, file_sha256, staging_path
 from .config import PreLearnerConfig
-from .errors import ConfigError
+from .errors import ConfigError, OfflinePrelearnerError
 from .plugins import import_object
 from .prelearner import OfflinePreLearner
 from .report import Ledger
 from .sources import detect_format, expand_paths
+from .units import Plan, UnitJob, plan_units, run_unit
 
-__all__ = ["PipelineResult", "build_dataset", "iter_learner_batches", "run_pipeline"]
+__all__ = [
+    "JobFailed",
+    "PipelineResult",
+    "build_dataset",
+    "iter_learner_batches",
+    "run_pipeline",
+]
 
 
 @dataclass
@@ -54,10 +73,15 @@ def _ray() -> Any:
     return ray
 
 
+_STARTED_RAY = False
+
+
 def _init_ray(config: PreLearnerConfig) -> None:
+    global _STARTED_RAY
     ray = _ray()
     if ray.is_initialized():
         return
+    _STARTED_RAY = True
     address = config.ray.address or os.environ.get("RAY_ADDRESS")
     if address:
         check_cluster_address(address)
@@ -67,6 +91,14 @@ def _init_ray(config: PreLearnerConfig) -> None:
             raise ConfigError(_connect_failure(address, e)) from None
     else:
         ray.init(include_dashboard=False, log_to_driver=False)
+
+
+def shutdown_ray() -> None:
+    """Shuts down the Ray instance this module started (the CLI calls it on every exit)."""
+    global _STARTED_RAY
+    if _STARTED_RAY and "ray" in sys.modules:
+        sys.modules["ray"].shutdown()
+    _STARTED_RAY = False
 
 
 def check_cluster_address(address: str, timeout: float = 5.0) -> None:
@@ -120,39 +152,6 @@ def _gist(error: BaseException) -> str:
     if not lines:
         return ""
     return lines[-1] if "Traceback (most recent call last)" in lines[0] else lines[0]
-
-
-def _stats_actor() -> Any:
-    ray = _ray()
-
-    @ray.remote(num_cpus=0)
-    class StatsCollector:
-        """Keeps each prelearner's latest cumulative stats; sums them on request."""
-
-        def __init__(self) -> None:
-            self.latest: dict[str, dict[str, Any]] = {}
-
-        def report(self, key: str, stats: dict[str, Any]) -> None:
-            self.latest[key] = stats
-
-        def all(self) -> dict[str, dict[str, Any]]:
-            return self.latest
-
-    return StatsCollector.remote()  # type: ignore[attr-defined]
-
-
-class _ActorSink:
-    """A picklable stats sink: forwards ``(key, stats)`` to the collector actor, fire-and-forget."""
-
-    def __init__(self, handle: Any) -> None:
-        self.handle = handle
-        self.pending: list[Any] = []
-
-    def __call__(self, key: str, stats: dict[str, Any]) -> None:
-        self.pending.append(self.handle.report.remote(key, stats))
-        if len(self.pending) > 16:  # keep the reference list short; the actor keeps the latest
-            _ray().wait(self.pending, num_returns=len(self.pending) - 8)
-            self.pending = self.pending[-8:]
 
 
 class OfflinePreLearnerActor:
@@ -277,7 +276,8 @@ def _build(ray: Any, files: list[str], config: PreLearnerConfig, cls: type, stat
     ds = _read(ray, files, config)
     kwargs = {"prelearner": cls, "config": config, "stats_sink": stats_sink}
     rc = config.ray
-    remote_args: dict[str, Any] = {"num_cpus": rc.num_cpus}
+    # A restarted actor would start with empty buffers and no pending fragments: refuse it.
+    remote_args: dict[str, Any] = {"num_cpus": rc.num_cpus, "max_restarts": 0}
     env = _worker_env(cls)
     if env:
         remote_args["runtime_env"] = env
@@ -288,7 +288,7 @@ def _build(ray: Any, files: list[str], config: PreLearnerConfig, cls: type, stat
         ds = ds.groupby(eps_col).map_groups(
             OfflinePreLearnerActor,
             fn_constructor_kwargs=kwargs,
-            compute=ray.data.ActorPoolStrategy(size=rc.concurrency),
+            compute=ray.data.ActorPoolStrategy(size=rc.concurrency or 1),
             batch_format="pyarrow",
             **remote_args,
         )
@@ -296,7 +296,7 @@ def _build(ray: Any, files: list[str], config: PreLearnerConfig, cls: type, stat
         ds = ds.map_batches(
             OfflinePreLearnerActor,
             fn_constructor_kwargs=kwargs,
-            compute=ray.data.ActorPoolStrategy(size=rc.concurrency),
+            compute=ray.data.ActorPoolStrategy(size=rc.concurrency or 1),
             batch_size=rc.batch_size,
             batch_format="pyarrow",
             **remote_args,
@@ -333,22 +333,28 @@ def _read(ray: Any, files: list[str], config: PreLearnerConfig) -> Any:
 
 _COUNTERS = ("batches", "samples", "fragments_added", "not_ready", "pending_fragments")
 
+#: Below this many input bytes (and with no cluster address) ``engine="auto"`` runs in-process:
+#: starting Ray costs seconds that a small job should not pay (see benchmarks/README.md).
+LOCAL_ENGINE_MAX_BYTES = 64 * 2**20
 
-def _sum_stats(per_actor: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Sums every actor's cumulative stats: the ledgers (Ledger +=), counters, buffer holdings."""
-    ledger = Ledger()
-    counters = dict.fromkeys(_COUNTERS, 0)
-    held = {"episodes_held": 0, "timesteps_held": 0}
-    for st in per_actor.values():
-        ledger += Ledger.from_dict(st["ledger"])
-        for k in _COUNTERS:
-            counters[k] += st.get(k, 0)
-        for buf in st.get("buffers", {}).values():
-            for k in held:
-                held[k] += buf[k]
-    total = ledger.to_dict()
-    total["rows_balance"] = total.pop("balanced")
-    return {"actors": len(per_actor), **total, **counters, **held}
+Progress = Callable[[int, int, int], None]  # (units done, units, input rows done)
+
+
+class JobFailed(OfflinePrelearnerError):
+    """The job could not finish; nothing was committed to its output folder."""
+
+
+def choose_engine(engine: str, config: PreLearnerConfig, plan: Plan) -> str:
+    """``local`` or ``ray``: ``auto`` is local for inputs under LOCAL_ENGINE_MAX_BYTES when no
+    cluster address is set (``ray.address`` or ``RAY_ADDRESS``), else Ray."""
+    if engine not in ("auto", "local", "ray"):
+        raise ConfigError(f"engine must be 'auto', 'local' or 'ray', found {engine!r}")
+    if engine != "auto":
+        return engine
+    if config.ray.address or os.environ.get("RAY_ADDRESS"):
+        return "ray"
+    size = sum(f.size for f in plan.files)
+    return "local" if size < LOCAL_ENGINE_MAX_BYTES else "ray"
 
 
 def _cluster_info() -> dict[str, Any]:
@@ -362,53 +368,229 @@ def _cluster_info() -> dict[str, Any]:
     }
 
 
+def _sum_records(records: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The job's counters: every unit's record counted once (ledgers, counters, buffers)."""
+    ledger = Ledger()
+    counters = dict.fromkeys(_COUNTERS, 0)
+    held = {"episodes_held": 0, "timesteps_held": 0}
+    for rec in records.values():
+        st = rec["stats"]
+        ledger += Ledger.from_dict(st["ledger"])
+        for k in _COUNTERS:
+            counters[k] += st.get(k, 0)
+        for buf in st.get("buffers", {}).values():
+            for k in held:
+                held[k] += buf[k]
+    total = ledger.to_dict()
+    total["rows_balance"] = total.pop("balanced")
+    return {"units": len(records), **total, **counters, **held}
+
+
+def _check_accounting(stats: dict[str, Any], plan: Plan, config: PreLearnerConfig) -> None:
+    """Row data: every input row (Parquet footers) was read by exactly one unit."""
+    if config.read.format != "rows" or any(f.rows is None for f in plan.files):
+        return
+    expected = sum(f.rows or 0 for f in plan.files)
+    if stats["rows_in"] != expected or not stats["rows_balance"]:
+        raise JobFailed(
+            f"accounting mismatch: the input holds {expected} rows, the units read "
+            f"{stats['rows_in']} (balanced: {stats['rows_balance']}); nothing was committed"
+        )
+
+
+def _job_description(
+    config: PreLearnerConfig, cls: type, plan: Plan, engine: str, seed: int
+) -> dict[str, Any]:
+    from . import __version__
+
+    return {
+        "version": __version__,
+        "format": config.read.format,
+        "prelearner": f"{cls.__module__}:{cls.__qualname__}",
+        "engine": engine,
+        "seed": seed,
+        "config": config.to_dict(),
+        "inputs": [f.to_dict() for f in plan.files],
+        "units": len(plan.units),
+    }
+
+
+def _cap(staging: Staging, files: list[dict[str, Any]], cap: int | None) -> list[dict[str, Any]]:
+    """``sample.num_samples``: the first ``cap`` samples in unit order; later files dropped, the
+    file that crosses the cap cut (same result whatever ran when)."""
+    if cap is None:
+        return files
+    kept: list[dict[str, Any]] = []
+    total = 0
+    for f in files:
+        p = staging.samples / f["name"]
+        if total >= cap:
+            p.unlink()
+            continue
+        if total + f["rows"] > cap:
+            table = pq.read_table(p).slice(0, cap - total)
+            pq.write_table(table, p)
+            f = {**f, "rows": table.num_rows, "bytes": p.stat().st_size, "sha256": file_sha256(p)}
+        kept.append(f)
+        total += f["rows"]
+    return kept
+
+
 def run_pipeline(
     path: str | os.PathLike[str] | list[str],
     config: PreLearnerConfig | None = None,
     *,
     out_dir: str | os.PathLike[str] | None = None,
     prelearner: Any = None,
+    engine: str = "auto",
+    overwrite: bool = False,
+    resume: bool = False,
+    progress: Progress | None = None,
 ) -> PipelineResult:
-    """Runs the batch job; writes ``out_dir/samples/*.parquet`` and ``out_dir/stats.json``.
+    """Runs the batch job: ``out_dir/samples/*.parquet``, ``stats.json``, ``_manifest.json``.
 
-    Without ``out_dir`` the samples are only counted (a dry run that still validates everything).
+    The job is a commit (:mod:`.commit`): units of work (:mod:`.units`) write into a staging
+    folder beside ``out_dir``, which is moved into place only when every unit succeeded and the
+    counts add up. A failed or interrupted job changes nothing at ``out_dir``; ``resume=True``
+    reuses the units it finished. Without ``out_dir`` the job runs and counts, and keeps nothing.
+
+    Args:
+        engine: ``auto`` (in-process for small inputs without a cluster, else Ray), ``local`` or
+            ``ray``. Both run the same units and write the same bytes.
+        overwrite: Replace a non-empty ``out_dir`` when the job succeeds (else refused).
+        resume: Reuse the units an interrupted run of the same job committed.
+        progress: Called as units finish with (units done, units, input rows done).
     """
     config = config or PreLearnerConfig()
     start = time.perf_counter()
     files, config, cls = prepare(path, config, prelearner)
-    _init_ray(config)
-    collector = _stats_actor()
-    ds = build_dataset(files, config, prelearner=cls, stats_sink=_ActorSink(collector))
-    written: list[str] = []
-    if out_dir is not None:
-        samples_dir = Path(out_dir) / "samples"
-        ds.write_parquet(str(samples_dir))
-        written = sorted(str(p) for p in samples_dir.glob("*.parquet"))
-        samples_out = sum(pq.read_metadata(p).num_rows for p in written)
+    plan = plan_units(files, config)
+    eng = choose_engine(engine, config, plan)
+    if out_dir is None:
+        out = Path(tempfile.mkdtemp(prefix="offline-prelearner-dry-")) / "out"
     else:
-        # Whole blocks, as Arrow: counting must not re-batch or convert what it only counts.
-        batches = ds.iter_batches(batch_format="pyarrow", batch_size=None)
-        samples_out = sum(b.num_rows for b in batches)
+        out = Path(out_dir)
+    seed = config.seed if config.seed is not None else staged_seed(out, resume)
+    staging = Staging(
+        out,
+        _job_description(config, cls, plan, eng, seed),
+        overwrite=overwrite,
+        resume=resume,
+    )
+    kept = staging.open()
+    todo = [u.index for u in plan.units if u.index not in kept]
+    for k in todo:
+        staging.drop_unit_files(k)
+    job = UnitJob(plan, config, cls, seed, str(staging.samples), str(staging.units))
+    records = dict(kept)
+    rows_done = [sum(r["stats"]["ledger"]["rows_in"] for r in kept.values())]
+
+    def finished(rec: dict[str, Any]) -> None:
+        records[int(rec["unit"])] = rec
+        rows_done[0] += rec["stats"]["ledger"]["rows_in"]
+        if progress is not None:
+            progress(len(records), len(plan.units), rows_done[0])
+
+    if progress is not None:
+        progress(len(records), len(plan.units), rows_done[0])
+    if eng == "local":
+        for k in todo:
+            finished(run_unit(job, k))
+    elif todo:
+        _run_on_ray(job, todo, config, finished)
     seconds = time.perf_counter() - start
-    stats = _sum_stats(_ray().get(collector.all.remote()))
+    stats = _sum_records(records)
+    _check_accounting(stats, plan, config)
+    sample_files = _cap(
+        staging,
+        sorted((f for r in records.values() for f in r["files"]), key=lambda f: f["name"]),
+        config.sample.num_samples,
+    )
+    samples_out = sum(f["rows"] for f in sample_files)
     stats.update(
         {
             "input": [os.fspath(p) for p in (path if isinstance(path, list) else [path])],
             "files_read": len(files),
             "format": config.read.format,
+            "engine": eng,
+            "units_reused": len(kept),
             "samples_written": samples_out,
+            "samples_rule": _samples_rule(config),
             "wall_seconds": round(seconds, 3),
             "rows_per_second": round(stats["rows_in"] / seconds, 1) if seconds else None,
             "samples_per_second": round(samples_out / seconds, 1) if seconds else None,
-            "ray_cluster": _cluster_info(),
             "config": config.to_dict(),
         }
     )
-    if out_dir is not None:
-        with open(Path(out_dir) / "stats.json", "w") as fh:
-            json.dump(stats, fh, indent=2)
-    return PipelineResult(None if out_dir is None else os.fspath(out_dir), written, stats)
+    if eng == "ray":
+        stats["ray_cluster"] = _cluster_info()
+    if out_dir is None:
+        staging.discard()
+        shutil.rmtree(out.parent, ignore_errors=True)
+        return PipelineResult(None, [], stats)
+    staging.commit(stats, sample_files)
+    written = [str(out / "samples" / f["name"]) for f in sample_files]
+    return PipelineResult(os.fspath(out_dir), written, stats)
 
+
+def staged_seed(out: Path, resume: bool) -> int:
+    """The seed of a job whose config has none: the interrupted run's (to resume), else fresh."""
+    if resume:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            staged = json.loads((staging_path(out) / "job.json").read_text())
+            return int(staged["seed"])
+    return secrets.randbits(31)
+
+
+def _samples_rule(config: PreLearnerConfig) -> str:
+    s = config.sample
+    if s.sample_all:
+        return "sample_all: every transition (or sequence) of every complete episode, once"
+    return (
+        f"replay: {s.train_batch_size} samples per {config.ray.batch_size or 'whole'}-row input "
+        "batch, from a buffer of the episodes read so far in that unit of work"
+    )
+
+
+def _run_units(batch: dict[str, np.ndarray], job: UnitJob) -> dict[str, np.ndarray]:
+    """The Ray Data task: runs the units of one batch (one unit per batch) -> their records."""
+    recs = [run_unit(job, int(k)) for k in batch["unit"]]
+    return {
+        "unit": np.array([r["unit"] for r in recs], dtype=np.int64),
+        "record": np.array([json.dumps(r) for r in recs], dtype=object),
+    }
+
+
+#: Ray retries a unit whose worker died this many times (a unit is redone from scratch, writing
+#: the same files); an error raised by our code is not retried.
+UNIT_RETRIES = 3
+
+
+def _run_on_ray(
+    job: UnitJob, todo: list[int], config: PreLearnerConfig, finished: Callable[..., None]
+) -> None:
+    ray = _ray()
+    _init_ray(config)
+    remote_args: dict[str, Any] = {"num_cpus": config.ray.num_cpus, "max_retries": UNIT_RETRIES}
+    env = _worker_env(job.prelearner)
+    if env:
+        remote_args["runtime_env"] = env
+    with _data_context(ray, config):
+        ds = ray.data.from_items([{"unit": k} for k in todo], override_num_blocks=len(todo))
+        ds = ds.map_batches(
+            _run_units,
+            fn_kwargs={"job": job},
+            batch_size=1,
+            batch_format="numpy",
+            concurrency=config.ray.concurrency,
+            **remote_args,
+        )
+    seen: set[int] = set()
+    for row in ds.iter_rows():
+        rec = json.loads(row["record"])
+        if rec["unit"] not in seen:  # a unit counts once, whatever Ray retried
+            seen.add(rec["unit"])
+            finished(rec)
 
 def iter_learner_batches(
     path: str | os.PathLike[str] | list[str],

@@ -67,6 +67,9 @@ class OfflinePreLearner:
         self.config = cfg.with_updates(updates) if updates else cfg
         self.stats_sink = stats_sink
         self.key = f"prelearner-{id(self):x}-{time.time_ns()}"
+        #: The file the batch being processed comes from, when the job knows it (the batch job
+        #: sets it before each call); readers name it in their errors.
+        self.source: str | None = None
         self.reader = self.build_reader()
         self.validator = Validator(self.config.validate)
         self.deduplicator = Deduplicator()
@@ -109,7 +112,7 @@ class OfflinePreLearner:
     # ================================================================== the steps
     def map_to_episodes(self, batch: Batch) -> EpisodeBatch:
         """Input batch -> episodes, every row accounted for (the registered reader)."""
-        return self.reader.read(batch)
+        return self.reader.read(batch, self.source)
 
     def validate(self, episodes: EpisodeBatch) -> EpisodeBatch:
         """Contract checks, then de-duplication within the batch and against earlier batches."""

@@ -41,7 +41,13 @@ from . import columns as C
 from .episode import Episode
 from .errors import SchemaError, Where
 
-__all__ = ["TENSOR_EXTENSION_NAME", "episodes_to_rows", "tensor_field", "write_rows"]
+__all__ = [
+    "TENSOR_EXTENSION_NAME",
+    "columns_to_table",
+    "episodes_to_rows",
+    "tensor_field",
+    "write_rows",
+]
 
 #: Ray Data's extension name for fixed-shape tensor columns with 64-bit offsets.
 TENSOR_EXTENSION_NAME = b"ray.data.arrow_tensor_v2"
@@ -89,6 +95,13 @@ def _column(name: str, values: np.ndarray) -> tuple[pa.Field, pa.Array]:
     flat_arr = pa.array(flat)
     fld = tensor_field(name, flat_arr.type, shape)
     return fld, pa.LargeListArray.from_arrays(offsets, flat_arr, type=fld.type)
+
+
+def columns_to_table(columns: dict[str, np.ndarray]) -> pa.Table:
+    """A dict of per-row numpy columns (the prelearner's output) as an Arrow table: arrays of
+    one dimension as plain columns, of more in Ray's tensor layout (see the module docstring)."""
+    cols = [_column(name, np.asarray(v)) for name, v in columns.items()]
+    return pa.Table.from_arrays([a for _, a in cols], schema=pa.schema([f for f, _ in cols]))
 
 
 def _concat(episodes: Sequence[Episode], name: str, get: Any) -> np.ndarray:
