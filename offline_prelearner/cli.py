@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -159,7 +161,16 @@ def _cmd_process(args: argparse.Namespace) -> int:
     if args.address:
         updates["address"] = args.address
     config = config.with_updates(updates) if updates else config
-    result = run_pipeline(args.path, config, out_dir=args.out, prelearner=args.prelearner)
+    result = run_pipeline(
+        args.path,
+        config,
+        out_dir=args.out,
+        prelearner=args.prelearner,
+        engine=args.engine,
+        overwrite=args.overwrite,
+        resume=args.resume,
+        progress=_UnitProgress(),
+    )
     st = result.stats
     summary = {
         k: st[k]
@@ -171,6 +182,10 @@ def _cmd_process(args: argparse.Namespace) -> int:
             "rows_rejected",
             "episodes_duplicate",
             "samples_written",
+            "samples_rule",
+            "engine",
+            "units",
+            "units_reused",
             "wall_seconds",
             "rows_per_second",
             "rows_balance",
@@ -199,6 +214,37 @@ def _add_common(p: argparse.ArgumentParser, on_invalid: str | None, on_invalid_h
             default=on_invalid,
             help=on_invalid_help,
         )
+
+
+def _add_commit_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a non-empty --out, only once this job has succeeded",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="reuse the work an interrupted or failed run of the same job committed "
+        "(checked against the inputs' sizes and mtimes)",
+    )
+
+
+class _UnitProgress:
+    """Units done, on one line: redrawn on a terminal, every 5 s in a pipe."""
+
+    def __init__(self) -> None:
+        self.last = 0.0
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, done: int, total: int, rows: int) -> None:
+        now = time.monotonic()
+        if not self.tty and done < total and now - self.last < 5:
+            return
+        self.last = now
+        end = "\n" if done == total or not self.tty else ""
+        sys.stderr.write(f"\r  units {done}/{total}, {rows} input rows done{end}")
+        sys.stderr.flush()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -256,6 +302,15 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--format", choices=["auto", "rows", "episodes", "sample_batches"])
     pr.add_argument("--schema", help="schema preset name or JSON file (rows format)")
     pr.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS or local)")
+    _add_commit_flags(pr)
+    pr.add_argument(
+        "--engine",
+        choices=["auto", "local", "ray"],
+        default="auto",
+        help="where the units of work run: local (in this process), ray (Ray Data tasks, "
+        "retried when a worker dies) or auto (local for inputs under 64 MiB without a "
+        "cluster address; default)",
+    )
     pr.add_argument("--json", action="store_true", help="print the summary on one line")
     pr.set_defaults(func=_cmd_process)
 
@@ -325,21 +380,108 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM reached the CLI; unwinds the job like KeyboardInterrupt does."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+def _nothing_committed(args: argparse.Namespace) -> str:
+    out = getattr(args, "out", None)
+    if out is None or args.command not in ("process", "convert"):
+        return ""
+    from .commit import Staging
+
+    staging = Staging(out, {})
+    n = staging.committed_units()
+    kept = f"; {n} finished unit(s) kept for --resume" if n else ""
+    return f"; nothing was committed to {out}{kept}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in handlers:
+        signal.signal(s, _on_signal)
     try:
         return int(args.func(args))
+    except Interrupted as e:
+        _shutdown()
+        print(
+            f"offline-prelearner {args.command}: interrupted by {e}{_nothing_committed(args)}",
+            file=sys.stderr,
+        )
+        return 128 + e.signum
     except (OfflinePrelearnerError, FileNotFoundError) as e:
-        print(f"offline-prelearner {args.command}: error: {e}", file=sys.stderr)
+        print(
+            f"offline-prelearner {args.command}: error: {e}{_nothing_committed(args)}",
+            file=sys.stderr,
+        )
         return 2
     except Exception as e:
         # A worker's error arrives wrapped by Ray (RayTaskError, UserCodeException ...): show the
         # reader's one-line message (file, column, episode, row), not Ray's stack traces.
         ours = _our_error(e)
         if ours is None:
-            raise
-        print(f"offline-prelearner {args.command}: error: {ours}", file=sys.stderr)
+            lost = _worker_lost(e)
+            if lost is None:
+                raise
+            print(
+                f"offline-prelearner {args.command}: error: {lost}{_nothing_committed(args)}",
+                file=sys.stderr,
+            )
+            return 3
+        print(
+            f"offline-prelearner {args.command}: error: {ours}{_nothing_committed(args)}",
+            file=sys.stderr,
+        )
         return 2
+    finally:
+        _shutdown()
+        for s, h in handlers.items():
+            signal.signal(s, h)
+
+
+def _shutdown() -> None:
+    """Stops the Ray instance the job started (no worker of ours outlives the command)."""
+    if "offline_prelearner.pipeline" in sys.modules:
+        sys.modules["offline_prelearner.pipeline"].shutdown_ray()
+
+
+def _worker_lost(e: BaseException) -> str | None:
+    """One line for a job that lost a worker or node for good (Ray gave up retrying)."""
+    names = {type(c).__name__ for c in _chain(e)}
+    lost = {
+        "ActorDiedError",
+        "RayActorError",
+        "WorkerCrashedError",
+        "NodeDiedError",
+        "ObjectLostError",
+        "OwnerDiedError",
+        "ActorUnavailableError",
+    }
+    hit = names & lost
+    if not hit:
+        return None
+    return f"a Ray worker died and could not be replaced ({sorted(hit)[0]})"
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    todo: list[BaseException | None] = [e]
+    while todo:
+        cur = todo.pop()
+        if cur is None or any(cur is s for s in seen):
+            continue
+        seen.append(cur)
+        todo += [getattr(cur, "cause", None), cur.__cause__, cur.__context__]
+    return seen
 
 
 def _our_error(e: BaseException) -> BaseException | None:

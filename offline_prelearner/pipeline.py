@@ -31,6 +31,7 @@ import socket
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -281,6 +282,17 @@ def _build(ray: Any, files: list[str], config: PreLearnerConfig, cls: type, stat
     env = _worker_env(cls)
     if env:
         remote_args["runtime_env"] = env
+    # Ray 2.60 has no named parameter for max_restarts and warns about extra remote args; its
+    # actor pool documents ``max_restarts=0`` as the way to refuse restarts.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
+        return _map(ray, ds, config, kwargs, remote_args)
+
+
+def _map(
+    ray: Any, ds: Any, config: PreLearnerConfig, kwargs: dict[str, Any], remote_args: dict[str, Any]
+) -> Any:
+    rc = config.ray
     if rc.group_by_episode:
         from .schema import load_schema
 
@@ -561,17 +573,14 @@ def _run_units(batch: dict[str, np.ndarray], job: UnitJob) -> dict[str, np.ndarr
     }
 
 
-#: Ray retries a unit whose worker died this many times (a unit is redone from scratch, writing
-#: the same files); an error raised by our code is not retried.
-UNIT_RETRIES = 3
-
-
 def _run_on_ray(
     job: UnitJob, todo: list[int], config: PreLearnerConfig, finished: Callable[..., None]
 ) -> None:
     ray = _ray()
     _init_ray(config)
-    remote_args: dict[str, Any] = {"num_cpus": config.ray.num_cpus, "max_retries": UNIT_RETRIES}
+    # Ray core retries a task whose worker died (3 times by default); a retried unit is redone
+    # from scratch and writes the same files. Errors raised by our code are not retried.
+    remote_args: dict[str, Any] = {"num_cpus": config.ray.num_cpus}
     env = _worker_env(job.prelearner)
     if env:
         remote_args["runtime_env"] = env
@@ -591,6 +600,7 @@ def _run_on_ray(
         if rec["unit"] not in seen:  # a unit counts once, whatever Ray retried
             seen.add(rec["unit"])
             finished(rec)
+
 
 def iter_learner_batches(
     path: str | os.PathLike[str] | list[str],

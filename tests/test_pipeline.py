@@ -30,14 +30,24 @@ def _samples(out: Path) -> dict[str, np.ndarray]:
     return {c: table.column(c).to_numpy() for c in ("eps_id", "t", "rewards", "n_step")}
 
 
-def test_batch_job_writes_samples_and_balanced_stats(ray_local: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_batch_job_writes_samples_and_balanced_stats(
+    ray_local: Any, tmp_path: Path, engine: str
+) -> None:
     cfg = PreLearnerConfig().with_updates(
         {"n_step": 3, "train_batch_size": 100, "batch_size": 1000}
     )
-    res = run_pipeline(ROWS, cfg, out_dir=tmp_path)
+    res = run_pipeline(ROWS, cfg, out_dir=tmp_path, engine=engine)
     st = json.loads((tmp_path / "stats.json").read_text())
-    assert st["ray_cluster"]["nodes"] >= 1 and st["ray_cluster"]["cpus"] > 0
+    assert st["engine"] == engine
+    if engine == "ray":
+        assert st["ray_cluster"]["nodes"] >= 1 and st["ray_cluster"]["cpus"] > 0
     assert st == json.loads(json.dumps(res.stats))
+    manifest = json.loads((tmp_path / "_manifest.json").read_text())
+    assert manifest["complete"] and manifest["samples_written"] == st["samples_written"]
+    assert sorted(f["name"] for f in manifest["files"]) == sorted(
+        p.name for p in (tmp_path / "samples").iterdir()
+    )
     assert st["rows_in"] == 5000 and st["rows_balance"] and st["rows_rejected"] == {}
     assert st["files_read"] == 5 and st["format"] == "rows"
     assert st["samples_written"] == 100 * st["batches"] and st["batches"] >= 5
@@ -63,14 +73,21 @@ def test_num_samples_caps_the_output(ray_local: Any, tmp_path: Path) -> None:
     assert res.stats["samples_written"] == 300
 
 
-def test_grouped_by_episode_with_several_actors(ray_local: Any, tmp_path: Path) -> None:
-    cfg = PreLearnerConfig().with_updates(
-        {"group_by_episode": True, "concurrency": 1, "sample_all": True, "n_step": 2}
-    )
-    res = run_pipeline(ROWS, cfg, out_dir=tmp_path)
-    s = _samples(tmp_path)
+def test_units_in_parallel_on_ray_write_what_one_process_writes(
+    ray_local: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One unit per file: episodes cut by file boundaries are read by the unit of their first file.
+    monkeypatch.setenv("OFFLINE_PRELEARNER_UNIT_MIN_ROWS", "1")
+    cfg = PreLearnerConfig().with_updates({"sample_all": True, "n_step": 2, "concurrency": 2})
+    res = run_pipeline(ROWS, cfg, out_dir=tmp_path / "ray", engine="ray")
+    ref = run_pipeline(ROWS, cfg, out_dir=tmp_path / "local", engine="local")
+    assert res.stats["units"] == 5 and res.stats["rows_in"] == 5000 and res.stats["rows_balance"]
+    s = _samples(tmp_path / "ray")
     assert len(set(zip(s["eps_id"], s["t"], strict=True))) == 5000
-    assert res.stats["rows_in"] == 5000 and res.stats["rows_balance"]
+    files = [
+        json.loads((tmp_path / d / "_manifest.json").read_text())["files"] for d in ("ray", "local")
+    ]
+    assert files[0] == files[1]  # names, rows and sha256: the same bytes
 
 
 def test_learner_iterates_batches_from_msgpack_episodes(ray_local: Any) -> None:
@@ -165,7 +182,7 @@ def test_rllib_recorded_files_end_to_end(
     ray_local: Any, shared_data: Path, tmp_path: Path, name: str, fmt: str, rows_in: int
 ) -> None:
     cfg = PreLearnerConfig().with_updates({"format": "auto", "sample_all": True})
-    res = run_pipeline(shared_data / name, cfg, out_dir=tmp_path)
+    res = run_pipeline(shared_data / name, cfg, out_dir=tmp_path, engine="ray")
     assert res.stats["format"] == fmt and res.stats["rows_in"] == rows_in
     # sample_all: one sample per timestep (the msgpack file's 12 episodes hold 324 steps).
     assert res.stats["samples_written"] == (324 if fmt == "episodes" else 295)
