@@ -125,6 +125,8 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         progress=progress,
         fragments=args.fragments,
         dones=args.dones,
+        overwrite=args.overwrite,
+        resume=args.resume,
     )
     print(json.dumps(stats, indent=None if args.json else 2))
     return 0
@@ -359,7 +361,13 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="rows: RLlib's recorder row layout plus t; episodes: msgpack episode records",
     )
-    c.add_argument("--out", required=True, help="output directory (gets stats.json too)")
+    c.add_argument(
+        "--out",
+        required=True,
+        help="output directory (rows-*/episodes-*.parquet, stats.json, _manifest.json); "
+        "must be absent or empty",
+    )
+    _add_commit_flags(c)
     c.add_argument(
         "--fragments",
         choices=["keep", "reject"],

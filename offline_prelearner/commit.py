@@ -102,17 +102,20 @@ class Staging:
             another job is never reused.
         overwrite: Replace an existing non-empty ``out`` on success (else refused up front).
         resume: Keep the units an earlier run of the same job committed.
+        files_dir: The folder, inside ``out``, that unit records' and the manifest's file names
+            are relative to (``"samples"``; ``""`` for ``out`` itself, as ``convert`` writes).
     """
 
     out: Path
     job: dict[str, Any]
     overwrite: bool = False
     resume: bool = False
+    files_dir: str = "samples"
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
         self.path = staging_path(self.out)
-        self.samples = self.path / "samples"
+        self.samples = self.path / self.files_dir if self.files_dir else self.path
         self.units = self.path / _UNITS
 
     # ------------------------------------------------------------------ opening
@@ -204,8 +207,16 @@ class Staging:
         return out
 
     # ------------------------------------------------------------------ the job commit
-    def commit(self, stats: dict[str, Any], files: list[dict[str, Any]]) -> Path:
-        """Writes stats and the manifest (last), then moves the staging folder to ``out``."""
+    def commit(
+        self,
+        stats: dict[str, Any],
+        files: list[dict[str, Any]],
+        extra: dict[str, Any] | None = None,
+    ) -> Path:
+        """Writes stats and the manifest (last), then moves the staging folder to ``out``.
+
+        ``extra``: more manifest entries (a job's other outputs, e.g. a quarantine file).
+        """
         write_json_atomic(self.path / STATS_FILE, stats)
         for stray in self.samples.glob(".*"):  # temporary names of a killed attempt
             stray.unlink()
@@ -217,7 +228,10 @@ class Staging:
             "files": files,
             "samples_written": sum(f["rows"] for f in files),
             "config": self.job["config"],
+            **(extra or {}),
         }
+        if self.files_dir != "samples":
+            manifest["files_dir"] = self.files_dir
         shutil.rmtree(self.units)
         (self.path / _JOB_FILE).unlink()
         write_json_atomic(self.path / MANIFEST_FILE, manifest)
@@ -253,5 +267,6 @@ def _short(value: Any) -> str:
 def iter_manifest_files(out: str | os.PathLike[str]) -> Iterator[Path]:
     """The sample files a committed output holds, as its manifest lists them."""
     manifest = json.loads((Path(out) / MANIFEST_FILE).read_text())
+    folder = Path(out) / manifest.get("files_dir", "samples")
     for f in manifest["files"]:
-        yield Path(out) / "samples" / f["name"]
+        yield folder / f["name"]

@@ -194,8 +194,8 @@ def test_rllib_reads_converted_output(tmp_path: Path, shared_data: Path) -> None
         [
             str(RLLIB_PYTHON),
             str(script),
-            str(tmp_path / "rows" / "rows-00000.parquet"),
-            str(tmp_path / "eps" / "episodes-00000.parquet"),
+            str(tmp_path / "rows" / "rows-00000-00000.parquet"),
+            str(tmp_path / "eps" / "episodes-00000-00000.parquet"),
         ],
         capture_output=True,
         text=True,
