@@ -104,6 +104,14 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         print(json.dumps(d))
     else:
         _print_report(d)
+    if d["rows"] and not d["episodes"] and d["rejected"]:
+        rejections = report.batch.rejections
+        first = f"; the first: {rejections[0].error}" if rejections else ""
+        print(
+            f"offline-prelearner inspect: error: every row was rejected ({d['rejected']}){first}",
+            file=sys.stderr,
+        )
+        return 2
     return 0
 
 

@@ -149,10 +149,14 @@ def inspect_path(
     qfile = None
     if quarantine_dir is not None and read.on_invalid == "quarantine":
         qfile = write_quarantine(batch.rejections, quarantine_dir)
+    name = schema.name if schema is not None else read.format
+    packed = getattr(reader, "detected_packed", None)
+    if packed:
+        name += f" (RLlib packed columns detected: {', '.join(packed)})"
     return InspectReport(
         path=os.fspath(path),
         format=read.format,
-        schema=schema.name if schema is not None else read.format,
+        schema=name,
         files=len(files),
         batch=batch,
         files_unreadable=unreadable,

@@ -229,11 +229,10 @@ class ColumnSchema:
         ]
         if legacy:
             raise DecodeError(
-                f"column(s) {legacy} are declared legacy_pickle (RLlib's base64(lz4(pickle))) by "
-                f"schema {self.name!r}; decoding them is off by default because data files are "
-                "untrusted. If you trust the data, pass --legacy-pickle on the command line or "
-                "ReadConfig(legacy_pickle=True); it is decoded with a restricted unpickler that "
-                "admits only numpy arrays and plain builtins.",
+                f"column(s) {legacy} hold RLlib's packed cells (base64(lz4(pickle)), what RLlib "
+                "records with output_compress_columns); pickles are not decoded unless you ask: "
+                "if you trust the data, pass --legacy-pickle (ReadConfig(legacy_pickle=True)), "
+                "which decodes them with a restricted unpickler (numpy arrays and builtins only)",
                 Where(file=source, column=legacy[0]),
                 reason="legacy_pickle_disabled",
             )

@@ -101,6 +101,8 @@ class RowsReader:
         # (episode id, agent id) -> (next t, last obs) | _POISONED. Used only without `t`.
         self._pending: dict[tuple[Any, Any], Any] = {}
         self._split_next: dict[str, int] = {}  # source -> number of its open episode (no eps_id)
+        #: Columns recognised as RLlib's packed layout (``output_compress_columns``) in the data.
+        self.detected_packed: list[str] = []
 
     @property
     def pending(self) -> Mapping[tuple[Any, Any], Any]:
@@ -117,6 +119,7 @@ class RowsReader:
         out.ledger.rows_in += frame.num_rows
         if frame.num_rows == 0:
             return out
+        self._detect_packed(batch)
         # A configuration problem, not bad data: raised under every policy.
         self.schema.check_codecs(self.config.legacy_pickle, frame.names, source)
         rows = np.arange(frame.num_rows, dtype=np.int64)  # batch row of each frame row
@@ -145,6 +148,24 @@ class RowsReader:
         frame, cols, rows, gr = self._drop_duplicates(out, frame, cols, rows, codes, keys)
         self._build(out, frame, cols, rows, gr, source)
         return out
+
+    # ------------------------------------------------------------------ packed columns
+    def _detect_packed(self, batch: pa.Table | Mapping[str, np.ndarray]) -> None:
+        """Declares the observation columns that hold RLlib's packed cells as ``legacy_pickle``.
+
+        RLlib records with ``output_compress_columns=[obs, new_obs]`` by default: those cells are
+        ``base64(lz4_frame(pickle))`` text. Recognised from the data, not guessed from a name: the
+        column is text where an observation is expected, and its first cell starts with the
+        base64 of the lz4 frame magic. Decoding still needs the user's ``legacy_pickle``.
+        """
+        for field_name in (C.OBS, C.NEW_OBS):
+            col = self.schema.column(field_name)
+            if col is None or col in self.schema.compression or col not in _names(batch):
+                continue
+            if _is_packed(batch[col]):
+                compression = {**self.schema.compression, col: "legacy_pickle"}
+                self.schema = dataclasses.replace(self.schema, compression=compression)
+                self.detected_packed.append(col)
 
     # ------------------------------------------------------------------ columns
     def _keys(self, frame: ColumnBatch, source: str | None) -> Keys:
@@ -520,3 +541,25 @@ class RowsReader:
                     obs_col,
                     reason="discontinuous",
                 )
+
+
+#: ``base64(lz4 frame)`` starts with these characters (the frame magic 04 22 4D 18).
+_PACKED_PREFIX = "BCJNG"
+
+
+def _names(batch: pa.Table | Mapping[str, Any]) -> list[str]:
+    return list(batch.column_names if isinstance(batch, pa.Table) else batch.keys())
+
+
+def _is_packed(column: Any) -> bool:
+    """Text cells whose first non-null value is base64 of an lz4 frame."""
+    if isinstance(column, pa.ChunkedArray | pa.Array):
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            return False
+        valid = column.drop_null()
+        return len(valid) > 0 and str(valid[0].as_py()).startswith(_PACKED_PREFIX)
+    arr = np.asarray(column)
+    if arr.dtype.kind not in "OU" or not len(arr):
+        return False
+    first = next((v for v in arr if v is not None), None)
+    return isinstance(first, str) and first.startswith(_PACKED_PREFIX)
