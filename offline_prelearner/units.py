@@ -27,6 +27,7 @@ the in-process engine and inside Ray Data, so the two write the same bytes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Iterator
@@ -158,8 +159,17 @@ def _group_files(inputs: tuple[InputFile, ...], min_rows: int) -> list[int]:
     return unit_of
 
 
-def plan_units(files: list[str], config: PreLearnerConfig, min_rows: int = UNIT_MIN_ROWS) -> Plan:
-    """The units of a job over ``files`` (name order); see the module docstring."""
+#: Overrides :data:`UNIT_MIN_ROWS` (more, smaller units: parallelism, fault tests).
+UNIT_MIN_ROWS_ENV = "OFFLINE_PRELEARNER_UNIT_MIN_ROWS"
+
+
+def plan_units(files: list[str], config: PreLearnerConfig, min_rows: int | None = None) -> Plan:
+    """The units of a job over ``files`` (name order); see the module docstring.
+
+    ``min_rows`` defaults to ``$OFFLINE_PRELEARNER_UNIT_MIN_ROWS``, else :data:`UNIT_MIN_ROWS`.
+    """
+    if min_rows is None:
+        min_rows = int(os.environ.get(UNIT_MIN_ROWS_ENV, UNIT_MIN_ROWS))
     inputs = tuple(InputFile.stat(f) for f in files)
     fmt = config.read.format
     if fmt != "rows":
@@ -419,10 +429,8 @@ class _UnitWriter:
 
     def abort(self) -> None:
         if self.writer is not None:
-            try:
+            with contextlib.suppress(Exception):  # the error that stopped the unit matters
                 self.writer.close()
-            except Exception:  # noqa: BLE001  (the original error is what matters)
-                pass
             self.writer = None
         for p in self.folder.glob(f".part-{self.unit:05d}-*.tmp-{os.getpid()}"):
             p.unlink(missing_ok=True)
