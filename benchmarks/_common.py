@@ -73,8 +73,15 @@ __all__ = [
 ]
 
 KEYS = ("bench", "impl", "throughput", "unit", "seconds", "peak_mem_mb", "n")
-DEFAULT_DATA = "/work/bench-data"
-DEFAULT_RLLIB_PYTHON = "/work/rllib-venv/bin/python"
+#: The repository (this file's folder's parent); ``.bench/`` in it is git-ignored scratch space.
+REPO = Path(__file__).resolve().parent.parent
+#: Where ``benchmarks/make_data.sh`` writes the datasets unless $OFFLINE_PRELEARNER_BENCH_DATA says.
+DEFAULT_DATA = str(REPO / ".bench" / "data")
+#: The venv ``benchmarks/setup_rllib.sh`` builds: $OFFLINE_PRELEARNER_RLLIB_VENV, else this.
+DEFAULT_RLLIB_VENV = str(REPO / ".bench" / "rllib-venv")
+DEFAULT_RLLIB_PYTHON = str(
+    Path(os.environ.get("OFFLINE_PRELEARNER_RLLIB_VENV") or DEFAULT_RLLIB_VENV) / "bin" / "python"
+)
 _MB = 1024.0 * 1024.0
 
 
@@ -87,7 +94,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
         "--data",
         default=None,
         help="benchmark data directory (default: $OFFLINE_PRELEARNER_BENCH_DATA or "
-        f"{DEFAULT_DATA}); made by /work/shared/bench/make_data.py",
+        "<repo>/.bench/data); made by benchmarks/make_data.sh",
     )
     parser.add_argument(
         "--quick", action="store_true", help="a small subset and one repeat: a smoke run"
@@ -105,9 +112,9 @@ def data_dir(arg: str | None) -> Path:
     path = Path(arg or os.environ.get("OFFLINE_PRELEARNER_BENCH_DATA") or DEFAULT_DATA)
     if not path.is_dir():
         raise SystemExit(
-            f"benchmark data not found at {path}: make it with "
-            "`python /work/shared/bench/make_data.py --out DIR` (see /work/shared/bench/README.md) "
-            "and pass --data DIR"
+            f"benchmark data not found at {path}: make it with `bash benchmarks/setup_rllib.sh && "
+            "bash benchmarks/make_data.sh` (writes $OFFLINE_PRELEARNER_BENCH_DATA, default "
+            "<repo>/.bench/data; see benchmarks/README.md), or pass --data DIR"
         )
     return path
 
@@ -352,10 +359,14 @@ def log(message: str) -> None:
 
 
 def rllib_python() -> tuple[str | None, str]:
-    """The RLlib venv's interpreter (``$RLLIB_PYTHON`` or the default) or None, and why."""
+    """The RLlib venv's interpreter or None, and why: ``$RLLIB_PYTHON``, else the python of
+    ``$OFFLINE_PRELEARNER_RLLIB_VENV`` (default ``<repo>/.bench/rllib-venv``, which
+    ``benchmarks/setup_rllib.sh`` builds)."""
     path = os.environ.get("RLLIB_PYTHON") or DEFAULT_RLLIB_PYTHON
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        return None, f"no RLlib interpreter at {path} (set RLLIB_PYTHON)"
+        return None, (
+            f"no RLlib interpreter at {path} (run benchmarks/setup_rllib.sh, or set RLLIB_PYTHON)"
+        )
     return path, path
 
 

@@ -8,9 +8,10 @@ mix-in, multi-agent and reservoir buffers.
 counterpart here).
 
 Prints one JSON line per measurement: ``name``, ``impl``, ``throughput`` (+ ``unit``), and where
-it applies ``peak_mb`` (tracemalloc peak while adding) or ``bytes_per_timestep``. When
-``/work/rllib-venv/bin/python`` exists (override with ``RLLIB_PYTHON``), the same workloads run on
-RLlib's EpisodeReplayBuffer in a subprocess (``rllib_replay.py``) and ``ratio`` lines follow.
+it applies ``peak_mb`` (tracemalloc peak while adding) or ``bytes_per_timestep``. When the RLlib
+venv's python exists (``$RLLIB_PYTHON``, else ``bin/python`` of ``$OFFLINE_PRELEARNER_RLLIB_VENV``,
+default ``<repo>/.bench/rllib-venv``: ``benchmarks/setup_rllib.sh`` builds it), the same workloads
+run on RLlib's EpisodeReplayBuffer in a subprocess (``rllib_replay.py``) and ``ratio`` lines follow.
 """
 
 from __future__ import annotations
@@ -38,7 +39,14 @@ from offline_prelearner.buffers import (
 from offline_prelearner.episode import Episode
 from offline_prelearner.samplers import FrameStack, NStep, Sequence, Transition
 
-RLLIB_PYTHON = os.environ.get("RLLIB_PYTHON", "/work/rllib-venv/bin/python")
+RLLIB_PYTHON = os.environ.get("RLLIB_PYTHON") or str(
+    Path(
+        os.environ.get("OFFLINE_PRELEARNER_RLLIB_VENV")
+        or Path(__file__).resolve().parent.parent / ".bench" / "rllib-venv"
+    )
+    / "bin"
+    / "python"
+)
 TARGETS = {  # samples/s this machine must reach (the issue's bar)
     "uniform_1step_B256": 2.9e6,
     "uniform_3step_B256": 2.0e6,

@@ -1,8 +1,10 @@
 """RLlib 2.60's side of ``bench_pipeline.py``: its offline data path on Ray Data, end to end.
 
-Run ONLY by the RLlib venv's python (``bench_pipeline.py`` starts it; ``$RLLIB_PYTHON`` overrides
-the interpreter). Never imported by the package or its tests. Prints JSON lines (see
-``_common.py``) with the bench names of our default jobs, so ratios pair up.
+Run ONLY by the RLlib venv's python (``bench_pipeline.py`` starts it with the python of
+the venv ``benchmarks/setup_rllib.sh`` builds: ``$OFFLINE_PRELEARNER_RLLIB_VENV``, default
+``<repo>/.bench/rllib-venv``; ``$RLLIB_PYTHON`` overrides the interpreter). Never imported by
+the package or its tests. Prints JSON lines (see ``_common.py``) with the bench names of our
+default jobs, so ratios pair up.
 
 What is timed is what RLlib's BC / MARWIL training step runs to get data: a ``BCConfig`` with
 CartPole-v1's spaces, ``num_learners=0`` (a local learner) and

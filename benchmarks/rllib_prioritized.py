@@ -1,8 +1,10 @@
 """RLlib 2.60's side of ``bench_prioritized.py``: its PrioritizedEpisodeReplayBuffer.
 
-Run ONLY by the RLlib venv's python (``bench_prioritized.py`` starts it; ``$RLLIB_PYTHON``
-overrides the interpreter). Never imported by the package or its tests. Prints JSON lines with
-the same bench names as our side, so ratios pair up.
+Run ONLY by the RLlib venv's python (``bench_prioritized.py`` starts it with the python of
+the venv ``benchmarks/setup_rllib.sh`` builds: ``$OFFLINE_PRELEARNER_RLLIB_VENV``, default
+``<repo>/.bench/rllib-venv``; ``$RLLIB_PYTHON`` overrides the interpreter). Never imported by
+the package or its tests. Prints JSON lines with the same bench names as our side, so ratios
+pair up.
 
 The episodes are :func:`bench_prioritized.cartpole_like`'s, as ``SingleAgentEpisode`` objects
 (numpy-finalized, no lookback). The buffer is ``PrioritizedEpisodeReplayBuffer(capacity=steps,

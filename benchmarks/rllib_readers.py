@@ -1,8 +1,10 @@
 """RLlib 2.60's side of ``bench_readers.py``: its row mapping and msgpack episode decoding.
 
-Run ONLY by the RLlib venv's python (``bench_readers.py`` starts it; ``$RLLIB_PYTHON`` overrides
-the interpreter). Never imported by the package or its tests. Prints JSON lines (see
-``_common.py``) with the same bench names as our side, so ratios pair up.
+Run ONLY by the RLlib venv's python (``bench_readers.py`` starts it with the python of
+the venv ``benchmarks/setup_rllib.sh`` builds: ``$OFFLINE_PRELEARNER_RLLIB_VENV``, default
+``<repo>/.bench/rllib-venv``; ``$RLLIB_PYTHON`` overrides the interpreter). Never imported by
+the package or its tests. Prints JSON lines (see ``_common.py``) with the same bench names as
+our side, so ratios pair up.
 
 What is timed, and nothing else:
 

@@ -1,6 +1,7 @@
 """RLlib's EpisodeReplayBuffer on the workloads of ``bench_replay.py``, for side-by-side ratios.
 
-Run by RLlib's own interpreter (``/work/rllib-venv/bin/python benchmarks/rllib_replay.py``);
+Run by RLlib's own interpreter (``.bench/rllib-venv/bin/python benchmarks/rllib_replay.py``: the
+venv ``benchmarks/setup_rllib.sh`` builds, or ``$RLLIB_PYTHON``);
 ``bench_replay.py`` does that itself when that interpreter exists. Prints one JSON line per
 workload. The synthetic episodes come from :func:`synthetic_cartpole`, which ``bench_replay.py``
 imports too, so both sides see identical data. Nothing here imports offline_prelearner.

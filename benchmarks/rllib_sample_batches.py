@@ -1,6 +1,8 @@
 """RLlib 2.60's side of ``bench_sample_batches.py``: ``_map_sample_batch_to_episode``.
 
-Run ONLY by the RLlib venv's python (``bench_sample_batches.py`` starts it). Prints JSON lines with
+Run ONLY by the RLlib venv's python (``bench_sample_batches.py`` starts it with the python of
+the venv ``benchmarks/setup_rllib.sh`` builds: ``$OFFLINE_PRELEARNER_RLLIB_VENV``, default
+``<repo>/.bench/rllib-venv``; ``$RLLIB_PYTHON`` overrides the interpreter). Prints JSON lines with
 the same bench names as our side so ratios pair up:
 
 * ``cartpole_sample_batches.map`` -- ``OfflinePreLearner._map_sample_batch_to_episode(self, batch,
