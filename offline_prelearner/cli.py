@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from .config import ReadConfig
+from .console import JobProgress
 from .errors import ConfigError, OfflinePrelearnerError
 
 __all__ = ["main"]
@@ -171,6 +172,7 @@ def _cmd_process(args: argparse.Namespace) -> int:
     if args.address:
         updates["address"] = args.address
     config = config.with_updates(updates) if updates else config
+    progress = JobProgress("process", enabled=not args.json)
     result = run_pipeline(
         args.path,
         config,
@@ -179,8 +181,9 @@ def _cmd_process(args: argparse.Namespace) -> int:
         engine=args.engine,
         overwrite=args.overwrite,
         resume=args.resume,
-        progress=_UnitProgress(),
+        progress=progress,
     )
+    progress.close()
     st = result.stats
     summary = {
         k: st[k]
@@ -240,27 +243,17 @@ def _add_commit_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-class _UnitProgress:
-    """Units done, on one line: redrawn on a terminal, every 5 s in a pipe."""
-
-    def __init__(self) -> None:
-        self.last = 0.0
-        self.tty = sys.stderr.isatty()
-
-    def __call__(self, done: int, total: int, rows: int) -> None:
-        now = time.monotonic()
-        if not self.tty and done < total and now - self.last < 5:
-            return
-        self.last = now
-        end = "\n" if done == total or not self.tty else ""
-        sys.stderr.write(f"\r  units {done}/{total}, {rows} input rows done{end}")
-        sys.stderr.flush()
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="offline-prelearner",
         description="Offline RL data: recorded experience -> episodes -> learner-ready batches.",
+    )
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show Ray's own log lines live (by default they go to its session log folder, "
+        "named when a job fails)",
     )
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -409,19 +402,29 @@ def _on_signal(signum: int, frame: Any) -> None:
 
 
 def _nothing_committed(args: argparse.Namespace) -> str:
+    logs = ""
+    if "offline_prelearner.pipeline" in sys.modules:
+        d = sys.modules["offline_prelearner.pipeline"].ray_log_dir()
+        logs = f" (Ray's logs: {d})" if d else ""
     out = getattr(args, "out", None)
     if out is None or args.command not in ("process", "convert"):
-        return ""
+        return logs
     from .commit import Staging
 
     staging = Staging(out, {})
     n = staging.committed_units()
     kept = f"; {n} finished unit(s) kept for --resume" if n else ""
-    return f"; nothing was committed to {out}{kept}"
+    return f"; nothing was committed to {out}{kept}{logs}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if not args.verbose:
+        # Read by Ray Data when it sets up its loggers (on import): INFO lines stay in its files.
+        os.environ.setdefault("RAY_DATA_LOG_LEVEL", "ERROR")
+    from . import pipeline
+
+    pipeline.VERBOSE = args.verbose
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     for s in handlers:
         signal.signal(s, _on_signal)

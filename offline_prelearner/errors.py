@@ -30,6 +30,8 @@ __all__ = [
     "SchemaError",
     "UnsupportedFormatError",
     "Where",
+    "error_from_dict",
+    "error_to_dict",
 ]
 
 
@@ -132,3 +134,38 @@ class ConfigError(OfflinePrelearnerError, ValueError):
 
 class EmptyBufferError(OfflinePrelearnerError, RuntimeError):
     """A sample was requested from a buffer that holds nothing sampleable (yet)."""
+
+
+def error_to_dict(error: OfflinePrelearnerError) -> dict[str, Any]:
+    """One of our errors as plain data (to cross a process boundary without pickle)."""
+    d: dict[str, Any] = {"type": type(error).__name__}
+    if isinstance(error, DataError):
+        d.update(message=error.message, reason=error.reason, where=vars(error.where).copy())
+        d["where"]["episode_id"] = _plain(d["where"]["episode_id"])
+    else:
+        d["message"] = str(error)
+    return d
+
+
+def _plain(value: Any) -> Any:
+    return value if isinstance(value, str | int | float | type(None)) else str(value)
+
+
+def error_from_dict(d: dict[str, Any]) -> OfflinePrelearnerError:
+    """Inverse of :func:`error_to_dict` (an unknown type comes back as the root class)."""
+    cls = {c.__name__: c for c in _ALL}.get(d.get("type", ""), OfflinePrelearnerError)
+    if issubclass(cls, DataError):
+        return cls(d["message"], Where(**d.get("where", {})), reason=d.get("reason"))
+    return cls(d["message"])
+
+
+_ALL: tuple[type[OfflinePrelearnerError], ...] = (
+    OfflinePrelearnerError,
+    DataError,
+    SchemaError,
+    DecodeError,
+    EpisodeValidationError,
+    UnsupportedFormatError,
+    ConfigError,
+    EmptyBufferError,
+)

@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import secrets
 import shutil
+import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -43,7 +46,7 @@ import pyarrow.parquet as pq
 from .batch import MultiAgentBatch
 from .commit import Staging, file_sha256, staging_path
 from .config import PreLearnerConfig
-from .errors import ConfigError, OfflinePrelearnerError
+from .errors import ConfigError, OfflinePrelearnerError, error_from_dict, error_to_dict
 from .plugins import import_object
 from .prelearner import OfflinePreLearner
 from .report import Ledger
@@ -75,23 +78,54 @@ def _ray() -> Any:
 
 
 _STARTED_RAY = False
+_LOG_DIR: str | None = None
+
+#: Show Ray's own log lines on the console (the CLI's ``-v``). Off: Ray's INFO/WARNING lines and
+#: its "(raylet) ..." error lines stay in the session's log folder (:func:`ray_log_dir`).
+VERBOSE = True
 
 
 def _init_ray(config: PreLearnerConfig) -> None:
-    global _STARTED_RAY
+    global _STARTED_RAY, _LOG_DIR
     ray = _ray()
     if ray.is_initialized():
         return
     _STARTED_RAY = True
+    kwargs: dict[str, Any] = {"log_to_driver": False}
+    if not VERBOSE:
+        kwargs["logging_level"] = logging.ERROR
+        _mute_ray_driver_prints()
+    # ray.init installs a SIGTERM handler of its own (sys.exit); the caller's stays in charge.
+    on_term = signal.getsignal(signal.SIGTERM)
     address = config.ray.address or os.environ.get("RAY_ADDRESS")
     if address:
         check_cluster_address(address)
         try:
-            ray.init(address=address, log_to_driver=False)
+            ctx = ray.init(address=address, **kwargs)
         except (ConnectionError, RuntimeError) as e:
             raise ConfigError(_connect_failure(address, e)) from None
     else:
-        ray.init(include_dashboard=False, log_to_driver=False)
+        ctx = ray.init(include_dashboard=False, **kwargs)
+    if threading.current_thread() is threading.main_thread() and on_term is not None:
+        signal.signal(signal.SIGTERM, on_term)
+    with contextlib.suppress(AttributeError, KeyError, TypeError):
+        _LOG_DIR = os.path.join(ctx.address_info["session_dir"], "logs")
+
+
+def _mute_ray_driver_prints() -> None:
+    """Ray prints worker-death notices ("(raylet) A worker died ...") to the driver's stdout
+    whatever its options say; they are in the session's logs, and a retried unit is not news.
+    Ray 2.60 offers no switch, so its printer is replaced (a private name: skipped if absent)."""
+    with contextlib.suppress(ImportError, AttributeError):
+        import ray._private.worker as worker
+
+        if hasattr(worker, "print_to_stdstream"):
+            worker.print_to_stdstream = lambda *args, **kwargs: None
+
+
+def ray_log_dir() -> str | None:
+    """The log folder of the Ray session this module started (None if it started none)."""
+    return _LOG_DIR
 
 
 def shutdown_ray() -> None:
@@ -265,12 +299,16 @@ def _data_context(ray: Any, config: PreLearnerConfig) -> Iterator[None]:
     a copy of the context it was built under; the caller's own context is left as it was)."""
     ctx = ray.data.DataContext.get_current()
     saved = (ctx.execution_options.preserve_order, ctx.target_max_block_size)
+    saved_bars = ctx.enable_progress_bars
     ctx.execution_options.preserve_order = True
     ctx.target_max_block_size = config.ray.block_mb * 2**20
+    if not VERBOSE:
+        ctx.enable_progress_bars = False  # the CLI draws its own
     try:
         yield
     finally:
         ctx.execution_options.preserve_order, ctx.target_max_block_size = saved
+        ctx.enable_progress_bars = saved_bars
 
 
 def _build(ray: Any, files: list[str], config: PreLearnerConfig, cls: type, stats_sink: Any) -> Any:
@@ -349,7 +387,9 @@ _COUNTERS = ("batches", "samples", "fragments_added", "not_ready", "pending_frag
 #: starting Ray costs seconds that a small job should not pay (see benchmarks/README.md).
 LOCAL_ENGINE_MAX_BYTES = 64 * 2**20
 
-Progress = Callable[[int, int, int], None]  # (units done, units, input rows done)
+#: ``progress(rows_done, rows_total, samples_written)``: input rows (``rows_total`` from the
+#: Parquet footers, None when unknown) and samples so far; called as the job advances.
+Progress = Callable[[int, "int | None", int], None]
 
 
 class JobFailed(OfflinePrelearnerError):
@@ -471,7 +511,8 @@ def run_pipeline(
             ``ray``. Both run the same units and write the same bytes.
         overwrite: Replace a non-empty ``out_dir`` when the job succeeds (else refused).
         resume: Reuse the units an interrupted run of the same job committed.
-        progress: Called as units finish with (units done, units, input rows done).
+        progress: ``progress(rows_done, rows_total, samples_written)`` as the job advances (per
+            input chunk in-process, per unit on Ray).
     """
     config = config or PreLearnerConfig()
     start = time.perf_counter()
@@ -495,19 +536,26 @@ def run_pipeline(
         staging.drop_unit_files(k)
     job = UnitJob(plan, config, cls, seed, str(staging.samples), str(staging.units))
     records = dict(kept)
-    rows_done = [sum(r["stats"]["ledger"]["rows_in"] for r in kept.values())]
+    known = [f.rows for f in plan.files]
+    rows_total = None if any(r is None for r in known) else sum(r or 0 for r in known)
+    done = [sum(r["stats"]["ledger"]["rows_in"] for r in kept.values()), 0]
+    done[1] = sum(r["samples"] for r in kept.values())
+
+    def chunk_done(rows: int, samples: int) -> None:
+        done[0] += rows
+        done[1] += samples
+        if progress is not None:
+            progress(done[0], rows_total, done[1])
 
     def finished(rec: dict[str, Any]) -> None:
         records[int(rec["unit"])] = rec
-        rows_done[0] += rec["stats"]["ledger"]["rows_in"]
-        if progress is not None:
-            progress(len(records), len(plan.units), rows_done[0])
+        if eng == "ray":
+            chunk_done(rec["stats"]["ledger"]["rows_in"], rec["samples"])
 
-    if progress is not None:
-        progress(len(records), len(plan.units), rows_done[0])
+    chunk_done(0, 0)
     if eng == "local":
         for k in todo:
-            finished(run_unit(job, k))
+            finished(run_unit(job, k, chunk_done))
     elif todo:
         _run_on_ray(job, todo, config, finished)
     seconds = time.perf_counter() - start
@@ -565,12 +613,26 @@ def _samples_rule(config: PreLearnerConfig) -> str:
 
 
 def _run_units(batch: dict[str, np.ndarray], job: UnitJob) -> dict[str, np.ndarray]:
-    """The Ray Data task: runs the units of one batch (one unit per batch) -> their records."""
-    recs = [run_unit(job, int(k)) for k in batch["unit"]]
+    """The Ray Data task: runs the units of one batch (one unit per batch) -> their records.
+
+    Our own errors (bad data, bad config) travel back as a record, not as an exception: Ray Data
+    wraps a task's exception into a ``UserCodeException`` that keeps only its text, and the CLI
+    needs the error itself (its class gives the exit code, its location the one line).
+    """
+    recs = []
+    for k in batch["unit"]:
+        try:
+            recs.append(run_unit(job, int(k)))
+        except OfflinePrelearnerError as e:
+            recs.append({"unit": int(k), "error": error_to_dict(e)})
     return {
         "unit": np.array([r["unit"] for r in recs], dtype=np.int64),
         "record": np.array([json.dumps(r) for r in recs], dtype=object),
     }
+
+
+#: How often Ray redoes a unit whose worker died before the job fails (exit 3 in the CLI).
+UNIT_RETRIES = 3
 
 
 def _run_on_ray(
@@ -578,13 +640,16 @@ def _run_on_ray(
 ) -> None:
     ray = _ray()
     _init_ray(config)
-    # Ray core retries a task whose worker died (3 times by default); a retried unit is redone
-    # from scratch and writes the same files. Errors raised by our code are not retried.
-    remote_args: dict[str, Any] = {"num_cpus": config.ray.num_cpus}
+    # A unit whose worker died is redone from scratch (same files), UNIT_RETRIES times: Ray Data's
+    # map tasks default to max_retries=-1, which retries a unit that always kills its worker (out
+    # of memory, a crash in native code) forever. Errors raised by our code are not retried.
+    remote_args: dict[str, Any] = {"num_cpus": config.ray.num_cpus, "max_retries": UNIT_RETRIES}
     env = _worker_env(job.prelearner)
     if env:
         remote_args["runtime_env"] = env
-    with _data_context(ray, config):
+    # Ray 2.60 has no named parameter for max_retries and warns about extra remote args.
+    with _data_context(ray, config), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
         ds = ray.data.from_items([{"unit": k} for k in todo], override_num_blocks=len(todo))
         ds = ds.map_batches(
             _run_units,
@@ -597,6 +662,8 @@ def _run_on_ray(
     seen: set[int] = set()
     for row in ds.iter_rows():
         rec = json.loads(row["record"])
+        if "error" in rec:
+            raise error_from_dict(rec["error"])
         if rec["unit"] not in seen:  # a unit counts once, whatever Ray retried
             seen.add(rec["unit"])
             finished(rec)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -332,8 +332,13 @@ class UnitJob:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def run_unit(job: UnitJob, index: int) -> dict[str, Any]:
-    """Runs one unit from scratch; writes its sample files and its record; returns the record."""
+def run_unit(
+    job: UnitJob, index: int, on_chunk: Callable[[int, int], None] | None = None
+) -> dict[str, Any]:
+    """Runs one unit from scratch; writes its sample files and its record; returns the record.
+
+    ``on_chunk(rows, samples)`` is called after each input chunk (progress in one process).
+    """
     unit = job.plan.units[index]
     config = dataclasses.replace(job.config, seed=unit_seed(job.seed, index))
     pre = job.prelearner(config)
@@ -343,11 +348,17 @@ def run_unit(job: UnitJob, index: int) -> dict[str, Any]:
         for chunk, file_idx, rows in read_unit(job.plan, unit, config.ray.batch_size):
             one_file = file_idx[0] == file_idx[-1]
             pre.source = paths[file_idx[0]] if one_file else None
+            written = writer.total
             try:
                 for out in pre(chunk):
                     writer.write(out)
             except DataError as e:
-                raise _located(e, paths, file_idx, rows) from None
+                keys = None
+                if job.plan.key_columns and not one_file:
+                    keys = np.asarray(row_keys(chunk, job.plan.key_columns[:1]).to_numpy(False))
+                raise _located(e, paths, file_idx, rows, keys) from None
+            if on_chunk is not None:
+                on_chunk(chunk.num_rows, writer.total - written)
         files = writer.close()
     except BaseException:
         writer.abort()
@@ -364,7 +375,13 @@ def run_unit(job: UnitJob, index: int) -> dict[str, Any]:
     return record
 
 
-def _located(e: DataError, paths: list[str], file_idx: np.ndarray, rows: np.ndarray) -> DataError:
+def _located(
+    e: DataError,
+    paths: list[str],
+    file_idx: np.ndarray,
+    rows: np.ndarray,
+    key_rows: np.ndarray | None = None,
+) -> DataError:
     """The error with a chunk's row index turned into the file and the row in that file."""
     where = e.where
     row, file = where.row, where.file
@@ -372,6 +389,11 @@ def _located(e: DataError, paths: list[str], file_idx: np.ndarray, rows: np.ndar
         row, file = int(rows[row]), paths[int(file_idx[row])]
     elif file is None and file_idx[0] == file_idx[-1]:
         file = paths[int(file_idx[0])]
+    elif file is None and where.episode_id is not None and key_rows is not None:
+        # An episode-level error in a chunk that spans files: the file of the episode's rows.
+        hit = np.flatnonzero(key_rows == str(where.episode_id))
+        if hit.size:
+            file = paths[int(file_idx[hit[0]])]
     where = dataclasses.replace(where, file=file, row=row)
     return type(e)(e.message, where, reason=e.reason)
 
@@ -387,6 +409,7 @@ class _UnitWriter:
         self.schema: pa.Schema | None = None
         self.done: list[tuple[Path, Path, int]] = []  # (tmp, final, rows)
         self.rows = 0
+        self.total = 0  # rows written by this unit so far
 
     def _tmp(self, k: int) -> tuple[Path, Path]:
         name = f"part-{self.unit:05d}-{k:03d}.parquet"
@@ -403,6 +426,7 @@ class _UnitWriter:
             self.schema = table.schema
         self.writer.write_table(table)
         self.rows += table.num_rows
+        self.total += table.num_rows
 
     def _finish(self) -> None:
         if self.writer is None:
