@@ -8,6 +8,7 @@ data print one line naming the file, column, episode and row, and exit with stat
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import signal
@@ -443,6 +444,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    except OSError as e:
+        # The job's own I/O failed (disk full, file too large, read-only, no permission): one
+        # line, exit 3 like a lost worker (1 is for our bugs, 2 for bad data or arguments).
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        msg = lines[-1] if lines else type(e).__name__  # Ray-wrapped: its traceback's last line
+        code = errno.errorcode.get(e.errno or 0)
+        print(
+            f"offline-prelearner {args.command}: error: I/O failure"
+            f"{f' ({code})' if code else ''}: {msg}{_nothing_committed(args)}",
+            file=sys.stderr,
+        )
+        return 3
     except Exception as e:
         # A worker's error arrives wrapped by Ray (RayTaskError, UserCodeException ...): show the
         # reader's one-line message (file, column, episode, row), not Ray's stack traces.
