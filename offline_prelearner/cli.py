@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from .config import ReadConfig
@@ -162,6 +163,11 @@ def _cmd_process(args: argparse.Namespace) -> int:
 
     config = PreLearnerConfig.load(args.config) if args.config else PreLearnerConfig()
     updates = _parse_set(args.set or [])
+    chosen = "sample_all" in updates or "sample.sample_all" in updates
+    if not chosen and not (args.config and "sample_all" in Path(args.config).read_text()):
+        # The batch job prepares a dataset: every transition once (see the README's "What
+        # sampling means"); `--set sample_all=false` samples from replay as RLlib does.
+        updates["sample_all"] = True
     if args.format:
         updates["format"] = args.format
     if args.schema:
