@@ -11,6 +11,7 @@ once at the end. Everything goes to stderr: stdout carries only the summary.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import IO, Any
@@ -57,13 +58,15 @@ class JobProgress:
         if self.bar is None:
             from tqdm import tqdm
 
+            width = _columns(self.stream)
             self.bar = tqdm(
                 total=total,
                 desc=self.label,
                 unit=" rows",
                 unit_scale=True,
                 file=self.stream,
-                dynamic_ncols=True,
+                dynamic_ncols=width is None,
+                ncols=width,
                 leave=False,
             )
         self.bar.update(rows - self.rows)
@@ -84,3 +87,12 @@ class JobProgress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+def _columns(stream: IO[str]) -> int | None:
+    """None when the terminal reports its width (tqdm follows it), else 100: a terminal of
+    unknown size (a bare pseudo-terminal) reports 0 columns, and tqdm would draw nothing."""
+    try:
+        return None if os.get_terminal_size(stream.fileno()).columns > 0 else 100
+    except (OSError, ValueError, AttributeError):
+        return 100
