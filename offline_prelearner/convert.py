@@ -24,24 +24,33 @@ success); a failed or interrupted job leaves ``out_dir`` as it was. Output (``ou
   step is accounted for: ``rows_in == rows_out + sum(rows_rejected) + rows_duplicate``
   (``balanced``). Counts are summed from the unit records, once per unit.
 
-**Units** (what a resume reuses). A unit is a run of consecutive input files read by one fresh
-reader; it ends after the first file at which nothing of it can continue: every episode it holds
-(each chain of fragments :func:`stitch_fragments` would join) is done, and the reader holds no
-pending episode (data without ``t``). A unit therefore never leaves state for the next one: a
-later fragment with the id of an episode already done is a separate episode, as the stitcher
-makes it within one unit. The last unit ends with the data; only it can hold episodes that never
-end (``fragments``). Each unit writes its files and then its record (``units/unit-<u>.json``:
-its inputs with sizes and mtimes, its files with checksums, its counts). With ``resume=True``,
-the units of an interrupted run of the same job (same config and version, else refused with one
-line) are reused as long as they form an unbroken run from the first file, their inputs are
-unchanged and their files intact; reading starts at the first file they do not cover, and every
-later unit is redone. Units are cut by the data alone, so a resumed run writes the same files
-with the same bytes as an uninterrupted one.
+**Units** (what a resume reuses). Unit ``k`` is input file ``k`` and the episodes it *owns*: an
+episode (key ``(eps_id, agent_id)``) belongs to the unit of the first file holding a fragment of it,
+and its fragments in later files go to that unit too, until the episode is complete (every chain
+of fragments that :func:`~offline_prelearner.stitch.stitch_fragments` joins ends done). A unit is
+committed once every episode it owns is complete and every earlier unit is committed: its files
+are written, then its record ``units/unit-<k>.json`` -- its inputs (its file and the later files
+its episodes reached into, with sizes and mtimes), its files with checksums, its counts, and the
+episodes that reached into later files with the last file they took fragments from. At the end of
+the data the remaining units are committed, their open episodes written as fragments. A file's
+read counts (records, steps in, steps the reader refused) belong to its unit; steps kept, and
+steps refused when stitching or settling fragments, to the unit owning the episode. A fragment
+of an episode that is already complete starts a new episode of its own file's unit (the stitcher
+keeps such a fragment apart too; only its place in the output differs).
 
-Limits of the per-file units, by design: data in which an episode stays open across many files
-(a fragment that never ends early in the data, old-stack data without ``eps_id``) makes one long
-unit, which a resume redoes whole; and a fragment that *begins* an episode, found in a file after
-the unit that holds its later, done steps was committed, stays a separate fragment (old-stack
+**Resume.** ``resume=True`` reuses the committed units of an interrupted or failed run of the same
+job (same config and version, else refused with one line) as long as they run unbroken from the
+first file, their inputs are unchanged and their files intact. Reading starts at the file after
+them, with a fresh reader, dropping the fragments the reused units already took from later files
+(their records say which); every later unit is redone, so the result has the same files with the
+same bytes as an uninterrupted run. Old-stack data with ``t`` is read without state across files.
+Data without ``t`` is not (the reader carries not-done episodes from file to file, to place and
+check their continuation): there a resume falls back to the last reused unit at the end of whose
+file the reader held nothing pending, and redoes the units after it, even if they were committed.
+A unit committed at the end of the data with episodes still open is reused only if no file
+follows it now (a new file could continue them).
+Limit: a fragment that *begins* an episode, found in a later file than the steps that end it,
+starts an episode of its own (the whole-data stitch of earlier versions joined it; old-stack
 writers put an episode's fragments in name order, so this needs reordered files).
 
 **Fragments.** An episode still not terminated or truncated after stitching (its end is not in
@@ -57,21 +66,24 @@ import hashlib
 import json
 import os
 import time
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .codec import packb
 from .commit import STATS_FILE, Staging, file_sha256, write_json_atomic
 from .config import ReadConfig
 from .episode import Episode
 from .errors import ConfigError, DataError, EpisodeValidationError, UnsupportedFormatError, Where
-from .readers.episodes import episodes_to_table
+from .readers.episodes import ITEM
 from .readers.sample_batches import DonesRule, SampleBatchesReader
-from .report import EpisodeBatch, check_on_invalid, write_quarantine
+from .report import EpisodeBatch, Ledger, check_on_invalid, write_quarantine
 from .sources import detect_format, expand_paths
 from .stitch import stitch_fragments
 from .writers import episodes_to_rows
@@ -140,12 +152,10 @@ def convert_path(
     records = _reusable(staging.open(), files)
     _drop_unused(staging, records)
     reused = len(records)
-    first = sum(len(r["inputs"]) for r in records)
-    steps = sum(r["counts"]["rows_in"] for r in records)
-    if progress is not None and first:
-        progress(first, len(files), files[first - 1], steps)
-    for rec in _run_units(job, staging, inputs, first, reused, steps, progress):
-        records.append(rec)
+    if progress is not None and reused:
+        steps = sum(r["counts"]["rows_in"] for r in records)
+        progress(reused, len(files), files[reused - 1], steps)
+    records += _run_units(job, staging, inputs, records, progress)
 
     qfile = _merge_quarantine(staging, records)
     data = [f for r in records for f in r["files"] if f.get("kind") != _QUARANTINE]
@@ -247,16 +257,19 @@ def _stat(path: str) -> dict[str, Any]:
 
 # ====================================================================== resume
 def _reusable(kept: dict[int, dict[str, Any]], files: list[str]) -> list[dict[str, Any]]:
-    """The records that still hold, as long as they cover the first files without a gap."""
+    """The records that still hold, as long as they run unbroken from the first file, cut back
+    to the last one after whose file the reader held nothing pending (see the module docstring)."""
     out: list[dict[str, Any]] = []
-    at = 0
     while len(out) in kept:
         rec = kept[len(out)]
         paths = [f["path"] for f in rec["inputs"]]
-        if not paths or paths != files[at : at + len(paths)]:
+        if not paths or paths != files[len(out) : len(out) + len(paths)]:
             break
+        if rec["to_end"] and len(out) + len(paths) != len(files):
+            break  # it wrote open episodes as fragments; a file added since may continue them
         out.append(rec)
-        at += len(paths)
+    while out and not out[-1]["idle_after"]:
+        out.pop()
     return out
 
 
@@ -274,83 +287,85 @@ def _drop_unused(staging: Staging, kept: list[dict[str, Any]]) -> None:
 
 
 # ====================================================================== units
-def _run_units(
-    job: _Job,
-    staging: Staging,
-    inputs: list[dict[str, Any]],
-    j: int,
-    unit: int,
-    steps: int,
-    progress: Progress | None,
-) -> Iterator[dict[str, Any]]:
-    """Reads files from ``j`` on, one unit after another; yields each unit's committed record."""
-    read = job.read
-    n = len(inputs)
-    while j < n:
-        reader = SampleBatchesReader(read, dones=job.dones)  # fresh: a unit carries no state
-        batch = EpisodeBatch(on_invalid=read.on_invalid)
-        chains = _OpenChains()
-        unreadable: list[str] = []
-        begin = j
-        while True:
-            f = inputs[j]["path"]
-            try:
-                got = reader.read_file(f)
-            except OSError as e:
-                if read.on_invalid == "raise":
-                    raise DataError(
-                        f"cannot read the file: {e}", Where(file=f), reason="unreadable_file"
-                    ) from None
-                unreadable.append(f)
-            else:
-                chains.add(got.episodes)
-                batch.extend(got)
-            j += 1
-            if progress is not None:
-                progress(j, n, f, steps + batch.ledger.rows_in)
-            if j == n or (not chains.open and _reader_idle(reader)):
-                break
-        rec = _commit_unit(job, staging, unit, inputs[begin:j], batch, reader, unreadable)
-        steps += batch.ledger.rows_in
-        unit += 1
-        yield rec
+Key = tuple[Any, Any]  # (episode id, agent id), as the stitcher groups fragments
 
 
-def _reader_idle(reader: SampleBatchesReader) -> bool:
-    """The reader holds no episode awaiting its continuation (only data without ``t`` leaves
-    any: a not-done episode, or the marker of a rejected one whose later steps it refuses)."""
-    return not any(rows.pending for rows in reader._rows.values())
+def _key_text(key: Key) -> str:
+    """A key as a unit record stores it (numpy scalars as the Python values they equal)."""
+    return repr(tuple(k.item() if isinstance(k, np.generic) else k for k in key))
 
 
-class _OpenChains:
-    """Which episodes of a unit could still continue in a later file.
+@dataclass
+class _Unit:
+    """Input file ``index`` and the episodes it owns, while it waits to be committed.
 
-    Per ``(id, agent_id)``, the fragments seen so far are chained as
-    :func:`~offline_prelearner.stitch.stitch_fragments` chains them (by ``t_started``, a fragment
-    continuing a chain whose last fragment is not done and ends where it starts); the key is open
-    while one of its chains ends not done. Only the keys a new file touches are re-chained.
+    ``batch`` holds the fragments of its episodes (from its file and later ones) and the
+    rejections it answers for; ``read`` its file's read counts; ``reaches`` the episodes that took
+    fragments from later files, with the last such file.
     """
 
-    def __init__(self) -> None:
-        self._frags: dict[tuple[Any, Any], list[tuple[int, int, bool]]] = {}
-        self.open: set[tuple[Any, Any]] = set()
+    index: int
+    batch: EpisodeBatch
+    read: dict[str, Any]
+    idle_after: bool
+    frags: dict[Key, list[tuple[int, int, bool]]] = dataclasses.field(default_factory=dict)
+    open: set[Key] = dataclasses.field(default_factory=set)
+    reaches: dict[Key, int] = dataclasses.field(default_factory=dict)
 
-    def add(self, episodes: Iterable[Episode]) -> None:
-        touched = set()
-        for ep in episodes:
-            key = (ep.id, ep.agent_id)
-            self._frags.setdefault(key, []).append((ep.t_started, ep.t_end, ep.is_done))
-            touched.add(key)
-        for key in touched:
-            if _ends_open(self._frags[key]):
-                self.open.add(key)
+
+class _Owners:
+    """Hands each file's fragments to the units owning their episodes; releases units, in order,
+    once every episode they own is complete.
+
+    Args:
+        taken: Fragments reused units took from later files: key text -> last such file.
+    """
+
+    def __init__(self, taken: dict[str, int]) -> None:
+        self.owner: dict[Key, _Unit] = {}
+        self.waiting: deque[_Unit] = deque()
+        self.taken = taken
+
+    def add(self, unit: _Unit, got: EpisodeBatch | None) -> list[_Unit]:
+        """Adds file ``unit.index`` (``got``: what the reader made of it); returns the units
+        that can be committed now."""
+        f = unit.index
+        self.waiting.append(unit)
+        touched: dict[Key, _Unit] = {}
+        if got is not None:
+            unit.batch.rejections.extend(got.rejections)
+            for ep, rows in zip(got.episodes, got.source_rows, strict=True):
+                key = (ep.id, ep.agent_id)
+                if self.taken and self.taken.get(_key_text(key), -1) >= f:
+                    continue  # a reused unit holds this fragment already
+                u = touched[key] = self.owner.setdefault(key, unit)
+                u.batch.add(ep, rows)
+                u.frags.setdefault(key, []).append((ep.t_started, ep.t_end, ep.is_done))
+        for key, u in touched.items():
+            if u is not unit:
+                u.reaches[key] = f
+            if _ends_open(u.frags[key]):
+                u.open.add(key)
             else:
-                self.open.discard(key)
+                u.open.discard(key)
+                del self.owner[key]
+        ready = []
+        while self.waiting and not self.waiting[0].open:
+            ready.append(self.waiting.popleft())
+        return ready
+
+    def rest(self) -> list[_Unit]:
+        """The data ended: every waiting unit, in order (open episodes are fragments now)."""
+        ready = list(self.waiting)
+        self.waiting.clear()
+        return ready
 
 
 def _ends_open(frags: list[tuple[int, int, bool]]) -> bool:
-    """Chains fragments (start, end, done) as the stitcher does; True if one ends not done."""
-    ends: list[tuple[int, bool]] = []  # per chain: (end, done) of its last fragment
+    """Chains fragments ``(t_started, t_end, done)`` as the stitcher does (by ``t_started``, then
+    arrival; a fragment continues a chain whose last one is not done and ends where it starts);
+    True if a chain ends not done."""
+    ends: list[tuple[int, bool]] = []  # per chain: (t_end, done) of its last fragment
     for start, end, done in sorted(frags, key=lambda f: f[0]):  # stable: arrival order on ties
         for c, (last_end, last_done) in enumerate(ends):
             if not last_done and start == last_end:
@@ -361,17 +376,63 @@ def _ends_open(frags: list[tuple[int, int, bool]]) -> bool:
     return not all(done for _, done in ends)
 
 
-def _commit_unit(
+def _run_units(
     job: _Job,
     staging: Staging,
-    unit: int,
     inputs: list[dict[str, Any]],
-    batch: EpisodeBatch,
-    reader: SampleBatchesReader,
-    unreadable: list[str],
+    reused: list[dict[str, Any]],
+    progress: Progress | None,
+) -> list[dict[str, Any]]:
+    """Reads the files after the reused units with one reader; commits units as they complete."""
+    first, n, read = len(reused), len(inputs), job.read
+    taken = {k: int(v) for r in reused for k, v in r["reaches"].items() if int(v) >= first}
+    owners = _Owners(taken)
+    reader = SampleBatchesReader(read, dones=job.dones)
+    records: list[dict[str, Any]] = []
+    steps = sum(r["counts"]["rows_in"] for r in reused)
+    for j in range(first, n):
+        f = inputs[j]["path"]
+        seen, refused = reader.records_read, Counter(reader.records_rejected)
+        got: EpisodeBatch | None = None
+        try:
+            got = reader.read_file(f)
+        except OSError as e:
+            if read.on_invalid == "raise":
+                raise DataError(
+                    f"cannot read the file: {e}", Where(file=f), reason="unreadable_file"
+                ) from None
+        led = got.ledger if got is not None else Ledger()
+        counts = {
+            "records_read": reader.records_read - seen,
+            "records_rejected": dict(reader.records_rejected - refused),
+            "rows_in": led.rows_in,
+            "rows_duplicate": led.rows_duplicate,
+            "rows_rejected": dict(led.rows_rejected),
+            "episodes_rejected": dict(led.episodes_rejected),
+            "files_unreadable": [] if got is not None else [f],
+        }
+        unit = _Unit(j, EpisodeBatch(on_invalid=read.on_invalid), counts, _reader_idle(reader))
+        for done in owners.add(unit, got):
+            records.append(_commit_unit(job, staging, done, inputs))
+        steps += led.rows_in
+        if progress is not None:
+            progress(j + 1, n, f, steps)
+    for done in owners.rest():
+        records.append(_commit_unit(job, staging, done, inputs))
+    return records
+
+
+def _reader_idle(reader: SampleBatchesReader) -> bool:
+    """The reader holds no episode awaiting its continuation (only data without ``t`` leaves
+    any: a not-done episode, or the marker of a rejected one whose later steps it refuses)."""
+    return not any(rows.pending for rows in reader._rows.values())
+
+
+def _commit_unit(
+    job: _Job, staging: Staging, unit: _Unit, inputs: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """Stitches a unit's episodes, writes its files, then its record (the unit commit)."""
-    batch = stitch_fragments(batch)
+    batch = stitch_fragments(unit.batch)
     n_fragments = _settle_fragments(batch, job.fragments, job.read.on_invalid)
     for ep in batch.episodes:
         ep.id = str(ep.id)
@@ -380,65 +441,75 @@ def _commit_unit(
         if job.to == "rows"
         else _episode_tables(batch.episodes, job.episodes_per_file)
     )
+    k = unit.index
     written: list[dict[str, Any]] = []
     try:
-        for k, table in enumerate(tables):
-            written.append(_write_file(staging.path, f"{job.to}-{unit:05d}-{k:05d}.parquet", table))
+        for i, table in enumerate(tables):
+            written.append(_write_file(staging.path, f"{job.to}-{k:05d}-{i:05d}.parquet", table))
         if job.read.on_invalid == "quarantine":
-            q = _write_unit_quarantine(staging.path, unit, batch)
+            q = _write_unit_quarantine(staging.path, k, batch)
             if q is not None:
                 written.append(q)
     except BaseException:
         for f in written:
             (staging.path / f["name"]).unlink(missing_ok=True)
         raise
-    led = batch.ledger
-    counts = {
-        "records_read": reader.records_read,
-        "records_rejected": dict(sorted(reader.records_rejected.items())),
-        "rows_in": led.rows_in,
-        "rows_kept": led.rows_kept,
-        "rows_duplicate": led.rows_duplicate,
-        "rows_rejected": dict(sorted(led.rows_rejected.items())),
-        "episodes_rejected": dict(sorted(led.episodes_rejected.items())),
-        "episodes_written": len(batch.episodes),
-        "episodes_terminated": sum(e.terminated for e in batch.episodes),
-        "episodes_truncated": sum(e.truncated for e in batch.episodes),
-        "fragments": n_fragments,
-        "files_unreadable": unreadable,
+    led = batch.ledger  # what stitching and settling refused; the reader's is in unit.read
+    counts = _sum_counts(
+        [
+            unit.read,
+            {
+                "rows_kept": sum(batch.source_rows),
+                "rows_rejected": dict(led.rows_rejected),
+                "episodes_rejected": dict(led.episodes_rejected),
+                "episodes_written": len(batch.episodes),
+                "episodes_terminated": sum(e.terminated for e in batch.episodes),
+                "episodes_truncated": sum(e.truncated for e in batch.episodes),
+                "fragments": n_fragments,
+            },
+        ]
+    )
+    # A unit committed with open episodes (at the end of the data) holds as long as no file
+    # follows: a later file could continue them.
+    last = len(inputs) - 1 if unit.open else max(unit.reaches.values(), default=k)
+    record = {
+        "unit": k,
+        "inputs": inputs[k : last + 1],
+        "to_end": bool(unit.open),
+        "files": written,
+        "counts": counts,
+        "reaches": {_key_text(key): f for key, f in unit.reaches.items()},
+        "idle_after": unit.idle_after,
     }
-    record = {"unit": unit, "inputs": inputs, "files": written, "counts": counts}
-    write_json_atomic(staging.record_path(unit), record)
+    write_json_atomic(staging.record_path(k), record)
     return record
 
 
+_COUNTS = (
+    "records_read",
+    "rows_in",
+    "rows_kept",
+    "rows_duplicate",
+    "episodes_written",
+    "episodes_terminated",
+    "episodes_truncated",
+    "fragments",
+)
+
+
 def _sum_counts(counts: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """The units' counts added up: numbers summed, per-reason dicts summed by key, lists joined."""
-    tot: dict[str, Any] = {}
+    """Counts added up: numbers summed, per-reason dicts summed by key, lists joined."""
+    tot: dict[str, Any] = {k: 0 for k in _COUNTS}
+    tot.update(records_rejected={}, rows_rejected={}, episodes_rejected={}, files_unreadable=[])
     for c in counts:
         for k, v in c.items():
             if isinstance(v, dict):
-                d = tot.setdefault(k, {})
                 for reason, n in v.items():
-                    d[reason] = d.get(reason, 0) + n
+                    tot[k][reason] = tot[k].get(reason, 0) + n
             elif isinstance(v, list):
-                tot.setdefault(k, []).extend(v)
+                tot[k] = tot[k] + v
             else:
-                tot[k] = tot.get(k, 0) + v
-    for k in ("records_rejected", "rows_rejected", "episodes_rejected"):
-        tot.setdefault(k, {})
-    tot.setdefault("files_unreadable", [])
-    for k in (
-        "records_read",
-        "rows_in",
-        "rows_kept",
-        "rows_duplicate",
-        "episodes_written",
-        "episodes_terminated",
-        "episodes_truncated",
-        "fragments",
-    ):
-        tot.setdefault(k, 0)
+                tot[k] += v
     return tot
 
 
@@ -483,8 +554,12 @@ def _rows_tables(episodes: list[Episode], rows_per_file: int) -> Iterator[pa.Tab
 
 
 def _episode_tables(episodes: list[Episode], per_file: int) -> Iterator[pa.Table]:
+    """Msgpack episode records, ``per_file`` per table. ``_last_step_time`` is None (RLlib's
+    value for an episode never stepped): a converted episode has no wall-clock time, and the
+    same input gives the same bytes (``Episode.get_state`` puts the clock's reading there)."""
     for s in range(0, len(episodes), per_file):
-        yield episodes_to_table(episodes[s : s + per_file])
+        states = [{**ep.get_state(), "_last_step_time": None} for ep in episodes[s : s + per_file]]
+        yield pa.table({ITEM: pa.array([packb(st) for st in states], type=pa.binary())})
 
 
 def _write_file(root: Path, name: str, table: pa.Table) -> dict[str, Any]:
