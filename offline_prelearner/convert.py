@@ -256,12 +256,17 @@ def _stat(path: str) -> dict[str, Any]:
 
 
 # ====================================================================== resume
+_RECORD_KEYS = {"unit", "inputs", "to_end", "files", "counts", "reaches", "idle_after"}
+
+
 def _reusable(kept: dict[int, dict[str, Any]], files: list[str]) -> list[dict[str, Any]]:
     """The records that still hold, as long as they run unbroken from the first file, cut back
     to the last one after whose file the reader held nothing pending (see the module docstring)."""
     out: list[dict[str, Any]] = []
     while len(out) in kept:
         rec = kept[len(out)]
+        if not rec.keys() >= _RECORD_KEYS:
+            break  # not a record of this job's layout
         paths = [f["path"] for f in rec["inputs"]]
         if not paths or paths != files[len(out) : len(out) + len(paths)]:
             break
