@@ -7,22 +7,41 @@ driver. Ray is started before the clock; each repeat builds a fresh dataset (and
 
 Workloads (bench names; ``b<N>`` is the ``map_batches`` batch size in input rows):
 
-* ``cartpole_rows.e2e.b<N>`` -- ours: read_parquet -> map_batches(prelearner) -> iterate every
-  output batch (``build_dataset`` + ``iter_batches``, what ``iter_learner_batches`` and a learner
-  run) on the 1,000,003 CartPole rows with the defaults (uniform replay, ``Transition``,
-  ``train_batch_size=256`` samples per input batch). ``first_batch_s`` is the time to the first
-  output batch (what a learner waits before it can train).
-* ``cartpole_rows.e2e_job.b<N>`` -- the batch job: ``run_pipeline`` (the same, plus the stats
-  collector actor that sums every prelearner's ledger into ``stats.json``).
-  RLlib: ``OfflineData.sample(num_samples=N, return_iterator=True)`` of a ``BCConfig`` (each row
-  becomes a one-step episode and runs through BC's learner connector; every row is emitted).
-* ``cartpole_rows.e2e_nstep3.b<N>`` -- ours, ``n_step=3`` (RLlib's row path ignores ``n_step``).
-* ``cartpole_rows.e2e_sample_all.b<N>`` -- ours, ``sample_all=true``: every transition emitted
-  once, which is what RLlib's row path emits too (so this is the closest like-for-like pair).
+* ``cartpole_rows.e2e.b<N>`` -- ours, the learner stream: read_parquet -> map_batches(prelearner)
+  -> iterate every output batch (``build_dataset`` + ``iter_batches``, what
+  ``iter_learner_batches`` and a learner run) on the 1,000,003 CartPole rows with the defaults
+  (uniform replay, ``Transition``, ``train_batch_size=256`` samples per input batch).
+  ``first_batch_s`` is the time to the first output batch (what a learner waits before it can
+  train). RLlib: ``OfflineData.sample(num_samples=N, return_iterator=True)`` of a ``BCConfig``
+  (each row becomes a one-step episode and runs through BC's learner connector; every row is
+  emitted).
+* ``cartpole_rows.e2e_nstep3.b<N>`` -- the same stream, ``n_step=3`` (RLlib's row path ignores
+  ``n_step``).
+* ``cartpole_rows.e2e_sample_all.b<N>`` -- the same stream, ``sample_all=true``: every transition
+  emitted once, which is what RLlib's row path emits too (the closest like-for-like pair).
+* ``cartpole_rows.e2e_job.b<N>`` -- the batch job: ``run_pipeline(files, config, out_dir=OUT,
+  engine="ray")`` with a fresh, absent ``OUT`` per repeat (units of work as Ray Data tasks, staged
+  output, unit records, manifest, commit; removing ``OUT`` afterwards is not timed).
+  ``e2e_job_local`` -- the same with ``engine="local"`` (the units in the driver process).
+  ``e2e_job_sample_all`` / ``e2e_job_sample_all_local`` -- both with ``sample_all=true`` (every
+  transition written once: here rows/s is the honest figure).
+* ``--baseline-ref REF`` (e.g. ``f391f09``, the code before the batch job became units + commit)
+  also runs the row / episode benches with the package as of ``REF``: a ``git worktree`` of it
+  under ``<repo>/.bench/`` (the checkout is not touched), the same script and interpreter in a
+  subprocess with ``PYTHONPATH`` and working directory there, on the same data. Both sides then
+  run as subprocesses, ``--rounds`` times each, alternating (baseline, ours, ours, baseline, ...)
+  so that a change in the machine's load hits both; the lines pool every round's repeats
+  (``times``, ``rounds``, ``loadavg_rounds``). Baseline lines are ``impl: "baseline"``
+  (``baseline_ref`` says which commit); code without the ``engine`` argument runs its one Ray
+  job (the local-engine benches are skipped there). Then one line per bench measured by both,
+  ``{"bench": "<bench>/baseline", "impl": "ratio", "ratio": ours / baseline}`` (medians;
+  ``e2e_job_local`` against the baseline's ``e2e_job``), with ``met`` = ratio >= 0.9 (the
+  issue's bar: lose at most 10%).
 * ``cartpole_rows.read_iter.b<N>`` -- the bare floor: ``read_parquet(files).iter_batches``.
 * ``cartpole_rows.read_iter_sized.b<N>`` -- the same through the pipeline's read (one Parquet
   footer actor per 10 files instead of Ray's 32): the floor our job actually stands on.
-* ``cartpole_episodes.e2e.b<N>`` -- the 44,685 msgpack episodes, ``format=episodes``; RLlib with
+* ``cartpole_episodes.e2e.b<N>`` -- the 44,685 msgpack episodes, ``format=episodes``, the batch
+  job without ``out_dir`` (a dry run: counted, nothing kept; ``engine="ray"``); RLlib with
   ``input_read_episodes=True`` (its episode buffer, 256 samples per input batch). ``N`` counts
   episodes; ``n`` and ``throughput`` are episodes, ``steps_per_s`` env steps.
 * ``pixels_rows.<variant>.b<N>`` (``--only pixels``) -- the 100,017 rows of 84x84x4 uint8
@@ -31,9 +50,9 @@ Workloads (bench names; ``b<N>`` is the ``map_batches`` batch size in input rows
   ``np.zeros`` that the actor cannot allocate), ``e2e_nstep3`` and ``e2e_framestack4``
   (``frame_stack=4``: four stacked frames per sample). RLlib: the same ``BCConfig`` job with the
   frames' spaces (``Box(0, 255, (84, 84, 4), uint8)``, ``Discrete(2)``) on the first
-  ``--rllib-pixel-files`` files. One repeat unless ``--repeats`` says otherwise: a pass decodes
-  5.6 GB of Parquet lists (~300-700 rows/s on 2 cores), so it takes minutes; not in the default
-  ``--only`` for that reason.
+  ``--rllib-pixel-files`` files. Ours are the learner stream (no job). One repeat unless
+  ``--repeats`` says otherwise: a pass decodes 5.6 GB of Parquet lists (~300-700 rows/s on 2
+  cores), so it takes minutes; not in the default ``--only`` for that reason.
 
 Each line's ``n`` / ``throughput`` is input rows (episodes) per second of wall time;
 ``samples_per_s`` is learner-ready rows out per second. ``peak_mem_mb`` is the peak summed RSS of
@@ -42,7 +61,8 @@ the largest single worker; both include Ray's per-process baseline. RLlib runs f
 venv (``rllib_pipeline.py``), on a prefix of the files (``n`` says how many rows).
 
 Usage: ``python benchmarks/bench_pipeline.py [--data DIR] [--quick] [--repeats K] [--no-rllib]
-[--batch-sizes 4096,65536] [--only rows,episodes,pixels] [--pixel-files K]``
+[--batch-sizes 4096,65536] [--only rows,episodes,pixels] [--variants e2e,e2e_job,...]
+[--pixel-files K] [--baseline-ref f391f09 [--rounds 2]]``
 """
 
 from __future__ import annotations
@@ -64,13 +84,22 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_REPEATS = 3
 DEFAULT_BATCH_SIZES = (4096, 65536)
 EPISODE_BATCH_SIZES = {4096: 256, 65536: 4096}  # rows batch size -> episodes batch size
-#: Variants of our row job: bench suffix -> config updates (on top of the defaults).
-ROW_VARIANTS: dict[str, dict[str, Any]] = {
-    "e2e": {"job_stats": False},
-    "e2e_job": {},
-    "e2e_nstep3": {"n_step": 3},
-    "e2e_sample_all": {"sample_all": True},
+#: Row variants: bench suffix -> (config updates on top of the defaults, how it runs). ``stream``
+#: is the learner's view (``build_dataset`` -> iterate); ``job:<engine>`` the batch job
+#: ``run_pipeline`` into a fresh out dir with that engine.
+ROW_VARIANTS: dict[str, tuple[dict[str, Any], str]] = {
+    "e2e": ({}, "stream"),
+    "e2e_nstep3": ({"n_step": 3}, "stream"),
+    "e2e_sample_all": ({"sample_all": True}, "stream"),
+    "e2e_job": ({}, "job:ray"),
+    "e2e_job_local": ({}, "job:local"),
+    "e2e_job_sample_all": ({"sample_all": True}, "job:ray"),
+    "e2e_job_sample_all_local": ({"sample_all": True}, "job:local"),
 }
+#: ``--quick`` runs these row variants only.
+QUICK_VARIANTS = ("e2e", "e2e_sample_all", "e2e_job", "e2e_job_local")
+#: The issue's bar for the rewritten job against ``--baseline-ref``: lose at most 10%.
+BASELINE_MIN_RATIO = 0.9
 #: Variants of our pixel job, on top of :data:`PIXEL_BASE`.
 PIXEL_VARIANTS: dict[str, dict[str, Any]] = {
     "e2e": {},
@@ -198,6 +227,7 @@ def line_for(bench: str, impl: str, runs: list[Run], unit: str, **extra: Any) ->
     line = C.record(bench, impl, n=r.rows, timing=timing, unit=unit, **extra)
     line["peak_mem_mb"] = round(max(x.peak_total_mb for x in runs), 1)
     line["actor_rss_mb"] = round(max(x.peak_single_mb for x in runs), 1)
+    line["times"] = [round(x.seconds, 4) for x in runs]  # each repeat, for merging rounds
     line["samples"] = r.samples
     line["samples_per_s"] = round(r.samples / timing.median, 1)
     firsts = [x.first_batch_s for x in runs if x.first_batch_s is not None]
@@ -232,22 +262,37 @@ def total_rows(files: list[Path]) -> int:
     return sum(pq.read_metadata(f).num_rows for f in files)
 
 
-def run_ours(
-    files: list[Path], updates: dict[str, Any], write: bool = False, job_stats: bool = True
-) -> Run:
-    """``run_pipeline`` (a dry run that iterates every batch, or writing Parquet to a temp dir);
-    without ``job_stats``, what a learner runs: ``build_dataset`` (read -> map_batches) and
-    iterating every output batch, with no stats collector."""
+def has_engines() -> bool:
+    """Whether the imported package's ``run_pipeline`` takes ``engine=`` (the units + commit job);
+    older code (``--baseline-ref``) has one Ray job and writes with ``write_parquet``."""
+    import inspect
+
+    from offline_prelearner.pipeline import run_pipeline
+
+    return "engine" in inspect.signature(run_pipeline).parameters
+
+
+def run_ours(files: list[Path], updates: dict[str, Any], mode: str = "stream") -> Run:
+    """One timed run of a row variant (``mode`` as in :data:`ROW_VARIANTS`).
+
+    ``stream``: what a learner runs -- ``build_dataset`` (read -> map_batches) and iterating
+    every output batch, no job around it. ``job:<engine>``: the batch job ``run_pipeline`` into
+    a fresh, absent out dir (removed after the clock stops); the stats it returns must account
+    for every input row, or the script stops.
+    """
+    import shutil
+
     from offline_prelearner.config import PreLearnerConfig
     from offline_prelearner.pipeline import build_dataset, run_pipeline
 
     config = PreLearnerConfig().with_updates(updates)
     expected = total_rows(files)
     stats: dict[str, Any] = {}
+    parent = Path(tempfile.mkdtemp(prefix="bench_pipeline_"))
 
     def job() -> tuple[int, int, float | None]:
         paths = [str(f) for f in files]
-        if not job_stats:
+        if mode == "stream":
             t0, first, n = time.perf_counter(), None, 0
             ds = build_dataset(paths, config)
             for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):
@@ -255,14 +300,16 @@ def run_ours(
                 n += b.num_rows
             stats.update(rows_in=expected, rows_kept=expected, rows_balance=True)
             return expected, n, first
-        if write:
-            with tempfile.TemporaryDirectory(prefix="bench_pipeline_") as out:
-                stats.update(run_pipeline(paths, config, out_dir=out).stats)
-        else:
-            stats.update(run_pipeline(paths, config).stats)
+        kwargs: dict[str, Any] = {"out_dir": parent / "out"}
+        if has_engines():
+            kwargs["engine"] = mode.partition(":")[2] or "ray"
+        stats.update(run_pipeline(paths, config, **kwargs).stats)
         return stats["rows_in"], stats["samples_written"], None
 
-    run = timed(job)
+    try:
+        run = timed(job)
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
     if stats["rows_in"] != expected or stats["rows_kept"] != expected or not stats["rows_balance"]:
         raise SystemExit(f"pipeline did not keep every row ({expected} in the files): {stats}")
     return run
@@ -275,9 +322,10 @@ def run_ours_episodes(files: list[Path], updates: dict[str, Any], steps: int | N
 
     config = PreLearnerConfig().with_updates({"format": "episodes", **updates})
     stats: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"engine": "ray"} if has_engines() else {}
 
     def job() -> tuple[int, int, float | None]:
-        stats.update(run_pipeline([str(f) for f in files], config).stats)
+        stats.update(run_pipeline([str(f) for f in files], config, **kwargs).stats)
         return total_rows(files), stats["samples_written"], None
 
     run = timed(job)
@@ -318,55 +366,64 @@ def run_bare(files: list[Path], batch_size: int, sized: bool = False) -> Run:
 
 
 def bench_ours(
-    data: Path, quick: bool, repeats: int, sizes: list[int], only: list[str], extra: dict[str, Any]
+    data: Path,
+    quick: bool,
+    repeats: int,
+    sizes: list[int],
+    only: list[str],
+    extra: dict[str, Any],
+    variants: list[str] | None = None,
+    impl: str = "ours",
 ) -> list[dict[str, Any]]:
+    """Our rows (floors, then each variant) and episodes lines; ``impl`` labels them (``baseline``
+    when this runs the package of ``--baseline-ref``, which measures the jobs only)."""
     rows_files = C.parquet_files(data / "cartpole_rows")[: 1 if quick else None]
     eps_files = C.parquet_files(data / "cartpole_episodes")[: 1 if quick else None]
     steps = None if quick else episode_steps(data)
+    engines = has_engines()
+    names = variants or list(QUICK_VARIANTS if quick else ROW_VARIANTS)
+    chosen = {k: v for k, v in ROW_VARIANTS.items() if k in names}
+    if not engines:  # older code: one Ray job, no engine to choose
+        chosen = {k: v for k, v in chosen.items() if v[1] in ("stream", "job:ray")}
     lines = []
     if not quick:
-        C.log("ours: untimed warm-up on the first file")
-        run_ours(rows_files[:1], {"ray.batch_size": sizes[0]})
+        C.log(f"{impl}: untimed warm-up on the first file")
+        warm = {"ray.batch_size": sizes[0]}
+        for mode in dict.fromkeys(["stream", *(m for _, m in chosen.values())]):
+            run_ours(rows_files[:1], warm, mode)
     for size in sizes:
         if "rows" in only:
             ups = {"ray.batch_size": size}
-            bench = f"cartpole_rows.read_iter.b{size}"
-            runs = repeat(bench, lambda size=size: run_bare(rows_files, size), repeats)
-            lines.append(C.emit(line_for(bench, "ours", runs, "rows/s", batch_size=size, **extra)))
-            bench = f"cartpole_rows.read_iter_sized.b{size}"
-            runs = repeat(bench, lambda size=size: run_bare(rows_files, size, True), repeats)
-            lines.append(C.emit(line_for(bench, "ours", runs, "rows/s", batch_size=size, **extra)))
-            variants = ROW_VARIANTS
-            if quick:
-                variants = {k: v for k, v in ROW_VARIANTS.items() if k != "e2e_nstep3"}
-            for suffix, updates in variants.items():
+            if impl == "ours":
+                bench = f"cartpole_rows.read_iter.b{size}"
+                runs = repeat(bench, lambda size=size: run_bare(rows_files, size), repeats)
+                line = line_for(bench, impl, runs, "rows/s", batch_size=size, **extra)
+                lines.append(C.emit(line))
+                bench = f"cartpole_rows.read_iter_sized.b{size}"
+                runs = repeat(bench, lambda size=size: run_bare(rows_files, size, True), repeats)
+                line = line_for(bench, impl, runs, "rows/s", batch_size=size, **extra)
+                lines.append(C.emit(line))
+            for suffix, (updates, mode) in chosen.items():
                 bench = f"cartpole_rows.{suffix}.b{size}"
-                u = {k: v for k, v in updates.items() if k != "job_stats"}
-                job = updates.get("job_stats", True)
                 runs = repeat(
-                    bench,
-                    lambda u=u, ups=ups, job=job: run_ours(rows_files, {**ups, **u}, job_stats=job),
+                    f"{impl} {bench}",
+                    lambda u=updates, ups=ups, mode=mode: run_ours(rows_files, {**ups, **u}, mode),
                     repeats,
                 )
-                line = line_for(bench, "ours", runs, "rows/s", batch_size=size, **u, **extra)
+                line = line_for(
+                    bench, impl, runs, "rows/s", batch_size=size, mode=mode, **updates, **extra
+                )
                 lines.append(C.emit(line))
         if "episodes" in only:
             esize = EPISODE_BATCH_SIZES.get(size, size)
             bench = f"cartpole_episodes.e2e.b{esize}"
             runs = repeat(
-                bench,
+                f"{impl} {bench}",
                 lambda esize=esize: run_ours_episodes(eps_files, {"ray.batch_size": esize}, steps),
                 repeats,
             )
-            lines.append(
-                C.emit(line_for(bench, "ours", runs, "episodes/s", batch_size=esize, **extra))
-            )
-    if "rows" in only and not quick:
-        size = sizes[0]
-        bench = f"cartpole_rows.e2e_sample_all_write.b{size}"
-        updates = {"ray.batch_size": size, "sample_all": True}
-        runs = repeat(bench, lambda: run_ours(rows_files, updates, write=True), repeats)
-        lines.append(C.emit(line_for(bench, "ours", runs, "rows/s", batch_size=size, **extra)))
+            line = line_for(bench, impl, runs, "episodes/s", batch_size=esize, **extra)
+            lines.append(C.emit({**line, "mode": "job:ray"}))
     return lines
 
 
@@ -382,10 +439,180 @@ def bench_pixels(
     for suffix, updates in PIXEL_VARIANTS.items():
         bench = f"pixels_rows.{suffix}.b{size}"
         ups = {"ray.batch_size": size, **PIXEL_BASE, **updates}
-        runs = repeat(bench, lambda ups=ups: run_ours(pixel_files, ups), repeats)
+        runs = repeat(bench, lambda ups=ups: run_ours(pixel_files, ups, "stream"), repeats)
         line = line_for(bench, "ours", runs, "rows/s", batch_size=size, **PIXEL_BASE, **updates)
         lines.append(C.emit({**line, "files": len(pixel_files), **extra}))
     return lines
+
+
+# ----------------------------------------------------------------------------- the baseline
+
+
+def baseline_worktree(ref: str) -> tuple[Path, str]:
+    """A ``git worktree`` of ``ref`` at ``<repo>/.bench/baseline-<sha>`` (made once, detached;
+    the main checkout is not touched), and the commit's full hash."""
+    import subprocess
+
+    repo = HERE.parent
+
+    def git(*args: str, cwd: Path = repo) -> str:
+        out = subprocess.run(["git", *args], cwd=cwd, check=True, stdout=subprocess.PIPE, text=True)
+        return out.stdout.strip()
+
+    try:
+        sha = git("rev-parse", "--verify", f"{ref}^{{commit}}")
+    except subprocess.CalledProcessError:
+        raise SystemExit(f"--baseline-ref {ref!r} is not a commit of {repo}") from None
+    tree = repo / ".bench" / f"baseline-{sha[:12]}"
+    if (tree / ".git").exists() and git("rev-parse", "HEAD", cwd=tree) == sha:
+        return tree, sha
+    if tree.exists():
+        raise SystemExit(f"{tree} exists but is not a worktree of {sha}: remove it first")
+    git("worktree", "prune")
+    tree.parent.mkdir(parents=True, exist_ok=True)
+    C.log(f"baseline: git worktree add --detach {tree} {sha[:12]}")
+    git("worktree", "add", "--detach", str(tree), sha)
+    return tree, sha
+
+
+def run_side(
+    impl: str,
+    tree: Path,
+    sha: str,
+    data: Path,
+    args: argparse.Namespace,
+    only: list[str],
+    sizes: list[int],
+    repeats: int,
+) -> list[dict[str, Any]]:
+    """One round of one side in a subprocess (this script, same interpreter and data):
+    ``baseline`` imports the package of the worktree ``tree`` (``PYTHONPATH`` and working
+    directory there), ``ours`` the checkout this script is in. Both sides start their own Ray
+    session the same way, so neither runs beside the other's idle cluster."""
+    import json
+    import subprocess
+
+    root = tree if impl == "baseline" else HERE.parent
+    env = dict(os.environ)
+    if impl == "baseline":
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tree), env.get("PYTHONPATH", "")) if p)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--impl", impl, "--no-rllib"]
+    cmd += ["--data", str(data.resolve()), "--only", ",".join(only)]
+    cmd += ["--package-root", str(root)]
+    cmd += ["--batch-sizes", ",".join(map(str, sizes)), "--repeats", str(repeats)]
+    cmd += ["--variants", args.variants] if args.variants else []
+    cmd += ["--quick"] * args.quick
+    # The working directory matters: Ray puts the driver's on its workers' sys.path, ahead of
+    # PYTHONPATH, so a baseline started from the main checkout would import its package there.
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=root, check=False)
+    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    if impl == "baseline":
+        lines = [{**x, "baseline_ref": sha[:12]} for x in lines]
+    if proc.returncode != 0:
+        reason = f"the {impl} run exited with code {proc.returncode} (its stderr is above)"
+        lines.append({"bench": f"{impl}:{sha[:12]}", "impl": impl, "skipped": reason})
+    return lines
+
+
+def merge_rounds(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One line per (bench, impl): the repeats of every round pooled (median, best), the load
+    average of each round in ``loadavg_rounds``, memory peaks the largest."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for x in lines:
+        groups.setdefault((x["bench"], x["impl"]), []).append(x)
+    out = []
+    for (bench, impl), xs in groups.items():
+        if len(xs) == 1 or any("times" not in x for x in xs):
+            out += xs
+            continue
+        times = [t for x in xs for t in x["times"]]
+        timing = C.Timing(tuple(times))
+        pooled = C.record(bench, impl, n=xs[0]["n"], timing=timing, unit=xs[0]["unit"])
+        line = {**xs[-1], **{k: pooled[k] for k in ("throughput", "seconds", "seconds_best")}}
+        line.update(throughput_best=pooled["throughput_best"], repeats=len(times), times=times)
+        line["rounds"] = len(xs)
+        line["loadavg_rounds"] = [x["loadavg_1m"] for x in xs]
+        for key in ("peak_mem_mb", "actor_rss_mb", "maxrss_mb"):
+            line[key] = max(x[key] for x in xs)
+        line["samples_per_s"] = round(line["samples"] / timing.median, 1)
+        if "steps" in line:
+            line["steps_per_s"] = round(line["steps"] / timing.median, 1)
+        firsts = [x["first_batch_s"] for x in xs if "first_batch_s" in x]
+        if firsts:
+            line["first_batch_s"] = min(firsts)
+        out.append(line)
+    return out
+
+
+def check_package(root: str) -> None:
+    """Stops unless ``offline_prelearner`` -- in the driver and in a Ray worker -- is the copy
+    in ``root`` (the ``--baseline-ref`` worktree, or this checkout for our side)."""
+    import ray
+
+    import offline_prelearner
+
+    def where() -> str:
+        import offline_prelearner as op
+
+        return str(Path(op.__file__).resolve())
+
+    want = (Path(root) / "offline_prelearner").resolve()
+    places = {"driver": where(), "worker": ray.get(ray.remote(where).remote())}
+    for name, place in places.items():
+        if Path(place).parent != want:
+            raise SystemExit(f"the {name} imports offline_prelearner from {place}, not {want}")
+    C.log(f"offline_prelearner {offline_prelearner.__version__} from {places['driver']}")
+
+
+def baseline_ratios(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``ours / baseline`` per bench measured by both (medians; ``ratio_best`` from the best
+    repeats); a local-engine bench pairs with the baseline's Ray job of the same variant."""
+    base = {x["bench"]: x for x in lines if x.get("impl") == "baseline" and "throughput" in x}
+    out = []
+    for ours in lines:
+        if ours.get("impl") != "ours" or "throughput" not in ours:
+            continue
+        bench = ours["bench"]
+        theirs = base.get(bench)
+        parts = bench.split(".")
+        if theirs is None and len(parts) == 3 and parts[1].endswith("_local"):
+            theirs = base.get(".".join([parts[0], parts[1].removesuffix("_local"), parts[2]]))
+        if theirs is None or theirs["unit"] != ours["unit"]:
+            continue
+        ratio = ours["throughput"] / theirs["throughput"]
+        out.append(
+            {
+                "bench": f"{bench}/baseline",
+                "impl": "ratio",
+                "ratio": round(ratio, 3),
+                "ratio_best": round(ours["throughput_best"] / theirs["throughput_best"], 3),
+                "unit": f"ours / baseline {ours['unit']}",
+                "ours_throughput": ours["throughput"],
+                "baseline_throughput": theirs["throughput"],
+                "baseline_bench": theirs["bench"],
+                "baseline_ref": theirs.get("baseline_ref"),
+                "min_ratio": BASELINE_MIN_RATIO,
+                "met": ratio >= BASELINE_MIN_RATIO,
+                "loadavg_1m": round(os.getloadavg()[0], 2),
+            }
+        )
+    return out
+
+
+def baseline_table(lines: list[dict[str, Any]]) -> str:
+    """The ``ours / baseline`` ratio lines as a Markdown table."""
+    rows = [
+        "| bench | unit | ours | baseline | ratio (median) | ratio (best) | met |",
+        "|---|---|--:|--:|--:|--:|---|",
+    ]
+    for x in lines:
+        if x.get("impl") == "ratio" and x["bench"].endswith("/baseline"):
+            rows.append(
+                f"| {x['bench'].removesuffix('/baseline')} | {x['unit'].split()[-1]} "
+                f"| {x['ours_throughput']:,.0f} | {x['baseline_throughput']:,.0f} "
+                f"| {x['ratio']:.3f} | {x['ratio_best']:.3f} | {'yes' if x['met'] else 'NO'} |"
+            )
+    return "\n".join(rows)
 
 
 # ----------------------------------------------------------------------------- ratios, main
@@ -462,11 +689,44 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds one RLlib pixel pass may take before it is stopped and reported skipped",
     )
     parser.add_argument("--no-rllib", action="store_true", help="skip the RLlib side")
+    parser.add_argument(
+        "--variants",
+        default=None,
+        help="comma-separated row variants to run (default all: "
+        + ", ".join(ROW_VARIANTS)
+        + "; with --quick: "
+        + ", ".join(QUICK_VARIANTS)
+        + ")",
+    )
+    parser.add_argument(
+        "--baseline-ref",
+        default=None,
+        metavar="REF",
+        help="also run the row / episode jobs with the package as of git REF (e.g. f391f09), "
+        "from a worktree under <repo>/.bench/, and print ours / baseline ratio lines",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="with --baseline-ref: rounds of (baseline, ours), the order swapped every round "
+        "(each side runs --repeats per round in its own process; medians pool the rounds; "
+        "default 2)",
+    )
+    # A side of a --baseline-ref run (a subprocess): its lines only, labelled --impl.
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--impl", default="ours", help=argparse.SUPPRESS)
+    parser.add_argument("--package-root", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     data = C.data_dir(args.data)
     only = [w for w in args.only.split(",") if w]
     if set(only) - {"rows", "episodes", "pixels"}:
         parser.error(f"unknown workloads in {args.only!r}; choose from rows, episodes, pixels")
+    variants = [v for v in (args.variants or "").split(",") if v] or None
+    if variants and set(variants) - set(ROW_VARIANTS):
+        parser.error(
+            f"unknown variants in {args.variants!r}; choose from {', '.join(ROW_VARIANTS)}"
+        )
     default_sizes = "4096" if args.quick else ",".join(map(str, DEFAULT_BATCH_SIZES))
     sizes = [int(s) for s in (args.batch_sizes or default_sizes).split(",")]
     repeats = args.repeats or (1 if args.quick else DEFAULT_REPEATS)
@@ -475,6 +735,12 @@ def main(argv: list[str] | None = None) -> int:
     rllib_pixel_files = 1 if args.quick else args.rllib_pixel_files
     extra = {"digest": C.dataset_digest(data), "quick": args.quick, "ray_num_cpus": 2}
     t0 = time.perf_counter()
+    if args.child:  # one side of a --baseline-ref run: its lines only
+        init_ray()
+        if args.package_root:
+            check_package(args.package_root)
+        bench_ours(data, args.quick, repeats, sizes, only, extra, variants, impl=args.impl)
+        return 0
     benches = []
     for s in sizes:
         benches += [f"cartpole_rows.e2e.b{s}"] * ("rows" in only)
@@ -496,17 +762,33 @@ def main(argv: list[str] | None = None) -> int:
         rllib_args += ["--quick"] * args.quick
         rllib = C.run_rllib(HERE / "rllib_pipeline.py", rllib_args, benches)
     lines = [C.emit(line) for line in rllib]
-    init_ray()
-    if "rows" in only or "episodes" in only:
-        lines += bench_ours(data, args.quick, repeats, sizes, only, extra)
+    jobs = [w for w in only if w in ("rows", "episodes")]
+    if args.baseline_ref and jobs:
+        tree, sha = baseline_worktree(args.baseline_ref)
+        C.log(f"baseline: {args.baseline_ref} = {sha[:12]} from {tree}")
+        sides: list[dict[str, Any]] = []
+        for r in range(max(1, args.rounds)):
+            for impl in ("baseline", "ours") if r % 2 == 0 else ("ours", "baseline"):
+                C.log(f"round {r + 1}/{max(1, args.rounds)}: {impl}")
+                sides += run_side(impl, tree, sha, data, args, jobs, sizes, repeats)
+        lines += [C.emit(line) for line in merge_rounds(sides)]
+        if "pixels" in only:
+            init_ray()
+    else:
+        init_ray()
+        if jobs:
+            lines += bench_ours(data, args.quick, repeats, sizes, only, extra, variants)
     if "pixels" in only:
-        if not args.quick and "rows" not in only and "episodes" not in only:
+        if not args.quick and (args.baseline_ref or not jobs):  # no job warmed this session
             C.log("ours: untimed warm-up on the first CartPole file")
             run_ours(C.parquet_files(data / "cartpole_rows")[:1], {"ray.batch_size": sizes[0]})
         lines += bench_pixels(data, pixel_files, pixel_repeats, sizes[0], extra)
     lines += [C.emit(line) for line in C.ratio_lines(lines)]
     lines += [C.emit(line) for line in extra_ratios(lines)]
     C.log("summary\n" + C.markdown_table(lines))
+    if args.baseline_ref:
+        lines += [C.emit(line) for line in baseline_ratios(lines)]
+        C.log(f"ours / baseline ({args.baseline_ref})\n" + baseline_table(lines))
     C.log(f"done in {time.perf_counter() - t0:.1f} s")
     return 0
 
