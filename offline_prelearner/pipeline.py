@@ -95,6 +95,7 @@ def _init_ray(config: PreLearnerConfig) -> None:
     if not VERBOSE:
         kwargs["logging_level"] = logging.ERROR
         _mute_ray_driver_prints()
+        _mute_ray_data_console()
     # ray.init installs a SIGTERM handler of its own (sys.exit); the caller's stays in charge.
     on_term = signal.getsignal(signal.SIGTERM)
     address = config.ray.address or os.environ.get("RAY_ADDRESS")
@@ -121,6 +122,17 @@ def _mute_ray_driver_prints() -> None:
 
         if hasattr(worker, "print_to_stdstream"):
             worker.print_to_stdstream = lambda *args, **kwargs: None
+
+
+def _mute_ray_data_console() -> None:
+    """Ray Data logs a job it aborts (a unit whose worker died for good) at ERROR with stack
+    traces, on the console as well as in ``ray-data.log``: its console handler is silenced (the
+    file keeps the records; the CLI's one line names the log folder)."""
+    import ray.data  # noqa: F401  (sets up its loggers on import)
+
+    for h in logging.getLogger("ray.data").handlers:
+        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
+            h.setLevel(logging.CRITICAL + 1)
 
 
 def ray_log_dir() -> str | None:
