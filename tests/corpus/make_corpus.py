@@ -1,0 +1,919 @@
+"""Bad and hostile inputs for the command line, generated on demand (see README.md here).
+
+Every maker is a small function ``maker(d: Path) -> Path``: it writes one input into the empty
+folder ``d`` and returns the path to give the command. Some also write a config file, a schema
+or an ``out`` file into ``d`` (the case's command names them as ``{tmp}/...``). A pickle payload
+that runs would create ``d / MARKER``; the tests check that it never exists.
+
+The good data comes from the shipped dataset (``datasets/cartpole-v1``) and, for the makers that
+call :func:`rllib_file`, from the files RLlib 2.60 wrote (``../shared/data/rllib-2.60`` or
+``$OFFLINE_PRELEARNER_SHARED_DATA``); those raise :class:`SourceMissing` when the folder is absent.
+
+Run ``python tests/corpus/make_corpus.py OUT_DIR`` to write every case into ``OUT_DIR/<maker>/``
+and look at the files by hand. Only numpy, pyarrow, msgpack and lz4 are used: nothing here
+imports the package under test.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pickle
+import shutil
+import struct
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lz4.frame
+import msgpack
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+REPO = Path(__file__).resolve().parents[2]
+ROWS = REPO / "datasets" / "cartpole-v1" / "rows"
+EPISODES = REPO / "datasets" / "cartpole-v1" / "episodes" / "cartpole-v1-episodes-00000.parquet"
+MARKER = "PWNED"  # what a pickle payload creates if it ever runs
+SHARED_DATA_ENV = "OFFLINE_PRELEARNER_SHARED_DATA"
+
+Maker = Callable[[Path], Path]
+MAKERS: dict[str, Maker] = {}
+
+
+class SourceMissing(Exception):
+    """A maker needs the RLlib-written files and they are absent (the test skips)."""
+
+
+def maker(fn: Maker) -> Maker:
+    MAKERS[fn.__name__] = fn
+    return fn
+
+
+# ---------------------------------------------------------------------------------------------
+# sources and helpers
+# ---------------------------------------------------------------------------------------------
+def rllib_file(name: str) -> Path:
+    env = os.environ.get(SHARED_DATA_ENV)
+    folder = Path(env) if env else REPO.parent / "shared" / "data" / "rllib-2.60"
+    path = folder / name
+    if not path.is_file():
+        raise SourceMissing(f"{path} is absent (set ${SHARED_DATA_ENV})")
+    return path
+
+
+def shipped_rows(d: Path, name: str = "data") -> Path:
+    """The 5 shipped rows files (5000 rows, 222 episodes) copied into ``d/name``."""
+    out = d / name
+    out.mkdir()
+    for f in sorted(ROWS.glob("*.parquet")):
+        shutil.copy(f, out / f.name)
+    return out
+
+
+def clean_rows(n_episodes: int = 4) -> list[dict[str, Any]]:
+    """Rows of the first ``n_episodes`` complete episodes of the shipped data (with ``t``)."""
+    rows = pq.read_table(sorted(ROWS.glob("*.parquet"))[0]).to_pylist()
+    ids = list(dict.fromkeys(r["eps_id"] for r in rows))[:n_episodes]
+    return [r for r in rows if r["eps_id"] in ids]
+
+
+def rows_schema() -> pa.Schema:
+    return pq.read_schema(sorted(ROWS.glob("*.parquet"))[0])
+
+
+def write_rows(rows: list[dict[str, Any]], path: Path, schema: pa.Schema | None = None) -> Path:
+    """Rows as Parquet with the shipped column types (``schema=None``) or ``schema``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if schema is None and rows and set(rows[0]) <= set(rows_schema().names):
+        keep = [n for n in rows_schema().names if n in rows[0]]
+        schema = pa.schema([rows_schema().field(n) for n in keep])
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+    return path
+
+
+def write_untyped(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Rows as Parquet with the types pyarrow infers (for cases that change a column's type)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def episode_items() -> list[bytes]:
+    return pq.read_table(EPISODES).column("item").to_pylist()[:6]
+
+
+def write_items(items: list[Any], path: Path, type_: pa.DataType | None = None) -> Path:
+    """An episodes file: one ``item`` column (binary unless ``type_`` says otherwise)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"item": pa.array(items, type=type_ or pa.binary())}), path)
+    return path
+
+
+def state(item: bytes) -> dict[str, Any]:
+    """An episode record as plain msgpack (msgpack-numpy arrays stay as their raw maps)."""
+    return msgpack.unpackb(item, raw=False, strict_map_key=False)
+
+
+def packb(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def nd(array: np.ndarray) -> dict[bytes, Any]:
+    """A msgpack-numpy array record."""
+    return {
+        b"nd": True,
+        b"type": array.dtype.str,
+        b"kind": b"",
+        b"shape": list(array.shape),
+        b"data": array.tobytes(),
+    }
+
+
+class RunsOnLoad:
+    """Unpickling this creates ``path`` (a directory): evidence that a payload ran."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self) -> Any:
+        return (os.mkdir, (self.path,))
+
+
+class HugeArray:
+    """A pickle asking numpy for a 1 TiB array (a declared-size bomb in a few bytes)."""
+
+    def __reduce__(self) -> Any:
+        import numpy._core.multiarray as multiarray  # the name numpy's own pickles use
+
+        return (multiarray._reconstruct, (np.ndarray, (1 << 40,), b"b"))
+
+
+def legacy_cell(obj: Any) -> str:
+    """RLlib's packed column value: base64(lz4(pickle(obj)))."""
+    return base64.b64encode(lz4.frame.compress(pickle.dumps(obj))).decode()
+
+
+def lz4_msgpack_cell(array: np.ndarray) -> bytes:
+    """This project's column codec: lz4.frame(msgpack-numpy(array))."""
+    return lz4.frame.compress(packb(nd(array)), store_size=True)
+
+
+def _xxh32(data: bytes, seed: int = 0) -> int:
+    p1, p2, p3, p4, p5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+    m = 0xFFFFFFFF
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & m
+
+    n, i = len(data), 0
+    if n >= 16:
+        v = [(seed + p1 + p2) & m, (seed + p2) & m, seed, (seed - p1) & m]
+        while i + 16 <= n:
+            for k in range(4):
+                lane = struct.unpack_from("<I", data, i + 4 * k)[0]
+                v[k] = (rotl((v[k] + lane * p2) & m, 13) * p1) & m
+            i += 16
+        h = (rotl(v[0], 1) + rotl(v[1], 7) + rotl(v[2], 12) + rotl(v[3], 18)) & m
+    else:
+        h = (seed + p5) & m
+    h = (h + n) & m
+    while i + 4 <= n:
+        h = (rotl((h + struct.unpack_from("<I", data, i)[0] * p3) & m, 17) * p4) & m
+        i += 4
+    while i < n:
+        h = (rotl((h + data[i] * p5) & m, 11) * p1) & m
+        i += 1
+    h = ((h ^ (h >> 15)) * p2) & m
+    h = ((h ^ (h >> 13)) * p3) & m
+    return h ^ (h >> 16)
+
+
+def lz4_declaring(size: int) -> bytes:
+    """A valid little lz4 frame whose header declares ``size`` bytes of content."""
+    frame = bytearray(lz4.frame.compress(b"\0" * 16, store_size=True))
+    frame[6:14] = struct.pack("<Q", size)  # FLG, BD at 4, 5; content size at 6..13; HC at 14
+    frame[14] = (_xxh32(bytes(frame[4:14])) >> 8) & 0xFF
+    return bytes(frame)
+
+
+def old_stack_lines(n_episodes: int = 3) -> list[dict[str, Any]]:
+    """Old-stack SampleBatch records (one episode per line) built from the shipped rows."""
+    rows = clean_rows(n_episodes)
+    out: list[dict[str, Any]] = []
+    for k, eid in enumerate(dict.fromkeys(r["eps_id"] for r in rows)):
+        ep = [r for r in rows if r["eps_id"] == eid]
+        rec: dict[str, Any] = {"type": "SampleBatch"}
+        for col in ("obs", "new_obs", "actions", "rewards", "terminateds", "truncateds", "t"):
+            rec[col] = [r[col] for r in ep]
+        rec["eps_id"] = [1000 + k] * len(ep)
+        rec["agent_index"] = [0] * len(ep)
+        out.append(rec)
+    return out
+
+
+def write_lines(lines: list[Any], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join((ln if isinstance(ln, str) else json.dumps(ln)) + "\n" for ln in lines))
+    return path
+
+
+def schema_file(d: Path, compression: dict[str, str]) -> Path:
+    cols = ["eps_id", "agent_id", "module_id", "obs", "actions", "rewards", "new_obs"]
+    cols += ["terminateds", "truncateds", "t", "infos"]
+    spec = {
+        "name": "corpus",
+        "description": "corpus case",
+        "columns": {c: c for c in cols},
+        "required": ["eps_id", "obs", "actions", "rewards", "new_obs", "terminateds", "truncateds"],
+        "compression": compression,
+        "ignore": [],
+        "dones": None,
+    }
+    path = d / "schema.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def packed_rows(d: Path, cell: Callable[[Any, int], Any], column: str = "obs") -> Path:
+    """Clean rows whose ``column`` holds ``cell(value, row)`` strings/bytes (packed cells)."""
+    rows = clean_rows(2)
+    for k, r in enumerate(rows):
+        r[column] = cell(np.asarray(r[column], dtype=np.float32), k)
+    return write_untyped(rows, d / "packed.parquet")
+
+
+# ---------------------------------------------------------------------------------------------
+# the issue's "Why": inputs accepted silently or refused with a traceback
+# ---------------------------------------------------------------------------------------------
+@maker
+def rllib_rows_and_old_stack_json(d: Path) -> Path:
+    """RLlib's rows Parquet and an old-stack JSON-lines file in one folder (both RLlib's own)."""
+    out = d / "data"
+    out.mkdir()
+    for name in (
+        "cartpole-v1_rows_uncompressed.parquet",
+        "cartpole-v1_old_stack_json_uncompressed.json",
+    ):
+        shutil.copy(rllib_file(name), out / name)
+    return out
+
+
+@maker
+def rows_and_old_stack_json(d: Path) -> Path:
+    """Shipped rows Parquet plus an old-stack JSON-lines file we write (no RLlib files needed)."""
+    out = shipped_rows(d)
+    write_lines(old_stack_lines(), out / "zz-recorded.json")
+    return out
+
+
+@maker
+def rows_and_episodes(d: Path) -> Path:
+    """Rows Parquet and msgpack-episode Parquet in one folder."""
+    out = shipped_rows(d)
+    shutil.copy(EPISODES, out / "zz-recorded.parquet")
+    return out
+
+
+@maker
+def zero_byte_parquet_last(d: Path) -> Path:
+    out = shipped_rows(d)
+    (out / "zz-empty.parquet").write_bytes(b"")
+    return out
+
+
+@maker
+def zero_byte_parquet_first(d: Path) -> Path:
+    out = shipped_rows(d)
+    (out / "00-empty.parquet").write_bytes(b"")
+    return out
+
+
+@maker
+def zero_byte_parquet_alone(d: Path) -> Path:
+    path = d / "empty.parquet"
+    path.write_bytes(b"")
+    return path
+
+
+@maker
+def t_contradicts_obs(d: Path) -> Path:
+    """Two rows of one episode swap their ``t``: the t order puts new_obs[t] != obs[t+1]."""
+    rows = clean_rows()
+    rows[3]["t"], rows[4]["t"] = rows[4]["t"], rows[3]["t"]
+    return write_rows(rows, d / "swapped-t.parquet")
+
+
+@maker
+def order_contradicts_obs_without_t(d: Path) -> Path:
+    """The control: the same swap with no ``t`` column (the row order is the only order)."""
+    rows = clean_rows()
+    rows[3], rows[4] = rows[4], rows[3]
+    for r in rows:
+        del r["t"]
+    return write_rows(rows, d / "swapped-rows.parquet")
+
+
+@maker
+def text_named_parquet_last(d: Path) -> Path:
+    out = shipped_rows(d)
+    (out / "zz-notes.parquet").write_text("these are my notes, not a Parquet file\n")
+    return out
+
+
+@maker
+def text_named_parquet_first(d: Path) -> Path:
+    out = shipped_rows(d)
+    (out / "00-notes.parquet").write_text("these are my notes, not a Parquet file\n")
+    return out
+
+
+@maker
+def invalid_yaml_config(d: Path) -> Path:
+    (d / "config.yaml").write_text("sample:\n  n_step: 3\n gamma: [0.99\n")
+    return shipped_rows(d)
+
+
+@maker
+def old_stack_value_42(d: Path) -> Path:
+    """Three good old-stack lines, then ``{"value": 42}`` on line 4."""
+    return write_lines([*old_stack_lines(), {"value": 42}], d / "value42.json")
+
+
+@maker
+def old_stack_value_42_alone(d: Path) -> Path:
+    return write_lines([{"value": 42}], d / "value42.json")
+
+
+@maker
+def out_is_a_file_rows(d: Path) -> Path:
+    (d / "out").write_text("I am a file\n")
+    return shipped_rows(d)
+
+
+@maker
+def out_is_a_file_old_stack(d: Path) -> Path:
+    (d / "out").write_text("I am a file\n")
+    return write_lines(old_stack_lines(), d / "old.json")
+
+
+@maker
+def shipped_rows_as_is(d: Path) -> Path:
+    """The shipped 5000 rows (222 episodes, 5 files cutting through episodes)."""
+    return shipped_rows(d)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parquet rows: structure, types, values, episode contracts
+# ---------------------------------------------------------------------------------------------
+@maker
+def truncated_parquet_alone(d: Path) -> Path:
+    raw = sorted(ROWS.glob("*.parquet"))[0].read_bytes()
+    path = d / "cut.parquet"
+    path.write_bytes(raw[: len(raw) // 2])
+    return path
+
+
+@maker
+def truncated_parquet_among_good(d: Path) -> Path:
+    out = shipped_rows(d)
+    raw = (out / "cartpole-v1-rows-00004.parquet").read_bytes()
+    (out / "zz-cut.parquet").write_bytes(raw[: len(raw) - 100])
+    return out
+
+
+@maker
+def random_bytes_parquet(d: Path) -> Path:
+    path = d / "noise.parquet"
+    path.write_bytes(np.random.default_rng(0).bytes(4096))
+    return path
+
+
+@maker
+def zero_row_parquet(d: Path) -> Path:
+    return write_rows([], d / "no-rows.parquet", schema=rows_schema())
+
+
+@maker
+def rewards_as_strings(d: Path) -> Path:
+    rows = clean_rows()
+    for r in rows:
+        r["rewards"] = str(r["rewards"])
+    return write_untyped(rows, d / "str-rewards.parquet")
+
+
+@maker
+def actions_as_strings(d: Path) -> Path:
+    rows = clean_rows()
+    for r in rows:
+        r["actions"] = "left" if r["actions"] == 0 else "right"
+    return write_untyped(rows, d / "str-actions.parquet")
+
+
+@maker
+def terminateds_as_strings(d: Path) -> Path:
+    rows = clean_rows()
+    for r in rows:
+        r["terminateds"] = "yes" if r["terminateds"] else "no"
+    return write_untyped(rows, d / "str-dones.parquet")
+
+
+@maker
+def missing_eps_id(d: Path) -> Path:
+    rows = clean_rows()
+    for r in rows:
+        del r["eps_id"]
+    return write_rows(rows, d / "no-eps-id.parquet")
+
+
+@maker
+def missing_obs_and_new_obs(d: Path) -> Path:
+    rows = clean_rows()
+    for r in rows:
+        r["observation"] = r.pop("obs")
+        del r["new_obs"]
+    return write_untyped(rows, d / "no-obs.parquet")
+
+
+@maker
+def null_eps_id(d: Path) -> Path:
+    rows = clean_rows()
+    rows[5]["eps_id"] = None
+    return write_rows(rows, d / "null-eps-id.parquet")
+
+
+@maker
+def null_obs_cell(d: Path) -> Path:
+    rows = clean_rows()
+    rows[5]["obs"] = None
+    return write_rows(rows, d / "null-obs.parquet")
+
+
+@maker
+def nan_reward(d: Path) -> Path:
+    rows = clean_rows()
+    rows[5]["rewards"] = float("nan")
+    return write_rows(rows, d / "nan-reward.parquet")
+
+
+@maker
+def inf_reward(d: Path) -> Path:
+    rows = clean_rows()
+    rows[5]["rewards"] = float("inf")
+    return write_rows(rows, d / "inf-reward.parquet")
+
+
+@maker
+def nan_reward_among_good(d: Path) -> Path:
+    """A NaN reward in the first episode of an extra file next to the shipped ones."""
+    out = shipped_rows(d)
+    rows = clean_rows(2)
+    for r in rows:
+        r["eps_id"] = "nan-" + r["eps_id"]
+    rows[5]["rewards"] = float("nan")
+    write_rows(rows, out / "zz-nan.parquet")
+    return out
+
+
+@maker
+def obs_shape_changes_mid_episode(d: Path) -> Path:
+    rows = clean_rows()
+    rows[5]["obs"] = rows[5]["obs"][:3]
+    return write_rows(rows, d / "shape.parquet")
+
+
+@maker
+def duplicate_eps_t_different_content(d: Path) -> Path:
+    """Row (episode, t=3) twice: the second copy has another action and reward."""
+    rows = clean_rows()
+    twin = dict(rows[3])
+    twin["actions"] = 1 - twin["actions"]
+    twin["rewards"] = 5.0
+    return write_rows([*rows, twin], d / "twin.parquet")
+
+
+@maker
+def duplicate_file(d: Path) -> Path:
+    """The same clean file twice under two names: every row a duplicate of another."""
+    out = d / "data"
+    rows = clean_rows()
+    write_rows(rows, out / "a.parquet")
+    write_rows(rows, out / "b.parquet")
+    return out
+
+
+@maker
+def done_mid_episode(d: Path) -> Path:
+    rows = clean_rows()
+    rows[5]["terminateds"] = True
+    return write_rows(rows, d / "done-early.parquet")
+
+
+@maker
+def terminated_and_truncated_same_step(d: Path) -> Path:
+    """gymnasium's TimeLimit can set both on the last step: legal, read as terminated."""
+    rows = clean_rows()
+    for r in rows:
+        if r["terminateds"]:
+            r["truncateds"] = True
+    return write_rows(rows, d / "both.parquet")
+
+
+@maker
+def negative_t(d: Path) -> Path:
+    rows = clean_rows()
+    ep = rows[0]["eps_id"]
+    for r in rows:
+        if r["eps_id"] == ep:
+            r["t"] -= 5
+    return write_rows(rows, d / "negative-t.parquet")
+
+
+@maker
+def float_t(d: Path) -> Path:
+    rows = clean_rows()
+    for r in rows:
+        r["t"] = r["t"] + 0.5
+    return write_untyped(rows, d / "float-t.parquet")
+
+
+@maker
+def t_gap(d: Path) -> Path:
+    """One row of the first episode removed: t jumps 2 -> 4."""
+    rows = clean_rows()
+    del rows[3]
+    return write_rows(rows, d / "t-gap.parquet")
+
+
+@maker
+def non_data_file_among_good(d: Path) -> Path:
+    out = shipped_rows(d)
+    (out / "notes.txt").write_text("recorded on my laptop\n")
+    return out
+
+
+@maker
+def dangling_symlink_parquet(d: Path) -> Path:
+    out = shipped_rows(d)
+    (out / "zz-gone.parquet").symlink_to(d / "nowhere.parquet")
+    return out
+
+
+@maker
+def unreadable_file(d: Path) -> Path:
+    out = shipped_rows(d)
+    path = out / "zz-locked.parquet"
+    shutil.copy(out / "cartpole-v1-rows-00000.parquet", path)
+    path.chmod(0)
+    return out
+
+
+@maker
+def no_data_files(d: Path) -> Path:
+    out = d / "data"
+    out.mkdir()
+    (out / "_SUCCESS").write_text("")
+    (out / ".hidden.parquet").write_bytes(b"")
+    return out
+
+
+@maker
+def empty_dir(d: Path) -> Path:
+    out = d / "data"
+    out.mkdir()
+    return out
+
+
+@maker
+def glob_matching_nothing(d: Path) -> Path:
+    shipped_rows(d)
+    return d / "data" / "*.jsonl"
+
+
+@maker
+def missing_path(d: Path) -> Path:
+    return d / "no-such-folder"
+
+
+# ---------------------------------------------------------------------------------------------
+# packed (compressed) columns
+# ---------------------------------------------------------------------------------------------
+@maker
+def legacy_packed_rows(d: Path) -> Path:
+    """Our own RLlib-style packed obs: base64(lz4(pickle(float32 array))) (no --legacy-pickle)."""
+    return packed_rows(d, lambda v, k: legacy_cell(v))
+
+
+@maker
+def rllib_compressed_rows(d: Path) -> Path:
+    path = d / "cartpole-v1_rows_compressed.parquet"
+    shutil.copy(rllib_file(path.name), path)
+    return path
+
+
+@maker
+def legacy_pickle_runs_code(d: Path) -> Path:
+    """One packed cell is a pickle that would create d/PWNED (not a numpy array)."""
+    return packed_rows(d, lambda v, k: legacy_cell(RunsOnLoad(d / MARKER) if k == 5 else v))
+
+
+@maker
+def legacy_pickle_not_an_array(d: Path) -> Path:
+    """One packed cell is a pickled OrderedDict: admitted by the unpickler, but not an array."""
+    from collections import OrderedDict
+
+    return packed_rows(d, lambda v, k: legacy_cell(OrderedDict(a=1) if k == 5 else v))
+
+
+@maker
+def legacy_pickle_foreign_class(d: Path) -> Path:
+    """One packed cell is a pickled fractions.Fraction: a global outside the allow list."""
+    from fractions import Fraction
+
+    return packed_rows(d, lambda v, k: legacy_cell(Fraction(1, 3) if k == 5 else v))
+
+
+@maker
+def legacy_pickle_huge_array(d: Path) -> Path:
+    return packed_rows(d, lambda v, k: legacy_cell(HugeArray() if k == 5 else v))
+
+
+@maker
+def legacy_lz4_bomb(d: Path) -> Path:
+    """A packed cell that inflates to 8 MiB of zeros, its size undeclared (the command sets a
+    1 MiB limit): the decompressor itself must stop."""
+    bomb = base64.b64encode(lz4.frame.compress(b"\0" * (8 << 20), store_size=False)).decode()
+    return packed_rows(d, lambda v, k: bomb if k == 5 else legacy_cell(v))
+
+
+@maker
+def lz4_msgpack_bomb(d: Path) -> Path:
+    """This project's codec, declared in a schema; one cell inflates to 8 MiB, size undeclared."""
+    schema_file(d, {"obs": "lz4_msgpack"})
+    bomb = lz4.frame.compress(b"\0" * (8 << 20), store_size=False)
+    return packed_rows(d, lambda v, k: bomb if k == 5 else lz4_msgpack_cell(v))
+
+
+@maker
+def lz4_declared_size_bomb(d: Path) -> Path:
+    """One cell is a 40-byte lz4 frame whose header declares 1 TiB (default limits)."""
+    schema_file(d, {"obs": "lz4_msgpack"})
+    bomb = lz4_declaring(1 << 40)
+    return packed_rows(d, lambda v, k: bomb if k == 5 else lz4_msgpack_cell(v))
+
+
+# ---------------------------------------------------------------------------------------------
+# msgpack episodes
+# ---------------------------------------------------------------------------------------------
+@maker
+def good_episodes(d: Path) -> Path:
+    return write_items(episode_items(), d / "good-episodes.parquet")
+
+
+@maker
+def episodes_corrupt_bytes(d: Path) -> Path:
+    items = episode_items()
+    bad = bytearray(items[2])
+    bad[10:40] = b"\xc1" * 30  # 0xc1 is never used by msgpack
+    items[2] = bytes(bad)
+    return write_items(items, d / "corrupt.parquet")
+
+
+@maker
+def episodes_truncated_record(d: Path) -> Path:
+    items = episode_items()
+    items[2] = items[2][: len(items[2]) // 2]
+    return write_items(items, d / "cut-record.parquet")
+
+
+@maker
+def episodes_object_dtype_pickle(d: Path) -> Path:
+    """Observations as an object-dtype msgpack-numpy record holding a pickle that creates PWNED."""
+    items = episode_items()
+    st = state(items[2])
+    st["observations"]["data"] = {
+        b"nd": True,
+        b"type": "|O",
+        b"kind": b"O",
+        b"shape": [1],
+        b"data": pickle.dumps(RunsOnLoad(d / MARKER)),
+    }
+    items[2] = packb(st)
+    return write_items(items, d / "object-dtype.parquet")
+
+
+@maker
+def episodes_declared_size_bomb(d: Path) -> Path:
+    """Observations declare shape (2**40, 4) float32 and carry 16 bytes."""
+    items = episode_items()
+    st = state(items[2])
+    rec = nd(np.zeros(4, np.float32))
+    rec[b"shape"] = [1 << 40, 4]
+    st["observations"]["data"] = rec
+    items[2] = packb(st)
+    return write_items(items, d / "shape-bomb.parquet")
+
+
+@maker
+def episodes_bin_header_bomb(d: Path) -> Path:
+    """A record that is one msgpack bin32 header claiming 4 GiB, followed by 8 bytes."""
+    items = episode_items()
+    items[2] = b"\xc6\xff\xff\xff\xff" + b"\0" * 8
+    return write_items(items, d / "bin-bomb.parquet")
+
+
+@maker
+def episodes_lengths_disagree(d: Path) -> Path:
+    """Rewards of one episode have 3 entries fewer than its actions."""
+    items = episode_items()
+    st = state(items[2])
+    rec = st["rewards"]["data"]
+    n = rec[b"shape"][0] - 3
+    rec[b"shape"] = [n]
+    rec[b"data"] = rec[b"data"][: 8 * n]
+    items[2] = packb(st)
+    return write_items(items, d / "lengths.parquet")
+
+
+@maker
+def episodes_nan_reward(d: Path) -> Path:
+    items = episode_items()
+    st = state(items[2])
+    rewards = np.frombuffer(st["rewards"]["data"][b"data"], np.float64).copy()
+    rewards[3] = np.nan
+    st["rewards"]["data"] = nd(rewards)
+    items[2] = packb(st)
+    return write_items(items, d / "nan.parquet")
+
+
+@maker
+def episodes_not_msgpack(d: Path) -> Path:
+    items = episode_items()
+    items[2] = b"this record is plain text, not msgpack"
+    return write_items(items, d / "text-record.parquet")
+
+
+@maker
+def episodes_record_not_a_map(d: Path) -> Path:
+    items = episode_items()
+    items[2] = packb([1, 2, 3])
+    return write_items(items, d / "list-record.parquet")
+
+
+@maker
+def episodes_multi_agent(d: Path) -> Path:
+    items = episode_items()
+    items[2] = packb({"id_": "ma", "agent_episodes": {}, "agent_to_module_mapping": {}})
+    return write_items(items, d / "multi-agent.parquet")
+
+
+@maker
+def episodes_item_as_text(d: Path) -> Path:
+    """An ``item`` column of strings: not msgpack records."""
+    return write_items(["episode one", "episode two"], d / "item-text.parquet", pa.string())
+
+
+# ---------------------------------------------------------------------------------------------
+# old-stack JSON lines
+# ---------------------------------------------------------------------------------------------
+@maker
+def old_stack_good(d: Path) -> Path:
+    return write_lines(old_stack_lines(), d / "old.json")
+
+
+@maker
+def json_non_object_line(d: Path) -> Path:
+    lines: list[Any] = old_stack_lines()
+    lines.insert(1, [1, 2, 3])
+    return write_lines(lines, d / "list-line.json")
+
+
+@maker
+def json_broken_line(d: Path) -> Path:
+    lines: list[Any] = old_stack_lines()
+    text = json.dumps(lines[2])
+    lines[2] = text[: len(text) // 2]
+    return write_lines(lines, d / "broken-line.json")
+
+
+@maker
+def json_empty_file(d: Path) -> Path:
+    path = d / "empty.json"
+    path.write_text("")
+    return path
+
+
+@maker
+def json_unknown_type(d: Path) -> Path:
+    lines = old_stack_lines()
+    lines[1]["type"] = "TrajectoryBatch"
+    return write_lines(lines, d / "unknown-type.json")
+
+
+@maker
+def json_ragged_columns(d: Path) -> Path:
+    lines = old_stack_lines()
+    lines[1]["rewards"] = lines[1]["rewards"][:-2]
+    return write_lines(lines, d / "ragged.json")
+
+
+@maker
+def json_missing_obs(d: Path) -> Path:
+    lines = old_stack_lines()
+    for ln in lines:
+        del ln["obs"]
+    return write_lines(lines, d / "no-obs.json")
+
+
+@maker
+def json_compressed_old_stack(d: Path) -> Path:
+    path = d / "cartpole-v1_old_stack_json_compressed.json"
+    shutil.copy(rllib_file(path.name), path)
+    return path
+
+
+@maker
+def json_compressed_pickle_runs_code(d: Path) -> Path:
+    """An old-stack line whose packed obs column is a pickle that would create PWNED."""
+    lines = old_stack_lines()
+    lines[1]["obs"] = legacy_cell(RunsOnLoad(d / MARKER))
+    return write_lines(lines, d / "pickle-obs.json")
+
+
+# ---------------------------------------------------------------------------------------------
+# configuration and arguments (good data; the case's command carries the bad part)
+# ---------------------------------------------------------------------------------------------
+@maker
+def good_rows(d: Path) -> Path:
+    return write_rows(clean_rows(), d / "good.parquet")
+
+
+@maker
+def yaml_config_not_a_mapping(d: Path) -> Path:
+    (d / "config.yaml").write_text("- n_step: 3\n- gamma: 0.9\n")
+    return write_rows(clean_rows(), d / "good.parquet")
+
+
+@maker
+def config_unknown_section(d: Path) -> Path:
+    (d / "config.yaml").write_text("sampling:\n  n_step: 3\n")
+    return write_rows(clean_rows(), d / "good.parquet")
+
+
+@maker
+def config_bad_value(d: Path) -> Path:
+    (d / "config.yaml").write_text("sample:\n  n_step: -2\n")
+    return write_rows(clean_rows(), d / "good.parquet")
+
+
+@maker
+def config_invalid_json(d: Path) -> Path:
+    (d / "config.json").write_text('{"sample": {"n_step": 3,}}\n')
+    return write_rows(clean_rows(), d / "good.parquet")
+
+
+@maker
+def schema_invalid_json(d: Path) -> Path:
+    (d / "schema.json").write_text('{"name": "broken", "columns": {')
+    return write_rows(clean_rows(), d / "good.parquet")
+
+
+@maker
+def out_not_empty(d: Path) -> Path:
+    (d / "out").mkdir()
+    (d / "out" / "keep.txt").write_text("earlier results\n")
+    return write_rows(clean_rows(), d / "good.parquet")
+
+
+@maker
+def out_parent_is_a_file(d: Path) -> Path:
+    (d / "blocker").write_text("a file where a folder should be\n")
+    return write_rows(clean_rows(), d / "good.parquet")
+
+
+@maker
+def quarantine_dir_is_a_file(d: Path) -> Path:
+    (d / "q").write_text("a file\n")
+    return nan_reward(d)
+
+
+def main(argv: list[str]) -> int:
+    """Writes every case into ``OUT_DIR/<maker>/`` (skipping those whose RLlib files are absent)."""
+    if len(argv) != 1:
+        print("usage: python tests/corpus/make_corpus.py OUT_DIR", file=sys.stderr)
+        return 2
+    root = Path(argv[0])
+    for name, make in MAKERS.items():
+        d = root / name
+        d.mkdir(parents=True, exist_ok=False)
+        try:
+            print(f"{name}: {make(d)}")
+        except SourceMissing as e:
+            print(f"{name}: skipped ({e})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
