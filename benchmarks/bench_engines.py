@@ -5,7 +5,8 @@ For inputs of growing size (CartPole rows recorded by this tool, cached under
 as a user does (a fresh process each time, so Ray's start-up is counted) with ``--engine local``
 and ``--engine ray``, and prints one JSON line per (size, engine) with the median wall time over
 ``--repeats`` runs, then a line naming the smallest input size (in bytes) at which Ray was faster.
-That figure is what ``LOCAL_ENGINE_MAX_BYTES`` in ``offline_prelearner/pipeline.py`` is set from.
+That figure is what ``LOCAL_ENGINE_MAX_BYTES`` in ``offline_prelearner/jobs/pipeline.py`` is set
+from.
 
     python benchmarks/bench_engines.py [--sizes 5000 100000 1000000] [--repeats 3]
 """
@@ -32,7 +33,7 @@ def dataset(rows: int) -> Path:
     """CartPole rows in files of 100k rows (RLlib-like: episodes cut across files), cached."""
     out = SCRATCH / f"cartpole-{rows}"
     if not (out / "_done").exists():
-        from offline_prelearner.record import record_env, write_recording
+        from offline_prelearner.jobs.record import record_env, write_recording
 
         shutil.rmtree(out, ignore_errors=True)
         log(f"recording {rows} CartPole steps into {out}")

@@ -153,7 +153,7 @@ def make_data(root: Path) -> Path:
     folder = root / "cartpole"
     if (folder / "_done").exists():
         return folder
-    from offline_prelearner.record import record_env, write_recording
+    from offline_prelearner.jobs.record import record_env, write_recording
 
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)

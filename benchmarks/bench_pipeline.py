@@ -262,14 +262,24 @@ def total_rows(files: list[Path]) -> int:
     return sum(pq.read_metadata(f).num_rows for f in files)
 
 
+def pipeline_module() -> Any:
+    """The pipeline module of the package imported: ``offline_prelearner.jobs.pipeline`` since
+    the package was grouped by the data flow, ``offline_prelearner.pipeline`` in older code
+    (``--baseline-ref``)."""
+    import importlib
+
+    try:
+        return importlib.import_module("offline_prelearner.jobs.pipeline")
+    except ModuleNotFoundError:
+        return importlib.import_module("offline_prelearner.pipeline")
+
+
 def has_engines() -> bool:
     """Whether the imported package's ``run_pipeline`` takes ``engine=`` (the units + commit job);
     older code (``--baseline-ref``) has one Ray job and writes with ``write_parquet``."""
     import inspect
 
-    from offline_prelearner.pipeline import run_pipeline
-
-    return "engine" in inspect.signature(run_pipeline).parameters
+    return "engine" in inspect.signature(pipeline_module().run_pipeline).parameters
 
 
 def run_ours(files: list[Path], updates: dict[str, Any], mode: str = "stream") -> Run:
@@ -283,7 +293,8 @@ def run_ours(files: list[Path], updates: dict[str, Any], mode: str = "stream") -
     import shutil
 
     from offline_prelearner.config import PreLearnerConfig
-    from offline_prelearner.pipeline import build_dataset, run_pipeline
+
+    build_dataset, run_pipeline = pipeline_module().build_dataset, pipeline_module().run_pipeline
 
     config = PreLearnerConfig().with_updates(updates)
     expected = total_rows(files)
@@ -318,7 +329,8 @@ def run_ours(files: list[Path], updates: dict[str, Any], mode: str = "stream") -
 def run_ours_episodes(files: list[Path], updates: dict[str, Any], steps: int | None) -> Run:
     """Our job on msgpack episodes; ``rows`` counts episodes, ``steps`` (given) env steps."""
     from offline_prelearner.config import PreLearnerConfig
-    from offline_prelearner.pipeline import run_pipeline
+
+    run_pipeline = pipeline_module().run_pipeline
 
     config = PreLearnerConfig().with_updates({"format": "episodes", **updates})
     stats: dict[str, Any] = {}
@@ -352,7 +364,8 @@ def run_bare(files: list[Path], batch_size: int, sized: bool = False) -> Run:
     import ray
 
     from offline_prelearner.config import PreLearnerConfig
-    from offline_prelearner.pipeline import _read
+
+    _read = pipeline_module()._read
 
     def job() -> tuple[int, int, float | None]:
         paths = [str(f) for f in files]

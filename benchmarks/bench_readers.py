@@ -31,7 +31,7 @@ from typing import Any
 import _common as C
 
 from offline_prelearner.config import ReadConfig
-from offline_prelearner.readers import make_reader
+from offline_prelearner.io.readers import make_reader
 
 HERE = Path(__file__).resolve().parent
 

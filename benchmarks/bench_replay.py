@@ -30,14 +30,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rllib_replay import _rate, synthetic_cartpole, synthetic_pixels
 
-from offline_prelearner.buffers import (
+from offline_prelearner.episodes.episode import Episode
+from offline_prelearner.replay import (
     EpisodeReplayBuffer,
     MixInReplayBuffer,
     MultiAgentEpisodeReplayBuffer,
     Reservoir,
 )
-from offline_prelearner.episode import Episode
-from offline_prelearner.samplers import FrameStack, NStep, Sequence, Transition
+from offline_prelearner.replay.samplers import FrameStack, NStep, Sequence, Transition
 
 RLLIB_PYTHON = os.environ.get("RLLIB_PYTHON") or str(
     Path(

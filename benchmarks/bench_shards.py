@@ -91,11 +91,11 @@ def main() -> None:
 
     import ray
 
-    from offline_prelearner.buffers.prioritized import PrioritizedEpisodeReplayBuffer
-    from offline_prelearner.buffers.shards import ShardedReplayBuffer, shard_of
     from offline_prelearner.config import PreLearnerConfig
-    from offline_prelearner.episode_columns import EpisodeColumns
-    from offline_prelearner.samplers.prioritized import Prioritized
+    from offline_prelearner.episodes.episode_columns import EpisodeColumns
+    from offline_prelearner.replay.prioritized import PrioritizedEpisodeReplayBuffer
+    from offline_prelearner.replay.samplers.prioritized import Prioritized
+    from offline_prelearner.replay.shards import ShardedReplayBuffer, shard_of
 
     C.log("loading episodes")
     chunks = load_chunks(data, 100_000 if args.quick else None)

@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import ray
 
-from offline_prelearner.apex import start_feed
-from offline_prelearner.buffers.shards import ShardedReplayBuffer
 from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.errors import EmptyBufferError
+from offline_prelearner.jobs.apex import start_feed
+from offline_prelearner.replay.shards import ShardedReplayBuffer
 
 DATA = Path(__file__).resolve().parents[1] / "datasets" / "cartpole-v1" / "rows"
 GAMMA, LR, STEPS, TARGET_EVERY, B = 0.95, 0.05, 1000, 100, 256

@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from offline_prelearner.config import PreLearnerConfig
-from offline_prelearner.pipeline import run_pipeline
+from offline_prelearner.jobs.pipeline import run_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "datasets" / "cartpole-v1" / "rows"

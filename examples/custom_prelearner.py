@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from offline_prelearner.arrowcols import column_to_numpy
-from offline_prelearner.episode import Episode
+from offline_prelearner.episodes.episode import Episode
+from offline_prelearner.io.arrow_columns import column_to_numpy
 from offline_prelearner.prelearner import OfflinePreLearner
 
 HERE = Path(__file__).resolve().parent
@@ -66,7 +66,7 @@ def main() -> int:
     # so they get this folder on their PYTHONPATH (on a cluster: runtime_env={"py_modules": ...}).
     import ray
 
-    from offline_prelearner.pipeline import run_pipeline
+    from offline_prelearner.jobs.pipeline import run_pipeline
 
     path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
     ray.init(

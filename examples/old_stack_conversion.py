@@ -23,9 +23,9 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from offline_prelearner.config import ReadConfig
-from offline_prelearner.convert import convert_path
+from offline_prelearner.io.readers import make_reader
+from offline_prelearner.jobs.convert import convert_path
 from offline_prelearner.prelearner import OfflinePreLearner
-from offline_prelearner.readers import make_reader
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(

@@ -18,20 +18,12 @@ The public API, grouped by stage (everything is also importable from its module)
 
 from typing import TYPE_CHECKING, Any
 
-from .batch import MultiAgentBatch, SampleBatch
-from .buffers import (
-    EpisodeReplayBuffer,
-    MixInReplayBuffer,
-    MultiAgentEpisodeReplayBuffer,
-    Reservoir,
-    SampleToInsertRatio,
-)
-from .buffers.shards import ReplayShard, ShardedReplayBuffer
 from .config import PreLearnerConfig, ReadConfig
 from .connectors import Connector, ConnectorPipeline, build_pipeline, register_connector
-from .convert import convert_path
-from .episode import Episode
-from .episode_columns import EpisodeColumns
+from .episodes.episode import Episode
+from .episodes.episode_columns import EpisodeColumns
+from .episodes.ledger import EpisodeBatch, Ledger
+from .episodes.validate import Deduplicator, ValidateConfig, Validator
 from .errors import (
     ConfigError,
     DataError,
@@ -42,17 +34,25 @@ from .errors import (
     SchemaError,
     UnsupportedFormatError,
 )
+from .io.readers import make_reader, register_reader
+from .io.schema import ColumnSchema, load_schema
+from .jobs.convert import convert_path
 from .prelearner import OfflinePreLearner
-from .readers import make_reader, register_reader
-from .report import EpisodeBatch, Ledger
-from .samplers import FrameStack, NStep, Prioritized, Sequence, Transition, Uniform
-from .schema import ColumnSchema, load_schema
-from .validate import Deduplicator, ValidateConfig, Validator
+from .replay import (
+    EpisodeReplayBuffer,
+    MixInReplayBuffer,
+    MultiAgentEpisodeReplayBuffer,
+    Reservoir,
+    SampleToInsertRatio,
+)
+from .replay.batch import MultiAgentBatch, SampleBatch
+from .replay.samplers import FrameStack, NStep, Prioritized, Sequence, Transition, Uniform
+from .replay.shards import ReplayShard, ShardedReplayBuffer
 
 if TYPE_CHECKING:  # loaded on first use at run time (see __getattr__); typed for checkers
-    from .apex import FeedStats, feed_shards, start_feed
-    from .buffers.prioritized import PrioritizedEpisodeReplayBuffer
-    from .pipeline import iter_learner_batches, run_pipeline
+    from .jobs.apex import FeedStats, feed_shards, start_feed
+    from .jobs.pipeline import iter_learner_batches, run_pipeline
+    from .replay.prioritized import PrioritizedEpisodeReplayBuffer
 
 __version__ = "0.1.0"
 
@@ -120,15 +120,15 @@ __all__ = [  # noqa: RUF022  (grouped by stage, like the docstring)
 def __getattr__(name: str) -> Any:
     # Ray is imported only by the pipeline; importing the package stays light.
     if name in ("run_pipeline", "iter_learner_batches"):
-        from . import pipeline
+        from .jobs import pipeline
 
         return getattr(pipeline, name)
     if name in ("feed_shards", "start_feed", "FeedStats"):
-        from . import apex
+        from .jobs import apex
 
         return getattr(apex, name)
     if name == "PrioritizedEpisodeReplayBuffer":
-        from .buffers.prioritized import PrioritizedEpisodeReplayBuffer
+        from .replay.prioritized import PrioritizedEpisodeReplayBuffer
 
         return PrioritizedEpisodeReplayBuffer
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

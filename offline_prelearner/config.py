@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from .codec import DecodeLimits
+from .episodes.ledger import OnInvalid, check_on_invalid
 from .errors import ConfigError
-from .report import OnInvalid, check_on_invalid
+from .io.codec import DecodeLimits
 
 __all__ = [
     "BufferConfig",
@@ -36,7 +36,7 @@ class ReadConfig:
             episodes in an ``item`` column), ``"sample_batches"`` (old-stack records), ``"auto"``
             (chosen from the files, or from the first batch's columns; the prelearner's
             default), or any name registered with ``register_reader``.
-        schema: A :class:`~offline_prelearner.schema.ColumnSchema`, a preset name (see
+        schema: A :class:`~offline_prelearner.io.schema.ColumnSchema`, a preset name (see
             ``schemas/``) or a path to a schema JSON file. ``None`` means RLlib's new-stack names.
         legacy_pickle: Decode RLlib's legacy ``base64(lz4(pickle))`` compressed columns through
             the restricted unpickler. Off by default: data files are untrusted.
@@ -276,7 +276,7 @@ class PreLearnerConfig:
     prelearner: str | None = None
 
     def __post_init__(self) -> None:
-        from .validate import ValidateConfig
+        from .episodes.validate import ValidateConfig
 
         if self.validate is None:
             # Rows spread over batches arrive as fragments; the buffer joins them.
@@ -397,7 +397,7 @@ class PreLearnerConfig:
 
 def _section_types() -> dict[str, type]:
     if not _SECTIONS:
-        from .validate import ValidateConfig
+        from .episodes.validate import ValidateConfig
 
         _SECTIONS.update(
             read=ReadConfig,
@@ -435,7 +435,7 @@ def _build(cls: type, section: str, values: Mapping[str, Any]) -> Any:
     vals = dict(values)
     for name in ("observation_space", "action_space"):
         if isinstance(vals.get(name), dict):
-            from .spaces import space_from_dict
+            from .episodes.spaces import space_from_dict
 
             vals[name] = space_from_dict(vals[name])
     if cls is ReadConfig and isinstance(vals.get("limits"), dict):
@@ -452,7 +452,7 @@ def _build(cls: type, section: str, values: Mapping[str, Any]) -> Any:
 def _jsonable(v: Any) -> Any:
     import gymnasium as gym
 
-    from .spaces import space_to_dict
+    from .episodes.spaces import space_to_dict
 
     if isinstance(v, gym.Space):
         return space_to_dict(v)

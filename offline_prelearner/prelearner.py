@@ -13,7 +13,7 @@ batches. Every step is a small method, so a subclass changes one step without co
 
 Output: for each trained module, a dict of numpy columns with one row per sampled transition (or
 sequence) and a ``module_id`` column; :meth:`MultiAgentBatch.from_rows
-<offline_prelearner.batch.MultiAgentBatch.from_rows>` rebuilds ``{module_id: SampleBatch}``.
+<offline_prelearner.replay.batch.MultiAgentBatch.from_rows>` rebuilds ``{module_id: SampleBatch}``.
 """
 
 from __future__ import annotations
@@ -24,21 +24,21 @@ from typing import Any, cast
 
 import numpy as np
 
-from .batch import MultiAgentBatch, SampleBatch
-from .buffers.build import build_buffer, build_unit
-from .buffers.replay_buffer import EpisodeReplayBuffer
 from .config import PreLearnerConfig
 from .connectors.base import ConnectorContext, ConnectorPipeline, build_pipeline
-from .episode import Episode
-from .episode_columns import EpisodeColumns
+from .episodes.episode import Episode
+from .episodes.episode_columns import EpisodeColumns
+from .episodes.ledger import EpisodeBatch, Ledger
+from .episodes.validate import Deduplicator, Validator
 from .errors import ConfigError, EmptyBufferError
+from .io.readers import Batch, Reader, make_reader
 from .plugins import import_object
-from .readers import Batch, Reader, make_reader
-from .report import EpisodeBatch, Ledger
-from .samplers import Prioritized
-from .samplers.base import SampleUnit
-from .samplers.in_order import InOrder
-from .validate import Deduplicator, Validator
+from .replay.batch import MultiAgentBatch, SampleBatch
+from .replay.build import build_buffer, build_unit
+from .replay.replay_buffer import EpisodeReplayBuffer
+from .replay.samplers import Prioritized
+from .replay.samplers.base import SampleUnit
+from .replay.samplers.in_order import InOrder
 
 __all__ = ["OfflinePreLearner", "StatsSink"]
 

@@ -35,14 +35,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .batch import MODULE_ID, SampleBatch
-from .buffers.replay_buffer import EpisodeReplayBuffer
 from .connectors.base import Connector, ConnectorContext
-from .episode import Episode
+from .episodes.episode import Episode
+from .io.writers import episodes_to_rows
 from .prelearner import OfflinePreLearner
-from .samplers.base import Sampler, SampleUnit
-from .samplers.transition import Transition
-from .writers import episodes_to_rows
+from .replay.batch import MODULE_ID, SampleBatch
+from .replay.replay_buffer import EpisodeReplayBuffer
+from .replay.samplers.base import Sampler, SampleUnit
+from .replay.samplers.transition import Transition
 
 
 def _pickle_roundtrip(obj: Any) -> Any:

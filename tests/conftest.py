@@ -25,7 +25,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import strategies as st
 
-from offline_prelearner.episode import Episode
+from offline_prelearner.episodes.episode import Episode
 
 SHARED_DATA_ENV = "OFFLINE_PRELEARNER_SHARED_DATA"
 

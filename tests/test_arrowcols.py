@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from offline_prelearner.arrowcols import (
+from offline_prelearner.errors import SchemaError
+from offline_prelearner.io.arrow_columns import (
     ColumnValueError,
     column_to_numpy,
     decode_cells,
@@ -26,9 +27,8 @@ from offline_prelearner.arrowcols import (
     stack_cells,
     to_numpy,
 )
-from offline_prelearner.codec import pack_array
-from offline_prelearner.errors import SchemaError
-from offline_prelearner.readers._batch import (
+from offline_prelearner.io.codec import pack_array
+from offline_prelearner.io.readers.frame import (
     ColumnBatch,
     Groups,
     Keys,

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from offline_prelearner.cli import main
+from offline_prelearner.jobs.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -207,10 +207,18 @@ def _process(
     env: dict[str, str] | None = None,
     timeout: float = JOB_TIMEOUT_S,
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m offline_prelearner.cli process ROWS --out OUT ARGS`` in a fresh process,
+    """``python -m offline_prelearner.jobs.cli process ROWS --out OUT ARGS`` in a fresh process,
     its environment this one's without Ray's settings, plus ``env``."""
     env = {**_clean_env(), **(env or {})}
-    cmd = [sys.executable, "-m", "offline_prelearner.cli", "process", str(ROWS), "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "offline_prelearner.jobs.cli",
+        "process",
+        str(ROWS),
+        "--out",
+        str(out),
+    ]
     return subprocess.run(
         [*cmd, "--json", *args],
         capture_output=True,

@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from offline_prelearner.codec import (
+from offline_prelearner.errors import DecodeError
+from offline_prelearner.io.codec import (
     DecodeLimits,
     RestrictedUnpickler,
     legacy_unpack,
@@ -29,7 +30,6 @@ from offline_prelearner.codec import (
     unpack_array,
     unpackb,
 )
-from offline_prelearner.errors import DecodeError
 
 DTYPES = st.one_of(
     hnp.boolean_dtypes(),

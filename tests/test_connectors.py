@@ -16,8 +16,6 @@ from conftest import make_episode, random_episodes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from offline_prelearner.batch import SampleBatch
-from offline_prelearner.buffers import EpisodeReplayBuffer
 from offline_prelearner.connectors import (
     GAE,
     CastDtypes,
@@ -35,9 +33,11 @@ from offline_prelearner.connectors import (
     discounted_cumsum,
     register_connector,
 )
-from offline_prelearner.episode import Episode
+from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import ConfigError, DataError, EpisodeValidationError, SchemaError
-from offline_prelearner.samplers import FrameStack, Sequence, Transition
+from offline_prelearner.replay import EpisodeReplayBuffer
+from offline_prelearner.replay.batch import SampleBatch
+from offline_prelearner.replay.samplers import FrameStack, Sequence, Transition
 
 SETTINGS = settings(max_examples=60, deadline=None)
 CTX = ConnectorContext()

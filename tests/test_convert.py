@@ -13,14 +13,14 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from offline_prelearner.cli import main
 from offline_prelearner.config import ReadConfig
-from offline_prelearner.convert import STATS_FILE, convert_path
-from offline_prelearner.episode import Episode
+from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import DataError, DecodeError
-from offline_prelearner.readers.episodes import EpisodesReader
-from offline_prelearner.readers.rows import RowsReader
-from offline_prelearner.readers.sample_batches import SampleBatchesReader
+from offline_prelearner.io.readers.episodes import EpisodesReader
+from offline_prelearner.io.readers.rows import RowsReader
+from offline_prelearner.io.readers.sample_batches import SampleBatchesReader
+from offline_prelearner.jobs.cli import main
+from offline_prelearner.jobs.convert import STATS_FILE, convert_path
 
 COMPRESSED = "cartpole-v1_old_stack_json_compressed.json"
 RLLIB_PYTHON = Path(os.environ.get("RLLIB_PYTHON", "/work/rllib-venv/bin/python"))

@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 from test_convert import assert_same_episodes, read_back
 
-from offline_prelearner.cli import main
-from offline_prelearner.commit import MANIFEST_FILE, CommitError, staging_path
 from offline_prelearner.config import ReadConfig
-from offline_prelearner.convert import STATS_FILE, convert_path
 from offline_prelearner.errors import DataError, DecodeError
-from offline_prelearner.readers.sample_batches import SampleBatchesReader
+from offline_prelearner.io.readers.sample_batches import SampleBatchesReader
+from offline_prelearner.jobs.cli import main
+from offline_prelearner.jobs.commit import MANIFEST_FILE, CommitError, staging_path
+from offline_prelearner.jobs.convert import STATS_FILE, convert_path
 
 REPO = Path(__file__).resolve().parents[1]
 PLAIN = "cartpole-v1_old_stack_json_uncompressed.json"
@@ -429,7 +429,7 @@ def test_a_unit_that_wrote_open_episodes_is_redone_when_a_file_follows(
         def fail(*args: Any, **kwargs: Any) -> None:
             raise OSError("disk full")
 
-        m.setattr("offline_prelearner.commit.Staging.commit", fail)
+        m.setattr("offline_prelearner.jobs.commit.Staging.commit", fail)
         with pytest.raises(OSError, match="disk full"):
             convert_path(src, "rows", tmp_path / "out")
         with pytest.raises(OSError, match="disk full"):

@@ -12,9 +12,9 @@ from conftest import make_episode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from offline_prelearner.codec import packb, unpackb
-from offline_prelearner.episode import Episode
+from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import DecodeError, EpisodeValidationError
+from offline_prelearner.io.codec import packb, unpackb
 
 
 def columns(n: int = 3, **over: Any) -> dict[str, Any]:

@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 from test_validate_batch import episode, outcome, validate_configs
 
 from offline_prelearner.config import PreLearnerConfig
-from offline_prelearner.episode import Episode
-from offline_prelearner.episode_columns import EpisodeColumns
+from offline_prelearner.episodes.episode import Episode
+from offline_prelearner.episodes.episode_columns import EpisodeColumns
+from offline_prelearner.episodes.ledger import EpisodeBatch, Ledger
+from offline_prelearner.episodes.validate import Deduplicator, ValidateConfig, Validator
 from offline_prelearner.prelearner import OfflinePreLearner
-from offline_prelearner.report import EpisodeBatch, Ledger
-from offline_prelearner.validate import Deduplicator, ValidateConfig, Validator
 
 REPO = Path(__file__).resolve().parents[1]
 #: The kinds of test_validate_batch that keep one column layout (a reader's batch has one).

@@ -281,7 +281,7 @@ def assert_nothing_committed(out: Path) -> None:
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from offline_prelearner.record import record_env, write_recording
+    from offline_prelearner.jobs.record import record_env, write_recording
 
     root = tmp_path_factory.mktemp("faults")
     folder = root / "cartpole"

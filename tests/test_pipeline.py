@@ -11,12 +11,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from offline_prelearner.batch import MultiAgentBatch
-from offline_prelearner.cli import main
 from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.errors import ConfigError
-from offline_prelearner.pipeline import iter_learner_batches, run_pipeline
+from offline_prelearner.jobs.cli import main
+from offline_prelearner.jobs.pipeline import iter_learner_batches, run_pipeline
 from offline_prelearner.prelearner import OfflinePreLearner
+from offline_prelearner.replay.batch import MultiAgentBatch
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -80,7 +80,7 @@ def test_units_in_parallel_on_ray_write_what_one_process_writes(
     monkeypatch.setenv("OFFLINE_PRELEARNER_UNIT_MIN_ROWS", "1")
     cfg = PreLearnerConfig().with_updates({"sample_all": True, "n_step": 2, "concurrency": 2})
     res = run_pipeline(ROWS, cfg, out_dir=tmp_path / "ray", engine="ray")
-    ref = run_pipeline(ROWS, cfg, out_dir=tmp_path / "local", engine="local")
+    run_pipeline(ROWS, cfg, out_dir=tmp_path / "local", engine="local")
     assert res.stats["units"] == 5 and res.stats["rows_in"] == 5000 and res.stats["rows_balance"]
     s = _samples(tmp_path / "ray")
     assert len(set(zip(s["eps_id"], s["t"], strict=True))) == 5000
@@ -263,7 +263,7 @@ def test_bad_config_fails_before_ray_starts(tmp_path: Path) -> None:
 
 
 def test_footer_readers_scale_with_the_number_of_files() -> None:
-    from offline_prelearner.pipeline import footer_readers
+    from offline_prelearner.jobs.pipeline import footer_readers
 
     cfg = PreLearnerConfig()
     assert [footer_readers(cfg, n) for n in (1, 10, 11, 95, 320, 10_000)] == [1, 1, 2, 10, 32, 32]
@@ -277,7 +277,7 @@ def test_read_sets_footer_actors_only_for_the_call_and_respects_the_user(
 ) -> None:
     import ray
 
-    from offline_prelearner.pipeline import FOOTER_ACTORS_ENV, _read
+    from offline_prelearner.jobs.pipeline import FOOTER_ACTORS_ENV, _read
 
     seen: list[str | None] = []
     real = ray.data.read_parquet
@@ -299,7 +299,7 @@ def test_read_sets_footer_actors_only_for_the_call_and_respects_the_user(
 def test_arrow_blocks_match_what_ray_builds_from_the_dicts(ray_local: Any) -> None:
     from ray.data.block import BlockAccessor
 
-    from offline_prelearner.pipeline import to_arrow_block
+    from offline_prelearner.jobs.pipeline import to_arrow_block
 
     table = pq.read_table(sorted(ROWS.glob("*.parquet")))
     pre = OfflinePreLearner(PreLearnerConfig().with_updates({"read.format": "rows", "n_step": 3}))
@@ -317,7 +317,7 @@ def test_an_address_where_no_cluster_listens_fails_in_seconds() -> None:
     import socket
     import time
 
-    from offline_prelearner.pipeline import check_cluster_address
+    from offline_prelearner.jobs.pipeline import check_cluster_address
 
     with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
         s.bind(("127.0.0.1", 0))
@@ -339,7 +339,7 @@ def test_an_address_where_no_cluster_listens_fails_in_seconds() -> None:
 def test_datasets_carry_their_settings_and_leave_the_callers_context_alone(ray_local: Any) -> None:
     import ray
 
-    from offline_prelearner.pipeline import build_dataset
+    from offline_prelearner.jobs.pipeline import build_dataset
 
     ctx = ray.data.DataContext.get_current()
     before = (ctx.execution_options.preserve_order, ctx.target_max_block_size)

@@ -10,10 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from offline_prelearner.batch import MultiAgentBatch
 from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.errors import ConfigError, EpisodeValidationError
 from offline_prelearner.prelearner import OfflinePreLearner
+from offline_prelearner.replay.batch import MultiAgentBatch
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS = sorted((REPO / "datasets/cartpole-v1/rows").glob("*.parquet"))

@@ -14,11 +14,11 @@ from conftest import episodes_to_columns, make_episode, random_episodes, to_tabl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from offline_prelearner.arrowcols import column_to_numpy
 from offline_prelearner.config import ReadConfig
-from offline_prelearner.episode import Episode
+from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import DecodeError, EpisodeValidationError, SchemaError
-from offline_prelearner.readers.rows import RowsReader
+from offline_prelearner.io.arrow_columns import column_to_numpy
+from offline_prelearner.io.readers.rows import RowsReader
 
 SETTINGS = settings(
     max_examples=60,
@@ -571,7 +571,7 @@ def test_truncated_mid_episode_names_the_truncateds_column() -> None:
 
 
 def test_registered_as_rows_format() -> None:
-    from offline_prelearner.readers import Reader, make_reader
+    from offline_prelearner.io.readers import Reader, make_reader
 
     reader = make_reader(ReadConfig(format="rows", schema="d4rl"))
     assert isinstance(reader, RowsReader) and isinstance(reader, Reader)

@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from offline_prelearner.config import ReadConfig
-from offline_prelearner.episode import Episode
+from offline_prelearner.episodes.episode import Episode
+from offline_prelearner.episodes.stitch import stitch_fragments
 from offline_prelearner.errors import DataError, DecodeError
-from offline_prelearner.readers import make_reader
-from offline_prelearner.readers.sample_batches import SampleBatchesReader
-from offline_prelearner.stitch import stitch_fragments
+from offline_prelearner.io.readers import make_reader
+from offline_prelearner.io.readers.sample_batches import SampleBatchesReader
 
 UNCOMPRESSED = "cartpole-v1_old_stack_json_uncompressed.json"
 COMPRESSED = "cartpole-v1_old_stack_json_compressed.json"
@@ -175,7 +175,7 @@ def test_compressed_without_legacy_pickle_says_how(shared_data: Path) -> None:
 
 
 def test_registered() -> None:
-    from offline_prelearner.readers import sample_batches  # noqa: F401
+    from offline_prelearner.io.readers import sample_batches  # noqa: F401
 
     assert isinstance(make_reader(ReadConfig(format="sample_batches")), SampleBatchesReader)
 

@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from offline_prelearner.config import ReadConfig
-from offline_prelearner.episode import Episode
+from offline_prelearner.episodes.episode import Episode
+from offline_prelearner.episodes.ledger import EpisodeBatch
 from offline_prelearner.errors import EpisodeValidationError
+from offline_prelearner.io.readers.rows import RowsReader
 from offline_prelearner.prelearner import OfflinePreLearner
-from offline_prelearner.readers.rows import RowsReader
-from offline_prelearner.report import EpisodeBatch
 
 SETTINGS = settings(
     max_examples=60,

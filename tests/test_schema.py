@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from offline_prelearner.columns import CANONICAL_FIELDS
+from offline_prelearner.episodes.columns import CANONICAL_FIELDS
 from offline_prelearner.errors import ConfigError, DecodeError, SchemaError
-from offline_prelearner.schema import (
+from offline_prelearner.io.schema import (
     ColumnSchema,
     available_schemas,
     detect_schema,

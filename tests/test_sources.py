@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from offline_prelearner.errors import DataError, UnsupportedFormatError
-from offline_prelearner.sources import detect_format, expand_paths, read_table
+from offline_prelearner.io.sources import detect_format, expand_paths, read_table
 
 
 def _write(path: Path, **cols: object) -> Path:

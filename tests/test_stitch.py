@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from offline_prelearner.episode import Episode
+from offline_prelearner.episodes.episode import Episode
+from offline_prelearner.episodes.ledger import EpisodeBatch
+from offline_prelearner.episodes.stitch import stitch_fragments
 from offline_prelearner.errors import EpisodeValidationError
-from offline_prelearner.report import EpisodeBatch
-from offline_prelearner.stitch import stitch_fragments
 
 
 def _episode(eid: str, n: int, seed: int = 0, terminated: bool = True) -> Episode:

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from offline_prelearner import testing as T
-from offline_prelearner.batch import MultiAgentBatch, SampleBatch
 from offline_prelearner.connectors.base import Connector, ConnectorContext, build_connector
-from offline_prelearner.episode import Episode
+from offline_prelearner.episodes.episode import Episode
+from offline_prelearner.episodes.ledger import EpisodeBatch
 from offline_prelearner.prelearner import OfflinePreLearner
-from offline_prelearner.report import EpisodeBatch
-from offline_prelearner.samplers import NStep, Prioritized, Sequence, Uniform
+from offline_prelearner.replay.batch import MultiAgentBatch, SampleBatch
+from offline_prelearner.replay.samplers import NStep, Prioritized, Sequence, Uniform
 
 
 # =============================================================================================

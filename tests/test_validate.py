@@ -14,11 +14,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from offline_prelearner.episode import Episode
+from offline_prelearner.episodes.episode import Episode
+from offline_prelearner.episodes.ledger import EpisodeBatch, Ledger, write_quarantine
+from offline_prelearner.episodes.validate import (
+    Deduplicator,
+    OddDataWarning,
+    ValidateConfig,
+    Validator,
+)
 from offline_prelearner.errors import ConfigError, EpisodeValidationError
-from offline_prelearner.report import EpisodeBatch, Ledger, write_quarantine
-from offline_prelearner.validate import Deduplicator, OddDataWarning, ValidateConfig, Validator
-from offline_prelearner.writers import episodes_to_rows
+from offline_prelearner.io.writers import episodes_to_rows
 
 
 def make_episode(

@@ -18,11 +18,11 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from offline_prelearner.episode import Episode
+from offline_prelearner.episodes.episode import Episode
+from offline_prelearner.episodes.ledger import EpisodeBatch, Ledger
+from offline_prelearner.episodes.validate import ValidateConfig, Validator
 from offline_prelearner.errors import EpisodeValidationError
-from offline_prelearner.report import EpisodeBatch, Ledger
-from offline_prelearner.validate import ValidateConfig, Validator
-from offline_prelearner.writers import episodes_to_rows
+from offline_prelearner.io.writers import episodes_to_rows
 
 KINDS = [
     "good", "good", "good", "good", "short", "empty", "bad_t", "open", "nan_reward",

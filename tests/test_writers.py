@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from offline_prelearner.episode import Episode
+from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import SchemaError
-from offline_prelearner.writers import episodes_to_rows, tensor_field, write_rows
+from offline_prelearner.io.writers import episodes_to_rows, tensor_field, write_rows
 
 RLLIB_COLUMNS = [
     "eps_id",
@@ -324,9 +324,9 @@ def test_tensor_field_metadata_is_json_shape() -> None:
 
 
 def read_back_with_rows_reader(path: str) -> dict[Any, Episode]:
-    pytest.importorskip("offline_prelearner.readers.rows")
+    pytest.importorskip("offline_prelearner.io.readers.rows")
     from offline_prelearner.config import ReadConfig
-    from offline_prelearner.readers import make_reader
+    from offline_prelearner.io.readers import make_reader
 
     batch = make_reader(ReadConfig(format="rows")).read(pq.read_table(path), source=path)
     assert batch.ledger.balanced() and batch.ledger.rows_kept == pq.read_metadata(path).num_rows

@@ -32,10 +32,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..batch import SampleBatch
-from ..episode import Episode
+from ..episodes.episode import Episode
 from ..errors import ConfigError
 from ..plugins import import_object
+from ..replay.batch import SampleBatch
 
 __all__ = [
     "DEFAULT_CONTEXT",

@@ -18,10 +18,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from .. import columns as C
-from ..batch import SampleBatch
+from ..episodes import columns as C
 from ..errors import ConfigError, DataError, SchemaError, Where
-from ..samplers.sequence import SEQ_LENS
+from ..replay.batch import SampleBatch
+from ..replay.samplers.sequence import SEQ_LENS
 from .base import Connector, ConnectorContext, register_connector
 from .stats import RunningMeanStd
 

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..episode import Episode
+from ..episodes.episode import Episode
 from ..errors import ConfigError, EpisodeValidationError, SchemaError, Where
 from .base import DEFAULT_CONTEXT, Connector, ConnectorContext, register_connector
 

@@ -1,0 +1,15 @@
+"""The episode model and what happens to episodes before replay: checks, de-duplication,
+stitching of fragments, and the ledger that accounts for every input row.
+
+* :mod:`.columns` -- canonical column names (RLlib's);
+* :mod:`.spaces` -- gymnasium spaces <-> JSON;
+* :mod:`.episode` -- :class:`~.episode.Episode`: one agent's trajectory as numpy columns;
+* :mod:`.episode_columns` -- many episodes as shared columns (what readers build);
+* :mod:`.validate` -- :class:`~.validate.Validator` and :class:`~.validate.Deduplicator`;
+* :mod:`.stitch` -- fragments of one episode joined across batches;
+* :mod:`.ledger` -- :class:`~.ledger.EpisodeBatch` and :class:`~.ledger.Ledger`: rows in =
+  rows kept + rejected + duplicate.
+
+The bottom of the package: nothing here imports from ``io``, ``replay``, ``connectors`` or
+``jobs``.
+"""

@@ -1,0 +1,469 @@
+"""Episode: one agent's trajectory as a handful of numpy columns.
+
+An episode of ``T`` steps holds
+
+* ``observations``  ``[T + 1, *obs_shape]``  -- the reset observation, then one per step; the last
+  one is the observation the final action led to (what a truncated episode bootstraps from);
+* ``actions``       ``[T, *act_shape]``;
+* ``rewards``       ``[T]``;
+* ``extras``        ``{name: [T, ...]}``     -- any per-step column (logp, vf_preds, weights...);
+* ``infos``         optional list of ``T + 1`` dicts (RLlib's layout: the reset info first);
+* ``terminated`` / ``truncated`` flags, ``id``, ``agent_id``, ``module_id`` and ``t_started`` (the
+  env step of ``observations[0]``; a fragment of a longer episode starts later than 0).
+
+Slices are views; nothing is copied until two fragments are concatenated. ``get_state`` and
+``from_state`` speak RLlib's ``SingleAgentEpisode`` state layout, so RLlib's msgpack episodes
+decode and our episodes can be read by RLlib.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataError, DecodeError, EpisodeValidationError, Where
+from .spaces import space_to_dict
+
+__all__ = ["Episode"]
+
+
+def _fail(msg: str, episode_id: Any, **where: Any) -> EpisodeValidationError:
+    return EpisodeValidationError(msg, Where(episode_id=episode_id, **where), reason="inconsistent")
+
+
+class Episode:
+    """One agent's trajectory as numpy columns. See the module docstring for the layout."""
+
+    __slots__ = (
+        "actions",
+        "agent_id",
+        "extras",
+        "id",
+        "infos",
+        "module_id",
+        "observations",
+        "rewards",
+        "t_started",
+        "terminated",
+        "truncated",
+    )
+
+    def __init__(
+        self,
+        *,
+        id: Any,
+        observations: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        terminated: bool = False,
+        truncated: bool = False,
+        agent_id: Any = None,
+        module_id: Any = None,
+        t_started: int = 0,
+        infos: Sequence[Any] | None = None,
+        extras: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
+        self.id = id
+        self.observations = np.asarray(observations)
+        self.actions = np.asarray(actions)
+        self.rewards = np.asarray(rewards)
+        self.terminated = bool(terminated)
+        self.truncated = bool(truncated)
+        self.agent_id = agent_id
+        self.module_id = module_id
+        self.t_started = int(t_started)
+        self.infos = None if infos is None else list(infos)
+        self.extras = {k: np.asarray(v) for k, v in (extras or {}).items()}
+        self._check()
+
+    @classmethod
+    def _trusted(
+        cls,
+        id: Any,
+        observations: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        terminated: bool,
+        truncated: bool,
+        agent_id: Any,
+        module_id: Any,
+        t_started: int,
+        extras: dict[str, np.ndarray],
+        infos: list[Any] | None = None,
+    ) -> Episode:
+        """An episode whose invariants the caller has already established, without checks.
+
+        For the batch decoders only (msgpack episodes, rows): they check lengths, flags, dtypes
+        and ``t`` as vectors over a whole batch and pass one episode of each layout through the
+        real constructor first. Arguments are stored as given: numpy arrays, Python ``bool`` /
+        ``int`` flags and ``t_started``, ``infos`` a list of ``T + 1`` dicts or None.
+        """
+        ep = object.__new__(cls)
+        ep.id = id
+        ep.observations = observations
+        ep.actions = actions
+        ep.rewards = rewards
+        ep.terminated = terminated
+        ep.truncated = truncated
+        ep.agent_id = agent_id
+        ep.module_id = module_id
+        ep.t_started = t_started
+        ep.infos = infos
+        ep.extras = extras
+        return ep
+
+    # ------------------------------------------------------------------ invariants
+    def _check(self) -> None:
+        eid = self.id
+        if self.observations.ndim < 1:
+            raise _fail("observations must have a time axis, got a scalar", eid, column="obs")
+        if self.actions.ndim < 1:
+            raise _fail("actions must have a time axis, got a scalar", eid, column="actions")
+        t = len(self.actions)
+        if len(self.observations) != t + 1:
+            raise _fail(
+                f"an episode of {t} actions needs {t + 1} observations, found "
+                f"{len(self.observations)}",
+                eid,
+                column="obs",
+            )
+        if self.rewards.shape != (t,):
+            raise _fail(
+                f"rewards must have shape ({t},), found {self.rewards.shape}", eid, column="rewards"
+            )
+        if self.rewards.dtype.kind not in "iufb":
+            raise _fail(
+                f"rewards must be numeric, found dtype {self.rewards.dtype}", eid, column="rewards"
+            )
+        for name, col in (("obs", self.observations), ("actions", self.actions)):
+            if col.dtype.hasobject:
+                raise _fail(f"{name} has dtype object (ragged or mixed values)", eid, column=name)
+        if self.terminated and self.truncated:
+            raise _fail("an episode cannot be both terminated and truncated", eid)
+        if self.t_started < 0:
+            raise _fail(f"t_started must be >= 0, found {self.t_started}", eid, column="t")
+        if self.infos is not None and len(self.infos) != t + 1:
+            raise _fail(
+                f"infos must have {t + 1} entries (reset info first), found {len(self.infos)}",
+                eid,
+                column="infos",
+            )
+        for name, col in self.extras.items():
+            if col.ndim < 1 or len(col) != t:
+                raise _fail(
+                    f"extra column {name!r} must have {t} rows, found "
+                    f"{len(col) if col.ndim else 'a scalar'}",
+                    eid,
+                    column=name,
+                )
+
+    # ------------------------------------------------------------------ basics
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    @property
+    def t_end(self) -> int:
+        """The env step of the last observation (``t_started + len(self)``)."""
+        return self.t_started + len(self.actions)
+
+    @property
+    def is_done(self) -> bool:
+        return self.terminated or self.truncated
+
+    @property
+    def total_reward(self) -> float:
+        return float(self.rewards.sum(dtype=np.float64))
+
+    def __repr__(self) -> str:
+        def arr(a: np.ndarray) -> str:
+            return f"{a.dtype}{list(a.shape)}"
+
+        extras = "".join(f", {k}={arr(v)}" for k, v in self.extras.items())
+        flag = "terminated" if self.terminated else "truncated" if self.truncated else "ongoing"
+        return (
+            f"Episode(id={self.id!r}, len={len(self)}, t={self.t_started}..{self.t_end}, {flag}, "
+            f"obs={arr(self.observations)}, actions={arr(self.actions)}, "
+            f"rewards={arr(self.rewards)}{extras}"
+            f"{', infos' if self.infos is not None else ''})"
+        )
+
+    def _replace(self, **changes: Any) -> Episode:
+        fields = {name: getattr(self, name) for name in self.__slots__}
+        fields.update(changes)
+        return Episode(**fields)
+
+    # ------------------------------------------------------------------ slicing / joining
+    def slice(self, start: int, stop: int | None = None) -> Episode:
+        """Steps ``[start, stop)`` as a new episode whose arrays are views of this one.
+
+        The slice keeps ``terminated``/``truncated`` only if it reaches this episode's end.
+        """
+        n = len(self)
+        start, stop, _ = slice(start, stop).indices(n)
+        stop = max(stop, start)
+        at_end = stop == n
+        return self._replace(
+            observations=self.observations[start : stop + 1],
+            actions=self.actions[start:stop],
+            rewards=self.rewards[start:stop],
+            extras={k: v[start:stop] for k, v in self.extras.items()},
+            infos=None if self.infos is None else self.infos[start : stop + 1],
+            t_started=self.t_started + start,
+            terminated=self.terminated and at_end,
+            truncated=self.truncated and at_end,
+        )
+
+    def concat(self, *others: Episode) -> Episode:
+        """Joins later fragments of this episode; see :meth:`concat_fragments`."""
+        return Episode.concat_fragments([self, *others])
+
+    @staticmethod
+    def concat_fragments(fragments: Iterable[Episode]) -> Episode:
+        """Joins fragments of one episode, in ``t_started`` order, into one episode (one copy).
+
+        Each fragment must start where the previous ended (``t_started == previous.t_end``) and
+        repeat its last observation as its first; only the last fragment may be done.
+        """
+        frags = sorted(fragments, key=lambda e: e.t_started)
+        if not frags:
+            raise ValueError("concat_fragments needs at least one fragment")
+        first = frags[0]
+        if len(frags) == 1:
+            return first
+        for prev, nxt in itertools.pairwise(frags):
+            if nxt.id != first.id:
+                raise _fail(f"cannot join fragments of different episodes ({nxt.id!r})", first.id)
+            if prev.is_done:
+                raise _fail(
+                    f"fragment ending at t={prev.t_end} is already done; nothing may follow",
+                    first.id,
+                    timestep=nxt.t_started,
+                )
+            if nxt.t_started != prev.t_end:
+                raise _fail(
+                    f"fragments do not continue: one ends at t={prev.t_end}, the next starts at "
+                    f"t={nxt.t_started}",
+                    first.id,
+                    timestep=nxt.t_started,
+                )
+            if not _same_obs(prev.observations[-1], nxt.observations[0]):
+                raise _fail(
+                    "fragment's first observation differs from the previous fragment's last one",
+                    first.id,
+                    timestep=nxt.t_started,
+                    column="obs",
+                )
+            if set(prev.extras) != set(nxt.extras):
+                raise _fail(
+                    f"fragments carry different extra columns: {sorted(prev.extras)} vs "
+                    f"{sorted(nxt.extras)}",
+                    first.id,
+                    timestep=nxt.t_started,
+                )
+        last = frags[-1]
+        with_infos = all(f.infos is not None for f in frags)
+        infos: list[Any] | None = None
+        if with_infos:
+            infos = list(first.infos or [])
+            for f in frags[1:]:
+                infos.extend((f.infos or [])[1:])
+        return Episode(
+            id=first.id,
+            observations=np.concatenate(
+                [first.observations] + [f.observations[1:] for f in frags[1:]]
+            ),
+            actions=np.concatenate([f.actions for f in frags]),
+            rewards=np.concatenate([f.rewards for f in frags]),
+            extras={k: np.concatenate([f.extras[k] for f in frags]) for k in first.extras},
+            infos=infos,
+            terminated=last.terminated,
+            truncated=last.truncated,
+            agent_id=first.agent_id,
+            module_id=first.module_id,
+            t_started=first.t_started,
+        )
+
+    # ------------------------------------------------------------------ RLlib state layout
+    def get_state(self, observation_space: Any = None, action_space: Any = None) -> dict[str, Any]:
+        """This episode in RLlib's ``SingleAgentEpisode.get_state()`` layout (finalized buffers)."""
+        obs_space = space_to_dict(observation_space)
+        act_space = space_to_dict(action_space)
+
+        def buf(data: Any, space: Any = None) -> dict[str, Any]:
+            return {"data": data, "lookback": 0, "finalized": True, "space": space}
+
+        infos = self.infos if self.infos is not None else [{} for _ in range(len(self) + 1)]
+        now = time.perf_counter()
+        return {
+            "id_": self.id,
+            "agent_id": self.agent_id,
+            "module_id": self.module_id,
+            "multi_agent_episode_id": None,
+            "observations": buf(self.observations, obs_space),
+            "actions": buf(self.actions, act_space),
+            "rewards": buf(self.rewards),
+            "infos": {"data": list(infos), "lookback": 0, "finalized": False, "space": None},
+            "extra_model_outputs": {k: buf(v) for k, v in self.extras.items()} or None,
+            "is_terminated": self.terminated,
+            "is_truncated": self.truncated,
+            "t_started": self.t_started,
+            "t": self.t_end,
+            "_observation_space": obs_space,
+            "_action_space": act_space,
+            "_start_time": None,
+            "_last_step_time": now,
+            "custom_data": {},
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> Episode:
+        """Builds an episode from RLlib's ``SingleAgentEpisode`` state dict (lists or finalized).
+
+        Each buffer's ``lookback`` steps are dropped: the episode starts at ``t_started``. Infos
+        that are all empty (RLlib writes ``{}`` for every step) are dropped too (``infos=None``),
+        as are infos whose count does not match the observations.
+        """
+        if not isinstance(state, Mapping):
+            raise DecodeError(
+                f"episode state must be a map, found {type(state).__name__}",
+                reason="bad_episode_state",
+            )
+        eid = state.get("id_")
+        if "agent_episodes" in state:
+            raise DecodeError(
+                "record holds a MultiAgentEpisode state; only single-agent episodes are read",
+                Where(episode_id=eid),
+                reason="unsupported_multi_agent",
+            )
+        try:
+            infos_state = state.get("infos")
+            return cls._from_parts(
+                id=eid,
+                observations=_buffer_array(state["observations"], "obs", eid),
+                actions=_buffer_array(state["actions"], "actions", eid),
+                rewards=_buffer_array(state["rewards"], "rewards", eid),
+                terminated=bool(state.get("is_terminated", False)),
+                truncated=bool(state.get("is_truncated", False)),
+                agent_id=state.get("agent_id"),
+                module_id=state.get("module_id"),
+                t_started=state.get("t_started"),
+                t=state.get("t"),
+                infos=_unlookback(infos_state) if isinstance(infos_state, Mapping) else None,
+                extras={
+                    k: _buffer_array(v, k, eid)
+                    for k, v in (state.get("extra_model_outputs") or {}).items()
+                    if v
+                },
+            )
+        except DataError:
+            raise
+        except KeyError as e:
+            raise DecodeError(
+                f"episode state has no {e.args[0]!r} entry",
+                Where(episode_id=eid),
+                reason="bad_episode_state",
+            ) from None
+        except (TypeError, AttributeError, ValueError, IndexError) as e:
+            # A state of the right keys but wrong types (a list where a map belongs, ...).
+            raise DecodeError(
+                f"episode state is malformed: {type(e).__name__}: {e}",
+                Where(episode_id=eid),
+                reason="bad_episode_state",
+            ) from None
+
+    @classmethod
+    def _from_parts(
+        cls,
+        *,
+        id: Any,
+        observations: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        terminated: bool,
+        truncated: bool,
+        agent_id: Any,
+        module_id: Any,
+        t_started: Any,
+        t: Any,
+        infos: Sequence[Any] | None,
+        extras: Mapping[str, np.ndarray],
+    ) -> Episode:
+        """The last step of :meth:`from_state`, shared with the readers' fast decoder.
+
+        ``infos`` are RLlib's per-step infos after the lookback (None entries mean ``{}``).
+        """
+        try:
+            t0 = int(t_started or 0)
+            t_end = None if t is None else int(t)
+        except (TypeError, ValueError):
+            raise _fail(
+                f"t_started={t_started!r} and t={t!r} must be integers", id, column="t"
+            ) from None
+        if t_end is not None and t_end != t0 + len(actions):
+            raise _fail(
+                f"state says t={t} but t_started={t0} plus {len(actions)} actions disagree",
+                id,
+                column="t",
+            )
+        if infos is not None:
+            if len(infos) != len(observations) or not any(infos):
+                infos = None  # all empty, or inconsistent (RLlib writes them so in places)
+            else:
+                infos = [i if i is not None else {} for i in infos]
+        return cls(
+            id=id,
+            observations=observations,
+            actions=actions,
+            rewards=rewards,
+            terminated=terminated,
+            truncated=truncated,
+            agent_id=agent_id,
+            module_id=module_id,
+            t_started=t0,
+            infos=infos,
+            extras=extras,
+        )
+
+
+def _same_obs(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+
+
+def _unlookback(buffer_state: Mapping[str, Any]) -> Any:
+    data = buffer_state["data"]
+    lookback = int(buffer_state.get("lookback") or 0)
+    if lookback < 0:
+        raise DecodeError(f"lookback must be >= 0, found {lookback}", reason="bad_episode_state")
+    return data[lookback:] if lookback else data
+
+
+def _buffer_array(buffer_state: Any, column: str, eid: Any) -> np.ndarray:
+    """One InfiniteLookbackBuffer state -> a numpy array along time (lookback dropped)."""
+    if not isinstance(buffer_state, Mapping) or "data" not in buffer_state:
+        raise DecodeError(
+            f"{column} is not an InfiniteLookbackBuffer state",
+            Where(column=column, episode_id=eid),
+            reason="bad_episode_state",
+        )
+    data = _unlookback(buffer_state)
+    if isinstance(data, np.ndarray):
+        return data
+    if isinstance(data, Mapping):
+        raise DecodeError(
+            f"{column} holds a composite (dict) space; flatten it with a connector before storing",
+            Where(column=column, episode_id=eid),
+            reason="unsupported_composite",
+        )
+    try:
+        if data and isinstance(data[0], np.ndarray):
+            return np.stack(data)
+        out = np.asarray(data)
+    except ValueError as e:
+        raise _fail(f"{column} steps have inconsistent shapes: {e}", eid, column=column) from None
+    if out.dtype.hasobject:
+        raise _fail(f"{column} steps are ragged or of mixed types", eid, column=column)
+    return out

@@ -1,0 +1,257 @@
+"""Accounting for every input row: what was kept, rejected (by reason) or dropped as a duplicate.
+
+Readers, validation and de-duplication all pass an :class:`EpisodeBatch` along: the episodes built
+so far, how many input rows each came from, and a :class:`Ledger` that must always balance::
+
+    rows_in == rows_kept + sum(rows_rejected.values()) + rows_duplicate
+
+``OnInvalid`` decides what happens to bad data: ``"raise"`` (the default) raises the
+:class:`~offline_prelearner.errors.DataError`; ``"skip"`` counts it; ``"quarantine"`` counts it
+and keeps the offending rows, with the reason, for :func:`write_quarantine`.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import ConfigError, DataError
+from .episode import Episode
+from .episode_columns import EpisodeColumns
+
+__all__ = [
+    "EpisodeBatch",
+    "Ledger",
+    "OnInvalid",
+    "Rejection",
+    "check_on_invalid",
+    "write_quarantine",
+]
+
+OnInvalid = Literal["raise", "skip", "quarantine"]
+_POLICIES = ("raise", "skip", "quarantine")
+
+
+def check_on_invalid(value: str) -> OnInvalid:
+    if value not in _POLICIES:
+        raise ConfigError(f"on_invalid must be one of {_POLICIES}, found {value!r}")
+    return value  # type: ignore[return-value]
+
+
+@dataclass
+class Rejection:
+    """Rows refused for one reason. ``rows`` (an Arrow table) is kept only under quarantine."""
+
+    error: DataError
+    num_rows: int
+    rows: pa.Table | None = None
+
+    @property
+    def reason(self) -> str:
+        return self.error.reason
+
+
+@dataclass
+class Ledger:
+    """Counters over input rows and episodes. Add with ``+=``; check with :meth:`balanced`."""
+
+    rows_in: int = 0
+    rows_kept: int = 0
+    rows_duplicate: int = 0
+    rows_rejected: Counter[str] = field(default_factory=Counter)
+    episodes_kept: int = 0
+    episodes_duplicate: int = 0
+    episodes_rejected: Counter[str] = field(default_factory=Counter)
+
+    def balanced(self) -> bool:
+        return (
+            self.rows_in == self.rows_kept + sum(self.rows_rejected.values()) + self.rows_duplicate
+        )
+
+    def __iadd__(self, other: Ledger) -> Ledger:
+        self.rows_in += other.rows_in
+        self.rows_kept += other.rows_kept
+        self.rows_duplicate += other.rows_duplicate
+        self.rows_rejected.update(other.rows_rejected)
+        self.episodes_kept += other.episodes_kept
+        self.episodes_duplicate += other.episodes_duplicate
+        self.episodes_rejected.update(other.episodes_rejected)
+        return self
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Ledger:
+        """Inverse of :meth:`to_dict` (``balanced`` is derived, not read)."""
+        return cls(
+            rows_in=d["rows_in"],
+            rows_kept=d["rows_kept"],
+            rows_duplicate=d["rows_duplicate"],
+            rows_rejected=Counter(d["rows_rejected"]),
+            episodes_kept=d["episodes_kept"],
+            episodes_duplicate=d["episodes_duplicate"],
+            episodes_rejected=Counter(d["episodes_rejected"]),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rows_in": self.rows_in,
+            "rows_kept": self.rows_kept,
+            "rows_duplicate": self.rows_duplicate,
+            "rows_rejected": dict(sorted(self.rows_rejected.items())),
+            "episodes_kept": self.episodes_kept,
+            "episodes_duplicate": self.episodes_duplicate,
+            "episodes_rejected": dict(sorted(self.episodes_rejected.items())),
+            "balanced": self.balanced(),
+        }
+
+
+class EpisodeBatch:
+    """Episodes on their way through read -> validate -> dedup, with the rows they account for.
+
+    ``source_rows[i]`` is the number of input rows ``episodes[i]`` was built from (its length for
+    row data, 1 for a msgpack episode record). The ledger's ``rows_kept``/``episodes_kept`` are
+    derived from the episodes still held, so stages only record what they remove.
+
+    A reader may hand the episodes over as shared columns (:attr:`columns`, an
+    :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns`) instead of objects;
+    stages that work on columns use them, and the first access to :attr:`episodes` builds the
+    objects (after which :attr:`columns` is None and the list is the one truth).
+    """
+
+    def __init__(
+        self,
+        episodes: list[Episode] | None = None,
+        source_rows: list[int] | None = None,
+        ledger: Ledger | None = None,
+        rejections: list[Rejection] | None = None,
+        on_invalid: OnInvalid = "raise",
+    ) -> None:
+        self._episodes: list[Episode] = [] if episodes is None else episodes
+        self._columns: EpisodeColumns | None = None
+        self.source_rows: list[int] = [] if source_rows is None else source_rows
+        self.ledger = Ledger() if ledger is None else ledger
+        self.rejections: list[Rejection] = [] if rejections is None else rejections
+        self.on_invalid = on_invalid
+        self.sync()
+
+    def __repr__(self) -> str:
+        cols = self._columns
+        held = len(self._episodes) if cols is None else f"columns[{len(cols)}]"
+        return f"EpisodeBatch(episodes={held}, ledger={self.ledger}, on_invalid={self.on_invalid})"
+
+    # ------------------------------------------------------------------ what is held
+    @property
+    def episodes(self) -> list[Episode]:
+        """The episodes as objects (built from :attr:`columns` on first access)."""
+        if self._columns is not None:
+            self._episodes.extend(self._columns.episodes())
+            self._columns = None
+        return self._episodes
+
+    @episodes.setter
+    def episodes(self, value: list[Episode]) -> None:
+        self._columns = None
+        self._episodes = value
+
+    @property
+    def columns(self) -> EpisodeColumns | None:
+        """The episodes as shared columns, when a reader gave them so and nothing has asked for
+        objects since (None otherwise: use :attr:`episodes`)."""
+        return self._columns
+
+    def __len__(self) -> int:
+        return len(self._episodes) + (0 if self._columns is None else len(self._columns))
+
+    def add_columns(self, columns: EpisodeColumns) -> None:
+        """Appends episodes held as columns (each accounts for ``length`` input rows)."""
+        if self._episodes or self._columns is not None:  # one form at a time: objects
+            self.episodes.extend(columns.episodes())
+        else:
+            self._columns = columns
+        self.source_rows.extend(columns.length.tolist())
+        self.sync()
+
+    def sync(self) -> None:
+        """Recomputes the kept counters from the episodes held."""
+        self.ledger.rows_kept = sum(self.source_rows)
+        self.ledger.episodes_kept = len(self)
+
+    def add(self, episode: Episode, source_rows: int) -> None:
+        self.episodes.append(episode)
+        self.source_rows.append(source_rows)
+        self.ledger.rows_kept += source_rows
+        self.ledger.episodes_kept += 1
+
+    def reject(
+        self,
+        error: DataError,
+        num_rows: int,
+        rows: pa.Table | None = None,
+        episodes: int = 1,
+        policy: OnInvalid | None = None,
+    ) -> None:
+        """Applies ``policy`` (default: the batch's) to bad data that is *not* in ``episodes``:
+        raise, or count it (and keep ``rows`` under quarantine)."""
+        policy = policy or self.on_invalid
+        if policy == "raise":
+            raise error
+        self.ledger.rows_rejected[error.reason] += num_rows
+        self.ledger.episodes_rejected[error.reason] += episodes
+        keep = rows if policy == "quarantine" else None
+        self.rejections.append(Rejection(error, num_rows, keep))
+
+    def keep_only(self, mask: list[bool]) -> tuple[list[Episode], list[int]]:
+        """Drops the episodes whose ``mask`` entry is False; returns the dropped ones (built as
+        objects) and their source rows."""
+        dropped_rows = [r for r, k in zip(self.source_rows, mask, strict=True) if not k]
+        if not dropped_rows:
+            return [], []
+        if self._columns is not None:
+            cols, keep = self._columns, np.asarray(mask, bool)
+            dropped = [cols.episode(i) for i in np.flatnonzero(~keep).tolist()]
+            self._columns = cols.select(keep)
+        else:
+            dropped = [e for e, k in zip(self._episodes, mask, strict=True) if not k]
+            self._episodes = [e for e, k in zip(self._episodes, mask, strict=True) if k]
+        self.source_rows = [r for r, k in zip(self.source_rows, mask, strict=True) if k]
+        self.sync()
+        return dropped, dropped_rows
+
+    def extend(self, other: EpisodeBatch) -> None:
+        """Appends another batch (episodes, ledger, rejections)."""
+        if other.columns is not None and not self._episodes and self._columns is None:
+            self._columns = other.columns
+        else:
+            self.episodes.extend(other.episodes)
+        self.source_rows.extend(other.source_rows)
+        self.ledger += other.ledger
+        self.rejections.extend(other.rejections)
+        self.sync()
+
+
+def write_quarantine(rejections: list[Rejection], out_dir: str | os.PathLike[str]) -> str | None:
+    """Writes quarantined rows, with ``_reject_reason`` and ``_reject_message``, to Parquet.
+
+    Returns the path written, or None when nothing was quarantined.
+    """
+    tables = []
+    for rej in rejections:
+        if rej.rows is None or rej.rows.num_rows == 0:
+            continue
+        n = rej.rows.num_rows
+        t = rej.rows.append_column("_reject_reason", pa.array([rej.reason] * n, pa.string()))
+        tables.append(
+            t.append_column("_reject_message", pa.array([str(rej.error)] * n, pa.string()))
+        )
+    if not tables:
+        return None
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(os.fspath(out_dir), f"quarantine-{uuid.uuid4().hex[:12]}.parquet")
+    pq.write_table(pa.concat_tables(tables, promote_options="permissive"), path)
+    return path

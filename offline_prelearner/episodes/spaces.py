@@ -1,0 +1,117 @@
+"""gymnasium spaces <-> JSON-able dicts, in RLlib's ``gym_space_to_dict`` layout.
+
+RLlib stores arrays inside space dicts as ``base64(zlib(np.save(array)))`` and loads them with
+``allow_pickle=True``. Here they are loaded with ``allow_pickle=False`` and a decompression limit,
+so a space dict from an untrusted file cannot run code or exhaust memory.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import zlib
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from ..errors import DecodeError
+
+__all__ = ["space_from_dict", "space_to_dict"]
+
+_MAX_SPACE_ARRAY_BYTES = 64 << 20
+
+
+def _encode_ndarray(array: np.ndarray) -> str:
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(array), allow_pickle=False)
+    return base64.b64encode(zlib.compress(buf.getvalue())).decode("ascii")
+
+
+def _decode_ndarray(text: str) -> np.ndarray:
+    try:
+        packed = base64.b64decode(text, validate=True)
+        dec = zlib.decompressobj()
+        raw = dec.decompress(packed, _MAX_SPACE_ARRAY_BYTES + 1)
+        if len(raw) > _MAX_SPACE_ARRAY_BYTES or not dec.eof:
+            raise DecodeError(
+                "space array is truncated or above the size limit", reason="size_limit"
+            )
+        return np.load(io.BytesIO(raw), allow_pickle=False)
+    except DecodeError:
+        raise
+    except (binascii.Error, zlib.error, ValueError, OSError) as e:
+        raise DecodeError(f"corrupt space array: {e}", reason="bad_space") from None
+
+
+def space_to_dict(space: gym.Space[Any] | None) -> dict[str, Any] | None:
+    """Serializes a gymnasium space to RLlib's dict layout (``None`` stays ``None``)."""
+    if space is None:
+        return None
+    if isinstance(space, gym.spaces.Box):
+        return {
+            "space": "box",
+            "low": _encode_ndarray(space.low),
+            "high": _encode_ndarray(space.high),
+            "shape": list(space.shape),
+            "dtype": space.dtype.str,
+        }
+    if isinstance(space, gym.spaces.Discrete):
+        return {"space": "discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, gym.spaces.MultiBinary):
+        n = space.n
+        return {"space": "multi-binary", "n": n if isinstance(n, int) else list(n)}
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return {
+            "space": "multi-discrete",
+            "nvec": _encode_ndarray(space.nvec),
+            "dtype": space.dtype.str,
+        }
+    if isinstance(space, gym.spaces.Tuple):
+        return {"space": "tuple", "spaces": [space_to_dict(s) for s in space.spaces]}
+    if isinstance(space, gym.spaces.Dict):
+        return {"space": "dict", "spaces": {k: space_to_dict(s) for k, s in space.spaces.items()}}
+    raise DecodeError(f"cannot serialize space of type {type(space).__name__}", reason="bad_space")
+
+
+def space_from_dict(d: dict[str, Any] | None) -> gym.Space[Any] | None:
+    """Inverse of :func:`space_to_dict`; also reads the dicts RLlib 2.60 writes."""
+    if d is None:
+        return None
+    if not isinstance(d, dict) or "space" not in d:
+        raise DecodeError(f"not a space dict: {str(d)[:80]!r}", reason="bad_space")
+    kind = d["space"]
+    try:
+        if kind == "box":
+            return gym.spaces.Box(
+                low=_decode_ndarray(d["low"]),
+                high=_decode_ndarray(d["high"]),
+                shape=tuple(d["shape"]),
+                dtype=np.dtype(d["dtype"]),
+            )
+        if kind == "discrete":
+            return gym.spaces.Discrete(int(d["n"]), start=int(d.get("start", 0)))
+        if kind == "multi-binary":
+            return gym.spaces.MultiBinary(d["n"])
+        if kind == "multi-discrete":
+            return gym.spaces.MultiDiscrete(_decode_ndarray(d["nvec"]), dtype=np.dtype(d["dtype"]))
+        if kind == "tuple":
+            return gym.spaces.Tuple([_member(s) for s in d["spaces"]])
+        if kind == "dict":
+            return gym.spaces.Dict({k: _member(s) for k, s in d["spaces"].items()})
+    except DecodeError:
+        raise
+    except (KeyError, TypeError, ValueError) as e:
+        raise DecodeError(
+            f"bad {kind!r} space dict: {type(e).__name__}: {e}", reason="bad_space"
+        ) from None
+    raise DecodeError(f"unsupported space kind {kind!r}", reason="bad_space")
+
+
+def _member(d: Any) -> gym.Space[Any]:
+    """A member of a Tuple/Dict space dict: must be a space, not ``None``."""
+    space = space_from_dict(d)
+    if space is None:
+        raise DecodeError("a composite space has a null member", reason="bad_space")
+    return space

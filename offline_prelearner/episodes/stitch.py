@@ -1,0 +1,61 @@
+"""Joining fragments of one episode that arrived in different batches or files.
+
+Readers emit what one batch holds; an episode recorded across several files arrives as several
+fragments with the same id whose ``t`` ranges follow each other. :func:`stitch_fragments` joins them
+(``Episode.concat_fragments`` checks that ``t`` continues and the boundary observation repeats);
+fragments that cannot be joined are rejected through the batch's policy, never silently dropped.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from ..errors import DataError
+from .episode import Episode
+from .ledger import EpisodeBatch
+
+__all__ = ["stitch_fragments"]
+
+
+def stitch_fragments(batch: EpisodeBatch) -> EpisodeBatch:
+    """A new batch in which fragments sharing ``(id, agent_id)`` are joined (first-seen order).
+
+    Only chains that continue (``t_started`` equal to the previous fragment's end, previous not
+    done) are joined. Overlapping copies stay separate, for the de-duplicator to count; a chain
+    whose boundary observations disagree is rejected through the batch's policy.
+    """
+    groups: dict[tuple[Any, Any], list[int]] = defaultdict(list)
+    for i, ep in enumerate(batch.episodes):
+        groups[(ep.id, ep.agent_id)].append(i)
+    out = EpisodeBatch(
+        ledger=batch.ledger, rejections=batch.rejections, on_invalid=batch.on_invalid
+    )
+    eps, src = batch.episodes, batch.source_rows
+    for idx in groups.values():
+        if len(idx) == 1:
+            out.add(eps[idx[0]], src[idx[0]])
+            continue
+        for chain in _chains(sorted(idx, key=lambda i: (eps[i].t_started, i)), eps):
+            rows = sum(src[i] for i in chain)
+            try:
+                joined = Episode.concat_fragments(eps[i] for i in chain)
+            except DataError as e:
+                out.reject(e, rows, episodes=1)
+                continue
+            out.add(joined, rows)
+    return out
+
+
+def _chains(order: list[int], eps: list[Episode]) -> list[list[int]]:
+    """Splits fragments (sorted by t_started) into runs that continue one another."""
+    chains: list[list[int]] = []
+    for i in order:
+        for chain in chains:
+            last = eps[chain[-1]]
+            if not last.is_done and eps[i].t_started == last.t_end:
+                chain.append(i)
+                break
+        else:
+            chains.append([i])
+    return chains

@@ -1,0 +1,520 @@
+"""Validation and de-duplication, two stages over a :class:`~.ledger.EpisodeBatch`.
+
+:class:`Validator` checks each episode against the contracts of :class:`ValidateConfig` and, in the
+Gymnasium env checker's spirit, *raises* on a broken contract (or skips / quarantines it, as the
+policy says) and *warns once* on data that is odd but legal. :class:`Deduplicator` drops episodes
+whose steps were already seen. Both remove episodes with ``EpisodeBatch.keep_only`` and record what
+they removed, so the batch's ledger always balances::
+
+    rows_in == rows_kept + sum(rows_rejected.values()) + rows_duplicate
+
+Each check is a few numpy reductions over one episode's columns; the only loop is over episodes.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from ..errors import ConfigError, EpisodeValidationError, Where
+from ..io.writers import episodes_to_rows
+from .episode import Episode
+from .episode_columns import EpisodeColumns
+from .ledger import EpisodeBatch, OnInvalid, check_on_invalid
+
+__all__ = ["Deduplicator", "OddDataWarning", "ValidateConfig", "Validator"]
+
+
+class OddDataWarning(UserWarning):
+    """Legal but suspicious data (float64 observations for a float32 space, empty episodes)."""
+
+
+@dataclass(frozen=True)
+class ValidateConfig:
+    """What :class:`Validator` checks, and what it does with an episode that fails.
+
+    Attributes:
+        require_done: Every episode must be terminated or truncated. Turn off for streams of
+            fragments (an episode cut across batches), where a not-done fragment is kept.
+        check_finite_rewards: Reject episodes with a NaN or infinite reward.
+        check_finite_obs: Reject episodes with a NaN or infinite observation. Off by default: some
+            environments legitimately emit NaN (e.g. a missing sensor reading).
+        observation_space: A gymnasium space every observation must lie in, or None. NaN passes
+            a Box's bounds check (``check_finite_obs`` decides about NaN).
+        action_space: A gymnasium space every action must lie in, or None.
+        min_length: Fewest steps an episode may have (0 admits empty episodes, with a warning).
+        on_invalid: ``"raise"`` | ``"skip"`` | ``"quarantine"``. This policy, not the incoming
+            batch's, decides what happens to episodes that fail validation.
+    """
+
+    require_done: bool = True
+    check_finite_rewards: bool = True
+    check_finite_obs: bool = False
+    observation_space: gym.Space[Any] | None = None
+    action_space: gym.Space[Any] | None = None
+    min_length: int = 1
+    on_invalid: OnInvalid = "raise"
+
+    def __post_init__(self) -> None:
+        for name in ("require_done", "check_finite_rewards", "check_finite_obs"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise ConfigError(f"{name} must be true or false, found {value!r}")
+        for name in ("observation_space", "action_space"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, gym.Space):
+                raise ConfigError(
+                    f"{name} must be a gymnasium space or None, found {type(value).__name__}"
+                )
+        if isinstance(self.min_length, bool) or not isinstance(self.min_length, int | np.integer):
+            raise ConfigError(f"min_length must be an integer, found {self.min_length!r}")
+        if self.min_length < 0:
+            raise ConfigError(f"min_length must be >= 0, found {self.min_length}")
+        check_on_invalid(self.on_invalid)
+
+
+# ---------------------------------------------------------------------------- space checks
+@dataclass(frozen=True)
+class _Miss:
+    """Why values are not in a space: ``kind`` shape | dtype | value; ``index`` the first step."""
+
+    kind: str
+    detail: str
+    index: int | None = None
+
+
+def _first_bad(ok: np.ndarray) -> int | None:
+    """The first step (axis 0) where ``ok`` is not all True, or None."""
+    if ok.all():
+        return None
+    return int(np.argmin(ok.all(axis=tuple(range(1, ok.ndim)))))
+
+
+class _SpaceCheck:
+    """Membership of a whole column (``[T, *shape]``, one entry per step) in one space.
+
+    Built once per space, so checking an episode is a few numpy calls: per-step shape, dtype
+    kind, then inclusive bounds (Box, Discrete, MultiDiscrete) or 0/1 (MultiBinary) over the
+    whole column at once; the first bad step is located only when there is one.
+    """
+
+    def __init__(self, space: gym.Space[Any]) -> None:
+        self.space = space
+        self.shape: tuple[int, ...] | None = None  # None: no vectorized test for this space
+        self.kinds = "biuf"
+        self.binary = False
+        self.nan_ok = False
+        self.cast_to: np.dtype[Any] | None = None  # Box dtype: storing wider values is odd
+        self.lo: Any = None
+        self.hi: Any = None
+        if isinstance(space, gym.spaces.Box):
+            self.shape, self.lo, self.hi = space.shape, space.low, space.high
+            self.kinds = "biu" if space.dtype.kind in "biu" else "biuf"
+            self.nan_ok = True  # NaN is governed by check_finite_obs, not by the bounds
+            self.cast_to = space.dtype
+        elif isinstance(space, gym.spaces.Discrete):
+            self.shape, self.kinds = (), "iu"
+            self.lo, self.hi = np.int64(space.start), np.int64(space.start + space.n - 1)
+        elif isinstance(space, gym.spaces.MultiDiscrete):
+            # start + (nvec - 1) fits the space's dtype; x - start could overflow small ints.
+            self.shape, self.kinds = space.shape, "iu"
+            self.lo, self.hi = space.start, space.start + (space.nvec - 1)
+        elif isinstance(space, gym.spaces.MultiBinary):
+            self.shape, self.binary = space.shape, True
+
+    def __call__(self, x: np.ndarray) -> _Miss | None:
+        """The first way ``x`` is not in the space, or None."""
+        if self.shape is None:
+            # Exotic spaces (Text, Graph, Sequence, OneOf, ...) have no vectorized membership
+            # test; ask the space itself, one step at a time.
+            for i in range(len(x)):
+                if not self.space.contains(x[i]):
+                    return _Miss("value", f"{x[i]} is not in {self.space}", i)
+            return None
+        if x.shape[1:] != self.shape:
+            return _Miss("shape", f"per-step shape {x.shape[1:]}, the space has {self.shape}")
+        if x.dtype.kind not in self.kinds:
+            need = "an integer type" if self.kinds == "iu" else f"one of kinds {self.kinds!r}"
+            return _Miss("dtype", f"dtype {x.dtype} is not {need}, as {self.space} needs")
+        ok = (x == 0) | (x == 1) if self.binary else (x >= self.lo) & (x <= self.hi)
+        if ok.all():
+            return None
+        if self.nan_ok and x.dtype.kind == "f":
+            ok |= np.isnan(x)
+        step = _first_bad(ok)
+        if step is None:
+            return None
+        at = tuple(int(k) for k in np.argwhere(~ok[step])[0])
+        where = f" at index {at}" if at else ""
+        if self.binary:
+            return _Miss("value", f"value {x[step][at]}{where} is not 0 or 1", step)
+        lo, hi = np.broadcast_to(self.lo, self.shape)[at], np.broadcast_to(self.hi, self.shape)[at]
+        return _Miss("value", f"value {x[step][at]}{where} is outside [{lo}, {hi}]", step)
+
+    def lossy(self, dtype: np.dtype[Any]) -> bool:
+        """True when values in the space are stored in a type it would not cast to safely."""
+        return (
+            self.cast_to is not None
+            and dtype != self.cast_to
+            and not np.can_cast(dtype, self.cast_to)
+        )
+
+
+# ---------------------------------------------------------------------------- validator
+class Validator:
+    """Checks episodes against a :class:`ValidateConfig`; stateful across batches.
+
+    Checks, in order (the first failure is the episode's reason tag): ``too_short``, ``bad_t``
+    (``t_started < 0``), ``not_done``, ``nan_reward``, ``obs_shape`` / ``obs_dtype`` (against the
+    first episode this validator accepted, in this batch or an earlier one, and the observation
+    space), ``nan_obs``, ``out_of_space`` (observations, then actions).
+    """
+
+    def __init__(self, config: ValidateConfig | None = None) -> None:
+        self.config = config or ValidateConfig()
+        self._expected_obs: tuple[tuple[int, ...], np.dtype[Any], Any] | None = None
+        self._warned: set[str] = set()
+        spaces = (("obs", self.config.observation_space), ("actions", self.config.action_space))
+        self._spaces = {col: _SpaceCheck(sp) for col, sp in spaces if sp is not None}
+
+    @property
+    def expected_obs(self) -> tuple[tuple[int, ...], np.dtype[Any]] | None:
+        """Per-step observation shape and dtype every episode must have (None before the first)."""
+        return None if self._expected_obs is None else self._expected_obs[:2]
+
+    def validate(self, batch: EpisodeBatch) -> EpisodeBatch:
+        """Removes the episodes that fail a check and records them; returns ``batch``.
+
+        Under ``on_invalid="raise"`` the first failure raises an
+        :class:`~offline_prelearner.errors.EpisodeValidationError` naming the episode, the column,
+        the timestep and what was expected; under ``"quarantine"`` each rejection keeps the
+        episode's rows (:func:`~offline_prelearner.io.writers.episodes_to_rows`).
+        """
+        policy = self.config.on_invalid
+        held = _Held.of(batch)
+        failed: list[tuple[int, EpisodeValidationError]] = []
+        i = 0
+        while i < len(held) and self._expected_obs is None:  # until an episode fixes the spec
+            error = self.check(held.episode(i))
+            if error is not None:
+                if policy == "raise":
+                    raise error
+                failed.append((i, error))
+            i += 1
+        # The rest: the checks as vectors over the whole batch; ``check`` itself (which builds
+        # the error, and warns) runs only for the episodes those do not clear.
+        for j in np.flatnonzero(~self._passes(held.tail(i))).tolist():
+            error = self.check(held.episode(i + j))
+            if error is not None:
+                if policy == "raise":
+                    raise error
+                failed.append((i + j, error))
+        if not failed:
+            return batch
+        keep = [True] * len(held)
+        for i, error in failed:  # this stage's policy wins over the batch's
+            keep[i] = False
+            rows = episodes_to_rows([held.episode(i)]) if policy == "quarantine" else None
+            batch.reject(error, batch.source_rows[i], rows, policy=policy)
+        batch.keep_only(keep)
+        return batch
+
+    def _passes(self, held: _Held) -> np.ndarray:
+        """Per episode: True where ``check`` would surely return None without a side effect
+        (once the obs spec is fixed). False means "ask ``check``", not necessarily "bad"."""
+        cfg = self.config
+        m = len(held)
+        if m == 0 or self._expected_obs is None:
+            return np.zeros(m, bool)
+        shape, dtype, _ = self._expected_obs
+        n = held.lengths()
+        # Empty episodes warn (or fail min_length): always the detailed path.
+        ok = n >= max(cfg.min_length, 1)
+        ok &= held.t_started() >= 0
+        if cfg.require_done:
+            ok &= held.done()
+        ok &= held.obs_layout_is(shape, dtype)
+        bounds = np.zeros(m + 1, np.int64)
+        np.cumsum(n, out=bounds[1:])
+        if cfg.check_finite_rewards:
+            rewards = held.rewards()
+            if rewards.dtype.kind in "fc":
+                ok &= _none_per_episode(~np.isfinite(rewards), bounds)
+        if not ok.any():
+            return ok
+        good = np.flatnonzero(ok)
+        if (cfg.check_finite_obs and np.dtype(dtype).kind in "fc") or "obs" in self._spaces:
+            obs = held.observations(good)
+            if cfg.check_finite_obs and obs.dtype.kind in "fc":
+                obs_bounds = np.zeros(len(good) + 1, np.int64)
+                np.cumsum(n[good] + 1, out=obs_bounds[1:])
+                bad = ~np.isfinite(obs).reshape(len(obs), -1).all(axis=1)
+                ok[good] &= _none_per_episode(bad, obs_bounds)
+            if "obs" in self._spaces and not self._space_clear("obs", obs):
+                ok[good] = False
+        if "actions" in self._spaces and ok.any():
+            good = np.flatnonzero(ok)
+            acts = held.actions(good)
+            if acts is None or not self._space_clear("actions", acts):
+                ok[good] = False
+        return ok
+
+    def _space_clear(self, column: str, x: np.ndarray) -> bool:
+        """Whether all of ``x`` (steps of several episodes, one dtype) lies in the column's space
+        and would raise no warning."""
+        check = self._spaces[column]
+        warned = f"{column}:{x.dtype}" in self._warned
+        return check(x) is None and (warned or not check.lossy(x.dtype))
+
+    def check(self, ep: Episode) -> EpisodeValidationError | None:
+        """The first contract ``ep`` breaks, or None; an accepted episode may fix the obs spec."""
+        cfg = self.config
+        n = len(ep)
+        if n < cfg.min_length:
+            return _error(
+                ep, "too_short", f"episode has {n} steps, fewer than min_length={cfg.min_length}"
+            )
+        if ep.t_started < 0:
+            return _error(ep, "bad_t", f"t_started must be >= 0, found {ep.t_started}", "t")
+        if cfg.require_done and not ep.is_done:
+            return _error(
+                ep,
+                "not_done",
+                f"episode ending at t={ep.t_end} is neither terminated "
+                "nor truncated (require_done=False admits fragments)",
+            )
+        if cfg.check_finite_rewards and ep.rewards.dtype.kind in "fc":
+            i = _first_bad(np.isfinite(ep.rewards))
+            if i is not None:
+                t = ep.t_started + i
+                return _error(
+                    ep,
+                    "nan_reward",
+                    f"reward at t={t} is {ep.rewards[i]}, not finite",
+                    "rewards",
+                    t,
+                )
+        error = self._check_obs(ep)
+        if error is not None:
+            return error
+        if cfg.action_space is not None and n > 0:  # an empty action array has no shape to check
+            error = self._check_space(ep, "actions", ep.actions)
+            if error is not None:
+                return error
+        if n == 0:
+            self._warn_once("empty", f"episode {ep.id!r} has no steps (min_length=0 admits it)")
+        if self._expected_obs is None:
+            self._expected_obs = (ep.observations.shape[1:], ep.observations.dtype, ep.id)
+        return None
+
+    def _check_obs(self, ep: Episode) -> EpisodeValidationError | None:
+        obs = ep.observations
+        if self._expected_obs is not None:
+            shape, dtype, ref = self._expected_obs
+            if obs.shape[1:] != shape:
+                return _error(
+                    ep,
+                    "obs_shape",
+                    f"observation shape {obs.shape[1:]} differs from "
+                    f"the expected {shape} (set by episode {ref!r})",
+                    "obs",
+                )
+            if obs.dtype != dtype:
+                return _error(
+                    ep,
+                    "obs_dtype",
+                    f"observation dtype {obs.dtype} differs from the "
+                    f"expected {dtype} (set by episode {ref!r})",
+                    "obs",
+                )
+        if self.config.check_finite_obs and obs.dtype.kind in "fc":
+            i = _first_bad(np.isfinite(obs))
+            if i is not None:
+                t = ep.t_started + i
+                return _error(
+                    ep, "nan_obs", f"observation at t={t} has a non-finite value", "obs", t
+                )
+        return self._check_space(ep, "obs", obs) if "obs" in self._spaces else None
+
+    def _check_space(
+        self, ep: Episode, column: str, x: np.ndarray
+    ) -> EpisodeValidationError | None:
+        check = self._spaces[column]
+        space = check.space
+        miss = check(x)
+        if miss is None:
+            if check.lossy(x.dtype):
+                self._warn_once(
+                    f"{column}:{x.dtype}",
+                    f"{column} are {x.dtype} but the space says "
+                    f"{check.cast_to} (first seen in episode {ep.id!r})",
+                )
+            return None
+        reason = f"{column}_{miss.kind}" if column == "obs" and miss.kind != "value" else None
+        t = None if miss.index is None else ep.t_started + miss.index
+        at = "" if t is None else f" at t={t}"
+        return _error(
+            ep, reason or "out_of_space", f"{column}{at} not in {space}: {miss.detail}", column, t
+        )
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(message, OddDataWarning, stacklevel=2)
+
+
+class _Held:
+    """The episodes of a batch as the vector checks see them: a list of objects, or the batch's
+    shared columns (no objects built), from episode ``start`` on."""
+
+    def __init__(
+        self, eps: list[Episode] | None, cols: EpisodeColumns | None, start: int = 0
+    ) -> None:
+        self.eps: list[Episode] = eps or []
+        self.cols, self.start = cols, start
+
+    @classmethod
+    def of(cls, batch: EpisodeBatch) -> _Held:
+        cols = batch.columns
+        return cls(None, cols) if cols is not None else cls(batch.episodes, None)
+
+    def __len__(self) -> int:
+        return len(self.cols) - self.start if self.cols is not None else len(self.eps)
+
+    def tail(self, i: int) -> _Held:
+        if self.cols is not None:
+            return _Held(None, self.cols, self.start + i)
+        return _Held(self.eps[i:], None)
+
+    def episode(self, i: int) -> Episode:
+        return self.cols.episode(self.start + i) if self.cols is not None else self.eps[i]
+
+    def lengths(self) -> np.ndarray:
+        if self.cols is not None:
+            return self.cols.length[self.start :]
+        return np.fromiter((len(e.actions) for e in self.eps), np.int64, len(self))
+
+    def t_started(self) -> np.ndarray:
+        if self.cols is not None:
+            return self.cols.t_started[self.start :]
+        return np.fromiter((e.t_started for e in self.eps), np.int64, len(self))
+
+    def done(self) -> np.ndarray:
+        if self.cols is not None:
+            return self.cols.done[self.start :]
+        return np.fromiter((e.terminated or e.truncated for e in self.eps), bool, len(self))
+
+    def obs_layout_is(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+        if self.cols is not None:  # one array: one layout
+            obs = self.cols.obs
+            return np.full(len(self), obs.shape[1:] == shape and obs.dtype == dtype)
+        same = (
+            e.observations.shape[1:] == shape and e.observations.dtype == dtype for e in self.eps
+        )
+        return np.fromiter(same, bool, len(self))
+
+    def rewards(self) -> np.ndarray:
+        """Every held episode's rewards, concatenated in order."""
+        if self.cols is not None:
+            return self.cols.rewards[self.cols.step_rows(self.start)]
+        return np.concatenate([e.rewards for e in self.eps])
+
+    def observations(self, which: np.ndarray) -> np.ndarray:
+        """The observations of episodes ``which`` (ascending), concatenated."""
+        if self.cols is not None:
+            sel = self.cols.select(which + self.start)
+            return sel.obs[sel.obs_rows()]
+        return np.concatenate([self.eps[g].observations for g in which.tolist()])
+
+    def actions(self, which: np.ndarray) -> np.ndarray | None:
+        """The actions of episodes ``which`` concatenated, or None if their layouts differ."""
+        if self.cols is not None:
+            sel = self.cols.select(which + self.start)
+            return sel.actions[sel.step_rows()]
+        acts = [self.eps[g].actions for g in which.tolist()]
+        if len({(a.dtype, a.shape[1:]) for a in acts}) != 1:
+            return None
+        return np.concatenate(acts)
+
+
+def _none_per_episode(bad: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Per segment ``bounds[k]:bounds[k + 1]`` of ``bad`` (bools): True where none is set."""
+    counts = np.zeros(len(bad) + 1, np.int64)
+    np.cumsum(bad, out=counts[1:])
+    return counts[bounds[1:]] == counts[bounds[:-1]]
+
+
+def _error(
+    ep: Episode, reason: str, message: str, column: str | None = None, timestep: int | None = None
+) -> EpisodeValidationError:
+    return EpisodeValidationError(
+        message, Where(episode_id=ep.id, column=column, timestep=timestep), reason=reason
+    )
+
+
+# ---------------------------------------------------------------------------- de-duplication
+class Deduplicator:
+    """Drops episodes whose steps were already seen; keep one per pipeline (e.g. in a Ray actor).
+
+    An episode is keyed by ``(id, agent_id)``. It is a duplicate when its key was seen before
+    (earlier in the batch or in an earlier batch) and it starts before the end of what was seen
+    (``t_started < t_end_seen``): an exact copy, or a fragment overlapping one already kept. A later
+    fragment of the same episode (``t_started >= t_end_seen``) is kept and extends ``t_end_seen``.
+
+    Edges: fragments must arrive in ``t`` order; an earlier fragment arriving after a later one
+    counts as a duplicate. Zero-length episodes cover no step and are never duplicates.
+
+    Memory is one dict entry per key. With ``max_ids`` the oldest keys (by first sight) are
+    forgotten beyond that many, FIFO; a forgotten episode that comes back is kept again.
+    """
+
+    def __init__(self, max_ids: int | None = None) -> None:
+        if max_ids is not None and (
+            isinstance(max_ids, bool) or not isinstance(max_ids, int) or max_ids < 1
+        ):
+            raise ConfigError(f"max_ids must be a positive integer or None, found {max_ids!r}")
+        self.max_ids = max_ids
+        self._t_end: dict[tuple[Any, Any], int] = {}
+
+    def __len__(self) -> int:
+        """Number of keys remembered."""
+        return len(self._t_end)
+
+    def is_duplicate(self, ep: Episode) -> bool:
+        """Whether ``ep`` overlaps what was seen; remembers it when it does not."""
+        return self._seen((ep.id, ep.agent_id), ep.t_started, ep.t_end)
+
+    def _seen(self, key: tuple[Any, Any], t_started: int, t_end: int) -> bool:
+        seen = self._t_end.get(key)
+        if seen is not None:
+            if t_started < seen:
+                return True
+            self._t_end[key] = max(seen, t_end)
+            return False
+        self._t_end[key] = t_end
+        if self.max_ids is not None and len(self._t_end) > self.max_ids:
+            del self._t_end[next(iter(self._t_end))]
+        return False
+
+    def dedupe(self, batch: EpisodeBatch) -> EpisodeBatch:
+        """Removes duplicates from ``batch`` and counts them (rows and episodes); returns it."""
+        cols = batch.columns
+        if cols is not None:  # the same walk over plain values, no objects built
+            seen = self._seen
+            spans = zip(
+                zip(cols.ids, cols.agents, strict=True),
+                cols.t_started.tolist(),
+                cols.t_end.tolist(),
+                strict=True,
+            )
+            keep = [not seen(key, t0, t1) for key, t0, t1 in spans]
+        else:
+            keep = [not self.is_duplicate(ep) for ep in batch.episodes]
+        _, dropped_rows = batch.keep_only(keep)
+        batch.ledger.rows_duplicate += sum(dropped_rows)
+        batch.ledger.episodes_duplicate += len(dropped_rows)
+        return batch

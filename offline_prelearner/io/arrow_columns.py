@@ -1,0 +1,407 @@
+"""One Arrow (or numpy) column -> one numpy array ``[n_rows, *shape]``, vectorized.
+
+:func:`to_numpy` handles what Ray Data and plain pyarrow hand a reader:
+
+* scalar columns (zero-copy when there are no nulls), bool, strings and bytes (object arrays),
+  the null type (an all-``None`` object array), dictionary-encoded columns;
+* ``list`` / ``large_list`` / ``fixed_size_list``, nested for images: values are flattened once
+  and reshaped with offsets arithmetic, never walked row by row;
+* Ray's tensor extension types (``ray.data.arrow_tensor``, ``ray.data.arrow_tensor_v2``): as real
+  ``pa.ExtensionType`` instances (when Ray is imported, it registers them), *and* as plain
+  ``large_list`` columns whose field metadata names the extension (when plain pyarrow reads a file
+  Ray wrote); pass the field to :func:`to_numpy` or use :func:`column_to_numpy`. Ray's
+  variable-shaped tensors are read when every row happens to have the same shape;
+* numpy input (Ray's ``"numpy"`` batch format): arrays pass through; object arrays of arrays are
+  stacked.
+
+Ray is never imported here; extension types are recognised by name.
+
+Values that cannot form one array raise :class:`ColumnValueError` (a
+:class:`~offline_prelearner.errors.SchemaError`) naming the column and the first offending row,
+with ``rows`` holding *every* offending row so a caller can reject just those episodes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import DecodeError, SchemaError, Where
+from .codec import DEFAULT_LIMITS, DecodeLimits, legacy_unpack, unpack_array
+
+__all__ = [
+    "TENSOR_EXTENSIONS",
+    "ColumnValueError",
+    "column_to_numpy",
+    "decode_cells",
+    "from_numpy",
+    "stack_cells",
+    "to_numpy",
+]
+
+TENSOR_EXTENSIONS = ("ray.data.arrow_tensor", "ray.data.arrow_tensor_v2")
+_VARIABLE_TENSOR = "ray.data.arrow_variable_shaped_tensor"
+_EXT_NAME = b"ARROW:extension:name"
+_EXT_META = b"ARROW:extension:metadata"
+
+
+class ColumnValueError(SchemaError):
+    """A column's values cannot become one numpy array (ragged, null, wrong type, undecodable).
+
+    ``rows`` holds every offending row (sorted, int64) when they are known, or None when the whole
+    column is at fault (a string column where numbers are needed). It is not carried through
+    :meth:`~offline_prelearner.errors.DataError.at` or pickling; use it where it is raised.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        where: Where | None = None,
+        *,
+        reason: str | None = None,
+        rows: np.ndarray | None = None,
+    ) -> None:
+        super().__init__(message, where, reason=reason)
+        self.rows = rows
+
+
+class _Bad(Exception):
+    """Internal: offending rows at the current nesting level (mapped to outer rows going up)."""
+
+    def __init__(self, message: str, reason: str, rows: np.ndarray | None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason = reason
+        self.rows = rows
+
+    def shifted(self, fn: Callable[[np.ndarray], np.ndarray]) -> _Bad:
+        rows = None if self.rows is None else np.unique(fn(self.rows))
+        return _Bad(self.message, self.reason, rows)
+
+
+def _fail(bad: _Bad, name: str, source: str | None) -> ColumnValueError:
+    row = None if bad.rows is None or len(bad.rows) == 0 else int(bad.rows[0])
+    msg = bad.message
+    if bad.rows is not None and len(bad.rows) > 1:
+        msg += f" ({len(bad.rows)} rows affected)"
+    return ColumnValueError(
+        f"column {name!r}: {msg}",
+        Where(file=source, column=name, row=row),
+        reason=bad.reason,
+        rows=bad.rows,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# public entry points
+# ---------------------------------------------------------------------------------------------
+def column_to_numpy(table: pa.Table, name: str, source: str | None = None) -> np.ndarray:
+    """Column ``name`` of ``table`` as numpy; see :func:`to_numpy` (the field carries metadata)."""
+    return to_numpy(table.column(name), name, source, field=table.schema.field(name))
+
+
+def to_numpy(
+    column: Any, name: str, source: str | None = None, *, field: pa.Field | None = None
+) -> np.ndarray:
+    """One column as a numpy array ``[n_rows, *shape]``.
+
+    Args:
+        column: A ``pa.ChunkedArray``, ``pa.Array`` or ``np.ndarray``.
+        name: The column's name, for messages.
+        source: The file it came from, for messages.
+        field: The Arrow field, whose metadata may name a Ray tensor extension (plain pyarrow
+            reading a file Ray wrote keeps the extension only there).
+
+    Raises:
+        ColumnValueError: ragged lists, nulls in a numeric or tensor column, a tensor whose
+            element count does not match its declared shape.
+    """
+    try:
+        if isinstance(column, np.ndarray):
+            return _from_ndarray(column)
+        shape = _meta_shape(field)
+        if isinstance(column, pa.ChunkedArray):
+            return _chunked(column, shape)
+        if isinstance(column, pa.Array):
+            return _convert(column, shape)
+    except _Bad as bad:
+        raise _fail(bad, name, source) from None
+    raise ColumnValueError(
+        f"column {name!r}: cannot read a {type(column).__name__} as a column",
+        Where(file=source, column=name),
+        reason="bad_type",
+    )
+
+
+def stack_cells(
+    cells: Sequence[Any] | np.ndarray, name: str, source: str | None = None
+) -> np.ndarray:
+    """Stacks per-row values (arrays, scalars or lists) into ``[n, *shape]``.
+
+    This walks the cells (they are separate Python objects, so there is no columnar shortcut);
+    it is used for object columns and decoded compressed cells only. None cells and cells whose
+    shape differs from the most common one are reported, all of them.
+    """
+    try:
+        return _stack(cells)
+    except _Bad as bad:
+        raise _fail(bad, name, source) from None
+
+
+def decode_cells(
+    cells: Sequence[Any] | np.ndarray,
+    codec: str,
+    name: str,
+    source: str | None = None,
+    limits: DecodeLimits = DEFAULT_LIMITS,
+) -> np.ndarray:
+    """Decodes a compressed column cell by cell and stacks the results.
+
+    Each cell is an independent compressed blob, so decoding is inherently per cell; stacking is
+    one copy. ``codec`` is ``"lz4_msgpack"`` (bytes cells) or ``"legacy_pickle"`` (base64 string
+    cells). Every undecodable cell is listed in the error's ``rows``.
+    """
+    if codec == "lz4_msgpack":
+        fn: Callable[[Any, DecodeLimits], Any] = unpack_array
+    elif codec == "legacy_pickle":
+        fn = legacy_unpack
+    else:
+        raise ColumnValueError(
+            f"column {name!r}: unknown codec {codec!r}",
+            Where(file=source, column=name),
+            reason="bad_codec",
+        )
+    out: list[Any] = [None] * len(cells)
+    bad: list[int] = []
+    first: DecodeError | None = None
+    for i, cell in enumerate(cells):
+        if not isinstance(cell, str | bytes | bytearray | memoryview):
+            err = DecodeError(
+                f"a {codec} cell must be a string or bytes, found {type(cell).__name__}",
+                reason="bad_type",
+            )
+        else:
+            try:
+                out[i] = fn(cell, limits)
+                continue
+            except DecodeError as e:
+                err = e
+        bad.append(i)
+        first = first or err
+    if first is not None:
+        rows = np.asarray(bad, dtype=np.int64)
+        raise _fail(
+            _Bad(f"cannot decode {codec} cell: {first.message}", first.reason, rows), name, source
+        )
+    return stack_cells(out, name, source)
+
+
+def from_numpy(array: np.ndarray) -> pa.Array:
+    """A numpy column as an Arrow array: ``[n, *shape]`` becomes nested ``fixed_size_list``.
+
+    Used to give rejected rows of numpy batches back as an Arrow table (quarantine).
+    """
+    if array.dtype.hasobject:
+        try:
+            return pa.array(list(array))
+        except (pa.ArrowException, TypeError, ValueError):
+            return pa.array([repr(x) for x in array], pa.string())
+    arr = pa.array(np.ascontiguousarray(array).reshape(-1))
+    for size in reversed(array.shape[1:]):
+        arr = pa.FixedSizeListArray.from_arrays(arr, size)
+    return arr
+
+
+# ---------------------------------------------------------------------------------------------
+# Arrow
+# ---------------------------------------------------------------------------------------------
+def _meta_shape(field: pa.Field | None) -> tuple[int, ...] | None:
+    """The tensor shape from field metadata naming a Ray tensor extension, else None."""
+    if field is None or not field.metadata:
+        return None
+    ext = field.metadata.get(_EXT_NAME, b"").decode("utf-8", "replace")
+    if ext not in TENSOR_EXTENSIONS:
+        return None
+    return _parse_shape(field.metadata.get(_EXT_META, b""), ext)
+
+
+def _parse_shape(raw: bytes, ext: str) -> tuple[int, ...]:
+    try:
+        shape = json.loads(raw)
+        if not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
+            raise ValueError(shape)
+    except (ValueError, UnicodeDecodeError):
+        raise _Bad(
+            f"{ext} metadata {raw[:60]!r} is not a JSON shape like [4] (written with "
+            "Ray's cloudpickle serialization?)",
+            "bad_type",
+            None,
+        ) from None
+    return tuple(shape)
+
+
+def _chunked(column: pa.ChunkedArray, shape: tuple[int, ...] | None) -> np.ndarray:
+    if column.num_chunks == 1:
+        return _convert(column.chunk(0), shape)
+    if column.num_chunks == 0:
+        return _convert(pa.array([], column.type), shape)
+    parts = []
+    base = 0
+    chunks = [c for c in column.chunks if len(c)]  # an empty list chunk has no inner shape
+    if len(chunks) <= 1:
+        return _convert(chunks[0] if chunks else column.chunk(0), shape)
+    for chunk in chunks:
+        try:
+            parts.append(_convert(chunk, shape))
+        except _Bad as bad:
+            raise bad.shifted(partial(np.add, base)) from None
+        base += len(chunk)
+    try:
+        return np.concatenate(parts)
+    except ValueError:
+        raise _Bad("chunks hold values of different shapes", "ragged", None) from None
+
+
+def _null_rows(arr: pa.Array) -> np.ndarray:
+    return np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))
+
+
+def _convert(arr: pa.Array, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    t = arr.type
+    if isinstance(t, pa.ExtensionType):
+        ext = t.extension_name
+        if ext in TENSOR_EXTENSIONS:
+            ext_shape = getattr(t, "shape", None)
+            if ext_shape is None:
+                ext_shape = _parse_shape(t.__arrow_ext_serialize__(), ext)
+            return _tensor(arr.storage, tuple(ext_shape))
+        if ext == _VARIABLE_TENSOR:
+            return _variable_tensor(arr.storage)
+        return _convert(arr.storage, shape)
+    if shape is not None:
+        return _tensor(arr, shape)
+    if pa.types.is_dictionary(t):
+        return _convert(arr.dictionary_decode())
+    if pa.types.is_null(t):
+        return np.full(len(arr), None, dtype=object)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _list(arr)
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
+        if arr.null_count:
+            rows = _null_rows(arr)
+            raise _Bad(f"null value in a {t} column at row {rows[0]}", "null_value", rows)
+        return arr.to_numpy(zero_copy_only=False)
+    # strings, bytes, structs (infos), timestamps...: Python objects where needed; nulls are None.
+    return arr.to_numpy(zero_copy_only=False)
+
+
+def _list(arr: pa.Array) -> np.ndarray:
+    """A list column of equal-length lists -> ``[n, L, ...]`` via offsets arithmetic."""
+    n = len(arr)
+    if arr.null_count:
+        rows = _null_rows(arr)
+        raise _Bad(f"null list at row {rows[0]}", "null_value", rows)
+    if pa.types.is_fixed_size_list(arr.type):
+        size = arr.type.list_size
+        values = arr.flatten()
+    else:
+        offsets = np.asarray(arr.offsets)
+        lens = np.diff(offsets)
+        size = int(lens[0]) if n else 0
+        if n and (lens != size).any():
+            vals, counts = np.unique(lens, return_counts=True)
+            mode = int(vals[np.argmax(counts)])
+            rows = np.flatnonzero(lens != mode)
+            raise _Bad(
+                f"ragged lists: row {rows[0]} has {lens[rows[0]]} elements where most rows "
+                f"have {mode}",
+                "ragged",
+                rows,
+            )
+        start = int(offsets[0]) if n else 0
+        values = arr.values.slice(start, n * size)
+    try:
+        inner = _convert(values)
+    except _Bad as bad:
+        raise bad.shifted(lambda r: r // max(size, 1)) from None
+    return inner.reshape((n, size, *inner.shape[1:]))
+
+
+def _tensor(storage: pa.Array, shape: tuple[int, ...]) -> np.ndarray:
+    """A Ray fixed-shape tensor column: each row is a flat list of ``prod(shape)`` elements."""
+    flat = _list(storage)
+    n = len(storage)
+    size = int(np.prod(shape, dtype=np.int64))
+    if flat.ndim != 2 or (n and flat.shape[1] != size):
+        raise _Bad(
+            f"tensor rows hold {flat.shape[1:]} elements; shape {list(shape)} needs {size}",
+            "ragged",
+            np.arange(n, dtype=np.int64),
+        )
+    return flat.reshape((n, *shape))
+
+
+def _variable_tensor(storage: pa.StructArray) -> np.ndarray:
+    """Ray's variable-shaped tensors, readable when all rows share one shape."""
+    n = len(storage)
+    if storage.null_count:
+        rows = _null_rows(storage)
+        raise _Bad(f"null tensor at row {rows[0]}", "null_value", rows)
+    shapes = _list(storage.field("shape"))
+    if n == 0:
+        return np.empty((0,), dtype=object)
+    diff = (shapes != shapes[0]).any(axis=1)
+    if diff.any():
+        rows = np.flatnonzero(diff)
+        raise _Bad(
+            f"variable-shaped tensors: row {rows[0]} has shape {list(shapes[rows[0]])}, "
+            f"row 0 has {list(shapes[0])}",
+            "ragged",
+            rows,
+        )
+    flat = _list(storage.field("data"))
+    return flat.reshape((n, *(int(s) for s in shapes[0])))
+
+
+# ---------------------------------------------------------------------------------------------
+# numpy
+# ---------------------------------------------------------------------------------------------
+def _from_ndarray(array: np.ndarray) -> np.ndarray:
+    if not array.dtype.hasobject or array.ndim != 1 or len(array) == 0:
+        return array
+    first = next((c for c in array if c is not None), None)
+    if isinstance(first, np.ndarray | list | tuple):
+        return _stack(array)
+    return array  # strings, bytes, dicts, ids: an object column stays one
+
+
+def _stack(cells: Sequence[Any] | np.ndarray) -> np.ndarray:
+    n = len(cells)
+    if n == 0:
+        return np.empty((0,))
+    none = [i for i, c in enumerate(cells) if c is None]
+    if none:
+        raise _Bad(f"null value at row {none[0]}", "null_value", np.asarray(none, np.int64))
+    arrays = [np.asarray(c) for c in cells]
+    shapes = [a.shape for a in arrays]
+    ref = shapes[0]
+    if any(s != ref for s in shapes):
+        uniq: dict[tuple[int, ...], int] = {}
+        for s in shapes:
+            uniq[s] = uniq.get(s, 0) + 1
+        mode = max(uniq, key=lambda s: uniq[s])
+        rows = np.asarray([i for i, s in enumerate(shapes) if s != mode], np.int64)
+        raise _Bad(
+            f"ragged values: row {rows[0]} has shape {shapes[rows[0]]} where most rows have {mode}",
+            "ragged",
+            rows,
+        )
+    out = np.stack(arrays)
+    if out.dtype.hasobject:
+        raise _Bad("values of mixed types", "bad_type", None)
+    return out

@@ -1,0 +1,235 @@
+"""Reader for msgpack episode records (RLlib's ``output_write_episodes=True`` format).
+
+Each cell of the binary column ``item`` holds one episode: msgpack (with msgpack-numpy arrays) of
+``SingleAgentEpisode.get_state()``. One record is one input row in the ledger.
+
+Decoding runs on two paths that give the same episodes:
+
+* the fast path (:mod:`.msgpack.decoder`) learns a dataset's record layouts by walking one record
+  of each (:mod:`.msgpack.scanner`), matches them against the whole batch with numpy, and decodes
+  every per-step list of the batch at once, after checking byte for byte that each element has
+  the layout of its template and that lengths, flags and ``t`` are consistent;
+* the general path, :func:`decode_episode` = :func:`~offline_prelearner.io.codec.unpackb` +
+  :meth:`Episode.from_state`, takes every record the fast path declines (other layouts, corrupt or
+  refused data) and is the one that raises errors.
+
+A record that cannot be decoded raises :class:`~offline_prelearner.errors.DecodeError` (or
+:class:`~offline_prelearner.errors.EpisodeValidationError` when it decodes to an inconsistent
+episode) naming the file, column ``item``, the row and, when it could be read, the episode id; under
+``on_invalid="skip"``/``"quarantine"`` it is counted instead, with the row kept for quarantine.
+MultiAgentEpisode states are refused (reason ``unsupported_multi_agent``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeAlias
+
+import numpy as np
+import pyarrow as pa
+
+from ...config import ReadConfig
+from ...episodes.episode import Episode
+from ...episodes.ledger import EpisodeBatch
+from ...episodes.spaces import space_from_dict
+from ...errors import DataError, DecodeError, SchemaError, Where
+from ..codec import DEFAULT_LIMITS, DecodeLimits, packb, unpackb
+from . import register_reader
+from .msgpack.decoder import decode_batch
+from .msgpack.layout import Fallback
+from .msgpack.scanner import EpisodeScanner
+
+__all__ = ["ITEM", "EpisodesReader", "decode_episode", "episodes_to_table"]
+
+_Batch: TypeAlias = "pa.Table | pa.RecordBatch | Mapping[str, Any]"
+
+#: The column RLlib writes episode records to.
+ITEM = "item"
+
+
+def decode_episode(item: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Episode:
+    """Decodes one record with the general path: safe msgpack decoding, then ``from_state``."""
+    return Episode.from_state(unpackb(bytes(item), limits))
+
+
+def episodes_to_table(
+    episodes: Iterable[Episode], observation_space: Any = None, action_space: Any = None
+) -> pa.Table:
+    """Episodes as a table with one binary ``item`` column of msgpack episode states.
+
+    RLlib's ``SingleAgentEpisode.from_state(msgpack.unpackb(item, object_hook=m.decode))`` reads
+    the records (their buffers are written finalized, as numpy arrays).
+    """
+    items = [packb(ep.get_state(observation_space, action_space)) for ep in episodes]
+    return pa.table({ITEM: pa.array(items, type=pa.binary())})
+
+
+@register_reader("episodes")
+class EpisodesReader:
+    """Turns batches with an ``item`` column of msgpack episode records into episodes.
+
+    The reader keeps what it learned about a dataset's record layouts between batches, so use one
+    reader per dataset (per worker). :attr:`observation_space` / :attr:`action_space` are the spaces
+    of the last record read, decoded on first access.
+    """
+
+    def __init__(self, config: ReadConfig | None = None) -> None:
+        self.config = config if config is not None else ReadConfig(format="episodes")
+        self._scanner = EpisodeScanner(self.config.limits)
+        self._space_bytes: dict[str, bytes] = {}
+        self._space_cache: dict[bytes, Any] = {}
+
+    # ---------------------------------------------------------------- spaces
+    def _space(self, key: str) -> Any:
+        raw = self._space_bytes.get(key)
+        if raw is None:
+            return None
+        if raw not in self._space_cache:
+            if len(self._space_cache) > 64:
+                self._space_cache.clear()
+            self._space_cache[raw] = space_from_dict(unpackb(raw, self.config.limits))
+        return self._space_cache[raw]
+
+    @property
+    def observation_space(self) -> Any:
+        """The gymnasium observation space of the last record read (None if it had none)."""
+        return self._space("_observation_space")
+
+    @property
+    def action_space(self) -> Any:
+        """The gymnasium action space of the last record read (None if it had none)."""
+        return self._space("_action_space")
+
+    # ---------------------------------------------------------------- reading
+    def read(self, batch: _Batch, source: str | None = None) -> EpisodeBatch:
+        """Decodes every record of ``batch``; each record is one input row of the ledger."""
+        if isinstance(batch, pa.RecordBatch):
+            batch = pa.Table.from_batches([batch])
+        buf, offsets, valid = _item_buffer(batch, source)
+        n = len(offsets) - 1
+        out = EpisodeBatch(on_invalid=self.config.on_invalid)
+        out.ledger.rows_in += n
+        bounds = offsets.tolist()
+        built, spaces = decode_batch(self._scanner, buf, bounds, valid)
+        if spaces:
+            self._space_bytes.update(spaces)
+        for row in range(n):
+            done = built[row]
+            if isinstance(done, Episode):
+                out.add(done, 1)
+                continue
+            seen_id = done.episode_id if isinstance(done, Fallback) else None
+            result = self._general(buf[bounds[row] : bounds[row + 1]], bool(valid[row]))
+            if isinstance(result, Episode):
+                out.add(result, 1)
+            else:
+                error = _locate(result, Where(file=source, column=ITEM, row=row), seen_id)
+                out.reject(error, 1, rows=_row_table(batch, row), episodes=1)
+        return out
+
+    def _general(self, item: bytes, valid: bool) -> Episode | DataError:
+        """The general path for one record: its episode, or the error that rejects it."""
+        if not valid:
+            return DecodeError("episode record is null", reason="null_record")
+        try:
+            return decode_episode(item, self.config.limits)
+        except DataError as err:
+            return err
+
+
+def _locate(err: DataError, where: Where, episode_id: Any) -> DataError:
+    """The error at ``where`` (column ``item``); the field it was about moves into the message."""
+    field = err.where.column
+    message = err.message if field in (None, ITEM) else f"{err.message} (field {field!r})"
+    eid = err.where.episode_id if err.where.episode_id is not None else episode_id
+    located = Where(
+        file=where.file, column=ITEM, episode_id=eid, row=where.row, timestep=err.where.timestep
+    )
+    return type(err)(message, located, reason=err.reason)
+
+
+# --------------------------------------------------------------------------------------------
+# the item column as one buffer + offsets
+# --------------------------------------------------------------------------------------------
+def _item_buffer(batch: _Batch, source: str | None) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """All records of ``batch`` as one bytes object, ``n + 1`` offsets and a non-null mask."""
+    where = Where(file=source, column=ITEM)
+    if isinstance(batch, pa.Table):
+        if ITEM not in batch.column_names:
+            raise SchemaError(
+                f"episode records need a binary column {ITEM!r}; found columns "
+                f"{batch.column_names}",
+                where,
+            )
+        return _arrow_buffer(batch.column(ITEM), where)
+    if not isinstance(batch, Mapping) or ITEM not in batch:
+        found: Any = list(batch) if isinstance(batch, Mapping) else type(batch).__name__
+        raise SchemaError(f"episode records need a binary column {ITEM!r}; found {found}", where)
+    return _numpy_buffer(batch[ITEM], where)
+
+
+def _arrow_buffer(
+    col: pa.ChunkedArray | pa.Array, where: Where
+) -> tuple[bytes, np.ndarray, np.ndarray]:
+    if not (pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type)):
+        raise SchemaError(f"column {ITEM!r} must be binary, found {col.type}", where)
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    n = len(col)
+    off_type = np.int64 if pa.types.is_large_binary(col.type) else np.int32
+    bufs = col.buffers()
+    if n == 0 or bufs[1] is None:
+        return b"", np.zeros(n + 1, dtype=np.int64), np.zeros(n, dtype=bool)
+    offsets = np.frombuffer(bufs[1], dtype=off_type)[col.offset : col.offset + n + 1]
+    offsets = offsets.astype(np.int64)
+    first, last = int(offsets[0]), int(offsets[-1])
+    data = b"" if bufs[2] is None else bufs[2].slice(first, last - first).to_pybytes()
+    valid = (
+        np.ones(n, dtype=bool)
+        if col.null_count == 0
+        else ~col.is_null().to_numpy(zero_copy_only=False)
+    )
+    return data, offsets - first, valid
+
+
+def _numpy_buffer(col: Any, where: Where) -> tuple[bytes, np.ndarray, np.ndarray]:
+    arr = np.asarray(col, dtype=object) if not isinstance(col, np.ndarray) else col
+    if arr.dtype.kind == "S":
+        raise SchemaError(
+            f"column {ITEM!r} is a fixed-width bytes array, which drops trailing "
+            "zero bytes of records; pass an object array of bytes",
+            where,
+        )
+    if arr.dtype != object or arr.ndim != 1:
+        raise SchemaError(
+            f"column {ITEM!r} must be a 1-d array of bytes, found dtype "
+            f"{arr.dtype} and shape {arr.shape}",
+            where,
+        )
+    null: np.ndarray = np.equal(arr, None).astype(np.bool_)  # type: ignore[call-overload]
+    cells = np.where(null, b"", arr) if null.any() else arr
+    try:
+        data = b"".join(cells)
+    except TypeError:
+        kinds = np.array([not isinstance(c, bytes | bytearray | memoryview) for c in cells])
+        row = int(np.flatnonzero(kinds)[0])
+        raise SchemaError(
+            f"column {ITEM!r} must hold bytes, found {type(cells[row]).__name__}",
+            Where(file=where.file, column=ITEM, row=row),
+        ) from None
+    lengths = np.fromiter(map(len, cells), dtype=np.int64, count=len(cells))
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return data, offsets, np.logical_not(null)
+
+
+def _row_table(batch: _Batch, row: int) -> pa.Table:
+    """Row ``row`` of ``batch`` as a one-row table (what quarantine keeps)."""
+    if isinstance(batch, pa.Table):
+        return batch.slice(row, 1)
+    cols = {}
+    for name, values in batch.items():
+        try:
+            cols[name] = pa.array([values[row]])
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+            cols[name] = pa.array([repr(values[row])])
+    return pa.table(cols)

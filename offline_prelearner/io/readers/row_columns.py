@@ -1,0 +1,148 @@
+"""Pieces of the rows reader (private): the converted columns of a frame and the helpers that
+name what is wrong with a column (file, column, episode, batch row). See :mod:`.rows`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from itertools import compress
+from typing import Any
+
+import numpy as np
+
+from ...episodes import columns as C
+from ...errors import DataError, SchemaError, Where
+from ..arrow_columns import ColumnValueError
+from .frame import ColumnBatch, factorize
+
+__all__ = ["Cols", "factorize_column", "ids_column", "infos_column", "locate", "type_error"]
+
+
+@dataclass
+class Cols:
+    """The converted columns of one frame, in frame row order."""
+
+    obs: np.ndarray
+    new_obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    term: np.ndarray
+    trunc: np.ndarray
+    t: np.ndarray | None
+    module: np.ndarray | None
+    infos: list[Any] | None
+    extras: dict[str, np.ndarray]
+
+    def select(self, keep: np.ndarray) -> Cols:
+        """The rows where ``keep`` (bool per row) is true."""
+        idx = np.flatnonzero(keep)
+
+        def take(a: np.ndarray) -> np.ndarray:
+            return a.take(idx, axis=0)
+
+        return Cols(
+            obs=take(self.obs),
+            new_obs=take(self.new_obs),
+            actions=take(self.actions),
+            rewards=take(self.rewards),
+            term=take(self.term),
+            trunc=take(self.trunc),
+            t=None if self.t is None else take(self.t),
+            module=None if self.module is None else take(self.module),
+            infos=None if self.infos is None else list(compress(self.infos, keep.tolist())),
+            extras={k: take(v) for k, v in self.extras.items()},
+        )
+
+    def content(self) -> list[np.ndarray]:
+        """The columns an episode is built from (what makes two rows copies; not t, not infos)."""
+        mod = [] if self.module is None else [self.module]
+        return [
+            self.obs,
+            self.new_obs,
+            self.actions,
+            self.rewards,
+            self.term,
+            self.trunc,
+            *self.extras.values(),
+            *mod,
+        ]
+
+
+# ---------------------------------------------------------------------------------------------
+def infos_column(values: list[Any], col: str, source: str | None) -> list[Any]:
+    """Per-row infos; JSON text cells (how this project's writer stores them) are decoded."""
+    out: list[Any] = []
+    bad: list[int] = []
+    for i, v in enumerate(values):  # Python objects: per row by nature
+        if isinstance(v, str | bytes):
+            try:
+                v = json.loads(v)
+            except ValueError:
+                bad.append(i)
+        out.append(v)
+    if bad:
+        raise ColumnValueError(
+            f"column {col!r} holds text that is not JSON (row {bad[0]})",
+            Where(file=source, column=col, row=bad[0]),
+            reason="bad_infos",
+            rows=np.asarray(bad, np.int64),
+        )
+    return out
+
+
+def ids_column(values: np.ndarray) -> np.ndarray:
+    """An id column as objects, NaN as None (Ray's numpy format turns null columns into NaN)."""
+    if values.dtype.kind != "f":
+        return values
+    out = values.astype(object)
+    out[np.isnan(values)] = None
+    return out
+
+
+def factorize_column(
+    frame: ColumnBatch, col: str, source: str | None
+) -> tuple[np.ndarray, list[Any]]:
+    try:
+        return factorize(frame.raw(col))
+    except SchemaError as e:
+        raise e.at(file=source, column=col) from None
+
+
+def locate(
+    err: DataError,
+    source: str | None,
+    rows: np.ndarray,
+    episode_id: Any = None,
+    row: int | None = None,
+) -> DataError:
+    """``err`` with file, episode and *batch* row (``row`` / ``err.where.row`` are frame rows)."""
+    w = err.where
+    r = row if row is not None else w.row
+    return type(err)(
+        err.message,
+        Where(
+            file=w.file if w.file is not None else source,
+            column=w.column,
+            episode_id=episode_id if episode_id is not None else w.episode_id,
+            row=None if r is None else int(rows[r]),
+            timestep=w.timestep,
+        ),
+        reason=err.reason,
+    )
+
+
+def type_error(
+    arr: np.ndarray, col: str, field: str, kinds: str, codec: str | None, source: str | None
+) -> ColumnValueError:
+    want = {"biuf": "numbers or bools", "iu": "integers", "b": "true/false flags"}.get(kinds, kinds)
+    sample = next((v for v in arr[:1000].tolist() if v is not None), None) if len(arr) else None
+    found = "strings" if isinstance(sample, str) else f"dtype {arr.dtype}"
+    msg = f"column {col!r} (field {field!r}) must hold {want}, found {found} (e.g. {sample!r:.60})"
+    if isinstance(sample, str | bytes) and codec is None and field in (C.OBS, C.NEW_OBS, C.ACTIONS):
+        msg += (
+            ". If these are compressed cells, declare them in the schema: RLlib's "
+            "output_compress_columns -> schema 'rllib_compressed' with legacy_pickle=True "
+            f"(--legacy-pickle); this project's codec -> compression {{{col!r}: "
+            "'lz4_msgpack'}"
+        )
+    return ColumnValueError(msg, Where(file=source, column=col), reason="bad_type")

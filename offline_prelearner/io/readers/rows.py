@@ -1,0 +1,565 @@
+"""The ``rows`` reader: one transition per row -> episodes, grouped and ordered with numpy.
+
+A batch (an Arrow table or a dict of numpy columns) becomes episodes in a handful of array passes:
+
+1. **Key.** Rows are factorized by episode id, plus agent id where it is set (one episode per
+   ``(eps_id, agent_id)``; ``Episode.id`` is the eps_id, ``Episode.agent_id`` the agent).
+   Schemas without an episode id (D4RL-style) split the rows at ``terminateds | truncateds`` in
+   row order, with ids ``"<source or 'batch'>:<k>"``, ``k`` counting that source's episodes.
+2. **Order.** With a ``t`` column, rows are stably sorted by (key, t) and ``t`` must go up by
+   exactly 1 within an episode; ``t_started`` is the first ``t``. Without ``t`` (RLlib's recorder
+   writes none) the row order within an episode is the step order; with ``check_continuity``
+   each row's ``new_obs`` must equal the next row's ``obs``, so a scrambled episode is an error
+   rather than silent garbage.
+3. **Duplicates.** Copies of rows *within the batch* (both copies of an episode in one batch: two
+   files holding it merged into one batch, a file written or listed twice) are dropped before
+   the checks and counted in ``ledger.rows_duplicate`` / ``episodes_duplicate``, as if each copy
+   had come in its own batch (copies across batches are the Deduplicator's). Rows are copies when
+   every column the episode is built from is equal (obs, new_obs, actions, rewards, flags,
+   extras, module id, infos; bytes compared, NaN equals NaN); the first in batch order is kept.
+   With ``t``: rows of one key and one ``t``. The same key and ``t`` with different content is a
+   conflict, not a copy: the episode fails with ``t_not_consecutive`` ("t=.. appears twice ...
+   with different content", naming both rows). Without ``t``: only a whole repetition is
+   recognised -- the key's first done flag before its last row ends the first copy, and every
+   later row equals its counterpart in that copy (full copies back to back, possibly ending in a
+   partial one). Not recognised, and failing as before (``done_mid_episode`` / ``discontinuous``):
+   a repeated not-done fragment (no done flag marks where it repeats), a copy that differs
+   anywhere, a copy of rows read in an earlier batch; without an episode id (split at done
+   flags) a repeated episode is a new episode. A copy of a bad episode is still a duplicate
+   (the one left is rejected), but rows that fail conversion reject every row of their episode,
+   copies included (conversion comes first). Cost on clean data: one compare of ``t`` (or one
+   pass over the done flags) in grouped order; see :mod:`.duplicates`.
+4. **Episodes.** The observations of all episodes are scattered once into one
+   ``[rows + episodes, ...]`` array (each episode's rows' ``obs``, then its last ``new_obs``); every
+   episode's columns are views. ``terminated`` / ``truncated`` come from the last row (both set:
+   terminated wins, a terminal state needs no bootstrap); a done flag on another row is an error.
+
+**Streams.** The reader keeps state across calls (it lives in a Ray actor). Without ``t``, an
+episode that ended not done continues in a later batch: ``t_started`` counts on and (with
+``check_continuity``) its first ``obs`` must equal the last ``new_obs`` seen. Only pending episodes
+are kept (key -> next t and last observation); done episodes leave. Fragments read by *different*
+readers cannot be stitched here: give the data a ``t`` column (the buffer stitches by ``t``).
+
+Unmapped columns become per-step ``Episode.extras``; a mapped ``infos`` column becomes
+``Episode.infos = [{}] + row infos``. Under ``on_invalid="skip"``/``"quarantine"`` a bad episode is
+rejected whole (its rows as payload) and counted, so ``rows_in == kept + rejected + duplicate``;
+under ``"raise"`` the first :class:`~offline_prelearner.errors.DataError` propagates naming file,
+column, episode id and row (the row's index in the batch given to :meth:`RowsReader.read`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ...config import ReadConfig
+from ...episodes import columns as C
+from ...episodes.episode import Episode
+from ...episodes.episode_columns import EpisodeColumns
+from ...episodes.ledger import EpisodeBatch
+from ...errors import ConfigError, DataError, EpisodeValidationError, Where
+from ..arrow_columns import ColumnValueError, decode_cells
+from ..schema import load_schema
+from . import register_reader
+from .duplicates import find_duplicates
+from .frame import (
+    ColumnBatch,
+    Groups,
+    Keys,
+    Verdicts,
+    assemble_observations,
+    factorize,
+    rows_differ,
+)
+from .row_columns import Cols, factorize_column, ids_column, infos_column, locate, type_error
+
+__all__ = ["RowsReader"]
+
+_NEEDED = (C.OBS, C.NEW_OBS, C.ACTIONS, C.REWARDS)
+_POISONED = "rejected"  # pending marker: an earlier fragment of this episode was rejected
+
+
+@register_reader("rows")
+class RowsReader:
+    """Reads row batches into episodes; see the module docstring for the semantics."""
+
+    def __init__(self, config: ReadConfig | None = None) -> None:
+        self.config = config if config is not None else ReadConfig()
+        schema = load_schema(self.config.schema)
+        unmapped = [f for f in _NEEDED if schema.column(f) is None]
+        if unmapped:
+            raise ConfigError(
+                f"schema {schema.name!r} maps no column for {unmapped}; the rows "
+                f"reader needs {list(_NEEDED)}"
+            )
+        required = tuple(dict.fromkeys((*schema.required, *_NEEDED)))
+        self.schema = dataclasses.replace(schema, required=required)
+        # (episode id, agent id) -> (next t, last obs) | _POISONED. Used only without `t`.
+        self._pending: dict[tuple[Any, Any], Any] = {}
+        self._split_next: dict[str, int] = {}  # source -> number of its open episode (no eps_id)
+        #: Columns recognised as RLlib's packed layout (``output_compress_columns``) in the data.
+        self.detected_packed: list[str] = []
+
+    @property
+    def pending(self) -> Mapping[tuple[Any, Any], Any]:
+        """Episodes that ended not done, awaiting their continuation (a copy)."""
+        return dict(self._pending)
+
+    # ------------------------------------------------------------------ entry point
+    def read(
+        self, batch: pa.Table | Mapping[str, np.ndarray], source: str | None = None
+    ) -> EpisodeBatch:
+        """Turns one batch of rows into episodes; every row ends up kept or rejected."""
+        out = EpisodeBatch(on_invalid=self.config.on_invalid)
+        frame = ColumnBatch(batch, source)
+        out.ledger.rows_in += frame.num_rows
+        if frame.num_rows == 0:
+            return out
+        self._detect_packed(batch)
+        # A configuration problem, not bad data: raised under every policy.
+        self.schema.check_codecs(self.config.legacy_pickle, frame.names, source)
+        rows = np.arange(frame.num_rows, dtype=np.int64)  # batch row of each frame row
+        try:
+            self.schema.check(frame.names, source)
+            keys = self._keys(frame, source)
+        except DataError as e:
+            self._reject(
+                out, locate(e, source, rows), frame, rows
+            )  # the whole batch (rows == positions)
+            return out
+        codes = keys.codes
+        while True:  # each pass drops every episode a failing column names; few passes
+            try:
+                cols = self._convert(frame, source)
+                break
+            except ColumnValueError as e:
+                if e.rows is None or len(e.rows) == 0:
+                    self._reject(out, locate(e, source, rows), frame, np.arange(len(rows)))
+                    return out
+                bad = np.isin(codes, codes[e.rows])
+                self._reject_groups(out, e, frame, rows, codes, bad, e.rows, keys, source)
+                frame, rows, codes = frame.filter(~bad), rows[~bad], codes[~bad]
+                if len(rows) == 0:
+                    return out
+        frame, cols, rows, gr = self._drop_duplicates(out, frame, cols, rows, codes, keys)
+        self._build(out, frame, cols, rows, gr, source)
+        return out
+
+    # ------------------------------------------------------------------ packed columns
+    def _detect_packed(self, batch: pa.Table | Mapping[str, np.ndarray]) -> None:
+        """Declares the observation columns that hold RLlib's packed cells as ``legacy_pickle``.
+
+        RLlib records with ``output_compress_columns=[obs, new_obs]`` by default: those cells are
+        ``base64(lz4_frame(pickle))`` text. Recognised from the data, not guessed from a name: the
+        column is text where an observation is expected, and its first cell starts with the
+        base64 of the lz4 frame magic. Decoding still needs the user's ``legacy_pickle``.
+        """
+        for field_name in (C.OBS, C.NEW_OBS):
+            col = self.schema.column(field_name)
+            if col is None or col in self.schema.compression or col not in _names(batch):
+                continue
+            if _is_packed(batch[col]):
+                compression = {**self.schema.compression, col: "legacy_pickle"}
+                self.schema = dataclasses.replace(self.schema, compression=compression)
+                self.detected_packed.append(col)
+
+    # ------------------------------------------------------------------ columns
+    def _keys(self, frame: ColumnBatch, source: str | None) -> Keys:
+        eps_col = self.schema.present(C.EPS_ID, frame.names)
+        if eps_col is None:  # no episode id: split at the done flags, in row order
+            term, trunc = self._flags(frame, source)
+            done = term | trunc
+            seg = np.zeros(len(done), np.int64)
+            np.cumsum(done[:-1], out=seg[1:])
+            src = source or "batch"
+            k0 = self._split_next.get(src, 0)
+            self._split_next[src] = k0 + int(np.count_nonzero(done))
+            n = int(seg[-1]) + 1
+            return Keys(seg, [f"{src}:{k0 + i}" for i in range(n)], [None] * n)
+        ecodes, eids = factorize_column(frame, eps_col, source)
+        agent_col = self.schema.present(C.AGENT_ID, frame.names)
+        acodes, aids = factorize_column(frame, agent_col, source) if agent_col else (None, [None])
+        if acodes is None or aids == [None]:
+            return Keys(ecodes, eids, [None] * len(eids))
+        codes, combined = factorize(ecodes * len(aids) + acodes)
+        na = len(aids)
+        return Keys(codes, [eids[c // na] for c in combined], [aids[c % na] for c in combined])
+
+    def _array(self, frame: ColumnBatch, col: str, source: str | None) -> np.ndarray:
+        codec = self.schema.codec(col)
+        if codec is None:
+            return frame.to_numpy(col)
+        # Compressed cells are separate blobs: decoding is per cell by nature.
+        return decode_cells(frame.cells(col), codec, col, source, self.config.limits)
+
+    def _numeric(
+        self,
+        frame: ColumnBatch,
+        field: str,
+        source: str | None,
+        kinds: str = "biuf",
+        scalar: bool = False,
+    ) -> np.ndarray:
+        col = self.schema.column(field) or field  # mapped: checked in __init__
+        arr = self._array(frame, col, source)
+        if arr.dtype.kind not in kinds:
+            raise type_error(arr, col, field, kinds, self.schema.codec(col), source)
+        if scalar and arr.ndim != 1:
+            raise ColumnValueError(
+                f"column {col!r} must hold one scalar per row, found rows of shape {arr.shape[1:]}",
+                Where(file=source, column=col),
+                reason="bad_shape",
+            )
+        return arr
+
+    def _flag(self, frame: ColumnBatch, col: str | None, source: str | None) -> np.ndarray:
+        if col is None:
+            return np.zeros(frame.num_rows, bool)
+        arr = self._array(frame, col, source)
+        if arr.dtype.kind not in "biuf" or arr.ndim != 1:
+            raise type_error(arr, col, col, "b", None, source)
+        if arr.dtype.kind == "b":
+            return arr
+        bad = np.flatnonzero((arr != 0) & (arr != 1))
+        if len(bad):
+            raise ColumnValueError(
+                f"column {col!r} must hold true/false (or 0/1), found "
+                f"{arr[bad[0]]!r} at row {bad[0]}",
+                Where(file=source, column=col, row=int(bad[0])),
+                reason="bad_flag",
+                rows=bad,
+            )
+        return arr != 0
+
+    def _flags(self, frame: ColumnBatch, source: str | None) -> tuple[np.ndarray, np.ndarray]:
+        term_col = self.schema.present(C.TERMINATEDS, frame.names)
+        if term_col is None and self.schema.dones in frame.names:
+            term_col = self.schema.dones  # legacy `dones`: read as terminateds, as RLlib did
+        trunc_col = self.schema.present(C.TRUNCATEDS, frame.names)
+        return self._flag(frame, term_col, source), self._flag(frame, trunc_col, source)
+
+    def _convert(self, frame: ColumnBatch, source: str | None) -> Cols:
+        s = self.schema
+        obs = self._numeric(frame, C.OBS, source)
+        new_obs = self._numeric(frame, C.NEW_OBS, source)
+        if obs.shape[1:] != new_obs.shape[1:]:
+            raise ColumnValueError(
+                f"column {s.column(C.NEW_OBS)!r} rows have shape {new_obs.shape[1:]} but "
+                f"{s.column(C.OBS)!r} rows have {obs.shape[1:]}",
+                Where(file=source, column=s.column(C.NEW_OBS)),
+                reason="bad_shape",
+            )
+        term, trunc = self._flags(frame, source)
+        t_col = s.present(C.T, frame.names)
+        mod_col = s.present(C.MODULE_ID, frame.names)
+        info_col = s.present(C.INFOS, frame.names)
+        return Cols(
+            obs=obs,
+            new_obs=new_obs,
+            actions=self._numeric(frame, C.ACTIONS, source),
+            rewards=self._numeric(frame, C.REWARDS, source, kinds="biuf", scalar=True),
+            term=term,
+            trunc=trunc,
+            t=self._numeric(frame, C.T, source, kinds="iu", scalar=True) if t_col else None,
+            module=ids_column(frame.to_numpy(mod_col)) if mod_col else None,
+            infos=infos_column(frame.pylist(info_col), info_col, source) if info_col else None,
+            extras={c: self._array(frame, c, source) for c in s.extras(frame.names)},
+        )
+
+    # ------------------------------------------------------------------ rejection
+    def _reject(
+        self, out: EpisodeBatch, err: DataError, frame: ColumnBatch, members: np.ndarray
+    ) -> None:
+        payload = frame.take(members) if out.on_invalid == "quarantine" else None
+        out.reject(err, len(members), payload)
+
+    def _reject_groups(
+        self,
+        out: EpisodeBatch,
+        err: DataError,
+        frame: ColumnBatch,
+        rows: np.ndarray,
+        codes: np.ndarray,
+        bad: np.ndarray,
+        bad_rows: np.ndarray,
+        keys: Keys,
+        source: str | None,
+    ) -> None:
+        """Rejects, one by one, the episodes (codes) holding the offending ``bad_rows``."""
+        u, first = np.unique(codes[bad_rows], return_index=True)
+        first_row = dict(zip(u.tolist(), bad_rows[first].tolist(), strict=True))
+        idx = np.flatnonzero(bad)
+        idx = idx[np.argsort(codes[idx], kind="stable")]
+        for members in np.split(idx, np.flatnonzero(np.diff(codes[idx])) + 1):
+            code = int(codes[members[0]])
+            eid = keys.ids[code]
+            e = locate(err, source, rows, episode_id=eid, row=first_row[code])
+            self._reject(out, e, frame, members)
+            if self.schema.present(C.T, frame.names) is None:  # streams are tracked without t
+                key = (eid, keys.agents[code])
+                if self._ends_done(frame, int(members[-1]), source):
+                    self._pending.pop(key, None)
+                else:
+                    self._pending[key] = _POISONED
+
+    def _ends_done(self, frame: ColumnBatch, row: int, source: str | None) -> bool:
+        """Whether ``row`` carries a done flag (False when the flags themselves are unreadable)."""
+        try:
+            term, trunc = self._flags(frame, source)
+        except DataError:
+            return False
+        return bool(term[row] or trunc[row])
+
+    # ------------------------------------------------------------------ episodes
+    @staticmethod
+    def _drop_duplicates(
+        out: EpisodeBatch,
+        frame: ColumnBatch,
+        c: Cols,
+        rows: np.ndarray,
+        codes: np.ndarray,
+        keys: Keys,
+    ) -> tuple[ColumnBatch, Cols, np.ndarray, Groups]:
+        """Groups the rows into episodes; copies of rows within the batch (see
+        :mod:`.duplicates`) are dropped from the frame first and counted as duplicates."""
+        gr = Groups.of(codes, c.t, rows, keys)
+        done = c.term | c.trunc if c.t is None else None
+        dup = find_duplicates(gr, c.content(), done, c.t, c.infos)
+        if dup is None:
+            return frame, c, rows, gr
+        keep = np.ones(len(rows), bool)
+        keep[dup.rows] = False
+        out.ledger.rows_duplicate += len(dup.rows)
+        out.ledger.episodes_duplicate += dup.episodes
+        c, rows = c.select(keep), rows[keep]
+        return frame.filter(keep), c, rows, Groups.of(codes[keep], c.t, rows, keys)
+
+    def _build(
+        self,
+        out: EpisodeBatch,
+        frame: ColumnBatch,
+        c: Cols,
+        rows: np.ndarray,
+        gr: Groups,
+        source: str | None,
+    ) -> None:
+        v = Verdicts(gr, source, raise_now=out.on_invalid == "raise")
+        t_started = self._check(gr, c, v, frame.names)
+        if c.t is None and self._pending:
+            self._continue(gr, c, v, t_started)
+        g, n_ep, last = gr.g, len(gr.starts), gr.last
+        term = c.term[last]
+        cols = EpisodeColumns(
+            obs=assemble_observations(gr, c.obs, c.new_obs),
+            actions=g(c.actions),
+            rewards=g(c.rewards),
+            extras={k: g(x) for k, x in c.extras.items()},
+            obs_at=gr.starts + np.arange(n_ep, dtype=np.int64),
+            step_at=gr.starts,
+            length=gr.ends - gr.starts,
+            t_started=t_started,
+            terminated=term,
+            truncated=c.trunc[last] & ~term,  # both set: terminated wins
+            ids=gr.ids,
+            agents=gr.agents,
+            modules=c.module[gr.first].tolist() if c.module is not None else [None] * n_ep,
+        )
+        good = np.ones(n_ep, bool)
+        good[list(v.bad)] = False
+        first = np.flatnonzero(good)[:1].tolist()
+        # Shared arrays: what the vector checks above do not cover (dtypes, object columns) is
+        # the same for every episode, so one pass through the checking constructor covers all.
+        if c.infos is None and (not first or self._constructs(cols, first[0])):
+            out.add_columns(cols.select(good) if v.bad else cols)
+        else:
+            self._build_objects(out, cols, c, gr, v, rows, source)
+            good[list(v.bad)] = False
+        for e in sorted(v.bad):
+            pos = np.arange(gr.starts[e], gr.ends[e])
+            self._reject(out, v.bad[e], frame, pos if gr.perm is None else gr.perm[pos])
+        if c.t is None:
+            self._track(cols, good)
+
+    @staticmethod
+    def _constructs(cols: EpisodeColumns, e: int) -> bool:
+        """Whether episode ``e`` passes the checking :class:`Episode` constructor."""
+        ep = cols.episode(e)
+        try:
+            Episode(**{k: getattr(ep, k) for k in Episode.__slots__})
+        except EpisodeValidationError:
+            return False
+        return True
+
+    def _build_objects(
+        self,
+        out: EpisodeBatch,
+        cols: EpisodeColumns,
+        c: Cols,
+        gr: Groups,
+        v: Verdicts,
+        rows: np.ndarray,
+        source: str | None,
+    ) -> None:
+        """Episodes one object at a time: with infos (Python objects per row), or when an episode
+        fails the checking constructor (each is then checked until one passes)."""
+        infos = c.infos
+        if infos is not None and gr.perm is not None:
+            infos = [infos[i] for i in gr.perm.tolist()]  # Python objects: per row by nature
+        kept: list[Episode] = []
+        sizes: list[int] = []
+        checked = False  # has one episode of this batch passed the checking constructor?
+        for e in range(len(cols)):
+            if e in v.bad:
+                continue
+            ep = cols.episode(e)
+            st, en = int(cols.step_at[e]), int(cols.step_at[e] + cols.length[e])
+            if infos is not None:
+                ep.infos = [{}, *(i or {} for i in infos[st:en])]
+            if not checked:
+                try:
+                    ep = Episode(**{k: getattr(ep, k) for k in Episode.__slots__})
+                    checked = True
+                except EpisodeValidationError as err:
+                    v.record(e, locate(err, source, rows, ep.id, int(gr.first[e])))
+                    continue
+            kept.append(ep)
+            sizes.append(en - st)
+        out.episodes.extend(kept)
+        out.source_rows.extend(sizes)
+        out.sync()
+
+    def _track(self, cols: EpisodeColumns, good: np.ndarray) -> None:
+        """Streams without ``t``: not-done episodes wait for their continuation (next t, last
+        observation; poisoned if rejected); done ones leave."""
+        pending, done = self._pending, cols.done
+        if pending:
+            keys = dict(zip(zip(cols.ids, cols.agents, strict=True), done.tolist(), strict=True))
+            for key in [k for k in pending if keys.get(k)]:
+                del pending[key]
+        for e in np.flatnonzero(~done).tolist():  # at most one or two per batch
+            key = (cols.ids[e], cols.agents[e])
+            if not good[e]:
+                pending[key] = _POISONED
+            else:
+                at = int(cols.obs_at[e] + cols.length[e])
+                pending[key] = (int(cols.t_end[e]), cols.obs[at].copy())
+
+    def _check(self, gr: Groups, c: Cols, v: Verdicts, names: list[str]) -> np.ndarray:
+        """Row-level contracts, vectorized; returns ``t_started`` per episode."""
+        s, g = self.schema, gr.g
+        if s.present(C.EPS_ID, names):
+            null = np.array([i is None for i in gr.ids], bool)
+            v.flag(gr.starts[null], "episode id is null", s.column(C.EPS_ID), reason="null_id")
+        t_started = np.zeros(len(gr.starts), np.int64)
+        if c.t is not None:
+            ts = g(c.t)
+            t_col = s.column(C.T)
+            gap = np.flatnonzero(gr.same_next & (np.diff(ts) != 1)) + 1
+            v.flag(
+                gap,
+                lambda p: (
+                    f"t={ts[p]} appears twice in this episode with different content (also at "
+                    f"row {gr.pos_rows[p - 1]}; identical copies are dropped as duplicates)"
+                    if ts[p] == ts[p - 1]
+                    else f"t jumps from {ts[p - 1]} to {ts[p]}; rows need consecutive t"
+                ),
+                t_col,
+                ts,
+                reason="t_not_consecutive",
+            )
+            t_started = ts[gr.starts].astype(np.int64)
+            v.flag(
+                gr.starts[t_started < 0],
+                lambda p: f"t must be >= 0, found {ts[p]}",
+                t_col,
+                ts,
+                reason="bad_t",
+            )
+        not_last = np.ones(len(gr.ep_of), bool)
+        not_last[gr.ends - 1] = False
+        for flags, col in (
+            (c.term, s.column(C.TERMINATEDS) or s.dones),
+            (c.trunc, s.column(C.TRUNCATEDS)),
+        ):
+            v.flag(
+                np.flatnonzero(g(flags) & not_last),
+                lambda p: (
+                    f"row is marked done but is not its episode's last row "
+                    f"({gr.ends[gr.ep_of[p]] - 1 - p} more rows follow, and they are not a "
+                    f"copy of the rows up to it)"
+                ),
+                col,
+                reason="done_mid_episode",
+            )
+        if c.t is None and self.config.check_continuity and len(gr.ep_of) > 1:
+            p = gr.perm
+            # Only pairs within an episode are compared (episode boundaries masked out).
+            if p is None:  # grouped: the two sides are views, new_obs[:-1] vs obs[1:]
+                broken = rows_differ(c.new_obs[:-1], c.obs[1:], where=gr.same_next)
+            else:
+                broken = rows_differ(c.new_obs, c.obs, p[:-1], p[1:], where=gr.same_next)
+            v.flag(
+                np.flatnonzero(broken) + 1,
+                "row's obs differs from the previous row's new_obs: this episode's rows are out "
+                "of order or missing (without a t column, row order is step order)",
+                s.column(C.OBS),
+                reason="discontinuous",
+            )
+        return t_started
+
+    def _continue(self, gr: Groups, c: Cols, v: Verdicts, t_started: np.ndarray) -> None:
+        """Episodes that continue a not-done fragment of an earlier batch (no ``t`` column)."""
+        obs_col = self.schema.column(C.OBS)
+        for e, key in enumerate(zip(gr.ids, gr.agents, strict=True)):  # per episode
+            prev = self._pending.get(key)
+            if prev is None:
+                continue
+            at = gr.starts[e : e + 1]
+            if isinstance(prev, str):  # _POISONED
+                v.flag(
+                    at,
+                    "an earlier fragment of this episode was rejected; its later rows "
+                    "cannot be placed",
+                    None,
+                    reason="after_rejected",
+                )
+                continue
+            t_started[e] = prev[0]
+            first = int(gr.first[e])
+            if (
+                self.config.check_continuity
+                and rows_differ(c.obs[first : first + 1], prev[1][None])[0]
+            ):
+                v.flag(
+                    at,
+                    "first row's obs differs from the last new_obs of this episode's "
+                    "fragment in an earlier batch (batches out of order?)",
+                    obs_col,
+                    reason="discontinuous",
+                )
+
+
+#: ``base64(lz4 frame)`` starts with these characters (the frame magic 04 22 4D 18).
+_PACKED_PREFIX = "BCJNG"
+
+
+def _names(batch: pa.Table | Mapping[str, Any]) -> list[str]:
+    return list(batch.column_names if isinstance(batch, pa.Table) else batch.keys())
+
+
+def _is_packed(column: Any) -> bool:
+    """Text cells whose first non-null value is base64 of an lz4 frame."""
+    if isinstance(column, pa.ChunkedArray | pa.Array):
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            return False
+        valid = column.drop_null()
+        return len(valid) > 0 and str(valid[0].as_py()).startswith(_PACKED_PREFIX)
+    arr = np.asarray(column)
+    if arr.dtype.kind not in "OU" or not len(arr):
+        return False
+    first = next((v for v in arr if v is not None), None)
+    return isinstance(first, str) and first.startswith(_PACKED_PREFIX)

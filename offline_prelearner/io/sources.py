@@ -1,0 +1,117 @@
+"""Finding and opening input files without Ray: paths, globs, format detection, Parquet/JSON tables.
+
+RLlib's recorder spreads one episode over several small files, and row data without a ``t``
+column is only trustworthy in the order it was written: files are therefore always listed in
+name order (directories recursively), and readers keep their state from one file to the next.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import DataError, UnsupportedFormatError, Where
+
+__all__ = ["detect_format", "expand_paths", "iter_tables", "read_table"]
+
+_PARQUET_EXT = (".parquet", ".pq")
+_JSON_EXT = (".json", ".jsonl", ".ndjson")
+_SKIP_NAMES = ("_SUCCESS", "_common_metadata", "_metadata")
+
+
+def _is_data_file(p: Path) -> bool:
+    return p.is_file() and not p.name.startswith((".", "_")) and p.name not in _SKIP_NAMES
+
+
+def expand_paths(path: str | os.PathLike[str] | list[str]) -> list[str]:
+    """Files under ``path``: a file, a directory (recursive) or a glob; sorted by name.
+
+    Raises FileNotFoundError naming the path when nothing matches.
+    """
+    if isinstance(path, list):
+        return [f for p in path for f in expand_paths(p)]
+    p = Path(path)
+    if p.is_file():
+        return [str(p)]
+    if p.is_dir():
+        files = sorted(str(f) for f in p.rglob("*") if _is_data_file(f))
+    else:
+        files = sorted(f for f in glob.glob(str(path), recursive=True) if _is_data_file(Path(f)))
+    if not files:
+        raise FileNotFoundError(f"no data files at {str(path)!r} (a file, directory or glob)")
+    return files
+
+
+def _sniff_json(path: str) -> str | None:
+    with open(path, "rb") as fh:
+        first = fh.readline(1 << 20).strip()
+    if not first:
+        return None
+    try:
+        rec = json.loads(first)
+    except ValueError:
+        return None
+    if isinstance(rec, dict):
+        rec = rec.get("value", rec)  # some old writers wrapped records as {"value": {...}}
+        if isinstance(rec, dict) and rec.get("type") in ("SampleBatch", "MultiAgentBatch"):
+            return "sample_batches"
+        if isinstance(rec, dict):
+            return "rows"
+    return None
+
+
+def detect_format(files: list[str]) -> str:
+    """``rows``, ``episodes`` or ``sample_batches``, from the first file's name and content."""
+    if not files:
+        raise UnsupportedFormatError("no files to detect a format from")
+    first = files[0]
+    if first.endswith(_JSON_EXT):
+        fmt = _sniff_json(first)
+        if fmt is None:
+            raise UnsupportedFormatError(
+                f"cannot detect the format of {first!r}: not JSON lines of SampleBatch records"
+            )
+        return fmt
+    try:
+        schema = pq.read_schema(first)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise UnsupportedFormatError(
+            f"cannot detect the format of {first!r}: not a Parquet or JSON-lines file ({e})"
+        ) from None
+    names = set(schema.names)
+    if "item" in names:
+        item_type = schema.field("item").type
+        if pa.types.is_binary(item_type) or pa.types.is_large_binary(item_type):
+            return "episodes"
+    if "type" in names and ("policy_batches" in names or "count" in names):
+        return "sample_batches"
+    return "rows"
+
+
+def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
+    """One Parquet file as an Arrow table; unreadable files are a DataError naming the file."""
+    try:
+        if path.endswith(_JSON_EXT):
+            import pyarrow.json as pajson
+
+            return pajson.read_json(path)
+        return pq.read_table(path, columns=columns)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DataError(
+            f"cannot read the file: {msg}", Where(file=path), reason="unreadable_file"
+        ) from None
+
+
+def iter_tables(
+    files: list[str], columns: list[str] | None = None
+) -> Iterator[tuple[str, pa.Table]]:
+    """Yields ``(path, table)`` per file, in the given (name) order."""
+    for f in files:
+        yield f, read_table(f, columns)

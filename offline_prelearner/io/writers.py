@@ -1,0 +1,267 @@
+"""Episodes -> rows in RLlib's recorder layout (one transition per row), as Arrow and Parquet.
+
+Row ``i`` of an episode of ``T`` steps holds::
+
+    eps_id, agent_id, module_id      the episode's ids (repeated on every row)
+    obs        observations[i]       actions  actions[i]     rewards  rewards[i] (float64)
+    new_obs    observations[i + 1]
+    terminateds / truncateds         the episode's flag on its last row, False elsewhere
+    t          t_started + i         (only with ``with_t=True``; RLlib's recorder writes no ``t``)
+    <extra>    extras[name][i]       every per-step extra column, in the first episode's order
+    infos      json(infos[i + 1])    only when some episode carries infos (null for the others)
+
+Edges:
+
+* ``infos[i + 1]`` is the info returned together with ``new_obs``; that is what RLlib's reader puts
+  after an empty reset info. The reset info ``infos[0]`` has no row and is not written.
+* A zero-length episode has no transition and so writes no row.
+* Ids are written as strings (``str(id)``); ``agent_id`` / ``module_id`` columns have Arrow type
+  ``null`` when every episode has ``None`` there, as RLlib's single-agent files do.
+* Per-step values with one or more dimensions (CartPole's ``obs`` of shape ``(4,)``) are written
+  in Ray Data's fixed-shape tensor layout without importing Ray: a ``large_list<element>`` column of
+  the flattened values whose field metadata names the extension ``ray.data.arrow_tensor_v2`` and the
+  shape as JSON. Plain pyarrow reads it as lists; ``ray.data.read_parquet`` reads a tensor column.
+* All episodes must agree on the per-step shape of each column (``SchemaError`` otherwise); dtypes
+  that differ are promoted with numpy's rules (int32 and int64 actions give int64).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..episodes import columns as C
+from ..episodes.episode import Episode
+from ..errors import SchemaError, Where
+
+__all__ = [
+    "TENSOR_EXTENSION_NAME",
+    "columns_to_table",
+    "episodes_to_rows",
+    "tensor_field",
+    "write_rows",
+]
+
+#: Ray Data's extension name for fixed-shape tensor columns with 64-bit offsets.
+TENSOR_EXTENSION_NAME = b"ray.data.arrow_tensor_v2"
+
+_FIXED = (
+    C.EPS_ID,
+    C.AGENT_ID,
+    C.MODULE_ID,
+    C.OBS,
+    C.ACTIONS,
+    C.REWARDS,
+    C.NEW_OBS,
+    C.TERMINATEDS,
+    C.TRUNCATEDS,
+    C.T,
+    C.INFOS,
+)
+
+
+def tensor_field(name: str, value_type: pa.DataType, shape: tuple[int, ...]) -> pa.Field:
+    """The Arrow field Ray Data reads back as a tensor column of per-row ``shape``."""
+    return pa.field(
+        name,
+        pa.large_list(pa.field("element", value_type)),
+        metadata={
+            b"ARROW:extension:name": TENSOR_EXTENSION_NAME,
+            b"ARROW:extension:metadata": json.dumps(list(shape)).encode(),
+        },
+    )
+
+
+def _column(name: str, values: np.ndarray) -> tuple[pa.Field, pa.Array]:
+    """One per-step column (``values`` is ``[rows, *shape]``) as an Arrow field and array."""
+    if values.ndim == 1:
+        arr = pa.array(values)
+        return pa.field(name, arr.type), arr
+    if values.dtype.kind not in "biuf":
+        raise SchemaError(
+            f"cannot write a {values.dtype} tensor (numeric or bool only)", Where(column=name)
+        )
+    shape = tuple(int(s) for s in values.shape[1:])
+    flat = np.ascontiguousarray(values).reshape(-1)
+    width = int(np.prod(shape))
+    offsets = pa.array(np.arange(len(values) + 1, dtype=np.int64) * width)
+    flat_arr = pa.array(flat)
+    fld = tensor_field(name, flat_arr.type, shape)
+    return fld, pa.LargeListArray.from_arrays(offsets, flat_arr, type=fld.type)
+
+
+def columns_to_table(columns: dict[str, np.ndarray]) -> pa.Table:
+    """A dict of per-row numpy columns (the prelearner's output) as an Arrow table: arrays of
+    one dimension as plain columns, of more in Ray's tensor layout (see the module docstring)."""
+    cols = [_column(name, np.asarray(v)) for name, v in columns.items()]
+    return pa.Table.from_arrays([a for _, a in cols], schema=pa.schema([f for f, _ in cols]))
+
+
+def _concat(episodes: Sequence[Episode], name: str, get: Any) -> np.ndarray:
+    """Concatenates one column of every episode, once, after checking per-step shapes agree."""
+    parts = [get(e) for e in episodes]
+    want = parts[0].shape[1:]
+    for ep, part in zip(episodes, parts, strict=True):
+        if part.shape[1:] != want:
+            raise SchemaError(
+                f"per-step shape {part.shape[1:]} differs from the first episode's {want}",
+                Where(column=name, episode_id=ep.id),
+            )
+    return np.concatenate(parts)
+
+
+#: Per-step observation size from which obs / new_obs are gathered from views of each episode
+#: instead of from one concatenation of all observations (saves a copy of large observations).
+_LARGE_OBS_BYTES = 4096
+
+
+def _obs_columns(episodes: Sequence[Episode], lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``obs`` (each episode's observations but the last) and ``new_obs`` (all but the first)."""
+    first = episodes[0].observations
+    if first[0].nbytes >= _LARGE_OBS_BYTES:
+        return (
+            _concat(episodes, C.OBS, lambda e: e.observations[:-1]),
+            _concat(episodes, C.NEW_OBS, lambda e: e.observations[1:]),
+        )
+    # Small observations: concatenate all of them once ([T_i + 1] each) and drop, with boolean
+    # masks, each episode's last one (obs) or first one (new_obs).
+    all_obs = _concat(episodes, C.OBS, lambda e: e.observations)
+    obs_end = np.cumsum(lengths + 1)  # one past each episode's last observation
+    is_last = np.zeros(len(all_obs), dtype=bool)
+    is_last[obs_end - 1] = True
+    is_first = np.zeros(len(all_obs), dtype=bool)
+    is_first[obs_end - lengths - 1] = True
+    return all_obs[~is_last], all_obs[~is_first]
+
+
+def _ids(values: list[Any], lengths: np.ndarray) -> pa.Array:
+    """An id per episode, repeated over its rows: string, or null type when all are None."""
+    if all(v is None for v in values):
+        return pa.nulls(int(lengths.sum()))
+    per_episode = pa.array([None if v is None else str(v) for v in values], pa.string())
+    return pc.take(per_episode, pa.array(np.repeat(np.arange(len(values)), lengths)))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.ndarray | np.generic):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _infos(episodes: Sequence[Episode]) -> pa.Array:
+    # Infos are arbitrary Python dicts already; encoding them is one json.dumps per row.
+    texts: list[str | None] = []
+    for ep in episodes:
+        if ep.infos is None:
+            texts.extend([None] * len(ep))
+            continue
+        try:
+            texts.extend(json.dumps(i, default=_json_default) for i in ep.infos[1:])
+        except (TypeError, ValueError) as e:
+            raise SchemaError(
+                f"infos are not JSON-serializable: {e}", Where(column=C.INFOS, episode_id=ep.id)
+            ) from None
+    return pa.array(texts, pa.string())
+
+
+def _empty_table(with_t: bool) -> pa.Table:
+    types = {
+        C.EPS_ID: pa.string(),
+        C.AGENT_ID: pa.null(),
+        C.MODULE_ID: pa.null(),
+        C.OBS: pa.null(),
+        C.ACTIONS: pa.null(),
+        C.REWARDS: pa.float64(),
+        C.NEW_OBS: pa.null(),
+        C.TERMINATEDS: pa.bool_(),
+        C.TRUNCATEDS: pa.bool_(),
+    }
+    if with_t:
+        types[C.T] = pa.int64()
+    return pa.schema(list(types.items())).empty_table()
+
+
+def episodes_to_rows(episodes: Sequence[Episode], *, with_t: bool = True) -> pa.Table:
+    """The episodes as one Arrow table of transitions; see the module docstring for the layout.
+
+    Each column is concatenated once over all episodes and sliced with numpy index math; the only
+    Python loops are per episode (ids, shape checks) and per row for ``infos`` (JSON text).
+    An empty sequence gives an empty table whose obs/actions columns have type ``null``.
+    """
+    episodes = list(episodes)
+    if not episodes:
+        return _empty_table(with_t)
+    first = episodes[0]
+    extra_names = list(first.extras)
+    for ep in episodes:
+        if set(ep.extras) != set(extra_names):
+            raise SchemaError(
+                f"extra columns {sorted(ep.extras)} differ from the first episode's "
+                f"{sorted(extra_names)}",
+                Where(episode_id=ep.id),
+            )
+    clash = set(extra_names) & set(_FIXED)
+    if clash:
+        raise SchemaError(
+            f"extra columns {sorted(clash)} collide with row-layout columns",
+            Where(column=sorted(clash)[0], episode_id=first.id),
+        )
+
+    lengths = np.array([len(e) for e in episodes], dtype=np.int64)
+    n_rows = int(lengths.sum())
+    row_start = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    obs, new_obs = _obs_columns(episodes, lengths)
+
+    last_row = (row_start + lengths - 1)[lengths > 0]
+    terminated = np.array([e.terminated for e in episodes], dtype=bool)[lengths > 0]
+    truncated = np.array([e.truncated for e in episodes], dtype=bool)[lengths > 0]
+    terminateds = np.zeros(n_rows, dtype=bool)
+    terminateds[last_row] = terminated
+    truncateds = np.zeros(n_rows, dtype=bool)
+    truncateds[last_row] = truncated
+
+    cols: list[tuple[pa.Field, pa.Array]] = [
+        (pa.field(C.EPS_ID, pa.string()), _ids([e.id for e in episodes], lengths)),
+    ]
+    for name, attr in ((C.AGENT_ID, "agent_id"), (C.MODULE_ID, "module_id")):
+        arr = _ids([getattr(e, attr) for e in episodes], lengths)
+        cols.append((pa.field(name, arr.type), arr))
+    cols.append(_column(C.OBS, obs))
+    cols.append(_column(C.ACTIONS, _concat(episodes, C.ACTIONS, lambda e: e.actions)))
+    rewards = _concat(episodes, C.REWARDS, lambda e: e.rewards).astype(np.float64, copy=False)
+    cols.append(_column(C.REWARDS, rewards))
+    cols.append(_column(C.NEW_OBS, new_obs))
+    cols.append(_column(C.TERMINATEDS, terminateds))
+    cols.append(_column(C.TRUNCATEDS, truncateds))
+    if with_t:
+        t_started = np.array([e.t_started for e in episodes], dtype=np.int64)
+        t = np.arange(n_rows, dtype=np.int64) + np.repeat(t_started - row_start, lengths)
+        cols.append(_column(C.T, t))
+    for name in extra_names:
+        cols.append(_column(name, _concat(episodes, name, lambda e, n=name: e.extras[n])))
+    if any(e.infos is not None for e in episodes):
+        cols.append((pa.field(C.INFOS, pa.string()), _infos(episodes)))
+    schema = pa.schema([f for f, _ in cols])
+    return pa.Table.from_arrays([a for _, a in cols], schema=schema)
+
+
+def write_rows(
+    episodes: Sequence[Episode], path: str | os.PathLike[str], *, with_t: bool = True
+) -> str:
+    """Writes :func:`episodes_to_rows` to one Parquet file (parent folders are created).
+
+    Returns the path written.
+    """
+    path = os.fspath(path)
+    parent = os.path.dirname(path)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    pq.write_table(episodes_to_rows(episodes, with_t=with_t), path)
+    return path

@@ -1,0 +1,224 @@
+"""Feeding replay shards from a Ray Data job: the data side of the Ape-X design.
+
+::
+
+    shards = ShardedReplayBuffer(config, num_shards=2)       # buffer.kind="prioritized"
+    feed = start_feed("data/", config, shards)                # the job runs in the background
+    while not feed.done():                                    # ... while the learner learns
+        batch = shards.sample(256)                            # (EmptyBufferError until data)
+        shards.update_priorities(batch["indices"], td_errors(batch))
+    stats = feed.result()                                     # FeedStats; stats.balanced()
+
+The job is the batch job of :mod:`offline_prelearner.jobs.pipeline` (same reading, format detection,
+``ray.*`` settings, validation and de-duplication) with :class:`ShardFeeder` as the prelearner:
+instead of buffering and sampling, it sends each batch's episodes to the shards of their module
+and returns one row of counters per batch, which :func:`feed_shards` sums. Every input row is
+accounted for: ``rows_in = rows_kept + rows_rejected + rows_duplicate`` (the ledger), and every
+kept episode was either sent to a shard or counted as unrouted (its module has no shards).
+
+Each feeder actor waits for its shard calls before returning a batch, so a shard's error (a
+fragment contradicting what it holds) fails the job at that batch, and nothing is in flight when
+the job ends. Fragments of one episode must reach their shard in order: with ``ray.concurrency >
+1`` set ``ray.group_by_episode``, as for the plain batch job. De-duplication is per feeder actor.
+Batch-level connectors are not run (nothing is sampled here); episode-level ones are, before
+the episodes are sent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..config import PreLearnerConfig
+from ..episodes.episode import Episode
+from ..episodes.episode_columns import EpisodeColumns
+from ..episodes.ledger import Ledger
+from ..errors import ConfigError
+from ..io.readers import Batch
+from ..prelearner import OfflinePreLearner
+from ..replay.batch import MultiAgentBatch
+from ..replay.shards import ShardedReplayBuffer
+from .pipeline import build_dataset
+
+__all__ = ["FeedStats", "ShardFeeder", "feed_shards", "start_feed"]
+
+Shards = ShardedReplayBuffer | Mapping[str, ShardedReplayBuffer]
+_COUNTS = ("episodes_sent", "timesteps_sent", "episodes_unrouted", "timesteps_unrouted")
+
+
+@dataclass
+class FeedStats:
+    """What a feed did, summed over its batches."""
+
+    ledger: Ledger = field(default_factory=Ledger)
+    batches: int = 0
+    episodes_sent: int = 0
+    timesteps_sent: int = 0
+    episodes_unrouted: int = 0  # kept episodes of a module without shards
+    timesteps_unrouted: int = 0
+    wall_seconds: float = 0.0
+
+    def balanced(self) -> bool:
+        """Rows in = kept + rejected + duplicate, and every kept episode was sent or counted."""
+        routed = self.episodes_sent + self.episodes_unrouted
+        return self.ledger.balanced() and routed == self.ledger.episodes_kept
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"ledger": self.ledger.to_dict(), "batches": self.batches}
+        out.update({k: getattr(self, k) for k in _COUNTS})
+        return {**out, "wall_seconds": self.wall_seconds, "balanced": self.balanced()}
+
+
+class ShardFeeder(OfflinePreLearner):
+    """A prelearner whose buffers are replay shards: ``add_to_buffers`` sends episodes to the
+    :class:`ShardedReplayBuffer` of their module and waits for it; ``sample`` draws nothing.
+    A batch the reader built as :class:`EpisodeColumns` goes to the shards as columns, without
+    an object per episode, when :meth:`columns_module` allows it.
+
+    ``shards`` maps module ids to clients; :func:`feed_shards` binds it on a subclass made for
+    the job (Ray pickles that class, clients included, into the map_batches actors).
+    """
+
+    shards: ClassVar[Mapping[str, ShardedReplayBuffer]] = {}
+
+    def __init__(self, config: Any = None, **kw: Any) -> None:
+        super().__init__(config, **kw)
+        self.counters.update(dict.fromkeys(_COUNTS, 0))
+
+    def add_to_buffers(self, episodes: list[Episode]) -> None:
+        by_module: dict[str, list[Episode]] = {}
+        for ep in episodes:
+            by_module.setdefault(self.module_of(ep), []).append(ep)
+        for module_id, eps in by_module.items():
+            self._send(module_id, eps, len(eps), sum(len(e) for e in eps))
+        self._wait()
+
+    def _send(self, module_id: str, eps: Any, count: int, steps: int) -> None:
+        client = self.shards.get(module_id)
+        kind = "unrouted" if client is None else "sent"
+        self.counters[f"episodes_{kind}"] += count
+        self.counters[f"timesteps_{kind}"] += steps
+        if client is not None:
+            client.add(eps)
+            self.counters["fragments_added"] += count
+
+    def _wait(self) -> None:
+        for client in self.shards.values():
+            client.flush()
+
+    def columns_module(self, columns: EpisodeColumns) -> str | None:
+        """The one module all of a batch's columnar episodes belong to, when they may go to the
+        shards as columns (no episode hook overridden, no episode connector), else None."""
+        hooks = ("postprocess_episodes", "module_of", "add_to_buffers")
+        if len(self.connectors) or any(
+            getattr(type(self), h) is not getattr(ShardFeeder, h) for h in hooks
+        ):
+            return None
+        mods = set(columns.modules)
+        if len(mods) != 1:
+            return None
+        (mod,) = mods
+        if mod is not None:
+            return str(mod)
+        mapped = self.config.modules.agent_to_module is not None
+        return (
+            None if mapped and set(columns.agents) != {None} else self.config.modules.default_module
+        )
+
+    def sample(self) -> MultiAgentBatch:
+        return MultiAgentBatch({}, env_steps=0)
+
+    def __call__(self, batch: Batch) -> Iterator[dict[str, np.ndarray]]:
+        """One input batch -> one row: this batch's ledger (JSON) and routing counters."""
+        before = {k: self.counters[k] for k in _COUNTS}
+        episodes = self.validate(self.map_to_episodes(batch))
+        self.ledger += episodes.ledger
+        cols = episodes.columns
+        module = None if cols is None or not len(cols) else self.columns_module(cols)
+        if cols is not None and module is not None:  # no object per episode on this path
+            self._send(module, cols, len(cols), int(cols.length.sum()))
+            self._wait()
+        else:
+            self.add_to_buffers(self.postprocess_episodes(episodes.episodes))
+        self.counters["batches"] += 1
+        if self.stats_sink is not None:
+            self.stats_sink(self.key, self.stats())
+        row = {k: np.array([self.counters[k] - before[k]], np.int64) for k in _COUNTS}
+        yield {"ledger": np.array([json.dumps(episodes.ledger.to_dict())]), **row}
+
+
+def _clients(shards: Shards) -> dict[str, ShardedReplayBuffer]:
+    if isinstance(shards, ShardedReplayBuffer):
+        return {shards.module_id: shards}
+    clients = dict(shards)
+    bad = [m for m, c in clients.items() if not isinstance(c, ShardedReplayBuffer)]
+    if bad or not clients:
+        raise ConfigError(f"shards must be a ShardedReplayBuffer or a dict of them; bad: {bad}")
+    return clients
+
+
+def feed_shards(
+    path: str | os.PathLike[str] | list[str],
+    config: PreLearnerConfig | None,
+    shards: Shards,
+) -> FeedStats:
+    """Reads ``path`` with Ray Data and streams validated, de-duplicated episodes into
+    ``shards`` (one client, or ``{module_id: client}``); returns the summed counters.
+
+    ``config`` is the job's (reading, validation, ``ray.*``); ``sample.num_samples`` is ignored
+    (there are no samples to cap) and ``sample.sample_all`` is refused.
+    """
+    clients = _clients(shards)
+    out = _run_feed(path, config, clients)
+    for client in clients.values():
+        client.refresh()  # the driver's view of the shards' masses, now current
+    return out
+
+
+def _run_feed(
+    path: str | os.PathLike[str] | list[str],
+    config: PreLearnerConfig | None,
+    clients: dict[str, ShardedReplayBuffer],
+) -> FeedStats:
+    cfg = PreLearnerConfig.coerce(config)
+    if cfg.sample.sample_all:
+        raise ConfigError("sample.sample_all has no meaning when feeding shards")
+    if cfg.sample.num_samples is not None:
+        cfg = cfg.with_updates({"sample.num_samples": None})
+    bound = type("BoundShardFeeder", (ShardFeeder,), {"shards": clients, "__module__": __name__})
+    start = time.perf_counter()
+    ds = build_dataset(path, cfg, prelearner=bound)
+    out = FeedStats()
+    for rows in ds.iter_batches(batch_format="numpy", batch_size=None):
+        for text in rows["ledger"].tolist():
+            out.ledger += Ledger.from_dict(json.loads(text))
+        out.batches += len(rows["ledger"])
+        for k in _COUNTS:
+            setattr(out, k, getattr(out, k) + int(rows[k].sum()))
+    out.wall_seconds = round(time.perf_counter() - start, 3)
+    return out
+
+
+def start_feed(
+    path: str | os.PathLike[str] | list[str],
+    config: PreLearnerConfig | None,
+    shards: Shards,
+) -> Future[FeedStats]:
+    """:func:`feed_shards` in a background thread, so a learner can sample meanwhile.
+
+    Returns a :class:`concurrent.futures.Future`: ``done()``, ``result()`` (which raises the
+    job's error, if any). The feed's thread only iterates the job's counters; it never calls
+    ``shards`` (copies of them live in the job's actors), so the learner keeps them to itself.
+    """
+    clients = _clients(shards)
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="feed_shards")
+    future = pool.submit(_run_feed, path, config, clients)
+    pool.shutdown(wait=False)
+    return future

@@ -1,0 +1,541 @@
+"""``offline-prelearner``: the command line. Parses arguments, builds configs, calls the library.
+
+Subcommands: ``process`` (the batch job), ``record`` (a gymnasium env -> RLlib-compatible
+offline data) and ``inspect`` (what a dataset holds and whether it validates). Errors about
+data print one line naming the file, column, episode and row, and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..config import ReadConfig
+from ..errors import ConfigError, OfflinePrelearnerError
+from .console import JobProgress
+
+__all__ = ["main"]
+
+
+def _progress(i: int, n: int, name: str) -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\r  read {i}/{n} files ({100 * i // n}%)   ")
+        if i == n:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def _cmd_record(args: argparse.Namespace) -> int:
+    from .record import record_env, write_recording
+
+    rec = record_env(args.env, args.steps, policy=args.policy, seed=args.seed)
+    files = write_recording(rec, args.out, fmt=args.format, rows_per_file=args.rows_per_file)
+    summary = {
+        "env": args.env,
+        "format": args.format,
+        "policy": args.policy,
+        "seed": args.seed,
+        "steps": sum(len(e) for e in rec.episodes),
+        "episodes": len(rec.episodes),
+        "files": files,
+    }
+    print(json.dumps(summary, indent=None if args.json else 2))
+    return 0
+
+
+def _fmt_stats(s: dict[str, float] | None) -> str:
+    if not s:
+        return "-"
+    return f"min {s['min']:.4g}  mean {s['mean']:.4g}  max {s['max']:.4g}  std {s['std']:.4g}"
+
+
+def _print_report(d: dict[str, Any]) -> None:
+    lines = [
+        f"path        {d['path']}  ({d['files']} files)",
+        f"format      {d['format']}   schema {d['schema']}",
+        f"rows        {d['rows']}",
+        f"episodes    {d['episodes']}  ({d['terminated']} terminated, {d['truncated']} truncated, "
+        f"{d['not_done']} not done)",
+        f"timesteps   {d['timesteps']}",
+        f"observation {d['observation']}   action {d['action']}",
+        f"extras      {', '.join(d['extras']) or '-'}",
+        f"length      {_fmt_stats(d['length'])}",
+        f"return      {_fmt_stats(d['return'])}",
+        f"duplicates  {d['duplicates']} episodes ({d['duplicate_rows']} rows)",
+        f"rejected    {d['rejected'] or 'none'}",
+        f"accounting  rows in = kept + rejected + duplicate: "
+        f"{'yes' if d['rows_balance'] else 'NO'}",
+    ]
+    if d["files_unreadable"]:
+        lines.append(f"unreadable  {', '.join(d['files_unreadable'])}")
+    if d["quarantine_file"]:
+        lines.append(f"quarantine  {d['quarantine_file']}")
+    print("\n".join(lines))
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from ..episodes.validate import ValidateConfig
+    from .inspection import inspect_path
+
+    if args.on_invalid == "quarantine" and not args.quarantine_dir:
+        raise ConfigError(
+            "--on-invalid quarantine needs --quarantine-dir DIR for the rejected rows"
+        )
+    read = ReadConfig(
+        format=args.format,
+        schema=args.schema,
+        legacy_pickle=args.legacy_pickle,
+        on_invalid=args.on_invalid,
+    )
+    validate = ValidateConfig(on_invalid=args.on_invalid, require_done=not args.allow_fragments)
+    report = inspect_path(
+        args.path,
+        read,
+        validate,
+        quarantine_dir=args.quarantine_dir,
+        progress=None if args.json else _progress,
+    )
+    d = report.to_dict()
+    if args.json:
+        print(json.dumps(d))
+    else:
+        _print_report(d)
+    if d["rows"] and not d["episodes"] and d["rejected"]:
+        rejections = report.batch.rejections
+        first = f"; the first: {rejections[0].error}" if rejections else ""
+        print(
+            f"offline-prelearner inspect: error: every row was rejected ({d['rejected']}){first}",
+            file=sys.stderr,
+        )
+        return 2
+    return 0
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from .convert import convert_path
+
+    def progress(i: int, n: int, name: str, steps: int) -> None:
+        if not args.json:
+            sys.stderr.write(f"  converted {i}/{n} files, {steps} steps read ({name})\n")
+            sys.stderr.flush()
+
+    read = ReadConfig(format="sample_batches", schema=args.schema, legacy_pickle=args.legacy_pickle)
+    stats = convert_path(
+        args.path,
+        args.to,
+        args.out,
+        read,
+        on_invalid=args.on_invalid,
+        progress=progress,
+        fragments=args.fragments,
+        dones=args.dones,
+        overwrite=args.overwrite,
+        resume=args.resume,
+    )
+    print(json.dumps(stats, indent=None if args.json else 2))
+    return 0
+
+
+def _parse_set(items: list[str]) -> dict[str, Any]:
+    """``key=value`` pairs; values parse as JSON where they can (``[1,3]``, ``true``, ``0.99``)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects key=value, found {item!r}")
+        try:
+            out[key.strip()] = json.loads(raw)
+        except ValueError:
+            out[key.strip()] = raw
+    return out
+
+
+def _cmd_process(args: argparse.Namespace) -> int:
+    from ..config import PreLearnerConfig
+    from .pipeline import run_pipeline
+
+    config = PreLearnerConfig.load(args.config) if args.config else PreLearnerConfig()
+    updates = _parse_set(args.set or [])
+    chosen = "sample_all" in updates or "sample.sample_all" in updates
+    if not chosen and not (args.config and "sample_all" in Path(args.config).read_text()):
+        # The batch job prepares a dataset: every transition once (see the README's "What
+        # sampling means"); `--set sample_all=false` samples from replay as RLlib does.
+        updates["sample_all"] = True
+    if args.format:
+        updates["format"] = args.format
+    if args.schema:
+        updates["schema"] = args.schema
+    if args.legacy_pickle:
+        updates["legacy_pickle"] = True
+    if args.on_invalid != "raise":  # the default leaves a config file's choice alone
+        updates["on_invalid"] = args.on_invalid
+    if args.address:
+        updates["address"] = args.address
+    config = config.with_updates(updates) if updates else config
+    progress = JobProgress("process", enabled=not args.json)
+    result = run_pipeline(
+        args.path,
+        config,
+        out_dir=args.out,
+        prelearner=args.prelearner,
+        engine=args.engine,
+        overwrite=args.overwrite,
+        resume=args.resume,
+        progress=progress,
+    )
+    progress.close()
+    st = result.stats
+    summary = {
+        k: st[k]
+        for k in (
+            "files_read",
+            "format",
+            "rows_in",
+            "episodes_kept",
+            "rows_rejected",
+            "episodes_duplicate",
+            "samples_written",
+            "samples_rule",
+            "engine",
+            "units",
+            "units_reused",
+            "wall_seconds",
+            "rows_per_second",
+            "rows_balance",
+        )
+    }
+    summary["out"] = args.out
+    print(json.dumps(summary, indent=None if args.json else 2))
+    return 0
+
+
+_PATH_HELP = "a file, a directory (read recursively, name order) or a glob"
+_LEGACY_HELP = (
+    "decode RLlib's legacy base64(lz4(pickle)) columns with the restricted unpickler "
+    "(numpy arrays and plain builtins only)"
+)
+
+
+def _add_common(p: argparse.ArgumentParser, on_invalid: str | None, on_invalid_help: str) -> None:
+    """The options every data-reading subcommand shares: PATH, --legacy-pickle, --on-invalid."""
+    p.add_argument("path", help=_PATH_HELP)
+    p.add_argument("--legacy-pickle", action="store_true", help=_LEGACY_HELP)
+    if on_invalid is not None:
+        p.add_argument(
+            "--on-invalid",
+            choices=["raise", "skip", "quarantine"],
+            default=on_invalid,
+            help=on_invalid_help,
+        )
+
+
+def _add_commit_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a non-empty --out, only once this job has succeeded",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="reuse the work an interrupted or failed run of the same job committed "
+        "(checked against the inputs' sizes and mtimes)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="offline-prelearner",
+        description="Offline RL data: recorded experience -> episodes -> learner-ready batches.",
+    )
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show Ray's own log lines live (by default they go to its session log folder, "
+        "named when a job fails)",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("record", help="record a gymnasium env into RLlib-compatible offline data")
+    r.add_argument("env", help="gymnasium env id, e.g. CartPole-v1")
+    r.add_argument("--steps", type=int, required=True, help="env steps to record")
+    r.add_argument("--out", required=True, help="output directory")
+    r.add_argument(
+        "--format",
+        choices=["rows", "episodes"],
+        default="rows",
+        help="rows: one transition per row (RLlib's recorder layout, plus t); "
+        "episodes: msgpack episode records (default: rows)",
+    )
+    r.add_argument("--policy", choices=["random", "heuristic"], default="random")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument(
+        "--rows-per-file",
+        type=int,
+        default=0,
+        help="split rows data into files of this many rows, cutting through episodes "
+        "like RLlib's recorder (default: one file)",
+    )
+    r.add_argument("--json", action="store_true", help="print the summary on one line")
+    r.set_defaults(func=_cmd_record)
+
+    pr = sub.add_parser(
+        "process",
+        help="the batch job: read, build episodes, replay, sample, write learner-ready rows",
+    )
+    _add_common(
+        pr,
+        "raise",
+        "bad rows/episodes: stop with the reader's message (default), or count them "
+        "(skip / quarantine) in stats.json",
+    )
+    pr.add_argument("--out", required=True, help="output directory (samples/*.parquet, stats.json)")
+    pr.add_argument("--config", help="a PreLearnerConfig as JSON or YAML")
+    pr.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a config field (flat name or section.field); JSON values: "
+        "--set n_step=[1,3] --set gamma=0.99 --set buffer.kind=prioritized",
+    )
+    pr.add_argument(
+        "--prelearner", help="a custom OfflinePreLearner subclass as package.module:Class"
+    )
+    pr.add_argument("--format", choices=["auto", "rows", "episodes", "sample_batches"])
+    pr.add_argument("--schema", help="schema preset name or JSON file (rows format)")
+    pr.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS or local)")
+    _add_commit_flags(pr)
+    pr.add_argument(
+        "--engine",
+        choices=["auto", "local", "ray"],
+        default="auto",
+        help="where the units of work run: local (in this process), ray (Ray Data tasks, "
+        "retried when a worker dies) or auto (local for inputs under 64 MiB without a "
+        "cluster address; default)",
+    )
+    pr.add_argument("--json", action="store_true", help="print the summary on one line")
+    pr.set_defaults(func=_cmd_process)
+
+    i = sub.add_parser("inspect", help="what a dataset holds, and a validation report")
+    _add_common(
+        i,
+        "skip",
+        "what to do with rows that fail to read or validate (default: skip and count them in "
+        "the report)",
+    )
+    i.add_argument(
+        "--format", choices=["auto", "rows", "episodes", "sample_batches"], default="auto"
+    )
+    i.add_argument(
+        "--schema",
+        default=None,
+        help="a preset name from schemas/ (rllib, rllib_compressed, d4rl, minari, ...) "
+        "or a schema JSON file (default: RLlib's column names)",
+    )
+    i.add_argument(
+        "--quarantine-dir",
+        default=None,
+        help="with --on-invalid quarantine: where rejected rows are written",
+    )
+    i.add_argument(
+        "--allow-fragments",
+        action="store_true",
+        help="keep episodes that never end within the data instead of rejecting them",
+    )
+    i.add_argument("--json", action="store_true", help="print one JSON object")
+    i.set_defaults(func=_cmd_inspect)
+
+    c = sub.add_parser(
+        "convert",
+        help="old-stack SampleBatch/MultiAgentBatch data -> new-stack rows Parquet or episodes",
+    )
+    _add_common(
+        c,
+        "raise",
+        "bad records/episodes: stop (default), count them, or count and write them to "
+        "OUT/quarantine/",
+    )
+    c.add_argument(
+        "--to",
+        choices=["rows", "episodes"],
+        required=True,
+        help="rows: RLlib's recorder row layout plus t; episodes: msgpack episode records",
+    )
+    c.add_argument(
+        "--out",
+        required=True,
+        help="output directory (rows-*/episodes-*.parquet, stats.json, _manifest.json); "
+        "must be absent or empty",
+    )
+    _add_commit_flags(c)
+    c.add_argument(
+        "--fragments",
+        choices=["keep", "reject"],
+        default="keep",
+        help="episodes that never end within the data: write them not done (default) or "
+        "reject them (counted as not_done)",
+    )
+    c.add_argument(
+        "--dones",
+        choices=["auto", "terminated", "truncated"],
+        default="auto",
+        help="legacy `dones` without `terminateds`: auto = truncated where the info says "
+        "TimeLimit.truncated, else terminated",
+    )
+    c.add_argument("--schema", default=None, help="column schema (default: rllib_old_stack)")
+    c.add_argument("--json", action="store_true", help="print the stats on one line")
+    c.set_defaults(func=_cmd_convert)
+    return p
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM reached the CLI; unwinds the job like KeyboardInterrupt does."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+def _nothing_committed(args: argparse.Namespace) -> str:
+    logs = ""
+    if "offline_prelearner.jobs.pipeline" in sys.modules:
+        d = sys.modules["offline_prelearner.jobs.pipeline"].ray_log_dir()
+        logs = f" (Ray's logs: {d})" if d else ""
+    out = getattr(args, "out", None)
+    if out is None or args.command not in ("process", "convert"):
+        return logs
+    from .commit import Staging
+
+    staging = Staging(out, {})
+    n = staging.committed_units()
+    kept = f"; {n} finished unit(s) kept for --resume" if n else ""
+    return f"; nothing was committed to {out}{kept}{logs}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.verbose:
+        # Read by Ray Data when it sets up its loggers (on import): INFO lines stay in its files.
+        os.environ.setdefault("RAY_DATA_LOG_LEVEL", "ERROR")
+    from . import pipeline
+
+    pipeline.VERBOSE = args.verbose
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in handlers:
+        signal.signal(s, _on_signal)
+    try:
+        return int(args.func(args))
+    except Interrupted as e:
+        _shutdown()
+        print(
+            f"offline-prelearner {args.command}: interrupted by {e}{_nothing_committed(args)}",
+            file=sys.stderr,
+        )
+        return 128 + e.signum
+    except (OfflinePrelearnerError, FileNotFoundError) as e:
+        print(
+            f"offline-prelearner {args.command}: error: {e}{_nothing_committed(args)}",
+            file=sys.stderr,
+        )
+        return 2
+    except OSError as e:
+        # The job's own I/O failed (disk full, file too large, read-only, no permission): one
+        # line, exit 3 like a lost worker (1 is for our bugs, 2 for bad data or arguments).
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        msg = lines[-1] if lines else type(e).__name__  # Ray-wrapped: its traceback's last line
+        code = errno.errorcode.get(e.errno or 0)
+        print(
+            f"offline-prelearner {args.command}: error: I/O failure"
+            f"{f' ({code})' if code else ''}: {msg}{_nothing_committed(args)}",
+            file=sys.stderr,
+        )
+        return 3
+    except Exception as e:
+        # A worker's error arrives wrapped by Ray (RayTaskError, UserCodeException ...): show the
+        # reader's one-line message (file, column, episode, row), not Ray's stack traces.
+        ours = _our_error(e)
+        if ours is None:
+            lost = _worker_lost(e)
+            if lost is None:
+                raise
+            print(
+                f"offline-prelearner {args.command}: error: {lost}{_nothing_committed(args)}",
+                file=sys.stderr,
+            )
+            return 3
+        print(
+            f"offline-prelearner {args.command}: error: {ours}{_nothing_committed(args)}",
+            file=sys.stderr,
+        )
+        return 2
+    finally:
+        _shutdown()
+        for s, h in handlers.items():
+            signal.signal(s, h)
+
+
+def _shutdown() -> None:
+    """Stops the Ray instance the job started (no worker of ours outlives the command)."""
+    if "offline_prelearner.jobs.pipeline" in sys.modules:
+        sys.modules["offline_prelearner.jobs.pipeline"].shutdown_ray()
+
+
+def _worker_lost(e: BaseException) -> str | None:
+    """One line for a job that lost a worker or node for good (Ray gave up retrying)."""
+    names = {type(c).__name__ for c in _chain(e)}
+    lost = {
+        "ActorDiedError",
+        "RayActorError",
+        "WorkerCrashedError",
+        "NodeDiedError",
+        "ObjectLostError",
+        "OwnerDiedError",
+        "ActorUnavailableError",
+    }
+    hit = names & lost
+    if not hit:
+        return None
+    return f"a Ray worker died and could not be replaced ({sorted(hit)[0]})"
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    todo: list[BaseException | None] = [e]
+    while todo:
+        cur = todo.pop()
+        if cur is None or any(cur is s for s in seen):
+            continue
+        seen.append(cur)
+        todo += [getattr(cur, "cause", None), cur.__cause__, cur.__context__]
+    return seen
+
+
+def _our_error(e: BaseException) -> BaseException | None:
+    """The first OfflinePrelearnerError in ``e``'s chain of causes, if any."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [e]
+    while todo:
+        cur = todo.pop()
+        if cur is None or id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        if isinstance(cur, OfflinePrelearnerError):
+            return cur
+        todo += [getattr(cur, "cause", None), cur.__cause__, cur.__context__]
+    return None
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

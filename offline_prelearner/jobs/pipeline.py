@@ -1,0 +1,693 @@
+"""The batch job and the learner stream on Ray Data (and, for small jobs, in-process).
+
+::
+
+    result = run_pipeline("datasets/cartpole-v1/rows", config, out_dir="out/")   # a commit
+    for batch in iter_learner_batches("data/", config):                         # MultiAgentBatch
+        learner.update(batch)
+
+**The batch job** (:func:`run_pipeline`) plans self-contained units of work (:mod:`.units`),
+runs them in-process (``engine="local"``) or as Ray Data tasks that Ray retries when a worker
+dies (``engine="ray"``), and commits the output (:mod:`.commit`): staged, counted from the unit
+records, checked against the input's row count, moved into place whole. Same input and config,
+same output, whatever Ray retried or a ``resume`` reused.
+
+**The learner stream** (:func:`build_dataset`, :func:`iter_learner_batches`) reads with Ray Data
+in file order (``preserve_order``) into long-lived prelearner actors whose buffers fill as the data
+streams. Their state cannot survive a restart, so the actors are created with ``max_restarts=0``:
+a lost actor ends the stream with an error instead of silently dropping what it held.
+
+Ray is imported here (and in ``cli.py``) only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from ..config import PreLearnerConfig
+from ..episodes.ledger import Ledger
+from ..errors import ConfigError, OfflinePrelearnerError, error_from_dict, error_to_dict
+from ..io.sources import detect_format, expand_paths
+from ..plugins import import_object
+from ..prelearner import OfflinePreLearner
+from ..replay.batch import MultiAgentBatch
+from .commit import Staging, file_sha256, staging_path
+from .units import Plan, UnitJob, plan_units, run_unit
+
+__all__ = [
+    "JobFailed",
+    "PipelineResult",
+    "build_dataset",
+    "iter_learner_batches",
+    "run_pipeline",
+]
+
+
+@dataclass
+class PipelineResult:
+    """What :func:`run_pipeline` did: where the samples went and the summed counters."""
+
+    out_dir: str | None
+    files_written: list[str]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def _ray() -> Any:
+    import ray
+
+    return ray
+
+
+_STARTED_RAY = False
+_LOG_DIR: str | None = None
+
+#: Show Ray's own log lines on the console (the CLI's ``-v``). Off: Ray's INFO/WARNING lines and
+#: its "(raylet) ..." error lines stay in the session's log folder (:func:`ray_log_dir`).
+VERBOSE = True
+
+
+def _init_ray(config: PreLearnerConfig) -> None:
+    global _STARTED_RAY, _LOG_DIR
+    ray = _ray()
+    if ray.is_initialized():
+        return
+    _STARTED_RAY = True
+    kwargs: dict[str, Any] = {"log_to_driver": False}
+    if not VERBOSE:
+        kwargs["logging_level"] = logging.ERROR
+        _mute_ray_driver_prints()
+        _mute_ray_data_console()
+    # ray.init installs a SIGTERM handler of its own (sys.exit); the caller's stays in charge.
+    on_term = signal.getsignal(signal.SIGTERM)
+    address = config.ray.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        check_cluster_address(address)
+        try:
+            ctx = ray.init(address=address, **kwargs)
+        except (ConnectionError, RuntimeError) as e:
+            raise ConfigError(_connect_failure(address, e)) from None
+    else:
+        ctx = ray.init(include_dashboard=False, **kwargs)
+    if threading.current_thread() is threading.main_thread() and on_term is not None:
+        signal.signal(signal.SIGTERM, on_term)
+    with contextlib.suppress(AttributeError, KeyError, TypeError):
+        _LOG_DIR = os.path.join(ctx.address_info["session_dir"], "logs")
+
+
+def _mute_ray_driver_prints() -> None:
+    """Ray prints worker-death notices ("(raylet) A worker died ...") to the driver's stdout
+    whatever its options say; they are in the session's logs, and a retried unit is not news.
+    Ray 2.60 offers no switch, so its printer is replaced (a private name: skipped if absent)."""
+    with contextlib.suppress(ImportError, AttributeError):
+        import ray._private.worker as worker
+
+        if hasattr(worker, "print_to_stdstream"):
+            worker.print_to_stdstream = lambda *args, **kwargs: None
+
+
+def _mute_ray_data_console() -> None:
+    """Ray Data logs a job it aborts (a unit whose worker died for good) at ERROR with stack
+    traces, on the console as well as in ``ray-data.log``: its console handler is silenced (the
+    file keeps the records; the CLI's one line names the log folder)."""
+    import ray.data  # noqa: F401  (sets up its loggers on import)
+
+    for h in logging.getLogger("ray.data").handlers:
+        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
+            h.setLevel(logging.CRITICAL + 1)
+
+
+def ray_log_dir() -> str | None:
+    """The log folder of the Ray session this module started (None if it started none)."""
+    return _LOG_DIR
+
+
+def shutdown_ray() -> None:
+    """Shuts down the Ray instance this module started (the CLI calls it on every exit)."""
+    global _STARTED_RAY
+    if _STARTED_RAY and "ray" in sys.modules:
+        sys.modules["ray"].shutdown()
+    _STARTED_RAY = False
+
+
+def check_cluster_address(address: str, timeout: float = 5.0) -> None:
+    """Fails fast when nothing listens at a ``host:port`` cluster address.
+
+    ``ray.init(address=...)`` retries an absent cluster for ~14 minutes before it raises; a TCP
+    connect to the GCS port says the same in seconds. ``auto``, ``local`` and ``ray://`` client
+    addresses are left to Ray.
+
+    Raises:
+        ConfigError: nothing accepts a connection at ``address`` within ``timeout`` seconds.
+    """
+    if address in ("auto", "local") or "://" in address:
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"Ray address {address!r} must be host:port (or auto, or ray://...)")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise ConfigError(
+            f"no Ray cluster answers at {address} ({e.strerror or e}); start one with "
+            "`ray start --head`, fix --address / RAY_ADDRESS, or leave both unset to run locally"
+        ) from None
+
+
+def _connect_failure(address: str, error: BaseException) -> str:
+    """One line for a failed ``ray.init(address=...)``: the chain of causes, and what to do."""
+    chain: list[BaseException] = [error]
+    while True:
+        nxt = chain[-1].__cause__ or chain[-1].__context__
+        if nxt is None or nxt in chain:
+            break
+        chain.append(nxt)
+    msg = f"could not connect to the Ray cluster at {address}: " + " <- ".join(
+        f"{type(e).__name__}: {_gist(e)}" for e in chain
+    )
+    text = " ".join(str(e) for e in chain).lower()
+    if "auth" in text or "token" in text:
+        msg += (
+            "; the cluster requires a token: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or "
+            "RAY_AUTH_TOKEN_PATH) to the cluster's token"
+        )
+    return msg
+
+
+def _gist(error: BaseException) -> str:
+    """An exception's message in one line: its first line, or for a message that carries a
+    traceback, that traceback's last line (the error itself)."""
+    lines = [ln.strip() for ln in str(error).strip().splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    return lines[-1] if "Traceback (most recent call last)" in lines[0] else lines[0]
+
+
+class OfflinePreLearnerActor:
+    """A prelearner as the batch job runs it in ``map_batches``: the prelearner's output batches
+    (dicts of numpy columns, its public contract) are handed to Ray as Arrow tables built here.
+
+    Ray's own conversion of a dict checks each column in Python: ~2 ms for a 256-row CartPole
+    batch of 14 columns, half the prelearner's whole cost per 4096-row input batch. This builds the
+    same schema (Ray's tensor type for columns of arrays, strings for ids) in ~0.25 ms, and hands
+    anything it cannot type (mixed-type ids) to Ray unchanged.
+    """
+
+    def __init__(
+        self,
+        prelearner: type[OfflinePreLearner],
+        config: PreLearnerConfig,
+        stats_sink: Any = None,
+    ) -> None:
+        self.prelearner = prelearner(config, stats_sink=stats_sink)
+
+    def __call__(self, batch: Any) -> Iterator[Any]:
+        for out in self.prelearner(batch):  # a custom __call__ may yield Arrow already
+            yield to_arrow_block(out) if isinstance(out, dict) else out
+
+
+def to_arrow_block(columns: dict[str, Any]) -> Any:
+    """A dict of numpy columns as the Arrow table Ray Data would make of it (or the dict itself
+    when a column is not one Arrow type, e.g. ids of mixed types: Ray then converts it)."""
+    import pyarrow as pa
+    from ray.data.extensions import ArrowTensorArray
+
+    arrays = []
+    try:
+        for v in columns.values():
+            if v.ndim > 1:
+                arrays.append(ArrowTensorArray.from_numpy(v))
+            elif v.dtype == object:
+                arrays.append(pa.array(v.tolist()))
+            else:
+                arrays.append(pa.array(v))
+    except (pa.ArrowException, TypeError, ValueError):
+        return columns
+    return pa.Table.from_arrays(arrays, names=list(columns))
+
+
+def resolve_config(config: PreLearnerConfig, files: list[str]) -> PreLearnerConfig:
+    """Fills in what depends on the files: the detected format."""
+    if config.read.format == "auto":
+        config = replace(config, read=replace(config.read, format=detect_format(files)))
+    return config
+
+
+def prelearner_class(config: PreLearnerConfig, cls: Any = None) -> type[OfflinePreLearner]:
+    """``cls`` (a class or ``"package.module:Class"``), else ``config.prelearner``, else base."""
+    spec = cls if cls is not None else config.prelearner
+    if spec is None:
+        return OfflinePreLearner
+    obj = import_object(spec, f"prelearner {spec!r}") if isinstance(spec, str) else spec
+    if not (isinstance(obj, type) and issubclass(obj, OfflinePreLearner)):
+        raise ConfigError(f"prelearner {spec!r} is not a subclass of OfflinePreLearner")
+    return obj
+
+
+def _worker_env(cls: type) -> dict[str, Any] | None:
+    """A runtime_env that lets Ray workers import ``cls`` when its module is only on the driver's
+    path (a user's ``my_prelearners.py`` next to the data, not an installed package)."""
+    if cls is OfflinePreLearner or cls.__module__ == "__main__":  # __main__: pickled by value
+        return None
+    module = sys.modules.get(cls.__module__)
+    file = getattr(module, "__file__", None)
+    if not file or "site-packages" in file:
+        return None
+    depth = cls.__module__.count(".")
+    root = Path(file).resolve().parents[depth]
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)
+    return {"env_vars": {"PYTHONPATH": path}}
+
+
+def prepare(
+    path: str | os.PathLike[str] | list[str], config: PreLearnerConfig, prelearner: Any = None
+) -> tuple[list[str], PreLearnerConfig, type[OfflinePreLearner]]:
+    """Everything that can fail before Ray starts: files, format, the class, and one dry
+    construction of the prelearner (connectors, buffers, reader), so a bad config is an error
+    here and not a stack trace from inside an actor."""
+    files = expand_paths(path if isinstance(path, list) else os.fspath(path))
+    config = resolve_config(config, files)
+    cls = prelearner_class(config, prelearner)
+    cls(config)
+    return files, config, cls
+
+
+def build_dataset(
+    path: str | os.PathLike[str] | list[str],
+    config: PreLearnerConfig,
+    *,
+    prelearner: Any = None,
+    stats_sink: Any = None,
+) -> Any:
+    """The lazy Ray Dataset of learner-ready rows (read -> [groupby] -> map_batches -> [limit])."""
+    ray = _ray()
+    files, config, cls = prepare(path, config, prelearner)
+    _init_ray(config)
+    with _data_context(ray, config):
+        return _build(ray, files, config, cls, stats_sink)
+
+
+@contextlib.contextmanager
+def _data_context(ray: Any, config: PreLearnerConfig) -> Iterator[None]:
+    """The Ray Data settings of our datasets, set only while they are built (each dataset keeps
+    a copy of the context it was built under; the caller's own context is left as it was)."""
+    ctx = ray.data.DataContext.get_current()
+    saved = (ctx.execution_options.preserve_order, ctx.target_max_block_size)
+    saved_bars = ctx.enable_progress_bars
+    ctx.execution_options.preserve_order = True
+    ctx.target_max_block_size = config.ray.block_mb * 2**20
+    if not VERBOSE:
+        ctx.enable_progress_bars = False  # the CLI draws its own
+    try:
+        yield
+    finally:
+        ctx.execution_options.preserve_order, ctx.target_max_block_size = saved
+        ctx.enable_progress_bars = saved_bars
+
+
+def _build(ray: Any, files: list[str], config: PreLearnerConfig, cls: type, stats_sink: Any) -> Any:
+    ds = _read(ray, files, config)
+    kwargs = {"prelearner": cls, "config": config, "stats_sink": stats_sink}
+    rc = config.ray
+    # A restarted actor would start with empty buffers and no pending fragments: refuse it.
+    remote_args: dict[str, Any] = {"num_cpus": rc.num_cpus, "max_restarts": 0}
+    env = _worker_env(cls)
+    if env:
+        remote_args["runtime_env"] = env
+    # Ray 2.60 has no named parameter for max_restarts and warns about extra remote args; its
+    # actor pool documents ``max_restarts=0`` as the way to refuse restarts.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
+        return _map(ray, ds, config, kwargs, remote_args)
+
+
+def _map(
+    ray: Any, ds: Any, config: PreLearnerConfig, kwargs: dict[str, Any], remote_args: dict[str, Any]
+) -> Any:
+    rc = config.ray
+    if rc.group_by_episode:
+        from ..io.schema import load_schema
+
+        eps_col = load_schema(config.read.schema).column("eps_id") or "eps_id"
+        ds = ds.groupby(eps_col).map_groups(
+            OfflinePreLearnerActor,
+            fn_constructor_kwargs=kwargs,
+            compute=ray.data.ActorPoolStrategy(size=rc.concurrency or 1),
+            batch_format="pyarrow",
+            **remote_args,
+        )
+    else:
+        ds = ds.map_batches(
+            OfflinePreLearnerActor,
+            fn_constructor_kwargs=kwargs,
+            compute=ray.data.ActorPoolStrategy(size=rc.concurrency or 1),
+            batch_size=rc.batch_size,
+            batch_format="pyarrow",
+            **remote_args,
+        )
+    if config.sample.num_samples is not None:
+        ds = ds.limit(config.sample.num_samples)
+    return ds
+
+
+#: Ray Data reads this when ``read_parquet`` is called (on the driver) and starts that many
+#: footer-reading actors per read; each handles 10 files per call.
+FOOTER_ACTORS_ENV = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
+
+
+def footer_readers(config: PreLearnerConfig, num_files: int) -> int:
+    """How many Parquet footer actors a read of ``num_files`` files starts (see RayConfig)."""
+    if config.ray.footer_readers is not None:
+        return config.ray.footer_readers
+    return max(1, min(32, -(-num_files // 10)))
+
+
+def _read(ray: Any, files: list[str], config: PreLearnerConfig) -> Any:
+    """The read stage: JSON lines through pyarrow's reader, Parquet with sized footer reading."""
+    if files[0].endswith((".json", ".jsonl", ".ndjson")):
+        return ray.data.read_json(files)  # pyarrow's JSON reader (newline-delimited); keeps types
+    if FOOTER_ACTORS_ENV in os.environ:  # the user's setting wins
+        return ray.data.read_parquet(files)
+    os.environ[FOOTER_ACTORS_ENV] = str(footer_readers(config, len(files)))
+    try:
+        return ray.data.read_parquet(files)
+    finally:
+        del os.environ[FOOTER_ACTORS_ENV]
+
+
+_COUNTERS = ("batches", "samples", "fragments_added", "not_ready", "pending_fragments")
+
+#: Below this many input bytes (and with no cluster address) ``engine="auto"`` runs in-process:
+#: starting Ray costs seconds that a small job should not pay (see benchmarks/README.md).
+LOCAL_ENGINE_MAX_BYTES = 64 * 2**20
+
+#: ``progress(rows_done, rows_total, samples_written)``: input rows (``rows_total`` from the
+#: Parquet footers, None when unknown) and samples so far; called as the job advances.
+Progress = Callable[[int, "int | None", int], None]
+
+
+class JobFailed(OfflinePrelearnerError):
+    """The job could not finish; nothing was committed to its output folder."""
+
+
+def choose_engine(engine: str, config: PreLearnerConfig, plan: Plan) -> str:
+    """``local`` or ``ray``: ``auto`` is local for inputs under LOCAL_ENGINE_MAX_BYTES when no
+    cluster address is set (``ray.address`` or ``RAY_ADDRESS``), else Ray."""
+    if engine not in ("auto", "local", "ray"):
+        raise ConfigError(f"engine must be 'auto', 'local' or 'ray', found {engine!r}")
+    if engine != "auto":
+        return engine
+    if config.ray.address or os.environ.get("RAY_ADDRESS"):
+        return "ray"
+    size = sum(f.size for f in plan.files)
+    return "local" if size < LOCAL_ENGINE_MAX_BYTES else "ray"
+
+
+def _cluster_info() -> dict[str, Any]:
+    """Where the job ran: the cluster's GCS address, its live nodes and CPUs."""
+    ray = _ray()
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    return {
+        "address": ray.get_runtime_context().gcs_address,
+        "nodes": len(nodes),
+        "cpus": sum(n.get("Resources", {}).get("CPU", 0) for n in nodes),
+    }
+
+
+def _sum_records(records: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The job's counters: every unit's record counted once (ledgers, counters, buffers)."""
+    ledger = Ledger()
+    counters = dict.fromkeys(_COUNTERS, 0)
+    held = {"episodes_held": 0, "timesteps_held": 0}
+    for rec in records.values():
+        st = rec["stats"]
+        ledger += Ledger.from_dict(st["ledger"])
+        for k in _COUNTERS:
+            counters[k] += st.get(k, 0)
+        for buf in st.get("buffers", {}).values():
+            for k in held:
+                held[k] += buf[k]
+    total = ledger.to_dict()
+    total["rows_balance"] = total.pop("balanced")
+    return {"units": len(records), **total, **counters, **held}
+
+
+def _check_accounting(stats: dict[str, Any], plan: Plan, config: PreLearnerConfig) -> None:
+    """Row data: every input row (Parquet footers) was read by exactly one unit."""
+    if config.read.format != "rows" or any(f.rows is None for f in plan.files):
+        return
+    expected = sum(f.rows or 0 for f in plan.files)
+    if stats["rows_in"] != expected or not stats["rows_balance"]:
+        raise JobFailed(
+            f"accounting mismatch: the input holds {expected} rows, the units read "
+            f"{stats['rows_in']} (balanced: {stats['rows_balance']}); nothing was committed"
+        )
+
+
+def _job_description(
+    config: PreLearnerConfig, cls: type, plan: Plan, engine: str, seed: int
+) -> dict[str, Any]:
+    from .. import __version__
+
+    return {
+        "version": __version__,
+        "format": config.read.format,
+        "prelearner": f"{cls.__module__}:{cls.__qualname__}",
+        "engine": engine,
+        "seed": seed,
+        "config": config.to_dict(),
+        "inputs": [f.to_dict() for f in plan.files],
+        "units": len(plan.units),
+    }
+
+
+def _cap(staging: Staging, files: list[dict[str, Any]], cap: int | None) -> list[dict[str, Any]]:
+    """``sample.num_samples``: the first ``cap`` samples in unit order; later files dropped, the
+    file that crosses the cap cut (same result whatever ran when)."""
+    if cap is None:
+        return files
+    kept: list[dict[str, Any]] = []
+    total = 0
+    for f in files:
+        p = staging.samples / f["name"]
+        if total >= cap:
+            p.unlink()
+            continue
+        if total + f["rows"] > cap:
+            table = pq.read_table(p).slice(0, cap - total)
+            pq.write_table(table, p)
+            f = {**f, "rows": table.num_rows, "bytes": p.stat().st_size, "sha256": file_sha256(p)}
+        kept.append(f)
+        total += f["rows"]
+    return kept
+
+
+def run_pipeline(
+    path: str | os.PathLike[str] | list[str],
+    config: PreLearnerConfig | None = None,
+    *,
+    out_dir: str | os.PathLike[str] | None = None,
+    prelearner: Any = None,
+    engine: str = "auto",
+    overwrite: bool = False,
+    resume: bool = False,
+    progress: Progress | None = None,
+) -> PipelineResult:
+    """Runs the batch job: ``out_dir/samples/*.parquet``, ``stats.json``, ``_manifest.json``.
+
+    The job is a commit (:mod:`.commit`): units of work (:mod:`.units`) write into a staging
+    folder beside ``out_dir``, which is moved into place only when every unit succeeded and the
+    counts add up. A failed or interrupted job changes nothing at ``out_dir``; ``resume=True``
+    reuses the units it finished. Without ``out_dir`` the job runs and counts, and keeps nothing.
+
+    Args:
+        engine: ``auto`` (in-process for small inputs without a cluster, else Ray), ``local`` or
+            ``ray``. Both run the same units and write the same bytes.
+        overwrite: Replace a non-empty ``out_dir`` when the job succeeds (else refused).
+        resume: Reuse the units an interrupted run of the same job committed.
+        progress: ``progress(rows_done, rows_total, samples_written)`` as the job advances (per
+            input chunk in-process, per unit on Ray).
+    """
+    config = config or PreLearnerConfig()
+    start = time.perf_counter()
+    files, config, cls = prepare(path, config, prelearner)
+    plan = plan_units(files, config)
+    eng = choose_engine(engine, config, plan)
+    if out_dir is None:
+        out = Path(tempfile.mkdtemp(prefix="offline-prelearner-dry-")) / "out"
+    else:
+        out = Path(out_dir)
+    seed = config.seed if config.seed is not None else staged_seed(out, resume)
+    staging = Staging(
+        out,
+        _job_description(config, cls, plan, eng, seed),
+        overwrite=overwrite,
+        resume=resume,
+    )
+    kept = staging.open()
+    todo = [u.index for u in plan.units if u.index not in kept]
+    for k in todo:
+        staging.drop_unit_files(k)
+    job = UnitJob(plan, config, cls, seed, str(staging.samples), str(staging.units))
+    records = dict(kept)
+    known = [f.rows for f in plan.files]
+    rows_total = None if any(r is None for r in known) else sum(r or 0 for r in known)
+    done = [sum(r["stats"]["ledger"]["rows_in"] for r in kept.values()), 0]
+    done[1] = sum(r["samples"] for r in kept.values())
+
+    def chunk_done(rows: int, samples: int) -> None:
+        done[0] += rows
+        done[1] += samples
+        if progress is not None:
+            progress(done[0], rows_total, done[1])
+
+    def finished(rec: dict[str, Any]) -> None:
+        records[int(rec["unit"])] = rec
+        if eng == "ray":
+            chunk_done(rec["stats"]["ledger"]["rows_in"], rec["samples"])
+
+    chunk_done(0, 0)
+    if eng == "local":
+        for k in todo:
+            finished(run_unit(job, k, chunk_done))
+    elif todo:
+        _run_on_ray(job, todo, config, finished)
+    seconds = time.perf_counter() - start
+    stats = _sum_records(records)
+    _check_accounting(stats, plan, config)
+    sample_files = _cap(
+        staging,
+        sorted((f for r in records.values() for f in r["files"]), key=lambda f: f["name"]),
+        config.sample.num_samples,
+    )
+    samples_out = sum(f["rows"] for f in sample_files)
+    stats.update(
+        {
+            "input": [os.fspath(p) for p in (path if isinstance(path, list) else [path])],
+            "files_read": len(files),
+            "format": config.read.format,
+            "engine": eng,
+            "units_reused": len(kept),
+            "samples_written": samples_out,
+            "samples_rule": _samples_rule(config),
+            "wall_seconds": round(seconds, 3),
+            "rows_per_second": round(stats["rows_in"] / seconds, 1) if seconds else None,
+            "samples_per_second": round(samples_out / seconds, 1) if seconds else None,
+            "config": config.to_dict(),
+        }
+    )
+    if eng == "ray":
+        stats["ray_cluster"] = _cluster_info()
+    if out_dir is None:
+        staging.discard()
+        shutil.rmtree(out.parent, ignore_errors=True)
+        return PipelineResult(None, [], stats)
+    staging.commit(stats, sample_files)
+    written = [str(out / "samples" / f["name"]) for f in sample_files]
+    return PipelineResult(os.fspath(out_dir), written, stats)
+
+
+def staged_seed(out: Path, resume: bool) -> int:
+    """The seed of a job whose config has none: the interrupted run's (to resume), else fresh."""
+    if resume:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            staged = json.loads((staging_path(out) / "job.json").read_text())
+            return int(staged["seed"])
+    return secrets.randbits(31)
+
+
+def _samples_rule(config: PreLearnerConfig) -> str:
+    s = config.sample
+    if s.sample_all:
+        return "sample_all: every transition (or sequence) of every complete episode, once"
+    return (
+        f"replay: {s.train_batch_size} samples per {config.ray.batch_size or 'whole'}-row input "
+        "batch, from a buffer of the episodes read so far in that unit of work"
+    )
+
+
+def _run_units(batch: dict[str, np.ndarray], job: UnitJob) -> dict[str, np.ndarray]:
+    """The Ray Data task: runs the units of one batch (one unit per batch) -> their records.
+
+    Our own errors (bad data, bad config) travel back as a record, not as an exception: Ray Data
+    wraps a task's exception into a ``UserCodeException`` that keeps only its text, and the CLI
+    needs the error itself (its class gives the exit code, its location the one line).
+    """
+    recs = []
+    for k in batch["unit"]:
+        try:
+            recs.append(run_unit(job, int(k)))
+        except OfflinePrelearnerError as e:
+            recs.append({"unit": int(k), "error": error_to_dict(e)})
+    return {
+        "unit": np.array([r["unit"] for r in recs], dtype=np.int64),
+        "record": np.array([json.dumps(r) for r in recs], dtype=object),
+    }
+
+
+#: How often Ray redoes a unit whose worker died before the job fails (exit 3 in the CLI).
+UNIT_RETRIES = 3
+
+
+def _run_on_ray(
+    job: UnitJob, todo: list[int], config: PreLearnerConfig, finished: Callable[..., None]
+) -> None:
+    ray = _ray()
+    _init_ray(config)
+    # A unit whose worker died is redone from scratch (same files), UNIT_RETRIES times: Ray Data's
+    # map tasks default to max_retries=-1, which retries a unit that always kills its worker (out
+    # of memory, a crash in native code) forever. Errors raised by our code are not retried.
+    remote_args: dict[str, Any] = {"num_cpus": config.ray.num_cpus, "max_retries": UNIT_RETRIES}
+    env = _worker_env(job.prelearner)
+    if env:
+        remote_args["runtime_env"] = env
+    # Ray 2.60 has no named parameter for max_retries and warns about extra remote args.
+    with _data_context(ray, config), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
+        ds = ray.data.from_items([{"unit": k} for k in todo], override_num_blocks=len(todo))
+        ds = ds.map_batches(
+            _run_units,
+            fn_kwargs={"job": job},
+            batch_size=1,
+            batch_format="numpy",
+            concurrency=config.ray.concurrency,
+            **remote_args,
+        )
+    seen: set[int] = set()
+    for row in ds.iter_rows():
+        rec = json.loads(row["record"])
+        if "error" in rec:
+            raise error_from_dict(rec["error"])
+        if rec["unit"] not in seen:  # a unit counts once, whatever Ray retried
+            seen.add(rec["unit"])
+            finished(rec)
+
+
+def iter_learner_batches(
+    path: str | os.PathLike[str] | list[str],
+    config: PreLearnerConfig | None = None,
+    *,
+    prelearner: Any = None,
+) -> Iterator[MultiAgentBatch]:
+    """Streams ``MultiAgentBatch`` objects from the job, one per output block, for a learner."""
+    ds = build_dataset(path, config or PreLearnerConfig(), prelearner=prelearner)
+    for rows in ds.iter_batches(batch_format="numpy", batch_size=None):
+        yield MultiAgentBatch.from_rows(rows)

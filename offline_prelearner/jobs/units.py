@@ -1,0 +1,460 @@
+"""Units of work of the batch job: self-contained, so a retry or a resume recomputes the same thing.
+
+A prelearner keeps state between batches (fragments of episodes that a file boundary cut, the
+de-duplication memory, the replay buffer). State that lives in a worker is lost or doubled when
+Ray restarts that worker, so the batch job never carries state from one unit to the next: a
+**unit** is everything one fresh prelearner needs to produce its share of the output.
+
+For row data a unit is an input file plus the rows of *its* episodes in later files. An episode
+(key: ``eps_id``, plus ``agent_id`` where set) belongs to the first file, in name order, that holds
+a row of it. The plan reads only the key columns of every file (Parquet column projection), then:
+
+* unit ``k`` reads file ``k`` without the rows of episodes owned by an earlier file, then, for each
+  later file that continues one of its episodes, the rows of those episodes up to the last one;
+* every row of the input is read by exactly one unit, and all rows of an episode (copies
+  included) reach the same prelearner, so de-duplication, stitching and ``t`` order work as if
+  the whole input went through one prelearner.
+
+Msgpack episodes and old-stack batches carry their ids inside the records; their plan is one
+unit over all files, in order (correct, not parallel). Data without an episode id column (split
+at done flags) has one unit per file.
+
+:func:`run_unit` runs a fresh prelearner (seeded from the job's seed and the unit's index) over
+a unit's rows in ``ray.batch_size`` chunks and writes ``samples/part-<unit>-<k>.parquet`` through
+temporary names, then the unit's record (rows, checksums, ledger); the same function runs in
+the in-process engine and inside Ray Data, so the two write the same bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..config import PreLearnerConfig
+from ..errors import DataError, Where
+from ..io.schema import load_schema
+from ..io.sources import read_table
+from ..io.writers import columns_to_table
+from ..prelearner import OfflinePreLearner
+from .commit import file_sha256, write_json_atomic
+
+__all__ = ["InputFile", "Part", "Plan", "Unit", "plan_units", "run_unit", "unit_seed"]
+
+_JSON_EXT = (".json", ".jsonl", ".ndjson")
+_SEP = "\x1f"  # between eps_id and agent_id in a key
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """An input file as the plan saw it; a resume reuses work only if size and mtime still match."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    rows: int | None  # from the Parquet footer; None for JSON lines
+
+    @classmethod
+    def stat(cls, path: str) -> InputFile:
+        st = os.stat(path)
+        rows = None
+        if not path.endswith(_JSON_EXT):
+            try:
+                rows = pq.ParquetFile(path).metadata.num_rows
+            except (pa.ArrowInvalid, OSError):
+                rows = None  # the reader names the file when it fails on it
+        return cls(path, st.st_size, st.st_mtime_ns, rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Part:
+    """The rows of one file that a unit reads.
+
+    Attributes:
+        file: Index into :attr:`Plan.files`.
+        stop: Read rows ``[0, stop)`` only (a look-ahead ends at the last row it needs).
+        keep: Only rows of these episode keys (a look-ahead into a later file).
+        drop: Not the rows of these keys (they belong to an earlier file's unit).
+    """
+
+    file: int
+    stop: int | None = None
+    keep: tuple[str, ...] | None = None
+    drop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Unit:
+    index: int
+    parts: tuple[Part, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The input files and the units that cover every row of them exactly once."""
+
+    files: tuple[InputFile, ...]
+    units: tuple[Unit, ...]
+    key_columns: tuple[str, ...] = ()  # eps_id [, agent_id] columns; () = no ownership
+
+    def unit_inputs(self, unit: Unit) -> list[dict[str, Any]]:
+        return [self.files[i].to_dict() for i in sorted({p.file for p in unit.parts})]
+
+
+# ====================================================================== planning
+def _key_columns(config: PreLearnerConfig, names: list[str]) -> tuple[str, ...]:
+    schema = load_schema(config.read.schema)
+    eps = schema.column("eps_id")
+    if eps is None or eps not in names:
+        return ()
+    agent = schema.column("agent_id")
+    return (eps, agent) if agent is not None and agent in names else (eps,)
+
+
+def row_keys(table: pa.Table, key_columns: tuple[str, ...]) -> pa.Array:
+    """One string per row: the episode id, joined with the agent id where one is set."""
+    parts = []
+    for name in key_columns:
+        col = table.column(name)
+        if pa.types.is_null(col.type):
+            continue
+        try:
+            text = pc.cast(col, pa.string())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            text = pc.cast(pc.cast(col, pa.binary()), pa.string(), safe=False)
+        parts.append(pc.fill_null(text, ""))
+    if not parts:
+        return pa.array([""] * table.num_rows, pa.string())
+    if len(parts) == 1:
+        return parts[0].combine_chunks() if isinstance(parts[0], pa.ChunkedArray) else parts[0]
+    joined = pc.binary_join_element_wise(*parts, _SEP)
+    return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
+
+
+#: Consecutive input files are grouped into one unit until it holds this many rows (small files,
+#: as RLlib's recorder writes them, would otherwise make units of a batch or less each).
+UNIT_MIN_ROWS = 1 << 17
+
+
+def _group_files(inputs: tuple[InputFile, ...], min_rows: int) -> list[int]:
+    """The unit of each file: consecutive files until a unit holds ``min_rows`` rows."""
+    unit_of, unit, rows = [], 0, 0
+    for f in inputs:
+        if rows >= min_rows:
+            unit, rows = unit + 1, 0
+        unit_of.append(unit)
+        rows += f.rows if f.rows is not None else min_rows  # JSON lines: one file per unit
+    return unit_of
+
+
+#: Overrides :data:`UNIT_MIN_ROWS` (more, smaller units: parallelism, fault tests).
+UNIT_MIN_ROWS_ENV = "OFFLINE_PRELEARNER_UNIT_MIN_ROWS"
+
+
+def plan_units(files: list[str], config: PreLearnerConfig, min_rows: int | None = None) -> Plan:
+    """The units of a job over ``files`` (name order); see the module docstring.
+
+    ``min_rows`` defaults to ``$OFFLINE_PRELEARNER_UNIT_MIN_ROWS``, else :data:`UNIT_MIN_ROWS`.
+    """
+    if min_rows is None:
+        min_rows = int(os.environ.get(UNIT_MIN_ROWS_ENV, UNIT_MIN_ROWS))
+    inputs = tuple(InputFile.stat(f) for f in files)
+    fmt = config.read.format
+    if fmt != "rows":
+        return Plan(inputs, (Unit(0, tuple(Part(i) for i in range(len(files)))),))
+    try:
+        names = pq.read_schema(files[0]).names if not files[0].endswith(_JSON_EXT) else []
+    except (pa.ArrowInvalid, OSError):
+        names = []
+    keys = _key_columns(config, names)
+    if not keys:  # episodes are split at done flags within each file: a unit per file
+        return Plan(inputs, tuple(Unit(i, (Part(i),)) for i in range(len(files))))
+    unit_of = _group_files(inputs, min_rows)
+    n_units = unit_of[-1] + 1
+    owner: dict[str, int] = {}  # key -> unit of the first file holding it
+    foreign: list[list[str]] = [[] for _ in files]  # per file: keys owned by an earlier unit
+    ahead: list[dict[int, tuple[list[str], int]]] = [{} for _ in range(n_units)]
+    for j, f in enumerate(files):
+        try:
+            table = read_table(f, columns=list(keys))
+        except DataError:
+            continue  # the unit that reads this file raises the error with its context
+        k = row_keys(table, keys)
+        if not len(k):
+            continue
+        last = (
+            pa.table({"k": k, "i": pa.array(np.arange(len(k), dtype=np.int64))})
+            .group_by("k", use_threads=False)
+            .aggregate([("i", "max")])
+        )
+        here = unit_of[j]
+        for key, stop in zip(
+            last.column("k").to_pylist(), last.column("i_max").to_numpy(), strict=True
+        ):
+            o = owner.setdefault(key, here)
+            if o != here:
+                foreign[j].append(key)
+                got, end = ahead[o].get(j, ([], 0))
+                got.append(key)
+                ahead[o][j] = (got, max(end, int(stop) + 1))
+    units = []
+    for u in range(n_units):
+        parts = [
+            Part(i, drop=tuple(sorted(foreign[i]))) for i in range(len(files)) if unit_of[i] == u
+        ]
+        for j in sorted(ahead[u]):
+            got, end = ahead[u][j]
+            parts.append(Part(j, stop=end, keep=tuple(sorted(got))))
+        units.append(Unit(u, tuple(parts)))
+    return Plan(inputs, tuple(units), keys)
+
+
+# ====================================================================== reading
+def read_part(
+    plan: Plan, part: Part, batch_size: int | None
+) -> Iterator[tuple[pa.Table, np.ndarray]]:
+    """Chunks of one part, each with the row numbers (in its file) of its rows."""
+    path = plan.files[part.file].path
+    step = batch_size or 1 << 62
+    if path.endswith(_JSON_EXT):
+        table = read_table(path)
+        chunks: Iterator[pa.Table] = (
+            table.slice(s, step) for s in range(0, max(table.num_rows, 1), step)
+        )
+    else:
+        chunks = _parquet_chunks(path, step)
+    start = 0
+    for chunk in chunks:
+        n = chunk.num_rows
+        rows = np.arange(start, start + n, dtype=np.int64)
+        start += n
+        if part.stop is not None and rows.size and rows[0] >= part.stop:
+            break
+        if part.stop is not None and start > part.stop:
+            keep_n = part.stop - int(rows[0])
+            chunk, rows = chunk.slice(0, keep_n), rows[:keep_n]
+        if part.keep is not None or part.drop:
+            keys = row_keys(chunk, plan.key_columns)
+            if part.keep is not None:
+                mask = pc.is_in(keys, value_set=pa.array(part.keep, pa.string()))
+            else:
+                mask = pc.invert(pc.is_in(keys, value_set=pa.array(part.drop, pa.string())))
+            m = mask.to_numpy(zero_copy_only=False)
+            if not m.all():
+                chunk, rows = chunk.filter(mask), rows[m]
+        if chunk.num_rows:
+            yield chunk, rows
+
+
+def read_unit(
+    plan: Plan, unit: Unit, batch_size: int | None
+) -> Iterator[tuple[pa.Table, np.ndarray, np.ndarray]]:
+    """A unit's rows in ``batch_size`` chunks, each with the file index and file row of each row.
+
+    With episode keys, a chunk may span files (so the number of chunks, and of replay draws,
+    depends on the unit's rows, not on how they are spread over files); without, chunks stay
+    within a file (episodes are split at done flags per file).
+    """
+    step = batch_size or 1 << 62
+    held: list[tuple[pa.Table, np.ndarray, np.ndarray]] = []
+    n_held = 0
+
+    def flush() -> tuple[pa.Table, np.ndarray, np.ndarray]:
+        nonlocal held, n_held
+        tables, files, rows = zip(*held, strict=True)
+        held, n_held = [], 0
+        table = tables[0] if len(tables) == 1 else _concat(list(tables))
+        return table, np.concatenate(files), np.concatenate(rows)
+
+    for part in unit.parts:
+        for chunk, rows in read_part(plan, part, step):
+            files = np.full(len(rows), part.file, dtype=np.int64)
+            while chunk.num_rows:
+                take = min(step - n_held, chunk.num_rows)
+                held.append((chunk.slice(0, take), files[:take], rows[:take]))
+                n_held += take
+                chunk, files, rows = chunk.slice(take), files[take:], rows[take:]
+                if n_held == step:
+                    yield flush()
+        if held and not plan.key_columns:
+            yield flush()
+    if held:
+        yield flush()
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    try:
+        return pa.concat_tables(tables)
+    except pa.ArrowInvalid:
+        return pa.concat_tables(tables, promote_options="permissive")
+
+
+def _parquet_chunks(path: str, step: int) -> Iterator[pa.Table]:
+    try:
+        pf = pq.ParquetFile(path)
+        for rb in pf.iter_batches(batch_size=min(step, 1 << 30), use_threads=False):
+            yield pa.Table.from_batches([rb])
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DataError(
+            f"cannot read the file: {msg}", Where(file=path), reason="unreadable_file"
+        ) from None
+
+
+# ====================================================================== running
+def unit_seed(seed: int, unit: int) -> int:
+    """The seed of one unit's prelearner: independent streams per unit, the same every run."""
+    return int(np.random.SeedSequence([seed, unit]).generate_state(1)[0])
+
+
+@dataclass
+class UnitJob:
+    """Everything a worker needs to run any unit of a job (pickled once into each task)."""
+
+    plan: Plan
+    config: PreLearnerConfig
+    prelearner: type[OfflinePreLearner]
+    seed: int
+    samples_dir: str
+    units_dir: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def run_unit(
+    job: UnitJob, index: int, on_chunk: Callable[[int, int], None] | None = None
+) -> dict[str, Any]:
+    """Runs one unit from scratch; writes its sample files and its record; returns the record.
+
+    ``on_chunk(rows, samples)`` is called after each input chunk (progress in one process).
+    """
+    unit = job.plan.units[index]
+    config = dataclasses.replace(job.config, seed=unit_seed(job.seed, index))
+    pre = job.prelearner(config)
+    writer = _UnitWriter(Path(job.samples_dir), index)
+    paths = [f.path for f in job.plan.files]
+    try:
+        for chunk, file_idx, rows in read_unit(job.plan, unit, config.ray.batch_size):
+            one_file = file_idx[0] == file_idx[-1]
+            pre.source = paths[file_idx[0]] if one_file else None
+            written = writer.total
+            try:
+                for out in pre(chunk):
+                    writer.write(out)
+            except DataError as e:
+                keys = None
+                if job.plan.key_columns and not one_file:
+                    keys = np.asarray(row_keys(chunk, job.plan.key_columns[:1]).to_numpy(False))
+                raise _located(e, paths, file_idx, rows, keys) from None
+            if on_chunk is not None:
+                on_chunk(chunk.num_rows, writer.total - written)
+        files = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    stats = pre.stats()
+    record = {
+        "unit": index,
+        "inputs": job.plan.unit_inputs(unit),
+        "files": files,
+        "samples": sum(f["rows"] for f in files),
+        "stats": stats,
+    }
+    write_json_atomic(Path(job.units_dir) / f"unit-{index:05d}.json", record)
+    return record
+
+
+def _located(
+    e: DataError,
+    paths: list[str],
+    file_idx: np.ndarray,
+    rows: np.ndarray,
+    key_rows: np.ndarray | None = None,
+) -> DataError:
+    """The error with a chunk's row index turned into the file and the row in that file."""
+    where = e.where
+    row, file = where.row, where.file
+    if row is not None and 0 <= row < len(rows):
+        row, file = int(rows[row]), paths[int(file_idx[row])]
+    elif file is None and file_idx[0] == file_idx[-1]:
+        file = paths[int(file_idx[0])]
+    elif file is None and where.episode_id is not None and key_rows is not None:
+        # An episode-level error in a chunk that spans files: the file of the episode's rows.
+        hit = np.flatnonzero(key_rows == str(where.episode_id))
+        if hit.size:
+            file = paths[int(file_idx[hit[0]])]
+    where = dataclasses.replace(where, file=file, row=row)
+    return type(e)(e.message, where, reason=e.reason)
+
+
+class _UnitWriter:
+    """A unit's output: ``part-<unit>-<k>.parquet``, a new file whenever the schema changes,
+    written under a temporary name and renamed when the unit ends."""
+
+    def __init__(self, folder: Path, unit: int) -> None:
+        self.folder = folder
+        self.unit = unit
+        self.writer: pq.ParquetWriter | None = None
+        self.schema: pa.Schema | None = None
+        self.done: list[tuple[Path, Path, int]] = []  # (tmp, final, rows)
+        self.rows = 0
+        self.total = 0  # rows written by this unit so far
+
+    def _tmp(self, k: int) -> tuple[Path, Path]:
+        name = f"part-{self.unit:05d}-{k:03d}.parquet"
+        return self.folder / f".{name}.tmp-{os.getpid()}", self.folder / name
+
+    def write(self, columns: Any) -> None:
+        table = columns if isinstance(columns, pa.Table) else columns_to_table(columns)
+        if not table.num_rows:
+            return
+        if self.writer is None or not table.schema.equals(self.schema, check_metadata=True):
+            self._finish()
+            tmp, _ = self._tmp(len(self.done))
+            self.writer = pq.ParquetWriter(tmp, table.schema)
+            self.schema = table.schema
+        self.writer.write_table(table)
+        self.rows += table.num_rows
+        self.total += table.num_rows
+
+    def _finish(self) -> None:
+        if self.writer is None:
+            return
+        self.writer.close()
+        tmp, final = self._tmp(len(self.done))
+        self.done.append((tmp, final, self.rows))
+        self.writer, self.rows = None, 0
+
+    def close(self) -> list[dict[str, Any]]:
+        self._finish()
+        files = []
+        for tmp, final, rows in self.done:
+            os.replace(tmp, final)
+            files.append(
+                {
+                    "name": final.name,
+                    "rows": rows,
+                    "bytes": final.stat().st_size,
+                    "sha256": file_sha256(final),
+                }
+            )
+        return files
+
+    def abort(self) -> None:
+        if self.writer is not None:
+            with contextlib.suppress(Exception):  # the error that stopped the unit matters
+                self.writer.close()
+            self.writer = None
+        for p in self.folder.glob(f".part-{self.unit:05d}-*.tmp-{os.getpid()}"):
+            p.unlink(missing_ok=True)

@@ -1,0 +1,84 @@
+"""The one definition of "the buffer a config describes": its sample unit and its buffer.
+
+:class:`~offline_prelearner.prelearner.OfflinePreLearner` (whose ``build_unit`` /
+``build_buffer`` hooks call these) and :class:`~offline_prelearner.replay.shards.ReplayShard`
+both build their buffers here, so a prelearner's buffer and a shard's buffer for the same config
+are the same kind, with the same unit, rate limit and eviction.
+
+Seeds at the edges: with ``config.seed = None`` every generator is seeded from the OS; otherwise a
+module's buffer draws from ``seed + _stable_hash(module_id)`` (modules of one run draw different
+streams, reproducibly across processes), and reservoir eviction from ``seed`` itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import PreLearnerConfig, SampleConfig
+from .mixin import MixInReplayBuffer
+from .rate_limit import SampleToInsertRatio
+from .replay_buffer import EpisodeReplayBuffer
+from .reservoir import Reservoir
+from .samplers.base import SampleUnit
+from .samplers.n_step import NStep
+from .samplers.prioritized import Prioritized
+from .samplers.sequence import Sequence
+from .samplers.stack import FrameStack
+from .samplers.transition import Transition
+from .samplers.uniform import Uniform
+
+__all__ = ["build_buffer", "build_unit"]
+
+
+def build_unit(sample: SampleConfig) -> SampleUnit:
+    """What each drawn step becomes: Transition, NStep, Sequence, optionally frame-stacked.
+
+    ``unit="sequence"`` gives a :class:`Sequence` of ``seq_len`` (with ``burn_in``); otherwise
+    ``n_step == 1`` gives a :class:`Transition` and larger ``n_step`` an :class:`NStep` discounted
+    by ``gamma``. ``frame_stack > 1`` wraps the result in a :class:`FrameStack`.
+    """
+    unit: Any
+    if sample.unit == "sequence":
+        unit = Sequence(sample.seq_len, burn_in=sample.burn_in)
+    elif sample.n_step == 1:
+        unit = Transition()
+    else:
+        unit = NStep(sample.n_step, sample.gamma)
+    return FrameStack(sample.frame_stack, unit) if sample.frame_stack > 1 else unit
+
+
+def build_buffer(
+    config: PreLearnerConfig, module_id: str, unit: SampleUnit | None = None
+) -> EpisodeReplayBuffer:
+    """A fresh buffer for one module, as ``config.buffer`` describes.
+
+    Args:
+        config: The ``buffer``, ``sample`` and ``seed`` sections are used.
+        module_id: The module whose buffer this is (offsets the seed, see the module docstring).
+        unit: The sample unit; ``None`` builds it from ``config.sample`` (:func:`build_unit`).
+
+    ``buffer.kind`` picks the buffer: ``"prioritized"`` (a :class:`Prioritized` sampler),
+    ``"mixin"`` (:class:`MixInReplayBuffer` with ``replay_ratio``), ``"reservoir"`` (uniform
+    sampling, reservoir eviction) or ``"uniform"``. ``max_samples_per_insert`` adds a
+    :class:`SampleToInsertRatio` rate limit.
+    """
+    b, seed = config.buffer, config.seed
+    kw: dict[str, Any] = {
+        "unit": build_unit(config.sample) if unit is None else unit,
+        "seed": None if seed is None else seed + _stable_hash(module_id),
+        "learning_starts": b.learning_starts,
+    }
+    if b.max_samples_per_insert is not None:
+        kw["rate_limit"] = SampleToInsertRatio(b.max_samples_per_insert)
+    if b.kind == "reservoir":
+        kw["eviction"] = Reservoir(seed=0 if seed is None else seed)
+    if b.kind == "prioritized":
+        return EpisodeReplayBuffer(b.capacity, Prioritized(b.alpha, b.beta, b.eps), **kw)
+    if b.kind == "mixin":
+        return MixInReplayBuffer(b.capacity, Uniform(), replay_ratio=b.replay_ratio, **kw)
+    return EpisodeReplayBuffer(b.capacity, Uniform(), **kw)
+
+
+def _stable_hash(s: str) -> int:
+    """A small, process-independent hash (Python's str hash is salted per process)."""
+    return int.from_bytes(s.encode()[:8].ljust(8, b"\0"), "little") % 1_000_003

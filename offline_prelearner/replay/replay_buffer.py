@@ -1,0 +1,409 @@
+"""EpisodeReplayBuffer: ring storage + a sampler (which steps) + a unit (what each becomes).
+
+::
+
+    buf = EpisodeReplayBuffer(1_000_000, unit=NStep(3, 0.99), seed=0)
+    buf.add(episodes)                      # Episode objects, whole or fragments
+    batch = buf.sample(256)                # SampleBatch: obs, actions, rewards, new_obs, ...
+    buf.save("ckpt/")                      # atomic, no pickle; buf.load("ckpt/") resumes exactly
+
+Every sample carries ``weights`` (the sampler's importance weights; ones for uniform) and
+``indices`` (opaque handles, see :mod:`offline_prelearner.replay.samplers.base`) for priority
+updates.
+All randomness comes from one ``numpy`` generator seeded by ``seed``, so two buffers with the same
+seed fed the same episodes draw the same samples, and a checkpoint resumes the same stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..episodes import columns as C
+from ..episodes.episode import Episode
+from ..episodes.episode_columns import EpisodeColumns
+from ..errors import ConfigError, EmptyBufferError
+from . import checkpoint
+from .batch import SampleBatch
+from .rate_limit import SampleToInsertRatio
+from .reservoir import Reservoir
+from .samplers.base import Sampler, SampleUnit, ValidStarts, ranges
+from .samplers.transition import Transition, ones
+from .samplers.uniform import Uniform
+from .storage import Change, EpisodeStorage, Placements
+
+__all__ = ["INDICES", "EpisodeReplayBuffer"]
+
+#: The column of a sample holding handles for ``update_priorities``.
+INDICES = "indices"
+
+
+class EpisodeReplayBuffer:
+    """A replay buffer over whole episodes, sampling steps; see the module docstring.
+
+    Args:
+        capacity: Slots of ring storage: timesteps plus one final observation per episode.
+        sampler: Which steps are drawn (default
+            :class:`~offline_prelearner.replay.samplers.Uniform`).
+        unit: What each step expands into (default
+            :class:`~offline_prelearner.replay.samplers.Transition`).
+        seed: Seed of the buffer's random generator (``None``: fresh entropy).
+        learning_starts: ``sample`` raises :class:`EmptyBufferError` until this many timesteps
+            have been added.
+        eviction: ``None`` for FIFO (the oldest episodes leave first) or a
+            :class:`~offline_prelearner.replay.reservoir.Reservoir` (a uniform sample of
+            everything ever added stays).
+        rate_limit: A :class:`~offline_prelearner.replay.rate_limit.SampleToInsertRatio`:
+            ``sample`` raises ``RateLimitExceeded`` (an :class:`EmptyBufferError`) rather than
+            draw more rows per inserted timestep than it allows.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        sampler: Sampler | None = None,
+        unit: SampleUnit | None = None,
+        *,
+        seed: int | None = None,
+        learning_starts: int = 0,
+        eviction: Reservoir | None = None,
+        rate_limit: SampleToInsertRatio | None = None,
+    ) -> None:
+        if (
+            isinstance(learning_starts, bool)
+            or not isinstance(learning_starts, int)
+            or (learning_starts < 0)
+        ):
+            raise ConfigError(f"learning_starts must be an int >= 0, found {learning_starts!r}")
+        if eviction is not None and not isinstance(eviction, Reservoir):
+            raise ConfigError(
+                f"eviction must be None (FIFO) or a Reservoir, found {type(eviction).__name__}"
+            )
+        if rate_limit is not None and not isinstance(rate_limit, SampleToInsertRatio):
+            raise ConfigError(
+                f"rate_limit must be None or a SampleToInsertRatio, found "
+                f"{type(rate_limit).__name__}"
+            )
+        self.eviction = eviction
+        self.rate_limit = rate_limit
+        self.rate_limited = 0  # sample calls the rate limit refused
+        self.storage: EpisodeStorage = (
+            EpisodeStorage(capacity) if eviction is None else eviction.make_storage(capacity)
+        )
+        self.sampler: Sampler = sampler if sampler is not None else Uniform()
+        self.unit: SampleUnit = unit if unit is not None else Transition()
+        for name, obj, proto in (
+            ("sampler", self.sampler, Sampler),
+            ("unit", self.unit, SampleUnit),
+        ):
+            if not isinstance(obj, proto):
+                raise ConfigError(
+                    f"{name} must implement the {proto.__name__} protocol, found "
+                    f"{type(obj).__name__}"
+                )
+        self.learning_starts = learning_starts
+        self.rng = np.random.default_rng(seed)
+        self.samples_drawn = 0
+        self._valid: ValidStarts | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(capacity={self.capacity}, sampler={self.sampler!r}, "
+            f"unit={self.unit!r}, episodes={self.storage.num_episodes}, "
+            f"timesteps={self.storage.num_timesteps})"
+        )
+
+    @property
+    def capacity(self) -> int:
+        return self.storage.capacity
+
+    def __len__(self) -> int:
+        """Timesteps held."""
+        return self.storage.num_timesteps
+
+    # ------------------------------------------------------------------ adding
+    def add(self, episodes: Episode | Iterable[Episode]) -> None:
+        """Stores episodes (or fragments of episodes already held), evicting the oldest.
+
+        Episodes are added in order; one that contradicts what is held (see
+        :meth:`EpisodeStorage.add`) raises after the ones before it were added.
+        """
+        eps: list[Episode] = []
+        stop: BaseException | None = None
+        try:
+            for ep in [episodes] if isinstance(episodes, Episode) else episodes:
+                if not isinstance(ep, Episode):
+                    raise TypeError(f"add() takes Episode objects, found {type(ep).__name__}")
+                eps.append(ep)
+        except BaseException as e:  # add the ones before it, then raise
+            stop = e
+        changes: list[Change | Placements] = []
+        try:
+            self.storage.add_many(eps, changes)
+        finally:
+            if type(self)._notify is not EpisodeReplayBuffer._notify:  # it expects Changes
+                changes = _expand(changes)
+            self._notify(changes)  # type: ignore[arg-type]
+        if stop is not None:
+            raise stop
+
+    def add_columns(self, columns: EpisodeColumns) -> None:
+        """:meth:`add` for episodes held as shared columns (the rows reader's
+        :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns`): the same result,
+        without an object per episode. A subclass that overrides :meth:`add` gets the objects."""
+        if type(self).add is not EpisodeReplayBuffer.add:
+            self.add(columns.episodes())
+            return
+        changes: list[Change | Placements] = []
+        try:
+            self.storage.add_columns(columns, changes)
+        finally:
+            if type(self)._notify is not EpisodeReplayBuffer._notify:  # it expects Changes
+                changes = _expand(changes)
+            self._notify(changes)  # type: ignore[arg-type]
+
+    def _notify(self, changes: list[Change]) -> None:
+        """Tells the sampler which valid starts went away and which arrived (net of this add).
+
+        Every removed record is evicted first, then every placement still current is added
+        beyond what the sampler already knew of it. A ``"relocated"`` record without a removal
+        (a compaction renumbered the placement but left its slots) knows what the first change
+        of that placement in this batch knew: nothing, if it was placed in this batch.
+        ``changes`` may also hold :class:`Placements` (runs of new episodes, from ``add``).
+        """
+        rs: list[int] = []
+        rl: list[int] = []
+        rd: list[bool] = []
+        serial: list[int] = []
+        start: list[int] = []
+        length: list[int] = []
+        done: list[bool] = []
+        plen: list[int] = []
+        pdone: list[bool] = []
+        chain: dict[Any, tuple[int, bool]] = {}  # key -> what the sampler knew of its placement
+        for ch in changes:
+            if isinstance(ch, Placements):
+                rs += ch.removed_start.tolist()
+                rl += ch.removed_length.tolist()
+                rd += ch.removed_done.tolist()
+                serial += ch.serial.tolist()
+                start += ch.start.tolist()
+                length += ch.length.tolist()
+                done += ch.done.tolist()
+                plen += [-1] * len(ch.keys)
+                pdone += [False] * len(ch.keys)
+                chain.update(dict.fromkeys(ch.keys, (-1, False)))
+                continue
+            rs += ch.removed_start
+            rl += ch.removed_length
+            rd += ch.removed_done
+            if ch.serial < 0:
+                continue
+            if ch.kind in ("appended", "flagged"):
+                chain.setdefault(ch.key, (ch.prev_length, ch.prev_done))
+                known = (ch.prev_length, ch.prev_done)
+            elif ch.kind == "relocated" and not ch.removed_start:
+                known = chain.setdefault(ch.key, (ch.length, ch.done))
+            else:  # a fresh placement: new, moved, relocated elsewhere
+                known = chain[ch.key] = (-1, False)
+            serial.append(ch.serial)
+            start.append(ch.start)
+            length.append(ch.length)
+            done.append(ch.done)
+            plen.append(known[0])
+            pdone.append(known[1])
+        unit = self.unit
+        if rs:
+            count = unit.valid_starts(np.array(rl, np.int64), np.array(rd, bool))
+            self.sampler.on_evict(self.storage, ranges(np.array(rs, np.int64), count))
+        if serial:
+            keep = self.storage.is_current(np.array(serial, np.int64))
+            prev = np.array(plen, np.int64)
+            new = unit.valid_starts(np.array(length, np.int64), np.array(done, bool))
+            old = np.where(
+                prev < 0,
+                0,
+                unit.valid_starts(np.maximum(prev, 0), np.array(pdone, bool)),
+            )
+            first = np.array(start, np.int64) + old
+            slots = ranges(first[keep], (new - old)[keep])
+            if len(slots):
+                self.sampler.on_add(self.storage, slots)
+
+    # ------------------------------------------------------------------ sampling
+    def valid_starts(self) -> ValidStarts:
+        """The valid start slots at the storage's current version (cached)."""
+        st = self.storage
+        valid = self._valid
+        if valid is None or valid.version != st.version:
+            count = self.unit.valid_starts(st.lengths, st.terminated | st.truncated)
+            count = np.where(st.alive, np.asarray(count, np.int64), 0)
+            valid = ValidStarts(first=st.starts.copy(), count=count, version=st.version)
+            self._valid = valid
+        return valid
+
+    def sample(self, batch_size: int) -> SampleBatch:
+        """``batch_size`` samples (with replacement) from the sampler, expanded by the unit.
+
+        Raises :class:`EmptyBufferError` before ``learning_starts`` timesteps were added or while
+        nothing is sampleable (e.g. only unfinished episodes shorter than an n-step window).
+        """
+        batch_size = _batch_size(batch_size)
+        self._check_learning_starts()
+        valid = self.valid_starts()
+        if valid.total == 0:
+            raise self._nothing_to_sample()
+        self._check_rate(batch_size)
+        slots, info = self.sampler.sample(self.storage, batch_size, self.rng, valid)
+        rows = info.get("rows")
+        if rows is None:
+            rows = self.storage.rows_of(slots)
+        return self._emit(slots, rows, info.get("weights"))
+
+    def _check_learning_starts(self) -> None:
+        added = self.storage.counters["timesteps_added"]
+        if added < self.learning_starts:
+            raise EmptyBufferError(
+                f"{added} timesteps added, sampling starts after "
+                f"learning_starts={self.learning_starts}"
+            )
+
+    def _nothing_to_sample(self) -> EmptyBufferError:
+        return EmptyBufferError(
+            f"nothing to sample: {self.storage.num_episodes} episodes held, none with a "
+            f"complete window for {self.unit!r}"
+        )
+
+    def _check_rate(self, rows: int) -> None:
+        """Raises ``RateLimitExceeded`` if drawing ``rows`` more rows breaks the rate limit."""
+        if self.rate_limit is None:
+            return
+        try:
+            self.rate_limit.check(
+                rows,
+                self.samples_drawn,
+                self.storage.counters["timesteps_added"],
+                self.learning_starts,
+            )
+        except EmptyBufferError:
+            self.rate_limited += 1
+            raise
+
+    def samples_allowed(self) -> int | None:
+        """Rows the rate limit still allows (``None`` without a rate limit)."""
+        if self.rate_limit is None:
+            return None
+        return self.rate_limit.allowed(
+            self.samples_drawn, self.storage.counters["timesteps_added"], self.learning_starts
+        )
+
+    def _emit(self, slots: np.ndarray, rows: np.ndarray, weights: np.ndarray | None) -> SampleBatch:
+        """Expands drawn start slots (and their table rows) into a batch with ``weights`` and
+        ``indices``, and counts them as drawn."""
+        batch = self.unit.expand(slots, rows, self.storage, self.rng)
+        batch.set_trusted(
+            C.WEIGHTS,
+            ones(len(slots), np.float32) if weights is None else np.asarray(weights, np.float32),
+        )
+        batch.set_trusted(INDICES, self.storage.handles(slots, rows))
+        self.samples_drawn += len(slots)
+        return batch
+
+    # ------------------------------------------------------------------ stats and state
+    def stats(self) -> dict[str, int]:
+        """Counters: timesteps/episodes added, evicted and held, samples drawn, duplicates."""
+        st = self.storage
+        out = dict(st.counters)
+        out["timesteps_held"] = st.num_timesteps
+        out["episodes_held"] = st.num_episodes
+        out["samples_drawn"] = self.samples_drawn
+        out["sampleable"] = self.valid_starts().total
+        if self.rate_limit is not None:
+            out["rate_limited"] = self.rate_limited
+        return out
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything needed to resume: ``{"meta": JSON-able dict, "arrays": {name: ndarray}}``.
+
+        Arrays are plain numpy (no object dtype), so :meth:`save` writes them without pickle.
+        """
+        meta, arrays = self.storage.get_state()
+        for k, v in self.sampler.state().items():
+            arrays["sampler/" + k] = np.asarray(v)
+        return {
+            "meta": {
+                "buffer": type(self).__name__,
+                "storage": meta,
+                "unit": repr(self.unit),
+                "sampler": repr(self.sampler),
+                "samples_drawn": self.samples_drawn,
+                "learning_starts": self.learning_starts,
+                "rng": self.rng.bit_generator.state,
+                "eviction": None if self.eviction is None else repr(self.eviction),
+                "rate_limited": self.rate_limited,
+            },
+            "arrays": arrays,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restores :meth:`get_state` output into this buffer, which must have the same unit and
+        sampler configuration and capacity (a :class:`ConfigError` says which differs)."""
+        meta, arrays = state["meta"], state["arrays"]
+        for name in ("unit", "sampler"):
+            if meta[name] != repr(getattr(self, name)):
+                raise ConfigError(
+                    f"state was saved with {name} {meta[name]}, this buffer has "
+                    f"{getattr(self, name)!r}"
+                )
+        mine = None if self.eviction is None else repr(self.eviction)
+        if meta.get("eviction") != mine:
+            raise ConfigError(
+                f"state was saved with eviction {meta.get('eviction') or 'FIFO'}, this buffer "
+                f"has {mine or 'FIFO'}"
+            )
+        rng_state = meta["rng"]
+        if rng_state.get("bit_generator") != type(self.rng.bit_generator).__name__:
+            raise ConfigError(
+                f"state has a {rng_state.get('bit_generator')} generator, this "
+                f"buffer uses {type(self.rng.bit_generator).__name__}"
+            )
+        self.storage.set_state(
+            meta["storage"], {k: v for k, v in arrays.items() if not k.startswith("sampler/")}
+        )
+        self.sampler.set_state({k[8:]: v for k, v in arrays.items() if k.startswith("sampler/")})
+        self.rng.bit_generator.state = rng_state
+        self.samples_drawn = int(meta["samples_drawn"])
+        self.learning_starts = int(meta["learning_starts"])
+        self.rate_limited = int(meta.get("rate_limited", 0))
+        self._valid = None
+
+    def save(self, path: str | Path) -> Path:
+        """Writes a checkpoint directory atomically (see :mod:`.checkpoint`); returns its path."""
+        state = self.get_state()
+        return checkpoint.write(path, state["meta"], state["arrays"])
+
+    def load(self, path: str | Path) -> None:
+        """Restores a checkpoint written by :meth:`save`, verifying every file's checksum."""
+        meta, arrays = checkpoint.read(path)
+        self.set_state({"meta": meta, "arrays": arrays})
+
+
+def _batch_size(batch_size: object) -> int:
+    if (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, (int, np.integer))
+        or (batch_size < 1)
+    ):
+        raise ConfigError(f"batch_size must be an int >= 1, found {batch_size!r}")
+    return int(batch_size)
+
+
+def _expand(changes: list[Change | Placements]) -> list[Change | Placements]:
+    """``changes`` with every :class:`Placements` replaced by its :class:`Change` records."""
+    out: list[Change | Placements] = []
+    for ch in changes:
+        out += ch.to_changes() if isinstance(ch, Placements) else [ch]
+    return out

@@ -1,0 +1,152 @@
+"""The two plug points of replay: a :class:`Sampler` chooses WHICH steps, a :class:`SampleUnit`
+says WHAT each chosen step expands into (one transition, an n-step transition, a sequence, a frame
+stack). Any sampler works with any unit; the buffer (``replay/replay_buffer.py``) composes them.
+
+Vocabulary shared by every sampler and unit:
+
+* **slot** -- an index into the storage's ring arrays, ``0 <= slot < storage.capacity``. An episode
+  of ``L`` steps occupies ``L + 1`` contiguous slots ``start .. start + L`` (its ``L + 1``
+  observations; actions, rewards and extras at the last slot are padding), so the step after slot
+  ``i`` is slot ``i + 1`` and every window is index arithmetic.
+* **row** -- an index into the storage's episode table (``storage.starts``, ``storage.lengths``,
+  ...) as of the current ``storage.version``. Rows move when the table changes; never keep them.
+* **valid start** -- a slot a sample may start at, given the unit. For every episode the valid
+  starts are a *prefix* of its steps: offsets ``0 .. count - 1`` where ``count =
+  unit.valid_starts(L, done)`` (units look forward, so only the tail of an unfinished episode can
+  be unsampleable: the steps whose window is not stored yet). :class:`ValidStarts` lists them for
+  all rows.
+* **handle** -- an opaque int64 naming one sampled slot *and* the placement of the episode that
+  held it (``storage.handles(slots, rows)``). ``storage.resolve(handles)`` gives back the slots and
+  a mask that is False where the episode was evicted or moved since sampling, so priority updates
+  for stale samples are dropped instead of landing on whatever now lives in that slot.
+
+A sampler's life: ``on_add(storage, slots)`` is called with slots that just became valid starts
+(new episodes, or the newly complete tail of a streaming episode); ``on_evict(storage, slots)``
+with valid starts that stopped being valid (evicted episodes; the old place of an episode moved to
+the head to be continued, which is then re-added at its new place). Between those calls the set of
+valid starts is exactly what ``valid`` describes. ``sample`` is only called when ``valid.total >
+0``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ..batch import SampleBatch
+    from ..storage import EpisodeStorage
+
+__all__ = ["SampleUnit", "Sampler", "SamplerState", "UpdatableSampler", "ValidStarts", "ranges"]
+
+#: What ``Sampler.state()`` returns: flat, numpy arrays only (0-d arrays for scalars), so a
+#: checkpoint stores it as ``.npy`` files without pickle.
+SamplerState = Mapping[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class ValidStarts:
+    """The valid start slots of every row of the episode table, at one storage version.
+
+    Row ``r`` may start a sample at slots ``first[r] .. first[r] + count[r] - 1``; ``count`` is 0
+    for rows whose episode is gone (the table keeps such rows until they age out).
+    """
+
+    first: np.ndarray  # int64 [rows]
+    count: np.ndarray  # int64 [rows]
+    version: int  # storage.version these were computed at
+
+    @cached_property
+    def total(self) -> int:
+        """How many slots may start a sample."""
+        return int(self.count.sum())
+
+    def slots(self) -> np.ndarray:
+        """All valid start slots, row by row (int64)."""
+        return ranges(self.first, self.count)
+
+
+def ranges(first: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(f, f + c)`` for each pair, without a Python loop (int64)."""
+    first = np.asarray(first, dtype=np.int64)
+    count = np.asarray(count, dtype=np.int64)
+    total = int(count.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    keep = count > 0
+    first, count = first[keep], count[keep]
+    ends = np.cumsum(count)
+    # Each range contributes first[i] + (position - ends[i-1]).
+    shift = np.repeat(first - (ends - count), count)
+    return np.arange(total, dtype=np.int64) + shift
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    """Chooses which valid start slots a batch draws.
+
+    ``sample`` returns ``(slots, info)``: ``slots`` int64 ``[batch_size]`` (valid starts), ``info``
+    a dict of per-sample arrays. Known keys: ``"weights"`` (float32 ``[batch_size]``, importance
+    weights; 1 when absent) and ``"rows"`` (int64 table rows of the slots, if the sampler knows them
+    anyway; saves the unit a lookup). Randomness comes only from ``rng`` (the buffer's generator),
+    so a checkpointed buffer replays the same draws.
+    """
+
+    def sample(
+        self,
+        storage: EpisodeStorage,
+        batch_size: int,
+        rng: np.random.Generator,
+        valid: ValidStarts,
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]: ...
+
+    def on_add(self, storage: EpisodeStorage, slots: np.ndarray) -> None: ...
+
+    def on_evict(self, storage: EpisodeStorage, slots: np.ndarray) -> None: ...
+
+    def state(self) -> SamplerState: ...
+
+    def set_state(self, state: SamplerState) -> None: ...
+
+
+@runtime_checkable
+class UpdatableSampler(Sampler, Protocol):
+    """A sampler that learns from feedback (prioritized replay).
+
+    ``update_priorities`` takes the ``indices`` column of a sample (handles, see the module
+    docstring) and one priority per handle; handles that ``storage.resolve`` reports stale are
+    ignored. Returns how many were applied.
+    """
+
+    def update_priorities(
+        self, storage: EpisodeStorage, handles: np.ndarray, priorities: np.ndarray
+    ) -> int: ...
+
+
+@runtime_checkable
+class SampleUnit(Protocol):
+    """What one chosen start step expands into.
+
+    ``valid_starts(lengths, done)`` is vectorized over episodes: for each episode of ``lengths[i]``
+    stored steps (``done[i]``: terminated or truncated) how many of its first steps may start a
+    sample. For a finished episode that is usually every step; for an unfinished one only the steps
+    whose whole window is stored (the rest become valid when the episode continues).
+
+    ``expand(slots, rows, storage, rng)`` gathers the batch for those start slots (``rows`` are
+    their table rows) with index arrays, no per-sample loop; ``rng`` is for units that draw
+    something per sample (an n-step range).
+    """
+
+    def valid_starts(self, lengths: np.ndarray, done: np.ndarray) -> np.ndarray: ...
+
+    def expand(
+        self,
+        slots: np.ndarray,
+        rows: np.ndarray,
+        storage: EpisodeStorage,
+        rng: np.random.Generator,
+    ) -> SampleBatch: ...

@@ -1,0 +1,48 @@
+"""InOrder: every valid start slot once, in episode (table) order; for ``sample_all`` jobs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .base import SamplerState, ValidStarts
+
+if TYPE_CHECKING:
+    from ..storage import EpisodeStorage
+
+__all__ = ["InOrder"]
+
+
+class InOrder:
+    """Draws the first ``batch_size`` valid start slots, episode by episode, step by step.
+
+    Not random and not a replay sampler: used on a buffer that holds exactly the episodes to emit
+    (``sample(valid_starts().total)`` gives each valid transition or sequence once).
+    """
+
+    def __repr__(self) -> str:
+        return "InOrder()"
+
+    def sample(
+        self,
+        storage: EpisodeStorage,
+        batch_size: int,
+        rng: np.random.Generator,
+        valid: ValidStarts,
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        order = np.argsort(valid.first, kind="stable")  # table rows in ring (placement) order
+        slots = valid.__class__(valid.first[order], valid.count[order], valid.version).slots()
+        return slots[:batch_size], {}
+
+    def on_add(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
+        pass
+
+    def on_evict(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
+        pass
+
+    def state(self) -> SamplerState:
+        return {}
+
+    def set_state(self, state: SamplerState) -> None:
+        pass

@@ -1,0 +1,127 @@
+"""NStep: each sampled step expands into an n-step transition, truncated at the episode's end.
+
+Semantics at the end of an episode, exactly:
+
+* the window of ``n`` steps stops at the episode's last step: ``n_step`` is the number of steps
+  actually taken, ``m = min(n, L - k)`` for a start at step ``k`` of an episode of ``L`` steps;
+* ``rewards`` is ``sum(gamma**j * r[k + j] for j < m)``;
+* ``new_obs`` is the observation after the last step taken, ``obs[k + m]``;
+* ``terminateds`` is true only if the window reaches a terminated end (then do not bootstrap);
+  ``truncateds`` likewise for a truncated end (bootstrap from ``new_obs``, the final
+  observation, with ``gamma**n_step``).
+
+``n`` is an int or an inclusive range ``(lo, hi)``; a range draws ``n`` per sample, uniformly from
+``lo..hi`` *including* ``hi``. An unfinished episode offers only starts whose whole ``hi``-step
+window is stored (``L - hi + 1`` of them); its last steps become valid starts when it continues or
+ends, so a window is never cut short by a fragment boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ...episodes import columns as C
+from ...errors import ConfigError
+from ..batch import SampleBatch
+from .transition import episode_columns, stack_index
+
+if TYPE_CHECKING:
+    from ..storage import EpisodeStorage
+
+__all__ = ["NStep"]
+
+
+@dataclass(frozen=True)
+class NStep:
+    """n-step transitions with discount ``gamma``; ``n`` an int or an inclusive ``(lo, hi)``."""
+
+    n: int | tuple[int, int] = 1
+    gamma: float = 0.99
+
+    def __post_init__(self) -> None:
+        n = self.n
+        if isinstance(n, (list, tuple)):
+            if len(n) != 2 or not all(_is_int(v) for v in n):
+                raise ConfigError(f"n must be an int or a (lo, hi) pair of ints, found {n!r}")
+            lo, hi = int(n[0]), int(n[1])
+            if not 1 <= lo <= hi:
+                raise ConfigError(f"n range must satisfy 1 <= lo <= hi, found {n!r}")
+            object.__setattr__(self, "n", (lo, hi))
+        elif _is_int(n):
+            if n < 1:
+                raise ConfigError(f"n must be >= 1, found {n!r}")
+            object.__setattr__(self, "n", int(n))
+        else:
+            raise ConfigError(f"n must be an int or a (lo, hi) pair of ints, found {n!r}")
+        g = self.gamma
+        if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0.0 <= g <= 1.0:
+            raise ConfigError(f"gamma must be a number in [0, 1], found {g!r}")
+        object.__setattr__(self, "gamma", float(g))
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """``(lo, hi)``, inclusive; ``(n, n)`` for a fixed n."""
+        return self.n if isinstance(self.n, tuple) else (self.n, self.n)
+
+    def valid_starts(self, lengths: np.ndarray, done: np.ndarray) -> np.ndarray:
+        lengths = np.asarray(lengths, dtype=np.int64)
+        hi = self.bounds[1]
+        return np.where(done, lengths, np.maximum(lengths - hi + 1, 0))
+
+    def expand(
+        self,
+        slots: np.ndarray,
+        rows: np.ndarray,
+        storage: EpisodeStorage,
+        rng: np.random.Generator,
+        frames: int | None = None,
+    ) -> SampleBatch:
+        lo, hi = self.bounds
+        b = len(slots)
+        last = storage.last_and_t_base()[0].take(rows)
+        remaining = last - slots + 1  # >= 1
+        n = lo if lo == hi else rng.integers(lo, hi + 1, size=b)
+        m = np.minimum(n, remaining)
+        reached_end = m == remaining
+
+        out = episode_columns(storage, slots, rows)
+        rew_col = storage.columns["rewards"]
+        if hi == 1:
+            ret = out[C.REWARDS]
+        elif hi <= 8:  # a loop over window positions (not samples): fewer temporaries
+            ret = out[C.REWARDS].astype(np.float64)
+            for j in range(1, hi):
+                r = rew_col.take(slots + j, mode="clip")  # past the ring: the zero pad row
+                r[m <= j] = 0
+                ret += r * (self.gamma**j)
+        else:
+            pos = np.arange(hi, dtype=np.int64)
+            window = rew_col.take(slots.reshape(-1, 1) + pos, mode="clip")
+            window = np.where(pos < m.reshape(-1, 1), window, 0.0)
+            ret = window @ (self.gamma ** pos.astype(np.float64))
+        out[C.REWARDS] = ret.astype(np.result_type(rew_col.dtype, np.float32), copy=False)
+
+        obs_col = storage.columns["obs"]
+        end = slots + m
+        if frames is None:
+            out[C.OBS] = obs_col.take(slots, axis=0)
+            out[C.NEW_OBS] = obs_col.take(end, axis=0)
+        elif hi == 1:
+            start = storage.starts.take(rows)
+            both = obs_col.take(stack_index(slots + 1, start, frames + 1), axis=0)
+            out[C.OBS], out[C.NEW_OBS] = both[:, :-1], both[:, 1:]
+        else:
+            start = storage.starts.take(rows)
+            out[C.OBS] = obs_col.take(stack_index(slots, start, frames), axis=0)
+            out[C.NEW_OBS] = obs_col.take(stack_index(end, start, frames), axis=0)
+        out[C.TERMINATEDS] = storage.terminated.take(rows) & reached_end
+        out[C.TRUNCATEDS] = storage.truncated.take(rows) & reached_end
+        out[C.N_STEP] = m.astype(np.int32)
+        return SampleBatch._trusted(out)
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)

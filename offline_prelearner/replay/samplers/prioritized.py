@@ -1,0 +1,305 @@
+"""Prioritized: proportional prioritized replay (Schaul et al. 2016) on sum and min segment trees.
+
+Every valid start slot ``i`` holds a priority ``p_i > 0``; the trees hold ``p_i ** alpha`` per
+storage slot, and every other slot (padding, the unfinished tail of a streaming episode, evicted
+data) holds 0 in the sum tree and ``+inf`` in the min tree, so it is never drawn and never counts
+as the minimum. A draw picks slot ``i`` with probability ``P(i) = p_i**alpha / sum_k p_k**alpha``.
+
+Semantics at the edges:
+
+* **New steps** (``on_add``) enter at the largest priority ever seen (1 before any update), so
+  everything is replayed at least once with a high chance. Steps of a streaming episode become
+  valid (and get that priority) when their window is complete; steps already valid keep theirs.
+  An episode the storage had to *move* to continue it is re-added, so its steps restart at the
+  maximum too.
+* **Importance weights** ``w_i = (N * P(i)) ** -beta / max_j w_j``, where ``max_j w_j`` belongs to
+  the least likely sampleable step (the min tree). ``N`` cancels, so ``w_i = (p_i**alpha /
+  min_k p_k**alpha) ** -beta``: 1 for the least likely step, below 1 for the others, all ones at
+  ``beta = 0``. ``beta`` may be changed between samples (annealing); it is saved with the state.
+* **Stratified** sampling (default) splits the total mass into ``batch_size`` equal segments and
+  draws one prefix uniformly in each, so a batch covers the distribution evenly; otherwise every
+  prefix is uniform over the whole mass. Either way a batch is drawn with replacement.
+* **update_priorities** takes the ``indices`` column of a sample (handles) and one TD error or
+  priority per handle; the new priority is ``|x| + eps``. A handle whose episode was evicted or
+  moved since it was sampled (the storage's placement serials say so) is ignored -- its slot may
+  hold another step by now. Duplicate handles in one call: the last one wins. NaN or infinite
+  values are an error and nothing is applied.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from ...errors import ConfigError, DataError, EmptyBufferError, Where
+from ..segment_tree import MinTree, SumTree, last_writes, write_unique
+from .base import SamplerState, ValidStarts
+
+if TYPE_CHECKING:
+    from ..storage import EpisodeStorage
+
+__all__ = ["Prioritized"]
+
+
+class Prioritized:
+    """Proportional prioritized sampling of valid start steps; see the module docstring.
+
+    Args:
+        alpha: How much priorities shape the distribution: 0 is uniform, 1 fully proportional.
+        beta: Importance-weight exponent: 0 gives all-one weights, 1 fully corrects the bias.
+        eps: Added to ``|td_error|`` so no step's priority reaches 0 (must be > 0).
+        stratified: One draw per equal segment of the total mass (True) or plain draws.
+    """
+
+    def __init__(
+        self, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, stratified: bool = True
+    ) -> None:
+        self._alpha = _number("alpha", alpha, lo=0.0)
+        self._eps = _number("eps", eps, lo=0.0, strict=True)
+        if not isinstance(stratified, bool):
+            raise ConfigError(f"stratified must be true or false, found {stratified!r}")
+        self._stratified = stratified
+        if self._eps**self._alpha == 0.0 or math.isinf(1.0 / self._eps**self._alpha):
+            raise ConfigError(
+                f"eps ** alpha = {self._eps}**{self._alpha} underflows float64; raise eps or "
+                "lower alpha"
+            )
+        self.beta = beta  # validated by the property
+        self._sum: SumTree | None = None
+        self._min: MinTree | None = None
+        self.max_priority = 1.0  # largest |x| + eps applied so far; new steps enter with it
+        self.updates_applied = 0
+        self.updates_stale = 0
+        self._arange = np.zeros(0)
+
+    # alpha, eps and stratified are fixed: the stored priorities mean something only under them.
+    @property
+    def alpha(self) -> float:
+        return self._alpha
+
+    @property
+    def eps(self) -> float:
+        return self._eps
+
+    @property
+    def stratified(self) -> bool:
+        return self._stratified
+
+    @property
+    def beta(self) -> float:
+        """Importance-weight exponent; may be set between samples (annealing)."""
+        return self._beta
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        self._beta = _number("beta", value, lo=0.0)
+
+    def __repr__(self) -> str:
+        # The configuration a checkpoint must match. ``beta`` is left out on purpose: it is a
+        # schedule value (annealed during training) and travels in the state instead.
+        return f"Prioritized(alpha={self.alpha!r}, eps={self.eps!r}, stratified={self.stratified})"
+
+    # ------------------------------------------------------------------ inspection
+    @property
+    def sum_tree(self) -> SumTree | None:
+        """The tree of ``p_i ** alpha`` per slot (``None`` before anything was added)."""
+        return self._sum
+
+    @property
+    def min_tree(self) -> MinTree | None:
+        """Same values, ``+inf`` where a slot is not sampleable."""
+        return self._min
+
+    def probabilities(self, slots: npt.ArrayLike) -> np.ndarray:
+        """``P(slot)`` of one draw, for each slot (0 for slots that are not valid starts)."""
+        if self._sum is None:
+            return np.zeros(np.shape(slots))
+        total = self._sum.total()
+        values = self._sum.get(slots)
+        return values / total if total > 0 else values
+
+    # ------------------------------------------------------------------ Sampler protocol
+    def sample(
+        self,
+        storage: EpisodeStorage,
+        batch_size: int,
+        rng: np.random.Generator,
+        valid: ValidStarts,
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """``batch_size`` slots drawn in proportion to ``p ** alpha``, with importance weights."""
+        tree, mins = self._sum, self._min
+        total = 0.0 if tree is None else tree.total()
+        if tree is None or mins is None or not total > 0.0:
+            raise EmptyBufferError(
+                f"prioritized sampler holds no priorities but {valid.total} steps are valid; "
+                "were episodes added through the buffer (on_add)?"
+            )
+        if self._stratified:
+            if self._arange.size != batch_size:
+                self._arange = np.arange(batch_size, dtype=np.float64)
+            prefixes = rng.random(batch_size)
+            prefixes += self._arange
+            prefixes *= total / batch_size
+        else:
+            prefixes = rng.random(batch_size)
+            prefixes *= total
+        slots, ratio = tree._find(prefixes)
+        if self._beta == 0.0:
+            weights = np.ones(batch_size, dtype=np.float32)
+        else:
+            ratio *= 1.0 / mins.min()
+            weights = np.power(ratio, -self._beta).astype(np.float32)
+        return slots, {"weights": weights}
+
+    def on_add(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
+        """New valid starts: they enter at the maximum priority seen so far."""
+        slots = np.asarray(slots, dtype=np.int64)
+        tree, mins = self._trees(storage.capacity)
+        idx = np.unique(slots)
+        vals = np.full(idx.shape, self.max_priority**self.alpha)
+        write_unique((tree, mins), idx, (vals, vals))
+
+    def on_evict(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
+        """Slots that stopped being valid starts: never drawn again (until re-added)."""
+        if self._sum is None or self._min is None:
+            return
+        idx = np.unique(np.asarray(slots, dtype=np.int64))
+        write_unique((self._sum, self._min), idx, (np.zeros(idx.shape), np.full(idx.shape, np.inf)))
+
+    def update_priorities(
+        self, storage: EpisodeStorage, handles: npt.ArrayLike, priorities: npt.ArrayLike
+    ) -> int:
+        """Sets ``p = |x| + eps`` for each sampled handle still current; returns how many were
+        applied. Stale handles (evicted or moved since sampling) are skipped and counted in
+        :attr:`updates_stale`.
+
+        Raises:
+            TypeError: ``handles`` are not integers (e.g. another column was passed).
+            ValueError: lengths differ, or a value is NaN or infinite (nothing is applied).
+        """
+        handles = np.asarray(handles)
+        if handles.dtype.kind not in "iu" and handles.size:
+            raise TypeError(
+                f"update_priorities: indices must be the int64 handles of a sample's "
+                f"'indices' column, found dtype {handles.dtype}"
+            )
+        handles = handles.astype(np.int64, copy=False).ravel()
+        values = np.asarray(priorities, dtype=np.float64).ravel()
+        if values.shape != handles.shape:
+            raise ValueError(
+                f"update_priorities: {handles.size} indices but {values.size} priorities"
+            )
+        if handles.size == 0:
+            return 0
+        p = np.abs(values)
+        p += self._eps
+        with np.errstate(over="ignore"):  # an overflow is reported below, as an error
+            leaf = p**self._alpha
+        if not np.isfinite(leaf).all():
+            bad = int(np.flatnonzero(~np.isfinite(leaf))[0])
+            raise ValueError(
+                f"update_priorities: priority {values[bad]!r} at position {bad} is not finite "
+                f"(or overflows with alpha={self.alpha})"
+            )
+        tree, mins = self._sum, self._min
+        if tree is None or mins is None:
+            self.updates_stale += handles.size
+            return 0
+        slots, current = storage.resolve(handles)
+        # Belt and braces: a handle must also name a slot that is sampleable right now, so a
+        # forged or foreign handle can never make padding or an unfinished window drawable.
+        if slots.min() < 0 or slots.max() >= tree.capacity:
+            inside = (slots >= 0) & (slots < tree.capacity)
+            current &= inside
+            slots = np.where(inside, slots, 0)
+        current &= tree._get_unchecked(slots) > 0.0
+        applied = int(np.count_nonzero(current))
+        if applied < handles.size:
+            slots, p, leaf = slots[current], p[current], leaf[current]
+        self.updates_stale += handles.size - applied
+        self.updates_applied += applied
+        if applied == 0:
+            return 0
+        self.max_priority = max(self.max_priority, float(p.max()))
+        idx, vals = last_writes(slots, leaf)
+        write_unique((tree, mins), idx, (vals, vals))
+        return applied
+
+    # ------------------------------------------------------------------ state
+    def state(self) -> SamplerState:
+        """Leaves of the sum tree (``p ** alpha`` per slot; the min tree follows from them), the
+        maximum priority, ``beta`` and the update counters, as numpy arrays."""
+        leaves = np.zeros(0) if self._sum is None else self._sum.values()
+        return {
+            "leaves": leaves,
+            "max_priority": np.asarray(self.max_priority, dtype=np.float64),
+            "beta": np.asarray(self._beta, dtype=np.float64),
+            "alpha": np.asarray(self.alpha, dtype=np.float64),
+            "counters": np.asarray([self.updates_applied, self.updates_stale], dtype=np.int64),
+        }
+
+    def set_state(self, state: SamplerState) -> None:
+        """Restores :meth:`state` output.
+
+        Raises:
+            DataError: a field is missing or malformed, ``alpha`` differs from this sampler's (the
+                leaves would mean other priorities), or a leaf is negative or not finite.
+        """
+        where = Where(column="sampler")
+        try:
+            leaves = np.asarray(state["leaves"], dtype=np.float64)
+            max_priority = float(state["max_priority"])
+            beta = float(state["beta"])
+            alpha = float(state["alpha"])
+            applied, stale = (int(c) for c in np.asarray(state["counters"]).ravel())
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"prioritized sampler state is malformed: {exc!r}", where) from None
+        if alpha != self.alpha:
+            raise DataError(
+                f"prioritized sampler state was saved with alpha={alpha}, this sampler has "
+                f"alpha={self.alpha}",
+                where,
+            )
+        if leaves.ndim != 1 or not (math.isfinite(max_priority) and max_priority > 0):
+            raise DataError(
+                f"prioritized sampler state holds leaves of shape {leaves.shape} and "
+                f"max_priority {max_priority}",
+                where,
+            )
+        if leaves.size == 0:
+            self._sum = self._min = None
+        else:
+            tree, mins = SumTree(leaves.size), MinTree(leaves.size)
+            tree.set_state({"capacity": leaves.size, "values": leaves})
+            mins.set_state(
+                {"capacity": leaves.size, "values": np.where(leaves > 0, leaves, np.inf)}
+            )
+            self._sum, self._min = tree, mins
+        self.max_priority = max_priority
+        self.beta = beta
+        self.updates_applied, self.updates_stale = applied, stale
+
+    # ------------------------------------------------------------------ internals
+    def _trees(self, capacity: int) -> tuple[SumTree, MinTree]:
+        if self._sum is None or self._min is None:
+            self._sum, self._min = SumTree(capacity), MinTree(capacity)
+        elif self._sum.capacity != capacity:
+            raise ConfigError(
+                f"this Prioritized sampler serves a storage of capacity {self._sum.capacity}; "
+                f"it cannot be shared with one of capacity {capacity}"
+            )
+        return self._sum, self._min
+
+
+def _number(name: str, value: float, *, lo: float, strict: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ConfigError(f"{name} must be a number, found {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or v < lo or (strict and v == lo):
+        raise ConfigError(
+            f"{name} must be a finite number {'>' if strict else '>='} {lo}, found {v}"
+        )
+    return v

@@ -1,0 +1,101 @@
+"""Sequence: each sampled step expands into a fixed-width window of steps, ``[B, W]`` arrays.
+
+A sample that starts at step ``k`` of an episode of ``L`` steps covers, left-aligned:
+
+* ``b = min(burn_in, k)`` burn-in steps ``k - b .. k - 1`` (context for a recurrent state; fewer
+  than ``burn_in`` near the episode's start, never crossing into another episode);
+* then up to ``length`` loss steps ``k .. min(k + length, L) - 1``;
+* then zeros up to the width ``W = burn_in + length``.
+
+``seq_lens`` is the number of real steps in each row (``b`` plus the loss steps), ``loss_mask``
+is true exactly on the loss steps. ``terminateds``/``truncateds`` are per step, true only at a
+finished episode's last step; ``t`` is per step (0 in padding); ``eps_id`` and ``weights`` are
+per row. A finished episode offers every step as a start; an unfinished one only starts whose
+``length`` loss steps are all stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ...episodes import columns as C
+from ...errors import ConfigError
+from ..batch import SampleBatch
+from .transition import stack_index
+
+if TYPE_CHECKING:
+    from ..storage import EpisodeStorage
+
+__all__ = ["LOSS_MASK", "SEQ_LENS", "Sequence"]
+
+LOSS_MASK = "loss_mask"
+SEQ_LENS = "seq_lens"
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """Windows of ``burn_in + length`` steps; see the module docstring for the exact layout."""
+
+    length: int
+    burn_in: int = 0
+
+    def __post_init__(self) -> None:
+        for name, lo in (("length", 1), ("burn_in", 0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+                raise ConfigError(f"{name} must be an int >= {lo}, found {v!r}")
+            object.__setattr__(self, name, int(v))
+
+    @property
+    def width(self) -> int:
+        return self.burn_in + self.length
+
+    def valid_starts(self, lengths: np.ndarray, done: np.ndarray) -> np.ndarray:
+        lengths = np.asarray(lengths, dtype=np.int64)
+        return np.where(done, lengths, np.maximum(lengths - self.length + 1, 0))
+
+    def expand(
+        self,
+        slots: np.ndarray,
+        rows: np.ndarray,
+        storage: EpisodeStorage,
+        rng: np.random.Generator,
+        frames: int | None = None,
+    ) -> SampleBatch:
+        start = storage.starts.take(rows)
+        length = storage.lengths.take(rows)
+        k = slots - start
+        b = np.minimum(k, self.burn_in)
+        seq_lens = b + np.minimum(self.length, length - k)
+        pos = np.arange(self.width, dtype=np.int64)
+        real = pos < seq_lens[:, None]  # [B, W]
+        first = (slots - b)[:, None]
+        pad = storage.pad_slot
+        idx = np.where(real, first + pos, pad)
+        step = idx - start[:, None]  # step within the episode (garbage where not real)
+        last = real & (step == (length - 1)[:, None])
+
+        cols = storage.columns
+        out: dict[str, np.ndarray] = {}
+        if frames is None:
+            out[C.OBS] = cols["obs"].take(idx, axis=0)
+            out[C.NEW_OBS] = cols["obs"].take(np.where(real, idx + 1, pad), axis=0)
+        else:
+            both = stack_index(np.where(real, idx + 1, pad), start[:, None], frames + 1)
+            both = np.where(real[..., None], both, pad)
+            stacked = cols["obs"].take(both, axis=0)
+            out[C.OBS], out[C.NEW_OBS] = stacked[:, :, :-1], stacked[:, :, 1:]
+        out[C.ACTIONS] = cols["actions"].take(idx, axis=0)
+        out[C.REWARDS] = cols["rewards"].take(idx)
+        for name in storage.extra_names:
+            out[name] = cols["extras/" + name].take(idx, axis=0)
+        out[C.TERMINATEDS] = last & storage.terminated.take(rows)[:, None]
+        out[C.TRUNCATEDS] = last & storage.truncated.take(rows)[:, None]
+        out[C.EPS_ID] = storage.ids.take(rows)
+        out[C.T] = np.where(real, storage.t_started.take(rows)[:, None] + step, 0)
+        out[SEQ_LENS] = seq_lens.astype(np.int32)
+        out[LOSS_MASK] = real & (pos >= b[:, None])
+        return SampleBatch._trusted(out)

@@ -1,0 +1,100 @@
+"""Transition: each sampled step expands into one ``(obs, action, reward, new_obs)`` transition.
+
+Also home of the gathering helpers the other units share. Every unit accepts ``frames``: with
+``frames = k`` observations come back stacked, ``[B, k, *obs_shape]``, the last ``k``
+observations up to and including the step, repeating the episode's first stored frame where the
+episode is younger than ``k`` (see :class:`~offline_prelearner.replay.samplers.stack.FrameStack`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ...episodes import columns as C
+from ..batch import SampleBatch
+
+if TYPE_CHECKING:
+    from ..storage import EpisodeStorage
+
+__all__ = ["Transition", "episode_columns", "ones", "stack_index"]
+
+
+def stack_index(idx: np.ndarray, first: np.ndarray, frames: int) -> np.ndarray:
+    """Slots of the ``frames`` observations ending at ``idx`` (``[..., frames]``), clipped at
+    ``first`` (the episode's first slot, broadcastable to ``idx``): frames before the episode's
+    start repeat its first frame."""
+    back = np.arange(1 - frames, 1, dtype=np.int64)
+    return np.maximum(idx[..., None] + back, np.asarray(first)[..., None])
+
+
+def episode_columns(
+    storage: EpisodeStorage, slots: np.ndarray, rows: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Columns every unit copies at the start step: actions, rewards, extras (by their own
+    names), ``eps_id`` and ``t``."""
+    cols = storage.columns
+    out = {
+        C.ACTIONS: cols["actions"].take(slots, axis=0),
+        C.REWARDS: cols["rewards"].take(slots),
+    }
+    for name in storage.extra_names:
+        out[name] = cols["extras/" + name].take(slots, axis=0)
+    out[C.EPS_ID] = storage.ids.take(rows)
+    out[C.T] = storage.last_and_t_base()[1].take(rows) + slots
+    return out
+
+
+def ones(n: int, dtype: type) -> np.ndarray:
+    """A read-only array of ``n`` ones, shared between calls (a constant column)."""
+    key = (n, np.dtype(dtype))
+    arr = _ONES.get(key)
+    if arr is None:
+        if len(_ONES) > 64:
+            _ONES.clear()
+        arr = _ONES[key] = np.ones(n, dtype)
+        arr.flags.writeable = False
+    return arr
+
+
+_ONES: dict[tuple[int, np.dtype], np.ndarray] = {}
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One step: ``obs`` at t, ``actions``/``rewards``/extras at t, ``new_obs`` at t + 1.
+
+    ``terminateds``/``truncateds`` are true only at an episode's last step (and only if it ended
+    that way); ``n_step`` is 1. Every stored step of every episode is a valid start: ``new_obs`` of
+    an unfinished episode's last stored step is stored too.
+    """
+
+    def valid_starts(self, lengths: np.ndarray, done: np.ndarray) -> np.ndarray:
+        return np.asarray(lengths, dtype=np.int64)
+
+    def expand(
+        self,
+        slots: np.ndarray,
+        rows: np.ndarray,
+        storage: EpisodeStorage,
+        rng: np.random.Generator,
+        frames: int | None = None,
+    ) -> SampleBatch:
+        last = slots == storage.last_and_t_base()[0].take(rows)
+        obs_col = storage.columns["obs"]
+        if frames is None:
+            obs = obs_col.take(slots, axis=0)
+            new_obs = obs_col.take(slots + 1, axis=0)
+        else:  # obs and new_obs share k - 1 frames: gather k + 1 once
+            start = storage.starts.take(rows)
+            both = obs_col.take(stack_index(slots + 1, start, frames + 1), axis=0)
+            obs, new_obs = both[:, :-1], both[:, 1:]
+        out = episode_columns(storage, slots, rows)
+        out[C.OBS] = obs
+        out[C.NEW_OBS] = new_obs
+        out[C.TERMINATEDS] = storage.terminated.take(rows) & last
+        out[C.TRUNCATEDS] = storage.truncated.take(rows) & last
+        out[C.N_STEP] = ones(len(slots), np.int32)
+        return SampleBatch._trusted(out)

@@ -1,0 +1,314 @@
+"""SumTree / MinTree against plain-Python references (Hypothesis), plus edges and errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from offline_prelearner.errors import DataError
+from offline_prelearner.replay.segment_tree import MinTree, SumTree
+
+# -- plain-loop references ---------------------------------------------------------------------
+
+
+def ref_total(leaves: list[float], top_width: int) -> float:
+    """The tree's total, by Python loops: pairwise sums level by level, left to right, up to the
+    widest level of at most ``top_width`` nodes, then a running sum along that level."""
+    size = 1
+    while size < len(leaves):
+        size *= 2
+    level = list(leaves) + [0.0] * (size - len(leaves))
+    while len(level) > top_width:
+        level = [level[i] + level[i + 1] for i in range(0, len(level), 2)]
+    total = 0.0
+    for v in level:
+        total += v
+    return total
+
+
+def ref_find(leaves: list[float], prefix: float) -> int:
+    """First leaf whose running sum exceeds the prefix; past the total, the last leaf with mass."""
+    prefix = max(prefix, 0.0)
+    running = 0.0
+    for i, v in enumerate(leaves):
+        running += v
+        if running > prefix:
+            return i
+    return max(i for i, v in enumerate(leaves) if v > 0)
+
+
+def apply_updates(leaves: list[float], indices: list[int], values: list[float]) -> None:
+    for i, v in zip(indices, values, strict=True):  # a loop: the last write wins by construction
+        leaves[i] = v
+
+
+# -- strategies ----------------------------------------------------------------------------------
+
+# Dyadic values (multiples of 1/4, small): every sum and difference is exact in float64, so the
+# tree must agree with the references bit for bit, boundaries included.
+dyadic = st.integers(0, 40).map(lambda k: k / 4)
+# Small widths make even small trees search and update through stored levels; 1024 is the default.
+top_widths = st.sampled_from([1, 2, 4, 16, 1024])
+
+
+@st.composite
+def update_sequences(draw, values=dyadic, max_capacity=70):
+    capacity = draw(st.integers(1, max_capacity))
+    batches = []
+    for _ in range(draw(st.integers(1, 6))):
+        n = draw(st.integers(0, 2 * capacity + 3))
+        idx = draw(st.lists(st.integers(0, capacity - 1), min_size=n, max_size=n))
+        vals = draw(st.lists(values, min_size=n, max_size=n))
+        batches.append((idx, vals))
+    return capacity, batches
+
+
+# -- properties ------------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    update_sequences(values=st.floats(0.0, 1e6, allow_nan=False, allow_infinity=False)), top_widths
+)
+def test_sum_tree_root_is_sum_of_leaves_after_any_updates(case, top_width):
+    capacity, batches = case
+    tree, leaves = SumTree(capacity, top_width=top_width), [0.0] * capacity
+    for idx, vals in batches:
+        tree.update(np.array(idx, dtype=np.int64), np.array(vals))
+        apply_updates(leaves, idx, vals)
+        assert tree.values().tolist() == leaves
+        assert tree.total() == ref_total(leaves, top_width)  # bit for bit: no drift
+        assert tree.total() == pytest.approx(math.fsum(leaves), rel=1e-12, abs=1e-300)
+    # No drift: a tree rebuilt from scratch from the same leaves holds the same total bit for bit.
+    fresh = SumTree(capacity, top_width=top_width)
+    fresh.set_state(tree.get_state())
+    assert fresh.total() == tree.total()
+    assert (fresh._tree == tree._tree).all()  # every stored node, not only the total
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    update_sequences(values=st.floats(-1e9, 1e9, allow_nan=False) | st.just(math.inf)), top_widths
+)
+def test_min_tree_root_is_min_of_leaves_after_any_updates(case, top_width):
+    capacity, batches = case
+    tree, leaves = MinTree(capacity, top_width=top_width), [math.inf] * capacity
+    for idx, vals in batches:
+        tree.update(idx, vals)
+        apply_updates(leaves, idx, vals)
+        assert tree.values().tolist() == leaves
+        assert tree.min() == min(leaves)
+        assert tree.get(np.arange(capacity)).tolist() == leaves
+
+
+@settings(max_examples=300, deadline=None)
+@given(update_sequences(), top_widths, st.data())
+def test_find_prefixsum_matches_loop_reference(case, top_width, data):
+    capacity, batches = case
+    tree, leaves = SumTree(capacity, top_width=top_width), [0.0] * capacity
+    for idx, vals in batches:
+        tree.update(idx, vals)
+        apply_updates(leaves, idx, vals)
+    total = sum(leaves)
+    if total == 0:
+        with pytest.raises(ValueError, match="total 0"):
+            tree.find_prefixsum([0.0])
+        return
+    boundaries = np.cumsum([0.0, *leaves]).tolist()  # exact boundaries, including 0 and total
+    prefixes = data.draw(
+        st.lists(
+            st.sampled_from(boundaries)
+            | st.integers(-4, int(4 * total) + 8).map(lambda k: k / 4)
+            | st.floats(0.0, total, exclude_max=True),
+            min_size=1,
+            max_size=50,
+        )
+    )
+    got = tree.find_prefixsum(np.array(prefixes)).tolist()
+    assert got == [ref_find(leaves, p) for p in prefixes]
+    assert all(leaves[i] > 0 for i in got)  # zero-mass leaves are never chosen
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.floats(0.0, 1e3) | st.just(0.0), min_size=1, max_size=300).filter(
+        lambda v: sum(v) > 0
+    ),
+    st.lists(st.floats(0.0, 1.0, exclude_max=True), min_size=1, max_size=100),
+    top_widths,
+)
+def test_find_prefixsum_never_returns_zero_mass_with_arbitrary_floats(leaves, fractions, top_width):
+    tree = SumTree(len(leaves), top_width=top_width)
+    tree.update(np.arange(len(leaves)), leaves)
+    # Include u * total for u just below 1, where float rounding reaches the total.
+    prefixes = np.array([*fractions, np.nextafter(1.0, 0.0), 1.0]) * tree.total()
+    got = tree.find_prefixsum(prefixes)
+    assert (np.asarray(leaves)[got] > 0).all()
+    cum = np.cumsum(leaves)
+    ref = np.minimum(np.searchsorted(cum, prefixes, side="right"), np.flatnonzero(leaves)[-1])
+    # Away from boundaries the float descent and a float cumsum agree.
+    lo = np.where(ref > 0, cum[np.maximum(ref - 1, 0)], 0.0)
+    clear = (prefixes - lo > 1e-9 * tree.total()) & (cum[ref] - prefixes > 1e-9 * tree.total())
+    assert (got[clear] == ref[clear]).all()
+
+
+# -- edges -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("top_width", [1, 1024])
+@pytest.mark.parametrize("capacity", [1, 2, 3, 5, 8, 1000, 1025, 5000])
+def test_capacities_not_a_power_of_two(capacity, top_width):
+    tree = SumTree(capacity, top_width=top_width)
+    tree.update(np.arange(capacity), np.ones(capacity))
+    assert tree.total() == capacity
+    assert tree.find_prefixsum(np.arange(capacity) + 0.5).tolist() == list(range(capacity))
+    assert tree.find_prefixsum([capacity + 10.0]).tolist() == [capacity - 1]  # padding never
+    mt = MinTree(capacity, top_width=top_width)
+    assert mt.min() == math.inf
+    mt.update([capacity - 1], [3.0])
+    assert mt.min() == 3.0
+
+
+def test_duplicate_indices_last_write_wins():
+    tree = SumTree(4)
+    tree.update([2, 1, 2, 2, 1], [1.0, 5.0, 2.0, 3.0, 7.0])
+    assert tree.values().tolist() == [0.0, 7.0, 3.0, 0.0]
+    assert tree.total() == 10.0
+    mt = MinTree(4)
+    mt.update([0, 0], [-1.0, 4.0])
+    assert mt.min() == 4.0
+
+
+def test_scalar_value_broadcasts_and_shapes_are_kept():
+    tree = SumTree(6)
+    tree.update([0, 3, 5], 2.0)
+    assert tree.get(np.array([[0, 3], [5, 1]])).tolist() == [[2.0, 2.0], [2.0, 0.0]]
+    assert tree.find_prefixsum(np.array([[0.0], [5.9]])).tolist() == [[0], [5]]
+
+
+def test_empty_batches_are_no_ops():
+    tree = SumTree(3)
+    tree.update([], [])
+    tree.update(np.empty(0, dtype=np.int64), np.empty(0))
+    assert tree.total() == 0.0
+
+
+def test_state_round_trip_rebuilds_parents():
+    rng = np.random.default_rng(0)
+    tree = SumTree(1000)
+    tree.update(rng.integers(0, 1000, 5000), rng.random(5000))
+    other = SumTree(1000)
+    other.set_state(tree.get_state())
+    assert other.total() == tree.total()
+    prefixes = rng.random(500) * tree.total()
+    assert (other.find_prefixsum(prefixes) == tree.find_prefixsum(prefixes)).all()
+    state = tree.get_state()
+    state["values"][:] = 0.0  # the state is a copy, not a view into the tree
+    assert tree.total() > 0
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [0, -3])
+def test_capacity_must_be_positive(bad):
+    with pytest.raises(ValueError, match="capacity must be >= 1"):
+        SumTree(bad)
+
+
+@pytest.mark.parametrize("bad", [0, 3, 1000])
+def test_top_width_must_be_a_power_of_two(bad):
+    with pytest.raises(ValueError, match="top_width"):
+        SumTree(10, top_width=bad)
+
+
+def test_capacity_must_be_int():
+    with pytest.raises(TypeError, match="capacity must be an int"):
+        SumTree(3.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        MinTree(True)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("index", [-1, 5, 99])
+def test_index_out_of_range(index):
+    with pytest.raises(IndexError, match=f"index {index} is outside"):
+        SumTree(5).update([0, index], [1.0, 1.0])
+    with pytest.raises(IndexError):
+        MinTree(5).get([index])
+
+
+def test_float_indices_rejected():
+    with pytest.raises(TypeError, match="integers"):
+        SumTree(5).update([0.0, 1.0], [1.0, 1.0])
+
+
+@pytest.mark.parametrize("value", [-1.0, math.nan, math.inf])
+def test_sum_tree_rejects_inadmissible_values_and_stays_unchanged(value):
+    tree = SumTree(5)
+    tree.update([1], [2.0])
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        tree.update([0, 1], [1.0, value])
+    assert tree.values().tolist() == [0.0, 2.0, 0.0, 0.0, 0.0]
+
+
+def test_min_tree_rejects_nan():
+    with pytest.raises(ValueError, match="NaN"):
+        MinTree(5).update([0], [math.nan])
+
+
+def test_length_mismatch():
+    with pytest.raises(ValueError, match="pair one to one"):
+        SumTree(5).update([0, 1], [1.0, 2.0, 3.0])
+
+
+def test_nan_prefix_rejected():
+    tree = SumTree(2)
+    tree.update([0], [1.0])
+    with pytest.raises(ValueError, match="NaN"):
+        tree.find_prefixsum([math.nan])
+
+
+@pytest.mark.parametrize(
+    "mutate, match",
+    [
+        (lambda s: s.update(capacity=6), "capacity 6"),
+        (lambda s: s.update(values=s["values"][:-1]), "shape"),
+        (lambda s: s["values"].__setitem__(0, -1.0), "finite and >= 0"),
+        (lambda s: s.pop("values"), "malformed"),
+    ],
+)
+def test_tampered_state_is_an_error(mutate, match):
+    tree = SumTree(5)
+    tree.update([0, 4], [1.0, 2.0])
+    state = tree.get_state()
+    mutate(state)
+    fresh = SumTree(5)
+    with pytest.raises(DataError, match=match):
+        fresh.set_state(state)
+    assert fresh.total() == 0.0
+
+
+def test_large_tree_incremental_updates_match_fresh_build_and_cumsum():
+    rng = np.random.default_rng(7)
+    n = 100_003
+    tree = SumTree(n)
+    tree.update(np.arange(n), rng.random(n))
+    for _ in range(20):  # sparse batches: the per-level gather path
+        tree.update(rng.integers(0, n, 256), rng.random(256) * (rng.random(256) > 0.3))
+    fresh = SumTree(n)
+    fresh.set_state(tree.get_state())
+    assert (fresh._tree == tree._tree).all() and fresh.total() == tree.total()
+    leaves = tree.values()
+    assert tree.total() == pytest.approx(math.fsum(leaves), rel=1e-12)
+    prefixes = rng.random(4096) * tree.total()
+    got = tree.find_prefixsum(prefixes)
+    cum = np.cumsum(leaves)
+    ref = np.searchsorted(cum, prefixes, side="right")
+    assert (leaves[got] > 0).all()
+    assert (got == ref).mean() > 0.999  # differences only within float rounding of a boundary
+    off = got != ref
+    assert np.allclose(cum[np.minimum(got, ref)][off], prefixes[off], rtol=1e-9)
