@@ -18,6 +18,7 @@ The public API, grouped by stage (everything is also importable from its module)
 
 from typing import TYPE_CHECKING, Any
 
+from ._version import __version__ as __version__
 from .config import PreLearnerConfig, ReadConfig
 from .connectors import Connector, ConnectorPipeline, build_pipeline, register_connector
 from .episodes.episode import Episode
@@ -54,7 +55,6 @@ if TYPE_CHECKING:  # loaded on first use at run time (see __getattr__); typed fo
     from .jobs.pipeline import iter_learner_batches, run_pipeline
     from .replay.prioritized import PrioritizedEpisodeReplayBuffer
 
-__version__ = "0.1.0"
 
 __all__ = [  # noqa: RUF022  (grouped by stage, like the docstring)
     # read

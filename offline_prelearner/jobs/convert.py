@@ -76,6 +76,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .._version import __version__
 from ..config import ReadConfig
 from ..episodes.episode import Episode
 from ..episodes.ledger import EpisodeBatch, Ledger, check_on_invalid, write_quarantine
@@ -124,7 +125,8 @@ def convert_path(
             to ``out_dir/quarantine/quarantine.parquet``.
         progress: Called after each file with (files done, files, file, steps read so far).
         fragments: What to do with episodes that never end within the data.
-        dones: How a legacy ``dones`` column is read (see :mod:`~offline_prelearner.io.readers.sample_batches`).
+        dones: How a legacy ``dones`` column is read (see
+            :mod:`~offline_prelearner.io.readers.sample_batches`).
         overwrite: Replace a non-empty ``out_dir`` once this job has succeeded.
         resume: Reuse the units an interrupted or failed run of the same job committed (see the
             module docstring); refused with one line if that run had another config.
@@ -224,8 +226,6 @@ class _Job:
 
     def describe(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         """The staging's job description (its ``config`` is what a resume must match)."""
-        from .. import __version__
-
         read = {f.name: getattr(self.read, f.name) for f in dataclasses.fields(self.read)}
         schema = read["schema"]
         if schema is not None and hasattr(schema, "to_dict"):

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from .._version import __version__
 from ..config import PreLearnerConfig
 from ..episodes.ledger import Ledger
 from ..errors import ConfigError, OfflinePrelearnerError, error_from_dict, error_to_dict
@@ -465,8 +466,6 @@ def _check_accounting(stats: dict[str, Any], plan: Plan, config: PreLearnerConfi
 def _job_description(
     config: PreLearnerConfig, cls: type, plan: Plan, engine: str, seed: int
 ) -> dict[str, Any]:
-    from .. import __version__
-
     return {
         "version": __version__,
         "format": config.read.format,
