@@ -34,7 +34,6 @@ from ...episodes.ledger import EpisodeBatch
 from ...episodes.spaces import space_from_dict
 from ...errors import DataError, DecodeError, SchemaError, Where
 from ..codec import DEFAULT_LIMITS, DecodeLimits, packb, unpackb
-from . import register_reader
 from .msgpack.decoder import decode_batch
 from .msgpack.layout import Fallback
 from .msgpack.scanner import EpisodeScanner
@@ -64,7 +63,6 @@ def episodes_to_table(
     return pa.table({ITEM: pa.array(items, type=pa.binary())})
 
 
-@register_reader("episodes")
 class EpisodesReader:
     """Turns batches with an ``item`` column of msgpack episode records into episodes.
 

@@ -64,7 +64,6 @@ from ...episodes.ledger import EpisodeBatch
 from ...errors import ConfigError, DataError, EpisodeValidationError, Where
 from ..arrow_columns import ColumnValueError, decode_cells
 from ..schema import load_schema
-from . import register_reader
 from .duplicates import find_duplicates
 from .frame import (
     ColumnBatch,
@@ -83,7 +82,6 @@ _NEEDED = (C.OBS, C.NEW_OBS, C.ACTIONS, C.REWARDS)
 _POISONED = "rejected"  # pending marker: an earlier fragment of this episode was rejected
 
 
-@register_reader("rows")
 class RowsReader:
     """Reads row batches into episodes; see the module docstring for the semantics."""
 

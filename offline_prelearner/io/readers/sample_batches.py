@@ -58,7 +58,6 @@ from ...episodes import columns as C
 from ...episodes.ledger import EpisodeBatch
 from ...errors import ConfigError, DataError, DecodeError, Where
 from ..schema import load_schema
-from . import register_reader
 from .rows import RowsReader
 from .sample_records import BadRecord, Parsed, Part, _Decoder, arrow_parts, object_parts
 
@@ -71,7 +70,6 @@ _POLICY_COLUMN = "__policy_id"
 _TIME_LIMIT_KEY = "TimeLimit.truncated"
 
 
-@register_reader("sample_batches")
 class SampleBatchesReader:
     """Reads old-stack records into episodes; see the module docstring for the semantics.
 

@@ -1,0 +1,116 @@
+"""Readers by format name, each loaded on first use.
+
+The registry maps a format name to a small function that imports its reader and returns the
+factory (Minari's storage registry, ``"hdf5": get_hdf5_storage``), so this module never imports
+an implementation: a reader's module, and whatever it needs, loads only when that format is read,
+and nothing a reader imports can close a cycle back through the registry.
+:func:`available_formats` lists the names without loading anything.
+
+``format="auto"`` gives an :class:`AutoReader`, which picks the reader from the first batch's
+columns (:func:`detect_batch_format`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, TypeAlias
+
+import pyarrow as pa
+
+from ...config import ReadConfig
+from ...episodes.ledger import EpisodeBatch
+from ...errors import UnsupportedFormatError
+from .base import Batch, Reader
+
+__all__ = [
+    "AutoReader",
+    "ReaderFactory",
+    "available_formats",
+    "detect_batch_format",
+    "make_reader",
+    "register_reader",
+]
+
+#: What a format name stands for: ``factory(config) -> Reader`` (a reader class, usually).
+ReaderFactory: TypeAlias = Callable[[ReadConfig], Reader]
+
+
+def _rows() -> ReaderFactory:
+    from .rows import RowsReader
+
+    return RowsReader
+
+
+def _episodes() -> ReaderFactory:
+    from .episodes import EpisodesReader
+
+    return EpisodesReader
+
+
+def _sample_batches() -> ReaderFactory:
+    from .sample_batches import SampleBatchesReader
+
+    return SampleBatchesReader
+
+
+_REGISTRY: dict[str, Callable[[], ReaderFactory]] = {
+    "rows": _rows,  # one transition per row
+    "episodes": _episodes,  # msgpack episode records in an ``item`` column
+    "sample_batches": _sample_batches,  # RLlib's old-stack SampleBatch / MultiAgentBatch records
+}
+
+
+def register_reader(name: str) -> Callable[[Any], Any]:
+    """Class decorator: ``@register_reader("myformat")`` makes ``format="myformat"`` build the
+    class (any ``factory(config) -> Reader``). A name registered again is replaced."""
+
+    def deco(factory: Any) -> Any:
+        _REGISTRY[name] = lambda: factory
+        return factory
+
+    return deco
+
+
+def available_formats() -> list[str]:
+    """Registered format names (nothing is imported to list them)."""
+    return sorted(_REGISTRY)
+
+
+def make_reader(config: ReadConfig) -> Reader:
+    """The reader registered for ``config.format`` (``"auto"``: an :class:`AutoReader`)."""
+    if config.format == "auto":
+        return AutoReader(config)
+    try:
+        load = _REGISTRY[config.format]
+    except KeyError:
+        raise UnsupportedFormatError(
+            f"no reader for format {config.format!r}; known formats: {sorted(_REGISTRY)}"
+        ) from None
+    return load()(config)
+
+
+def detect_batch_format(column_names: list[str]) -> str:
+    """``episodes`` (an ``item`` column), ``sample_batches`` (a ``type`` column of old-stack
+    records) or ``rows``, from a batch's column names."""
+    names = set(column_names)
+    if names == {"item"} or ("item" in names and "obs" not in names):
+        return "episodes"
+    if "type" in names and ("count" in names or "policy_batches" in names or "obs" in names):
+        return "sample_batches"
+    return "rows"
+
+
+class AutoReader:
+    """Picks the reader from the first batch's columns, then keeps it (``format="auto"``)."""
+
+    def __init__(self, config: ReadConfig) -> None:
+        self.config = config
+        self.reader: Reader | None = None
+
+    def read(self, batch: Batch, source: str | None = None) -> EpisodeBatch:
+        if self.reader is None:
+            names = list(batch.column_names if isinstance(batch, pa.Table) else batch.keys())
+            fmt = detect_batch_format(names)
+            self.reader = make_reader(replace(self.config, format=fmt))
+        return self.reader.read(batch, source)
