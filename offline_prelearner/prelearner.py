@@ -25,7 +25,8 @@ from typing import Any, cast
 import numpy as np
 
 from .config import PreLearnerConfig
-from .connectors.base import ConnectorContext, ConnectorPipeline, build_pipeline
+from .connectors.base import ConnectorContext, ConnectorPipeline
+from .connectors.registry import build_pipeline
 from .episodes.episode import Episode
 from .episodes.episode_columns import EpisodeColumns
 from .episodes.ledger import EpisodeBatch, Ledger

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from offline_prelearner import testing as T
-from offline_prelearner.connectors.base import Connector, ConnectorContext, build_connector
+from offline_prelearner.connectors.base import Connector, ConnectorContext
+from offline_prelearner.connectors.registry import build_connector
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.ledger import EpisodeBatch
 from offline_prelearner.prelearner import OfflinePreLearner

@@ -1,6 +1,6 @@
 """Connectors: small named transforms over episodes (before the buffer) and sampled batches.
 
-See :mod:`offline_prelearner.connectors.base` for the two hook points, the pipeline and specs.
+See :mod:`.base` for the two hook points and the pipeline, :mod:`.registry` for names and specs.
 
 Built-ins, by registered name:
 
@@ -14,18 +14,15 @@ Built-ins, by registered name:
 
 from __future__ import annotations
 
-from .base import (
-    DEFAULT_CONTEXT,
-    Connector,
-    ConnectorContext,
-    ConnectorPipeline,
+from .base import DEFAULT_CONTEXT, Connector, ConnectorContext, ConnectorPipeline
+from .builtin import CastDtypes, FlattenObservations, NormalizeObservations, OneHotActions
+from .registry import (
     ConnectorSpec,
     available_connectors,
     build_connector,
     build_pipeline,
     register_connector,
 )
-from .builtin import CastDtypes, FlattenObservations, NormalizeObservations, OneHotActions
 from .returns import GAE, DiscountedReturns, discounted_cumsum
 from .stats import RunningMeanStd
 

@@ -18,39 +18,23 @@ keep state (running statistics) exposed as ``get_state() -> dict`` of numpy arra
 values, restored by ``set_state``.
 
 Connectors are named: a :class:`ConnectorPipeline` addresses them by ``name`` (unique within one
-pipeline), and :func:`build_connector` builds them from specs -- an instance, a registered name
-(``"returns_to_go"``), ``{"name": ..., **kwargs}``, ``{"class": "pkg.mod:Name", **kwargs}`` or
-the string ``"pkg.mod:Name"``. A spec dict may carry ``"as"`` to rename the built connector (two
-connectors of one kind in one pipeline).
+pipeline). Building connectors from specs (a registered name, a dict, ``"pkg.mod:Name"``) is
+:mod:`.registry`'s business; this module knows no implementation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from ..episodes.episode import Episode
 from ..errors import ConfigError
-from ..plugins import import_object
 from ..replay.batch import SampleBatch
 
-__all__ = [
-    "DEFAULT_CONTEXT",
-    "Connector",
-    "ConnectorContext",
-    "ConnectorPipeline",
-    "ConnectorSpec",
-    "available_connectors",
-    "build_connector",
-    "build_pipeline",
-    "register_connector",
-]
-
-#: What :func:`build_connector` accepts.
-ConnectorSpec = Any  # Connector | str | Mapping[str, Any]
+__all__ = ["DEFAULT_CONTEXT", "Connector", "ConnectorContext", "ConnectorPipeline"]
 
 
 @dataclass(frozen=True)
@@ -82,8 +66,9 @@ DEFAULT_CONTEXT = ConnectorContext()
 class Connector:
     """Base class of connectors; both hooks are no-ops. Override one or both.
 
-    ``name`` names the connector in a pipeline; it defaults to the registered name (or, for an
-    unregistered class, the class name) and may be set per instance.
+    ``name`` names the connector in a pipeline; a class sets its default (the built-ins: their
+    registered name; :func:`~.registry.register_connector` sets it for a class that does not),
+    else the class name is used; it may be set per instance.
     """
 
     name: str = ""
@@ -214,117 +199,3 @@ class ConnectorPipeline:
         for c in self._items:
             if _name_of(c) in state:
                 c.set_state(state[_name_of(c)])
-
-
-# ---------------------------------------------------------------------------------------------
-# registry and building
-# ---------------------------------------------------------------------------------------------
-_REGISTRY: dict[str, type[Connector]] = {}
-C = TypeVar("C", bound=type[Connector])
-
-
-def register_connector(name: str) -> Callable[[C], C]:
-    """Class decorator: ``@register_connector("my_thing")`` makes the spec ``"my_thing"`` build
-    that class; the class's default ``name`` becomes ``name`` unless it sets its own."""
-
-    def deco(cls: C) -> C:
-        if not (isinstance(cls, type) and issubclass(cls, Connector)):
-            raise ConfigError(f"register_connector({name!r}) needs a Connector subclass")
-        _REGISTRY[name] = cls
-        if not cls.__dict__.get("name"):
-            cls.name = name
-        return cls
-
-    return deco
-
-
-def available_connectors() -> list[str]:
-    """Registered connector names."""
-    _load_builtins()
-    return sorted(_REGISTRY)
-
-
-def build_connector(spec: ConnectorSpec) -> Connector:
-    """A connector from a spec; see the module docstring. Bad specs raise :class:`ConfigError`
-    naming the spec."""
-    if isinstance(spec, Connector):
-        return spec
-    if isinstance(spec, str):
-        return _instantiate(_resolve(spec), {}, spec)
-    if isinstance(spec, Mapping):
-        kwargs = dict(spec)
-        alias = kwargs.pop("as", None)
-        has_name, has_class = "name" in kwargs, "class" in kwargs
-        if has_name == has_class:
-            raise ConfigError(
-                f"connector spec {spec!r} needs exactly one of 'name' (a registered connector) or "
-                f"'class' ('package.module:Name')"
-            )
-        target = kwargs.pop("name") if has_name else kwargs.pop("class")
-        if not isinstance(target, str):
-            raise ConfigError(f"connector spec {spec!r}: {target!r} must be a string")
-        if has_name and ":" in target:
-            raise ConfigError(f"connector spec {spec!r}: use 'class' for an import path")
-        if has_class and ":" not in target:
-            raise ConfigError(f"connector spec {spec!r}: 'class' must be 'package.module:Name'")
-        built = _instantiate(_resolve(target), kwargs, spec)
-        if alias is not None:
-            if not isinstance(alias, str) or not alias:
-                raise ConfigError(f"connector spec {spec!r}: 'as' must be a non-empty string")
-            built.name = alias
-        return built
-    raise ConfigError(
-        f"connector spec must be a Connector, a name, 'package.module:Name' or a dict, found "
-        f"{spec!r} ({type(spec).__name__})"
-    )
-
-
-def build_pipeline(specs: ConnectorPipeline | Iterable[ConnectorSpec] | None) -> ConnectorPipeline:
-    """A pipeline from a list of specs (``None``: empty); a pipeline is returned as is."""
-    if specs is None:
-        return ConnectorPipeline()
-    if isinstance(specs, ConnectorPipeline):
-        return specs
-    if isinstance(specs, (str, Mapping, Connector)):
-        raise ConfigError(f"connectors must be a list of specs, found a single spec {specs!r}")
-    return ConnectorPipeline(build_connector(s) for s in specs)
-
-
-def _resolve(target: str) -> Any:
-    """A registered name or ``"package.module:Name"`` -> the object it names."""
-    if ":" not in target:
-        _load_builtins()
-        try:
-            return _REGISTRY[target]
-        except KeyError:
-            raise ConfigError(
-                f"unknown connector {target!r}; registered: {sorted(_REGISTRY)} (or give "
-                f"'package.module:Name')"
-            ) from None
-    return import_object(target, f"connector {target!r}")
-
-
-def _instantiate(obj: Any, kwargs: dict[str, Any], spec: Any) -> Connector:
-    if isinstance(obj, Connector):
-        if kwargs:
-            raise ConfigError(
-                f"connector spec {spec!r} names an instance; it takes no arguments, found "
-                f"{sorted(kwargs)}"
-            )
-        return obj
-    if not (isinstance(obj, type) and issubclass(obj, Connector)):
-        raise ConfigError(
-            f"connector spec {spec!r} names {obj!r}, which is not a Connector subclass or instance"
-        )
-    try:
-        return obj(**kwargs)
-    except ConfigError as e:
-        raise ConfigError(f"connector spec {spec!r}: {e}") from None
-    except TypeError as e:
-        raise ConfigError(
-            f"connector spec {spec!r}: bad arguments for {obj.__name__}: {e}"
-        ) from None
-
-
-def _load_builtins() -> None:
-    from . import builtin, returns  # noqa: F401  (registration side effect)

@@ -22,7 +22,7 @@ from ..episodes import columns as C
 from ..errors import ConfigError, DataError, SchemaError, Where
 from ..replay.batch import SampleBatch
 from ..replay.samplers.sequence import SEQ_LENS
-from .base import Connector, ConnectorContext, register_connector
+from .base import Connector, ConnectorContext
 from .stats import RunningMeanStd
 
 __all__ = ["CastDtypes", "FlattenObservations", "NormalizeObservations", "OneHotActions"]
@@ -68,7 +68,6 @@ def _columns_arg(columns: Any) -> tuple[str, ...]:
 
 
 # ---------------------------------------------------------------------------------------------
-@register_connector("normalize_obs")
 class NormalizeObservations(Connector):
     """``clip((x - mean) / sqrt(var + eps), -clip, clip)`` as float32, from running statistics.
 
@@ -89,6 +88,8 @@ class NormalizeObservations(Connector):
         update: Whether sampled batches update the statistics.
         columns: Columns normalised with the one statistic.
     """
+
+    name = "normalize_obs"
 
     def __init__(
         self,
@@ -194,7 +195,6 @@ def _flatten(x: np.ndarray, lead: int) -> np.ndarray:
     return np.concatenate([p.astype(common, copy=False) for p in parts], axis=-1)
 
 
-@register_connector("flatten_obs")
 class FlattenObservations(Connector):
     """``[B, ...] -> [B, n]`` (``[B, T, ...] -> [B, T, n]`` when ``seq_lens`` is present).
 
@@ -202,6 +202,8 @@ class FlattenObservations(Connector):
     their fields flattened and concatenated in field order, in the fields' common dtype. Frame
     stacks flatten with their stack axis (``[B, k, *frame] -> [B, k * prod(frame)]``).
     """
+
+    name = "flatten_obs"
 
     def __init__(self, *, columns: Sequence[str] = OBS_COLUMNS) -> None:
         self.columns = _columns_arg(columns)
@@ -215,7 +217,6 @@ class FlattenObservations(Connector):
 
 
 # ---------------------------------------------------------------------------------------------
-@register_connector("one_hot_actions")
 class OneHotActions(Connector):
     """One-hot encodings of discrete actions, ``[B, n]`` (``[B, T, n]`` in sequences).
 
@@ -229,6 +230,8 @@ class OneHotActions(Connector):
     An action outside ``[start, start + n)`` (or not integral) raises :class:`DataError`
     naming the value, the episode and ``t``. Padding steps of sequences encode as zeros.
     """
+
+    name = "one_hot_actions"
 
     def __init__(
         self,
@@ -320,13 +323,14 @@ class OneHotActions(Connector):
 
 
 # ---------------------------------------------------------------------------------------------
-@register_connector("cast")
 class CastDtypes(Connector):
     """Casts columns: ``CastDtypes({"obs": "float32", "actions": "int32"})``.
 
     Casts follow numpy's ``astype`` (float -> int truncates). A column missing from the batch
     raises :class:`SchemaError`.
     """
+
+    name = "cast"
 
     def __init__(self, mapping: Mapping[str, Any]) -> None:
         if not isinstance(mapping, Mapping) or not mapping:

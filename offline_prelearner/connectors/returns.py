@@ -28,7 +28,7 @@ import numpy as np
 
 from ..episodes.episode import Episode
 from ..errors import ConfigError, EpisodeValidationError, SchemaError, Where
-from .base import DEFAULT_CONTEXT, Connector, ConnectorContext, register_connector
+from .base import DEFAULT_CONTEXT, Connector, ConnectorContext
 
 __all__ = ["GAE", "DiscountedReturns", "discounted_cumsum"]
 
@@ -144,7 +144,6 @@ def _with_columns(
     return out
 
 
-@register_connector("returns_to_go")
 class DiscountedReturns(Connector):
     """Adds ``column`` (default ``returns_to_go``) ``[T]``: ``sum_k gamma**k * r[t + k]`` to the
     episode's recorded end. See the module docstring for fragments and truncation.
@@ -159,6 +158,8 @@ class DiscountedReturns(Connector):
             :class:`EpisodeValidationError` naming the episode.
         dtype: Float dtype of the column (computed in float64).
     """
+
+    name = "returns_to_go"
 
     def __init__(
         self,
@@ -212,7 +213,6 @@ class DiscountedReturns(Connector):
         return _with_columns(episodes, lengths, cols)
 
 
-@register_connector("gae")
 class GAE(Connector):
     """Generalized advantage estimates from a per-step value column.
 
@@ -238,6 +238,8 @@ class GAE(Connector):
         advantages, value_targets: Names of the columns written.
         dtype: Float dtype of the written columns (computed in float64).
     """
+
+    name = "gae"
 
     def __init__(
         self,
