@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from offline_prelearner.episodes.episode import Episode
-from offline_prelearner.episodes.ledger import EpisodeBatch, Ledger, write_quarantine
+from offline_prelearner.episodes.ledger import EpisodeBatch, Ledger
 from offline_prelearner.episodes.validate import (
     Deduplicator,
     OddDataWarning,
@@ -23,6 +23,7 @@ from offline_prelearner.episodes.validate import (
     Validator,
 )
 from offline_prelearner.errors import ConfigError, EpisodeValidationError
+from offline_prelearner.io.quarantine import quarantine_rows, write_quarantine
 from offline_prelearner.io.writers import episodes_to_rows
 
 
@@ -363,7 +364,7 @@ def test_skip_counts_by_reason_and_keeps_no_rows() -> None:
     ).validate(make_batch(eps, [4, 3, 2]))
     assert out.ledger.rows_rejected == {"not_done": 3, "nan_reward": 2}
     assert out.ledger.rows_kept == 4 and out.ledger.balanced()
-    assert all(r.rows is None for r in out.rejections)
+    assert all(r.rows is None and r.episode is None for r in out.rejections)
 
 
 def test_validator_policy_wins_over_the_batch_policy() -> None:
@@ -378,7 +379,9 @@ def test_quarantine_keeps_the_episode_rows_with_the_reason(tmp_path: Path) -> No
     nan = episode_of_kind("nan_reward", 0, 2)
     out = run([make_episode("g"), bad, nan], "quarantine", action_space=gym.spaces.Discrete(2))
     assert [r.reason for r in out.rejections] == ["out_of_space", "nan_reward"]
-    rows = out.rejections[0].rows
+    # Validation hands back the refused episode; the quarantine writer makes it rows.
+    assert out.rejections[0].episode is bad and out.rejections[0].rows is None
+    rows = quarantine_rows(out.rejections[0])
     assert rows is not None and rows.equals(episodes_to_rows([bad]))
     path = write_quarantine(out.rejections, tmp_path / "q")
     back = pq.read_table(path)

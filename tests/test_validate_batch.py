@@ -22,7 +22,7 @@ from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.ledger import EpisodeBatch, Ledger
 from offline_prelearner.episodes.validate import ValidateConfig, Validator
 from offline_prelearner.errors import EpisodeValidationError
-from offline_prelearner.io.writers import episodes_to_rows
+from offline_prelearner.io.quarantine import quarantine_rows
 
 KINDS = [
     "good", "good", "good", "good", "short", "empty", "bad_t", "open", "nan_reward",
@@ -83,10 +83,16 @@ def reference(v: Validator, batch: EpisodeBatch) -> EpisodeBatch:
         if error is not None:
             failed.append((i, error))
     for i, error in failed:
-        rows = episodes_to_rows([batch.episodes[i]]) if policy == "quarantine" else None
-        batch.reject(error, batch.source_rows[i], rows, policy=policy)
+        refused = batch.episodes[i] if policy == "quarantine" else None
+        batch.reject(error, batch.source_rows[i], episode=refused, policy=policy)
     batch.keep_only(keep)
     return batch
+
+
+def _rows_of(rejection: Any) -> int | None:
+    """How many rows the quarantine file would hold for a rejection (None: nothing kept)."""
+    rows = quarantine_rows(rejection)
+    return None if rows is None else rows.num_rows
 
 
 def outcome(v: Validator, fn: Any, batch: EpisodeBatch) -> dict[str, Any]:
@@ -103,8 +109,7 @@ def outcome(v: Validator, fn: Any, batch: EpisodeBatch) -> dict[str, Any]:
         "rows": list(batch.source_rows),
         "ledger": batch.ledger.to_dict(),
         "rejections": [
-            (r.error.reason, str(r.error), r.num_rows, None if r.rows is None else r.rows.num_rows)
-            for r in batch.rejections
+            (r.error.reason, str(r.error), r.num_rows, _rows_of(r)) for r in batch.rejections
         ],
         "expected": v.expected_obs,
         "warnings": [(w.category, str(w.message)) for w in caught],

@@ -7,20 +7,18 @@ so far, how many input rows each came from, and a :class:`Ledger` that must alwa
 
 ``OnInvalid`` decides what happens to bad data: ``"raise"`` (the default) raises the
 :class:`~offline_prelearner.errors.DataError`; ``"skip"`` counts it; ``"quarantine"`` counts it
-and keeps the offending rows, with the reason, for :func:`write_quarantine`.
+and keeps what was refused -- the input rows a reader refused, or the episode validation refused
+-- in a :class:`Rejection`, for :func:`~offline_prelearner.io.quarantine.write_quarantine`.
 """
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..errors import ConfigError, DataError
 from .episode import Episode
@@ -32,7 +30,6 @@ __all__ = [
     "OnInvalid",
     "Rejection",
     "check_on_invalid",
-    "write_quarantine",
 ]
 
 OnInvalid = Literal["raise", "skip", "quarantine"]
@@ -47,11 +44,14 @@ def check_on_invalid(value: str) -> OnInvalid:
 
 @dataclass
 class Rejection:
-    """Rows refused for one reason. ``rows`` (an Arrow table) is kept only under quarantine."""
+    """Input refused for one reason. Under quarantine it keeps what was refused: ``rows`` (an
+    Arrow table of the input rows, when a reader refused them) or ``episode`` (when a whole
+    episode was refused after it was built); the quarantine writer turns an episode into rows."""
 
     error: DataError
     num_rows: int
     rows: pa.Table | None = None
+    episode: Episode | None = None
 
     @property
     def reason(self) -> str:
@@ -195,16 +195,19 @@ class EpisodeBatch:
         rows: pa.Table | None = None,
         episodes: int = 1,
         policy: OnInvalid | None = None,
+        episode: Episode | None = None,
     ) -> None:
         """Applies ``policy`` (default: the batch's) to bad data that is *not* in ``episodes``:
-        raise, or count it (and keep ``rows`` under quarantine)."""
+        raise, or count it (and, under quarantine, keep the refused ``rows`` or ``episode``)."""
         policy = policy or self.on_invalid
         if policy == "raise":
             raise error
         self.ledger.rows_rejected[error.reason] += num_rows
         self.ledger.episodes_rejected[error.reason] += episodes
-        keep = rows if policy == "quarantine" else None
-        self.rejections.append(Rejection(error, num_rows, keep))
+        if policy == "quarantine":
+            self.rejections.append(Rejection(error, num_rows, rows, episode))
+        else:
+            self.rejections.append(Rejection(error, num_rows))
 
     def keep_only(self, mask: list[bool]) -> tuple[list[Episode], list[int]]:
         """Drops the episodes whose ``mask`` entry is False; returns the dropped ones (built as
@@ -233,25 +236,3 @@ class EpisodeBatch:
         self.ledger += other.ledger
         self.rejections.extend(other.rejections)
         self.sync()
-
-
-def write_quarantine(rejections: list[Rejection], out_dir: str | os.PathLike[str]) -> str | None:
-    """Writes quarantined rows, with ``_reject_reason`` and ``_reject_message``, to Parquet.
-
-    Returns the path written, or None when nothing was quarantined.
-    """
-    tables = []
-    for rej in rejections:
-        if rej.rows is None or rej.rows.num_rows == 0:
-            continue
-        n = rej.rows.num_rows
-        t = rej.rows.append_column("_reject_reason", pa.array([rej.reason] * n, pa.string()))
-        tables.append(
-            t.append_column("_reject_message", pa.array([str(rej.error)] * n, pa.string()))
-        )
-    if not tables:
-        return None
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(os.fspath(out_dir), f"quarantine-{uuid.uuid4().hex[:12]}.parquet")
-    pq.write_table(pa.concat_tables(tables, promote_options="permissive"), path)
-    return path

@@ -21,7 +21,6 @@ import gymnasium as gym
 import numpy as np
 
 from ..errors import ConfigError, EpisodeValidationError, Where
-from ..io.writers import episodes_to_rows
 from .episode import Episode
 from .episode_columns import EpisodeColumns
 from .ledger import EpisodeBatch, OnInvalid, check_on_invalid
@@ -192,7 +191,7 @@ class Validator:
         Under ``on_invalid="raise"`` the first failure raises an
         :class:`~offline_prelearner.errors.EpisodeValidationError` naming the episode, the column,
         the timestep and what was expected; under ``"quarantine"`` each rejection keeps the
-        episode's rows (:func:`~offline_prelearner.io.writers.episodes_to_rows`).
+        refused episode (the quarantine writer turns it into rows).
         """
         policy = self.config.on_invalid
         held = _Held.of(batch)
@@ -218,8 +217,8 @@ class Validator:
         keep = [True] * len(held)
         for i, error in failed:  # this stage's policy wins over the batch's
             keep[i] = False
-            rows = episodes_to_rows([held.episode(i)]) if policy == "quarantine" else None
-            batch.reject(error, batch.source_rows[i], rows, policy=policy)
+            refused = held.episode(i) if policy == "quarantine" else None
+            batch.reject(error, batch.source_rows[i], episode=refused, policy=policy)
         batch.keep_only(keep)
         return batch
 

@@ -7,6 +7,7 @@ that turn batches into episodes (one per format), and the writers that turn epis
 * :mod:`.codec` -- lz4 + msgpack-numpy with size limits; safe legacy decoding;
 * :mod:`.readers` -- one reader per input format, by name;
 * :mod:`.writers` -- episodes -> rows in RLlib's recorder layout;
+* :mod:`.quarantine` -- what was refused, with the reasons, to Parquet.
 
 Nothing here imports Ray.
 """

@@ -79,10 +79,11 @@ import pyarrow.parquet as pq
 from .._version import __version__
 from ..config import ReadConfig
 from ..episodes.episode import Episode
-from ..episodes.ledger import EpisodeBatch, Ledger, check_on_invalid, write_quarantine
+from ..episodes.ledger import EpisodeBatch, Ledger, check_on_invalid
 from ..episodes.stitch import stitch_fragments
 from ..errors import ConfigError, DataError, EpisodeValidationError, UnsupportedFormatError, Where
 from ..io.codec import packb
+from ..io.quarantine import write_quarantine
 from ..io.readers.episodes import ITEM
 from ..io.readers.sample_batches import DonesRule, SampleBatchesReader
 from ..io.sources import detect_format, expand_paths
@@ -531,8 +532,8 @@ def _settle_fragments(batch: EpisodeBatch, policy: str, on_invalid: str) -> int:
                 Where(episode_id=ep.id, timestep=ep.t_end),
                 reason="not_done",
             )
-            payload = episodes_to_rows([ep]) if on_invalid == "quarantine" else None
-            batch.reject(err, r, payload, policy="quarantine" if payload is not None else "skip")
+            quarantine = on_invalid == "quarantine"
+            batch.reject(err, r, episode=ep, policy="quarantine" if quarantine else "skip")
     return n
 
 

@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 
 from ..config import ReadConfig
-from ..episodes.ledger import EpisodeBatch, write_quarantine
+from ..episodes.ledger import EpisodeBatch
 from ..episodes.stitch import stitch_fragments
 from ..episodes.validate import Deduplicator, ValidateConfig, Validator
 from ..errors import DataError
+from ..io.quarantine import write_quarantine
 from ..io.readers import make_reader
 from ..io.schema import load_schema
 from ..io.sources import detect_format, expand_paths, read_table

@@ -1,0 +1,54 @@
+"""Quarantine: what was refused under ``on_invalid="quarantine"``, with the reasons, as Parquet.
+
+A :class:`~offline_prelearner.episodes.ledger.Rejection` keeps either the input rows a reader
+refused (written as they came) or the episode validation refused after it was built (written as
+rows in the recorder layout, :func:`~.writers.episodes_to_rows`). Every row gets two more columns:
+``_reject_reason`` (the error's reason, e.g. ``nan_reward``) and ``_reject_message`` (the whole
+message, naming file, column, episode and step). Tables of different columns are concatenated
+with permissive promotion (missing columns are null).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..episodes.ledger import Rejection
+from .writers import episodes_to_rows
+
+__all__ = ["quarantine_rows", "write_quarantine"]
+
+
+def quarantine_rows(rejection: Rejection) -> pa.Table | None:
+    """The rows a rejection kept (its input rows, or its episode as rows), or None."""
+    if rejection.rows is not None:
+        return rejection.rows
+    if rejection.episode is not None:
+        return episodes_to_rows([rejection.episode])
+    return None
+
+
+def write_quarantine(rejections: list[Rejection], out_dir: str | os.PathLike[str]) -> str | None:
+    """Writes quarantined rows, with ``_reject_reason`` and ``_reject_message``, to Parquet.
+
+    Returns the path written, or None when nothing was quarantined.
+    """
+    tables = []
+    for rej in rejections:
+        rows = quarantine_rows(rej)
+        if rows is None or rows.num_rows == 0:
+            continue
+        n = rows.num_rows
+        t = rows.append_column("_reject_reason", pa.array([rej.reason] * n, pa.string()))
+        tables.append(
+            t.append_column("_reject_message", pa.array([str(rej.error)] * n, pa.string()))
+        )
+    if not tables:
+        return None
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(os.fspath(out_dir), f"quarantine-{uuid.uuid4().hex[:12]}.parquet")
+    pq.write_table(pa.concat_tables(tables, promote_options="permissive"), path)
+    return path
