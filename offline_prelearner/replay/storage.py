@@ -24,15 +24,17 @@ ring order: slot -> row is a binary search, with no per-slot map (that keeps Car
 ~1.15x its raw bytes). An episode moved to the head gets a new placement; the old one stays, dead,
 until it ages out.
 
-Batched adds (:meth:`EpisodeStorage.add_many`, which reports runs of new episodes as
-:class:`Placements`) are implemented in :mod:`.placement`; both names are importable from here.
+Batched adds (:meth:`EpisodeStorage.add_many`, :meth:`EpisodeStorage.add_columns`) write runs of
+new episodes together: the storage holds a :class:`~.placement.RunPlacement`, which finds the runs
+and writes their columns, and records what it placed (table, head, counters) as one
+:class:`~.changes.Placements`. What an add did comes back as :class:`~.changes.Change` records;
+both record types, and :func:`~.table.normalize_id`, are importable from here.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -40,9 +42,18 @@ import numpy as np
 from ..episodes.episode import Episode
 from ..episodes.episode_columns import EpisodeColumns
 from ..errors import ConfigError, EpisodeValidationError, Where
-from . import placement
-from .placement import Placements
-from .table import EpisodeTable
+from .changes import Change, Placements
+from .placement import (
+    EpisodeSource,
+    ListedEpisodes,
+    Placed,
+    Run,
+    RunPlacement,
+    SharedColumns,
+    layout,
+    write_episode,
+)
+from .table import EpisodeTable, normalize_id
 
 __all__ = ["Change", "EpisodeStorage", "Placements", "normalize_id"]
 
@@ -55,47 +66,6 @@ _COUNTERS = (
     "fragments_appended",
     "episodes_moved",
 )
-
-
-def normalize_id(eid: Any) -> int | str:
-    """Episode ids are kept as ``int`` (any integer) or ``str`` (anything else, via ``str``)."""
-    if isinstance(eid, (int, np.integer)) and not isinstance(eid, (bool, np.bool_)):
-        return int(eid)
-    if eid is None:
-        raise EpisodeValidationError(
-            "an episode without an id cannot be stored", Where(), reason="no_id"
-        )
-    if isinstance(eid, bytes):
-        return eid.decode("utf-8", "replace")
-    return str(eid)
-
-
-@dataclass
-class Change:
-    """What one :meth:`EpisodeStorage.add` did, for samplers' hooks and counters.
-
-    ``removed_*`` describe episodes whose slots stopped being usable (evicted, or the old place of
-    a moved episode -- for kind ``"moved"`` always the first record), with their length and done
-    flag at that moment. ``start``/``length``/
-    ``done`` describe the written episode afterwards; ``prev_length``/``prev_done`` its state
-    before when it was extended in place (``prev_length`` is -1 when it was written fresh).
-    ``key`` is the episode's normalized id. ``side`` holds records of *other* episodes the add
-    re-placed on the way (a storage subclass that compacts its ring reports each moved episode
-    there, as kind ``"relocated"``); a buffer handles them like changes of their own.
-    """
-
-    kind: str  # "new" | "appended" | "moved" | "duplicate" | "flagged" | "noop" | "relocated"
-    removed_start: list[int] = field(default_factory=list)
-    removed_length: list[int] = field(default_factory=list)
-    removed_done: list[bool] = field(default_factory=list)
-    start: int = -1
-    length: int = 0
-    done: bool = False
-    prev_length: int = -1
-    prev_done: bool = False
-    serial: int = -1  # placement of the written episode
-    key: int | str | None = None
-    side: list[Change] = field(default_factory=list)
 
 
 class EpisodeStorage:
@@ -115,6 +85,7 @@ class EpisodeStorage:
         self.table = EpisodeTable()
         self.counters: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
         self._accepted: set[tuple[Any, ...]] = set()  # column layouts already checked
+        self._runs = RunPlacement(self.capacity)  # batched adds of new episodes
 
     # ------------------------------------------------------------------ the table, by row
     @property
@@ -207,13 +178,86 @@ class EpisodeStorage:
         Everything else (continuations, duplicates, an episode that wraps the ring, the first
         of a new layout, subclasses that place episodes their own way) goes through ``add``.
         """
-        placement.add_many(self, episodes, out)
+        bulk = self._bulk_allowed()
+        src, i, n = ListedEpisodes(episodes), 0, len(episodes)
+        while i < n:
+            run = None
+            if bulk and self.columns:
+                run = self._runs.episode_run(episodes, i, self.table.where, self._accepted)
+            if run is None:
+                self._add_one(episodes[i], out)
+                i += 1
+                continue
+            i = self._add_run(src, i, run, out)
 
     def add_columns(self, columns: EpisodeColumns, out: list[Change | Placements]) -> None:
         """:meth:`add_many` for episodes held as shared columns (a reader's
         :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns`): the same result,
-        record for record, without building an object per episode on the bulk path."""
-        placement.add_columns(self, columns, out)
+        record for record, without building an object per episode on the bulk path (only an
+        episode that takes the ordinary path -- a continuation, a duplicate key, one that wraps
+        the ring -- is built)."""
+        n = len(columns)
+        if n == 0:
+            return
+        allowed = self._bulk_allowed()
+        src, i, bulk = SharedColumns(columns), 0, False
+        while i < n:
+            # One layout for every episode (shared arrays): once accepted, accepted for all.
+            bulk = bulk or (
+                allowed and bool(self.columns) and layout(columns.episode(i)) in self._accepted
+            )
+            run = self._runs.column_run(columns, i, self.table.where) if bulk else None
+            if run is None:
+                self._add_one(columns.episode(i), out)
+                i += 1
+                continue
+            i = self._add_run(src, i, run, out)
+
+    def _bulk_allowed(self) -> bool:
+        """Whether runs may bypass ``add`` (not in a subclass that places episodes its own way)."""
+        return type(self).add is EpisodeStorage.add and type(self)._place is EpisodeStorage._place
+
+    def _add_one(self, ep: Episode, out: list[Change | Placements]) -> None:
+        """The ordinary path for one episode: ``add``, its records appended to ``out``."""
+        change = self.add(ep)
+        out += change.side
+        out.append(change)
+
+    def _add_run(self, src: EpisodeSource, i: int, run: Run, out: list[Change | Placements]) -> int:
+        """Places the run of new episodes from ``i``, in stretches that fit before the end of
+        the ring; returns the index after it."""
+        end = i + len(run)
+        while len(run):
+            placed = self._runs.place(self.columns, self.extra_names, self.head, src, i, run)
+            if placed is None:  # the next one wraps the ring: the ordinary path
+                self._add_one(src.episode(i), out)
+                k = 1
+            else:
+                k = len(placed)
+                out.append(self._enter(placed, run))
+            i += k
+            run = run.drop(k)
+        return end
+
+    def _enter(self, placed: Placed, run: Run) -> Placements:
+        """Records the first ``len(placed)`` episodes of ``run``, just written into the ring:
+        evicts what they overwrote, appends them to the table, counts, moves the head to
+        ``placed.stop``. Returns the record of it."""
+        starts, n, stop = placed.starts, placed.lengths, placed.stop
+        k, tab, cnt = len(placed), self.table, self.counters
+        r_start, r_length, r_done = tab.drop_front_inside(self.head, stop)
+        cnt["episodes_evicted"] += len(r_start)
+        cnt["timesteps_evicted"] += int(r_length.sum())
+        done = np.array(run.terminated[:k], bool)
+        trunc = np.array(run.truncated[:k], bool)
+        t0 = np.array(run.t_started[:k], np.int64)
+        idx = tab.append_many(run.keys[:k], starts, n, t0, done, trunc)
+        done |= trunc
+        self.head = stop
+        cnt["episodes_added"] += k
+        cnt["timesteps_added"] += int(n.sum())
+        serial = np.arange(idx + tab.base, idx + tab.base + k, dtype=np.int64)
+        return Placements(r_start, r_length, r_done, starts, n, done, serial, run.keys[:k])
 
     def _continue(self, ep: Episode, idx: int) -> Change:
         tab = self.table
@@ -357,7 +401,7 @@ class EpisodeStorage:
         self.extra_names = tuple(ep.extras)
 
     def _check_columns(self, ep: Episode) -> None:
-        sig = _layout(ep)
+        sig = layout(ep)
         if sig in self._accepted:  # the common case: the same layout as before
             return
         self._check_columns_slowly(ep)
@@ -385,16 +429,7 @@ class EpisodeStorage:
                 )
 
     def _write(self, at: int, ep: Episode, *, skip_first_obs: bool) -> None:
-        n = len(ep)
-        c = self.columns
-        if skip_first_obs:
-            c["obs"][at + 1 : at + n + 1] = ep.observations[1:]
-        else:
-            c["obs"][at : at + n + 1] = ep.observations
-        c["actions"][at : at + n] = ep.actions
-        c["rewards"][at : at + n] = ep.rewards
-        for name, col in ep.extras.items():
-            c["extras/" + name][at : at + n] = col
+        write_episode(self.columns, at, ep, skip_first_obs=skip_first_obs)
 
     def _read(self, idx: int) -> Episode:
         """A held episode (table index, not window row) copied out of the ring."""
@@ -463,19 +498,6 @@ class EpisodeStorage:
         self.extra_names = tuple(meta["extra_names"])
         self.head = int(meta["head"])
         self.counters = {k: int(v) for k, v in meta["counters"].items()}
-
-
-def _layout(ep: Episode) -> tuple[Any, ...]:
-    """The dtypes and per-step shapes of an episode's columns (extras by name, in order)."""
-    o, a, r = ep.observations, ep.actions, ep.rewards
-    return (
-        o.dtype,
-        o.shape[1:],
-        a.dtype,
-        a.shape[1:],
-        r.dtype,
-        *((k, v.dtype, v.shape[1:]) for k, v in ep.extras.items()),
-    )
 
 
 def _physical_memory() -> int | None:

@@ -1,12 +1,13 @@
 """The episode table of :class:`~offline_prelearner.replay.storage.EpisodeStorage`.
 
 One record per *placement* of an episode in the ring (start slot, length, ``t_started``, flags,
-alive, id), kept in placement order in growable numpy columns. ``serial`` numbers placements; a
-record's *index* is ``serial - base`` and its *row* (what samplers and units see) is
-``index - lo``, where ``[lo, hi)`` is the live window. Records leave only from the front (the
-oldest placement), so the window slides; when the columns fill up they are compacted or doubled,
-which changes rows but never serials. A placement whose episode was evicted or moved is *dead*:
-it stays in the window, with its slots, until it ages out at the front.
+alive, id -- normalized by :func:`normalize_id`), kept in placement order in growable numpy
+columns. ``serial`` numbers placements; a record's *index* is ``serial - base`` and its *row*
+(what samplers and units see) is ``index - lo``, where ``[lo, hi)`` is the live window. Records
+leave only from the front (the oldest placement), so the window slides; when the columns fill up
+they are compacted or doubled, which changes rows but never serials. A placement whose episode
+was evicted or moved is *dead*: it stays in the window, with its slots, until it ages out at the
+front.
 
 Writes to the ring are sequential, so placement order is ring order: ``starts`` ascend except for
 one wrap, and slot -> row is two binary searches (no per-slot map).
@@ -18,11 +19,26 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["EpisodeTable"]
+from ..errors import EpisodeValidationError, Where
+
+__all__ = ["EpisodeTable", "normalize_id"]
 
 _SLOT_BITS = 32
 _SLOT_MASK = (1 << _SLOT_BITS) - 1
 _NUMERIC = ("start", "length", "t_started", "terminated", "truncated", "alive")
+
+
+def normalize_id(eid: Any) -> int | str:
+    """Episode ids are kept as ``int`` (any integer) or ``str`` (anything else, via ``str``)."""
+    if isinstance(eid, (int, np.integer)) and not isinstance(eid, (bool, np.bool_)):
+        return int(eid)
+    if eid is None:
+        raise EpisodeValidationError(
+            "an episode without an id cannot be stored", Where(), reason="no_id"
+        )
+    if isinstance(eid, bytes):
+        return eid.decode("utf-8", "replace")
+    return str(eid)
 
 
 def _empty(n: int) -> dict[str, np.ndarray]:
