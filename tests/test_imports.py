@@ -1,0 +1,236 @@
+"""The package's import graph: no cycles, and imports run down the data flow (DESIGN.md).
+
+The graph is drawn from the source with ``ast`` (nothing is imported): every ``import`` and
+``from ... import`` of ``offline_prelearner`` modules, relative or absolute, wherever it stands --
+at the top, inside a function, under ``TYPE_CHECKING``. ``from . import x`` is an edge to the
+module ``x`` when ``x`` is a module, else to the package. A package's ``__init__`` is a node of its
+own; the implicit import of parent packages is not an edge.
+
+Layers, from the bottom: ``episodes/`` -> ``io/`` -> ``replay/`` -> ``connectors/`` ->
+``prelearner`` -> ``jobs/``; a layer imports only from the layers below it. ``errors``,
+``config`` and ``plugins`` are shared leaves every layer may import. (``config`` itself imports
+from ``io/`` -- ``codec.DecodeLimits`` -- and ``episodes/`` -- the ``on_invalid`` policy,
+``ValidateConfig``, spaces --; that is allowed as long as it closes no cycle, which the cycle
+check below holds.) Ray is imported only in ``jobs/`` and ``replay/shards.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from pathlib import Path
+
+import pytest
+
+import offline_prelearner
+
+PKG = "offline_prelearner"
+ROOT = Path(offline_prelearner.__file__).resolve().parent
+
+#: What each folder must not import (dotted prefixes under the package).
+FORBIDDEN = {
+    "episodes": ("io", "replay", "connectors", "jobs", "prelearner", "testing"),
+    "io": ("replay", "connectors", "jobs", "prelearner", "testing"),
+    "replay": ("connectors", "jobs", "prelearner", "testing"),
+    "connectors": ("jobs", "prelearner", "testing"),
+    "prelearner": ("jobs", "testing"),
+}
+#: Where ``ray`` may be imported.
+RAY_ALLOWED = ("jobs", "replay.shards")
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Dotted name -> (file, is a package's ``__init__``)."""
+    out = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = [PKG, *path.relative_to(ROOT).with_suffix("").parts]
+        is_pkg = parts[-1] == "__init__"
+        if is_pkg:
+            parts = parts[:-1]
+        out[".".join(parts)] = (path, is_pkg)
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str) -> list[tuple[str, int]]:
+    """``(imported name, line)`` for every import in module ``name``: package modules resolved
+    to the module (or package) they load; other top-level names (``ray``) as they are."""
+    path, is_pkg = MODULES[name]
+    here = name.split(".") if is_pkg else name.split(".")[:-1]
+    out: list[tuple[str, int]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - node.level + 1]
+                mod = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                mod = node.module or ""
+            for a in node.names:
+                sub = f"{mod}.{a.name}"
+                out.append((sub if sub in MODULES else mod, node.lineno))
+    return out
+
+
+def _owner(target: str) -> str | None:
+    """The package module ``target`` loads (its longest known prefix), or None if outside."""
+    while target and target not in MODULES:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    """Module -> {imported package module: first line importing it}."""
+    graph: dict[str, dict[str, int]] = {}
+    for name in MODULES:
+        edges: dict[str, int] = {}
+        for target, line in _imports(name):
+            mod = _owner(target) if target.split(".")[0] == PKG else None
+            if mod is not None and mod != name:
+                edges.setdefault(mod, line)
+        graph[name] = edges
+    return graph
+
+
+def find_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One cycle (``[a, b, ..., a]``) per strongly connected component with more than one
+    module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    components: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    m = stack.pop()
+                    on_stack.discard(m)
+                    comp.append(m)
+                    if m == node:
+                        break
+                if len(comp) > 1:
+                    components.append(comp)
+    return [_cycle_in(graph, set(c)) for c in components]
+
+
+def _cycle_in(graph: dict[str, dict[str, int]], comp: set[str]) -> list[str]:
+    """A shortest cycle through the component's first module (breadth-first)."""
+    start = min(comp)
+    prev: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for node in frontier:
+            for child in sorted(graph[node]):
+                if child not in comp:
+                    continue
+                if child == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(prev[path[-1]])
+                    return [start, *reversed(path[:-1]), start]
+                if child not in prev:
+                    prev[child] = node
+                    nxt.append(child)
+        frontier = nxt
+    raise AssertionError("a strongly connected component without a cycle")
+
+
+def _show(cycle: list[str], graph: dict[str, dict[str, int]]) -> str:
+    steps = [f"{a} (line {graph[a][b]})" for a, b in itertools.pairwise(cycle)]
+    return " -> ".join([*steps, cycle[-1]])
+
+
+def _short(name: str) -> str:
+    return name.removeprefix(PKG).removeprefix(".")
+
+
+def _layer(name: str) -> str | None:
+    short = _short(name)
+    for layer in FORBIDDEN:
+        if short == layer or short.startswith(layer + "."):
+            return layer
+    return None
+
+
+def test_the_graph_sees_the_package() -> None:
+    graph = import_graph()
+    assert len(graph) > 60
+    # Imports of every kind are found: relative, absolute, inside functions.
+    assert "offline_prelearner.replay.storage" in graph["offline_prelearner.replay.replay_buffer"]
+    assert "offline_prelearner.jobs.pipeline" in graph["offline_prelearner.jobs.cli"]
+    assert "offline_prelearner.jobs.cli" in graph["offline_prelearner.__main__"]
+
+
+def test_no_import_cycles() -> None:
+    graph = import_graph()
+    cycles = find_cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(_show(c, graph) for c in cycles)
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    graph = {"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3, "d": 4}, "d": {}, "e": {"e2": 1}}
+    graph["e2"] = {"e": 1}
+    assert sorted(map(tuple, find_cycles(graph))) == [("a", "b", "c", "a"), ("e", "e2", "e")]
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_layers_import_only_downward(layer: str) -> None:
+    graph = import_graph()
+    bad = []
+    for name, edges in graph.items():
+        if _layer(name) != layer:
+            continue
+        for target, line in edges.items():
+            short = _short(target)
+            if any(short == f or short.startswith(f + ".") for f in FORBIDDEN[layer]):
+                bad.append(f"{_short(name)}:{line} imports {short}")
+            elif target == PKG:
+                bad.append(f"{_short(name)}:{line} imports the package root")
+    assert not bad, f"{layer} imports from above it:\n" + "\n".join(bad)
+
+
+def test_nothing_imports_the_package_root() -> None:
+    graph = import_graph()
+    bad = [f"{_short(n)}:{e[PKG]}" for n, e in graph.items() if PKG in e]
+    assert not bad, f"modules importing offline_prelearner itself (a cycle with __init__): {bad}"
+
+
+def test_ray_is_imported_only_by_the_jobs_and_the_shards() -> None:
+    bad = []
+    for name in MODULES:
+        short = _short(name)
+        if any(short == a or short.startswith(a + ".") for a in RAY_ALLOWED):
+            continue
+        for target, line in _imports(name):
+            if target.split(".")[0] == "ray":
+                bad.append(f"{short}:{line} imports {target}")
+    assert not bad, "Ray imported outside jobs/ and replay/shards.py:\n" + "\n".join(bad)
