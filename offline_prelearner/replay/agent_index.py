@@ -1,6 +1,7 @@
-"""Indexing helpers of :mod:`.multi_agent`: how an agent's episode is keyed inside a module's
-storage, which (episode id, agent id) each placement stands for, and the union of env steps that
-lockstep sampling draws from.
+"""The multi-agent index of :mod:`.multi_agent`: how an agent's episode is keyed inside a
+module's storage (:func:`encode` / :func:`decode`), which (episode id, agent id) each placement
+stands for (:class:`Names`), and the union of env steps that lockstep sampling draws from
+(:func:`merge`).
 """
 
 from __future__ import annotations

@@ -69,10 +69,8 @@ from ..errors import ConfigError, EmptyBufferError
 from . import checkpoint
 from .batch import SampleBatch
 from .replay_buffer import INDICES
-from .replay_shard import (
-    ReplayShard,
-    ShardInfo,
-    ShardSample,
+from .replay_shard import ReplayShard, ShardInfo, ShardSample
+from .sharding import (
     compact,
     decode_handles,
     encode_handles,

@@ -1,4 +1,4 @@
-"""Duplicate rows inside one batch of the rows reader (private).
+"""Duplicate rows inside one batch of the rows reader.
 
 Both copies of an episode can land in one batch: two files holding the same episode merged by
 Ray Data into one batch, a file written (or listed) twice. The rows reader drops the extra copies

@@ -1,4 +1,5 @@
-"""Batch plumbing for the row readers: columns, keys, grouping, verdicts (private).
+"""Frames: a batch of rows behind one interface, and the operations that turn its rows into
+episodes -- columns, keys, grouping, verdicts.
 
 * :class:`ColumnBatch` -- an Arrow table or a dict of numpy columns behind one interface;
 * :func:`factorize` -- dense codes per row for id columns (hash-based, no sort);

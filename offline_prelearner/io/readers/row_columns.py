@@ -1,5 +1,7 @@
-"""Pieces of the rows reader (private): the converted columns of a frame and the helpers that
-name what is wrong with a column (file, column, episode, batch row). See :mod:`.rows`."""
+"""A frame's columns as the rows reader uses them: :class:`RowColumns` (every canonical column
+converted to numpy, in frame row order), the conversions of single columns (ids, infos, id codes)
+and the helpers that say what is wrong with a column (file, column, episode, batch row).
+See :mod:`.rows`."""
 
 from __future__ import annotations
 
@@ -15,12 +17,12 @@ from ...errors import DataError, SchemaError, Where
 from ..arrow_columns import ColumnValueError
 from .frame import ColumnBatch, factorize
 
-__all__ = ["Cols", "factorize_column", "ids_column", "infos_column", "locate", "type_error"]
+__all__ = ["RowColumns", "factorize_column", "ids_column", "infos_column", "locate", "type_error"]
 
 
 @dataclass
-class Cols:
-    """The converted columns of one frame, in frame row order."""
+class RowColumns:
+    """The converted columns of one frame (what episodes are built from), in frame row order."""
 
     obs: np.ndarray
     new_obs: np.ndarray
@@ -33,14 +35,14 @@ class Cols:
     infos: list[Any] | None
     extras: dict[str, np.ndarray]
 
-    def select(self, keep: np.ndarray) -> Cols:
+    def select(self, keep: np.ndarray) -> RowColumns:
         """The rows where ``keep`` (bool per row) is true."""
         idx = np.flatnonzero(keep)
 
         def take(a: np.ndarray) -> np.ndarray:
             return a.take(idx, axis=0)
 
-        return Cols(
+        return RowColumns(
             obs=take(self.obs),
             new_obs=take(self.new_obs),
             actions=take(self.actions),

@@ -74,7 +74,7 @@ from .frame import (
     factorize,
     rows_differ,
 )
-from .row_columns import Cols, factorize_column, ids_column, infos_column, locate, type_error
+from .row_columns import RowColumns, factorize_column, ids_column, infos_column, locate, type_error
 
 __all__ = ["RowsReader"]
 
@@ -240,7 +240,7 @@ class RowsReader:
         trunc_col = self.schema.present(C.TRUNCATEDS, frame.names)
         return self._flag(frame, term_col, source), self._flag(frame, trunc_col, source)
 
-    def _convert(self, frame: ColumnBatch, source: str | None) -> Cols:
+    def _convert(self, frame: ColumnBatch, source: str | None) -> RowColumns:
         s = self.schema
         obs = self._numeric(frame, C.OBS, source)
         new_obs = self._numeric(frame, C.NEW_OBS, source)
@@ -255,7 +255,7 @@ class RowsReader:
         t_col = s.present(C.T, frame.names)
         mod_col = s.present(C.MODULE_ID, frame.names)
         info_col = s.present(C.INFOS, frame.names)
-        return Cols(
+        return RowColumns(
             obs=obs,
             new_obs=new_obs,
             actions=self._numeric(frame, C.ACTIONS, source),
@@ -317,11 +317,11 @@ class RowsReader:
     def _drop_duplicates(
         out: EpisodeBatch,
         frame: ColumnBatch,
-        c: Cols,
+        c: RowColumns,
         rows: np.ndarray,
         codes: np.ndarray,
         keys: Keys,
-    ) -> tuple[ColumnBatch, Cols, np.ndarray, Groups]:
+    ) -> tuple[ColumnBatch, RowColumns, np.ndarray, Groups]:
         """Groups the rows into episodes; copies of rows within the batch (see
         :mod:`.duplicates`) are dropped from the frame first and counted as duplicates."""
         gr = Groups.of(codes, c.t, rows, keys)
@@ -340,7 +340,7 @@ class RowsReader:
         self,
         out: EpisodeBatch,
         frame: ColumnBatch,
-        c: Cols,
+        c: RowColumns,
         rows: np.ndarray,
         gr: Groups,
         source: str | None,
@@ -396,7 +396,7 @@ class RowsReader:
         self,
         out: EpisodeBatch,
         cols: EpisodeColumns,
-        c: Cols,
+        c: RowColumns,
         gr: Groups,
         v: Verdicts,
         rows: np.ndarray,
@@ -446,7 +446,7 @@ class RowsReader:
                 at = int(cols.obs_at[e] + cols.length[e])
                 pending[key] = (int(cols.t_end[e]), cols.obs[at].copy())
 
-    def _check(self, gr: Groups, c: Cols, v: Verdicts, names: list[str]) -> np.ndarray:
+    def _check(self, gr: Groups, c: RowColumns, v: Verdicts, names: list[str]) -> np.ndarray:
         """Row-level contracts, vectorized; returns ``t_started`` per episode."""
         s, g = self.schema, gr.g
         if s.present(C.EPS_ID, names):
@@ -509,7 +509,7 @@ class RowsReader:
             )
         return t_started
 
-    def _continue(self, gr: Groups, c: Cols, v: Verdicts, t_started: np.ndarray) -> None:
+    def _continue(self, gr: Groups, c: RowColumns, v: Verdicts, t_started: np.ndarray) -> None:
         """Episodes that continue a not-done fragment of an earlier batch (no ``t`` column)."""
         obs_col = self.schema.column(C.OBS)
         for e, key in enumerate(zip(gr.ids, gr.agents, strict=True)):  # per episode

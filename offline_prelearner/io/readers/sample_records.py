@@ -1,4 +1,4 @@
-"""Old-stack records -> flat per-step columns (private to :mod:`.sample_batches`).
+"""Old-stack records -> flat per-step columns (what :mod:`.sample_batches` builds episodes from).
 
 A *record* is one ``SampleBatch`` or ``MultiAgentBatch`` as RLlib's old ``JsonWriter`` wrote it:
 one JSON object per line, columns as lists (one value per step), or a whole column compressed into
