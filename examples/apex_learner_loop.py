@@ -21,10 +21,7 @@ from pathlib import Path
 import numpy as np
 import ray
 
-from offline_prelearner.config import PreLearnerConfig
-from offline_prelearner.errors import EmptyBufferError
-from offline_prelearner.jobs.apex import start_feed
-from offline_prelearner.replay.shards import ShardedReplayBuffer
+import offline_prelearner as op
 
 DATA = Path(__file__).resolve().parents[1] / "datasets" / "cartpole-v1" / "rows"
 GAMMA, LR, STEPS, TARGET_EVERY, B = 0.95, 0.05, 1000, 100, 256
@@ -36,18 +33,18 @@ def features(obs: np.ndarray) -> np.ndarray:
 
 def main() -> int:
     ray.init(include_dashboard=False, log_to_driver=False)
-    config = PreLearnerConfig().with_updates(
+    config = op.PreLearnerConfig().with_updates(
         {"n_step": 3, "gamma": GAMMA, "seed": 0, "buffer.kind": "prioritized"}
         | {"learning_starts": 1000, "batch_size": 1000}
     )
-    shards = ShardedReplayBuffer(config, num_shards=2)
-    feed = start_feed(DATA, config, shards)  # Ray Data job, in the background
+    shards = op.ShardedReplayBuffer(config, num_shards=2)
+    feed = op.start_feed(DATA, config, shards)  # Ray Data job, in the background
     w = np.zeros((2, 9))  # a linear Q: one weight vector per action
     w_target, losses, waits = w.copy(), [], 0
     while len(losses) < STEPS:
         try:
             batch = shards.sample(B)
-        except EmptyBufferError:  # fewer than learning_starts timesteps in the shards yet
+        except op.EmptyBufferError:  # fewer than learning_starts timesteps in the shards yet
             waits += 1
             time.sleep(0.05)
             continue

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from offline_prelearner.config import PreLearnerConfig
-from offline_prelearner.jobs.pipeline import run_pipeline
+import offline_prelearner as op
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "datasets" / "cartpole-v1" / "rows"
@@ -27,11 +26,11 @@ DATA = ROOT / "datasets" / "cartpole-v1" / "rows"
 
 def main() -> int:
     # Flat names or "section.field"; every value is checked before Ray starts.
-    config = PreLearnerConfig().with_updates(
+    config = op.PreLearnerConfig().with_updates(
         {"n_step": 3, "gamma": 0.99, "train_batch_size": 128, "ray.batch_size": 1000}
     )
     with tempfile.TemporaryDirectory() as out:
-        result = run_pipeline(DATA, config, out_dir=out)
+        result = op.run_pipeline(DATA, config, out_dir=out)
         s = result.stats
         samples = pq.read_table(result.files_written)
         stats_on_disk = json.loads((Path(out) / "stats.json").read_text())

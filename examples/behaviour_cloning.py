@@ -14,7 +14,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from offline_prelearner import PreLearnerConfig, iter_learner_batches
+import offline_prelearner as op
 
 DATA = Path(__file__).resolve().parents[1] / "datasets/cartpole-v1-heuristic/rows"
 
@@ -49,9 +49,9 @@ def play(policy, episodes: int = 10, seed: int = 100) -> float:
 
 
 def main() -> int:
-    config = PreLearnerConfig().with_updates({"sample_all": True, "batch_size": 1000})
+    config = op.PreLearnerConfig().with_updates({"sample_all": True, "batch_size": 1000})
     obs, actions = [], []
-    for batch in iter_learner_batches(DATA, config):
+    for batch in op.iter_learner_batches(DATA, config):
         sb = batch["default_policy"]
         obs.append(sb["obs"])
         actions.append(sb["actions"])

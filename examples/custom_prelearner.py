@@ -24,19 +24,17 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from offline_prelearner.episodes.episode import Episode
-from offline_prelearner.io.arrow_columns import column_to_numpy
-from offline_prelearner.prelearner import OfflinePreLearner
+import offline_prelearner as op
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / "datasets" / "cartpole-v1" / "rows"
 ANGLE_LIMIT = 0.2095  # CartPole-v1 terminates beyond 12 degrees
 
 
-class ShapedReward(OfflinePreLearner):
+class ShapedReward(op.OfflinePreLearner):
     """Adds ``shaped_rewards = 1 - |angle after the step| / limit`` to every episode."""
 
-    def postprocess_episodes(self, episodes: list[Episode]) -> list[Episode]:
+    def postprocess_episodes(self, episodes: list[op.Episode]) -> list[op.Episode]:
         out = []
         for ep in super().postprocess_episodes(episodes):  # keep the configured connectors
             shaped = 1.0 - np.abs(ep.observations[1:, 2]) / ANGLE_LIMIT
@@ -46,7 +44,7 @@ class ShapedReward(OfflinePreLearner):
         return out
 
 
-def check(rows: dict[str, np.ndarray]) -> float:
+def check(rows: dict[str, np.ndarray] | op.SampleBatch) -> float:
     """Largest gap between the column and its definition, recomputed from ``new_obs``."""
     expected = 1.0 - np.abs(rows["new_obs"][:, 2]) / ANGLE_LIMIT
     return float(np.abs(rows["shaped_rewards"] - expected).max())
@@ -66,8 +64,6 @@ def main() -> int:
     # so they get this folder on their PYTHONPATH (on a cluster: runtime_env={"py_modules": ...}).
     import ray
 
-    from offline_prelearner.jobs.pipeline import run_pipeline
-
     path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
     ray.init(
         include_dashboard=False,
@@ -75,11 +71,11 @@ def main() -> int:
         runtime_env={"env_vars": {"PYTHONPATH": path}},
     )
     with tempfile.TemporaryDirectory() as out:
-        result = run_pipeline(
+        result = op.run_pipeline(
             DATA, prelearner.config, out_dir=out, prelearner="custom_prelearner:ShapedReward"
         )
         written = pq.read_table(result.files_written)
-        cols = {c: column_to_numpy(written, c) for c in ("new_obs", "shaped_rewards")}
+        cols = op.MultiAgentBatch.from_rows(written)["default_policy"]  # the learner's view
     print(
         f"batch job       {len(written)} rows written from {result.stats['rows_in']} rows read; "
         f"rows balance {result.stats['rows_balance']}; max error {check(cols):.2e}"

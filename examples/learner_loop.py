@@ -21,7 +21,7 @@ import gymnasium as gym
 import numpy as np
 import pyarrow.parquet as pq
 
-from offline_prelearner.prelearner import OfflinePreLearner
+import offline_prelearner as op
 
 DATA = Path(__file__).resolve().parents[1] / "datasets" / "cartpole-v1" / "rows"
 GAMMA, LR, STEPS, TARGET_EVERY = 0.95, 0.05, 3000, 100
@@ -44,7 +44,7 @@ def evaluate(policy, episodes: int = 20) -> float:
 
 
 def main() -> int:
-    prelearner = OfflinePreLearner(
+    prelearner = op.OfflinePreLearner(
         n_step=3, gamma=GAMMA, train_batch_size=256, seed=0, **{"buffer.kind": "prioritized"}
     )
     for path in sorted(DATA.glob("*.parquet")):  # fill the buffer; each batch also yields samples

@@ -22,10 +22,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from offline_prelearner.config import ReadConfig
-from offline_prelearner.io.readers import make_reader
-from offline_prelearner.jobs.convert import convert_path
-from offline_prelearner.prelearner import OfflinePreLearner
+import offline_prelearner as op
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(
@@ -37,7 +34,7 @@ COMPRESSED = SHARED / "cartpole-v1_old_stack_json_compressed.json"
 
 def read_back(files: list[str], fmt: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{episode id: (observations, rewards)} as the new-stack reader sees the written files."""
-    batch = make_reader(ReadConfig(format=fmt)).read(pq.read_table(files))
+    batch = op.make_reader(op.ReadConfig(format=fmt)).read(pq.read_table(files))
     return {str(ep.id): (ep.observations, ep.rewards) for ep in batch.episodes}
 
 
@@ -47,8 +44,8 @@ def main() -> int:
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        as_rows = convert_path(PLAIN, "rows", out / "rows")
-        as_eps = convert_path(PLAIN, "episodes", out / "episodes")
+        as_rows = op.convert_path(PLAIN, "rows", out / "rows")
+        as_eps = op.convert_path(PLAIN, "episodes", out / "episodes")
         for s in (as_rows, as_eps):
             print(
                 f"convert -> {s['to']:8s} {s['records_read']} records, {s['rows_in']} steps in, "
@@ -66,15 +63,15 @@ def main() -> int:
         )
 
         # Compressed columns are pickles: decoded only on request, by a restricted unpickler.
-        legacy = ReadConfig(format="sample_batches", legacy_pickle=True)
-        s = convert_path(COMPRESSED, "episodes", out / "compressed", legacy)
+        legacy = op.ReadConfig(format="sample_batches", legacy_pickle=True)
+        s = op.convert_path(COMPRESSED, "episodes", out / "compressed", legacy)
         print(
             f"compressed       {s['rows_out']} steps, {s['episodes_written']} episodes "
             f"(legacy_pickle=True)"
         )
 
         # The converted rows are real episodes now: 3-step returns work on old-stack data.
-        prelearner = OfflinePreLearner(n_step=3, train_batch_size=64, seed=0)
+        prelearner = op.OfflinePreLearner(n_step=3, train_batch_size=64, seed=0)
         table = pq.read_table([str(out / "rows" / f) for f in as_rows["files_written"]])
         sample = next(iter(prelearner(table)))
         print(

@@ -37,6 +37,32 @@ def number(pattern: str, text: str) -> float:
     return float(m.group(1))
 
 
+def test_examples_use_only_the_public_api() -> None:
+    """An example imports the package as ``import offline_prelearner as op`` and uses only the
+    names in ``op.__all__``: what it shows, a user can write."""
+    import ast
+
+    import offline_prelearner as op
+
+    for path in sorted((ROOT / "examples").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        aliases = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "offline_prelearner"
+            ):
+                raise AssertionError(f"{path.name}:{node.lineno}: from-import of the package")
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.startswith("offline_prelearner"):
+                        assert a.name == "offline_prelearner", f"{path.name}: imports {a.name}"
+                        aliases.add(a.asname or a.name)
+        for node in ast.walk(tree):
+            used = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            if used and node.value.id in aliases:
+                assert node.attr in op.__all__, f"{path.name}:{node.lineno}: op.{node.attr}"
+
+
 def test_examples_are_short() -> None:
     scripts = sorted((ROOT / "examples").glob("*.py"))
     assert {p.name for p in scripts} >= {
