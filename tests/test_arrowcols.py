@@ -1,4 +1,4 @@
-"""Column conversion (arrowcols) and the row readers' batch plumbing (readers/_batch), each
+"""Column conversion (io/arrow_columns) and the row readers' frames (io/readers/frame), each
 vectorized operation checked against a plain-loop reference."""
 
 from __future__ import annotations
@@ -309,7 +309,7 @@ def test_decode_rllib_compressed_column(shared_data: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# batch plumbing (readers/_batch.py)
+# frames (io/readers/frame.py)
 # ---------------------------------------------------------------------------------------------
 def reference_factorize(values: list[Any]) -> tuple[list[int], list[Any]]:
     seen: dict[Any, int] = {}

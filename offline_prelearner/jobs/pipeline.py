@@ -17,7 +17,7 @@ in file order (``preserve_order``) into long-lived prelearner actors whose buffe
 streams. Their state cannot survive a restart, so the actors are created with ``max_restarts=0``:
 a lost actor ends the stream with an error instead of silently dropping what it held.
 
-Ray is imported here (and in ``cli.py``) only.
+Ray is imported only in ``jobs/`` (here, and the modules that drive it) and ``replay/shards.py``.
 """
 
 from __future__ import annotations
