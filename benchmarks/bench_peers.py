@@ -1,0 +1,338 @@
+"""Our replay buffers on the peer benchmark's workloads, run back to back with cpprb and Tianshou.
+
+The peer benchmark (``$OFFLINE_PRELEARNER_SHARED/bench/peers``, default ``<repo>/../shared/bench/
+peers``; see its README) defines the data (1M CartPole-like steps in whole episodes, seeded) and
+the workloads; this script imports its ``data.py`` so both sides see the same bytes, measures
+
+* ``W1.episode`` -- add every episode with one ``add`` call each (cpprb: ``add`` +
+  ``on_episode_end`` per episode), transitions/s;
+* ``W1.chunk`` -- add whole episodes in >= 10k-step chunks, one call per chunk, transitions/s;
+* ``W2`` -- uniform 1-step, B=256, samples/s;
+* ``W3`` -- uniform 3-step (gamma 0.99), B=256, samples/s (Tianshou: ``sample`` +
+  ``compute_nstep_return``; cpprb: n-step computed at add);
+* ``W4`` -- prioritized sample + update of the priorities, B=256 (alpha 0.6, beta 0.4),
+  samples/s;
+
+and runs the peers' own scripts (``bench_cpprb.py``, ``bench_tianshou.py``) under their venvs'
+pythons (``$PEERS_CPPRB_PYTHON`` / ``$PEERS_TIANSHOU_PYTHON``, default
+``$PEERS_ROOT/{cpprb,tianshou}/venv/bin/python`` with ``PEERS_ROOT=/tmp/peers``, where the peers'
+``setup.sh`` builds them) with ``PEERS_WAIT_BUDGET_S=0``. ``--rounds K`` alternates ours and the
+peers K times; every figure is the median over rounds (each round's own figure a median of
+timed blocks). Output: ``_common.py`` JSON lines (``impl`` = ``ours`` | ``cpprb`` |
+``tianshou``; peers' lines converted) and ``impl: "ratio"`` lines ours / peer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as C  # noqa: E402
+
+B = 256
+CALLS = 200  # calls per timed block
+BLOCKS = 5  # timed blocks per measurement (median)
+
+#: (our bench name, peer workload, peer case) pairs that are the same measurement.
+PAIRS = {
+    "W1.episode": ("W1", "CASE_W1_EPISODE"),
+    "W1.chunk": ("W1", "CASE_W1_CHUNK"),
+    "W2": ("W2", "CASE_W2"),
+    "W3": ("W3", "CASE_W3"),
+    "W4": ("W4", "CASE_W4"),
+}
+
+
+def peers_dir() -> Path:
+    shared = os.environ.get("OFFLINE_PRELEARNER_SHARED") or str(C.REPO.parent / "shared")
+    return Path(shared) / "bench" / "peers"
+
+
+def load_data_module() -> ModuleType:
+    path = peers_dir() / "data.py"
+    if not path.is_file():
+        raise SystemExit(
+            f"peer benchmark data.py not found at {path}: set OFFLINE_PRELEARNER_SHARED"
+        )
+    spec = importlib.util.spec_from_file_location("peers_data", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def peer_python(lib: str) -> str:
+    env = os.environ.get(f"PEERS_{lib.upper()}_PYTHON")
+    if env:
+        return env
+    root = os.environ.get("PEERS_ROOT") or "/tmp/peers"
+    return str(Path(root) / lib / "venv" / "bin" / "python")
+
+
+# ----------------------------------------------------------------------------- our side
+def episodes_of(D: ModuleType, d: Any) -> list[Any]:
+    """The data set as our Episode objects (L + 1 observations: obs, then the last next_obs)."""
+    from offline_prelearner.episodes.episode import Episode
+
+    out = []
+    for e, (a, n) in enumerate(zip(d.ep_starts.tolist(), d.ep_lengths.tolist(), strict=True)):
+        b = a + n
+        obs = np.concatenate([d.obs[a:b], d.next_obs[b - 1 : b]])
+        out.append(
+            Episode(
+                id=e,
+                observations=obs,
+                actions=d.action[a:b],
+                rewards=d.reward[a:b],
+                terminated=bool(d.terminated[b - 1]),
+                truncated=bool(d.truncated[b - 1]),
+            )
+        )
+    return out
+
+
+def blocks(fn: Any, calls: int = CALLS, n_blocks: int = BLOCKS) -> C.Timing:
+    for _ in range(20):
+        fn()
+    times, cpus = [], []
+    for _ in range(n_blocks):
+        t0, c0 = time.perf_counter(), time.process_time()
+        for _ in range(calls):
+            fn()
+        times.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    return C.Timing(tuple(times), tuple(cpus))
+
+
+def run_ours(D: ModuleType, only: set[str], repeats: int) -> list[dict[str, Any]]:
+    from offline_prelearner.replay.prioritized import PrioritizedEpisodeReplayBuffer
+    from offline_prelearner.replay.replay_buffer import EpisodeReplayBuffer
+    from offline_prelearner.replay.samplers import NStep
+    from offline_prelearner.replay.samplers.prioritized import Prioritized
+
+    d = D.make_vector_dataset()
+    eps = episodes_of(D, d)
+    cap = d.n + len(eps)  # slots: steps + one final observation per episode (nothing evicted)
+    chunks = [(i, j) for i, j in _chunk_bounds(d.ep_lengths, 10_000)]
+    lines: list[dict[str, Any]] = []
+    extra = {"batch": B, "buffer_size": cap}
+
+    def add_all(buf: EpisodeReplayBuffer, per_episode: bool) -> None:
+        if per_episode:
+            for ep in eps:
+                buf.add(ep)
+        else:
+            for i, j in chunks:
+                buf.add(eps[i:j])
+
+    for name, per_ep in (("W1.episode", True), ("W1.chunk", False)):
+        if name not in only:
+            continue
+        bufs: list[Any] = []
+
+        def fill(per_ep: bool = per_ep) -> None:
+            bufs.clear()
+            buf = EpisodeReplayBuffer(cap, seed=0)
+            bufs.append(buf)
+            add_all(buf, per_ep)
+
+        t = C.time_repeats(fill, repeats)
+        assert len(bufs[0]) == d.n
+        lines.append(
+            C.record(
+                name,
+                "ours",
+                n=d.n,
+                timing=t,
+                unit="transitions/s",
+                n_calls=len(eps) if per_ep else len(chunks),
+            )
+        )
+        bufs.clear()
+
+    def sampling(name: str, buf: Any, step: Any) -> None:
+        t = blocks(step)
+        lines.append(C.record(name, "ours", n=B * CALLS, timing=t, unit="samples/s", **extra))
+
+    if "W2" in only:
+        buf = EpisodeReplayBuffer(cap, seed=0)
+        add_all(buf, False)
+        sampling("W2", buf, lambda: buf.sample(B))
+        del buf
+    if "W3" in only:
+        buf3 = EpisodeReplayBuffer(cap, unit=NStep(D.N_STEP, D.GAMMA), seed=0)
+        add_all(buf3, False)
+        _check_nstep(D, d, buf3)
+        sampling("W3", buf3, lambda: buf3.sample(B))
+        del buf3
+    if "W4" in only:
+        pbuf = PrioritizedEpisodeReplayBuffer(cap, Prioritized(D.PER_ALPHA, D.PER_BETA), seed=0)
+        add_all(pbuf, False)
+        tds = D.td_errors(64, B)
+        k = [0]
+
+        def w4() -> None:
+            batch = pbuf.sample(B)
+            pbuf.update_priorities(batch["indices"], tds[k[0] % 64])
+            k[0] += 1
+
+        sampling("W4", pbuf, w4)
+        del pbuf
+    return lines
+
+
+def _chunk_bounds(lengths: np.ndarray, target: int) -> list[tuple[int, int]]:
+    """Episode index ranges of the peers' >= ``target``-step chunks (``data.episode_chunks``)."""
+    out, a, acc = [], 0, 0
+    for e, n in enumerate(lengths.tolist()):
+        acc += n
+        if acc >= target:
+            out.append((a, e + 1))
+            a, acc = e + 1, 0
+    if a < len(lengths):
+        out.append((a, len(lengths)))
+    return out
+
+
+def _check_nstep(D: ModuleType, d: Any, buf: Any) -> None:
+    """Untimed: a large sample's n-step rewards and next observations equal the reference."""
+    s = buf.sample(4096)
+    idx = np.asarray(s["eps_id"], np.int64)
+    idx = d.ep_starts[idx] + np.asarray(s["t"], np.int64)
+    chk = D.nstep_check(d, idx, s["rewards"], s["new_obs"], s["terminateds"])
+    if min(chk["reward_match"], chk["next_obs_match"], chk["terminal_match"]) < 1.0:
+        raise SystemExit(f"W3 n-step check failed: {chk}")
+
+
+# ----------------------------------------------------------------------------- the peers
+def run_peer(lib: str, only: set[str], D: ModuleType) -> list[dict[str, Any]]:
+    python = peer_python(lib)
+    if not os.access(python, os.X_OK):
+        why = f"no {lib} interpreter at {python} (run the peers' setup.sh)"
+        return [{"bench": b, "impl": lib, "skipped": why} for b in PAIRS]
+    script = peers_dir() / f"bench_{lib}.py"
+    args = [python, str(script)]
+    if lib == "cpprb":
+        args += ["--only", ",".join(sorted({PAIRS[b][0] for b in only if b in PAIRS}))]
+    env = dict(os.environ, PEERS_WAIT_BUDGET_S="0")
+    proc = subprocess.run(args, stdout=subprocess.PIPE, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        return [{"bench": b, "impl": lib, "skipped": f"exit {proc.returncode}"} for b in PAIRS]
+    cases = {getattr(D, case): bench for bench, (_, case) in PAIRS.items()}
+    out = []
+    for raw in proc.stdout.splitlines():
+        if not raw.startswith("{"):
+            continue
+        x = json.loads(raw)
+        unit = x["unit"]
+        bench = cases.get(x["params"].get("case"))
+        if bench is None or bench not in only or unit not in ("transitions/s", "samples/s"):
+            continue
+        out.append(
+            {
+                "bench": bench,
+                "impl": lib,
+                "throughput": round(float(x["value"]), 1),
+                "unit": unit,
+                "seconds": None,
+                "peak_mem_mb": None,
+                "n": None,
+                "loadavg_1m": round(os.getloadavg()[0], 2),
+                "peer": x["params"],
+            }
+        )
+    return out
+
+
+def medians(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per (bench, impl): the round with the median throughput, with all rounds' figures."""
+    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for lines in rounds:
+        for x in lines:
+            if x.get("throughput") is not None:
+                by.setdefault((x["bench"], x["impl"]), []).append(x)
+    out = []
+    for (bench, impl), xs in by.items():
+        xs = sorted(xs, key=lambda x: x["throughput"])
+        mid = dict(xs[(len(xs) - 1) // 2])
+        mid["throughput"] = round(statistics.median(x["throughput"] for x in xs), 1)
+        mid["rounds"] = [x["throughput"] for x in xs]
+        mid["loadavg_rounds"] = [x["loadavg_1m"] for x in xs]
+        out.append(mid)
+    return out
+
+
+def ratios(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    by = {(x["bench"], x["impl"]): x for x in lines}
+    out = []
+    for (bench, impl), ours in by.items():
+        if impl != "ours":
+            continue
+        for lib in ("cpprb", "tianshou"):
+            theirs = by.get((bench, lib))
+            if theirs is None:
+                continue
+            out.append(
+                {
+                    "bench": bench,
+                    "impl": "ratio",
+                    "peer": lib,
+                    "ratio": round(ours["throughput"] / theirs["throughput"], 2),
+                    "unit": ours["unit"],
+                    "ours": ours["throughput"],
+                    "theirs": theirs["throughput"],
+                }
+            )
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default=",".join(PAIRS), help="benches, e.g. W3,W4")
+    ap.add_argument("--rounds", type=int, default=3, help="alternations of ours and the peers")
+    ap.add_argument("--repeats", type=int, default=3, help="timed repeats of each W1 add")
+    ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--peers", default="cpprb,tianshou")
+    args = ap.parse_args()
+    only = set(args.only.split(","))
+    D = load_data_module()
+    libs = [] if args.no_peers else args.peers.split(",")
+    per_round: list[list[dict[str, Any]]] = []
+    for r in range(args.rounds):
+        order = ["ours", *libs] if r % 2 == 0 else [*libs, "ours"]
+        lines: list[dict[str, Any]] = []
+        for who in order:
+            C.log(f"round {r + 1}/{args.rounds}: {who} (load {os.getloadavg()[0]:.2f})")
+            got = run_ours(D, only, args.repeats) if who == "ours" else run_peer(who, only, D)
+            for x in got:
+                x["round"] = r + 1
+            lines += got
+        per_round.append(lines)
+    final = medians(per_round)
+    for x in final:
+        C.emit(x)
+    for x in ratios(final):
+        C.emit(x)
+        C.log(
+            f"{x['bench']:<11} ours/{x['peer']:<8} {x['ratio']:.2f}x ({x['ours']:,.0f} / "
+            f"{x['theirs']:,.0f} {x['unit']})"
+        )
+    skipped = [x for lines in per_round for x in lines if "skipped" in x]
+    for x in skipped[: len(PAIRS) * len(libs)]:
+        C.emit(x)
+
+
+if __name__ == "__main__":
+    main()
