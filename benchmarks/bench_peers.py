@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as C  # noqa: E402
+import _common as C
 
 B = 256
 CALLS = 200  # calls per timed block
@@ -137,10 +137,10 @@ def run_ours(D: ModuleType, only: set[str], repeats: int) -> list[dict[str, Any]
             for i, j in chunks:
                 buf.add(eps[i:j])
 
+    bufs: list[Any] = []
     for name, per_ep in (("W1.episode", True), ("W1.chunk", False)):
         if name not in only:
             continue
-        bufs: list[Any] = []
 
         def fill(per_ep: bool = per_ep) -> None:
             bufs.clear()
@@ -264,7 +264,7 @@ def medians(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
             if x.get("throughput") is not None:
                 by.setdefault((x["bench"], x["impl"]), []).append(x)
     out = []
-    for (bench, impl), xs in by.items():
+    for xs in by.values():
         xs = sorted(xs, key=lambda x: x["throughput"])
         mid = dict(xs[(len(xs) - 1) // 2])
         mid["throughput"] = round(statistics.median(x["throughput"] for x in xs), 1)
