@@ -41,14 +41,16 @@ def test_presets_exist_and_load() -> None:
         "rllib_compressed",
         "rllib_old_stack",
         "d4rl",
-        "minari",
+        "minari_transitions",
     }
     for name in available_schemas():
         s = load_schema(name)
         assert s.name == name and set(s.columns) == set(CANONICAL_FIELDS)
 
 
-@pytest.mark.parametrize("name", ["rllib", "rllib_compressed", "rllib_old_stack", "d4rl", "minari"])
+@pytest.mark.parametrize(
+    "name", ["rllib", "rllib_compressed", "rllib_old_stack", "d4rl", "minari_transitions"]
+)
 def test_json_round_trip(name: str) -> None:
     s = load_schema(name)
     again = ColumnSchema.from_json(s.to_json())
@@ -67,7 +69,7 @@ def test_preset_contents() -> None:
     d4rl = load_schema("d4rl")
     assert d4rl.column("eps_id") is None and d4rl.column("terminateds") == "terminals"
     assert d4rl.column("truncateds") == "timeouts" and d4rl.column("new_obs") == "next_observations"
-    minari = load_schema("minari")
+    minari = load_schema("minari_transitions")
     assert (
         minari.column("eps_id") == "episode_id" and minari.column("terminateds") == "terminations"
     )
@@ -182,7 +184,7 @@ def test_detect_schema_by_names() -> None:
         "terminations",
         "truncations",
     ]
-    assert detect_schema(minari).name == "minari"
+    assert detect_schema(minari).name == "minari_transitions"
     old = [
         "eps_id",
         "agent_index",

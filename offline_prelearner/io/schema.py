@@ -13,8 +13,8 @@ Compression is *declared*, never guessed: ``compression`` names, per dataset col
   :meth:`ColumnSchema.check_codecs`).
 
 Presets live as JSON files in the repository's top-level ``schemas/`` folder (``rllib``,
-``rllib_compressed``, ``rllib_old_stack``, ``d4rl``, ``minari``); :func:`load_schema` accepts a
-schema, ``None`` (RLlib's new stack), a preset name or a path to a JSON file.
+``rllib_compressed``, ``rllib_old_stack``, ``d4rl``, ``minari_transitions``); :func:`load_schema`
+accepts a schema, ``None`` (RLlib's new stack), a preset name or a path to a JSON file.
 
 Columns a schema does not map (and does not ``ignore``) are kept as per-step extra columns.
 """

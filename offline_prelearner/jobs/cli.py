@@ -337,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument(
         "--schema",
         default=None,
-        help="a preset name from schemas/ (rllib, rllib_compressed, d4rl, minari, ...) "
+        help="a preset name from schemas/ (rllib, rllib_compressed, d4rl, minari_transitions, ...) "
         "or a schema JSON file (default: RLlib's column names)",
     )
     i.add_argument(
