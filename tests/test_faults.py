@@ -472,10 +472,16 @@ def _poison(src: Path, dst: Path, column: str) -> str:
         values[row] = np.nan
         new = pa.array(values)
     else:  # obs: a large_list<float> tensor column (Ray's layout); keep type and field metadata
-        flat = col.flatten().to_numpy().copy()
-        width = len(flat) // len(col)
+        # Once ray.data is imported in this process (an earlier test), pyarrow reads the column
+        # as Ray's tensor extension type: edit its storage and wrap it back.
+        ext = col.type if isinstance(col, pa.ExtensionArray) else None
+        storage = col.storage if ext is not None else col
+        flat = storage.flatten().to_numpy().copy()
+        width = len(flat) // len(storage)
         flat[row * width] = np.inf
-        new = pa.LargeListArray.from_arrays(col.offsets, pa.array(flat), type=col.type)
+        new = pa.LargeListArray.from_arrays(storage.offsets, pa.array(flat), type=storage.type)
+        if ext is not None:
+            new = pa.ExtensionArray.from_storage(ext, new)
     table = table.set_column(i, table.schema.field(i), new)
     pq.write_table(table, dst / bad.name)
     return bad.name
