@@ -54,10 +54,24 @@ def _sample_batches() -> ReaderFactory:
     return SampleBatchesReader
 
 
+def _minari() -> ReaderFactory:
+    from .minari import MinariReader
+
+    return MinariReader
+
+
+def _d4rl() -> ReaderFactory:
+    from .d4rl import D4RLReader
+
+    return D4RLReader
+
+
 _REGISTRY: dict[str, Callable[[], ReaderFactory]] = {
     "rows": _rows,  # one transition per row
     "episodes": _episodes,  # msgpack episode records in an ``item`` column
     "sample_batches": _sample_batches,  # RLlib's old-stack SampleBatch / MultiAgentBatch records
+    "minari": _minari,  # Minari datasets (hdf5 / arrow / parquet), as io.sources reads them
+    "d4rl": _d4rl,  # D4RL's flat HDF5 files
 }
 
 
