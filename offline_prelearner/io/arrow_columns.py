@@ -11,6 +11,9 @@
   ``large_list`` columns whose field metadata names the extension (when plain pyarrow reads a file
   Ray wrote); pass the field to :func:`to_numpy` or use :func:`column_to_numpy`. Ray's
   variable-shaped tensors are read when every row happens to have the same shape;
+* the fast tensor layout (:mod:`.fast_tensor`): a ``fixed_size_binary`` column whose field
+  metadata names ``offline_prelearner.tensor`` with its dtype and shape, viewed zero-copy
+  (read-only) as ``[n, *shape]`` when it arrives in one chunk;
 * numpy input (Ray's ``"numpy"`` batch format): arrays pass through; object arrays of arrays are
   stacked.
 
@@ -33,6 +36,7 @@ import pyarrow as pa
 
 from ..errors import DecodeError, SchemaError, Where
 from .codec import DEFAULT_LIMITS, DecodeLimits, legacy_unpack, unpack_array
+from .fast_tensor import TensorSpec, fixed_binary_to_numpy, tensor_spec
 
 __all__ = [
     "TENSOR_EXTENSIONS",
@@ -115,7 +119,7 @@ def to_numpy(
         name: The column's name, for messages.
         source: The file it came from, for messages.
         field: The Arrow field, whose metadata may name a Ray tensor extension (plain pyarrow
-            reading a file Ray wrote keeps the extension only there).
+            reading a file Ray wrote keeps the extension only there) or the fast layout.
 
     Raises:
         ColumnValueError: ragged lists, nulls in a numeric or tensor column, a tensor whose
@@ -124,7 +128,7 @@ def to_numpy(
     try:
         if isinstance(column, np.ndarray):
             return _from_ndarray(column)
-        shape = _meta_shape(field)
+        shape = _meta(field)
         if isinstance(column, pa.ChunkedArray):
             return _chunked(column, shape)
         if isinstance(column, pa.Array):
@@ -220,10 +224,20 @@ def from_numpy(array: np.ndarray) -> pa.Array:
 # ---------------------------------------------------------------------------------------------
 # Arrow
 # ---------------------------------------------------------------------------------------------
-def _meta_shape(field: pa.Field | None) -> tuple[int, ...] | None:
-    """The tensor shape from field metadata naming a Ray tensor extension, else None."""
+_Meta = tuple[int, ...] | TensorSpec | None
+
+
+def _meta(field: pa.Field | None) -> _Meta:
+    """The tensor shape from field metadata naming a Ray tensor extension, the dtype and shape of
+    the fast layout, else None."""
     if field is None or not field.metadata:
         return None
+    try:
+        spec = tensor_spec(field)
+    except ValueError as e:
+        raise _Bad(str(e), "bad_type", None) from None
+    if spec is not None:
+        return spec
     ext = field.metadata.get(_EXT_NAME, b"").decode("utf-8", "replace")
     if ext not in TENSOR_EXTENSIONS:
         return None
@@ -245,7 +259,7 @@ def _parse_shape(raw: bytes, ext: str) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _chunked(column: pa.ChunkedArray, shape: tuple[int, ...] | None) -> np.ndarray:
+def _chunked(column: pa.ChunkedArray, shape: _Meta) -> np.ndarray:
     if column.num_chunks == 1:
         return _convert(column.chunk(0), shape)
     if column.num_chunks == 0:
@@ -271,8 +285,17 @@ def _null_rows(arr: pa.Array) -> np.ndarray:
     return np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))
 
 
-def _convert(arr: pa.Array, shape: tuple[int, ...] | None = None) -> np.ndarray:
+def _convert(arr: pa.Array, shape: _Meta = None) -> np.ndarray:
     t = arr.type
+    if isinstance(shape, TensorSpec):
+        if arr.null_count:
+            rows = _null_rows(arr)
+            raise _Bad(
+                f"null cell at row {rows[0]} in a fast tensor column (the layout has no nulls)",
+                "null_value",
+                rows,
+            )
+        return fixed_binary_to_numpy(arr, shape)
     if isinstance(t, pa.ExtensionType):
         ext = t.extension_name
         if ext in TENSOR_EXTENSIONS:
