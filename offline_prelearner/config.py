@@ -44,6 +44,9 @@ class ReadConfig:
         check_continuity: Without a ``t`` column, check that each row's ``new_obs`` equals the
             next row's ``obs`` within an episode, so a scrambled row order is an error.
         limits: Size limits for decoding untrusted bytes.
+        max_episode_steps: D4RL files without ``timeouts``: also end an episode (truncated) after
+            this many steps since the last end, as D4RL's own ``sequence_dataset`` does with the
+            env's time limit (not in the file). None: only terminals end episodes.
     """
 
     format: str = "rows"
@@ -52,6 +55,7 @@ class ReadConfig:
     on_invalid: OnInvalid = "raise"
     check_continuity: bool = True
     limits: DecodeLimits = field(default_factory=DecodeLimits)
+    max_episode_steps: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.format, str) or not self.format:
@@ -60,6 +64,9 @@ class ReadConfig:
         for name in ("legacy_pickle", "check_continuity"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, found {getattr(self, name)!r}")
+        m = self.max_episode_steps
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise ConfigError(f"read.max_episode_steps must be an integer >= 1, found {m!r}")
 
 
 # ============================================================================================

@@ -1,0 +1,192 @@
+"""Reader for D4RL HDF5 files (format ``d4rl``): flat transitions -> episodes.
+
+Input: a table from :func:`~offline_prelearner.io.datasets.d4rl.read_d4rl_file` (a whole file;
+rows in recording order). Episodes:
+
+* **Ends.** An episode ends after a row with ``terminals`` (terminated) or ``timeouts``
+  (truncated: a time limit); a row with both is terminated (what bootstrapping needs).
+* **No ``timeouts``** (older files): with ``ReadConfig.max_episode_steps`` an episode also ends,
+  truncated, after that many steps since the last end (D4RL's own ``sequence_dataset`` rule with
+  ``env._max_episode_steps``, which is not in the file). Without it, where ``next_observations``
+  exist, a row whose ``next_observations`` differs from the next row's ``observations`` ends a
+  (truncated) episode -- the time-limit ends leave exactly that trace.
+* **The final episode with neither flag** (the data stops mid-episode) is a not-done fragment,
+  counted under ``not_done`` by ``inspect`` and kept as one by ``convert``.
+* **Last observation.** With ``next_observations`` each episode's last observation is
+  ``next_observations`` of its last row. Without, inside an episode the next observation is the
+  next row's; at the end it is not in the file: a terminated episode gets a copy of its last
+  observation there (a terminal is never bootstrapped from), a truncated or open one drops its
+  last step (counted rejected, reason ``next_obs_unknown``; never raised: it is the layout, not
+  bad data), so no episode holds an observation the file does not have.
+* **Continuity.** Where ``next_observations`` exist and episode ends are flagged (``timeouts`` or
+  ``max_episode_steps``), a row whose ``next_observations`` differs from the next row's
+  observation inside an episode refuses that episode (reason ``discontinuous``), unless
+  ``ReadConfig.check_continuity`` is off.
+
+Episode ids are ``"<file stem>:<k>"`` (``k`` counts episodes in the file from 0). A row is a step.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ...config import ReadConfig
+from ...episodes.episode_columns import EpisodeColumns
+from ...episodes.ledger import EpisodeBatch
+from ...errors import DataError, EpisodeValidationError, SchemaError, Where
+from ..datasets.d4rl import METADATA_KEY
+
+__all__ = ["D4RLReader", "split_d4rl"]
+
+
+class D4RLReader:
+    """Turns D4RL file tables into episodes (see the module docstring)."""
+
+    def __init__(self, config: ReadConfig | None = None) -> None:
+        self.config = config if config is not None else ReadConfig(format="d4rl")
+        #: Episode ends found from ``next_observations`` gaps (files without ``timeouts``).
+        self.ends_from_next_obs = 0
+
+    def read(self, batch: Any, source: str | None = None) -> EpisodeBatch:
+        if isinstance(batch, pa.RecordBatch):
+            batch = pa.Table.from_batches([batch])
+        if not isinstance(batch, pa.Table) or METADATA_KEY not in (batch.schema.metadata or {}):
+            raise SchemaError(
+                "the d4rl reader reads whole files as io.sources.read_table gives them "
+                f"(found {type(batch).__name__} without D4RL metadata)",
+                Where(file=source),
+            )
+        meta = json.loads(batch.schema.metadata[METADATA_KEY])
+        source = source or meta["file"]
+        cols = {name: _array(batch, name, meta["shapes"][name]) for name in batch.column_names}
+        return self._episodes(cols, Path(meta["file"]).stem, source)
+
+    def _episodes(self, c: dict[str, np.ndarray], stem: str, source: str) -> EpisodeBatch:
+        out = EpisodeBatch(on_invalid=self.config.on_invalid)
+        obs, act = c["observations"], c["actions"]
+        n = len(obs)
+        out.ledger.rows_in += n
+        if n == 0:
+            return out
+        term = c["terminals"].astype(bool)
+        nxt = c.get("next_observations")
+        gap = np.zeros(n, bool)
+        if nxt is not None and n > 1:
+            gap[:-1] = _rows_differ(nxt[:-1], obs[1:])
+        flagged_ends = "timeouts" in c or self.config.max_episode_steps is not None
+        if "timeouts" in c:
+            trunc = c["timeouts"].astype(bool) & ~term
+        elif self.config.max_episode_steps is not None:
+            trunc = _time_limit_ends(term, self.config.max_episode_steps)
+        else:
+            trunc = gap & ~term
+            self.ends_from_next_obs += int(trunc.sum())
+        ends = np.flatnonzero(term | trunc)
+        stops = ends + 1
+        if not len(stops) or stops[-1] != n:
+            stops = np.r_[stops, n]  # the open end
+        starts = np.r_[0, stops[:-1]]
+        last = stops - 1
+        is_term, is_trunc = term[last], trunc[last]
+        # which episodes drop their last step (no next observation in the file)
+        drop_last = np.zeros(len(starts), bool) if nxt is not None else ~is_term
+        length = stops - starts - drop_last
+        final = np.empty((len(starts), *obs.shape[1:]), obs.dtype)
+        if nxt is not None:
+            final[:] = nxt[last]
+        else:
+            final[is_term] = obs[last[is_term]]
+            final[~is_term] = obs[last[~is_term]]  # the dropped step's observation
+        bad = np.zeros(len(starts), bool)
+        if nxt is not None and flagged_ends and self.config.check_continuity:
+            inner = gap.copy()
+            inner[last] = False
+            bad = np.add.reduceat(inner.astype(np.int64), starts) > 0
+        ids = [f"{stem}:{k}" for k in range(len(starts))]
+        for k in np.flatnonzero(drop_last).tolist():
+            err = DataError(
+                "the last step's next observation is not in the file (no next_observations)",
+                Where(file=source, episode_id=ids[k], row=int(last[k])),
+                reason="next_obs_unknown",
+            )
+            out.reject(err, 1, episodes=int(length[k] == 0), policy="skip")
+        for k in np.flatnonzero(bad & (length > 0)).tolist():
+            r = int(np.flatnonzero(gap[starts[k] : last[k]])[0]) + int(starts[k])
+            err = EpisodeValidationError(
+                f"next_observations of row {r} differ from the observations of row {r + 1} "
+                "inside an episode (rows out of order, or an end the file does not flag)",
+                Where(file=source, episode_id=ids[k], row=r, column="next_observations"),
+                reason="discontinuous",
+            )
+            out.reject(err, int(length[k]))
+        keep = ~bad & (length > 0)
+        if not keep.any():
+            return out
+        k_idx = np.flatnonzero(keep)
+        starts, length, final = starts[k_idx], length[k_idx], final[k_idx]
+        step_rows = np.concatenate(
+            [np.arange(s, s + m) for s, m in zip(starts, length, strict=True)]
+        )
+        step_at = np.zeros(len(k_idx), np.int64)
+        np.cumsum(length[:-1], out=step_at[1:])
+        ep_of_step = np.repeat(np.arange(len(k_idx)), length)
+        obs_out = np.empty((len(step_rows) + len(k_idx), *obs.shape[1:]), obs.dtype)
+        obs_out[np.arange(len(step_rows)) + ep_of_step] = obs[step_rows]
+        obs_at = step_at + np.arange(len(k_idx))
+        obs_out[obs_at + length] = final
+        out.add_columns(
+            EpisodeColumns(
+                obs=obs_out,
+                actions=act[step_rows],
+                rewards=c["rewards"][step_rows],
+                extras={},
+                obs_at=obs_at,
+                step_at=step_at,
+                length=length.astype(np.int64),
+                t_started=np.zeros(len(k_idx), np.int64),
+                terminated=is_term[k_idx],
+                truncated=is_trunc[k_idx] & ~is_term[k_idx],
+                ids=[ids[k] for k in k_idx.tolist()],
+                agents=[None] * len(k_idx),
+                modules=[None] * len(k_idx),
+            )
+        )
+        return out
+
+
+def split_d4rl(batch: pa.Table, config: ReadConfig | None = None) -> EpisodeBatch:
+    """A D4RL file table as episodes (the library's one-call form of :class:`D4RLReader`)."""
+    return D4RLReader(config).read(batch)
+
+
+def _array(table: pa.Table, name: str, shape: list[int]) -> np.ndarray:
+    col = table.column(name)
+    arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    if pa.types.is_fixed_size_list(arr.type):
+        return arr.flatten().to_numpy(zero_copy_only=False).reshape(len(arr), *shape)
+    return arr.to_numpy(zero_copy_only=False)
+
+
+def _rows_differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per row: not byte-identical (NaN equals NaN: a copied NaN is the same observation)."""
+    if a.ndim == 1:
+        return np.asarray(a != b) & ~(np.isnan(a) & np.isnan(b) if a.dtype.kind == "f" else False)
+    ra = np.ascontiguousarray(a).reshape(len(a), -1).view(np.uint8)
+    rb = np.ascontiguousarray(b).reshape(len(b), -1).view(np.uint8)
+    return np.any(ra != rb, axis=1)
+
+
+def _time_limit_ends(term: np.ndarray, max_steps: int) -> np.ndarray:
+    """Rows that end an episode by the time limit: ``max_steps`` steps since the last end."""
+    n = len(term)
+    seg_start = np.zeros(n, np.int64)
+    after = np.flatnonzero(term[:-1]) + 1
+    seg_start[after] = after
+    np.maximum.accumulate(seg_start, out=seg_start)
+    k = np.arange(n) - seg_start
+    return ((k + 1) % max_steps == 0) & ~term
