@@ -3,6 +3,11 @@
 RLlib's recorder spreads one episode over several small files, and row data without a ``t``
 column is only trustworthy in the order it was written: files are therefore always listed in
 name order (directories recursively), and readers keep their state from one file to the next.
+
+Minari datasets (a dataset folder, its ``data`` folder, or a dataset id resolved as Minari does)
+expand to their data files in episode order, are detected as ``minari`` and read as step tables
+(:mod:`.datasets.minari`); ``.hdf5``/``.h5`` files are D4RL files (``d4rl``, :mod:`.datasets.d4rl`).
+Both are read whole (a file is a unit of episodes, never cut into batches).
 """
 
 from __future__ import annotations
@@ -17,8 +22,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import DataError, UnsupportedFormatError, Where
+from .datasets.d4rl import is_d4rl_file, read_d4rl_file
+from .datasets.minari import data_dir_of, find_data_dir, minari_files, read_minari_file
 
-__all__ = ["detect_format", "expand_paths", "iter_tables", "read_table"]
+__all__ = ["WHOLE_FILE_FORMATS", "detect_format", "expand_paths", "iter_tables", "read_table"]
+
+#: Formats whose files are read whole: a file holds whole episodes, never cut into batches.
+WHOLE_FILE_FORMATS = ("minari", "d4rl")
 
 _PARQUET_EXT = (".parquet", ".pq")
 _JSON_EXT = (".json", ".jsonl", ".ndjson")
@@ -30,12 +40,16 @@ def _is_data_file(p: Path) -> bool:
 
 
 def expand_paths(path: str | os.PathLike[str] | list[str]) -> list[str]:
-    """Files under ``path``: a file, a directory (recursive) or a glob; sorted by name.
+    """Files under ``path``: a file, a directory (recursive) or a glob; sorted by name. A Minari
+    dataset (its folder, its ``data`` folder or its id) gives its data files in episode order.
 
     Raises FileNotFoundError naming the path when nothing matches.
     """
     if isinstance(path, list):
         return [f for p in path for f in expand_paths(p)]
+    data_dir = find_data_dir(path)
+    if data_dir is not None:
+        return minari_files(data_dir)
     p = Path(path)
     if p.is_file():
         return [str(p)]
@@ -67,10 +81,15 @@ def _sniff_json(path: str) -> str | None:
 
 
 def detect_format(files: list[str]) -> str:
-    """``rows``, ``episodes`` or ``sample_batches``, from the first file's name and content."""
+    """``rows``, ``episodes``, ``sample_batches``, ``minari`` or ``d4rl``, from the first file's
+    name and content."""
     if not files:
         raise UnsupportedFormatError("no files to detect a format from")
     first = files[0]
+    if data_dir_of(first) is not None:
+        return "minari"
+    if is_d4rl_file(first):
+        return "d4rl"
     if first.endswith(_JSON_EXT):
         fmt = _sniff_json(first)
         if fmt is None:
@@ -95,7 +114,14 @@ def detect_format(files: list[str]) -> str:
 
 
 def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
-    """One Parquet file as an Arrow table; unreadable files are a DataError naming the file."""
+    """One file as an Arrow table; unreadable files are a DataError naming the file.
+
+    Parquet and JSON lines as they are; a Minari data file or a D4RL file as a step table.
+    """
+    if data_dir_of(path) is not None:
+        return read_minari_file(path)
+    if is_d4rl_file(path):
+        return read_d4rl_file(path)
     try:
         if path.endswith(_JSON_EXT):
             import pyarrow.json as pajson

@@ -17,7 +17,10 @@ a row of it. The plan reads only the key columns of every file (Parquet column p
 
 Msgpack episodes and old-stack batches carry their ids inside the records; their plan is one
 unit over all files, in order (correct, not parallel). Data without an episode id column (split
-at done flags) has one unit per file.
+at done flags) has one unit per file. Minari and D4RL files hold whole episodes and are read
+whole (:data:`~offline_prelearner.io.sources.WHOLE_FILE_FORMATS`): a D4RL file is a unit, and
+Minari's episode files (arrow / parquet: a folder per episode) are grouped into units like row
+files (an hdf5 dataset is one file, so one unit).
 
 :func:`run_unit` runs a fresh prelearner (seeded from the job's seed and the unit's index) over
 a unit's rows in ``ray.batch_size`` chunks and writes ``samples/part-<unit>-<k>.parquet`` through
@@ -43,7 +46,7 @@ import pyarrow.parquet as pq
 from ..config import PreLearnerConfig
 from ..errors import DataError, Where
 from ..io.schema import load_schema
-from ..io.sources import read_table
+from ..io.sources import WHOLE_FILE_FORMATS, read_table
 from ..io.writers import columns_to_table
 from ..prelearner import OfflinePreLearner
 from .commit import file_sha256, write_json_atomic
@@ -67,7 +70,13 @@ class InputFile:
     def stat(cls, path: str) -> InputFile:
         st = os.stat(path)
         rows = None
-        if not path.endswith(_JSON_EXT):
+        if path.endswith(".arrow"):  # Minari's arrow backend: one episode per file
+            try:
+                with pa.memory_map(path) as src:
+                    rows = pa.ipc.open_file(src).count_rows()
+            except (pa.ArrowInvalid, OSError):
+                rows = None
+        elif not path.endswith((*_JSON_EXT, ".hdf5", ".h5")):
             try:
                 rows = pq.ParquetFile(path).metadata.num_rows
             except (pa.ArrowInvalid, OSError):
@@ -108,6 +117,7 @@ class Plan:
     files: tuple[InputFile, ...]
     units: tuple[Unit, ...]
     key_columns: tuple[str, ...] = ()  # eps_id [, agent_id] columns; () = no ownership
+    whole_files: bool = False  # each file is read as one table (Minari, D4RL)
 
     def unit_inputs(self, unit: Unit) -> list[dict[str, Any]]:
         return [self.files[i].to_dict() for i in sorted({p.file for p in unit.parts})]
@@ -172,6 +182,13 @@ def plan_units(files: list[str], config: PreLearnerConfig, min_rows: int | None 
         min_rows = int(os.environ.get(UNIT_MIN_ROWS_ENV, UNIT_MIN_ROWS))
     inputs = tuple(InputFile.stat(f) for f in files)
     fmt = config.read.format
+    if fmt in WHOLE_FILE_FORMATS:
+        unit_of = _group_files(inputs, min_rows) if fmt == "minari" else list(range(len(files)))
+        units = [
+            Unit(u, tuple(Part(i) for i in range(len(files)) if unit_of[i] == u))
+            for u in range(unit_of[-1] + 1)
+        ]
+        return Plan(inputs, tuple(units), whole_files=True)
     if fmt != "rows":
         return Plan(inputs, (Unit(0, tuple(Part(i) for i in range(len(files)))),))
     try:
@@ -228,6 +245,10 @@ def read_part(
     """Chunks of one part, each with the row numbers (in its file) of its rows."""
     path = plan.files[part.file].path
     step = batch_size or 1 << 62
+    if plan.whole_files:
+        table = read_table(path)
+        yield table, np.arange(table.num_rows, dtype=np.int64)
+        return
     if path.endswith(_JSON_EXT):
         table = read_table(path)
         chunks: Iterator[pa.Table] = (
@@ -281,6 +302,9 @@ def read_unit(
     for part in unit.parts:
         for chunk, rows in read_part(plan, part, step):
             files = np.full(len(rows), part.file, dtype=np.int64)
+            if plan.whole_files:  # whole episodes: a file is one chunk, never cut
+                yield chunk, files, rows
+                continue
             while chunk.num_rows:
                 take = min(step - n_held, chunk.num_rows)
                 held.append((chunk.slice(0, take), files[:take], rows[:take]))
