@@ -1,0 +1,128 @@
+"""Episodes -> a Minari 0.5.4 dataset (hdf5 backend), written with h5py, no Minari needed.
+
+:func:`write_minari_dataset` writes ``<folder>/data/metadata.json`` and
+``<folder>/data/main_data.hdf5`` in the layout Minari's own hdf5 storage writes (group
+``episode_<k>`` per episode: ``observations (T+1, ...)``, ``actions``, ``rewards``,
+``terminations``, ``truncations`` of ``T`` rows, an empty ``infos`` group; attrs ``id``,
+``total_steps``). ``minari.MinariDataset("<folder>/data")`` opens it, and so does
+``minari.load_dataset(id)`` when ``<folder>`` is ``$MINARI_DATASETS_PATH/<id>``.
+
+Why hdf5 and h5py: Minari's own arrow/parquet writer rewrites metadata.json (walking every file
+written so far) after each episode -- quadratic -- and needs jax only to record from an env; one
+h5py pass is linear and needs nothing Minari does not already read.
+
+Episodes become ids ``0..n-1`` in order (Minari requires sequential ids; the source id is kept in
+the attr ``source_id``). Flags: a terminated episode has ``terminations[-1]``; a truncated one and
+a not-done fragment ``truncations[-1]`` (what Minari's DataCollector writes for an episode it had
+to cut). Images are written raw (``jpeg_encoding: false``): lossless.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from ...episodes.episode import Episode
+from ...errors import ConfigError, UnsupportedFormatError
+from .minari import _ID, space_to_minari
+from .optional import import_h5py
+
+__all__ = ["MINARI_WRITE_VERSION", "infer_space", "write_minari_dataset"]
+
+#: The Minari version whose layout is written (``minari_version`` in the metadata).
+MINARI_WRITE_VERSION = "0.5.4"
+
+
+def infer_space(column: np.ndarray, role: str) -> gym.Space[Any]:
+    """A space for data with none: integer scalars -> Discrete(max + 1), else an unbounded Box
+    (uint8 images -> Box(0, 255))."""
+    step = column.shape[1:]
+    if column.dtype.kind in "iu" and step == () and column.size and column.min() >= 0:
+        return gym.spaces.Discrete(int(column.max()) + 1)
+    if column.dtype.kind == "b":
+        return gym.spaces.MultiBinary(list(step) if step else 1)
+    if column.dtype == np.uint8:
+        return gym.spaces.Box(0, 255, shape=step, dtype=np.uint8)
+    if column.dtype.kind not in "iuf":
+        raise UnsupportedFormatError(f"cannot write {role} of dtype {column.dtype} to Minari")
+    if column.dtype.kind == "f":
+        lo, hi = -np.inf, np.inf
+    else:
+        lo, hi = np.iinfo(column.dtype).min, np.iinfo(column.dtype).max
+    return gym.spaces.Box(lo, hi, shape=step, dtype=column.dtype)
+
+
+def write_minari_dataset(
+    folder: str | os.PathLike[str],
+    episodes: Iterable[Episode],
+    dataset_id: str,
+    *,
+    observation_space: gym.Space[Any] | None = None,
+    action_space: gym.Space[Any] | None = None,
+    description: str | None = None,
+) -> dict[str, Any]:
+    """Writes ``episodes`` as a Minari dataset under ``folder`` (see the module docstring).
+
+    Spaces default to :func:`infer_space` from the first episode. Returns the metadata written.
+    Raises ConfigError for a malformed ``dataset_id`` or a ``folder/data`` that already exists.
+    """
+    if not _ID.match(dataset_id) or ("/" in dataset_id and len(dataset_id.split("/")[0]) < 2):
+        raise ConfigError(
+            f"dataset_id {dataset_id!r} is not a Minari id: (namespace/)name(-vN), "
+            "a namespace of at least 2 characters"
+        )
+    h5py = import_h5py("writing a Minari dataset")
+    data = Path(folder) / "data"
+    if data.exists():
+        raise ConfigError(f"{str(data)!r} exists; a Minari dataset is written into a new folder")
+    data.mkdir(parents=True)
+    n_eps = n_steps = 0
+    with h5py.File(data / "main_data.hdf5", "w") as f:
+        for ep in episodes:
+            if observation_space is None:
+                observation_space = infer_space(ep.observations, "observations")
+            if action_space is None:
+                action_space = infer_space(ep.actions, "actions")
+            t = len(ep)
+            g = f.create_group(f"episode_{n_eps}")
+            g.attrs["id"] = n_eps
+            g.attrs["total_steps"] = t
+            g.attrs["source_id"] = str(ep.id)
+            g.create_dataset("observations", data=ep.observations)
+            g.create_dataset("actions", data=ep.actions)
+            g.create_dataset("rewards", data=ep.rewards)
+            term = np.zeros(t, bool)
+            trunc = np.zeros(t, bool)
+            if t:
+                term[-1] = ep.terminated
+                trunc[-1] = not ep.terminated
+            g.create_dataset("terminations", data=term)
+            g.create_dataset("truncations", data=trunc)
+            g.create_group("infos")
+            n_eps += 1
+            n_steps += t
+    if observation_space is None or action_space is None:
+        raise ConfigError("no episodes to write: a Minari dataset needs at least one")
+    size_mb = sum(p.stat().st_size for p in data.iterdir()) / 2**20
+    meta = {
+        "dataset_id": dataset_id,
+        "minari_version": MINARI_WRITE_VERSION,
+        "data_format": "hdf5",
+        "jpeg_encoding": False,
+        "total_episodes": n_eps,
+        "total_steps": n_steps,
+        "observation_space": json.dumps(space_to_minari(observation_space)),
+        "action_space": json.dumps(space_to_minari(action_space)),
+        "dataset_size": round(size_mb, 1),
+        "algorithm_name": "offline_prelearner convert",
+        "description": description or "converted by offline_prelearner",
+    }
+    with open(data / "metadata.json", "w") as fh:
+        json.dump(meta, fh)
+    return meta
