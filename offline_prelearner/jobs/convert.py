@@ -92,7 +92,7 @@ from .commit import STATS_FILE, Staging, file_sha256, write_json_atomic
 
 __all__ = ["STATS_FILE", "convert_path"]
 
-Target = Literal["rows", "episodes"]
+Target = Literal["rows", "episodes", "minari"]
 Progress = Callable[[int, int, str, int], None]  # (files done, files, file, steps so far)
 _QUARANTINE = "quarantine"
 
@@ -111,6 +111,7 @@ def convert_path(
     episodes_per_file: int = 1_000,
     overwrite: bool = False,
     resume: bool = False,
+    dataset_id: str | None = None,
 ) -> dict[str, Any]:
     """Converts old-stack data under ``path``; commits it to ``out_dir`` and returns the stats.
 
@@ -131,12 +132,25 @@ def convert_path(
         overwrite: Replace a non-empty ``out_dir`` once this job has succeeded.
         resume: Reuse the units an interrupted or failed run of the same job committed (see the
             module docstring); refused with one line if that run had another config.
+        dataset_id: ``to="minari"``: the Minari id written (see
+            :func:`~offline_prelearner.jobs.convert_dataset.convert_dataset`).
+
+    A Minari dataset or D4RL file as input, or ``to="minari"``, is converted by
+    :func:`~offline_prelearner.jobs.convert_dataset.convert_dataset`.
 
     Raises:
         CommitError: ``out_dir`` is not empty (without ``overwrite``), or ``resume`` finds
             nothing to resume or a job with another config.
     """
     start = time.perf_counter()
+    from .convert_dataset import convert_dataset, wants_dataset_job
+
+    if wants_dataset_job(path, to, read_config):  # Minari / D4RL in, or Minari out
+        return convert_dataset(
+            path, to, out_dir, read_config, on_invalid, progress, fragments=fragments,
+            rows_per_file=rows_per_file, episodes_per_file=episodes_per_file,
+            dataset_id=dataset_id, overwrite=overwrite, resume=resume,
+        )  # fmt: skip
     job = _Job.check(to, fragments, dones, rows_per_file, episodes_per_file)
     read = read_config or ReadConfig(format="sample_batches")
     if on_invalid is not None:

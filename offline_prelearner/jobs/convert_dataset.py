@@ -1,0 +1,260 @@
+"""Converting whole datasets: Minari / D4RL in, and Minari out (``convert --to minari``).
+
+:func:`convert_dataset` is what :func:`~offline_prelearner.jobs.convert.convert_path` hands over
+to when the input is a Minari dataset or a D4RL file, or the target is ``"minari"``. It reads
+every file in order with the format's reader (one reader, so readers that carry state across
+files -- old-stack batches -- work too), joins fragments, validates and de-duplicates like
+``inspect``, then writes
+
+* ``to="rows"``: ``rows-00000-<k>.parquet`` (RLlib's recorder layout plus ``t``),
+* ``to="episodes"``: ``episodes-00000-<k>.parquet`` (msgpack ``SingleAgentEpisode`` records),
+* ``to="minari"``: a Minari dataset, ``data/metadata.json`` + ``data/main_data.hdf5``
+  (:mod:`~offline_prelearner.io.datasets.minari_write`); ``minari.load_dataset(dataset_id)``
+  opens it when ``out_dir`` is ``$MINARI_DATASETS_PATH/<dataset_id>``, and
+  ``minari.MinariDataset(out_dir + "/data")`` from anywhere.
+
+The output is a commit (:class:`~.commit.Staging`: staged beside ``out_dir``, manifest last).
+The whole job is one unit: ``resume`` is refused (there is nothing partial to reuse).
+Not-done episodes (the data ends mid-episode) are kept as fragments or refused
+(``fragments``), as in the old-stack conversion. Counts: ``rows_in == rows_out +
+sum(rows_rejected) + rows_duplicate`` (a row is a step).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .._version import __version__
+from ..config import ReadConfig
+from ..episodes.episode import Episode
+from ..episodes.ledger import EpisodeBatch, check_on_invalid
+from ..episodes.stitch import stitch_fragments
+from ..episodes.validate import Deduplicator, ValidateConfig, Validator
+from ..errors import ConfigError, EpisodeValidationError, Where
+from ..io.codec import packb
+from ..io.datasets.minari_write import write_minari_dataset
+from ..io.readers import make_reader
+from ..io.readers.episodes import ITEM
+from ..io.sources import WHOLE_FILE_FORMATS, detect_format, expand_paths, read_table
+from ..io.writers import episodes_to_rows
+from .commit import Staging
+
+__all__ = ["DATASET_TARGETS", "convert_dataset", "wants_dataset_job"]
+
+DATASET_TARGETS = ("rows", "episodes", "minari")
+Progress = Callable[[int, int, str, int], None]
+
+
+def wants_dataset_job(path: str | os.PathLike[str], to: str, read: ReadConfig | None) -> bool:
+    """Whether ``convert`` of ``path`` to ``to`` is this job's (Minari / D4RL in, Minari out)."""
+    if to == "minari":
+        return True
+    fmt = read.format if read is not None and read.format != "auto" else None
+    if fmt is None:
+        try:
+            fmt = detect_format(expand_paths(os.fspath(path)))
+        except (FileNotFoundError, ValueError):
+            return False  # the old-stack job reports it
+    return fmt in WHOLE_FILE_FORMATS
+
+
+def convert_dataset(
+    path: str | os.PathLike[str],
+    to: str,
+    out_dir: str | os.PathLike[str],
+    read_config: ReadConfig | None = None,
+    on_invalid: str | None = None,
+    progress: Progress | None = None,
+    *,
+    fragments: str = "keep",
+    rows_per_file: int = 100_000,
+    episodes_per_file: int = 1_000,
+    dataset_id: str | None = None,
+    overwrite: bool = False,
+    resume: bool = False,
+) -> dict[str, Any]:
+    """Converts the dataset at ``path`` to ``to`` in ``out_dir``; returns the stats.
+
+    ``dataset_id`` (``to="minari"``): the id written in the metadata; default
+    ``<parent folder>/<folder>`` of ``out_dir`` (``--out ROOT/ns/name-v0`` -> ``ns/name-v0``).
+    """
+    start = time.perf_counter()
+    if to not in DATASET_TARGETS:
+        raise ConfigError(f"to must be one of {list(DATASET_TARGETS)}, found {to!r}")
+    if fragments not in ("keep", "reject"):
+        raise ConfigError(f"fragments must be 'keep' or 'reject', found {fragments!r}")
+    if resume:
+        raise ConfigError(
+            "--resume: a Minari / D4RL conversion is one unit of work, nothing partial is kept; "
+            "run without --resume"
+        )
+    read = read_config or ReadConfig(format="auto")
+    if on_invalid is not None:
+        read = replace(read, on_invalid=check_on_invalid(on_invalid))
+    files = expand_paths(os.fspath(path))
+    if read.format == "auto":
+        read = replace(read, format=detect_format(files))
+    out = Path(out_dir)
+    if to == "minari" and dataset_id is None:
+        dataset_id = f"{out.parent.name}/{out.name}" if len(out.parent.name) >= 2 else out.name
+    inputs = [_stat(f) for f in files]
+    job = {
+        "version": __version__,
+        "format": read.format,
+        "prelearner": None,
+        "engine": "local",
+        "config": {"job": "convert", "to": to, "fragments": fragments, "dataset_id": dataset_id},
+        "inputs": inputs,
+    }
+    staging = Staging(out, job, overwrite=overwrite, files_dir="")
+    staging.open()
+    try:
+        batch, reader = _read_all(files, read, progress)
+        n_fragments = _settle_fragments(batch, fragments, read.on_invalid)
+        episodes = batch.episodes
+        written = _write(staging.path, to, episodes, reader, dataset_id,
+                         rows_per_file, episodes_per_file)  # fmt: skip
+    except BaseException:
+        staging.discard()
+        raise
+    led = batch.ledger
+    seconds = time.perf_counter() - start
+    stats = {
+        "input": os.fspath(path),
+        "format": read.format,
+        "files_in": len(files),
+        "to": to,
+        "out_dir": str(out),
+        "files_written": [f["name"] for f in written],
+        "rows_in": led.rows_in,
+        "rows_out": sum(batch.source_rows),
+        "rows_rejected": dict(sorted(led.rows_rejected.items())),
+        "rows_duplicate": led.rows_duplicate,
+        "episodes_written": len(episodes),
+        "episodes_terminated": sum(e.terminated for e in episodes),
+        "episodes_truncated": sum(e.truncated for e in episodes),
+        "fragments": n_fragments if fragments == "keep" else 0,
+        "fragments_rejected": n_fragments if fragments == "reject" else 0,
+        "episodes_rejected": dict(sorted(led.episodes_rejected.items())),
+        "balanced": led.balanced(),
+        "dataset_id": dataset_id,
+        "units": 1,
+        "units_reused": 0,
+        "seconds": round(seconds, 4),
+        "steps_per_s": round(sum(batch.source_rows) / seconds, 1) if seconds > 0 else None,
+    }
+    staging.commit(stats, written, {"to": to})
+    return stats
+
+
+def _stat(path: str) -> dict[str, Any]:
+    st = os.stat(path)
+    return {"path": path, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _read_all(
+    files: list[str], read: ReadConfig, progress: Progress | None
+) -> tuple[EpisodeBatch, Any]:
+    reader = make_reader(read)
+    total = EpisodeBatch(on_invalid=read.on_invalid)
+    for i, f in enumerate(files):
+        total.extend(reader.read(read_table(f), source=f))
+        if progress is not None:
+            progress(i + 1, len(files), f, total.ledger.rows_in)
+    batch = stitch_fragments(total)
+    check = ValidateConfig(on_invalid=read.on_invalid, require_done=False)  # fragments: below
+    batch = Validator(check).validate(batch)
+    return Deduplicator().dedupe(batch), reader
+
+
+def _settle_fragments(batch: EpisodeBatch, policy: str, on_invalid: str) -> int:
+    """Counts not-done episodes; under ``"reject"`` refuses them (reason ``not_done``)."""
+    open_ = [not e.is_done for e in batch.episodes]
+    if policy == "reject" and any(open_):
+        dropped, rows = batch.keep_only([not o for o in open_])
+        for ep, r in zip(dropped, rows, strict=True):
+            err = EpisodeValidationError(
+                "episode never ends within the data; fragments='keep' writes it as not done",
+                Where(episode_id=ep.id, timestep=ep.t_end),
+                reason="not_done",
+            )
+            batch.reject(err, r, episode=ep, policy="skip" if on_invalid == "raise" else None)
+    return sum(open_)
+
+
+def _write(
+    root: Path,
+    to: str,
+    episodes: list[Episode],
+    reader: Any,
+    dataset_id: str | None,
+    rows_per_file: int,
+    episodes_per_file: int,
+) -> list[dict[str, Any]]:
+    if to == "minari":
+        write_minari_dataset(
+            root,
+            episodes,
+            dataset_id or "converted",
+            observation_space=getattr(reader, "observation_space", None),
+            action_space=getattr(reader, "action_space", None),
+        )
+        return [_entry(root, name, n) for name, n in _minari_files(root, episodes)]
+    written = []
+    for ep in episodes:
+        ep.id = str(ep.id)
+    if to == "rows":
+        k, chunk, rows = 0, [], 0
+        for nxt in [*episodes, None]:
+            if chunk and (nxt is None or rows + len(nxt) > rows_per_file):
+                table = episodes_to_rows(chunk, with_t=True)
+                written.append(_write_parquet(root, f"rows-00000-{k:05d}.parquet", table))
+                k, chunk, rows = k + 1, [], 0
+            if nxt is not None:
+                chunk.append(nxt)
+                rows += len(nxt)
+        return written
+    for k, s in enumerate(range(0, len(episodes), episodes_per_file)):
+        part = episodes[s : s + episodes_per_file]
+        states = [{**e.get_state(), "_last_step_time": None} for e in part]
+        table = pa.table({ITEM: pa.array([packb(st) for st in states], type=pa.binary())})
+        written.append(_write_parquet(root, f"episodes-00000-{k:05d}.parquet", table))
+    return written
+
+
+def _minari_files(root: Path, episodes: list[Episode]) -> list[tuple[str, int]]:
+    return [("data/main_data.hdf5", sum(len(e) for e in episodes)), ("data/metadata.json", 0)]
+
+
+def _entry(root: Path, name: str, rows: int) -> dict[str, Any]:
+    data = (root / name).read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    return {"name": name, "rows": rows, "bytes": len(data), "sha256": digest}
+
+
+def _write_parquet(root: Path, name: str, table: pa.Table) -> dict[str, Any]:
+    """``table`` as Parquet at ``root/name`` (temporary name, fsync, rename); its manifest entry."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    data = sink.getvalue()
+    path = root / name
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return {"name": name, "rows": table.num_rows, "bytes": data.size,
+            "sha256": hashlib.sha256(data).hexdigest()}  # fmt: skip
