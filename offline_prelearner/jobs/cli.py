@@ -93,6 +93,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         schema=args.schema,
         legacy_pickle=args.legacy_pickle,
         on_invalid=args.on_invalid,
+        max_episode_steps=args.max_episode_steps,
     )
     validate = ValidateConfig(on_invalid=args.on_invalid, require_done=not args.allow_fragments)
     report = inspect_path(
@@ -126,7 +127,12 @@ def _cmd_convert(args: argparse.Namespace) -> int:
             sys.stderr.write(f"  converted {i}/{n} files, {steps} steps read ({name})\n")
             sys.stderr.flush()
 
-    read = ReadConfig(format="sample_batches", schema=args.schema, legacy_pickle=args.legacy_pickle)
+    read = ReadConfig(
+        format="sample_batches",  # Minari datasets and D4RL files are detected (convert_dataset)
+        schema=args.schema,
+        legacy_pickle=args.legacy_pickle,
+        max_episode_steps=args.max_episode_steps,
+    )
     stats = convert_path(
         args.path,
         args.to,
@@ -138,6 +144,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         dones=args.dones,
         overwrite=args.overwrite,
         resume=args.resume,
+        dataset_id=args.dataset_id,
     )
     print(json.dumps(stats, indent=None if args.json else 2))
     return 0
@@ -250,6 +257,13 @@ def _add_commit_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+_FORMATS = ["auto", "rows", "episodes", "sample_batches", "minari", "d4rl"]
+_MAX_STEPS_HELP = (
+    "D4RL files without `timeouts`: end an episode (truncated) after this many steps, as "
+    "D4RL's sequence_dataset does with the env's time limit"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="offline-prelearner",
@@ -309,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument(
         "--prelearner", help="a custom OfflinePreLearner subclass as package.module:Class"
     )
-    pr.add_argument("--format", choices=["auto", "rows", "episodes", "sample_batches"])
+    pr.add_argument("--format", choices=_FORMATS)
     pr.add_argument("--schema", help="schema preset name or JSON file (rows format)")
     pr.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS or local)")
     _add_commit_flags(pr)
@@ -331,14 +345,13 @@ def build_parser() -> argparse.ArgumentParser:
         "what to do with rows that fail to read or validate (default: skip and count them in "
         "the report)",
     )
-    i.add_argument(
-        "--format", choices=["auto", "rows", "episodes", "sample_batches"], default="auto"
-    )
+    i.add_argument("--format", choices=_FORMATS, default="auto")
+    i.add_argument("--max-episode-steps", type=int, default=None, help=_MAX_STEPS_HELP)
     i.add_argument(
         "--schema",
         default=None,
-        help="a preset name from schemas/ (rllib, rllib_compressed, d4rl, minari_transitions, ...) "
-        "or a schema JSON file (default: RLlib's column names)",
+        help="a preset name from schemas/ (rllib, rllib_compressed, d4rl, minari_transitions, "
+        "...) or a schema JSON file (default: RLlib's column names)",
     )
     i.add_argument(
         "--quarantine-dir",
@@ -365,10 +378,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument(
         "--to",
-        choices=["rows", "episodes"],
+        choices=["rows", "episodes", "minari"],
         required=True,
-        help="rows: RLlib's recorder row layout plus t; episodes: msgpack episode records",
+        help="rows: RLlib's recorder row layout plus t; episodes: msgpack episode records; "
+        "minari: a Minari dataset (OUT/data/main_data.hdf5 + metadata.json)",
     )
+    c.add_argument(
+        "--dataset-id",
+        default=None,
+        help="--to minari: the dataset id written (default: OUT's parent/name, so "
+        "--out ROOT/ns/name-v0 is minari.load_dataset('ns/name-v0') with "
+        "MINARI_DATASETS_PATH=ROOT)",
+    )
+    c.add_argument("--max-episode-steps", type=int, default=None, help=_MAX_STEPS_HELP)
     c.add_argument(
         "--out",
         required=True,

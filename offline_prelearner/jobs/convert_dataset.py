@@ -58,13 +58,20 @@ def wants_dataset_job(path: str | os.PathLike[str], to: str, read: ReadConfig | 
     """Whether ``convert`` of ``path`` to ``to`` is this job's (Minari / D4RL in, Minari out)."""
     if to == "minari":
         return True
-    fmt = read.format if read is not None and read.format != "auto" else None
-    if fmt is None:
-        try:
-            fmt = detect_format(expand_paths(os.fspath(path)))
-        except (FileNotFoundError, ValueError):
-            return False  # the old-stack job reports it
-    return fmt in WHOLE_FILE_FORMATS
+    return _format(path, read) in WHOLE_FILE_FORMATS
+
+
+def _format(path: str | os.PathLike[str], read: ReadConfig | None) -> str | None:
+    """The input's format: as given, else detected (``sample_batches``, the old-stack job's
+    default, gives way to a detected Minari dataset or D4RL file)."""
+    given = read.format if read is not None else "auto"
+    if given not in ("auto", "sample_batches"):
+        return given
+    try:
+        found = detect_format(expand_paths(os.fspath(path)))
+    except (FileNotFoundError, ValueError):
+        return None if given == "auto" else given  # the old-stack job reports it
+    return found if given == "auto" or found in WHOLE_FILE_FORMATS else given
 
 
 def convert_dataset(
@@ -101,8 +108,7 @@ def convert_dataset(
     if on_invalid is not None:
         read = replace(read, on_invalid=check_on_invalid(on_invalid))
     files = expand_paths(os.fspath(path))
-    if read.format == "auto":
-        read = replace(read, format=detect_format(files))
+    read = replace(read, format=_format(path, read) or detect_format(files))
     out = Path(out_dir)
     if to == "minari" and dataset_id is None:
         dataset_id = f"{out.parent.name}/{out.name}" if len(out.parent.name) >= 2 else out.name
