@@ -31,6 +31,7 @@ from .batch import SampleBatch
 from .rate_limit import SampleToInsertRatio
 from .reservoir import Reservoir
 from .samplers.base import Sampler, SampleUnit, ValidStarts, ranges
+from .samplers.n_step import FixedNStepTable
 from .samplers.transition import Transition, ones
 from .samplers.uniform import Uniform
 from .storage import Change, EpisodeStorage, Placements
@@ -105,6 +106,8 @@ class EpisodeReplayBuffer:
                     f"{type(obj).__name__}"
                 )
         self.learning_starts = learning_starts
+        # NStep with a fixed n: returns precomputed per stored step (fed in _notify).
+        self._fixed_n = FixedNStepTable.of(self.unit)
         self.rng = np.random.default_rng(seed)
         self.samples_drawn = 0
         self._valid: ValidStarts | None = None
@@ -228,10 +231,15 @@ class EpisodeReplayBuffer:
                 0,
                 unit.valid_starts(np.maximum(prev, 0), np.array(pdone, bool)),
             )
-            first = np.array(start, np.int64) + old
+            start_at = np.array(start, np.int64)
+            first = start_at + old
             slots = ranges(first[keep], (new - old)[keep])
             if len(slots):
                 self.sampler.on_add(self.storage, slots)
+            table = self._fixed_n
+            if table is not None:  # the new starts and the tail before them (see the table)
+                redo = np.maximum(table.refresh_from(first), start_at)[keep]
+                table.on_add(self.storage, ranges(redo, (start_at + new)[keep] - redo))
 
     # ------------------------------------------------------------------ sampling
     def valid_starts(self) -> ValidStarts:
@@ -303,7 +311,10 @@ class EpisodeReplayBuffer:
     def _emit(self, slots: np.ndarray, rows: np.ndarray, weights: np.ndarray | None) -> SampleBatch:
         """Expands drawn start slots (and their table rows) into a batch with ``weights`` and
         ``indices``, and counts them as drawn."""
-        batch = self.unit.expand(slots, rows, self.storage, self.rng)
+        if self._fixed_n is None:
+            batch = self.unit.expand(slots, rows, self.storage, self.rng)
+        else:
+            batch = self._fixed_n.expand(slots, rows, self.storage)
         batch.set_trusted(
             C.WEIGHTS,
             ones(len(slots), np.float32) if weights is None else np.asarray(weights, np.float32),
@@ -379,6 +390,8 @@ class EpisodeReplayBuffer:
         self.learning_starts = int(meta["learning_starts"])
         self.rate_limited = int(meta.get("rate_limited", 0))
         self._valid = None
+        if self._fixed_n is not None:
+            self._fixed_n.rebuild(self.storage, self.valid_starts().slots())
 
     def save(self, path: str | Path) -> Path:
         """Writes a checkpoint directory atomically (see :mod:`.checkpoint`); returns its path."""

@@ -31,7 +31,7 @@ from .transition import episode_columns, stack_index
 if TYPE_CHECKING:
     from ..storage import EpisodeStorage
 
-__all__ = ["NStep"]
+__all__ = ["FixedNStepTable", "NStep"]
 
 
 @dataclass(frozen=True)
@@ -125,3 +125,90 @@ class NStep:
 
 def _is_int(v: object) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+class FixedNStepTable:
+    """The fixed-``n`` fast path of :class:`NStep`: per stored step, the n-step return, the
+    number of steps taken and whether the window reaches the episode's end, computed once (a
+    vectorized pass over the steps that just became valid starts) instead of at every sample.
+
+    The buffer holds one when its unit is ``NStep`` with an int ``n > 1`` and feeds it the slots
+    that become valid starts (:meth:`on_add`, the same slots its sampler gets). A valid start's
+    window is stored whole, so its values are final -- except at the tail of an unfinished
+    episode, whose last window "reaches the end" only until a fragment joins: the buffer passes
+    the ``n - 1`` valid starts before the joined ones again (:meth:`refresh_from`), and they are
+    recomputed. Evicted slots are never drawn, and are recomputed when reused. :meth:`expand`
+    gives exactly what ``NStep.expand`` gives (the range path stays for ``(lo, hi)`` and
+    frame stacks).
+    """
+
+    def __init__(self, unit: NStep) -> None:
+        if not isinstance(unit.n, int):
+            raise ConfigError(f"FixedNStepTable needs an int n, found {unit.n!r}")
+        self.unit = unit
+        self.n = unit.n
+        self.returns = np.zeros(0, np.float32)
+        self.steps = np.zeros(0, np.int32)  # steps taken, m = min(n, steps left)
+        self.reaches_end = np.zeros(0, bool)  # m == steps left: the window ends the episode
+
+    @classmethod
+    def of(cls, unit: object) -> FixedNStepTable | None:
+        """A table for ``unit`` if it is an ``NStep`` with an int ``n > 1``, else None."""
+        if type(unit) is NStep and isinstance(unit.n, int) and unit.n > 1:
+            return cls(unit)
+        return None
+
+    def refresh_from(self, first: np.ndarray) -> np.ndarray:
+        """Where recomputation starts for a placement whose valid starts grew from slot
+        ``first``: ``n - 1`` slots earlier (their windows may have stopped reaching the end)."""
+        return first - (self.n - 1)
+
+    def on_add(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
+        """Computes the values of ``slots`` (valid starts of the storage as it is now)."""
+        if len(slots) == 0:
+            return
+        rew_col = storage.columns["rewards"]
+        size = storage.capacity + 1
+        dtype = np.result_type(rew_col.dtype, np.float32)
+        if len(self.returns) != size or self.returns.dtype != dtype:
+            self.returns = np.zeros(size, dtype)
+            self.steps = np.zeros(size, np.int32)
+            self.reaches_end = np.zeros(size, bool)
+        rows = storage.rows_of(slots)
+        last = storage.last_and_t_base()[0].take(rows)
+        remaining = last - slots + 1
+        m = np.minimum(self.n, remaining)
+        ret = rew_col.take(slots).astype(np.float64)
+        for j in range(1, self.n):  # the same sums, in the same order, as NStep.expand
+            r = rew_col.take(slots + j, mode="clip")
+            r[m <= j] = 0
+            ret += r * (self.unit.gamma**j)
+        self.returns[slots] = ret.astype(dtype, copy=False)
+        self.steps[slots] = m
+        self.reaches_end[slots] = m == remaining
+
+    def rebuild(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
+        """Recomputes everything from scratch for the valid starts ``slots`` (after a restore)."""
+        self.returns = np.zeros(0, self.returns.dtype)
+        self.on_add(storage, slots)
+
+    def expand(self, slots: np.ndarray, rows: np.ndarray, storage: EpisodeStorage) -> SampleBatch:
+        """``NStep(n).expand`` from the precomputed values: gathers only."""
+        cols = storage.columns
+        m = self.steps.take(slots)
+        reached = self.reaches_end.take(slots)
+        obs_col = cols["obs"]
+        out = {
+            C.ACTIONS: cols["actions"].take(slots, axis=0),
+            C.REWARDS: self.returns.take(slots),
+        }
+        for name in storage.extra_names:
+            out[name] = cols["extras/" + name].take(slots, axis=0)
+        out[C.EPS_ID] = storage.ids.take(rows)
+        out[C.T] = storage.last_and_t_base()[1].take(rows) + slots
+        out[C.OBS] = obs_col.take(slots, axis=0)
+        out[C.NEW_OBS] = obs_col.take(slots + m, axis=0)
+        out[C.TERMINATEDS] = storage.terminated.take(rows) & reached
+        out[C.TRUNCATEDS] = storage.truncated.take(rows) & reached
+        out[C.N_STEP] = m
+        return SampleBatch._trusted(out)
