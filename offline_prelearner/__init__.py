@@ -12,7 +12,7 @@ The public API, grouped by stage (everything is also importable from its module)
     connect    Connector, ConnectorPipeline, build_pipeline, register_connector
     batches    SampleBatch, MultiAgentBatch
     run        PreLearnerConfig, OfflinePreLearner, run_pipeline, iter_learner_batches,
-               convert_path, feed_shards, start_feed, FeedStats
+               split_learner_batches, convert_path, feed_shards, start_feed, FeedStats
     errors     OfflinePrelearnerError and its subclasses
 """
 
@@ -52,7 +52,7 @@ from .replay.shards import ReplayShard, ShardedReplayBuffer
 
 if TYPE_CHECKING:  # loaded on first use at run time (see __getattr__); typed for checkers
     from .jobs.apex import FeedStats, feed_shards, start_feed
-    from .jobs.pipeline import iter_learner_batches, run_pipeline
+    from .jobs.pipeline import iter_learner_batches, run_pipeline, split_learner_batches
     from .replay.prioritized import PrioritizedEpisodeReplayBuffer
 
 
@@ -104,6 +104,7 @@ __all__ = [  # noqa: RUF022  (grouped by stage, like the docstring)
     "feed_shards",
     "iter_learner_batches",
     "run_pipeline",
+    "split_learner_batches",
     "start_feed",
     # errors
     "ConfigError",
@@ -119,7 +120,7 @@ __all__ = [  # noqa: RUF022  (grouped by stage, like the docstring)
 
 def __getattr__(name: str) -> Any:
     # Ray is imported only by the pipeline; importing the package stays light.
-    if name in ("run_pipeline", "iter_learner_batches"):
+    if name in ("run_pipeline", "iter_learner_batches", "split_learner_batches"):
         from .jobs import pipeline
 
         return getattr(pipeline, name)

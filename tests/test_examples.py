@@ -136,3 +136,14 @@ def test_behaviour_cloning_beats_random() -> None:
     cloned = number(r"return cloned\s+([\d.]+)", out)
     random = number(r"return random\s+([\d.]+)", out)
     assert cloned > 3 * random and cloned >= 200
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_two_learners_share_the_stream_and_learn() -> None:
+    out = run_example("two_learners.py")
+    shares = re.search(r"rows per learner \[(\d+), (\d+)\]", out)
+    assert shares and int(shares.group(1)) > 0 and int(shares.group(2)) > 0, out
+    assert number(r"total (\d+)", out) == 5000  # every 3-step transition once, between the two
+    greedy, random = number(r"return greedy (\S+)", out), number(r"random (\S+)", out)
+    assert greedy > 2 * random

@@ -44,6 +44,7 @@ EXPECTED = {
     "OfflinePreLearner",
     "convert_path",
     "iter_learner_batches",
+    "split_learner_batches",
     "run_pipeline",
     "feed_shards",
     "start_feed",
@@ -90,9 +91,10 @@ def test_lazy_exports_are_the_defining_modules_objects() -> None:
         apex.start_feed,
         apex.FeedStats,
     )
-    assert (op.run_pipeline, op.iter_learner_batches) == (
+    assert (op.run_pipeline, op.iter_learner_batches, op.split_learner_batches) == (
         pipeline.run_pipeline,
         pipeline.iter_learner_batches,
+        pipeline.split_learner_batches,
     )
     assert op.PrioritizedEpisodeReplayBuffer is prioritized.PrioritizedEpisodeReplayBuffer
     assert (replay.build_buffer, replay.build_unit) == (build.build_buffer, build.build_unit)
