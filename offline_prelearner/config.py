@@ -61,6 +61,11 @@ class ReadConfig:
         if not isinstance(self.format, str) or not self.format:
             raise ConfigError(f"format must be a non-empty string, found {self.format!r}")
         check_on_invalid(self.on_invalid)
+        if not isinstance(self.limits, DecodeLimits):
+            raise ConfigError(
+                "read.limits must be a mapping of size limits, e.g. "
+                f'{{"max_decompressed_bytes": 1048576}}, found {self.limits!r}'
+            )
         for name in ("legacy_pickle", "check_continuity"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, found {getattr(self, name)!r}")
@@ -318,8 +323,18 @@ class PreLearnerConfig:
         for key, value in updates.items():
             if "." in key:
                 sec, _, fname = key.partition(".")
-                if sec not in sections or fname not in _field_names(_section_types()[sec]):
-                    raise ConfigError(f"unknown config field {key!r}")
+                if sec not in sections:
+                    close = difflib.get_close_matches(sec, sorted(sections), n=3)
+                    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+                    raise ConfigError(
+                        f"unknown config section {sec!r} in {key!r}{hint} "
+                        f"(sections: {', '.join(sorted(sections))})"
+                    )
+                if fname not in _field_names(_section_types()[sec]):
+                    known = sorted(_field_names(_section_types()[sec]))
+                    close = difflib.get_close_matches(fname, known, n=3)
+                    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+                    raise ConfigError(f"unknown config field {key!r}{hint}")
                 sections[sec][fname] = value
                 continue
             owners = [s for s, cls in _section_types().items() if key in _field_names(cls)]
@@ -375,18 +390,24 @@ class PreLearnerConfig:
         p = os.fspath(path)
         with open(p) as fh:
             text = fh.read()
-        try:
-            if p.endswith((".yaml", ".yml")):
-                import yaml
+        if p.endswith((".yaml", ".yml")):
+            import yaml
 
+            try:
                 data = yaml.safe_load(text)
-            else:
+            except yaml.YAMLError as e:
+                raise ConfigError(f"cannot parse config file {p!r}: {_yaml_error(e)}") from None
+        else:
+            try:
                 data = json.loads(text)
-        except ValueError as e:
-            raise ConfigError(f"cannot parse config file {p!r}: {e}") from None
+            except ValueError as e:
+                raise ConfigError(f"cannot parse config file {p!r}: {e}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config file {p!r} must hold a mapping, found {type(data).__name__}")
-        return cls.from_dict(data)
+        try:
+            return cls.from_dict(data)
+        except ConfigError as e:
+            raise ConfigError(f"config file {p!r}: {e}") from None
 
     @classmethod
     def coerce(cls, config: Any) -> PreLearnerConfig:
@@ -400,6 +421,15 @@ class PreLearnerConfig:
         if isinstance(config, str | os.PathLike):
             return cls.load(config)
         raise ConfigError(f"config must be a PreLearnerConfig, dict or path, found {config!r}")
+
+
+def _yaml_error(e: Exception) -> str:
+    """A YAML parse error on one line: ``line L, column C: <problem>``."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    if mark is None:
+        return " ".join(str(e).split())
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
 
 
 def _section_types() -> dict[str, type]:

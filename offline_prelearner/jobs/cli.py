@@ -15,10 +15,10 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..config import ReadConfig
-from ..errors import ConfigError, OfflinePrelearnerError
+from ..errors import ConfigError, DataError, OfflinePrelearnerError
 from .console import JobProgress
 
 __all__ = ["main"]
@@ -88,6 +88,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--on-invalid quarantine needs --quarantine-dir DIR for the rejected rows"
         )
+    if args.quarantine_dir and os.path.exists(args.quarantine_dir):
+        if not os.path.isdir(args.quarantine_dir):
+            raise ConfigError(f"--quarantine-dir {args.quarantine_dir!r} is a file; give a folder")
     read = ReadConfig(
         format=args.format,
         schema=args.schema,
@@ -264,8 +267,15 @@ _MAX_STEPS_HELP = (
 )
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """An argument error is one line (``prog: error: ...``, exit 2), not argparse's usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _OneLineParser(
         prog="offline-prelearner",
         description="Offline RL data: recorded experience -> episodes -> learner-ready batches.",
     )
@@ -468,7 +478,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + e.signum
     except (OfflinePrelearnerError, FileNotFoundError) as e:
         print(
-            f"offline-prelearner {args.command}: error: {e}{_nothing_committed(args)}",
+            f"offline-prelearner {args.command}: error: {e}{_hint(args, e)}"
+            f"{_nothing_committed(args)}",
             file=sys.stderr,
         )
         return 2
@@ -498,7 +509,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 3
         print(
-            f"offline-prelearner {args.command}: error: {ours}{_nothing_committed(args)}",
+            f"offline-prelearner {args.command}: error: {ours}{_hint(args, ours)}"
+            f"{_nothing_committed(args)}",
             file=sys.stderr,
         )
         return 2
@@ -506,6 +518,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         _shutdown()
         for s, h in handlers.items():
             signal.signal(s, h)
+
+
+def _hint(args: argparse.Namespace, e: BaseException) -> str:
+    """What to do about a data refusal under ``--on-invalid raise``: the option that counts it."""
+    if not isinstance(e, DataError) or getattr(args, "on_invalid", None) != "raise":
+        return ""
+    what = "records" if args.command == "convert" else "rows"
+    return f"; pass --on-invalid skip (or quarantine) to count and drop such {what}"
 
 
 def _shutdown() -> None:

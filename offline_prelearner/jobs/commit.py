@@ -128,6 +128,12 @@ class Staging:
         """
         if self.out.exists() and not self.out.is_dir():
             raise CommitError(f"--out {str(self.out)!r} is a file; give a folder")
+        blocker = _file_on_the_way(self.out.parent)
+        if blocker is not None:
+            raise CommitError(
+                f"--out {str(self.out)!r} cannot be a folder: {str(blocker)!r} is a file; "
+                "give a folder path"
+            )
         if self.out.is_dir() and any(self.out.iterdir()) and not self.overwrite:
             raise CommitError(
                 f"--out {str(self.out)!r} is not empty; pass --overwrite to replace it when "
@@ -270,3 +276,11 @@ def iter_manifest_files(out: str | os.PathLike[str]) -> Iterator[Path]:
     folder = Path(out) / manifest.get("files_dir", "samples")
     for f in manifest["files"]:
         yield folder / f["name"]
+
+
+def _file_on_the_way(path: Path) -> Path | None:
+    """The nearest existing ancestor of ``path`` (or ``path`` itself) if it is not a folder."""
+    for p in (path, *path.parents):
+        if p.exists():
+            return None if p.is_dir() else p
+    return None
