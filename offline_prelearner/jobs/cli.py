@@ -88,9 +88,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--on-invalid quarantine needs --quarantine-dir DIR for the rejected rows"
         )
-    if args.quarantine_dir and os.path.exists(args.quarantine_dir):
-        if not os.path.isdir(args.quarantine_dir):
-            raise ConfigError(f"--quarantine-dir {args.quarantine_dir!r} is a file; give a folder")
+    qdir = args.quarantine_dir
+    if qdir and os.path.exists(qdir) and not os.path.isdir(qdir):
+        raise ConfigError(f"--quarantine-dir {qdir!r} is a file; give a folder")
     read = ReadConfig(
         format=args.format,
         schema=args.schema,
