@@ -66,7 +66,7 @@ def check_layout(layout: object, name: str = "layout") -> Layout:
     """``layout`` if it is one of :data:`LAYOUTS`, else a ``ValueError`` naming the choices."""
     if layout not in LAYOUTS:
         raise ValueError(f"{name} must be 'fast' or 'rllib', found {layout!r}")
-    return layout  # type: ignore[return-value]
+    return layout
 
 
 def fast_tensor_field(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> pa.Field:

@@ -1,5 +1,9 @@
 """The conversion job: old-stack SampleBatch data -> new-stack rows Parquet or msgpack episodes.
 
+Rows input (new-stack rows Parquet, e.g. RLlib's recorder output) with ``to="rows"`` is a layout
+change, file by file, done by :func:`~offline_prelearner.jobs.relayout.relayout_rows`: the same
+rows with their tensor columns in ``layout`` (``"fast"`` to read them 10-100x faster).
+
 :func:`convert_path` reads the files under a path in name order with the ``sample_batches``
 reader (episodes cut across batches and files continue), joins the fragments of each episode
 (:func:`~offline_prelearner.episodes.stitch.stitch_fragments`), decides what happens to episodes
@@ -12,7 +16,8 @@ non-empty ``out_dir`` is refused unless ``overwrite=True`` (the old output is re
 success); a failed or interrupted job leaves ``out_dir`` as it was. Output (``out_dir``):
 
 * ``to="rows"``: ``rows-<unit>-<k>.parquet`` in RLlib's recorder row layout plus ``t``
-  (:func:`~offline_prelearner.io.writers.episodes_to_rows`), at most ``rows_per_file`` rows per
+  (:func:`~offline_prelearner.io.writers.episodes_to_rows`; tensor columns in ``layout``, RLlib's
+  by default so that RLlib reads the result), at most ``rows_per_file`` rows per
   file, never cutting an episode. Episodes whose columns differ (MultiAgentBatch policies with other
   observation shapes or extra columns) go to separate files.
 * ``to="episodes"``: ``episodes-<unit>-<k>.parquet`` with one binary ``item`` column of msgpack
@@ -83,6 +88,7 @@ from ..episodes.ledger import EpisodeBatch, Ledger, check_on_invalid
 from ..episodes.stitch import stitch_fragments
 from ..errors import ConfigError, DataError, EpisodeValidationError, UnsupportedFormatError, Where
 from ..io.codec import packb
+from ..io.fast_tensor import Layout, check_layout
 from ..io.quarantine import write_quarantine
 from ..io.readers.episodes import ITEM
 from ..io.readers.sample_batches import DonesRule, SampleBatchesReader
@@ -112,17 +118,20 @@ def convert_path(
     overwrite: bool = False,
     resume: bool = False,
     dataset_id: str | None = None,
+    layout: Layout = "rllib",
 ) -> dict[str, Any]:
     """Converts old-stack data under ``path``; commits it to ``out_dir`` and returns the stats.
 
     Args:
         path: A file, a directory (recursive, name order) or a glob of old-stack JSON lines (or
-            Parquet with one SampleBatch per row).
+            Parquet with one SampleBatch per row); or of new-stack rows Parquet with
+            ``to="rows"`` (rewritten in ``layout``, see the module docstring).
         to: ``"rows"`` or ``"episodes"`` (see the module docstring).
         out_dir: Must be absent or empty unless ``overwrite``; the job's output appears there
             whole, or not at all.
         read_config: Reader options (``legacy_pickle``, ``schema``, ``limits``...). Its
-            ``format`` must be ``"sample_batches"`` or ``"auto"``.
+            ``format`` must be ``"sample_batches"`` or ``"auto"`` (the default: detected from
+            the first file; ``"rows"`` data is rewritten with ``to="rows"``).
         on_invalid: Overrides ``read_config.on_invalid``; with ``"quarantine"`` refused data goes
             to ``out_dir/quarantine/quarantine.parquet``.
         progress: Called after each file with (files done, files, file, steps read so far).
@@ -134,6 +143,8 @@ def convert_path(
             module docstring); refused with one line if that run had another config.
         dataset_id: ``to="minari"``: the Minari id written (see
             :func:`~offline_prelearner.jobs.convert_dataset.convert_dataset`).
+        layout: How ``to="rows"`` writes per-step arrays: ``"rllib"`` (Ray's tensor extension,
+            which RLlib reads) or ``"fast"`` (:mod:`~offline_prelearner.io.fast_tensor`).
 
     A Minari dataset or D4RL file as input, or ``to="minari"``, is converted by
     :func:`~offline_prelearner.jobs.convert_dataset.convert_dataset`.
@@ -151,16 +162,26 @@ def convert_path(
             rows_per_file=rows_per_file, episodes_per_file=episodes_per_file,
             dataset_id=dataset_id, overwrite=overwrite, resume=resume,
         )  # fmt: skip
-    job = _Job.check(to, fragments, dones, rows_per_file, episodes_per_file)
-    read = read_config or ReadConfig(format="sample_batches")
+    job = _Job.check(to, fragments, dones, rows_per_file, episodes_per_file, layout)
+    read = read_config or ReadConfig(format="auto")
     if on_invalid is not None:
         read = replace(read, on_invalid=check_on_invalid(on_invalid))
     files = expand_paths(os.fspath(path))
     fmt = read.format if read.format != "auto" else detect_format(files)
+    if fmt == "rows" and to == "rows":
+        from .relayout import relayout_rows
+
+        def rows_progress(i: int, n: int, name: str, rows: int) -> None:
+            if progress is not None:
+                progress(i, n, name, rows)
+
+        return relayout_rows(
+            files, out_dir, job.layout, rows_progress, overwrite=overwrite, resume=resume
+        )
     if fmt not in ("sample_batches", "auto"):
         raise UnsupportedFormatError(
-            f"convert reads old-stack SampleBatch data; {files[0]!r} looks like {fmt!r} data "
-            "(pass format 'sample_batches' to force it)"
+            f"convert reads old-stack SampleBatch data (or rows data with to='rows'); "
+            f"{files[0]!r} looks like {fmt!r} data (pass format 'sample_batches' to force it)"
         )
     job = replace(job, read=replace(read, format="sample_batches"))
     out = Path(out_dir)
@@ -219,11 +240,18 @@ class _Job:
     dones: DonesRule
     rows_per_file: int
     episodes_per_file: int
+    layout: Layout = "rllib"
     read: ReadConfig = dataclasses.field(default_factory=ReadConfig)
 
     @classmethod
     def check(
-        cls, to: Any, fragments: Any, dones: Any, rows_per_file: Any, episodes_per_file: Any
+        cls,
+        to: Any,
+        fragments: Any,
+        dones: Any,
+        rows_per_file: Any,
+        episodes_per_file: Any,
+        layout: Any = "rllib",
     ) -> _Job:
         if to not in ("rows", "episodes"):
             raise ConfigError(f"to must be 'rows' or 'episodes', found {to!r}")
@@ -237,7 +265,11 @@ class _Job:
         ):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, found {value!r}")
-        return cls(to, fragments, dones, rows_per_file, episodes_per_file)
+        try:
+            layout = check_layout(layout)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        return cls(to, fragments, dones, rows_per_file, episodes_per_file, layout)
 
     def describe(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         """The staging's job description (its ``config`` is what a resume must match)."""
@@ -253,6 +285,7 @@ class _Job:
             "dones": self.dones,
             "rows_per_file": self.rows_per_file,
             "episodes_per_file": self.episodes_per_file,
+            **({"layout": self.layout} if self.layout != "rllib" else {}),
             "read": read,
         }
         return {
@@ -457,7 +490,7 @@ def _commit_unit(
     for ep in batch.episodes:
         ep.id = str(ep.id)
     tables = (
-        _rows_tables(batch.episodes, job.rows_per_file)
+        _rows_tables(batch.episodes, job.rows_per_file, job.layout)
         if job.to == "rows"
         else _episode_tables(batch.episodes, job.episodes_per_file)
     )
@@ -556,7 +589,9 @@ def _signature(ep: Episode) -> tuple[Any, ...]:
     return (ep.observations.shape[1:], ep.actions.shape[1:], tuple(sorted(ep.extras)))
 
 
-def _rows_tables(episodes: list[Episode], rows_per_file: int) -> Iterator[pa.Table]:
+def _rows_tables(
+    episodes: list[Episode], rows_per_file: int, layout: Layout = "rllib"
+) -> Iterator[pa.Table]:
     """Rows tables, episodes of one layout per table, at most ``rows_per_file`` rows (or one ep)."""
     groups: dict[tuple[Any, ...], list[Episode]] = {}
     for ep in episodes:
@@ -566,7 +601,7 @@ def _rows_tables(episodes: list[Episode], rows_per_file: int) -> Iterator[pa.Tab
         rows = 0
         for nxt in [*eps, None]:
             if chunk and (nxt is None or rows + len(nxt) > rows_per_file):
-                yield episodes_to_rows(chunk, with_t=True)
+                yield episodes_to_rows(chunk, with_t=True, layout=layout)
                 chunk, rows = [], 0
             if nxt is not None:
                 chunk.append(nxt)

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from ..episodes.episode import Episode
 from ..errors import ConfigError
+from ..io.fast_tensor import Layout
 
 __all__ = ["HEURISTICS", "Recording", "record_env", "write_recording"]
 
@@ -122,19 +123,25 @@ def record_env(env_id: str, steps: int, policy: str = "random", seed: int = 0) -
 
 
 def write_recording(
-    rec: Recording, out_dir: str | os.PathLike[str], fmt: str = "rows", rows_per_file: int = 0
+    rec: Recording,
+    out_dir: str | os.PathLike[str],
+    fmt: str = "rows",
+    rows_per_file: int = 0,
+    layout: Layout = "rllib",
 ) -> list[str]:
     """Writes ``rec`` under ``out_dir`` as ``fmt`` ('rows' | 'episodes'); returns the files written.
 
     ``rows_per_file`` > 0 splits rows data into files of that many rows, cutting through episodes
     as RLlib's recorder does (readers join them again); episodes data is split by whole episodes.
+    ``layout`` lays out rows data's array columns (RLlib's by default: a recording is a dataset
+    RLlib may read; ``"fast"`` for our readers only).
     """
     from ..io.readers.episodes import episodes_to_table
     from ..io.writers import episodes_to_rows
 
     os.makedirs(out_dir, exist_ok=True)
     if fmt == "rows":
-        table = episodes_to_rows(rec.episodes, with_t=True)
+        table = episodes_to_rows(rec.episodes, with_t=True, layout=layout)
     elif fmt == "episodes":
         table = episodes_to_table(rec.episodes, rec.observation_space, rec.action_space)
     else:

@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 
 from ..config import PreLearnerConfig
 from ..errors import DataError, Where
+from ..io.fast_tensor import Layout
 from ..io.schema import load_schema
 from ..io.sources import WHOLE_FILE_FORMATS, read_table
 from ..io.writers import columns_to_table
@@ -354,6 +355,7 @@ class UnitJob:
     samples_dir: str
     units_dir: str
     extra: dict[str, Any] = field(default_factory=dict)
+    layout: Layout = "fast"  # of array columns in the sample files (io/fast_tensor.py)
 
 
 def run_unit(
@@ -366,7 +368,7 @@ def run_unit(
     unit = job.plan.units[index]
     config = dataclasses.replace(job.config, seed=unit_seed(job.seed, index))
     pre = job.prelearner(config)
-    writer = _UnitWriter(Path(job.samples_dir), index)
+    writer = _UnitWriter(Path(job.samples_dir), index, job.layout)
     paths = [f.path for f in job.plan.files]
     try:
         for chunk, file_idx, rows in read_unit(job.plan, unit, config.ray.batch_size):
@@ -426,8 +428,9 @@ class _UnitWriter:
     """A unit's output: ``part-<unit>-<k>.parquet``, a new file whenever the schema changes,
     written under a temporary name and renamed when the unit ends."""
 
-    def __init__(self, folder: Path, unit: int) -> None:
+    def __init__(self, folder: Path, unit: int, layout: Layout = "fast") -> None:
         self.folder = folder
+        self.layout = layout
         self.unit = unit
         self.writer: pq.ParquetWriter | None = None
         self.schema: pa.Schema | None = None
@@ -440,7 +443,11 @@ class _UnitWriter:
         return self.folder / f".{name}.tmp-{os.getpid()}", self.folder / name
 
     def write(self, columns: Any) -> None:
-        table = columns if isinstance(columns, pa.Table) else columns_to_table(columns)
+        table = (
+            columns
+            if isinstance(columns, pa.Table)
+            else columns_to_table(columns, layout=self.layout)
+        )
         if not table.num_rows:
             return
         if self.writer is None or not table.schema.equals(self.schema, check_metadata=True):

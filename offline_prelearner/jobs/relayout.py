@@ -1,0 +1,183 @@
+"""``convert --to rows`` of rows data: the same rows, their tensor columns in another layout.
+
+:func:`relayout_rows` rewrites new-stack rows Parquet (RLlib's recorder layout, ours, with or
+without ``t``) file by file: every column holding per-row arrays -- Ray's tensor extension
+(``large_list<element>``, what RLlib writes) or the fast layout
+(:mod:`~offline_prelearner.io.fast_tensor`) -- is rewritten in ``layout``; every other column is
+copied as it is, in the same order, with the same row order and row groups. Nothing is validated
+or regrouped: values are moved, not interpreted (``inspect`` and ``process`` check episodes), so
+``rows_out == rows_in`` and the cost is the read of the input layout. RLlib's layout is slow to
+read (Parquet decodes its lists element by element); files are rewritten by ``workers`` processes
+at once (default: up to 2), which is what reading RLlib's layout at full speed takes.
+
+Output (``out_dir``, a commit like every job: :mod:`.commit`): ``rows-<k>-00000.parquet`` for
+input file ``k``, ``stats.json``, ``_manifest.json``. Each file is a unit: ``resume=True`` reuses
+the files an interrupted run finished (same inputs, same layout) and rewrites the rest.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .._version import __version__
+from ..io.arrow_columns import TENSOR_EXTENSIONS, column_to_numpy
+from ..io.fast_tensor import FAST_TENSOR_NAME, Layout, check_layout
+from ..io.writers import columns_to_table
+from .commit import Staging, file_sha256, write_json_atomic
+
+__all__ = ["relayout_rows", "relayout_table"]
+
+Progress = Callable[[int, int, str, int], None]  # (files done, files, file, rows so far)
+_TENSOR_NAMES = {n.encode() for n in TENSOR_EXTENSIONS} | {FAST_TENSOR_NAME}
+
+
+def _is_tensor(field: pa.Field) -> bool:
+    meta = field.metadata or {}
+    if meta.get(b"ARROW:extension:name") in _TENSOR_NAMES:
+        return True
+    t = field.type
+    return isinstance(t, pa.ExtensionType) and t.extension_name in TENSOR_EXTENSIONS
+
+
+def relayout_table(table: pa.Table, layout: Layout) -> pa.Table:
+    """``table`` with every tensor column in ``layout`` (others untouched, same order)."""
+    fields, arrays = [], []
+    for i, field in enumerate(table.schema):
+        if _is_tensor(field):
+            values = column_to_numpy(table, field.name)
+            one = columns_to_table({field.name: values}, layout=layout)
+            fields.append(one.schema.field(0))
+            arrays.append(one.column(0))
+        else:
+            fields.append(field)
+            arrays.append(table.column(i))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=table.schema.metadata))
+
+
+def _relayout_file(src: str, root: str, name: str, layout: Layout) -> dict[str, Any]:
+    """Rewrites one file, row group by row group, under a temporary name; its manifest entry."""
+    path = Path(root) / name
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    pf = pq.ParquetFile(src)
+    rows = 0
+    try:
+        writer: pq.ParquetWriter | None = None
+        for g in range(pf.num_row_groups):
+            table = relayout_table(pf.read_row_group(g), layout)
+            if writer is None:
+                writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
+            writer.write_table(table)
+            rows += table.num_rows
+        if writer is None:  # no row groups: an empty file of the same columns
+            empty = relayout_table(pf.schema_arrow.empty_table(), layout)
+            writer = pq.ParquetWriter(tmp, empty.schema, compression="zstd")
+        writer.close()
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return {"name": name, "rows": rows, "bytes": path.stat().st_size, "sha256": file_sha256(path)}
+
+
+def relayout_rows(
+    files: list[str],
+    out_dir: str | os.PathLike[str],
+    layout: Layout,
+    progress: Progress | None = None,
+    *,
+    overwrite: bool = False,
+    resume: bool = False,
+    workers: int | None = None,
+) -> dict[str, Any]:
+    """Rewrites the rows files ``files`` into ``out_dir`` with tensor columns in ``layout``.
+
+    Args:
+        files: Rows Parquet files, in the order their outputs are numbered.
+        out_dir: Must be absent or empty unless ``overwrite`` (see :mod:`.commit`).
+        layout: ``"fast"`` or ``"rllib"``.
+        progress: Called as each file is done with (files done, files, file, rows so far).
+        workers: Processes rewriting files at once (default ``min(2, cpus, files)``; 1 runs in
+            this process).
+
+    Returns:
+        The job's stats (also written to ``stats.json``).
+    """
+    start = time.perf_counter()
+    layout = check_layout(layout)
+    inputs = [_stat(f) for f in files]
+    config = {"job": "convert", "to": "rows", "from": "rows", "layout": layout}
+    job = {
+        "version": __version__,
+        "format": "rows",
+        "prelearner": None,
+        "engine": "local",
+        "config": config,
+        "inputs": inputs,
+    }
+    out = Path(out_dir)
+    staging = Staging(out, job, overwrite=overwrite, resume=resume, files_dir="")
+    kept = staging.open()
+    records: dict[int, dict[str, Any]] = {k: r for k, r in kept.items() if k < len(files)}
+    todo = [k for k in range(len(files)) if k not in records]
+    n_workers = workers or min(2, os.cpu_count() or 1, max(len(todo), 1))
+    rows_done = sum(r["files"][0]["rows"] for r in records.values())
+
+    def finish(k: int, entry: dict[str, Any]) -> None:
+        nonlocal rows_done
+        rec = {"unit": k, "inputs": [inputs[k]], "files": [entry]}
+        write_json_atomic(staging.record_path(k), rec)
+        records[k] = rec
+        rows_done += entry["rows"]
+        if progress is not None:
+            progress(len(records), len(files), files[k], rows_done)
+
+    names = {k: f"rows-{k:05d}-00000.parquet" for k in todo}
+    root = str(staging.path)
+    if n_workers <= 1:
+        for k in todo:
+            finish(k, _relayout_file(files[k], root, names[k], layout))
+    else:
+        ctx = multiprocessing.get_context("spawn")
+        pool: Executor
+        with ProcessPoolExecutor(n_workers, mp_context=ctx) as pool:
+            futures = {
+                k: pool.submit(_relayout_file, files[k], root, names[k], layout) for k in todo
+            }
+            for k in todo:
+                finish(k, futures[k].result())
+
+    data = [records[k]["files"][0] for k in range(len(files))]
+    seconds = time.perf_counter() - start
+    rows = sum(f["rows"] for f in data)
+    stats = {
+        "input_files": files,
+        "files_in": len(files),
+        "to": "rows",
+        "layout": layout,
+        "out_dir": str(out),
+        "files_written": [f["name"] for f in data],
+        "rows_in": rows,
+        "rows_out": rows,
+        "balanced": True,
+        "units": len(files),
+        "units_reused": len(kept),
+        "seconds": round(seconds, 4),
+        "rows_per_s": round(rows / seconds, 1) if seconds > 0 else None,
+    }
+    staging.commit(stats, data, {"to": "rows", "layout": layout})
+    return stats
+
+
+def _stat(path: str) -> dict[str, Any]:
+    st = os.stat(path)
+    return {"path": path, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
