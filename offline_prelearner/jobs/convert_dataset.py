@@ -219,7 +219,8 @@ def _write(
     for ep in episodes:
         ep.id = str(ep.id)
     if to == "rows":
-        k, chunk, rows = 0, [], 0
+        chunk: list[Episode] = []
+        k, rows = 0, 0
         for nxt in [*episodes, None]:
             if chunk and (nxt is None or rows + len(nxt) > rows_per_file):
                 table = episodes_to_rows(chunk, with_t=True)

@@ -85,6 +85,11 @@ def write_minari_dataset(
     n_eps = n_steps = 0
     with h5py.File(data / "main_data.hdf5", "w") as f:
         for ep in episodes:
+            if not isinstance(ep.observations, np.ndarray):
+                raise UnsupportedFormatError(
+                    f"episode {ep.id!r} has composite observations; writing them to Minari is "
+                    "not supported yet"
+                )
             if observation_space is None:
                 observation_space = infer_space(ep.observations, "observations")
             if action_space is None:
