@@ -41,8 +41,9 @@ class ReadConfig:
         legacy_pickle: Decode RLlib's legacy ``base64(lz4(pickle))`` compressed columns through
             the restricted unpickler. Off by default: data files are untrusted.
         on_invalid: ``"raise"`` | ``"skip"`` | ``"quarantine"`` for rows that cannot be read.
-        check_continuity: Without a ``t`` column, check that each row's ``new_obs`` equals the
-            next row's ``obs`` within an episode, so a scrambled row order is an error.
+        check_continuity: Check that each step's ``new_obs`` equals the next step's ``obs``
+            within an episode (with a ``t`` column: ``new_obs[t] == obs[t+1]``), so a scrambled
+            row order or a contradicting ``t`` is an error.
         limits: Size limits for decoding untrusted bytes.
         max_episode_steps: D4RL files without ``timeouts``: also end an episode (truncated) after
             this many steps since the last end, as D4RL's own ``sequence_dataset`` does with the

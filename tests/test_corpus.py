@@ -115,7 +115,6 @@ def accept(id: str, make: str, cmd: str, counts: Mapping[str, Any], **kw: Any) -
 MIXED = "issue 13: a folder of mixed formats is not refused with one line naming both formats"
 PER_FILE = "issue 13: no per-file listing (per_file: format, rows read/kept/rejected/duplicate)"
 SKIP_FILE = "issue 13: under --on-invalid skip a file the reader cannot take stops the job"
-T_ORDER = "issue 13: with a t column, new_obs[t] == obs[t+1] is not checked"
 FRAGMENTS = "issue 13: episodes_kept counts fragments, not episodes (223 for 222)"
 VALUE_42 = 'issue 13: an old-stack line {"value": 42} after good ones is a pyarrow traceback'
 READ_AS_NOTHING = "issue 13: an input with nothing in it is read as nothing (exit 0), not refused"
@@ -156,9 +155,9 @@ CASES: list[Case] = [
     refuse("zero-byte-parquet-first", "zero_byte_parquet_first", PROCESS, "00-empty.parquet"),
     refuse("zero-byte-parquet-alone", "zero_byte_parquet_alone", PROCESS, "empty.parquet"),
     data_refusal("t-contradicts-obs", "t_contradicts_obs", PROCESS,
-                 "swapped-t.parquet", "new_obs", EP0, todo=T_ORDER),
+                 "swapped-t.parquet", "new_obs", EP0),
     accept("t-contradicts-obs-inspect-skip", "t_contradicts_obs", INSPECT,
-           {"episodes": 3, "rejected_episodes.*": 1, "rejected.*": 18}, todo=T_ORDER),
+           {"episodes": 3, "rejected_episodes.*": 1, "rejected.*": 18}),
     data_refusal("row-order-contradicts-obs-without-t", "order_contradicts_obs_without_t",
                  PROCESS, "swapped-rows.parquet", "new_obs", EP0, "row 3"),
     data_refusal("text-named-parquet-after-good", "text_named_parquet_last", PROCESS,

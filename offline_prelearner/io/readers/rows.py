@@ -8,9 +8,10 @@ A batch (an Arrow table or a dict of numpy columns) becomes episodes in a handfu
    row order, with ids ``"<source or 'batch'>:<k>"``, ``k`` counting that source's episodes.
 2. **Order.** With a ``t`` column, rows are stably sorted by (key, t) and ``t`` must go up by
    exactly 1 within an episode; ``t_started`` is the first ``t``. Without ``t`` (RLlib's recorder
-   writes none) the row order within an episode is the step order; with ``check_continuity``
-   each row's ``new_obs`` must equal the next row's ``obs``, so a scrambled episode is an error
-   rather than silent garbage.
+   writes none) the row order within an episode is the step order. Either way, with
+   ``check_continuity`` each step's ``new_obs`` must equal the next step's ``obs`` (with ``t``:
+   ``new_obs[t] == obs[t+1]``), so a scrambled episode, or a ``t`` that contradicts the recorded
+   transitions, is an error rather than silent garbage.
 3. **Duplicates.** Copies of rows *within the batch* (both copies of an episode in one batch: two
    files holding it merged into one batch, a file written or listed twice) are dropped before
    the checks and counted in ``ledger.rows_duplicate`` / ``episodes_duplicate``, as if each copy
@@ -493,17 +494,22 @@ class RowsReader:
                 col,
                 reason="done_mid_episode",
             )
-        if c.t is None and self.config.check_continuity and len(gr.ep_of) > 1:
+        if self.config.check_continuity and len(gr.ep_of) > 1:
+            # Only pairs within an episode are compared (episode boundaries masked out); with
+            # t, only consecutive steps (a gap is flagged above): new_obs[t] == obs[t+1].
+            pairs = gr.same_next if c.t is None else gr.same_next & (np.diff(g(c.t)) == 1)
             p = gr.perm
-            # Only pairs within an episode are compared (episode boundaries masked out).
             if p is None:  # grouped: the two sides are views, new_obs[:-1] vs obs[1:]
-                broken = rows_differ(c.new_obs[:-1], c.obs[1:], where=gr.same_next)
+                broken = rows_differ(c.new_obs[:-1], c.obs[1:], where=pairs)
             else:
-                broken = rows_differ(c.new_obs, c.obs, p[:-1], p[1:], where=gr.same_next)
+                broken = rows_differ(c.new_obs, c.obs, p[:-1], p[1:], where=pairs)
             v.flag(
                 np.flatnonzero(broken) + 1,
                 "row's obs differs from the previous row's new_obs: this episode's rows are out "
-                "of order or missing (without a t column, row order is step order)",
+                "of order or missing (without a t column, row order is step order)"
+                if c.t is None
+                else "row's obs differs from new_obs of the step before (t - 1): the t column "
+                "contradicts the recorded transitions",
                 s.column(C.OBS),
                 reason="discontinuous",
             )
