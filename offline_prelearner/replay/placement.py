@@ -235,6 +235,12 @@ class RunPlacement:
         """Writes the longest prefix of ``run`` (episodes ``i, i + 1, ...`` of ``src``) that fits
         between ``head`` and the end of the ring into ``columns``, as ``add`` would one by one;
         returns where it went, or None when the first episode does not fit (it wraps)."""
+        if len(run.keys) == 1:  # one episode (an add per episode): scalars, no arrays to search
+            stop = head + run.lengths[0] + 1
+            if stop > self.capacity:
+                return None
+            write_episode(columns, head, src.episode(i))
+            return Placed(np.array([head], np.int64), np.array(run.lengths, np.int64), stop)
         n = np.array(run.lengths, np.int64)
         ends = head + np.cumsum(n + 1)
         k = int(np.searchsorted(ends, self.capacity, side="right"))
@@ -282,6 +288,8 @@ def _same_layout(run: Sequence[Episode], accepted: Container[Layout]) -> int:
     first = layout(run[0])
     if first not in accepted:
         return 0
+    if len(run) == 1:
+        return 1
     # One pass per column over the whole run (cheap), then locate a change only if any.
     same = {(e.observations.dtype, e.observations.shape[1:]) for e in run} == {first[:2]}
     same = same and {(e.actions.dtype, e.actions.shape[1:]) for e in run} == {first[2:4]}

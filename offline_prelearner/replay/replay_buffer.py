@@ -177,6 +177,9 @@ class EpisodeReplayBuffer:
         of that placement in this batch knew: nothing, if it was placed in this batch.
         ``changes`` may also hold :class:`Placements` (runs of new episodes, from ``add``).
         """
+        if len(changes) == 1 and isinstance(changes[0], Placements):
+            self._notify_placed(changes[0])
+            return
         rs: list[int] = []
         rl: list[int] = []
         rd: list[bool] = []
@@ -240,6 +243,19 @@ class EpisodeReplayBuffer:
             if table is not None:  # the new starts and the tail before them (see the table)
                 redo = np.maximum(table.refresh_from(first), start_at)[keep]
                 table.on_add(self.storage, ranges(redo, (start_at + new)[keep] - redo))
+
+    def _notify_placed(self, ch: Placements) -> None:
+        """:meth:`_notify` for one run of new episodes (the usual add): what it overwrote is
+        evicted, and all of it is new and current (nothing later in the batch moved it)."""
+        unit, st = self.unit, self.storage
+        if len(ch.removed_start):
+            count = unit.valid_starts(ch.removed_length, ch.removed_done)
+            self.sampler.on_evict(st, ranges(ch.removed_start, count))
+        slots = ranges(ch.start, unit.valid_starts(ch.length, ch.done))
+        if len(slots):
+            self.sampler.on_add(st, slots)
+            if self._fixed_n is not None:
+                self._fixed_n.on_add(st, slots)
 
     # ------------------------------------------------------------------ sampling
     def valid_starts(self) -> ValidStarts:

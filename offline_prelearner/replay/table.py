@@ -28,6 +28,19 @@ _SLOT_MASK = (1 << _SLOT_BITS) - 1
 _NUMERIC = ("start", "length", "t_started", "terminated", "truncated", "alive")
 
 
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+#: What ``drop_front_inside`` returns when it drops nothing (shared, read-only).
+_NOTHING = (
+    _frozen(np.zeros(0, np.int64)),
+    _frozen(np.zeros(0, np.int64)),
+    _frozen(np.zeros(0, bool)),
+)
+
+
 def normalize_id(eid: Any) -> int | str:
     """Episode ids are kept as ``int`` (any integer) or ``str`` (anything else, via ``str``)."""
     if isinstance(eid, (int, np.integer)) and not isinstance(eid, (bool, np.bool_)):
@@ -141,6 +154,8 @@ class EpisodeTable:
         ``kill`` (live ones) and ``pop_front`` calls would do. Returns ``(start, length, done)``
         of the live records dropped, oldest first."""
         c, first = self.cols, self.lo
+        if first == self.hi or not lo <= c["start"][first] < hi:  # nothing to drop: common
+            return _NOTHING
         end = first
         step = max(hi - lo, 1)
         while end < self.hi:  # records start at distinct slots: usually one step suffices

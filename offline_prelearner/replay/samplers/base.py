@@ -74,6 +74,8 @@ def ranges(first: np.ndarray, count: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(f, f + c)`` for each pair, without a Python loop (int64)."""
     first = np.asarray(first, dtype=np.int64)
     count = np.asarray(count, dtype=np.int64)
+    if first.shape == (1,):  # one range (one episode added): no repeat needed
+        return np.arange(first[0], first[0] + max(int(count[0]), 0), dtype=np.int64)
     total = int(count.sum())
     if total == 0:
         return np.zeros(0, dtype=np.int64)
