@@ -7,6 +7,10 @@ Workloads (bench names; the same names on the RLlib side, so each gets a ratio l
 * ``pixels_rows.*``    -- the 100,017 rows of 84x84x4 uint8 observations, the same way, rows/s;
 * ``cartpole_episodes.*`` -- the 44,685 msgpack episodes through ``ReadConfig(format="episodes")``,
   episodes/s (and ``steps_per_s``).
+* ``minari_{hdf5,arrow,parquet}.read_map``, ``d4rl_hdf5.read_map`` -- 1M synthetic CartPole-sized
+  steps in Minari's three layouts and a D4RL file, files read and mapped, steps/s, beside h5py's
+  / pyarrow's raw read of the same arrays (``raw`` lines, ratio ``ours / raw``); no data folder
+  or RLlib needed (:mod:`_field_formats`).
 
 Each Parquet file is one batch, read in name order with ``pyarrow.parquet.read_table`` (a fresh
 reader per pass). Per workload three lines: ``.map`` / ``.decode`` times only the reader's
@@ -165,12 +169,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default="rows,pixels,episodes",
-        help="comma-separated workloads: rows, pixels, episodes",
+        help="comma-separated workloads: rows, pixels, episodes, minari (its three layouts "
+        "and D4RL)",
     )
     parser.add_argument("--no-rllib", action="store_true", help="skip the RLlib side")
     args = parser.parse_args(argv)
-    data = C.data_dir(args.data)
     only = [w for w in args.only.split(",") if w]
+    field = "minari" in only
+    only = [w for w in only if w != "minari"]
+    if field and not only:  # synthetic data: no data folder, no RLlib
+        from _field_formats import bench_field_formats
+
+        lines = bench_field_formats(args.quick, args.repeats or (1 if args.quick else 3), {})
+        C.log("summary\n" + C.markdown_table([x for x in lines if x["impl"] != "ratio"]))
+        return 0
+    data = C.data_dir(args.data)
     unknown = sorted(set(only) - set(WORKLOADS))
     if unknown:
         parser.error(f"unknown workloads {unknown}; choose from {sorted(WORKLOADS)}")
@@ -191,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         repeats = args.repeats or (1 if args.quick else DEFAULT_REPEATS[key])
         lines += bench(WORKLOADS[key], data, args.quick, repeats, extra)
     lines += [C.emit(line) for line in C.ratio_lines(lines)]
+    if field:
+        from _field_formats import bench_field_formats
+
+        lines += bench_field_formats(args.quick, args.repeats or (1 if args.quick else 3), extra)
     C.log("summary\n" + C.markdown_table(lines))
     C.log(f"done in {time.perf_counter() - t0:.1f} s")
     return 0

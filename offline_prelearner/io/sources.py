@@ -118,7 +118,7 @@ def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
 
     Parquet and JSON lines as they are; a Minari data file or a D4RL file as a step table.
     """
-    if data_dir_of(path) is not None:
+    if path.endswith((".arrow", ".parquet", ".hdf5")) and data_dir_of(path) is not None:
         return read_minari_file(path)
     if is_d4rl_file(path):
         return read_d4rl_file(path)

@@ -89,14 +89,19 @@ def find_data_dir(path_or_id: str | os.PathLike[str]) -> Path | None:
 
 def data_dir_of(file: str | os.PathLike[str]) -> Path | None:
     """The ``data`` folder a Minari data file belongs to (None: not a Minari data file)."""
-    p = Path(file)
-    if p.name == _HDF5:
-        d = p.parent
-    elif p.name.startswith("part-") and p.suffix in (".arrow", ".parquet"):
-        d = p.parent.parent
+    d = _data_dir_of(os.fspath(file))
+    return None if d is None else Path(d)
+
+
+def _data_dir_of(path: str) -> str | None:
+    head, name = os.path.split(path)
+    if name == _HDF5:
+        d = head
+    elif name.startswith("part-") and name.endswith((".arrow", ".parquet")):
+        d = os.path.dirname(head)
     else:
         return None
-    return d if (d / "metadata.json").is_file() else None
+    return d if os.path.isfile(os.path.join(d, "metadata.json")) else None
 
 
 def minari_files(data_dir: Path) -> list[str]:
@@ -135,7 +140,8 @@ class MinariMetadata:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> MinariMetadata:
-        return cls(**json.loads(text))
+        """From :meth:`to_json` (cached: every step table of a dataset carries the same)."""
+        return _from_json(bytes(text, "utf-8") if isinstance(text, str) else bytes(text))
 
     def check_supported(self) -> None:
         """Refuses, in one line, spaces the episode model cannot hold yet (Dict, Tuple, Text)."""
@@ -153,12 +159,21 @@ class MinariMetadata:
 
 def read_metadata(data_dir: str | os.PathLike[str]) -> MinariMetadata:
     """The dataset's metadata (cached per folder and modification time)."""
-    path = Path(data_dir) / "metadata.json"
-    return _read_metadata(str(path), path.stat().st_mtime_ns)
+    return _metadata_and_json(os.fspath(data_dir))[0]
+
+
+def _metadata_and_json(data_dir: str) -> tuple[MinariMetadata, bytes]:
+    path = os.path.join(data_dir, "metadata.json")
+    return _read_metadata(path, os.stat(path).st_mtime_ns)
 
 
 @lru_cache(maxsize=64)
-def _read_metadata(path: str, mtime_ns: int) -> MinariMetadata:
+def _read_metadata(path: str, mtime_ns: int) -> tuple[MinariMetadata, bytes]:
+    meta = _parse_metadata(path)
+    return meta, meta.to_json().encode()
+
+
+def _parse_metadata(path: str) -> MinariMetadata:
     try:
         with open(path) as fh:
             meta = json.load(fh)  # Python's json reads Minari's Infinity / -Infinity tokens
@@ -185,6 +200,11 @@ def _read_metadata(path: str, mtime_ns: int) -> MinariMetadata:
         total_episodes=meta.get("total_episodes"),
         total_steps=meta.get("total_steps"),
     )
+
+
+@lru_cache(maxsize=64)
+def _from_json(text: bytes) -> MinariMetadata:
+    return MinariMetadata(**json.loads(text))
 
 
 # ---------------------------------------------------------------------------------- spaces
@@ -244,7 +264,7 @@ def leaf_shape_dtype(space: dict[str, Any]) -> tuple[tuple[int, ...], np.dtype[A
 # ---------------------------------------------------------------------------------- reading
 def read_minari_file(path: str) -> pa.Table:
     """One Minari data file as a step table (see the module docstring)."""
-    data_dir = data_dir_of(path)
+    data_dir = _data_dir_of(path)
     if data_dir is None:
         raise DataError(
             "not a Minari data file (main_data.hdf5 or <id>/part-0.arrow|parquet next to "
@@ -252,7 +272,7 @@ def read_minari_file(path: str) -> pa.Table:
             Where(file=path),
             reason="unreadable_file",
         )
-    meta = read_metadata(data_dir)
+    meta, meta_json = _metadata_and_json(data_dir)
     meta.check_supported()
     try:
         table = _read_hdf5(path, meta) if path.endswith(".hdf5") else _read_part(path)
@@ -261,7 +281,7 @@ def read_minari_file(path: str) -> pa.Table:
         raise DataError(
             f"cannot read the file: {msg}", Where(file=path), reason="unreadable_file"
         ) from None
-    return table.replace_schema_metadata({METADATA_KEY: meta.to_json().encode()})
+    return table.replace_schema_metadata({METADATA_KEY: meta_json})
 
 
 def _read_part(path: str) -> pa.Table:
@@ -270,9 +290,11 @@ def _read_part(path: str) -> pa.Table:
             table = pa.ipc.open_file(source).read_all()
     else:
         table = pq.read_table(path)
-    keep = [c for c in ("observations", *STEP_COLUMNS) if c in table.column_names]
-    table = table.select(keep)
-    eid = int(Path(path).parent.name)
+    if table.num_columns != 5:
+        table = table.select(
+            [c for c in ("observations", *STEP_COLUMNS) if c in table.column_names]
+        )
+    eid = int(os.path.basename(os.path.dirname(path)))
     ids = pa.array(np.full(table.num_rows, eid, np.int64))
     return table.add_column(0, "episode_id", ids)
 

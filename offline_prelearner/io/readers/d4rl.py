@@ -128,17 +128,20 @@ class D4RLReader:
         if not keep.any():
             return out
         k_idx = np.flatnonzero(keep)
+        whole = bool(keep.all() and not drop_last.any())  # every row kept: no gathers
         starts, length, final = starts[k_idx], length[k_idx], final[k_idx]
-        step_rows = np.concatenate(
-            [np.arange(s, s + m) for s, m in zip(starts, length, strict=True)]
-        )
         step_at = np.zeros(len(k_idx), np.int64)
         np.cumsum(length[:-1], out=step_at[1:])
-        ep_of_step = np.repeat(np.arange(len(k_idx)), length)
-        obs_out = np.empty((len(step_rows) + len(k_idx), *obs.shape[1:]), obs.dtype)
-        obs_out[np.arange(len(step_rows)) + ep_of_step] = obs[step_rows]
         obs_at = step_at + np.arange(len(k_idx))
-        obs_out[obs_at + length] = final
+        if whole:
+            step_rows: Any = slice(None)
+            obs_out = np.insert(obs, stops, final, axis=0)  # each episode's last obs after it
+        else:
+            step_rows = np.repeat(starts - step_at, length) + np.arange(int(length.sum()))
+            obs_out = np.empty((int(length.sum()) + len(k_idx), *obs.shape[1:]), obs.dtype)
+            ep_of_step = np.repeat(np.arange(len(k_idx)), length)
+            obs_out[np.arange(int(length.sum())) + ep_of_step] = obs[step_rows]
+            obs_out[obs_at + length] = final
         out.add_columns(
             EpisodeColumns(
                 obs=obs_out,
@@ -176,9 +179,10 @@ def _rows_differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per row: not byte-identical (NaN equals NaN: a copied NaN is the same observation)."""
     if a.ndim == 1:
         return np.asarray(a != b) & ~(np.isnan(a) & np.isnan(b) if a.dtype.kind == "f" else False)
-    ra = np.ascontiguousarray(a).reshape(len(a), -1).view(np.uint8)
-    rb = np.ascontiguousarray(b).reshape(len(b), -1).view(np.uint8)
-    return np.any(ra != rb, axis=1)
+    row = np.dtype((np.void, a[0].nbytes))  # one opaque value per row: one comparison
+    ra = np.ascontiguousarray(a).reshape(len(a), -1).view(row).ravel()
+    rb = np.ascontiguousarray(b).reshape(len(b), -1).view(row).ravel()
+    return np.asarray(ra != rb)
 
 
 def _time_limit_ends(term: np.ndarray, max_steps: int) -> np.ndarray:
