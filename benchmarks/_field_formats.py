@@ -85,9 +85,11 @@ def _write_arrow_layout(folder: Path, eps: list[Episode], fmt: str) -> None:
         d = data / str(ep.id)
         d.mkdir()
         if fmt == "arrow":
-            with pa.OSFile(str(d / "part-0.arrow"), "wb") as sink:
-                with pa.ipc.new_file(sink, table.schema) as w:
-                    w.write_table(table)
+            with (
+                pa.OSFile(str(d / "part-0.arrow"), "wb") as sink,
+                pa.ipc.new_file(sink, table.schema) as w,
+            ):
+                w.write_table(table)
         else:
             pq.write_table(table, d / "part-0.parquet")
         (d / "metadata.json").write_text(json.dumps({"id": ep.id, "total_steps": t}))
