@@ -7,7 +7,9 @@ file, for error messages.
 
 Built-in formats: ``rows`` (:mod:`.rows`, one transition per row), ``episodes``
 (:mod:`.episodes`, msgpack episode records in an ``item`` column), ``sample_batches``
-(:mod:`.sample_batches`, RLlib's old-stack SampleBatch / MultiAgentBatch records). The registry
+(:mod:`.sample_batches`, RLlib's old-stack SampleBatch / MultiAgentBatch records), ``minari``
+(:mod:`.minari`, Minari datasets, any backend) and ``d4rl`` (:mod:`.d4rl`, D4RL HDF5 files), the
+last two over the tables :mod:`..datasets` reads. The registry
 (:mod:`.registry`) loads each on first use; register more with :func:`register_reader`.
 """
 
