@@ -175,8 +175,9 @@ def convert_path(
             if progress is not None:
                 progress(i, n, name, rows)
 
+        parquet = [f for f in files if f.endswith(".parquet")]  # not a job's stats.json
         return relayout_rows(
-            files, out_dir, job.layout, rows_progress, overwrite=overwrite, resume=resume
+            parquet, out_dir, job.layout, rows_progress, overwrite=overwrite, resume=resume
         )
     if fmt not in ("sample_batches", "auto"):
         raise UnsupportedFormatError(
