@@ -53,6 +53,11 @@ Workloads (bench names; ``b<N>`` is the ``map_batches`` batch size in input rows
   ``--rllib-pixel-files`` files. Ours are the learner stream (no job). One repeat unless
   ``--repeats`` says otherwise: a pass decodes 5.6 GB of Parquet lists (~300-700 rows/s on 2
   cores), so it takes minutes; not in the default ``--only`` for that reason.
+* ``pixels_rows_fast.<variant>.b<N>`` (``--only pixels``, ``--pixel-layouts`` has ``fast``) -- the
+  same rows in the fast tensor layout, converted once with our ``convert`` (``offline-prelearner
+  convert .bench/data/pixels_rows --to rows --layout fast --out .bench/pixels_rows_fast``;
+  ``--pixel-fast-dir``): ``read_iter`` (the floor), ``e2e`` and ``e2e_nstep3_framestack4`` (issue
+  14's pixel job: n-step 3, frame stack 4, one actor), each with its fraction of the floor.
 
 Each line's ``n`` / ``throughput`` is input rows (episodes) per second of wall time;
 ``samples_per_s`` is learner-ready rows out per second. ``peak_mem_mb`` is the peak summed RSS of
@@ -62,7 +67,7 @@ venv (``rllib_pipeline.py``), on a prefix of the files (``n`` says how many rows
 
 Usage: ``python benchmarks/bench_pipeline.py [--data DIR] [--quick] [--repeats K] [--no-rllib]
 [--batch-sizes 4096,65536] [--only rows,episodes,pixels] [--variants e2e,e2e_job,...]
-[--pixel-files K] [--baseline-ref f391f09 [--rounds 2]]``
+[--pixel-files K] [--pixel-layouts rllib,fast] [--baseline-ref f391f09 [--rounds 2]]``
 """
 
 from __future__ import annotations
@@ -106,13 +111,18 @@ PIXEL_VARIANTS: dict[str, dict[str, Any]] = {
     "e2e_nstep3": {"n_step": 3},
     "e2e_framestack4": {"frame_stack": 4},
 }
+#: Variants of our pixel job on the fast layout (``pixels_rows_fast``), on top of PIXEL_BASE.
+PIXEL_FAST_VARIANTS: dict[str, dict[str, Any]] = {
+    "e2e": {},
+    "e2e_nstep3_framestack4": {"n_step": 3, "frame_stack": 4},
+}
 #: The pixel job's one change from the defaults: 50k replay slots of 84x84x4 frames (1.4 GB). The
 #: default 1M slots would be a 26 GiB array, more than this machine's memory.
 PIXEL_BASE: dict[str, Any] = {"capacity": 50_000}
 #: Timed passes of each pixel job unless ``--repeats`` is given (a pass takes minutes).
 PIXEL_REPEATS = 1
 #: Row datasets whose end-to-end lines get ratios against RLlib's and against the bare read.
-ROW_DATASETS = ("cartpole_rows", "pixels_rows")
+ROW_DATASETS = ("cartpole_rows", "pixels_rows", "pixels_rows_fast")
 
 
 # ----------------------------------------------------------------------------- shared with RLlib
@@ -441,16 +451,52 @@ def bench_ours(
 
 
 def bench_pixels(
-    data: Path, files: int | None, repeats: int, size: int, extra: dict[str, Any]
+    data: Path,
+    files: int | None,
+    repeats: int,
+    size: int,
+    extra: dict[str, Any],
+    layouts: tuple[str, ...] = ("rllib", "fast"),
+    fast_dir: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """The pixel rows (the first ``files`` files): bare read + iterate, then each variant."""
-    pixel_files = C.parquet_files(data / "pixels_rows")[:files]
+    """The pixel rows (the first ``files`` files) in each of ``layouts``: bare read + iterate,
+    then each variant. The fast layout is read from ``fast_dir`` (made by our ``convert``)."""
     lines = []
-    bench = f"pixels_rows.read_iter.b{size}"
+    if "rllib" in layouts:
+        lines += _bench_pixel_set(
+            "pixels_rows", data / "pixels_rows", PIXEL_VARIANTS, files, repeats, size, extra
+        )
+    if "fast" in layouts:
+        fast_dir = fast_dir or data.parent / "pixels_rows_fast"
+        if not any(fast_dir.glob("*.parquet")):
+            C.log(
+                f"no fast-layout pixel rows at {fast_dir}: make them once with "
+                f"`offline-prelearner convert {data / 'pixels_rows'} --to rows --layout fast "
+                f"--out {fast_dir}`; skipped"
+            )
+        else:
+            lines += _bench_pixel_set(
+                "pixels_rows_fast", fast_dir, PIXEL_FAST_VARIANTS, files, repeats, size, extra
+            )
+    return lines
+
+
+def _bench_pixel_set(
+    name: str,
+    folder: Path,
+    variants: dict[str, dict[str, Any]],
+    files: int | None,
+    repeats: int,
+    size: int,
+    extra: dict[str, Any],
+) -> list[dict[str, Any]]:
+    pixel_files = C.parquet_files(folder)[:files]
+    lines = []
+    bench = f"{name}.read_iter.b{size}"
     runs = repeat(bench, lambda: run_bare(pixel_files, size), repeats)
     lines.append(C.emit(line_for(bench, "ours", runs, "rows/s", batch_size=size, **extra)))
-    for suffix, updates in PIXEL_VARIANTS.items():
-        bench = f"pixels_rows.{suffix}.b{size}"
+    for suffix, updates in variants.items():
+        bench = f"{name}.{suffix}.b{size}"
         ups = {"ray.batch_size": size, **PIXEL_BASE, **updates}
         runs = repeat(bench, lambda ups=ups: run_ours(pixel_files, ups, "stream"), repeats)
         line = line_for(bench, "ours", runs, "rows/s", batch_size=size, **PIXEL_BASE, **updates)
@@ -690,6 +736,16 @@ def main(argv: list[str] | None = None) -> int:
         help="pixel row files we read (~5k rows each; default all 20, 1 with --quick)",
     )
     parser.add_argument(
+        "--pixel-layouts",
+        default="rllib,fast",
+        help="pixel row layouts we read: rllib (.bench/data/pixels_rows), fast (--pixel-fast-dir)",
+    )
+    parser.add_argument(
+        "--pixel-fast-dir",
+        default=None,
+        help="the pixel rows in the fast layout (default: pixels_rows_fast beside --data)",
+    )
+    parser.add_argument(
         "--rllib-pixel-files",
         type=int,
         default=4,
@@ -795,7 +851,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quick and (args.baseline_ref or not jobs):  # no job warmed this session
             C.log("ours: untimed warm-up on the first CartPole file")
             run_ours(C.parquet_files(data / "cartpole_rows")[:1], {"ray.batch_size": sizes[0]})
-        lines += bench_pixels(data, pixel_files, pixel_repeats, sizes[0], extra)
+        layouts = tuple(x for x in args.pixel_layouts.split(",") if x)
+        fast_dir = Path(args.pixel_fast_dir) if args.pixel_fast_dir else None
+        lines += bench_pixels(data, pixel_files, pixel_repeats, sizes[0], extra, layouts, fast_dir)
     lines += [C.emit(line) for line in C.ratio_lines(lines)]
     lines += [C.emit(line) for line in extra_ratios(lines)]
     C.log("summary\n" + C.markdown_table(lines))
