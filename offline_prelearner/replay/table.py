@@ -251,6 +251,8 @@ class EpisodeTable:
     def is_current(self, serials: np.ndarray) -> np.ndarray:
         idx = np.asarray(serials, dtype=np.int64) - self.base
         inside = (idx >= self.lo) & (idx < self.hi)
+        if inside.all():  # the usual case: a gather, no masking
+            return self.cols["alive"].take(idx)
         current = inside.copy()
         current[inside] = self.cols["alive"][idx[inside]]
         return current
