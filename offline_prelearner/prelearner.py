@@ -77,6 +77,7 @@ class OfflinePreLearner:
         self.connectors = self.build_connectors()
         self.buffers: dict[str, EpisodeReplayBuffer] = {}
         self.ledger = Ledger()
+        self._seen: set[tuple[Any, Any]] = set()  # (eps_id, agent_id) of episodes kept
         self.counters = {"batches": 0, "samples": 0, "fragments_added": 0, "not_ready": 0}
         self._pending: dict[tuple[Any, Any], list[Episode]] = {}  # sample_all: open fragments
         self._agent_to_module = self._mapping_fn()
@@ -211,7 +212,7 @@ class OfflinePreLearner:
     def __call__(self, batch: Batch) -> Iterator[dict[str, np.ndarray]]:
         """One input batch -> zero or more output batches (one per trained module)."""
         episodes = self.validate(self.map_to_episodes(batch))
-        self.ledger += episodes.ledger
+        self._count_episodes(episodes)
         if self.config.sample.sample_all:
             result = self.sample_all(self.postprocess_episodes(episodes.episodes))
         else:
@@ -255,6 +256,14 @@ class OfflinePreLearner:
         }
 
     # ================================================================== helpers
+    def _count_episodes(self, episodes: EpisodeBatch) -> None:
+        """Adds a batch's ledger; ``episodes_kept`` counts an episode cut across batches once
+        (at its first kept piece), ``fragments`` counts the pieces."""
+        self.ledger += episodes.ledger
+        fresh = set(episodes.keys()) - self._seen
+        self._seen |= fresh
+        self.ledger.episodes_kept += len(fresh) - episodes.ledger.episodes_kept
+
     @property
     def _columnar(self) -> bool:
         """Whether episodes a reader gives as columns can go to the buffers as columns: the

@@ -115,7 +115,6 @@ def accept(id: str, make: str, cmd: str, counts: Mapping[str, Any], **kw: Any) -
 MIXED = "issue 13: a folder of mixed formats is not refused with one line naming both formats"
 PER_FILE = "issue 13: no per-file listing (per_file: format, rows read/kept/rejected/duplicate)"
 SKIP_FILE = "issue 13: under --on-invalid skip a file the reader cannot take stops the job"
-FRAGMENTS = "issue 13: episodes_kept counts fragments, not episodes (223 for 222)"
 VALUE_42 = 'issue 13: an old-stack line {"value": 42} after good ones is a pyarrow traceback'
 READ_AS_NOTHING = "issue 13: an input with nothing in it is read as nothing (exit 0), not refused"
 
@@ -178,10 +177,9 @@ CASES: list[Case] = [
     refuse("out-is-a-file-process", "out_is_a_file_rows", PROCESS, "--out", "is a file"),
     refuse("out-is-a-file-convert", "out_is_a_file_old_stack", CONVERT, "--out", "is a file"),
     accept("shipped-episodes-counted-once-process", "shipped_rows_as_is", PROCESS,
-           {"rows_in": 5000, "episodes_kept": 222}, todo=FRAGMENTS),
+           {"rows_in": 5000, "episodes_kept": 222, "fragments": 223}),
     accept("shipped-episodes-counted-once-small-batches", "shipped_rows_as_is",
-           PROCESS + " --set ray.batch_size=300", {"rows_in": 5000, "episodes_kept": 222},
-           todo=FRAGMENTS + " (238 with ray.batch_size=300)"),
+           PROCESS + " --set ray.batch_size=300", {"rows_in": 5000, "episodes_kept": 222}),
     accept("shipped-inspect", "shipped_rows_as_is", INSPECT,
            {"rows": 5000, "episodes": 222, "terminated": 221, "truncated": 1}),
     accept("per-file-listing-inspect", "shipped_rows_as_is", INSPECT,

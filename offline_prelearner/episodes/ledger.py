@@ -69,6 +69,9 @@ class Ledger:
     episodes_kept: int = 0
     episodes_duplicate: int = 0
     episodes_rejected: Counter[str] = field(default_factory=Counter)
+    #: Pieces kept: an episode cut across input batches is one episode and several fragments
+    #: (within one batch the two are equal; a prelearner counts each episode once).
+    fragments: int = 0
 
     def balanced(self) -> bool:
         return (
@@ -83,6 +86,7 @@ class Ledger:
         self.episodes_kept += other.episodes_kept
         self.episodes_duplicate += other.episodes_duplicate
         self.episodes_rejected.update(other.episodes_rejected)
+        self.fragments += other.fragments
         return self
 
     @classmethod
@@ -96,6 +100,7 @@ class Ledger:
             episodes_kept=d["episodes_kept"],
             episodes_duplicate=d["episodes_duplicate"],
             episodes_rejected=Counter(d["episodes_rejected"]),
+            fragments=d.get("fragments", d["episodes_kept"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -107,6 +112,7 @@ class Ledger:
             "episodes_kept": self.episodes_kept,
             "episodes_duplicate": self.episodes_duplicate,
             "episodes_rejected": dict(sorted(self.episodes_rejected.items())),
+            "fragments": self.fragments,
             "balanced": self.balanced(),
         }
 
@@ -180,13 +186,20 @@ class EpisodeBatch:
     def sync(self) -> None:
         """Recomputes the kept counters from the episodes held."""
         self.ledger.rows_kept = sum(self.source_rows)
-        self.ledger.episodes_kept = len(self)
+        self.ledger.episodes_kept = self.ledger.fragments = len(self)
+
+    def keys(self) -> list[tuple[Any, Any]]:
+        """``(episode id, agent id)`` of each episode held, without building objects."""
+        cols = self._columns
+        held = [(e.id, e.agent_id) for e in self._episodes]
+        return held if cols is None else held + list(zip(cols.ids, cols.agents, strict=True))
 
     def add(self, episode: Episode, source_rows: int) -> None:
         self.episodes.append(episode)
         self.source_rows.append(source_rows)
         self.ledger.rows_kept += source_rows
         self.ledger.episodes_kept += 1
+        self.ledger.fragments += 1
 
     def reject(
         self,

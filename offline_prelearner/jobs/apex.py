@@ -66,9 +66,9 @@ class FeedStats:
     wall_seconds: float = 0.0
 
     def balanced(self) -> bool:
-        """Rows in = kept + rejected + duplicate, and every kept episode was sent or counted."""
+        """Rows in = kept + rejected + duplicate, and every kept fragment was sent or counted."""
         routed = self.episodes_sent + self.episodes_unrouted
-        return self.ledger.balanced() and routed == self.ledger.episodes_kept
+        return self.ledger.balanced() and routed == self.ledger.fragments
 
     def to_dict(self) -> dict[str, Any]:
         out = {"ledger": self.ledger.to_dict(), "batches": self.batches}
