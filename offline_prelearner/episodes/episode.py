@@ -11,6 +11,17 @@ An episode of ``T`` steps holds
 * ``terminated`` / ``truncated`` flags, ``id``, ``agent_id``, ``module_id`` and ``t_started`` (the
   env step of ``observations[0]``; a fragment of a longer episode starts later than 0).
 
+**Composite observations** (gymnasium ``Dict`` / ``Tuple``, nested): ``observations`` is then a
+flat ``dict`` from a leaf's path (``"desired_goal"``; ``"0"``, ``"1"`` for a Tuple; ``"a.b"``
+nested) to that leaf's ``[T + 1, ...]`` array (:mod:`.observations`). Chosen over a single array
+plus side columns because (1) every leaf stays its own contiguous numpy column, so a buffer keeps
+one ring column per leaf and gathers each with one fancy index -- no per-step dicts, no record
+dtype interleaving leaves; (2) the observation stays *one* field: code that does not handle
+composite observations fails on a ``dict`` instead of silently dropping a side column; (3) a
+plain observation is the same ``ndarray`` as before and takes none of the new paths. Flat
+rather than nested: each operation is one loop over leaves; nesting is rebuilt only on the
+learner side (``MultiAgentBatch.from_rows``).
+
 Slices are views; nothing is copied until two fragments are concatenated. ``get_state`` and
 ``from_state`` speak RLlib's ``SingleAgentEpisode`` state layout, so RLlib's msgpack episodes
 decode and our episodes can be read by RLlib.
@@ -21,11 +32,12 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from ..errors import DataError, DecodeError, EpisodeValidationError, Where
+from . import observations as O
 from .spaces import space_to_dict
 
 __all__ = ["Episode"]
@@ -56,7 +68,7 @@ class Episode:
         self,
         *,
         id: Any,
-        observations: np.ndarray,
+        observations: np.ndarray | Mapping[str, Any],
         actions: np.ndarray,
         rewards: np.ndarray,
         terminated: bool = False,
@@ -68,7 +80,13 @@ class Episode:
         extras: Mapping[str, np.ndarray] | None = None,
     ) -> None:
         self.id = id
-        self.observations = np.asarray(observations)
+        # Typed as the plain array its consumers take; a composite space holds the flat
+        # {leaf path: array} map here (see the module docstring), which they do not take yet.
+        self.observations: np.ndarray = (
+            cast(Any, O.flatten(observations))
+            if O.is_composite(observations)
+            else np.asarray(observations)
+        )
         self.actions = np.asarray(actions)
         self.rewards = np.asarray(rewards)
         self.terminated = bool(terminated)
@@ -119,18 +137,26 @@ class Episode:
     # ------------------------------------------------------------------ invariants
     def _check(self) -> None:
         eid = self.id
-        if self.observations.ndim < 1:
-            raise _fail("observations must have a time axis, got a scalar", eid, column="obs")
         if self.actions.ndim < 1:
             raise _fail("actions must have a time axis, got a scalar", eid, column="actions")
         t = len(self.actions)
-        if len(self.observations) != t + 1:
-            raise _fail(
-                f"an episode of {t} actions needs {t + 1} observations, found "
-                f"{len(self.observations)}",
-                eid,
-                column="obs",
-            )
+        composite = O.is_composite(self.observations)
+        if composite and not self.observations:
+            raise _fail("a composite observation needs at least one leaf", eid, column="obs")
+        for path, leaf in O.leaves(self.observations).items():
+            column = f"obs.{path}" if composite else "obs"
+            if leaf.ndim < 1:
+                raise _fail("observations must have a time axis, got a scalar", eid, column=column)
+            if len(leaf) != t + 1:
+                raise _fail(
+                    f"an episode of {t} actions needs {t + 1} observations, found {len(leaf)}",
+                    eid,
+                    column=column,
+                )
+            if leaf.dtype.hasobject:
+                raise _fail(
+                    f"{column} has dtype object (ragged or mixed values)", eid, column=column
+                )
         if self.rewards.shape != (t,):
             raise _fail(
                 f"rewards must have shape ({t},), found {self.rewards.shape}", eid, column="rewards"
@@ -139,9 +165,8 @@ class Episode:
             raise _fail(
                 f"rewards must be numeric, found dtype {self.rewards.dtype}", eid, column="rewards"
             )
-        for name, col in (("obs", self.observations), ("actions", self.actions)):
-            if col.dtype.hasobject:
-                raise _fail(f"{name} has dtype object (ragged or mixed values)", eid, column=name)
+        if self.actions.dtype.hasobject:
+            raise _fail("actions has dtype object (ragged or mixed values)", eid, column="actions")
         if self.terminated and self.truncated:
             raise _fail("an episode cannot be both terminated and truncated", eid)
         if self.t_started < 0:
@@ -183,10 +208,16 @@ class Episode:
             return f"{a.dtype}{list(a.shape)}"
 
         extras = "".join(f", {k}={arr(v)}" for k, v in self.extras.items())
+        obs = self.observations
+        shown = (
+            "{" + ", ".join(f"{k}: {arr(v)}" for k, v in O.leaves(obs).items()) + "}"
+            if O.is_composite(obs)
+            else arr(obs)
+        )
         flag = "terminated" if self.terminated else "truncated" if self.truncated else "ongoing"
         return (
             f"Episode(id={self.id!r}, len={len(self)}, t={self.t_started}..{self.t_end}, {flag}, "
-            f"obs={arr(self.observations)}, actions={arr(self.actions)}, "
+            f"obs={shown}, actions={arr(self.actions)}, "
             f"rewards={arr(self.rewards)}{extras}"
             f"{', infos' if self.infos is not None else ''})"
         )
@@ -207,7 +238,7 @@ class Episode:
         stop = max(stop, start)
         at_end = stop == n
         return self._replace(
-            observations=self.observations[start : stop + 1],
+            observations=O.map_leaves(self.observations, lambda v: v[start : stop + 1]),
             actions=self.actions[start:stop],
             rewards=self.rewards[start:stop],
             extras={k: v[start:stop] for k, v in self.extras.items()},
@@ -250,7 +281,8 @@ class Episode:
                     first.id,
                     timestep=nxt.t_started,
                 )
-            if not _same_obs(prev.observations[-1], nxt.observations[0]):
+            last_obs = O.map_leaves(prev.observations, lambda v: v[-1])
+            if not O.same(last_obs, O.map_leaves(nxt.observations, lambda v: v[0])):
                 raise _fail(
                     "fragment's first observation differs from the previous fragment's last one",
                     first.id,
@@ -273,8 +305,9 @@ class Episode:
                 infos.extend((f.infos or [])[1:])
         return Episode(
             id=first.id,
-            observations=np.concatenate(
-                [first.observations] + [f.observations[1:] for f in frags[1:]]
+            observations=O.concat(
+                [first.observations]
+                + [O.map_leaves(f.observations, lambda v: v[1:]) for f in frags[1:]]
             ),
             actions=np.concatenate([f.actions for f in frags]),
             rewards=np.concatenate([f.rewards for f in frags]),

@@ -41,6 +41,9 @@ episode that ended not done continues in a later batch: ``t_started`` counts on 
 are kept (key -> next t and last observation); done episodes leave. Fragments read by *different*
 readers cannot be stitched here: give the data a ``t`` column (the buffer stitches by ``t``).
 
+Struct ``obs`` / ``new_obs`` columns (gymnasium Dict / Tuple spaces, nested) are read leaf by leaf
+(:mod:`.composite`) and give episodes whose observations are ``{leaf path: array}`` maps.
+
 Unmapped columns become per-step ``Episode.extras``; a mapped ``infos`` column becomes
 ``Episode.infos = [{}] + row infos``. Under ``on_invalid="skip"``/``"quarantine"`` a bad episode is
 rejected whole (its rows as payload) and counted, so ``rows_in == kept + rejected + duplicate``;
@@ -52,7 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -65,6 +68,7 @@ from ...episodes.ledger import EpisodeBatch
 from ...errors import ConfigError, DataError, EpisodeValidationError, Where
 from ..arrow_columns import ColumnValueError, decode_cells
 from ..schema import load_schema
+from .composite import is_struct, records, split_records, struct_leaves
 from .duplicates import find_duplicates
 from .frame import (
     ColumnBatch,
@@ -215,6 +219,15 @@ class RowsReader:
             )
         return arr
 
+    def _observations(self, frame: ColumnBatch, field: str, source: str | None) -> np.ndarray:
+        """``obs`` / ``new_obs``: numeric, or a struct column (Dict / Tuple space) as a record
+        array of its leaves (:mod:`.composite`)."""
+        col = self.schema.column(field) or field
+        raw = frame.raw(col)
+        if self.schema.codec(col) is None and is_struct(raw):
+            return records(struct_leaves(raw, col, source))
+        return self._numeric(frame, field, source)
+
     def _flag(self, frame: ColumnBatch, col: str | None, source: str | None) -> np.ndarray:
         if col is None:
             return np.zeros(frame.num_rows, bool)
@@ -243,9 +256,9 @@ class RowsReader:
 
     def _convert(self, frame: ColumnBatch, source: str | None) -> RowColumns:
         s = self.schema
-        obs = self._numeric(frame, C.OBS, source)
-        new_obs = self._numeric(frame, C.NEW_OBS, source)
-        if obs.shape[1:] != new_obs.shape[1:]:
+        obs = self._observations(frame, C.OBS, source)
+        new_obs = self._observations(frame, C.NEW_OBS, source)
+        if obs.shape[1:] != new_obs.shape[1:] or obs.dtype.names != new_obs.dtype.names:
             raise ColumnValueError(
                 f"column {s.column(C.NEW_OBS)!r} rows have shape {new_obs.shape[1:]} but "
                 f"{s.column(C.OBS)!r} rows have {obs.shape[1:]}",
@@ -372,7 +385,8 @@ class RowsReader:
         first = np.flatnonzero(good)[:1].tolist()
         # Shared arrays: what the vector checks above do not cover (dtypes, object columns) is
         # the same for every episode, so one pass through the checking constructor covers all.
-        if c.infos is None and (not first or self._constructs(cols, first[0])):
+        composite = c.obs.dtype.names is not None  # leaves split per episode: objects path
+        if c.infos is None and not composite and (not first or self._constructs(cols, first[0])):
             out.add_columns(cols.select(good) if v.bad else cols)
         else:
             self._build_objects(out, cols, c, gr, v, rows, source)
@@ -406,6 +420,7 @@ class RowsReader:
         """Episodes one object at a time: with infos (Python objects per row), or when an episode
         fails the checking constructor (each is then checked until one passes)."""
         infos = c.infos
+        leaves = split_records(cols.obs) if cols.obs.dtype.names is not None else None
         if infos is not None and gr.perm is not None:
             infos = [infos[i] for i in gr.perm.tolist()]  # Python objects: per row by nature
         kept: list[Episode] = []
@@ -416,6 +431,9 @@ class RowsReader:
                 continue
             ep = cols.episode(e)
             st, en = int(cols.step_at[e]), int(cols.step_at[e] + cols.length[e])
+            if leaves is not None:  # per-leaf views of the batch's leaf arrays
+                a, b = int(cols.obs_at[e]), int(cols.obs_at[e] + cols.length[e] + 1)
+                ep.observations = cast(Any, {k: v[a:b] for k, v in leaves.items()})
             if infos is not None:
                 ep.infos = [{}, *(i or {} for i in infos[st:en])]
             if not checked:

@@ -1,0 +1,107 @@
+"""Composite observations (gymnasium ``Dict`` / ``Tuple``, nested) as flat maps of leaf arrays.
+
+A composite observation column is a ``dict`` from a leaf's *path* to that leaf's array, every
+leaf with the same leading time axis::
+
+    {"observation": f32[T + 1, 4], "desired_goal": f32[T + 1, 2], "achieved_goal": ...}
+    {"0": i64[T + 1], "1": f32[T + 1, 3]}                       # Tuple: positions as keys
+    {"a.b": f32[T + 1, 2], "a.c": u8[T + 1, 84, 84]}            # nested: keys joined with "."
+
+Flat, not nested: every operation on observations (slice, gather, concatenate, compare) is the
+same operation per leaf, a loop over one level of keys; the nesting is rebuilt only at the edges
+(:func:`nest`, on the learner side). A plain observation stays one ``ndarray`` and takes none
+of these paths. A key holding ``"."`` is read as a path (readers refuse such field names).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "Observations",
+    "concat",
+    "flatten",
+    "is_composite",
+    "leaves",
+    "length",
+    "map_leaves",
+    "nest",
+    "same",
+]
+
+#: One array (a plain space) or a flat map path -> leaf array (a Dict / Tuple space).
+Observations = np.ndarray | dict[str, np.ndarray]
+
+SEP = "."
+
+
+def is_composite(obs: Any) -> bool:
+    return isinstance(obs, Mapping)
+
+
+def flatten(obs: Any, prefix: str = "") -> dict[str, np.ndarray]:
+    """A nested observation (dicts, tuples/lists of arrays) as a flat ``{path: array}`` map;
+    tuple and list positions become keys ``"0"``, ``"1"``, ..."""
+    items: Iterable[tuple[Any, Any]]
+    if isinstance(obs, Mapping):
+        items = obs.items()
+    elif isinstance(obs, tuple | list):
+        items = enumerate(obs)
+    else:
+        return {prefix: np.asarray(obs)}
+    out: dict[str, np.ndarray] = {}
+    for k, v in items:
+        key = str(k)  # a key with "." is taken as a path already (a flat map flattens to itself)
+        out.update(flatten(v, f"{prefix}{SEP}{key}" if prefix else key))
+    return out
+
+
+def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """The nested dicts back from a flat map (Tuple positions stay string keys ``"0"``...)."""
+    out: dict[str, Any] = {}
+    for path, value in flat.items():
+        node = out
+        *parents, last = path.split(SEP)
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    return out
+
+
+def leaves(obs: Any) -> dict[str, np.ndarray]:
+    """The leaves of ``obs``: a plain array is the one leaf ``""``."""
+    return dict(obs) if isinstance(obs, Mapping) else {"": obs}
+
+
+def map_leaves(obs: Any, fn: Callable[[np.ndarray], np.ndarray]) -> Any:
+    """``fn`` applied to each leaf (to the array itself for a plain observation)."""
+    if isinstance(obs, Mapping):
+        return {k: fn(v) for k, v in obs.items()}
+    return fn(obs)
+
+
+def length(obs: Any) -> int:
+    """The time axis' length (the leaves agree: the Episode checks it)."""
+    if isinstance(obs, Mapping):
+        return len(next(iter(obs.values()))) if obs else 0
+    return len(obs)
+
+
+def concat(parts: Sequence[Any]) -> Any:
+    """Concatenation along time, leaf by leaf."""
+    if parts and isinstance(parts[0], Mapping):
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    return np.concatenate(parts)
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal observations (NaN equals NaN), leaf by leaf."""
+    if isinstance(a, Mapping) or isinstance(b, Mapping):
+        if not (isinstance(a, Mapping) and isinstance(b, Mapping)) or a.keys() != b.keys():
+            return False
+        return all(same(a[k], b[k]) for k in a)
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))

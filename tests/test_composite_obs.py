@@ -1,0 +1,171 @@
+"""Composite observations (gymnasium Dict / Tuple, nested): struct columns -> per-leaf arrays.
+
+Rows whose ``obs`` / ``new_obs`` are Arrow struct columns become episodes whose observations are
+flat ``{leaf path: [T + 1, ...]}`` maps; checked against a plain loop over the rows per leaf, with
+random spaces and episodes (Hypothesis). Plain observations are untouched (the other reader
+tests).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from offline_prelearner.config import ReadConfig
+from offline_prelearner.episodes import observations as O
+from offline_prelearner.episodes.episode import Episode
+from offline_prelearner.errors import DataError
+from offline_prelearner.io.readers.rows import RowsReader
+
+Leaf = tuple[str, tuple[int, ...]]  # dtype, shape per step
+
+leaf_st = st.tuples(
+    st.sampled_from(["float32", "float64", "int64", "uint8"]),
+    st.sampled_from([(), (1,), (3,), (2, 2)]),
+)
+names = st.sampled_from(["observation", "desired_goal", "achieved_goal", "0", "1", "pos"])
+space_st = st.recursive(
+    leaf_st,
+    lambda kids: st.dictionaries(names, kids, min_size=1, max_size=3),
+    max_leaves=5,
+).filter(lambda s: isinstance(s, dict))
+
+
+def _paths(space: Any, prefix: str = "") -> dict[str, Leaf]:
+    if isinstance(space, dict):
+        out: dict[str, Leaf] = {}
+        for k, v in space.items():
+            out.update(_paths(v, f"{prefix}.{k}" if prefix else k))
+        return out
+    return {prefix: space}
+
+
+def _arrow(leaf: np.ndarray) -> pa.Array:
+    if leaf.ndim == 1:
+        return pa.array(leaf)
+    flat = pa.array(leaf.reshape(-1))
+    for size in reversed(leaf.shape[1:]):
+        flat = pa.FixedSizeListArray.from_arrays(flat, size)
+    return flat
+
+
+def _struct(space: Any, values: dict[str, np.ndarray], prefix: str = "") -> pa.Array:
+    fields, arrays = [], []
+    for k, v in space.items():
+        path = f"{prefix}.{k}" if prefix else k
+        arrays.append(_struct(v, values, path) if isinstance(v, dict) else _arrow(values[path]))
+        fields.append(k)
+    return pa.StructArray.from_arrays(arrays, fields)
+
+
+def _episodes(space: Any, lengths: list[int], seed: int) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for n in lengths:
+        obs = {}
+        for path, (dtype, shape) in _paths(space).items():
+            obs[path] = (rng.normal(size=(n + 1, *shape)) * 10).astype(dtype)
+        out.append(obs)
+    return out
+
+
+def _table(space: Any, eps: list[dict[str, np.ndarray]]) -> pa.Table:
+    ids, obs, new_obs, term = [], [], [], []
+    for e, ep in enumerate(eps):
+        n = len(next(iter(ep.values()))) - 1
+        ids += [f"e{e}"] * n
+        obs.append({k: v[:-1] for k, v in ep.items()})
+        new_obs.append({k: v[1:] for k, v in ep.items()})
+        term += [False] * (n - 1) + [True]
+    cat = {k: np.concatenate([o[k] for o in obs]) for k in obs[0]}
+    new = {k: np.concatenate([o[k] for o in new_obs]) for k in new_obs[0]}
+    n = len(ids)
+    return pa.table(
+        {
+            "eps_id": ids,
+            "obs": _struct(space, cat),
+            "new_obs": _struct(space, new),
+            "actions": np.zeros(n, np.int64),
+            "rewards": np.ones(n),
+            "terminateds": term,
+            "truncateds": [False] * n,
+        }
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    space=space_st,
+    lengths=st.lists(st.integers(1, 6), min_size=1, max_size=4),
+    seed=st.integers(0, 2**16),
+)
+def test_struct_rows_become_per_leaf_episodes(space: Any, lengths: list[int], seed: int) -> None:
+    eps = _episodes(space, lengths, seed)
+    batch = RowsReader(ReadConfig()).read(_table(space, eps))
+    assert batch.ledger.rows_kept == sum(lengths) and not batch.ledger.rows_rejected
+    got = {ep.id: ep for ep in batch.episodes}
+    for e, ref in enumerate(eps):
+        ep = got[f"e{e}"]
+        assert set(ep.observations) == set(ref)
+        for path, leaf in ref.items():  # plain reference: the rows' obs then the last new_obs
+            assert ep.observations[path].dtype == leaf.dtype
+            np.testing.assert_array_equal(ep.observations[path], leaf)
+            assert ep.observations[path].flags.c_contiguous or len(leaf) == 0
+
+
+def test_ten_goal_conditioned_rows_are_read() -> None:
+    """The issue's case: 10 rows with struct obs (observation, desired_goal), 0 episodes before."""
+    space = {"observation": ("float32", (4,)), "desired_goal": ("float32", (2,))}
+    eps = _episodes(space, [4, 6], seed=0)
+    batch = RowsReader(ReadConfig()).read(_table(space, eps))
+    assert batch.ledger.rows_kept == 10 and len(batch.episodes) == 2
+    assert "desired_goal" in repr(batch.episodes[0])
+
+
+def test_a_stream_continues_a_composite_episode_across_batches() -> None:
+    space = {"observation": ("float32", (3,)), "goal": {"x": ("int64", ())}}
+    (ep,) = _episodes(space, [6], seed=1)
+    table = _table(space, [ep])
+    reader = RowsReader(ReadConfig(check_continuity=True))
+    first, second = reader.read(table.slice(0, 4)), reader.read(table.slice(4))
+    whole = Episode.concat_fragments(first.episodes + second.episodes)
+    for path, leaf in ep.items():
+        np.testing.assert_array_equal(whole.observations[path], leaf)
+    assert whole.slice(2, 4).observations["goal.x"].tolist() == ep["goal.x"][2:5].tolist()
+
+
+def test_a_scrambled_composite_episode_is_refused() -> None:
+    space = {"observation": ("float32", (3,))}
+    (ep,) = _episodes(space, [5], seed=2)
+    table = _table(space, [ep])
+    scrambled = table.take([0, 2, 1, 3, 4])
+    with pytest.raises(DataError, match="differs from the previous row's new_obs"):
+        RowsReader(ReadConfig(check_continuity=True)).read(scrambled)
+
+
+def test_a_null_observation_names_the_leaf_row() -> None:
+    obs = pa.StructArray.from_arrays([pa.array([1.0, 2.0])], ["x"], mask=pa.array([False, True]))
+    table = pa.table(
+        {
+            "eps_id": ["e", "e"],
+            "obs": obs,
+            "new_obs": obs,
+            "actions": [0, 0],
+            "rewards": [0.0, 0.0],
+            "terminateds": [False, True],
+            "truncateds": [False, False],
+        }
+    )
+    with pytest.raises(DataError, match="null observation at row 1"):
+        RowsReader(ReadConfig()).read(table)
+
+
+def test_nest_rebuilds_the_dicts() -> None:
+    flat = {"a.b": 1, "a.c": 2, "d": 3}
+    assert O.nest(flat) == {"a": {"b": 1, "c": 2}, "d": 3}
+    assert O.flatten(O.nest(flat)) == {k: np.asarray(v) for k, v in flat.items()}
