@@ -112,7 +112,6 @@ def accept(id: str, make: str, cmd: str, counts: Mapping[str, Any], **kw: Any) -
 
 
 # Reasons shared by several cases: one line of the to-do list each.
-MIXED = "issue 13: a folder of mixed formats is not refused with one line naming both formats"
 PER_FILE = "issue 13: no per-file listing (per_file: format, rows read/kept/rejected/duplicate)"
 SKIP_FILE = "issue 13: under --on-invalid skip a file the reader cannot take stops the job"
 VALUE_42 = 'issue 13: an old-stack line {"value": 42} after good ones is a pyarrow traceback'
@@ -129,21 +128,17 @@ def data_refusal(id: str, make: str, cmd: str, *err: str, **kw: Any) -> Case:
 CASES: list[Case] = [
     # --- the issue's "Why": inputs accepted silently or refused with a traceback ---------------
     refuse("mixed-rllib-rows-and-old-stack-json", "rllib_rows_and_old_stack_json", PROCESS,
-           "cartpole-v1_old_stack_json_uncompressed.json", "'rows'", "'sample_batches'",
-           todo=MIXED),
+           "cartpole-v1_old_stack_json_uncompressed.json", "'rows'", "'sample_batches'"),
     refuse("mixed-rllib-rows-and-old-stack-json-inspect", "rllib_rows_and_old_stack_json",
-           INSPECT, "cartpole-v1_rows_uncompressed.parquet", "'rows'", "'sample_batches'",
-           todo=MIXED + " (inspect: exit 0, the Parquet rows dropped without a word)"),
+           INSPECT, "cartpole-v1_rows_uncompressed.parquet", "'rows'", "'sample_batches'"),
     refuse("mixed-rows-and-old-stack-json", "rows_and_old_stack_json", PROCESS,
-           "zz-recorded.json", "'rows'", "'sample_batches'",
-           todo=MIXED + " (process: a pyarrow traceback, exit 1)"),
+           "zz-recorded.json", "'rows'", "'sample_batches'"),
     refuse("mixed-rows-and-old-stack-json-convert", "rows_and_old_stack_json", CONVERT,
-           "zz-recorded.json", "'rows'", "'sample_batches'", todo=MIXED),
+           "zz-recorded.json", "'rows'", "'sample_batches'"),
     refuse("mixed-rows-and-episodes", "rows_and_episodes", PROCESS,
-           "zz-recorded.parquet", "'rows'", "'episodes'", todo=MIXED),
+           "zz-recorded.parquet", "'rows'", "'episodes'"),
     refuse("mixed-rows-and-episodes-inspect", "rows_and_episodes", INSPECT,
-           "zz-recorded.parquet", "'rows'", "'episodes'",
-           todo=MIXED + " (inspect: exit 0, the episodes file counted as rows missing columns)"),
+           "zz-recorded.parquet", "'rows'", "'episodes'"),
     data_refusal("zero-byte-parquet-after-good", "zero_byte_parquet_last", PROCESS,
                  "zz-empty.parquet"),
     accept("zero-byte-parquet-after-good-skip", "zero_byte_parquet_last", PROCESS_SKIP,

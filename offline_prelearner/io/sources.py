@@ -25,7 +25,15 @@ from ..errors import DataError, UnsupportedFormatError, Where
 from .datasets.d4rl import is_d4rl_file, read_d4rl_file
 from .datasets.minari import data_dir_of, find_data_dir, minari_files, read_minari_file
 
-__all__ = ["WHOLE_FILE_FORMATS", "detect_format", "expand_paths", "iter_tables", "read_table"]
+__all__ = [
+    "WHOLE_FILE_FORMATS",
+    "check_one_format",
+    "detect_format",
+    "expand_paths",
+    "format_of",
+    "iter_tables",
+    "read_table",
+]
 
 #: Formats whose files are read whole: a file holds whole episodes, never cut into batches.
 WHOLE_FILE_FORMATS = ("minari", "d4rl")
@@ -82,10 +90,49 @@ def _sniff_json(path: str) -> str | None:
 
 def detect_format(files: list[str]) -> str:
     """``rows``, ``episodes``, ``sample_batches``, ``minari`` or ``d4rl``, from the first file's
-    name and content."""
+    name and content; a mix of formats among the files is refused (:func:`check_one_format`)."""
     if not files:
         raise UnsupportedFormatError("no files to detect a format from")
-    first = files[0]
+    fmt = format_of(files[0])
+    check_one_format(files)
+    return fmt
+
+
+#: Formats :func:`check_one_format` tells apart file by file (the others are read whole).
+_SNIFFED = ("rows", "episodes", "sample_batches")
+
+
+def check_one_format(files: list[str]) -> None:
+    """Refuses files of more than one format (rows, msgpack episodes, old-stack batches) in one
+    input, in one line naming each format and its files: a reader given another format's file
+    would read it as nothing, or as rows missing columns. A file whose format cannot be told
+    (empty, corrupt) is left to the reader, which refuses or counts it."""
+    if len(files) < 2:
+        return
+    by_format: dict[str, list[str]] = {}
+    for f in files:
+        try:
+            fmt = format_of(f)
+        except (UnsupportedFormatError, OSError):
+            continue
+        if fmt in _SNIFFED:
+            by_format.setdefault(fmt, []).append(f)
+    if len(by_format) < 2:
+        return
+
+    def listed(names: list[str]) -> str:
+        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+        return ", ".join(os.path.basename(n) for n in names[:3]) + more
+
+    parts = [f"{fmt!r} ({listed(names)})" for fmt, names in by_format.items()]
+    raise UnsupportedFormatError(
+        f"mixed formats in one input: {' and '.join(parts)}; run one job per format "
+        "(give the files of one format as the path, e.g. a glob such as 'dir/*.parquet')"
+    )
+
+
+def format_of(first: str) -> str:
+    """The format of one file, from its name and content (see :func:`detect_format`)."""
     if data_dir_of(first) is not None:
         return "minari"
     if is_d4rl_file(first):

@@ -92,7 +92,7 @@ from ..io.fast_tensor import Layout, check_layout
 from ..io.quarantine import write_quarantine
 from ..io.readers.episodes import ITEM
 from ..io.readers.sample_batches import DonesRule, SampleBatchesReader
-from ..io.sources import detect_format, expand_paths
+from ..io.sources import check_one_format, detect_format, expand_paths
 from ..io.writers import episodes_to_rows
 from .commit import STATS_FILE, Staging, file_sha256, write_json_atomic
 
@@ -167,6 +167,7 @@ def convert_path(
     if on_invalid is not None:
         read = replace(read, on_invalid=check_on_invalid(on_invalid))
     files = expand_paths(os.fspath(path))
+    check_one_format(files)
     fmt = read.format if read.format != "auto" else detect_format(files)
     if fmt == "rows" and to == "rows":
         from .relayout import relayout_rows

@@ -49,7 +49,7 @@ from ..config import PreLearnerConfig
 from ..episodes.ledger import Ledger
 from ..errors import ConfigError, OfflinePrelearnerError, error_from_dict, error_to_dict
 from ..io.fast_tensor import Layout, check_layout
-from ..io.sources import detect_format, expand_paths
+from ..io.sources import check_one_format, detect_format, expand_paths
 from ..plugins import import_object
 from ..prelearner import OfflinePreLearner
 from ..replay.batch import MultiAgentBatch
@@ -250,9 +250,12 @@ def to_arrow_block(columns: dict[str, Any]) -> Any:
 
 
 def resolve_config(config: PreLearnerConfig, files: list[str]) -> PreLearnerConfig:
-    """Fills in what depends on the files: the detected format."""
+    """Fills in what depends on the files: the detected format. Files of several formats are
+    refused whatever the format chosen (:func:`~offline_prelearner.io.sources.check_one_format`)."""
     if config.read.format == "auto":
         config = replace(config, read=replace(config.read, format=detect_format(files)))
+    elif config.read.format in ("rows", "episodes", "sample_batches"):
+        check_one_format(files)
     return config
 
 
