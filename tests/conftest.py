@@ -276,3 +276,15 @@ def ray_local() -> Iterator[Any]:
     yield ray
     if started:
         ray.shutdown()
+
+
+def rllib_python() -> Path:
+    """RLlib's interpreter for the oracle tests: ``$RLLIB_PYTHON``, else the venv that
+    ``benchmarks/setup_rllib.sh`` builds (``$OFFLINE_PRELEARNER_RLLIB_VENV`` or
+    ``<repo>/.bench/rllib-venv``). Tests that need it skip when it is absent."""
+    if os.environ.get("RLLIB_PYTHON"):
+        return Path(os.environ["RLLIB_PYTHON"])
+    venv = os.environ.get("OFFLINE_PRELEARNER_RLLIB_VENV") or str(
+        Path(__file__).resolve().parents[1] / ".bench" / "rllib-venv"
+    )
+    return Path(venv) / "bin" / "python"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import textwrap
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from conftest import rllib_python
 
 from offline_prelearner.config import ReadConfig
 from offline_prelearner.episodes.episode import Episode
@@ -23,7 +23,7 @@ from offline_prelearner.jobs.cli import main
 from offline_prelearner.jobs.convert import STATS_FILE, convert_path
 
 COMPRESSED = "cartpole-v1_old_stack_json_compressed.json"
-RLLIB_PYTHON = Path(os.environ.get("RLLIB_PYTHON", "/work/rllib-venv/bin/python"))
+RLLIB_PYTHON = rllib_python()
 LEGACY = ReadConfig(format="sample_batches", legacy_pickle=True)
 
 

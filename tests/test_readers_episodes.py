@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import rllib_python
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -40,7 +41,7 @@ from offline_prelearner.io.readers.episodes import (
 )
 
 RLLIB_FILE = "cartpole-v1_episodes_msgpack.parquet"
-RLLIB_PYTHON = Path("/work/rllib-venv/bin/python")
+RLLIB_PYTHON = rllib_python()
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
