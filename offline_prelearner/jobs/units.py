@@ -303,8 +303,14 @@ def read_unit(
     for part in unit.parts:
         for chunk, rows in read_part(plan, part, step):
             files = np.full(len(rows), part.file, dtype=np.int64)
-            if plan.whole_files:  # whole episodes: a file is one chunk, never cut
-                yield chunk, files, rows
+            if plan.whole_files:  # whole episodes: never cut; Minari's small episode files
+                if "episode_id" not in chunk.column_names:  # are batched up to ``step`` rows
+                    yield chunk, files, rows
+                    continue
+                held.append((chunk, files, rows))
+                n_held += chunk.num_rows
+                if n_held >= step:
+                    yield flush()
                 continue
             while chunk.num_rows:
                 take = min(step - n_held, chunk.num_rows)
@@ -313,7 +319,7 @@ def read_unit(
                 chunk, files, rows = chunk.slice(take), files[take:], rows[take:]
                 if n_held == step:
                     yield flush()
-        if held and not plan.key_columns:
+        if held and not plan.key_columns and not plan.whole_files:
             yield flush()
     if held:
         yield flush()
