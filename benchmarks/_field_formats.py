@@ -14,6 +14,7 @@ out) and ``raw`` (h5py / pyarrow reading the same arrays and nothing else), then
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +32,8 @@ from offline_prelearner.io.readers import make_reader
 from offline_prelearner.io.sources import expand_paths, read_table
 
 EPISODE_STEPS = 200
+#: Overrides the number of steps (a multiple of 200), e.g. on a loaded machine.
+STEPS_ENV = "OFFLINE_PRELEARNER_BENCH_FIELD_STEPS"
 OBS_DIM = 4
 LAYOUTS = ("hdf5", "arrow", "parquet", "d4rl")
 
@@ -181,7 +184,7 @@ def _dropped(fn: Callable[[], Any]) -> Callable[[], None]:
 
 
 def bench_field_formats(quick: bool, repeats: int, extra: dict[str, Any]) -> list[dict[str, Any]]:
-    steps = 20_000 if quick else 1_000_000
+    steps = int(os.environ.get(STEPS_ENV) or (20_000 if quick else 1_000_000))
     eps = _episodes(steps)
     lines = []
     with tempfile.TemporaryDirectory(prefix="bench_minari_") as tmp:
