@@ -169,3 +169,66 @@ def test_nest_rebuilds_the_dicts() -> None:
     flat = {"a.b": 1, "a.c": 2, "d": 3}
     assert O.nest(flat) == {"a": {"b": 1, "c": 2}, "d": 3}
     assert O.flatten(O.nest(flat)) == {k: np.asarray(v) for k, v in flat.items()}
+
+
+# ---------------------------------------------------------------------------- the buffer
+
+
+def _buffer_samples(eps: list[Episode], capacity: int, frames: int | None = None) -> Any:
+    from offline_prelearner.replay import EpisodeReplayBuffer
+    from offline_prelearner.replay.samplers import FrameStack, Transition
+    from offline_prelearner.replay.samplers.in_order import InOrder
+
+    unit: Any = Transition() if frames is None else FrameStack(Transition(), frames)
+    buf = EpisodeReplayBuffer(capacity, InOrder(), unit, seed=0)
+    buf.add(eps)
+    return buf, buf.sample(buf.valid_starts().total)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    space=space_st,
+    lengths=st.lists(st.integers(1, 6), min_size=1, max_size=4),
+    seed=st.integers(0, 2**16),
+)
+def test_rows_to_buffer_to_samples_per_leaf(space: Any, lengths: list[int], seed: int) -> None:
+    """rows -> episodes -> one ring column per leaf -> Transition samples: every step's
+    ``obs.<leaf>`` / ``new_obs.<leaf>`` equal a plain loop over the reference episodes."""
+    ref = _episodes(space, lengths, seed)
+    batch = RowsReader(ReadConfig()).read(_table(space, ref))
+    buf, sb = _buffer_samples(batch.episodes, capacity=sum(lengths) + len(lengths) + 3)
+    assert not {"obs", "new_obs"} & set(sb.keys())
+    assert {k for k in buf.storage.columns if k.startswith("obs/")} == {f"obs/{p}" for p in ref[0]}
+    expected: dict[str, list[Any]] = {}
+    for ep in ref:  # the plain loop: one sample per step, in episode order
+        for t in range(len(next(iter(ep.values()))) - 1):
+            for path, leaf in ep.items():
+                expected.setdefault(f"obs.{path}", []).append(leaf[t])
+                expected.setdefault(f"new_obs.{path}", []).append(leaf[t + 1])
+    for name, rows in expected.items():
+        np.testing.assert_array_equal(sb[name], np.stack(rows), err_msg=name)
+        assert sb[name].dtype == rows[0].dtype
+    for got, want in zip(buf.storage.episodes(), ref, strict=True):  # read back out of the ring
+        for path, leaf in want.items():
+            np.testing.assert_array_equal(got.observations[path], leaf)
+
+
+def test_a_fragment_appends_to_a_composite_episode_in_the_ring() -> None:
+    space = {"observation": ("float32", (3,)), "goal": {"x": ("int64", ())}}
+    (ep,) = _episodes(space, [6], seed=3)
+    whole = Episode(id="e", observations=ep, actions=np.zeros(6, np.int64), rewards=np.ones(6))
+    buf, _ = _buffer_samples([whole.slice(0, 3)], capacity=20)
+    buf.add([whole.slice(3)])
+    (held,) = buf.storage.episodes()
+    for path, leaf in ep.items():
+        np.testing.assert_array_equal(held.observations[path], leaf)
+
+
+def test_plain_and_composite_episodes_do_not_mix_in_one_buffer() -> None:
+    space = {"observation": ("float32", (3,))}
+    (ep,) = _episodes(space, [3], seed=4)
+    composite = Episode(id="a", observations=ep, actions=np.zeros(3), rewards=np.ones(3))
+    plain = Episode(id="b", observations=ep["observation"], actions=np.zeros(3), rewards=np.ones(3))
+    buf, _ = _buffer_samples([composite], capacity=20)
+    with pytest.raises(DataError, match="observation leaves"):
+        buf.add([plain])

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..episodes.episode import Episode
 from ..episodes.episode_columns import EpisodeColumns
+from .obs_columns import obs_items
 from .table import normalize_id
 
 __all__ = [
@@ -48,15 +49,21 @@ Layout = tuple[Any, ...]
 
 def layout(ep: Episode) -> Layout:
     """The dtypes and per-step shapes of an episode's columns (extras by name, in order)."""
-    o, a, r = ep.observations, ep.actions, ep.rewards
+    a, r = ep.actions, ep.rewards
     return (
-        o.dtype,
-        o.shape[1:],
+        *_obs_signature(ep.observations),
         a.dtype,
         a.shape[1:],
         r.dtype,
         *((k, v.dtype, v.shape[1:]) for k, v in ep.extras.items()),
     )
+
+
+def _obs_signature(obs: Any) -> tuple[Any, Any]:
+    """(dtype, step shape) of a plain observation; (leaf signatures, "leaves") of a composite."""
+    if isinstance(obs, dict):
+        return tuple((k, v.dtype, v.shape[1:]) for k, v in obs.items()), "leaves"
+    return obs.dtype, obs.shape[1:]
 
 
 def write_episode(
@@ -65,10 +72,11 @@ def write_episode(
     """Writes ``ep`` into ring ``columns`` from slot ``at`` (observation ``k`` at ``at + k``;
     ``skip_first_obs``: the slot ``at`` already holds observation 0, as when appending)."""
     n = len(ep)
-    if skip_first_obs:
-        columns["obs"][at + 1 : at + n + 1] = ep.observations[1:]
-    else:
-        columns["obs"][at : at + n + 1] = ep.observations
+    for name, obs in obs_items(ep.observations):  # one ring column per leaf
+        if skip_first_obs:
+            columns[name][at + 1 : at + n + 1] = obs[1:]
+        else:
+            columns[name][at : at + n + 1] = obs
     columns["actions"][at : at + n] = ep.actions
     columns["rewards"][at : at + n] = ep.rewards
     for name, col in ep.extras.items():
@@ -250,6 +258,9 @@ class RunPlacement:
         stop = int(ends[-1])
         if k == 1:
             write_episode(columns, head, src.episode(i))
+        elif "obs" not in columns:  # composite observations: episode by episode, leaf by leaf
+            for j, at in enumerate((ends - n - 1).tolist()):
+                write_episode(columns, at, src.episode(i + j))
         else:
             at = np.arange(int(n.sum())) + np.repeat(np.arange(head, head + k), n)
             columns["obs"][head:stop] = src.observations(i, i + k)
@@ -291,7 +302,7 @@ def _same_layout(run: Sequence[Episode], accepted: Container[Layout]) -> int:
     if len(run) == 1:
         return 1
     # One pass per column over the whole run (cheap), then locate a change only if any.
-    same = {(e.observations.dtype, e.observations.shape[1:]) for e in run} == {first[:2]}
+    same = {_obs_signature(e.observations) for e in run} == {first[:2]}
     same = same and {(e.actions.dtype, e.actions.shape[1:]) for e in run} == {first[2:4]}
     same = same and {e.rewards.dtype for e in run} == {first[4]}
     names = list(extras)

@@ -53,6 +53,7 @@ import numpy as np
 
 from ..episodes.episode import Episode
 from ..errors import ConfigError, EpisodeValidationError, Where
+from .obs_columns import same_obs
 from .samplers.base import ranges
 from .storage import Change, EpisodeStorage, normalize_id
 
@@ -162,12 +163,11 @@ class ReservoirStorage(EpisodeStorage):
     def _extend(self, ep: Episode, key: int | str, idx: int) -> Change:
         start, n, t0, term, trunc = self.table.get(idx)
         k = len(ep)
-        last = self.columns["obs"][start + n]
         grows = (
             k > 0
             and ep.t_started == t0 + n
             and not (term or trunc)
-            and np.array_equal(last, ep.observations[0], equal_nan=last.dtype.kind in "fc")
+            and same_obs(self.columns, start + n, ep.observations, 0)
         )
         if not grows:  # duplicates, news of the end, and contradictions: the base decides
             return super()._continue(ep, idx)

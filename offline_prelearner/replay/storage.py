@@ -43,6 +43,7 @@ from ..episodes.episode import Episode
 from ..episodes.episode_columns import EpisodeColumns
 from ..errors import ConfigError, EpisodeValidationError, Where
 from .changes import Change, Placements
+from .obs_columns import obs_items, obs_names, read_obs, same_obs
 from .placement import (
     EpisodeSource,
     ListedEpisodes,
@@ -296,8 +297,7 @@ class EpisodeStorage:
                 where,
                 reason="gap",
             )
-        last = self.columns["obs"][start + n]
-        if not np.array_equal(last, ep.observations[0], equal_nan=last.dtype.kind in "fc"):
+        if not same_obs(self.columns, start + n, ep.observations, 0):
             raise EpisodeValidationError(
                 "fragment's first observation differs from the stored last observation",
                 Where(episode_id=ep.id, timestep=ep.t_started, column="obs"),
@@ -380,7 +380,8 @@ class EpisodeStorage:
                 and the total, before anything is allocated.
         """
         size = self.capacity + 1
-        layout = {"obs": ep.observations[:1], "actions": ep.actions[:1], "rewards": ep.rewards[:1]}
+        layout = {name: obs[:1] for name, obs in obs_items(ep.observations)}  # a column per leaf
+        layout.update({"actions": ep.actions[:1], "rewards": ep.rewards[:1]})
         layout.update({"extras/" + k: v[:1] for k, v in ep.extras.items()})
         per_slot = sum(
             int(np.prod(v.shape[1:], dtype=np.int64)) * v.dtype.itemsize for v in layout.values()
@@ -416,7 +417,15 @@ class EpisodeStorage:
                 Where(episode_id=ep.id),
                 reason="columns",
             )
-        pairs = [("obs", ep.observations), ("actions", ep.actions), ("rewards", ep.rewards)]
+        pairs = obs_items(ep.observations)
+        if [k for k, _ in pairs] != obs_names(self.columns):
+            raise EpisodeValidationError(
+                f"episode's observation leaves {[k for k, _ in pairs]} differ from the buffer's "
+                f"{obs_names(self.columns)}",
+                Where(episode_id=ep.id, column="obs"),
+                reason="columns",
+            )
+        pairs += [("actions", ep.actions), ("rewards", ep.rewards)]
         pairs += [("extras/" + k, v) for k, v in ep.extras.items()]
         for name, arr in pairs:
             col = self.columns[name]
@@ -437,7 +446,7 @@ class EpisodeStorage:
         c = self.columns
         return Episode(
             id=self.table.cols["ids"][idx],
-            observations=c["obs"][s : s + n + 1].copy(),
+            observations=read_obs(c, s, s + n + 1),
             actions=c["actions"][s : s + n].copy(),
             rewards=c["rewards"][s : s + n].copy(),
             extras={k: c["extras/" + k][s : s + n].copy() for k in self.extra_names},

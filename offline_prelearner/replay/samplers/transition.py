@@ -15,6 +15,7 @@ import numpy as np
 
 from ...episodes import columns as C
 from ..batch import SampleBatch
+from ..obs_columns import obs_names, output_names
 
 if TYPE_CHECKING:
     from ..storage import EpisodeStorage
@@ -83,17 +84,18 @@ class Transition:
         frames: int | None = None,
     ) -> SampleBatch:
         last = slots == storage.last_and_t_base()[0].take(rows)
-        obs_col = storage.columns["obs"]
-        if frames is None:
-            obs = obs_col.take(slots, axis=0)
-            new_obs = obs_col.take(slots + 1, axis=0)
-        else:  # obs and new_obs share k - 1 frames: gather k + 1 once
-            start = storage.starts.take(rows)
-            both = obs_col.take(stack_index(slots + 1, start, frames + 1), axis=0)
-            obs, new_obs = both[:, :-1], both[:, 1:]
         out = episode_columns(storage, slots, rows)
-        out[C.OBS] = obs
-        out[C.NEW_OBS] = new_obs
+        if frames is not None:  # obs and new_obs share k - 1 frames: gather k + 1 once
+            both_at = stack_index(slots + 1, storage.starts.take(rows), frames + 1)
+        for ring in obs_names(storage.columns):  # one gather per leaf (plain: the one "obs")
+            obs_col = storage.columns[ring]
+            obs_name, new_name = output_names(ring)
+            if frames is None:
+                out[obs_name] = obs_col.take(slots, axis=0)
+                out[new_name] = obs_col.take(slots + 1, axis=0)
+            else:
+                both = obs_col.take(both_at, axis=0)
+                out[obs_name], out[new_name] = both[:, :-1], both[:, 1:]
         out[C.TERMINATEDS] = storage.terminated.take(rows) & last
         out[C.TRUNCATEDS] = storage.truncated.take(rows) & last
         out[C.N_STEP] = ones(len(slots), np.int32)
