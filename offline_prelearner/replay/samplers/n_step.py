@@ -129,17 +129,17 @@ def _is_int(v: object) -> bool:
 
 class FixedNStepTable:
     """The fixed-``n`` fast path of :class:`NStep`: per stored step, the n-step return, the
-    number of steps taken and whether the window reaches the episode's end, computed once (a
+    number of steps taken and how the window ends (inside, terminated, truncated), computed once (a
     vectorized pass over the steps that just became valid starts) instead of at every sample.
 
     The buffer holds one when its unit is ``NStep`` with an int ``n > 1`` and feeds it the slots
     that become valid starts (:meth:`on_add`, the same slots its sampler gets). A valid start's
     window is stored whole, so its values are final -- except at the tail of an unfinished
-    episode, whose last window "reaches the end" only until a fragment joins: the buffer passes
-    the ``n - 1`` valid starts before the joined ones again (:meth:`refresh_from`), and they are
-    recomputed. Evicted slots are never drawn, and are recomputed when reused. :meth:`expand`
-    gives exactly what ``NStep.expand`` gives (the range path stays for ``(lo, hi)`` and
-    frame stacks).
+    episode, whose last window "reaches the end" only until a fragment joins, and whose end flags
+    change when it is flagged done: the buffer passes the ``n - 1`` valid starts before the new
+    ones again (:meth:`refresh_from`), and they are recomputed. Evicted slots are never drawn,
+    and are recomputed when reused. :meth:`expand` gives exactly what ``NStep.expand`` gives
+    (the range path stays for ``(lo, hi)`` and frame stacks). Costs 9 bytes per slot.
     """
 
     def __init__(self, unit: NStep) -> None:
@@ -149,7 +149,9 @@ class FixedNStepTable:
         self.n = unit.n
         self.returns = np.zeros(0, np.float32)
         self.steps = np.zeros(0, np.int32)  # steps taken, m = min(n, steps left)
-        self.reaches_end = np.zeros(0, bool)  # m == steps left: the window ends the episode
+        # How the window ends: 0 inside the episode (or at the stored end of an unfinished one),
+        # 1 at a terminated end, 2 at a truncated end.
+        self.end = np.zeros(0, np.int8)
 
     @classmethod
     def of(cls, unit: object) -> FixedNStepTable | None:
@@ -173,7 +175,7 @@ class FixedNStepTable:
         if len(self.returns) != size or self.returns.dtype != dtype:
             self.returns = np.zeros(size, dtype)
             self.steps = np.zeros(size, np.int32)
-            self.reaches_end = np.zeros(size, bool)
+            self.end = np.zeros(size, np.int8)
         rows = storage.rows_of(slots)
         last = storage.last_and_t_base()[0].take(rows)
         remaining = last - slots + 1
@@ -185,7 +187,9 @@ class FixedNStepTable:
             ret += r * (self.unit.gamma**j)
         self.returns[slots] = ret.astype(dtype, copy=False)
         self.steps[slots] = m
-        self.reaches_end[slots] = m == remaining
+        reached = m == remaining
+        end = storage.terminated.take(rows) & reached
+        self.end[slots] = np.where(end, 1, 2 * (storage.truncated.take(rows) & reached))
 
     def rebuild(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
         """Recomputes everything from scratch for the valid starts ``slots`` (after a restore)."""
@@ -196,7 +200,7 @@ class FixedNStepTable:
         """``NStep(n).expand`` from the precomputed values: gathers only."""
         cols = storage.columns
         m = self.steps.take(slots)
-        reached = self.reaches_end.take(slots)
+        end = self.end.take(slots)
         obs_col = cols["obs"]
         out = {
             C.ACTIONS: cols["actions"].take(slots, axis=0),
@@ -208,7 +212,7 @@ class FixedNStepTable:
         out[C.T] = storage.last_and_t_base()[1].take(rows) + slots
         out[C.OBS] = obs_col.take(slots, axis=0)
         out[C.NEW_OBS] = obs_col.take(slots + m, axis=0)
-        out[C.TERMINATEDS] = storage.terminated.take(rows) & reached
-        out[C.TRUNCATEDS] = storage.truncated.take(rows) & reached
+        out[C.TERMINATEDS] = end == 1
+        out[C.TRUNCATEDS] = end == 2
         out[C.N_STEP] = m
         return SampleBatch._trusted(out)
