@@ -4,6 +4,7 @@ refused, RLlib's layout still read, both writers."""
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -152,3 +153,17 @@ def test_rows_reader_reads_both_layouts(layout: str) -> None:
         np.testing.assert_array_equal(a.extras["logits"], b.extras["logits"])
         np.testing.assert_array_equal(a.actions, b.actions)
         assert (a.terminated, a.truncated) == (b.terminated, b.truncated)
+
+
+@pytest.mark.parametrize("layout", ["fast", "rllib"])
+def test_record_writes_the_layout_asked(tmp_path: Any, layout: str) -> None:
+    from offline_prelearner.jobs.record import record_env, write_recording
+
+    rec = record_env("CartPole-v1", 60, seed=0)
+    (path,) = write_recording(rec, tmp_path, layout=layout)  # type: ignore[arg-type]
+    table = pq.read_table(path)
+    obs_type = table.schema.field("obs").type
+    assert pa.types.is_fixed_size_binary(obs_type) == (layout == "fast")
+    got = RowsReader().read(table, source=path).episodes
+    assert sum(len(e) for e in got) == sum(len(e) for e in rec.episodes) == 60
+    np.testing.assert_array_equal(got[0].observations, rec.episodes[0].observations)
