@@ -37,7 +37,7 @@ DTYPES = [np.uint8, np.int8, np.int32, np.int64, np.float16, np.float32, np.floa
 @pytest.mark.parametrize("n", [0, 1, 7])
 def test_round_trip(dtype: type, shape: tuple[int, ...], n: int) -> None:
     rng = np.random.default_rng(n)
-    x = (rng.random((n, *shape)) * 100).astype(dtype)
+    x: np.ndarray = (rng.random((n, *shape)) * 100).astype(dtype)
     table = _parquet(columns_to_table({"x": x, "r": np.arange(n)}, layout="fast"))
     assert pa.types.is_fixed_size_binary(table.schema.field("x").type)
     assert table.schema.field("r").type == pa.int64()  # scalars stay plain
@@ -91,7 +91,7 @@ def test_nulls_refused_with_one_line() -> None:
     msg = str(err.value)
     assert "\n" not in msg
     assert "'obs'" in msg and "null" in msg and "row 1" in msg
-    assert list(err.value.rows) == [1]
+    assert err.value.rows is not None and list(err.value.rows) == [1]
 
 
 def test_writer_refuses_object_columns() -> None:
