@@ -23,7 +23,13 @@ import pyarrow.parquet as pq
 
 from ..errors import DataError, UnsupportedFormatError, Where
 from .datasets.d4rl import is_d4rl_file, read_d4rl_file
-from .datasets.minari import data_dir_of, find_data_dir, minari_files, read_minari_file
+from .datasets.minari import (
+    data_dir_of,
+    find_data_dir,
+    is_minari_file,
+    minari_files,
+    read_minari_file,
+)
 
 __all__ = [
     "WHOLE_FILE_FORMATS",
@@ -165,7 +171,7 @@ def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
 
     Parquet and JSON lines as they are; a Minari data file or a D4RL file as a step table.
     """
-    if path.endswith((".arrow", ".parquet", ".hdf5")) and data_dir_of(path) is not None:
+    if path.endswith((".arrow", ".parquet", ".hdf5")) and is_minari_file(path):
         return read_minari_file(path)
     if is_d4rl_file(path):
         return read_d4rl_file(path)

@@ -45,6 +45,7 @@ __all__ = [
     "data_dir_of",
     "datasets_root",
     "find_data_dir",
+    "is_minari_file",
     "minari_files",
     "read_metadata",
     "read_minari_file",
@@ -101,7 +102,18 @@ def _data_dir_of(path: str) -> str | None:
         d = os.path.dirname(head)
     else:
         return None
-    return d if os.path.isfile(os.path.join(d, "metadata.json")) else None
+    return d if _has_metadata(d) else None
+
+
+@lru_cache(maxsize=256)
+def _has_metadata(data_dir: str) -> bool:
+    """Whether a folder holds metadata.json (cached: asked once per episode file)."""
+    return os.path.isfile(os.path.join(data_dir, "metadata.json"))
+
+
+def is_minari_file(path: str) -> bool:
+    """A Minari data file (main_data.hdf5 or <id>/part-*.arrow|parquet beside metadata.json)."""
+    return _data_dir_of(path) is not None
 
 
 def minari_files(data_dir: Path) -> list[str]:
