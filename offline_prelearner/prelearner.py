@@ -29,7 +29,7 @@ from .connectors.base import ConnectorContext, ConnectorPipeline
 from .connectors.registry import build_pipeline
 from .episodes.episode import Episode
 from .episodes.episode_columns import EpisodeColumns
-from .episodes.ledger import EpisodeBatch, Ledger
+from .episodes.ledger import EpisodeBatch, Ledger, Rejection
 from .episodes.validate import Deduplicator, Validator
 from .errors import ConfigError, EmptyBufferError
 from .io.readers import Batch, Reader, make_reader
@@ -78,6 +78,8 @@ class OfflinePreLearner:
         self.buffers: dict[str, EpisodeReplayBuffer] = {}
         self.ledger = Ledger()
         self._seen: set[tuple[Any, Any]] = set()  # (eps_id, agent_id) of episodes kept
+        #: What the last call refused (the batch job counts it per input file).
+        self.last_rejections: list[Rejection] = []
         self.counters = {"batches": 0, "samples": 0, "fragments_added": 0, "not_ready": 0}
         self._pending: dict[tuple[Any, Any], list[Episode]] = {}  # sample_all: open fragments
         self._agent_to_module = self._mapping_fn()
@@ -260,8 +262,9 @@ class OfflinePreLearner:
         """Adds a batch's ledger; ``episodes_kept`` counts an episode cut across batches once
         (at its first kept piece), ``fragments`` counts the pieces."""
         self.ledger += episodes.ledger
-        fresh = set(episodes.keys()) - self._seen
+        fresh = set(episodes.episode_keys()) - self._seen
         self._seen |= fresh
+        self.last_rejections = episodes.rejections
         self.ledger.episodes_kept += len(fresh) - episodes.ledger.episodes_kept
 
     @property

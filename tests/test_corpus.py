@@ -112,8 +112,6 @@ def accept(id: str, make: str, cmd: str, counts: Mapping[str, Any], **kw: Any) -
 
 
 # Reasons shared by several cases: one line of the to-do list each.
-PER_FILE = "issue 13: no per-file listing (per_file: format, rows read/kept/rejected/duplicate)"
-SKIP_FILE = "issue 13: under --on-invalid skip a file the reader cannot take stops the job"
 VALUE_42 = 'issue 13: an old-stack line {"value": 42} after good ones is a pyarrow traceback'
 READ_AS_NOTHING = "issue 13: an input with nothing in it is read as nothing (exit 0), not refused"
 
@@ -142,10 +140,10 @@ CASES: list[Case] = [
     data_refusal("zero-byte-parquet-after-good", "zero_byte_parquet_last", PROCESS,
                  "zz-empty.parquet"),
     accept("zero-byte-parquet-after-good-skip", "zero_byte_parquet_last", PROCESS_SKIP,
-           {"rows_in": 5000, "per_file[zz-empty.parquet].error": REFUSED}, todo=SKIP_FILE),
+           {"rows_in": 5000, "per_file[zz-empty.parquet].error": REFUSED}),
     accept("zero-byte-parquet-after-good-inspect", "zero_byte_parquet_last", INSPECT,
            {"rows": 5000, "files_unreadable.0": contains("zz-empty.parquet"),
-            "per_file[zz-empty.parquet].error": REFUSED}, todo=PER_FILE),
+            "per_file[zz-empty.parquet].error": REFUSED}),
     refuse("zero-byte-parquet-first", "zero_byte_parquet_first", PROCESS, "00-empty.parquet"),
     refuse("zero-byte-parquet-alone", "zero_byte_parquet_alone", PROCESS, "empty.parquet"),
     data_refusal("t-contradicts-obs", "t_contradicts_obs", PROCESS,
@@ -157,7 +155,7 @@ CASES: list[Case] = [
     data_refusal("text-named-parquet-after-good", "text_named_parquet_last", PROCESS,
                  "zz-notes.parquet"),
     accept("text-named-parquet-after-good-skip", "text_named_parquet_last", PROCESS_SKIP,
-           {"rows_in": 5000, "per_file[zz-notes.parquet].error": REFUSED}, todo=SKIP_FILE),
+           {"rows_in": 5000, "per_file[zz-notes.parquet].error": REFUSED}),
     refuse("text-named-parquet-first", "text_named_parquet_first", PROCESS, "00-notes.parquet"),
     refuse("invalid-yaml-config", "invalid_yaml_config",
            PROCESS + " --config {tmp}/config.yaml", "config.yaml", "line 3"),
@@ -180,22 +178,21 @@ CASES: list[Case] = [
     accept("per-file-listing-inspect", "shipped_rows_as_is", INSPECT,
            {"per_file[cartpole-v1-rows-00000.parquet].format": "rows",
             "per_file[cartpole-v1-rows-00000.parquet].rows_read": 1000,
-            "per_file[cartpole-v1-rows-00004.parquet].rows_read": 1000}, todo=PER_FILE),
+            "per_file[cartpole-v1-rows-00004.parquet].rows_read": 1000}),
     accept("per-file-listing-process", "shipped_rows_as_is", PROCESS,
            {"per_file[cartpole-v1-rows-00000.parquet].format": "rows",
             "per_file[cartpole-v1-rows-00000.parquet].rows_read": 1000,
-            "per_file[cartpole-v1-rows-00000.parquet].rows_kept": 1000}, todo=PER_FILE),
+            "per_file[cartpole-v1-rows-00000.parquet].rows_kept": 1000}),
     # --- Parquet files that are not whole ------------------------------------------------------
     refuse("truncated-parquet", "truncated_parquet_alone", PROCESS, "cut.parquet"),
     data_refusal("truncated-parquet-after-good", "truncated_parquet_among_good", PROCESS,
                  "zz-cut.parquet"),
     accept("truncated-parquet-after-good-skip", "truncated_parquet_among_good", PROCESS_SKIP,
-           {"rows_in": 5000, "per_file[zz-cut.parquet].error": REFUSED}, todo=SKIP_FILE),
+           {"rows_in": 5000, "per_file[zz-cut.parquet].error": REFUSED}),
     accept("truncated-parquet-after-good-inspect", "truncated_parquet_among_good", INSPECT,
-           {"rows": 5000, "per_file[zz-cut.parquet].error": REFUSED}, todo=PER_FILE),
+           {"rows": 5000, "per_file[zz-cut.parquet].error": REFUSED}),
     refuse("random-bytes-parquet", "random_bytes_parquet", PROCESS, "noise.parquet"),
-    refuse("zero-row-parquet", "zero_row_parquet", PROCESS, "no-rows.parquet", "no rows",
-           todo=READ_AS_NOTHING + " (a Parquet file with 0 rows)"),
+    refuse("zero-row-parquet", "zero_row_parquet", PROCESS, "no-rows.parquet", "no rows"),
     # --- columns: types, presence, nulls -------------------------------------------------------
     data_refusal("rewards-as-strings", "rewards_as_strings", PROCESS,
                  "str-rewards.parquet", "'rewards'"),
@@ -221,7 +218,7 @@ CASES: list[Case] = [
     accept("nan-reward-after-good-skip", "nan_reward_among_good", PROCESS_SKIP,
            {"rows_in": 5034, "rows_rejected.*": 18,
             "per_file[zz-nan.parquet].rows_read": 34,
-            "per_file[zz-nan.parquet].rows_rejected": 18}, todo=PER_FILE),
+            "per_file[zz-nan.parquet].rows_rejected": 18}),
     data_refusal("obs-shape-changes-mid-episode", "obs_shape_changes_mid_episode", PROCESS,
                  "shape.parquet", "'obs'", EP0, "row 5"),
     data_refusal("duplicate-eps-t-different-content", "duplicate_eps_t_different_content",

@@ -188,7 +188,7 @@ class EpisodeBatch:
         self.ledger.rows_kept = sum(self.source_rows)
         self.ledger.episodes_kept = self.ledger.fragments = len(self)
 
-    def keys(self) -> list[tuple[Any, Any]]:
+    def episode_keys(self) -> list[tuple[Any, Any]]:
         """``(episode id, agent id)`` of each episode held, without building objects."""
         cols = self._columns
         held = [(e.id, e.agent_id) for e in self._episodes]

@@ -20,7 +20,7 @@ from ..config import ReadConfig
 from ..episodes.ledger import EpisodeBatch
 from ..episodes.stitch import stitch_fragments
 from ..episodes.validate import Deduplicator, ValidateConfig, Validator
-from ..errors import DataError
+from ..errors import DataError, Where
 from ..io.quarantine import write_quarantine
 from ..io.readers import make_reader
 from ..io.schema import load_schema
@@ -41,6 +41,7 @@ class InspectReport:
     files_unreadable: list[str] = field(default_factory=list)
     quarantine_file: str | None = None
     seconds: float = 0.0
+    per_file: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         eps = self.batch.episodes
@@ -65,6 +66,7 @@ class InspectReport:
             "schema": self.schema,
             "files": self.files,
             "files_unreadable": self.files_unreadable,
+            "per_file": self.per_file,
             "rows": led.rows_in,
             "episodes": len(eps),
             "timesteps": int(lens.sum()),
@@ -133,20 +135,28 @@ def inspect_path(
     reader = make_reader(read)
     total = EpisodeBatch(on_invalid=read.on_invalid)
     unreadable: list[str] = []
+    tally = _Tally(files, read.format)
     for i, f in enumerate(files):
         try:
             table = read_table(f)
-        except DataError:
+            if table.num_rows == 0:
+                raise DataError("the file holds no rows", Where(file=f), reason="unreadable_file")
+        except DataError as e:
             if read.on_invalid == "raise":
                 raise
             unreadable.append(f)
+            tally.entries[f]["error"] = str(e)
             continue
-        total.extend(reader.read(table, source=f))
+        got = reader.read(table, source=f)
+        tally.read(f, table.num_rows, got)
+        total.extend(got)
         if progress is not None:
             progress(i + 1, len(files), f)
     batch = stitch_fragments(total)
     batch = Validator(validate).validate(batch)
+    duplicate = batch.ledger.rows_duplicate
     batch = Deduplicator().dedupe(batch)
+    tally.settle(batch, batch.ledger.rows_duplicate - duplicate)
     qfile = None
     if quarantine_dir is not None and read.on_invalid == "quarantine":
         qfile = write_quarantine(batch.rejections, quarantine_dir)
@@ -163,4 +173,52 @@ def inspect_path(
         files_unreadable=unreadable,
         quarantine_file=qfile,
         seconds=time.perf_counter() - start,
+        per_file=tally.to_list(),
     )
+
+
+class _Tally:
+    """Each file's rows read, rejected and duplicate (``per_file``). Rejections are counted
+    against the file their error names, else the first file holding their episode; duplicates
+    found across files against the last file holding the episode (the copy dropped)."""
+
+    def __init__(self, files: list[str], fmt: str) -> None:
+        self.entries: dict[str, dict[str, Any]] = {
+            f: {
+                "file": f,
+                "format": fmt,
+                "rows_read": 0,
+                "rows_kept": 0,
+                "rows_rejected": 0,
+                "rows_duplicate": 0,
+                "error": None,
+            }
+            for f in files
+        }
+        self.files_of: dict[Any, list[str]] = {}  # episode id -> files holding its rows
+
+    def read(self, f: str, rows: int, got: EpisodeBatch) -> None:
+        self.entries[f]["rows_read"] += rows
+        self.entries[f]["rows_duplicate"] += got.ledger.rows_duplicate
+        for key, _ in got.episode_keys():
+            self.files_of.setdefault(key, []).append(f)
+        for rej in got.rejections:
+            self.files_of.setdefault(rej.error.where.episode_id, []).append(f)
+
+    def settle(self, batch: EpisodeBatch, cross_file_duplicates: int) -> None:
+        for rej in batch.rejections:
+            where = rej.error.where
+            f = where.file if where.file in self.entries else None
+            if f is None:
+                held = self.files_of.get(where.episode_id)
+                f = held[0] if held else next(iter(self.entries))
+            self.entries[f]["rows_rejected"] += rej.num_rows
+        if cross_file_duplicates:
+            last = [fs[-1] for fs in self.files_of.values() if len(set(fs)) > 1]
+            f = last[-1] if last else next(reversed(self.entries))
+            self.entries[f]["rows_duplicate"] += cross_file_duplicates
+
+    def to_list(self) -> list[dict[str, Any]]:
+        for e in self.entries.values():
+            e["rows_kept"] = e["rows_read"] - e["rows_rejected"] - e["rows_duplicate"]
+        return list(self.entries.values())

@@ -54,6 +54,7 @@ from ..plugins import import_object
 from ..prelearner import OfflinePreLearner
 from ..replay.batch import MultiAgentBatch
 from .commit import Staging, file_sha256, staging_path
+from .file_tally import per_file
 from .units import Plan, UnitJob, plan_units, run_unit
 
 __all__ = [
@@ -590,10 +591,13 @@ def run_pipeline(
         config.sample.num_samples,
     )
     samples_out = sum(f["rows"] for f in sample_files)
+    listed = per_file(files, config.read.format, (r.get("per_file", {}) for r in records.values()))
     stats.update(
         {
             "input": [os.fspath(p) for p in (path if isinstance(path, list) else [path])],
             "files_read": len(files),
+            "files_rejected": sum(f["error"] is not None for f in listed),
+            "per_file": listed,
             "format": config.read.format,
             "engine": eng,
             "units_reused": len(kept),

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ from ..io.sources import WHOLE_FILE_FORMATS, read_table
 from ..io.writers import columns_to_table
 from ..prelearner import OfflinePreLearner
 from .commit import file_sha256, write_json_atomic
+from .file_tally import FileTally
 
 __all__ = ["InputFile", "Part", "Plan", "Unit", "plan_units", "run_unit", "unit_seed"]
 
@@ -281,13 +283,19 @@ def read_part(
 
 
 def read_unit(
-    plan: Plan, unit: Unit, batch_size: int | None
+    plan: Plan,
+    unit: Unit,
+    batch_size: int | None,
+    unreadable: Callable[[int, DataError], None] | None = None,
 ) -> Iterator[tuple[pa.Table, np.ndarray, np.ndarray]]:
     """A unit's rows in ``batch_size`` chunks, each with the file index and file row of each row.
 
     With episode keys, a chunk may span files (so the number of chunks, and of replay draws,
     depends on the unit's rows, not on how they are spread over files); without, chunks stay
-    within a file (episodes are split at done flags per file).
+    within a file (episodes are split at done flags per file). A file the reader cannot take
+    (``reason="unreadable_file"``: empty, truncated, not Parquet, no rows) raises, or, given
+    ``unreadable(file_index, error)`` (``on_invalid`` skip / quarantine), is reported there and
+    passed over.
     """
     step = batch_size or 1 << 62
     held: list[tuple[pa.Table, np.ndarray, np.ndarray]] = []
@@ -301,7 +309,17 @@ def read_unit(
         return table, np.concatenate(files), np.concatenate(rows)
 
     for part in unit.parts:
-        for chunk, rows in read_part(plan, part, step):
+        parts = read_part(plan, part, step)
+        while True:
+            try:
+                chunk, rows = next(parts)
+            except StopIteration:
+                break
+            except DataError as e:
+                if unreadable is None or e.reason != "unreadable_file":
+                    raise
+                unreadable(part.file, e)
+                break
             files = np.full(len(rows), part.file, dtype=np.int64)
             if plan.whole_files:  # whole episodes: never cut; Minari's small episode files
                 if "episode_id" not in chunk.column_names:  # are batched up to ``step`` rows
@@ -335,6 +353,12 @@ def _concat(tables: list[pa.Table]) -> pa.Table:
 def _parquet_chunks(path: str, step: int) -> Iterator[pa.Table]:
     try:
         pf = pq.ParquetFile(path)
+        if pf.metadata.num_rows == 0:
+            raise DataError(
+                "the file holds no rows (a writer that stopped early?)",
+                Where(file=path),
+                reason="unreadable_file",
+            )
         for rb in pf.iter_batches(batch_size=min(step, 1 << 30), use_threads=False):
             yield pa.Table.from_batches([rb])
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
@@ -376,19 +400,28 @@ def run_unit(
     pre = job.prelearner(config)
     writer = _UnitWriter(Path(job.samples_dir), index, job.layout)
     paths = [f.path for f in job.plan.files]
+    tally = FileTally(paths)
+    skip = config.read.on_invalid != "raise"
     try:
-        for chunk, file_idx, rows in read_unit(job.plan, unit, config.ray.batch_size):
+        chunks = read_unit(
+            job.plan, unit, config.ray.batch_size, tally.unreadable if skip else None
+        )
+        for chunk, file_idx, rows in chunks:
             one_file = file_idx[0] == file_idx[-1]
             pre.source = paths[file_idx[0]] if one_file else None
             written = writer.total
+            duplicate = pre.ledger.rows_duplicate
+            keys = None
+            if job.plan.key_columns and not one_file:
+                keys = functools.partial(_chunk_keys, chunk, job.plan.key_columns[:1])
             try:
                 for out in pre(chunk):
                     writer.write(out)
             except DataError as e:
-                keys = None
-                if job.plan.key_columns and not one_file:
-                    keys = np.asarray(row_keys(chunk, job.plan.key_columns[:1]).to_numpy(False))
-                raise _located(e, paths, file_idx, rows, keys) from None
+                raise _located(e, paths, file_idx, rows, keys() if keys else None) from None
+            tally.add_chunk(
+                file_idx, pre.last_rejections, pre.ledger.rows_duplicate - duplicate, keys
+            )
             if on_chunk is not None:
                 on_chunk(chunk.num_rows, writer.total - written)
         files = writer.close()
@@ -402,9 +435,15 @@ def run_unit(
         "files": files,
         "samples": sum(f["rows"] for f in files),
         "stats": stats,
+        "per_file": tally.to_record(),
     }
     write_json_atomic(Path(job.units_dir) / f"unit-{index:05d}.json", record)
     return record
+
+
+def _chunk_keys(chunk: pa.Table, key_columns: tuple[str, ...]) -> np.ndarray:
+    """Each row's episode id as text (to find the file of an episode in a chunk)."""
+    return np.asarray(row_keys(chunk, key_columns).to_numpy(False))
 
 
 def _located(
