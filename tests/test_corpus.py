@@ -241,7 +241,7 @@ CASES: list[Case] = [
     # --- paths ---------------------------------------------------------------------------------
     refuse("non-data-file-among-good", "non_data_file_among_good", PROCESS, "notes.txt"),
     refuse("dangling-symlink-among-good", "dangling_symlink_parquet", PROCESS,
-           "zz-gone.parquet", todo="issue 13: a dangling *.parquet symlink is skipped unlisted"),
+           "zz-gone.parquet"),
     refuse("unreadable-file", "unreadable_file", PROCESS, "zz-locked.parquet", "ermission",
            needs_non_root=True),
     refuse("no-data-files", "no_data_files", PROCESS, "no data files"),

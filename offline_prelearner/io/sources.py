@@ -49,8 +49,12 @@ _JSON_EXT = (".json", ".jsonl", ".ndjson")
 _SKIP_NAMES = ("_SUCCESS", "_common_metadata", "_metadata")
 
 
+def _is_data_file_name(p: Path) -> bool:
+    return not p.name.startswith((".", "_")) and p.name not in _SKIP_NAMES
+
+
 def _is_data_file(p: Path) -> bool:
-    return p.is_file() and not p.name.startswith((".", "_")) and p.name not in _SKIP_NAMES
+    return p.is_file() and _is_data_file_name(p)
 
 
 def expand_paths(path: str | os.PathLike[str] | list[str]) -> list[str]:
@@ -68,9 +72,16 @@ def expand_paths(path: str | os.PathLike[str] | list[str]) -> list[str]:
     if p.is_file():
         return [str(p)]
     if p.is_dir():
-        files = sorted(str(f) for f in p.rglob("*") if _is_data_file(f))
+        found = list(p.rglob("*"))
     else:
-        files = sorted(f for f in glob.glob(str(path), recursive=True) if _is_data_file(Path(f)))
+        found = [Path(f) for f in glob.glob(str(path), recursive=True)]
+    for f in found:
+        if f.is_symlink() and not f.exists() and _is_data_file_name(f):
+            raise FileNotFoundError(
+                f"{str(f)!r} is a symlink to a missing file ({os.readlink(f)!r}); restore its "
+                "target or remove the link"
+            )
+    files = sorted(str(f) for f in found if _is_data_file(f))
     if not files:
         raise FileNotFoundError(f"no data files at {str(path)!r} (a file, directory or glob)")
     return files
