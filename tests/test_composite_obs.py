@@ -179,7 +179,7 @@ def _buffer_samples(eps: list[Episode], capacity: int, frames: int | None = None
     from offline_prelearner.replay.samplers import FrameStack, Transition
     from offline_prelearner.replay.samplers.in_order import InOrder
 
-    unit: Any = Transition() if frames is None else FrameStack(Transition(), frames)
+    unit: Any = Transition() if frames is None else FrameStack(frames, Transition())
     buf = EpisodeReplayBuffer(capacity, InOrder(), unit, seed=0)
     buf.add(eps)
     return buf, buf.sample(buf.valid_starts().total)
@@ -232,3 +232,107 @@ def test_plain_and_composite_episodes_do_not_mix_in_one_buffer() -> None:
     buf, _ = _buffer_samples([composite], capacity=20)
     with pytest.raises(DataError, match="observation leaves"):
         buf.add([plain])
+
+
+# ---------------------------------------------------------------------------- validation, learner
+
+
+def _composite(eid: str, ep: dict[str, np.ndarray]) -> Episode:
+    n = len(next(iter(ep.values()))) - 1
+    return Episode(
+        id=eid, observations=ep, actions=np.zeros(n, np.int64), rewards=np.ones(n), truncated=True
+    )
+
+
+def test_validation_checks_each_leaf() -> None:
+    from offline_prelearner.episodes.ledger import EpisodeBatch
+    from offline_prelearner.episodes.validate import ValidateConfig, Validator
+
+    space = {"observation": ("float32", (3,)), "goal": ("float64", (2,))}
+    good, nan, other = _episodes(space, [4, 4, 4], seed=5)
+    nan["goal"][2, 1] = np.nan
+    other["goal"] = other["goal"][:, :1].copy()  # a leaf of another shape
+    batch = EpisodeBatch(on_invalid="skip")
+    for eid, ep in (("good", good), ("nan", nan), ("other", other)):
+        batch.add(_composite(eid, ep), 4)
+    out = Validator(ValidateConfig(on_invalid="skip", check_finite_obs=True)).validate(batch)
+    assert [e.id for e in out.episodes] == ["good"]
+    assert dict(out.ledger.episodes_rejected) == {"nan_obs": 1, "obs_shape": 1}
+
+
+def test_the_prelearner_writes_a_column_per_leaf_and_the_learner_gets_nested_dicts() -> None:
+    import offline_prelearner as op
+
+    space = {"observation": ("float32", (4,)), "goal": {"xy": ("float32", (2,))}}
+    ref = _episodes(space, [4, 6], seed=6)
+    prelearner = op.OfflinePreLearner(op.PreLearnerConfig().with_updates({"sample_all": True}))
+    (rows,) = list(prelearner(_table(space, ref)))
+    assert {k for k in rows if "obs" in k} == {
+        "obs.observation",
+        "new_obs.observation",
+        "obs.goal.xy",
+        "new_obs.goal.xy",
+    }
+    sb = op.MultiAgentBatch.from_rows(rows)["default_policy"]
+    obs, new_obs = sb.nested("obs"), sb.nested("new_obs")
+    np.testing.assert_array_equal(
+        obs["goal"]["xy"], np.concatenate([e["goal.xy"][:-1] for e in ref])
+    )
+    np.testing.assert_array_equal(
+        new_obs["observation"], np.concatenate([e["observation"][1:] for e in ref])
+    )
+    assert sb.nested("actions") is sb["actions"]
+
+
+def _units() -> list[Any]:
+    from offline_prelearner.replay.samplers import FrameStack, NStep, Sequence, Transition
+
+    return [
+        Transition(),
+        NStep(3, gamma=0.9),
+        NStep((1, 3), gamma=0.9),
+        Sequence(3, burn_in=1),
+        FrameStack(3, Transition()),
+        FrameStack(2, NStep(2, gamma=0.9)),
+        FrameStack(2, NStep(1, gamma=0.9)),
+        FrameStack(2, Sequence(2)),
+    ]
+
+
+@pytest.mark.parametrize("unit", _units(), ids=repr)
+@settings(max_examples=15, deadline=None)
+@given(
+    space=space_st,
+    lengths=st.lists(st.integers(1, 7), min_size=1, max_size=4),
+    seed=st.integers(0, 2**16),
+)
+def test_every_unit_gathers_each_leaf_as_a_plain_buffer_of_that_leaf_would(
+    unit: Any, space: Any, lengths: list[int], seed: int
+) -> None:
+    """The reference per leaf: the same episodes with that leaf as a plain observation, through
+    the same buffer, sampler and unit (the plain path, itself checked against plain loops)."""
+    from offline_prelearner.replay import EpisodeReplayBuffer
+    from offline_prelearner.replay.samplers.in_order import InOrder
+
+    ref = _episodes(space, lengths, seed)
+    rng = np.random.default_rng(seed)
+    acts = [rng.integers(0, 3, n) for n in lengths]
+    rews = [rng.normal(size=n) for n in lengths]
+
+    def sample(obs_of: Any) -> Any:
+        eps = [
+            Episode(id=f"e{i}", observations=obs_of(o), actions=a, rewards=r, truncated=i % 2 == 0)
+            for i, (o, a, r) in enumerate(zip(ref, acts, rews, strict=True))
+        ]
+        buf = EpisodeReplayBuffer(sum(lengths) + len(lengths) + 5, InOrder(), unit, seed=0)
+        buf.add(eps)
+        return buf.sample(buf.valid_starts().total)
+
+    composite = sample(lambda o: o)
+    for path in ref[0]:
+        plain = sample(lambda o, path=path: o[path])
+        for key, want in plain.items():
+            if key in ("obs", "new_obs"):
+                key = f"{key}.{path}"
+            np.testing.assert_array_equal(composite[key], want, err_msg=key)
+            assert composite[key].dtype == want.dtype

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
 
 from ..errors import ConfigError, EpisodeValidationError, Where
+from . import observations as O
 from .episode import Episode
 from .episode_columns import EpisodeColumns
 from .ledger import EpisodeBatch, OnInvalid, check_on_invalid
@@ -227,8 +228,8 @@ class Validator:
         (once the obs spec is fixed). False means "ask ``check``", not necessarily "bad"."""
         cfg = self.config
         m = len(held)
-        if m == 0 or self._expected_obs is None:
-            return np.zeros(m, bool)
+        if m == 0 or self._expected_obs is None or self._expected_obs[1] is _LEAVES:
+            return np.zeros(m, bool)  # composite observations: each through ``check``
         shape, dtype, _ = self._expected_obs
         n = held.lengths()
         # Empty episodes warn (or fail min_length): always the detailed path.
@@ -307,10 +308,41 @@ class Validator:
         if n == 0:
             self._warn_once("empty", f"episode {ep.id!r} has no steps (min_length=0 admits it)")
         if self._expected_obs is None:
-            self._expected_obs = (ep.observations.shape[1:], ep.observations.dtype, ep.id)
+            self._expected_obs = (*_obs_layout(ep.observations), ep.id)
+        return None
+
+    def _check_leaves(self, ep: Episode) -> EpisodeValidationError | None:
+        """Composite observations: the leaves' layout, then each leaf finite."""
+        obs: dict[str, np.ndarray] = cast(Any, ep.observations)
+        if self._expected_obs is not None:
+            leaves, _, ref = self._expected_obs
+            found = _obs_layout(obs)[0]
+            if found != leaves:
+                return _error(
+                    ep,
+                    "obs_shape",
+                    f"observation leaves {_show_leaves(found)} differ from the expected "
+                    f"{_show_leaves(leaves)} (set by episode {ref!r})",
+                    "obs",
+                )
+        if self.config.check_finite_obs:
+            for path, leaf in obs.items():
+                if leaf.dtype.kind in "fc":
+                    i = _first_bad(np.isfinite(leaf))
+                    if i is not None:
+                        t = ep.t_started + i
+                        msg = f"observation leaf {path!r} at t={t} has a non-finite value"
+                        return _error(ep, "nan_obs", msg, f"obs.{path}", t)
+        if "obs" in self._spaces:
+            self._warn_once(
+                "obs:leaves",
+                "observation_space is not checked for composite (Dict/Tuple) observations yet",
+            )
         return None
 
     def _check_obs(self, ep: Episode) -> EpisodeValidationError | None:
+        if O.is_composite(ep.observations):
+            return self._check_leaves(ep)
         obs = ep.observations
         if self._expected_obs is not None:
             shape, dtype, ref = self._expected_obs
@@ -364,6 +396,20 @@ class Validator:
         if key not in self._warned:
             self._warned.add(key)
             warnings.warn(message, OddDataWarning, stacklevel=2)
+
+
+_LEAVES = "leaves"
+
+
+def _obs_layout(obs: Any) -> tuple[Any, Any]:
+    """(step shape, dtype) of a plain observation; (leaf signatures, ``_LEAVES``) of a composite."""
+    if O.is_composite(obs):
+        return tuple((k, v.shape[1:], v.dtype) for k, v in obs.items()), _LEAVES
+    return obs.shape[1:], obs.dtype
+
+
+def _show_leaves(leaves: Any) -> str:
+    return "{" + ", ".join(f"{k}: {d}{list(s)}" for k, s, d in leaves) + "}"
 
 
 class _Held:

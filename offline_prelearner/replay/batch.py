@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from ..episodes.observations import nest
+
 __all__ = ["MODULE_ID", "MultiAgentBatch", "SampleBatch"]
 
 MODULE_ID = "module_id"
@@ -135,6 +137,25 @@ class SampleBatch:
         out = dict(self._cols)
         out[MODULE_ID] = np.full(len(self), str(module_id), dtype=object)
         return out
+
+    def nested(self, name: str = "obs") -> dict[str, Any]:
+        """A composite observation column rebuilt as nested dicts of arrays (the learner side).
+
+        Composite observations travel as one column per leaf, ``obs.desired_goal``,
+        ``obs.a.b`` (see :mod:`offline_prelearner.episodes.observations`);
+        ``batch.nested("new_obs")`` gives ``{"desired_goal": ..., "a": {"b": ...}}``, each leaf
+        ``[rows, ...]`` (views, no copy; Tuple positions come back as keys ``"0"``, ``"1"``).
+        A plain ``name`` column comes back as is.
+        """
+        if name in self._cols:
+            return self._cols[name]  # type: ignore[return-value]
+        prefix = name + "."
+        flat = {k[len(prefix) :]: v for k, v in self._cols.items() if k.startswith(prefix)}
+        if not flat:
+            raise KeyError(
+                f"no column {name!r} and no {prefix}<leaf> columns: {sorted(self._cols)}"
+            )
+        return nest(flat)
 
     # ------------------------------------------------------------------ joining
     @staticmethod

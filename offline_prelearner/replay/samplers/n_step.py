@@ -26,6 +26,7 @@ import numpy as np
 from ...episodes import columns as C
 from ...errors import ConfigError
 from ..batch import SampleBatch
+from ..obs_columns import obs_names, output_names
 from .transition import episode_columns, stack_index
 
 if TYPE_CHECKING:
@@ -104,19 +105,24 @@ class NStep:
             ret = window @ (self.gamma ** pos.astype(np.float64))
         out[C.REWARDS] = ret.astype(np.result_type(rew_col.dtype, np.float32), copy=False)
 
-        obs_col = storage.columns["obs"]
         end = slots + m
         if frames is None:
-            out[C.OBS] = obs_col.take(slots, axis=0)
-            out[C.NEW_OBS] = obs_col.take(end, axis=0)
+            obs_at, new_at = slots, end
         elif hi == 1:
             start = storage.starts.take(rows)
-            both = obs_col.take(stack_index(slots + 1, start, frames + 1), axis=0)
-            out[C.OBS], out[C.NEW_OBS] = both[:, :-1], both[:, 1:]
+            both_at = stack_index(slots + 1, start, frames + 1)
         else:
             start = storage.starts.take(rows)
-            out[C.OBS] = obs_col.take(stack_index(slots, start, frames), axis=0)
-            out[C.NEW_OBS] = obs_col.take(stack_index(end, start, frames), axis=0)
+            obs_at, new_at = stack_index(slots, start, frames), stack_index(end, start, frames)
+        for ring in obs_names(storage.columns):  # one gather per leaf (plain: the one "obs")
+            obs_col = storage.columns[ring]
+            obs_name, new_name = output_names(ring)
+            if frames is not None and hi == 1:
+                both = obs_col.take(both_at, axis=0)
+                out[obs_name], out[new_name] = both[:, :-1], both[:, 1:]
+            else:
+                out[obs_name] = obs_col.take(obs_at, axis=0)
+                out[new_name] = obs_col.take(new_at, axis=0)
         out[C.TERMINATEDS] = storage.terminated.take(rows) & reached_end
         out[C.TRUNCATEDS] = storage.truncated.take(rows) & reached_end
         out[C.N_STEP] = m.astype(np.int32)
@@ -201,7 +207,6 @@ class FixedNStepTable:
         cols = storage.columns
         m = self.steps.take(slots)
         end = self.end.take(slots)
-        obs_col = cols["obs"]
         out = {
             C.ACTIONS: cols["actions"].take(slots, axis=0),
             C.REWARDS: self.returns.take(slots),
@@ -210,8 +215,11 @@ class FixedNStepTable:
             out[name] = cols["extras/" + name].take(slots, axis=0)
         out[C.EPS_ID] = storage.ids.take(rows)
         out[C.T] = storage.last_and_t_base()[1].take(rows) + slots
-        out[C.OBS] = obs_col.take(slots, axis=0)
-        out[C.NEW_OBS] = obs_col.take(slots + m, axis=0)
+        new_at = slots + m
+        for ring in obs_names(cols):  # one gather per leaf (plain: the one "obs")
+            obs_name, new_name = output_names(ring)
+            out[obs_name] = cols[ring].take(slots, axis=0)
+            out[new_name] = cols[ring].take(new_at, axis=0)
         out[C.TERMINATEDS] = end == 1
         out[C.TRUNCATEDS] = end == 2
         out[C.N_STEP] = m

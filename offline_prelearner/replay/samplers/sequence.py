@@ -24,6 +24,7 @@ import numpy as np
 from ...episodes import columns as C
 from ...errors import ConfigError
 from ..batch import SampleBatch
+from ..obs_columns import obs_names, output_names
 from .transition import stack_index
 
 if TYPE_CHECKING:
@@ -81,13 +82,18 @@ class Sequence:
         cols = storage.columns
         out: dict[str, np.ndarray] = {}
         if frames is None:
-            out[C.OBS] = cols["obs"].take(idx, axis=0)
-            out[C.NEW_OBS] = cols["obs"].take(np.where(real, idx + 1, pad), axis=0)
+            new_at = np.where(real, idx + 1, pad)
         else:
             both = stack_index(np.where(real, idx + 1, pad), start[:, None], frames + 1)
             both = np.where(real[..., None], both, pad)
-            stacked = cols["obs"].take(both, axis=0)
-            out[C.OBS], out[C.NEW_OBS] = stacked[:, :, :-1], stacked[:, :, 1:]
+        for ring in obs_names(cols):  # one gather per leaf (plain: the one "obs")
+            obs_name, new_name = output_names(ring)
+            if frames is None:
+                out[obs_name] = cols[ring].take(idx, axis=0)
+                out[new_name] = cols[ring].take(new_at, axis=0)
+            else:
+                stacked = cols[ring].take(both, axis=0)
+                out[obs_name], out[new_name] = stacked[:, :, :-1], stacked[:, :, 1:]
         out[C.ACTIONS] = cols["actions"].take(idx, axis=0)
         out[C.REWARDS] = cols["rewards"].take(idx)
         for name in storage.extra_names:
