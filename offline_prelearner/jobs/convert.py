@@ -205,6 +205,7 @@ def convert_path(
         "input": os.fspath(path),
         "files_in": len(files),
         "files_unreadable": tot["files_unreadable"],
+        "per_file": tot["per_file"],
         "to": to,
         "out_dir": str(out),
         "files_written": [f["name"] for f in data],
@@ -465,6 +466,7 @@ def _run_units(
             "rows_rejected": dict(led.rows_rejected),
             "episodes_rejected": dict(led.episodes_rejected),
             "files_unreadable": [] if got is not None else [f],
+            "per_file": [_file_counts(f, job.read.format, led, got is None)],
         }
         unit = _Unit(j, EpisodeBatch(on_invalid=read.on_invalid), counts, _reader_idle(reader))
         for done in owners.add(unit, got):
@@ -475,6 +477,21 @@ def _run_units(
     for done in owners.rest():
         records.append(_commit_unit(job, staging, done, inputs))
     return records
+
+
+def _file_counts(f: str, fmt: str, led: Ledger, unreadable: bool) -> dict[str, Any]:
+    """One ``per_file`` entry: what the reader read, refused and dropped as duplicate in ``f``
+    (episodes refused later, after stitching across files, count in the totals only)."""
+    rejected = sum(led.rows_rejected.values())
+    return {
+        "file": f,
+        "format": fmt,
+        "rows_read": led.rows_in,
+        "rows_kept": led.rows_in - rejected - led.rows_duplicate,
+        "rows_rejected": rejected,
+        "rows_duplicate": led.rows_duplicate,
+        "error": "cannot read the file" if unreadable else None,
+    }
 
 
 def _reader_idle(reader: SampleBatchesReader) -> bool:
@@ -555,7 +572,13 @@ _COUNTS = (
 def _sum_counts(counts: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """Counts added up: numbers summed, per-reason dicts summed by key, lists joined."""
     tot: dict[str, Any] = {k: 0 for k in _COUNTS}
-    tot.update(records_rejected={}, rows_rejected={}, episodes_rejected={}, files_unreadable=[])
+    tot.update(
+        records_rejected={},
+        rows_rejected={},
+        episodes_rejected={},
+        files_unreadable=[],
+        per_file=[],
+    )
     for c in counts:
         for k, v in c.items():
             if isinstance(v, dict):
