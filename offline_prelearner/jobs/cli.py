@@ -79,6 +79,13 @@ def _print_report(d: dict[str, Any]) -> None:
         lines.append(f"unreadable  {', '.join(d['files_unreadable'])}")
     if d["quarantine_file"]:
         lines.append(f"quarantine  {d['quarantine_file']}")
+    for f in d["per_file"]:  # every input file: read = kept + rejected + duplicate
+        error = f"  error: {f['error']}" if f["error"] else ""
+        lines.append(
+            f"file        {f['file']}  {f['format']}  read {f['rows_read']}  kept "
+            f"{f['rows_kept']}  rejected {f['rows_rejected']}  duplicate "
+            f"{f['rows_duplicate']}{error}"
+        )
     print("\n".join(lines))
 
 
@@ -210,9 +217,11 @@ def _cmd_process(args: argparse.Namespace) -> int:
         k: st[k]
         for k in (
             "files_read",
+            "files_rejected",
             "format",
             "rows_in",
             "episodes_kept",
+            "fragments",
             "rows_rejected",
             "episodes_duplicate",
             "samples_written",
