@@ -336,3 +336,30 @@ def test_every_unit_gathers_each_leaf_as_a_plain_buffer_of_that_leaf_would(
                 key = f"{key}.{path}"
             np.testing.assert_array_equal(composite[key], want, err_msg=key)
             assert composite[key].dtype == want.dtype
+
+
+def test_each_leaf_column_carries_its_space_in_the_field_metadata() -> None:
+    import gymnasium as gym
+
+    from offline_prelearner.io.leaf_spaces import leaf_spaces, read_leaf_space, with_leaf_spaces
+
+    space = gym.spaces.Dict(
+        {
+            "observation": gym.spaces.Box(-1, 1, (4,), np.float32),
+            "goal": gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Box(0, 1, (2,)))),
+        }
+    )
+    assert list(leaf_spaces(space)) == ["goal.0", "goal.1", "observation"]  # gymnasium sorts
+    table = pa.table(
+        {
+            "obs.goal.0": np.zeros(2, np.int64),
+            "new_obs.goal.1": np.zeros((2, 2), np.float32).tolist(),
+            "actions": [0, 1],
+        }
+    )
+    out = with_leaf_spaces(table, space)
+    assert read_leaf_space(out.schema.field("obs.goal.0")) == gym.spaces.Discrete(3)
+    assert read_leaf_space(out.schema.field("new_obs.goal.1")) == space["goal"][1]
+    assert read_leaf_space(out.schema.field("actions")) is None
+    assert out.equals(table)  # values untouched
+    assert with_leaf_spaces(table, gym.spaces.Box(0, 1, (2,))) is table  # plain: unchanged

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._version import __version__
@@ -49,6 +50,7 @@ from ..config import PreLearnerConfig
 from ..episodes.ledger import Ledger
 from ..errors import ConfigError, OfflinePrelearnerError, error_from_dict, error_to_dict
 from ..io.fast_tensor import Layout, check_layout
+from ..io.leaf_spaces import with_leaf_spaces
 from ..io.sources import check_one_format, detect_format, expand_paths
 from ..plugins import import_object
 from ..prelearner import OfflinePreLearner
@@ -224,10 +226,14 @@ class OfflinePreLearnerActor:
         stats_sink: Any = None,
     ) -> None:
         self.prelearner = prelearner(config, stats_sink=stats_sink)
+        self.obs_space = config.validate.observation_space
 
     def __call__(self, batch: Any) -> Iterator[Any]:
         for out in self.prelearner(batch):  # a custom __call__ may yield Arrow already
-            yield to_arrow_block(out) if isinstance(out, dict) else out
+            block = to_arrow_block(out) if isinstance(out, dict) else out
+            if self.obs_space is not None and isinstance(block, pa.Table):
+                block = with_leaf_spaces(block, self.obs_space)  # composite: space per leaf
+            yield block
 
 
 def to_arrow_block(columns: dict[str, Any]) -> Any:

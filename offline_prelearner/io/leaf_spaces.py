@@ -1,0 +1,65 @@
+"""The space of each composite-observation leaf, in the output columns' Arrow field metadata.
+
+A sample batch carries a composite observation as one column per leaf (``obs.desired_goal``,
+``new_obs.desired_goal``; :mod:`offline_prelearner.episodes.observations`). :func:`with_leaf_spaces`
+puts each leaf's gymnasium space, serialized as RLlib does (``space_to_dict``), under the field
+metadata key ``space``, and the whole observation space on the table (``observation_space``), so
+a learner reading the output can rebuild ``gymnasium.spaces.Dict`` / ``Tuple`` as well as the
+nested arrays (``SampleBatch.nested``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import gymnasium as gym
+import pyarrow as pa
+
+from ..episodes import columns as C
+from ..episodes.spaces import space_from_dict, space_to_dict
+
+__all__ = ["SPACE_KEY", "leaf_spaces", "read_leaf_space", "with_leaf_spaces"]
+
+SPACE_KEY = b"space"
+
+
+def leaf_spaces(space: gym.Space[Any], prefix: str = "") -> dict[str, gym.Space[Any]]:
+    """``{leaf path: space}`` of a Dict / Tuple space (nested), the paths the data uses."""
+    if isinstance(space, gym.spaces.Dict):
+        items: Any = space.spaces.items()
+    elif isinstance(space, gym.spaces.Tuple):
+        items = enumerate(space.spaces)
+    else:
+        return {prefix: space}
+    out: dict[str, gym.Space[Any]] = {}
+    for k, sub in items:
+        out.update(leaf_spaces(sub, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def with_leaf_spaces(table: pa.Table, space: gym.Space[Any] | None) -> pa.Table:
+    """``table`` with each ``obs.<path>`` / ``new_obs.<path>`` field's leaf space in its
+    metadata (unchanged when ``space`` is None or not composite)."""
+    if not isinstance(space, gym.spaces.Dict | gym.spaces.Tuple):
+        return table
+    spaces = {p: json.dumps(space_to_dict(s)).encode() for p, s in leaf_spaces(space).items()}
+    fields = []
+    for f in table.schema:
+        path = next(
+            (f.name[len(c) + 1 :] for c in (C.OBS, C.NEW_OBS) if f.name.startswith(c + ".")), None
+        )
+        if path in spaces:
+            f = f.with_metadata({**(f.metadata or {}), SPACE_KEY: spaces[str(path)]})
+        fields.append(f)
+    whole = json.dumps(space_to_dict(space)).encode()
+    schema = pa.schema(
+        fields, metadata={**(table.schema.metadata or {}), b"observation_space": whole}
+    )
+    return pa.Table.from_arrays(table.columns, schema=schema)
+
+
+def read_leaf_space(field: pa.Field) -> gym.Space[Any] | None:
+    """The leaf space a field's metadata carries (None if it carries none)."""
+    raw = (field.metadata or {}).get(SPACE_KEY)
+    return None if raw is None else space_from_dict(json.loads(raw))
