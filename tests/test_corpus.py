@@ -112,8 +112,6 @@ def accept(id: str, make: str, cmd: str, counts: Mapping[str, Any], **kw: Any) -
 
 
 # Reasons shared by several cases: one line of the to-do list each.
-VALUE_42 = 'issue 13: an old-stack line {"value": 42} after good ones is a pyarrow traceback'
-READ_AS_NOTHING = "issue 13: an input with nothing in it is read as nothing (exit 0), not refused"
 
 
 def data_refusal(id: str, make: str, cmd: str, *err: str, **kw: Any) -> Case:
@@ -160,11 +158,11 @@ CASES: list[Case] = [
     refuse("invalid-yaml-config", "invalid_yaml_config",
            PROCESS + " --config {tmp}/config.yaml", "config.yaml", "line 3"),
     data_refusal("old-stack-value-42-convert", "old_stack_value_42", CONVERT,
-                 "value42.json", "line 4", todo=VALUE_42),
+                 "value42.json", "line 4"),
     data_refusal("old-stack-value-42-process", "old_stack_value_42", PROCESS,
-                 "value42.json", "line 4", todo=VALUE_42),
+                 "value42.json", "line 4"),
     data_refusal("old-stack-value-42-inspect", "old_stack_value_42", INSPECT_RAISE,
-                 "value42.json", "line 4", todo=VALUE_42),
+                 "value42.json", "line 4"),
     data_refusal("old-stack-value-42-alone-convert", "old_stack_value_42_alone", CONVERT,
                  "value42.json", "line 1"),
     refuse("out-is-a-file-process", "out_is_a_file_rows", PROCESS, "--out", "is a file"),
@@ -314,8 +312,7 @@ CASES: list[Case] = [
     accept("json-non-object-line-skip", "json_non_object_line", CONVERT + " --on-invalid skip",
            {"records_rejected.*": 1, "episodes_written": 3}),
     data_refusal("json-broken-line", "json_broken_line", CONVERT, "broken-line.json", "line 3"),
-    refuse("json-empty-file", "json_empty_file", CONVERT, "empty.json",
-           todo=READ_AS_NOTHING + " (convert of a 0-byte .json)"),
+    refuse("json-empty-file", "json_empty_file", CONVERT, "empty.json"),
     refuse("json-empty-file-process", "json_empty_file", PROCESS, "empty.json"),
     data_refusal("json-unknown-type", "json_unknown_type", CONVERT,
                  "unknown-type.json", "line 2", "TrajectoryBatch"),

@@ -452,7 +452,10 @@ def _run_units(
         got: EpisodeBatch | None = None
         try:
             got = reader.read_file(f)
+            if reader.records_read == seen:
+                raise OSError("the file holds no records")
         except OSError as e:
+            got = None
             if read.on_invalid == "raise":
                 raise DataError(
                     f"cannot read the file: {e}", Where(file=f), reason="unreadable_file"

@@ -28,6 +28,8 @@ from ..io.sources import detect_format, expand_paths, read_table
 
 __all__ = ["InspectReport", "inspect_path"]
 
+_JSON_EXT = (".json", ".jsonl", ".ndjson")
+
 
 @dataclass
 class InspectReport:
@@ -137,9 +139,10 @@ def inspect_path(
     unreadable: list[str] = []
     tally = _Tally(files, read.format)
     for i, f in enumerate(files):
+        by_line = getattr(reader, "read_file", None) if f.endswith(_JSON_EXT) else None
         try:
-            table = read_table(f)
-            if table.num_rows == 0:
+            table = None if by_line is not None else read_table(f)
+            if table is not None and table.num_rows == 0:
                 raise DataError("the file holds no rows", Where(file=f), reason="unreadable_file")
         except DataError as e:
             if read.on_invalid == "raise":
@@ -147,8 +150,9 @@ def inspect_path(
             unreadable.append(f)
             tally.entries[f]["error"] = str(e)
             continue
-        got = reader.read(table, source=f)
-        tally.read(f, table.num_rows, got)
+        # Old-stack JSON lines through the reader's own parser: its errors name the line.
+        got = by_line(f) if by_line is not None else reader.read(table, source=f)
+        tally.read(f, got.ledger.rows_in if table is None else table.num_rows, got)
         total.extend(got)
         if progress is not None:
             progress(i + 1, len(files), f)

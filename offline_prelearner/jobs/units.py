@@ -465,8 +465,13 @@ def _located(
         hit = np.flatnonzero(key_rows == str(where.episode_id))
         if hit.size:
             file = paths[int(file_idx[hit[0]])]
+    message = e.message
+    if file is not None and file.endswith(_JSON_EXT) and row is not None:
+        # JSON lines (one record per line): name the line, as ``convert`` does.
+        message = message.replace(f"(record {where.row} of the batch", f"(line {row + 1}")
+        row += 1  # Where.row of a JSON-lines record is its line, as in ``convert``
     where = dataclasses.replace(where, file=file, row=row)
-    return type(e)(e.message, where, reason=e.reason)
+    return type(e)(message, where, reason=e.reason)
 
 
 class _UnitWriter:

@@ -115,7 +115,16 @@ class SampleBatchesReader:
         elif isinstance(batch, pa.RecordBatch):
             batch = pa.Table.from_batches([batch])
 
-        parsed = arrow_parts(batch, self._decode, lambda i: Where(file=source))
+        try:
+            parsed = arrow_parts(batch, self._decode, lambda i: Where(file=source))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            # A record Arrow typed unlike the others (``{"value": 42}`` among SampleBatches):
+            # record by record, so the one at fault is named and refused, not a pyarrow error.
+            records = [  # a column another record has is null here: leave it out
+                (i, {k: v for k, v in rec.items() if v is not None})
+                for i, rec in enumerate(batch.to_pylist())
+            ]
+            parsed = object_parts(records, self._decode, lambda i: Where(file=source), _no_text)
         return self._episodes(parsed, source, first_line)
 
     def read_file(self, path: str | os.PathLike[str]) -> EpisodeBatch:
@@ -219,6 +228,10 @@ class SampleBatchesReader:
             ]
             trunc[at[np.asarray(said, bool)]] = True
         return dones & ~trunc, trunc
+
+
+def _no_text(i: int) -> str | None:
+    return None
 
 
 def _at_record(err: DataError, rec: int, first_line: int | None, extra: str = "") -> DataError:
