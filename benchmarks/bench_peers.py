@@ -19,7 +19,10 @@ pythons (``$PEERS_CPPRB_PYTHON`` / ``$PEERS_TIANSHOU_PYTHON``, default
 ``setup.sh`` builds them) with ``PEERS_WAIT_BUDGET_S=0``. ``--rounds K`` alternates ours and the
 peers K times; every figure is the median over rounds (each round's own figure a median of
 timed blocks). Output: ``_common.py`` JSON lines (``impl`` = ``ours`` | ``cpprb`` |
-``tianshou``; peers' lines converted) and ``impl: "ratio"`` lines ours / peer.
+``tianshou``; peers' lines converted) and ``impl: "ratio"`` lines ours / peer, each timed the
+peer's way: cpprb takes the median latency of single calls (robust to preemption on a busy
+machine), Tianshou the median of blocks of calls; we measure both (``latency_throughput`` and
+``throughput``) and compare like with like.
 """
 
 from __future__ import annotations
@@ -66,6 +69,9 @@ def load_data_module() -> ModuleType:
         raise SystemExit(
             f"peer benchmark data.py not found at {path}: set OFFLINE_PRELEARNER_SHARED"
         )
+    # Its timed blocks wait for a quiet machine unless told not to: measure at once, as the
+    # peers' runs here do (their budget is read at import).
+    os.environ.setdefault("PEERS_WAIT_BUDGET_S", "0")
     spec = importlib.util.spec_from_file_location("peers_data", path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
@@ -164,7 +170,19 @@ def run_ours(D: ModuleType, only: set[str], repeats: int) -> list[dict[str, Any]
 
     def sampling(name: str, buf: Any, step: Any) -> None:
         t = blocks(step)
-        lines.append(C.record(name, "ours", n=B * CALLS, timing=t, unit="samples/s", **extra))
+        # cpprb's own method too: the median latency of single calls (robust to preemption)
+        med = D.median_latency(step, CALLS, n_warmup=20)[0]
+        lines.append(
+            C.record(
+                name,
+                "ours",
+                n=B * CALLS,
+                timing=t,
+                unit="samples/s",
+                latency_throughput=round(B / med, 1),
+                **extra,
+            )
+        )
 
     if "W2" in only:
         buf = EpisodeReplayBuffer(cap, seed=0)
@@ -268,6 +286,10 @@ def medians(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
         xs = sorted(xs, key=lambda x: x["throughput"])
         mid = dict(xs[(len(xs) - 1) // 2])
         mid["throughput"] = round(statistics.median(x["throughput"] for x in xs), 1)
+        if all("latency_throughput" in x for x in xs):
+            mid["latency_throughput"] = round(
+                statistics.median(x["latency_throughput"] for x in xs), 1
+            )
         mid["rounds"] = [x["throughput"] for x in xs]
         mid["loadavg_rounds"] = [x["loadavg_1m"] for x in xs]
         out.append(mid)
@@ -284,15 +306,24 @@ def ratios(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
             theirs = by.get((bench, lib))
             if theirs is None:
                 continue
+            # Each peer's own method: cpprb times single calls (median latency), Tianshou
+            # blocks of calls (median block); W1 adds are whole fills on both sides.
+            mine = ours["throughput"]
+            method = "median of blocks" if bench.startswith("W") else ""
+            if lib == "cpprb" and "latency_throughput" in ours:
+                mine, method = ours["latency_throughput"], "median call latency"
+            if bench.startswith("W1"):
+                method = "median of fills"
             out.append(
                 {
                     "bench": bench,
                     "impl": "ratio",
                     "peer": lib,
-                    "ratio": round(ours["throughput"] / theirs["throughput"], 2),
+                    "ratio": round(mine / theirs["throughput"], 2),
                     "unit": ours["unit"],
-                    "ours": ours["throughput"],
+                    "ours": mine,
                     "theirs": theirs["throughput"],
+                    "method": method,
                 }
             )
     return out
