@@ -363,3 +363,15 @@ def test_each_leaf_column_carries_its_space_in_the_field_metadata() -> None:
     assert read_leaf_space(out.schema.field("actions")) is None
     assert out.equals(table)  # values untouched
     assert with_leaf_spaces(table, gym.spaces.Box(0, 1, (2,))) is table  # plain: unchanged
+
+
+def test_composite_episodes_travel_to_shards_as_themselves() -> None:
+    from offline_prelearner.replay.sharding import to_columns
+
+    space = {"observation": ("float32", (3,))}
+    (ep,) = _episodes(space, [3], seed=7)
+    composite = _composite("c", ep)
+    plain = _composite("p", ep)
+    plain.observations = ep["observation"]
+    packed = to_columns([composite, plain])
+    assert packed[-1] is composite and len(packed) == 2

@@ -131,12 +131,12 @@ def global_weights(
 def to_columns(episodes: Sequence[Episode]) -> list[EpisodeColumns | Episode]:
     """Episodes for the trip to a shard: one :class:`EpisodeColumns` per column layout (a few
     arrays travel through Ray's object store without a copy, where pickling one object per
-    episode costs ~70 us each), and episodes with ``infos`` (which columns do not hold) as
-    themselves. Episodes of one layout keep their order."""
+    episode costs ~70 us each), and episodes with ``infos`` or composite observations (which
+    columns do not hold) as themselves. Episodes of one layout keep their order."""
     groups: dict[tuple[Any, ...], list[Episode]] = {}
     loose: list[EpisodeColumns | Episode] = []
     for ep in episodes:
-        if ep.infos is None:
+        if ep.infos is None and not isinstance(ep.observations, dict):  # composite: as itself
             groups.setdefault(_layout(ep), []).append(ep)
         else:
             loose.append(ep)
