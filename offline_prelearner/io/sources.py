@@ -97,6 +97,8 @@ def _sniff_json(path: str) -> str | None:
     except ValueError:
         return None
     if isinstance(rec, dict):
+        if set(rec) == {"value"} and not isinstance(rec["value"], dict):
+            return "sample_batches"  # a broken wrapped record: that reader refuses its line
         rec = rec.get("value", rec)  # some old writers wrapped records as {"value": {...}}
         if isinstance(rec, dict) and rec.get("type") in ("SampleBatch", "MultiAgentBatch"):
             return "sample_batches"
