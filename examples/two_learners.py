@@ -64,7 +64,7 @@ def learner(share, q: dict, lock: threading.Lock, seed: int) -> None:
 def main() -> int:
     # sample_all: every 3-step transition once; each share yields batches of 256 rows.
     config = op.PreLearnerConfig().with_updates({"n_step": 3, "sample_all": True})
-    shares = op.split_learner_batches(DATA, config, num_learners=2)
+    shares = op.split_learner_batches(DATA, config, num_learners=2, batch_rows=256)
     w = np.zeros((2, 9))  # one weight vector per action, shared by both learners
     q = {"w": w, "target": w.copy(), "losses": [], "rows": [0, 0]}
     lock = threading.Lock()

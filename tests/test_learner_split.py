@@ -48,12 +48,12 @@ def _drain_in_threads(streams: list[LearnerStream]) -> list[list[tuple[str, int]
 @pytest.mark.parametrize("num_learners", [1, 2, 3])
 def test_the_shares_together_see_every_row_exactly_once(ray_local: Any, num_learners: int) -> None:
     cfg = PreLearnerConfig().with_updates(SAMPLE_ALL)
-    streams = split_learner_batches(ROWS, cfg, num_learners)
+    streams = split_learner_batches(ROWS, cfg, num_learners, batch_rows=256)
     assert [s.index for s in streams] == list(range(num_learners))
     seen = _drain_in_threads(streams)
     everything = [k for share in seen for k in share]
     assert len(everything) == 5000 == len(set(everything))  # sample_all: each transition once
-    assert all(seen)  # blocks of train_batch_size rows: every share gets some
+    assert all(seen)  # blocks of 256 rows: every share gets some
 
 
 def test_equal_shares_have_the_same_length(ray_local: Any) -> None:
@@ -71,7 +71,7 @@ def _count_rows(stream: LearnerStream) -> int:
 def test_a_share_pickles_and_is_read_inside_ray_tasks(ray_local: Any) -> None:
     ray = ray_local
     cfg = PreLearnerConfig().with_updates(SAMPLE_ALL)
-    streams = split_learner_batches(ROWS, cfg, 2)
+    streams = split_learner_batches(ROWS, cfg, 2, batch_rows=500)
     assert isinstance(pickle.loads(pickle.dumps(streams[0])), LearnerStream)
     count = ray.remote(num_cpus=0)(_count_rows)
     assert sum(ray.get([count.remote(s) for s in streams], timeout=300)) == 5000
@@ -86,3 +86,11 @@ def test_num_learners_must_be_a_positive_integer(bad: Any) -> None:
 def test_bad_batch_rows_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="batch_rows"):
         split_learner_batches(ROWS, PreLearnerConfig(), 2, batch_rows=0)
+
+
+def test_without_batch_rows_the_blocks_are_the_streams(ray_local: Any) -> None:
+    """No re-cut: Ray's own output blocks are handed out (the shipped data is one block)."""
+    cfg = PreLearnerConfig().with_updates(SAMPLE_ALL)
+    seen = _drain_in_threads(split_learner_batches(ROWS, cfg, 2))
+    everything = [k for share in seen for k in share]
+    assert len(everything) == 5000 == len(set(everything))

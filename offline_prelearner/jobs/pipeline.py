@@ -755,10 +755,12 @@ def split_learner_batches(
     data-parallel learners that must step together want). A separate function rather than a
     flag of :func:`iter_learner_batches`: it returns N streams, not one.
 
-    The split hands out Ray blocks, and the prelearner's output is gathered into blocks of up to
-    ``ray.block_mb`` (all of a small dataset is one block): the output is re-cut into blocks of
-    ``batch_rows`` rows (default ``train_batch_size``; Ray's streaming repartition, which
-    slices without copying), so each share yields batches of that many rows.
+    The split hands out Ray blocks, one at a time, and the prelearner's output is gathered into
+    blocks of up to ``ray.block_mb`` (as :func:`iter_learner_batches` yields them; all of a small
+    dataset is one block, which one learner would get whole). ``batch_rows`` re-cuts the output
+    into blocks of that many rows (Ray's streaming repartition), so each share yields batches of
+    that size; it costs a stage (bench_learners.py: ~1.4-2x the time of the split without it on
+    2 CPUs), so it is off by default.
     """
     for name, value in (("num_learners", num_learners), ("batch_rows", batch_rows)):
         if value is None and name == "batch_rows":
@@ -767,6 +769,7 @@ def split_learner_batches(
             raise ConfigError(f"{name}: expected an integer >= 1, got {value!r}")
     config = config or PreLearnerConfig()
     ds = build_dataset(path, config, prelearner=prelearner)
-    ds = ds.repartition(target_num_rows_per_block=batch_rows or config.sample.train_batch_size)
+    if batch_rows is not None:
+        ds = ds.repartition(target_num_rows_per_block=batch_rows)
     iterators = ds.streaming_split(num_learners, equal=equal)
     return [LearnerStream(it, i, num_learners) for i, it in enumerate(iterators)]
