@@ -151,7 +151,9 @@ def test_every_output_row_matches_a_plain_loop_n_step(ray_local: Any, tmp_path: 
         {"n_step": n, "gamma": gamma, "train_batch_size": 200, "batch_size": 1000, "seed": 3}
     )
     run_pipeline(ROWS, cfg, out_dir=tmp_path)
-    out = pq.read_table(tmp_path / "samples").to_pydict()
+    # Read as a learner does (the job writes tensors in the fast layout; from_rows decodes it).
+    sb = MultiAgentBatch.from_rows(pq.read_table(tmp_path / "samples"))["default_policy"]
+    out = {k: list(sb[k]) for k in sb}
     eps = _episodes_by_id(ROWS)
     assert len(out["eps_id"]) >= 1000
     for i in range(len(out["eps_id"])):
