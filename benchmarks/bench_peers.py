@@ -15,8 +15,8 @@ the workloads; this script imports its ``data.py`` so both sides see the same by
 
 and runs the peers' own scripts (``bench_cpprb.py``, ``bench_tianshou.py``) under their venvs'
 pythons (``$PEERS_CPPRB_PYTHON`` / ``$PEERS_TIANSHOU_PYTHON``, default
-``$PEERS_ROOT/{cpprb,tianshou}/venv/bin/python`` with ``PEERS_ROOT=/tmp/peers``, where the peers'
-``setup.sh`` builds them) with ``PEERS_WAIT_BUDGET_S=0``. ``--rounds K`` alternates ours and the
+``$PEERS_ROOT/{cpprb,tianshou}/venv/bin/python``, ``PEERS_ROOT`` defaulting to ``<repo>/.bench/peers``;
+build them with ``PEERS_ROOT=.bench/peers bash ../shared/bench/peers/setup.sh``) with ``PEERS_WAIT_BUDGET_S=0``. ``--rounds K`` alternates ours and the
 peers K times; every figure is the median over rounds (each round's own figure a median of
 timed blocks). Output: ``_common.py`` JSON lines (``impl`` = ``ours`` | ``cpprb`` |
 ``tianshou``; peers' lines converted) and ``impl: "ratio"`` lines ours / peer, each timed the
@@ -83,7 +83,7 @@ def peer_python(lib: str) -> str:
     env = os.environ.get(f"PEERS_{lib.upper()}_PYTHON")
     if env:
         return env
-    root = os.environ.get("PEERS_ROOT") or "/tmp/peers"
+    root = os.environ.get("PEERS_ROOT") or str(C.REPO / ".bench" / "peers")
     return str(Path(root) / lib / "venv" / "bin" / "python")
 
 
