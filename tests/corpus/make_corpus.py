@@ -214,9 +214,18 @@ def old_stack_lines(n_episodes: int = 3) -> list[dict[str, Any]]:
     return out
 
 
+def _plain(o: Any) -> Any:
+    """numpy values as JSON: with ray.data imported (an earlier test), pyarrow's ``to_pylist``
+    gives tensor cells as arrays."""
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
 def write_lines(lines: list[Any], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join((ln if isinstance(ln, str) else json.dumps(ln)) + "\n" for ln in lines))
+    text = (ln if isinstance(ln, str) else json.dumps(ln, default=_plain) for ln in lines)
+    path.write_text("".join(t + "\n" for t in text))
     return path
 
 
@@ -793,7 +802,7 @@ def json_non_object_line(d: Path) -> Path:
 @maker
 def json_broken_line(d: Path) -> Path:
     lines: list[Any] = old_stack_lines()
-    text = json.dumps(lines[2])
+    text = json.dumps(lines[2], default=_plain)
     lines[2] = text[: len(text) // 2]
     return write_lines(lines, d / "broken-line.json")
 
