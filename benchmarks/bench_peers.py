@@ -15,10 +15,11 @@ the workloads; this script imports its ``data.py`` so both sides see the same by
 
 and runs the peers' own scripts (``bench_cpprb.py``, ``bench_tianshou.py``) under their venvs'
 pythons (``$PEERS_CPPRB_PYTHON`` / ``$PEERS_TIANSHOU_PYTHON``, default
-``$PEERS_ROOT/{cpprb,tianshou}/venv/bin/python``, ``PEERS_ROOT`` defaulting to ``<repo>/.bench/peers``;
-build them with ``PEERS_ROOT=.bench/peers bash ../shared/bench/peers/setup.sh``) with ``PEERS_WAIT_BUDGET_S=0``. ``--rounds K`` alternates ours and the
-peers K times; every figure is the median over rounds (each round's own figure a median of
-timed blocks). Output: ``_common.py`` JSON lines (``impl`` = ``ours`` | ``cpprb`` |
+``$PEERS_ROOT/{cpprb,tianshou}/venv/bin/python``, ``PEERS_ROOT`` defaulting to
+``<repo>/.bench/peers``; build them with ``PEERS_ROOT=.bench/peers bash
+../shared/bench/peers/setup.sh``) with ``PEERS_WAIT_BUDGET_S=0``. ``--rounds K`` alternates
+ours and the peers K times; every figure is the median over rounds (each round's own figure a
+median of timed blocks). Output: ``_common.py`` JSON lines (``impl`` = ``ours`` | ``cpprb`` |
 ``tianshou``; peers' lines converted) and ``impl: "ratio"`` lines ours / peer, each timed the
 peer's way: cpprb takes the median latency of single calls (robust to preemption on a busy
 machine), Tianshou the median of blocks of calls; we measure both (``latency_throughput`` and
