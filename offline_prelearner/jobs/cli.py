@@ -284,18 +284,18 @@ def _add_commit_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-_FORMATS = ["auto", "rows", "episodes", "sample_batches", "minari", "d4rl"]
-_MAX_STEPS_HELP = (
-    "D4RL files without `timeouts`: end an episode (truncated) after this many steps, as "
-    "D4RL's sequence_dataset does with the env's time limit"
-)
-
-
 class _OneLineParser(argparse.ArgumentParser):
     """An argument error is one line (``prog: error: ...``, exit 2), not argparse's usage block."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+_FORMATS = ["auto", "rows", "episodes", "sample_batches", "minari", "d4rl"]
+_MAX_STEPS_HELP = (
+    "D4RL files without `timeouts`: end an episode (truncated) after this many steps, as "
+    "D4RL's sequence_dataset does with the env's time limit"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
