@@ -44,6 +44,7 @@ __all__ = [
     "Staging",
     "file_sha256",
     "write_json_atomic",
+    "write_parquet_atomic",
 ]
 
 MANIFEST_FILE = "_manifest.json"
@@ -75,6 +76,33 @@ def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def write_parquet_atomic(root: Path, name: str, table: Any) -> dict[str, Any]:
+    """Writes ``table`` as Parquet at ``root/name`` (temporary name, fsync, rename) and returns
+    its manifest entry (name, rows, bytes, sha256); the bytes are hashed in memory."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    data = sink.getvalue()
+    path = Path(root) / name
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return {
+        "name": name,
+        "rows": table.num_rows,
+        "bytes": data.size,
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
 
 
 def _fsync_dir(path: Path) -> None:

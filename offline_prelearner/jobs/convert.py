@@ -67,7 +67,6 @@ dropped silently.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import time
@@ -94,7 +93,7 @@ from ..io.readers.episodes import ITEM
 from ..io.readers.sample_batches import DonesRule, SampleBatchesReader
 from ..io.sources import check_one_format, detect_format, expand_paths
 from ..io.writers import episodes_to_rows
-from .commit import STATS_FILE, Staging, file_sha256, write_json_atomic
+from .commit import STATS_FILE, Staging, file_sha256, write_json_atomic, write_parquet_atomic
 
 __all__ = ["STATS_FILE", "convert_path"]
 
@@ -520,7 +519,9 @@ def _commit_unit(
     written: list[dict[str, Any]] = []
     try:
         for i, table in enumerate(tables):
-            written.append(_write_file(staging.path, f"{job.to}-{k:05d}-{i:05d}.parquet", table))
+            written.append(
+                write_parquet_atomic(staging.path, f"{job.to}-{k:05d}-{i:05d}.parquet", table)
+            )
         if job.read.on_invalid == "quarantine":
             q = _write_unit_quarantine(staging.path, k, batch)
             if q is not None:
@@ -645,30 +646,6 @@ def _episode_tables(episodes: list[Episode], per_file: int) -> Iterator[pa.Table
         yield pa.table({ITEM: pa.array([packb(st) for st in states], type=pa.binary())})
 
 
-def _write_file(root: Path, name: str, table: pa.Table) -> dict[str, Any]:
-    """Writes ``table`` as Parquet at ``root/name`` (temporary name, fsync, rename); returns its
-    manifest entry. The bytes are hashed in memory, not read back."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink)
-    data = sink.getvalue()
-    path = root / name
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return {
-        "name": name,
-        "rows": table.num_rows,
-        "bytes": data.size,
-        "sha256": hashlib.sha256(data).hexdigest(),
-    }
-
-
 def _write_unit_quarantine(root: Path, unit: int, batch: EpisodeBatch) -> dict[str, Any] | None:
     folder = root / _QUARANTINE
     written = write_quarantine(batch.rejections, folder)
@@ -694,7 +671,7 @@ def _merge_quarantine(staging: Staging, records: list[dict[str, Any]]) -> dict[s
         os.replace(parts[0], staging.path / name)
     else:
         table = pa.concat_tables([pq.read_table(p) for p in parts], promote_options="permissive")
-        _write_file(staging.path, name, table)
+        write_parquet_atomic(staging.path, name, table)
         for p in parts:
             p.unlink()
     return _entry(staging.path, name, kind=_QUARANTINE)

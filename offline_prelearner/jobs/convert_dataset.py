@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .._version import __version__
 from ..config import ReadConfig
@@ -46,7 +45,7 @@ from ..io.readers import make_reader
 from ..io.readers.episodes import ITEM
 from ..io.sources import WHOLE_FILE_FORMATS, detect_format, expand_paths, read_table
 from ..io.writers import episodes_to_rows
-from .commit import Staging
+from .commit import Staging, write_parquet_atomic
 
 __all__ = ["DATASET_TARGETS", "convert_dataset", "wants_dataset_job"]
 
@@ -224,7 +223,7 @@ def _write(
         for nxt in [*episodes, None]:
             if chunk and (nxt is None or rows + len(nxt) > rows_per_file):
                 table = episodes_to_rows(chunk, with_t=True)
-                written.append(_write_parquet(root, f"rows-00000-{k:05d}.parquet", table))
+                written.append(write_parquet_atomic(root, f"rows-00000-{k:05d}.parquet", table))
                 k, chunk, rows = k + 1, [], 0
             if nxt is not None:
                 chunk.append(nxt)
@@ -234,7 +233,7 @@ def _write(
         part = episodes[s : s + episodes_per_file]
         states = [{**e.get_state(), "_last_step_time": None} for e in part]
         table = pa.table({ITEM: pa.array([packb(st) for st in states], type=pa.binary())})
-        written.append(_write_parquet(root, f"episodes-00000-{k:05d}.parquet", table))
+        written.append(write_parquet_atomic(root, f"episodes-00000-{k:05d}.parquet", table))
     return written
 
 
@@ -246,22 +245,3 @@ def _entry(root: Path, name: str, rows: int) -> dict[str, Any]:
     data = (root / name).read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     return {"name": name, "rows": rows, "bytes": len(data), "sha256": digest}
-
-
-def _write_parquet(root: Path, name: str, table: pa.Table) -> dict[str, Any]:
-    """``table`` as Parquet at ``root/name`` (temporary name, fsync, rename); its manifest entry."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink)
-    data = sink.getvalue()
-    path = root / name
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return {"name": name, "rows": table.num_rows, "bytes": data.size,
-            "sha256": hashlib.sha256(data).hexdigest()}  # fmt: skip
