@@ -693,13 +693,22 @@ def _run_on_ray(
             **remote_args,
         )
     seen: set[int] = set()
-    for row in ds.iter_rows():
-        rec = json.loads(row["record"])
-        if "error" in rec:
-            raise error_from_dict(rec["error"])
-        if rec["unit"] not in seen:  # a unit counts once, whatever Ray retried
-            seen.add(rec["unit"])
-            finished(rec)
+    rows = iter(ds.iter_rows())
+    try:
+        for row in rows:
+            rec = json.loads(row["record"])
+            if "error" in rec:
+                raise error_from_dict(rec["error"])
+            if rec["unit"] not in seen:  # a unit counts once, whatever Ray retried
+                seen.add(rec["unit"])
+                finished(rec)
+    finally:
+        # Stop Ray Data's executor now, not at interpreter exit: a job that fails here is
+        # followed by ray.shutdown(), and an executor thread left running then touches the
+        # shut-down worker, which ends the process with status 1 instead of ours.
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()
 
 
 def iter_learner_batches(
