@@ -307,8 +307,7 @@ CASES: list[Case] = [
     data_refusal("json-non-object-line", "json_non_object_line", CONVERT,
                  "list-line.json", "line 2"),
     data_refusal("json-non-object-line-process", "json_non_object_line", PROCESS,
-                 "list-line.json", "line 2", hint_todo="",  # the hint is there already
-                 todo="issue 13: process reads old-stack JSON with pyarrow: no line number"),
+                 "list-line.json", "line 2"),
     accept("json-non-object-line-skip", "json_non_object_line", CONVERT + " --on-invalid skip",
            {"records_rejected.*": 1, "episodes_written": 3}),
     data_refusal("json-broken-line", "json_broken_line", CONVERT, "broken-line.json", "line 3"),

@@ -196,9 +196,31 @@ def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
         return pq.read_table(path, columns=columns)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        bad = _first_bad_json_line(path) if path.endswith(_JSON_EXT) else None
+        if bad is not None:
+            msg = f"line {bad[0]} is {bad[1]}, not a JSON object (one record per line)"
         raise DataError(
             f"cannot read the file: {msg}", Where(file=path), reason="unreadable_file"
         ) from None
+
+
+def _first_bad_json_line(path: str) -> tuple[int, str] | None:
+    """The first line of a JSON-lines file that is not an object, and what it is instead (only
+    on the error path: pyarrow's reader names no line)."""
+    try:
+        with open(path, "rb") as fh:
+            for n, raw in enumerate(fh, start=1):
+                if not raw.strip():
+                    continue
+                try:
+                    value = json.loads(raw)
+                except ValueError:
+                    return n, "not valid JSON"
+                if not isinstance(value, dict):
+                    return n, f"a JSON {type(value).__name__}"
+    except OSError:
+        return None
+    return None
 
 
 def iter_tables(
