@@ -21,6 +21,10 @@ search and per update. A tree of at most ``top_width`` leaves is just that prefi
   then descends from there for all prefixes at once.
 
 Memory: ``16 * size`` bytes per tree (``size`` as above, so 16 to 32 bytes per leaf).
+
+Both operations also exist as compiled loops (:mod:`.kernels`, numba), used when numba is
+importable: the same float operations in the same order, so the trees and every search result
+are identical on both backends, bit for bit. A tree keeps the backend it was created with.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import DataError, Where
+from . import kernels
 
 __all__ = ["MinTree", "SumTree", "last_writes", "write_unique"]
 
@@ -73,6 +78,13 @@ def write_unique(
     if indices.size == 0:
         return
     first = trees[0]
+    jit = first._kernels
+    if jit is not None:
+        levels = first._depth - first._top
+        for tree, vals in zip(trees, values, strict=True):
+            jit.write(tree._tree, indices, vals, first._size, levels, tree._is_min)
+            tree._stale = True
+        return
     pos = indices + first._size
     for tree, vals in zip(trees, values, strict=True):
         tree._tree[pos] = vals
@@ -101,6 +113,7 @@ class _SegmentTree(ABC):
 
     _neutral: float = 0.0
     _kind: str = "segment"
+    _is_min: bool = False
 
     def __init__(self, capacity: int, *, top_width: int = 2048) -> None:
         for name, value in (("capacity", capacity), ("top_width", top_width)):
@@ -119,6 +132,7 @@ class _SegmentTree(ABC):
         # Row p of this view is (tree[2p], tree[2p + 1]): the two children of node p.
         self._pairs = self._tree.reshape(self._size, 2)
         self._stale = True  # the summary of the top level needs recomputing
+        self._kernels = kernels.compiled()  # None: the numpy path
 
     # -- subclass hooks -------------------------------------------------------------------------
 
@@ -238,6 +252,9 @@ class _SegmentTree(ABC):
 
     def _write(self, idx: IntArray, vals: FloatArray) -> None:
         """Unchecked batch write: ``idx`` in range, ``vals`` admissible, same length."""
+        if self._kernels is not None:  # writes in order: the last one wins without a sort
+            write_unique((self,), idx, (vals,))
+            return
         idx, vals = last_writes(idx, vals)
         self._write_unique(idx, vals)
 
@@ -285,7 +302,11 @@ class SumTree(_SegmentTree):
         self._cum = np.zeros(self._width + 1, dtype=np.float64)
 
     def _refresh(self) -> None:
-        np.cumsum(self._tree[self._width : 2 * self._width], out=self._cum[1:])
+        top = self._tree[self._width : 2 * self._width]
+        if self._kernels is not None:
+            self._kernels.cumsum(top, self._cum[1:])
+        else:
+            np.cumsum(top, out=self._cum[1:])
         self._stale = False
 
     def total(self) -> float:
@@ -325,6 +346,11 @@ class SumTree(_SegmentTree):
         if self._stale:
             self._refresh()
         tree, cum, width = self._tree, self._cum, self._width
+        if self._kernels is not None:
+            leaf = np.empty(prefixes.size, dtype=np.int64)
+            value = np.empty(prefixes.size, dtype=np.float64)
+            self._kernels.find(tree, cum, width, self._depth - self._top, prefixes, leaf, value)
+            return leaf, value
         p = np.maximum(prefixes, 0.0)
         # The top-level node holding each prefix, then the prefix relative to that node.
         top = np.searchsorted(cum[1:], p, side="right")
@@ -368,6 +394,7 @@ class MinTree(_SegmentTree):
 
     _neutral = float("inf")
     _kind = "min"
+    _is_min = True
 
     @staticmethod
     def _combine(a: FloatArray, b: FloatArray) -> FloatArray:

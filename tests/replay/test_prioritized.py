@@ -9,21 +9,31 @@ plain-Python model keyed by (episode id, t) through adds, evictions and (partly 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from functools import partial
 
 import numpy as np
 import pytest
+from backends import BACKENDS
 from buffer_helpers import make_episode as _make_episode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import ConfigError, DataError, EmptyBufferError
-from offline_prelearner.replay import EpisodeReplayBuffer
+from offline_prelearner.replay import EpisodeReplayBuffer, kernels
 from offline_prelearner.replay.prioritized import PrioritizedEpisodeReplayBuffer
 from offline_prelearner.replay.samplers import NStep, Transition
 from offline_prelearner.replay.samplers.prioritized import Prioritized
 from offline_prelearner.replay.samplers.uniform import Uniform
+
+
+# Every test here runs on both backends: numba's compiled loops and the numpy fallback.
+@pytest.fixture(autouse=True, scope="module", params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    with kernels.use(request.param):
+        yield request.param
+
 
 make_episode = partial(_make_episode, seed=None, obs_shape=(3,), n_actions=4)
 

@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from backends import BACKENDS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from offline_prelearner.errors import DataError
+from offline_prelearner.replay import kernels
 from offline_prelearner.replay.segment_tree import MinTree, SumTree
+
+
+# Every test here runs on both backends: numba's compiled loops and the numpy fallback.
+@pytest.fixture(autouse=True, scope="module", params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    with kernels.use(request.param):
+        yield request.param
+
 
 # -- plain-loop references ---------------------------------------------------------------------
 

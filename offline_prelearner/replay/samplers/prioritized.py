@@ -209,6 +209,25 @@ class Prioritized:
             self.updates_stale += handles.size
             return 0
         slots, current = storage.resolve(handles)
+        jit = tree._kernels
+        if jit is not None:  # the same checks and writes, fused in one compiled loop
+            applied, top_p = jit.apply_priorities(
+                tree._tree,
+                mins._tree,
+                slots,
+                current,
+                leaf,
+                p,
+                tree._size,
+                tree.capacity,
+                tree._depth - tree._top,
+            )
+            tree._stale = mins._stale = True
+            self.updates_stale += handles.size - applied
+            self.updates_applied += applied
+            if applied:
+                self.max_priority = max(self.max_priority, top_p)
+            return int(applied)
         # Belt and braces: a handle must also name a slot that is sampleable right now, so a
         # forged or foreign handle can never make padding or an unfinished window drawable.
         if slots.min() < 0 or slots.max() >= tree.capacity:
