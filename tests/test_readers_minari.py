@@ -13,8 +13,9 @@ from fixtures import sessions
 from fixtures.make_minari import BACKENDS, MinariCase, load_ground_truth
 
 from offline_prelearner.config import PreLearnerConfig, ReadConfig
+from offline_prelearner.episodes import observations as O
 from offline_prelearner.episodes.ledger import EpisodeBatch
-from offline_prelearner.errors import EpisodeValidationError, SchemaError, UnsupportedFormatError
+from offline_prelearner.errors import EpisodeValidationError, SchemaError
 from offline_prelearner.io.datasets.minari import METADATA_KEY, datasets_root, find_data_dir
 from offline_prelearner.io.readers import available_formats, make_reader
 from offline_prelearner.io.readers.minari import MinariReader
@@ -104,17 +105,41 @@ def test_by_id_and_by_folder(
         expand_paths("cartpole/random-v0")
 
 
-@pytest.mark.parametrize("dataset", ["goal/dict-v0", "images/dict-v0", "goal/tuple-v0"])
-def test_composite_observations_refused_in_one_line(
-    minari_cases: dict[str, MinariCase], dataset: str, capsys: pytest.CaptureFixture[str]
+COMPOSITE = ["goal/dict-v0", "images/dict-v0", "goal/tuple-v0"]
+
+
+@pytest.mark.parametrize("name", [f"{d}@{b}" for b in BACKENDS for d in COMPOSITE])
+def test_composite_episodes_as_minari_gives_them(
+    minari_cases: dict[str, MinariCase], name: str
 ) -> None:
-    case = minari_cases[f"{dataset}@arrow"]
-    kind = "Tuple" if "tuple" in dataset else "Dict"
-    with pytest.raises(UnsupportedFormatError, match=f"{dataset!r} has a {kind} observation"):
-        inspect_path(case.path)
-    assert main(["inspect", str(case.path)]) != 0
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and dataset in err[0] and kind in err[0]
+    """Dict / Tuple observations: one leaf array per path, equal to what Minari returns (its
+    Tuple as positions "0", "1"; JPEG leaves decoded the same way), the last obs included."""
+    case = minari_cases[name]
+    meta, truth = load_ground_truth(case.truth)
+    batch = read_all(case.path)
+    eps = batch.episodes
+    assert [e.id for e in eps] == meta["episode_ids"]
+    assert [len(e) for e in eps] == meta["episode_lengths"]
+    for ours, want in zip(eps, truth, strict=True):
+        leaves = O.flatten(want["observations"])
+        assert isinstance(ours.observations, dict) and ours.observations.keys() == leaves.keys()
+        for path, leaf in leaves.items():
+            assert ours.observations[path].dtype == leaf.dtype, path
+            np.testing.assert_array_equal(ours.observations[path], leaf, err_msg=path)
+        np.testing.assert_array_equal(ours.actions, want["actions"])
+        np.testing.assert_array_equal(ours.rewards, want["rewards"])
+        term, trunc = bool(want["terminations"][-1]), bool(want["truncations"][-1])
+        assert (ours.terminated, ours.truncated) == (term, trunc and not term)
+    assert batch.ledger.rows_in == meta["total_steps"] and batch.ledger.balanced()
+
+
+def test_composite_through_process(minari_cases: dict[str, MinariCase], tmp_path: Path) -> None:
+    case = minari_cases["goal/dict-v0@parquet"]
+    meta, _ = load_ground_truth(case.truth)
+    out = tmp_path / "out"
+    assert main(["process", str(case.path), "--out", str(out), "--engine", "local"]) == 0
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["rows_in"] == meta["total_steps"] and stats["rows_balance"]
 
 
 def test_registered_and_detected(minari_cases: dict[str, MinariCase]) -> None:

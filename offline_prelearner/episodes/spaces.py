@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import DecodeError
 
-__all__ = ["space_from_dict", "space_to_dict"]
+__all__ = ["leaf_spaces", "space_from_dict", "space_to_dict"]
 
 _MAX_SPACE_ARRAY_BYTES = 64 << 20
 
@@ -115,3 +115,19 @@ def _member(d: Any) -> gym.Space[Any]:
     if space is None:
         raise DecodeError("a composite space has a null member", reason="bad_space")
     return space
+
+
+def leaf_spaces(space: gym.Space[Any], prefix: str = "") -> dict[str, gym.Space[Any]]:
+    """``{leaf path: space}`` of a Dict / Tuple space (nested), the paths composite observations
+    use (:mod:`.observations`: ``"desired_goal"``, ``"0"``, ``"a.b"``); a leaf space is ``{"": it}``
+    (``{prefix: it}`` under a prefix)."""
+    if isinstance(space, gym.spaces.Dict):
+        items: Any = space.spaces.items()
+    elif isinstance(space, gym.spaces.Tuple):
+        items = enumerate(space.spaces)
+    else:
+        return {prefix: space}
+    out: dict[str, gym.Space[Any]] = {}
+    for k, sub in items:
+        out.update(leaf_spaces(sub, f"{prefix}.{k}" if prefix else str(k)))
+    return out

@@ -25,8 +25,9 @@ from . import observations as O
 from .episode import Episode
 from .episode_columns import EpisodeColumns
 from .ledger import EpisodeBatch, OnInvalid, check_on_invalid
+from .spaces import leaf_spaces
 
-__all__ = ["Deduplicator", "OddDataWarning", "ValidateConfig", "Validator"]
+__all__ = ["Deduplicator", "Miss", "OddDataWarning", "SpaceCheck", "ValidateConfig", "Validator"]
 
 
 class OddDataWarning(UserWarning):
@@ -79,12 +80,14 @@ class ValidateConfig:
 
 # ---------------------------------------------------------------------------- space checks
 @dataclass(frozen=True)
-class _Miss:
-    """Why values are not in a space: ``kind`` shape | dtype | value; ``index`` the first step."""
+class Miss:
+    """Why values are not in a space: ``kind`` shape | dtype | value; ``index`` the first step;
+    ``leaf`` the leaf's path in a composite space (``""`` for a plain one)."""
 
     kind: str
     detail: str
     index: int | None = None
+    leaf: str = ""
 
 
 def _first_bad(ok: np.ndarray) -> int | None:
@@ -94,12 +97,14 @@ def _first_bad(ok: np.ndarray) -> int | None:
     return int(np.argmin(ok.all(axis=tuple(range(1, ok.ndim)))))
 
 
-class _SpaceCheck:
+class SpaceCheck:
     """Membership of a whole column (``[T, *shape]``, one entry per step) in one space.
 
     Built once per space, so checking an episode is a few numpy calls: per-step shape, dtype
     kind, then inclusive bounds (Box, Discrete, MultiDiscrete) or 0/1 (MultiBinary) over the
-    whole column at once; the first bad step is located only when there is one.
+    whole column at once; the first bad step is located only when there is one. A Dict / Tuple
+    space (nested) is one check per leaf over the flat ``{leaf path: [T, ...]}`` map composite
+    observations are (:mod:`.observations`); a miss names its leaf.
     """
 
     def __init__(self, space: gym.Space[Any]) -> None:
@@ -108,14 +113,21 @@ class _SpaceCheck:
         self.kinds = "biuf"
         self.binary = False
         self.nan_ok = False
+        self.unbounded = False  # a float Box with infinite bounds: nothing but NaN to find
         self.cast_to: np.dtype[Any] | None = None  # Box dtype: storing wider values is odd
         self.lo: Any = None
         self.hi: Any = None
-        if isinstance(space, gym.spaces.Box):
+        #: A composite space's leaf checks by path (None for a leaf space).
+        self.leaves: dict[str, SpaceCheck] | None = None
+        if isinstance(space, gym.spaces.Dict | gym.spaces.Tuple):
+            self.leaves = {k: SpaceCheck(v) for k, v in leaf_spaces(space).items()}
+        elif isinstance(space, gym.spaces.Box):
             self.shape, self.lo, self.hi = space.shape, space.low, space.high
             self.kinds = "biu" if space.dtype.kind in "biu" else "biuf"
             self.nan_ok = True  # NaN is governed by check_finite_obs, not by the bounds
             self.cast_to = space.dtype
+            infinite = np.isneginf(self.lo).all() and np.isposinf(self.hi).all()
+            self.unbounded = bool(space.dtype.kind == "f" and infinite)
         elif isinstance(space, gym.spaces.Discrete):
             self.shape, self.kinds = (), "iu"
             self.lo, self.hi = np.int64(space.start), np.int64(space.start + space.n - 1)
@@ -126,34 +138,69 @@ class _SpaceCheck:
         elif isinstance(space, gym.spaces.MultiBinary):
             self.shape, self.binary = space.shape, True
 
-    def __call__(self, x: np.ndarray) -> _Miss | None:
-        """The first way ``x`` is not in the space, or None."""
-        if self.shape is None:
-            # Exotic spaces (Text, Graph, Sequence, OneOf, ...) have no vectorized membership
-            # test; ask the space itself, one step at a time.
-            for i in range(len(x)):
-                if not self.space.contains(x[i]):
-                    return _Miss("value", f"{x[i]} is not in {self.space}", i)
-            return None
-        if x.shape[1:] != self.shape:
-            return _Miss("shape", f"per-step shape {x.shape[1:]}, the space has {self.shape}")
-        if x.dtype.kind not in self.kinds:
-            need = "an integer type" if self.kinds == "iu" else f"one of kinds {self.kinds!r}"
-            return _Miss("dtype", f"dtype {x.dtype} is not {need}, as {self.space} needs")
-        ok = (x == 0) | (x == 1) if self.binary else (x >= self.lo) & (x <= self.hi)
-        if ok.all():
-            return None
-        if self.nan_ok and x.dtype.kind == "f":
-            ok |= np.isnan(x)
+    def __call__(self, x: Any) -> Miss | None:
+        """The first way ``x`` (an array, or a composite's ``{leaf path: array}``) is not in the
+        space, or None."""
+        if self.leaves is not None:
+            return self._leaves(x)
+        rows = self.rows_ok(x)
+        if isinstance(rows, Miss) or rows is None:
+            return rows
+        ok = self._ok(x)
         step = _first_bad(ok)
-        if step is None:
+        if step is None:  # pragma: no cover - rows_ok found a bad row
             return None
         at = tuple(int(k) for k in np.argwhere(~ok[step])[0])
         where = f" at index {at}" if at else ""
         if self.binary:
-            return _Miss("value", f"value {x[step][at]}{where} is not 0 or 1", step)
-        lo, hi = np.broadcast_to(self.lo, self.shape)[at], np.broadcast_to(self.hi, self.shape)[at]
-        return _Miss("value", f"value {x[step][at]}{where} is outside [{lo}, {hi}]", step)
+            return Miss("value", f"value {x[step][at]}{where} is not 0 or 1", step)
+        shape = x.shape[1:]
+        lo, hi = np.broadcast_to(self.lo, shape)[at], np.broadcast_to(self.hi, shape)[at]
+        return Miss("value", f"value {x[step][at]}{where} is outside [{lo}, {hi}]", step)
+
+    def _leaves(self, x: Any) -> Miss | None:
+        leaves = cast(dict[str, SpaceCheck], self.leaves)
+        if not O.is_composite(x):
+            return Miss("shape", f"a plain array of step shape {np.shape(x)[1:]}, {self.space} "
+                        "needs leaves " + ", ".join(leaves))  # fmt: skip
+        missing = [k for k in leaves if k not in x]
+        extra = [k for k in x if k not in leaves]
+        if missing or extra:
+            detail = f"leaves {sorted(x)}; the space has {list(leaves)}"
+            return Miss("shape", detail, leaf=(missing or extra)[0])
+        for path, check in leaves.items():
+            miss = check(x[path])
+            if miss is not None:
+                return Miss(miss.kind, miss.detail, miss.index, path)
+        return None
+
+    def rows_ok(self, x: np.ndarray) -> np.ndarray | Miss | None:
+        """Per step of a leaf column, whether it lies in the space (None: every step does); a
+        :class:`Miss` when the whole column is of the wrong shape or dtype. One vector pass."""
+        if self.shape is None:
+            # Exotic spaces (Text, Graph, Sequence, OneOf, ...) have no vectorized membership
+            # test; ask the space itself, one step at a time.
+            bad = [i for i in range(len(x)) if not self.space.contains(x[i])]
+            if not bad:
+                return None
+            return Miss("value", f"{x[bad[0]]} is not in {self.space}", bad[0])
+        if x.shape[1:] != self.shape:
+            return Miss("shape", f"per-step shape {x.shape[1:]}, the space has {self.shape}")
+        if x.dtype.kind not in self.kinds:
+            need = "an integer type" if self.kinds == "iu" else f"one of kinds {self.kinds!r}"
+            return Miss("dtype", f"dtype {x.dtype} is not {need}, as {self.space} needs")
+        if self.unbounded and x.dtype.kind == "f":
+            return None
+        ok = self._ok(x)
+        if ok.all():
+            return None
+        return np.asarray(ok.reshape(len(x), -1).all(axis=1))
+
+    def _ok(self, x: np.ndarray) -> np.ndarray:
+        ok = (x == 0) | (x == 1) if self.binary else (x >= self.lo) & (x <= self.hi)
+        if self.nan_ok and x.dtype.kind == "f" and not ok.all():
+            ok |= np.isnan(x)
+        return np.asarray(ok)
 
     def lossy(self, dtype: np.dtype[Any]) -> bool:
         """True when values in the space are stored in a type it would not cast to safely."""
@@ -179,7 +226,7 @@ class Validator:
         self._expected_obs: tuple[tuple[int, ...], np.dtype[Any], Any] | None = None
         self._warned: set[str] = set()
         spaces = (("obs", self.config.observation_space), ("actions", self.config.action_space))
-        self._spaces = {col: _SpaceCheck(sp) for col, sp in spaces if sp is not None}
+        self._spaces = {col: SpaceCheck(sp) for col, sp in spaces if sp is not None}
 
     @property
     def expected_obs(self) -> tuple[tuple[int, ...], np.dtype[Any]] | None:
@@ -334,10 +381,23 @@ class Validator:
                         msg = f"observation leaf {path!r} at t={t} has a non-finite value"
                         return _error(ep, "nan_obs", msg, f"obs.{path}", t)
         if "obs" in self._spaces:
-            self._warn_once(
-                "obs:leaves",
-                "observation_space is not checked for composite (Dict/Tuple) observations yet",
-            )
+            check = self._spaces["obs"]
+            miss = check(obs)
+            if miss is not None:
+                column = f"obs.{miss.leaf}" if miss.leaf else "obs"
+                step = None if miss.index is None else ep.t_started + miss.index
+                at = "" if step is None else f" at t={step}"
+                reason = "out_of_space" if miss.kind == "value" else f"obs_{miss.kind}"
+                return _error(
+                    ep, reason, f"{column}{at} not in {check.space}: {miss.detail}", column, step
+                )
+            for path, sub in (check.leaves or {}).items():
+                if sub.lossy(obs[path].dtype):
+                    self._warn_once(
+                        f"obs.{path}:{obs[path].dtype}",
+                        f"obs.{path} are {obs[path].dtype} but the space says {sub.cast_to} "
+                        f"(first seen in episode {ep.id!r})",
+                    )
         return None
 
     def _check_obs(self, ep: Episode) -> EpisodeValidationError | None:

@@ -17,25 +17,11 @@ import gymnasium as gym
 import pyarrow as pa
 
 from ..episodes import columns as C
-from ..episodes.spaces import space_from_dict, space_to_dict
+from ..episodes.spaces import leaf_spaces, space_from_dict, space_to_dict
 
 __all__ = ["SPACE_KEY", "leaf_spaces", "read_leaf_space", "with_leaf_spaces"]
 
 SPACE_KEY = b"space"
-
-
-def leaf_spaces(space: gym.Space[Any], prefix: str = "") -> dict[str, gym.Space[Any]]:
-    """``{leaf path: space}`` of a Dict / Tuple space (nested), the paths the data uses."""
-    if isinstance(space, gym.spaces.Dict):
-        items: Any = space.spaces.items()
-    elif isinstance(space, gym.spaces.Tuple):
-        items = enumerate(space.spaces)
-    else:
-        return {prefix: space}
-    out: dict[str, gym.Space[Any]] = {}
-    for k, sub in items:
-        out.update(leaf_spaces(sub, f"{prefix}.{k}" if prefix else str(k)))
-    return out
 
 
 def with_leaf_spaces(table: pa.Table, space: gym.Space[Any] | None) -> pa.Table:

@@ -10,6 +10,18 @@ episode is terminated (what bootstrapping needs; our episodes, like RLlib's, are
 other). An episode with neither flag is a not-done fragment. JPEG-encoded image leaves are decoded
 with Pillow (imported on first use). Infos are not read.
 
+**Composite observations** (Dict / Tuple spaces, nested): struct columns (the hdf5 backend's
+nested groups arrive as the same struct, :mod:`..datasets.minari`) become the flat
+``{leaf path: [T + 1, ...]}`` maps of :mod:`offline_prelearner.episodes.observations`, each leaf
+shaped and typed by its space; such episodes are built as objects (views of the batch's leaf
+arrays), one per episode.
+
+**The dataset's own spaces are checked**, leaf by leaf, as one vector pass per leaf over the
+batch (:class:`~offline_prelearner.episodes.validate.SpaceCheck`: shape, dtype kind, bounds):
+an episode with a value outside its space is refused (reason ``out_of_space``) with an error
+naming the file, the leaf (``obs.desired_goal``, ``obs``, ``actions``), the episode and the row,
+under ``on_invalid``.
+
 Accounting: a **row is a step** (the padding row and the final observation are not rows), so
 ``rows_in`` is Minari's ``total_steps``. An episode with a flag set before its last step is
 refused (reason ``inconsistent``), like any broken episode, under ``on_invalid``.
@@ -19,16 +31,25 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
 
 from ...config import ReadConfig
+from ...episodes.episode import Episode
 from ...episodes.episode_columns import EpisodeColumns
 from ...episodes.ledger import EpisodeBatch
-from ...errors import DecodeError, EpisodeValidationError, SchemaError, Where
-from ..datasets.minari import METADATA_KEY, MinariMetadata, leaf_shape_dtype, space_from_minari
+from ...episodes.validate import Miss, SpaceCheck
+from ...errors import DataError, DecodeError, EpisodeValidationError, SchemaError, Where
+from ..datasets.minari import (
+    METADATA_KEY,
+    MinariMetadata,
+    is_composite,
+    leaf_items,
+    leaf_shape_dtype,
+    space_from_minari,
+)
 from ..datasets.optional import import_pil_image
 
 __all__ = ["MinariReader", "decode_jpeg_column"]
@@ -40,6 +61,8 @@ class MinariReader:
     def __init__(self, config: ReadConfig | None = None) -> None:
         self.config = config if config is not None else ReadConfig(format="minari")
         self.metadata: MinariMetadata | None = None
+        self._checks: dict[str, SpaceCheck] = {}  # by column ("obs.<leaf>", "actions")
+        self._checks_of: MinariMetadata | None = None
 
     @property
     def observation_space(self) -> Any:
@@ -71,7 +94,7 @@ class MinariReader:
         starts = np.flatnonzero(np.r_[True, eid[1:] != eid[:-1]])
         ends = np.r_[starts[1:], len(eid)]
         length = ends - starts - 1  # steps
-        obs = _leaf(batch, "observations", meta.observation_space, source)
+        obs = _observations(batch, meta.observation_space, source)
         act = _leaf(batch, "actions", meta.action_space, source)
         step = np.ones(len(eid), bool)
         step[ends - 1] = False  # the padding row of each episode
@@ -91,7 +114,6 @@ class MinariReader:
         bad = n_flags > (t_last | u_last)
         ids = eid[starts].tolist()
         out.ledger.rows_in += int(length.sum())
-        keep = ~bad
         for i in np.flatnonzero(bad).tolist():
             t = int(np.flatnonzero((term | trunc)[step_at[i] : step_at[i] + length[i]])[0])
             err = EpisodeValidationError(
@@ -102,24 +124,122 @@ class MinariReader:
             out.reject(
                 err, int(length[i]), rows=batch.slice(int(starts[i]), int(ends[i] - starts[i]))
             )
-        if keep.any():
-            cols = EpisodeColumns(
-                obs=obs,
-                actions=actions,
-                rewards=rewards,
-                extras={},
-                obs_at=starts.astype(np.int64),
-                step_at=step_at,
-                length=length.astype(np.int64),
-                t_started=np.zeros(len(starts), np.int64),
-                terminated=t_last.astype(bool),
-                truncated=(u_last & ~t_last).astype(bool),
-                ids=ids,
-                agents=[None] * len(ids),
-                modules=[None] * len(ids),
+        for i, miss in self._space_misses(meta, obs, actions, starts, step_at, ids, bad, source):
+            bad[i] = True
+            out.reject(
+                miss, int(length[i]), rows=batch.slice(int(starts[i]), int(ends[i] - starts[i]))
             )
-            out.add_columns(cols if keep.all() else cols.select(keep))
+        keep = ~bad
+        if not keep.any():
+            return out
+        if isinstance(obs, dict):  # composite: objects holding per-leaf views
+            _add_objects(out, obs, actions, rewards, starts, step_at, length, t_last, u_last,
+                         ids, np.flatnonzero(keep))  # fmt: skip
+            return out
+        cols = EpisodeColumns(
+            obs=obs,
+            actions=actions,
+            rewards=rewards,
+            extras={},
+            obs_at=starts.astype(np.int64),
+            step_at=step_at,
+            length=length.astype(np.int64),
+            t_started=np.zeros(len(starts), np.int64),
+            terminated=t_last.astype(bool),
+            truncated=(u_last & ~t_last).astype(bool),
+            ids=ids,
+            agents=[None] * len(ids),
+            modules=[None] * len(ids),
+        )
+        out.add_columns(cols if keep.all() else cols.select(keep))
         return out
+
+    def _space_misses(
+        self,
+        meta: MinariMetadata,
+        obs: np.ndarray | dict[str, np.ndarray],
+        actions: np.ndarray,
+        starts: np.ndarray,
+        step_at: np.ndarray,
+        ids: list[Any],
+        skip: np.ndarray,
+        source: str | None,
+    ) -> list[tuple[int, DataError]]:
+        """Each episode (not in ``skip``) with a value outside the dataset's own space, with the
+        first such leaf, step and row: one vector pass per leaf over the whole batch."""
+        if self._checks_of is not meta:
+            self._checks_of = meta
+            space = space_from_minari(meta.observation_space)
+            self._checks = {
+                ("obs." + p if p else "obs"): c
+                for p, c in (SpaceCheck(space).leaves or {"": SpaceCheck(space)}).items()
+            }
+            self._checks["actions"] = SpaceCheck(space_from_minari(meta.action_space))
+        leaves = obs if isinstance(obs, dict) else {"": obs}
+        found: dict[int, DataError] = {}
+        for column, check in self._checks.items():
+            if column == "actions":
+                x, at = actions, step_at
+            else:
+                x, at = leaves[column[4:]], starts
+            rows = check.rows_ok(x)
+            if rows is None:
+                continue
+            if isinstance(rows, Miss):  # the whole column: every episode
+                bad_rows = at.copy()
+                detail = rows.detail
+            else:
+                bad_rows = np.flatnonzero(~rows)
+            # the episode of each bad row, then its first bad row
+            ep_of = np.searchsorted(at, bad_rows, side="right") - 1
+            first = np.unique(ep_of, return_index=True)
+            for e, r in zip(first[0].tolist(), bad_rows[first[1]].tolist(), strict=True):
+                if skip[e] or e in found:
+                    continue
+                if not isinstance(rows, Miss):
+                    detail = (check(x[r : r + 1]) or Miss("value", "")).detail
+                t = r - int(at[e])
+                row = int(starts[e]) + t  # in the step table (the file, for one file)
+                found[e] = EpisodeValidationError(
+                    f"{column} at step {t} not in the dataset's space {check.space}: {detail}",
+                    Where(file=source, column=column, episode_id=ids[e], row=row, timestep=t),
+                    reason="out_of_space",
+                )
+        return sorted(found.items())
+
+
+def _add_objects(
+    out: EpisodeBatch,
+    obs: dict[str, np.ndarray],
+    actions: np.ndarray,
+    rewards: np.ndarray,
+    obs_at: np.ndarray,
+    step_at: np.ndarray,
+    length: np.ndarray,
+    term: np.ndarray,
+    trunc: np.ndarray,
+    ids: list[Any],
+    keep: np.ndarray,
+) -> None:
+    """Episodes with composite observations, one object each (views of the leaf arrays)."""
+    items = list(obs.items())
+    spans = zip(
+        keep.tolist(),
+        obs_at[keep].tolist(),
+        step_at[keep].tolist(),
+        length[keep].tolist(),
+        term[keep].tolist(),
+        (trunc & ~term)[keep].tolist(),
+        strict=True,
+    )
+    eps = []
+    for e, o, s, n, t, u in spans:
+        leaves = {k: v[o : o + n + 1] for k, v in items}
+        eps.append(Episode._trusted(ids[e], cast(Any, leaves), actions[s : s + n],
+                                    rewards[s : s + n], t, u, None, None, 0, {}))  # fmt: skip
+    out.episodes.extend(eps)
+    out.source_rows.extend(length[keep].tolist())
+    out.sync()
 
 
 def _flags(table: pa.Table, name: str) -> np.ndarray:
@@ -127,24 +247,62 @@ def _flags(table: pa.Table, name: str) -> np.ndarray:
     return col.fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
 
 
+def _observations(
+    table: pa.Table, space: dict[str, Any], source: str | None
+) -> np.ndarray | dict[str, np.ndarray]:
+    """The observations column: one array for a leaf space; ``{leaf path: array}`` for a Dict /
+    Tuple (a struct column, nested; Tuple positions are the fields ``"0"``, ``"1"``...)."""
+    if not is_composite(space):
+        return _leaf(table, "observations", space, source)
+    col = table.column("observations")
+    arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    out: dict[str, np.ndarray] = {}
+    for path, leaf_space in leaf_items(space):
+        node = arr
+        for key in path.split("."):
+            if not pa.types.is_struct(node.type) or node.type.get_field_index(key) < 0:
+                found = [f.name for f in node.type] if pa.types.is_struct(node.type) else node.type
+                raise SchemaError(
+                    f"observations have no leaf {path!r} that the observation space names "
+                    f"(found fields {found})",
+                    Where(file=source, column=f"obs.{path}"),
+                )
+            node = node.field(key)
+        out[path] = _array(node, f"obs.{path}", leaf_space, source)
+    return out
+
+
 def _leaf(table: pa.Table, name: str, space: dict[str, Any], source: str | None) -> np.ndarray:
     """A Box/Discrete leaf column as ``[rows, *shape]`` of the space's dtype."""
-    shape, dtype = leaf_shape_dtype(space)
     col = table.column(name)
     arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    return _array(arr, name, space, source)
+
+
+def _array(arr: pa.Array, name: str, space: dict[str, Any], source: str | None) -> np.ndarray:
+    shape, dtype = leaf_shape_dtype(space)
     if pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type):
         return decode_jpeg_column(arr, shape, source, name)
-    if pa.types.is_fixed_size_list(arr.type):
-        flat = arr.flatten()
-        values = flat.fill_null(0).to_numpy() if flat.null_count else flat.to_numpy()
-        return values.reshape(len(arr), *shape).astype(dtype, copy=False)
-    if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
-        values = arr.flatten().to_numpy()
-        return values.reshape(len(arr), *shape).astype(dtype, copy=False)
-    values = arr.fill_null(0).to_numpy() if arr.null_count else arr.to_numpy()
-    if values.ndim != 1 + len(shape) and values.size == len(arr) * int(np.prod(shape)):
-        values = values.reshape(len(arr), *shape)
-    return values.astype(dtype, copy=False)
+    try:
+        if pa.types.is_fixed_size_list(arr.type):
+            flat = arr.flatten()
+            values = flat.fill_null(0).to_numpy() if flat.null_count else flat.to_numpy()
+            return values.reshape(len(arr), *shape).astype(dtype, copy=False)
+        if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+            values = arr.flatten().to_numpy()
+            return values.reshape(len(arr), *shape).astype(dtype, copy=False)
+        values = arr.fill_null(0).to_numpy() if arr.null_count else arr.to_numpy()
+        if values.ndim != 1 + len(shape) and values.size == len(arr) * int(np.prod(shape)):
+            values = values.reshape(len(arr), *shape)
+        if values.shape[1:] != shape:
+            raise ValueError(f"per-step shape {values.shape[1:]}")
+        return values.astype(dtype, copy=False)
+    except (ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise SchemaError(
+            f"{name} ({arr.type}) does not hold {shape}-shaped {dtype} steps as its space "
+            f"says: {e}",
+            Where(file=source, column=name),
+        ) from None
 
 
 def decode_jpeg_column(
