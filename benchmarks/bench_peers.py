@@ -12,6 +12,10 @@ the workloads; this script imports its ``data.py`` so both sides see the same by
   ``compute_nstep_return``; cpprb: n-step computed at add);
 * ``W4`` -- prioritized sample + update of the priorities, B=256 (alpha 0.6, beta 0.4),
   samples/s;
+* ``W6`` -- pixels (100k steps of 84x84 uint8 frames, ``data.make_pixel_dataset``): frame stacks
+  of 4 for obs and new_obs, B=32, samples/s, against cpprb's ``next_of`` + ``stack_compress``
+  buffer; the line also carries the memory (RSS growth while filling, and bytes per stored step
+  against one 84x84 frame) and ``W6.add`` the add rate (one episode per ``add`` on both sides);
 
 and runs the peers' own scripts (``bench_cpprb.py``, ``bench_tianshou.py``) under their venvs'
 pythons (``$PEERS_CPPRB_PYTHON`` / ``$PEERS_TIANSHOU_PYTHON``, default
@@ -56,7 +60,12 @@ PAIRS = {
     "W2": ("W2", "CASE_W2"),
     "W3": ("W3", "CASE_W3"),
     "W4": ("W4", "CASE_W4"),
+    "W6": ("W6", "compressed: cpprb next_of + stack_compress"),
+    "W6.add": ("W6", "compressed: cpprb next_of + stack_compress"),
 }
+#: cpprb's unit of each of our W6 lines (its W6 prints several units under one case).
+W6_UNITS = {"W6": "samples/s", "W6.add": "add transitions/s"}
+DEFAULT_ONLY = "W1.episode,W1.chunk,W2,W3,W4,W6"
 
 
 def peers_dir() -> Path:
@@ -169,19 +178,21 @@ def run_ours(D: ModuleType, only: set[str], repeats: int) -> list[dict[str, Any]
         )
         bufs.clear()
 
-    def sampling(name: str, buf: Any, step: Any) -> None:
+    def sampling(
+        name: str, buf: Any, step: Any, batch: int = B, out: list[dict[str, Any]] | None = None
+    ) -> None:
         t = blocks(step)
         # cpprb's own method too: the median latency of single calls (robust to preemption)
         med = D.median_latency(step, CALLS, n_warmup=20)[0]
-        lines.append(
+        (lines if out is None else out).append(
             C.record(
                 name,
                 "ours",
-                n=B * CALLS,
+                n=batch * CALLS,
                 timing=t,
                 unit="samples/s",
-                latency_throughput=round(B / med, 1),
-                **extra,
+                latency_throughput=round(batch / med, 1),
+                **{**extra, "batch": batch},
             )
         )
 
@@ -209,7 +220,72 @@ def run_ours(D: ModuleType, only: set[str], repeats: int) -> list[dict[str, Any]
 
         sampling("W4", pbuf, w4)
         del pbuf
+    if "W6" in only or "W6.add" in only:
+        lines += run_ours_pixels(D, sampling)
     return lines
+
+
+def run_ours_pixels(D: ModuleType, sampling: Any) -> list[dict[str, Any]]:
+    """W6: the pixel episodes (L + 1 single 84x84 frames each) added one episode per call into a
+    buffer that stores each frame once and stacks at sample time (``FrameStack(4)``: obs and
+    new_obs ``[32, 4, 84, 84]``, frames before an episode's start repeat its first)."""
+    from offline_prelearner.episodes.episode import Episode
+    from offline_prelearner.replay.replay_buffer import EpisodeReplayBuffer
+    from offline_prelearner.replay.samplers import FrameStack
+
+    p = D.make_pixel_dataset()
+    eps = []
+    for e, (a, n) in enumerate(zip(p.ep_starts.tolist(), p.ep_lengths.tolist(), strict=True)):
+        f = int(p.frame_starts[e])
+        eps.append(
+            Episode(
+                id=e,
+                observations=p.frames[f : f + n + 1],
+                actions=p.action[a : a + n],
+                rewards=p.reward[a : a + n],
+                terminated=bool(p.terminated[a + n - 1]),
+                truncated=bool(p.truncated[a + n - 1]),
+            )
+        )
+    D.trim_memory()
+    base = D.rss_mib()
+    buf = EpisodeReplayBuffer(p.n + len(eps), unit=FrameStack(D.STACK), seed=0)
+    t0 = time.perf_counter()
+    for ep in eps:
+        buf.add(ep)
+    add_s = time.perf_counter() - t0
+    assert len(buf) == p.n
+    D.trim_memory()
+    mem_mib = D.rss_mib() - base  # the frames are views into p.frames: the buffer's own copy
+    stored = buf.storage.nbytes()
+    frame = p.frames[0].nbytes
+    for _ in range(20):  # untimed: every stack a valid window, new_obs = obs advanced by one
+        s = buf.sample(256)
+        obs, new = (np.moveaxis(s[k], 1, -1) for k in ("obs", "new_obs"))
+        if not D.check_pixel_sample(p, obs, new):
+            raise SystemExit("W6: a sampled frame stack is not a window of one episode")
+    lines = [
+        {
+            "bench": "W6.add",
+            "impl": "ours",
+            "throughput": round(p.n / add_s, 1),
+            "unit": "transitions/s",
+            "seconds": round(add_s, 6),
+            "peak_mem_mb": None,
+            "n": p.n,
+            "n_calls": len(eps),
+            "loadavg_1m": round(os.getloadavg()[0], 2),
+        }
+    ]
+    mem = {
+        "mem_mib": round(mem_mib, 1),
+        "bytes_per_step": round(stored / p.n, 1),
+        "bytes_per_step_over_frame": round(stored / p.n / frame, 4),
+    }
+    got: list[dict[str, Any]] = []
+    sampling("W6", buf, lambda: buf.sample(32), batch=32, out=got)
+    got[0].update(mem, buffer_size=p.n + len(eps))
+    return lines + got
 
 
 def _chunk_bounds(lengths: np.ndarray, target: int) -> list[tuple[int, int]]:
@@ -249,14 +325,21 @@ def run_peer(lib: str, only: set[str], D: ModuleType) -> list[dict[str, Any]]:
     proc = subprocess.run(args, stdout=subprocess.PIPE, text=True, env=env, check=False)
     if proc.returncode != 0:
         return [{"bench": b, "impl": lib, "skipped": f"exit {proc.returncode}"} for b in PAIRS]
-    cases = {getattr(D, case): bench for bench, (_, case) in PAIRS.items()}
+    cases = {getattr(D, case, case): bench for bench, (_, case) in PAIRS.items()}
     out = []
+    w6_mem = None
     for raw in proc.stdout.splitlines():
         if not raw.startswith("{"):
             continue
         x = json.loads(raw)
         unit = x["unit"]
         bench = cases.get(x["params"].get("case"))
+        if bench is not None and bench.startswith("W6"):
+            if unit == "MiB (RSS delta)":
+                w6_mem = round(float(x["value"]), 1)
+                continue
+            bench = next((b for b, u in W6_UNITS.items() if u == unit), None)
+            unit = {"add transitions/s": "transitions/s"}.get(unit, unit)
         if bench is None or bench not in only or unit not in ("transitions/s", "samples/s"):
             continue
         out.append(
@@ -272,6 +355,11 @@ def run_peer(lib: str, only: set[str], D: ModuleType) -> list[dict[str, Any]]:
                 "peer": x["params"],
             }
         )
+    for x in out:  # cpprb's memory for the W6 buffer, next to its sample rate like ours
+        if x["bench"] == "W6" and w6_mem is not None:
+            x["mem_mib"] = w6_mem
+            x["bytes_per_step"] = round(w6_mem * 2**20 / D.N_PIXEL_TRANSITIONS, 1)
+            x["bytes_per_step_over_frame"] = round(x["bytes_per_step"] / (D.FRAME * D.FRAME), 4)
     return out
 
 
@@ -293,6 +381,8 @@ def medians(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
             )
         mid["rounds"] = [x["throughput"] for x in xs]
         mid["loadavg_rounds"] = [x["loadavg_1m"] for x in xs]
+        if all("mem_mib" in x for x in xs):
+            mid["mem_mib_rounds"] = [x["mem_mib"] for x in xs]
         out.append(mid)
     return out
 
@@ -315,6 +405,8 @@ def ratios(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 mine, method = ours["latency_throughput"], "median call latency"
             if bench.startswith("W1"):
                 method = "median of fills"
+            elif bench == "W6.add":
+                method = "one fill per round, median of rounds"
             out.append(
                 {
                     "bench": bench,
@@ -332,13 +424,15 @@ def ratios(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default=",".join(PAIRS), help="benches, e.g. W3,W4")
+    ap.add_argument("--only", default=DEFAULT_ONLY, help="benches, e.g. W3,W4")
     ap.add_argument("--rounds", type=int, default=3, help="alternations of ours and the peers")
     ap.add_argument("--repeats", type=int, default=3, help="timed repeats of each W1 add")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--peers", default="cpprb,tianshou")
     args = ap.parse_args()
     only = set(args.only.split(","))
+    if "W6" in only:  # one pixel fill gives both
+        only.add("W6.add")
     D = load_data_module()
     libs = [] if args.no_peers else args.peers.split(",")
     per_round: list[list[dict[str, Any]]] = []
