@@ -6,6 +6,11 @@ v1/v2 files ``timeouts (N,)``; optionally ``next_observations (N, ...)``. Groups
 ``infos/*`` and ``metadata/*`` are not transitions and are not read. ``rewards``, ``terminals``
 and ``timeouts`` stored as ``(N, 1)`` are squeezed (as ``d4rl.get_dataset`` does).
 
+Composite observations (goal-conditioned sets): ``observations`` (and ``next_observations``) may
+be a group of datasets, nested groups for nested dicts (``observations/observation``,
+``observations/desired_goal``); each leaf has ``N`` rows. They become one struct column (fields
+by key, nested), with each leaf's step shape under ``shapes["observations.<leaf path>"]``.
+
 :func:`read_d4rl_file` returns those columns as an Arrow table (``fixed_size_list`` for
 multi-dimensional ones, flattened row-major) whose schema metadata ``d4rl`` records each column's
 step shape; :class:`~offline_prelearner.io.readers.d4rl.D4RLReader` splits it into episodes.
@@ -20,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from ...errors import DataError, SchemaError, Where
+from .minari import struct_of
 from .optional import import_h5py
 
 __all__ = ["D4RL_COLUMNS", "D4RL_REQUIRED", "METADATA_KEY", "is_d4rl_file", "read_d4rl_file"]
@@ -42,7 +48,7 @@ def read_d4rl_file(path: str) -> pa.Table:
     where = Where(file=path)
     try:
         with h5py.File(path, "r") as f:
-            present = [k for k in D4RL_COLUMNS if k in f and isinstance(f[k], h5py.Dataset)]
+            present = [k for k in D4RL_COLUMNS if k in f and _readable(h5py, f, k)]
             missing = [k for k in D4RL_REQUIRED if k not in present]
             if missing:
                 raise SchemaError(
@@ -50,25 +56,56 @@ def read_d4rl_file(path: str) -> pa.Table:
                     f"(found {sorted(f.keys())})",
                     where,
                 )
-            arrays = {k: f[k][()] for k in present}
+            arrays = {k: _read(h5py, f[k]) for k in present}
     except OSError as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise DataError(f"cannot read the file: {msg}", where, reason="unreadable_file") from None
-    n = len(arrays["observations"])
+    obs = arrays["observations"]
+    n = len(next(iter(obs.values()))) if isinstance(obs, dict) else len(obs)
     shapes: dict[str, list[int]] = {}
     cols: dict[str, pa.Array] = {}
-    for k, a in arrays.items():
-        if k in _SQUEEZE and a.ndim == 2 and a.shape[1] == 1:
-            a = a[:, 0]
-        if len(a) != n:
-            raise SchemaError(
-                f"dataset {k!r} has {len(a)} rows, observations have {n}",
-                Where(file=path, column=k),
-            )
-        shapes[k] = list(a.shape[1:])
-        cols[k] = _column(a)
+    for k, value in arrays.items():
+        leaves = value if isinstance(value, dict) else {"": value}
+        if k in ("observations", "next_observations") and not leaves:
+            raise SchemaError(f"group {k!r} holds no datasets", Where(file=path, column=k))
+        out: dict[str, pa.Array] = {}
+        for leaf, a in leaves.items():
+            name = f"{k}.{leaf}" if leaf else k
+            if k in _SQUEEZE and a.ndim == 2 and a.shape[1] == 1:
+                a = a[:, 0]
+            if a.ndim == 0 or len(a) != n:
+                raise SchemaError(
+                    f"dataset {name!r} has {len(a) if a.ndim else 0} rows, observations have {n}",
+                    Where(file=path, column=name),
+                )
+            shapes[name] = list(a.shape[1:])
+            out[leaf] = _column(a)
+        cols[k] = struct_of(out) if isinstance(value, dict) else out[""]
     meta: dict[str, Any] = {"file": path, "shapes": shapes}
     return pa.table(cols).replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()})
+
+
+def _readable(h5py: Any, f: Any, key: str) -> bool:
+    """A dataset, or (observations only) a group of them."""
+    obj = f[key]
+    return isinstance(obj, h5py.Dataset) or (
+        key in ("observations", "next_observations") and isinstance(obj, h5py.Group)
+    )
+
+
+def _read(h5py: Any, obj: Any) -> np.ndarray | dict[str, np.ndarray]:
+    """A dataset's array; a group's datasets as ``{leaf path: array}`` (nested groups joined
+    with "."), in name order."""
+    if isinstance(obj, h5py.Dataset):
+        return obj[()]
+    leaves: dict[str, np.ndarray] = {}
+
+    def visit(name: str, child: Any) -> None:
+        if isinstance(child, h5py.Dataset):
+            leaves[name.replace("/", ".")] = child[()]
+
+    obj.visititems(visit)
+    return leaves
 
 
 def _column(a: np.ndarray) -> pa.Array:

@@ -54,6 +54,7 @@ __all__ = [
     "read_minari_file",
     "space_from_minari",
     "space_to_minari",
+    "struct_of",
 ]
 
 #: Schema-metadata key of a step table (the dataset's metadata as JSON).
@@ -343,7 +344,7 @@ def _read_part(path: str) -> pa.Table:
         with pa.OSFile(path) as source:
             table = pa.ipc.open_file(source).read_all()
     else:
-        table = pq.ParquetFile(path).read(use_threads=False)
+        table = pq.ParquetFile(path, pre_buffer=False).read(use_threads=False)
     if table.num_columns != 5:
         table = table.select(
             [c for c in ("observations", *STEP_COLUMNS) if c in table.column_names]
@@ -486,8 +487,11 @@ def _maybe_image(shape: tuple[int, ...], dtype: Any) -> bool:
 def _nest(space: dict[str, Any], leaves: dict[str, pa.Array]) -> pa.Array:
     """The leaves of a composite space as one struct column (fields named like Minari's arrow
     backend: Dict keys, Tuple positions ``"0"``, ``"1"``...); a leaf space is its one leaf."""
-    if not is_composite(space):
-        return leaves[""]
+    return struct_of(leaves) if is_composite(space) else leaves[""]
+
+
+def struct_of(leaves: dict[str, pa.Array]) -> pa.Array:
+    """Flat ``{leaf path: column}`` (paths ``"a.b"``) as one nested struct column."""
     tree: dict[str, Any] = {}
     for path, arr in leaves.items():
         node = tree

@@ -7,6 +7,10 @@
 ``total_steps``). ``minari.MinariDataset("<folder>/data")`` opens it, and so does
 ``minari.load_dataset(id)`` when ``<folder>`` is ``$MINARI_DATASETS_PATH/<id>``.
 
+Composite observations (Dict / Tuple spaces, nested; episodes hold them as flat
+``{leaf path: array}`` maps) are written as Minari nests them: a group per Dict key, ``_index_<i>``
+per Tuple item, one dataset per leaf; the space is serialized the way Minari does.
+
 Why hdf5 and h5py: Minari's own arrow/parquet writer rewrites metadata.json (walking every file
 written so far) after each episode -- quadratic -- and needs jax only to record from an env; one
 h5py pass is linear and needs nothing Minari does not already read.
@@ -33,7 +37,7 @@ from ...errors import ConfigError, UnsupportedFormatError
 from .minari import _ID, space_to_minari
 from .optional import import_h5py
 
-__all__ = ["MINARI_WRITE_VERSION", "infer_space", "write_minari_dataset"]
+__all__ = ["MINARI_WRITE_VERSION", "infer_obs_space", "infer_space", "write_minari_dataset"]
 
 #: The Minari version whose layout is written (``minari_version`` in the metadata).
 MINARI_WRITE_VERSION = "0.5.4"
@@ -56,6 +60,53 @@ def infer_space(column: np.ndarray, role: str) -> gym.Space[Any]:
     else:
         lo, hi = np.iinfo(column.dtype).min, np.iinfo(column.dtype).max
     return gym.spaces.Box(lo, hi, shape=step, dtype=column.dtype)
+
+
+def infer_obs_space(observations: Any) -> gym.Space[Any]:
+    """:func:`infer_space` of a plain observation; a composite one (a flat ``{leaf path: array}``
+    map) as a Dict of its leaves' spaces, nested along the paths (a Tuple cannot be told from a
+    Dict with keys "0", "1"...: pass the space to keep it a Tuple)."""
+    if not isinstance(observations, dict):
+        return infer_space(observations, "observations")
+    tree: dict[str, Any] = {}
+    for path, leaf in observations.items():
+        node = tree
+        *parents, last = path.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = infer_space(leaf, f"observations leaf {path!r}")
+
+    def build(node: dict[str, Any]) -> gym.Space[Any]:
+        return gym.spaces.Dict({k: build(v) if isinstance(v, dict) else v for k, v in node.items()})
+
+    return build(tree)
+
+
+def _h5_paths(space: gym.Space[Any], path: str = "", h5: str = "observations") -> dict[str, str]:
+    """``{leaf path: hdf5 path}``: Minari nests a Dict as groups by key, a Tuple as ``_index_<i>``;
+    a plain space is the one leaf ``""`` at ``observations``."""
+    if isinstance(space, gym.spaces.Dict):
+        items: Any = [(str(k), str(k), v) for k, v in space.spaces.items()]
+    elif isinstance(space, gym.spaces.Tuple):
+        items = [(str(i), f"_index_{i}", v) for i, v in enumerate(space.spaces)]
+    else:
+        return {path: h5}
+    out: dict[str, str] = {}
+    for key, h5key, sub in items:
+        out.update(_h5_paths(sub, f"{path}.{key}" if path else key, f"{h5}/{h5key}"))
+    return out
+
+
+def _write_observations(group: Any, ep: Episode, paths: dict[str, str]) -> None:
+    obs: Any = ep.observations
+    leaves = obs if isinstance(obs, dict) else {"": obs}
+    if leaves.keys() != paths.keys():
+        raise UnsupportedFormatError(
+            f"episode {ep.id!r} has observation leaves {sorted(leaves)}, the observation space "
+            f"has {sorted(paths)}"
+        )
+    for path, h5path in paths.items():
+        group.create_dataset(h5path, data=leaves[path])
 
 
 def write_minari_dataset(
@@ -83,15 +134,13 @@ def write_minari_dataset(
         raise ConfigError(f"{str(data)!r} exists; a Minari dataset is written into a new folder")
     data.mkdir(parents=True)
     n_eps = n_steps = 0
+    obs_paths: dict[str, str] | None = None
     with h5py.File(data / "main_data.hdf5", "w") as f:
         for ep in episodes:
-            if not isinstance(ep.observations, np.ndarray):
-                raise UnsupportedFormatError(
-                    f"episode {ep.id!r} has composite observations; writing them to Minari is "
-                    "not supported yet"
-                )
             if observation_space is None:
-                observation_space = infer_space(ep.observations, "observations")
+                observation_space = infer_obs_space(ep.observations)
+            if obs_paths is None:
+                obs_paths = _h5_paths(observation_space)
             if action_space is None:
                 action_space = infer_space(ep.actions, "actions")
             t = len(ep)
@@ -99,7 +148,7 @@ def write_minari_dataset(
             g.attrs["id"] = n_eps
             g.attrs["total_steps"] = t
             g.attrs["source_id"] = str(ep.id)
-            g.create_dataset("observations", data=ep.observations)
+            _write_observations(g, ep, obs_paths)
             g.create_dataset("actions", data=ep.actions)
             g.create_dataset("rewards", data=ep.rewards)
             term = np.zeros(t, bool)

@@ -23,6 +23,11 @@ rows in recording order). Episodes:
   observation inside an episode refuses that episode (reason ``discontinuous``), unless
   ``ReadConfig.check_continuity`` is off.
 
+**Composite observations** (``observations/<key>`` groups, nested; :mod:`..datasets.d4rl`):
+the leaves ride through the steps above as one record array (one field per leaf path; the
+continuity check compares whole rows, every leaf) and episodes get ``{leaf path: array}``
+observations, built as objects.
+
 Episode ids are ``"<file stem>:<k>"`` (``k`` counts episodes in the file from 0). A row is a step.
 """
 
@@ -40,6 +45,8 @@ from ...episodes.episode_columns import EpisodeColumns
 from ...episodes.ledger import EpisodeBatch
 from ...errors import DataError, EpisodeValidationError, SchemaError, Where
 from ..datasets.d4rl import METADATA_KEY
+from .composite import records, split_records
+from .minari import add_leaf_episodes
 
 __all__ = ["D4RLReader", "split_d4rl"]
 
@@ -63,7 +70,7 @@ class D4RLReader:
             )
         meta = json.loads(batch.schema.metadata[METADATA_KEY])
         source = source or meta["file"]
-        cols = {name: _array(batch, name, meta["shapes"][name]) for name in batch.column_names}
+        cols = {name: _column(batch, name, meta["shapes"]) for name in batch.column_names}
         return self._episodes(cols, Path(meta["file"]).stem, source)
 
     def _episodes(self, c: dict[str, np.ndarray], stem: str, source: str) -> EpisodeBatch:
@@ -73,14 +80,14 @@ class D4RLReader:
         out.ledger.rows_in += n
         if n == 0:
             return out
-        term = c["terminals"].astype(bool)
+        term = c["terminals"].astype(bool, copy=False)
         nxt = c.get("next_observations")
         gap = np.zeros(n, bool)
         if nxt is not None and n > 1:
             gap[:-1] = _rows_differ(nxt[:-1], obs[1:])
         flagged_ends = "timeouts" in c or self.config.max_episode_steps is not None
         if "timeouts" in c:
-            trunc = c["timeouts"].astype(bool) & ~term
+            trunc = c["timeouts"].astype(bool, copy=False) & ~term
         elif self.config.max_episode_steps is not None:
             trunc = _time_limit_ends(term, self.config.max_episode_steps)
         else:
@@ -135,30 +142,32 @@ class D4RLReader:
         obs_at = step_at + np.arange(len(k_idx))
         if whole:
             step_rows: Any = slice(None)
-            obs_out = np.insert(obs, stops, final, axis=0)  # each episode's last obs after it
+            obs_out = _insert_rows(obs, stops, final)  # each episode's last obs after it
         else:
             step_rows = np.repeat(starts - step_at, length) + np.arange(int(length.sum()))
             obs_out = np.empty((int(length.sum()) + len(k_idx), *obs.shape[1:]), obs.dtype)
             ep_of_step = np.repeat(np.arange(len(k_idx)), length)
             obs_out[np.arange(int(length.sum())) + ep_of_step] = obs[step_rows]
             obs_out[obs_at + length] = final
-        out.add_columns(
-            EpisodeColumns(
-                obs=obs_out,
-                actions=act[step_rows],
-                rewards=c["rewards"][step_rows],
-                extras={},
-                obs_at=obs_at,
-                step_at=step_at,
-                length=length.astype(np.int64),
-                t_started=np.zeros(len(k_idx), np.int64),
-                terminated=is_term[k_idx],
-                truncated=is_trunc[k_idx] & ~is_term[k_idx],
-                ids=[ids[k] for k in k_idx.tolist()],
-                agents=[None] * len(k_idx),
-                modules=[None] * len(k_idx),
-            )
+        cols = EpisodeColumns(
+            obs=obs_out,
+            actions=act[step_rows],
+            rewards=c["rewards"][step_rows],
+            extras={},
+            obs_at=obs_at,
+            step_at=step_at,
+            length=length.astype(np.int64),
+            t_started=np.zeros(len(k_idx), np.int64),
+            terminated=is_term[k_idx],
+            truncated=is_trunc[k_idx] & ~is_term[k_idx],
+            ids=[ids[k] for k in k_idx.tolist()],
+            agents=[None] * len(k_idx),
+            modules=[None] * len(k_idx),
         )
+        if obs_out.dtype.names is not None:  # composite: per-leaf arrays, one object each
+            add_leaf_episodes(out, cols, split_records(obs_out))
+        else:
+            out.add_columns(cols)
         return out
 
 
@@ -167,17 +176,50 @@ def split_d4rl(batch: pa.Table, config: ReadConfig | None = None) -> EpisodeBatc
     return D4RLReader(config).read(batch)
 
 
-def _array(table: pa.Table, name: str, shape: list[int]) -> np.ndarray:
+def _column(table: pa.Table, name: str, shapes: dict[str, list[int]]) -> np.ndarray:
+    """A column as an array; a struct column (composite observations) as a record array of its
+    leaves, one field per leaf path, so the row machinery below runs on one array."""
     col = table.column(name)
     arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    if not pa.types.is_struct(arr.type):
+        return _array(arr, shapes[name])
+    leaves: dict[str, np.ndarray] = {}
+
+    def walk(a: pa.Array, path: str) -> None:
+        for field, child in zip(a.type, a.flatten(), strict=True):
+            sub = f"{path}.{field.name}" if path else field.name
+            if pa.types.is_struct(child.type):
+                walk(child, sub)
+            else:
+                leaves[sub] = _array(child, shapes[f"{name}.{sub}"])
+
+    walk(arr, "")
+    return records(leaves)
+
+
+def _array(arr: pa.Array, shape: list[int]) -> np.ndarray:
     if pa.types.is_fixed_size_list(arr.type):
         return arr.flatten().to_numpy(zero_copy_only=False).reshape(len(arr), *shape)
     return arr.to_numpy(zero_copy_only=False)
 
 
+def _as_rows(a: np.ndarray) -> np.ndarray:
+    """``a`` as a 1-D array of one opaque (void) item per row: row moves become item moves."""
+    a = np.ascontiguousarray(a)
+    return a.reshape(len(a), -1).view(np.dtype((np.void, a[:1].nbytes or 1))).ravel()
+
+
+def _insert_rows(a: np.ndarray, at: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``np.insert(a, at, values, axis=0)``, ~7x faster on multi-column rows (one item per row)."""
+    if a.ndim == 1 or not len(a) or a.dtype.names is not None:
+        return np.insert(a, at, values, axis=0)
+    out = np.insert(_as_rows(a), at, _as_rows(values.astype(a.dtype, copy=False)))
+    return out.view(a.dtype).reshape(len(out), *a.shape[1:])
+
+
 def _rows_differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per row: not byte-identical (NaN equals NaN: a copied NaN is the same observation)."""
-    if a.ndim == 1:
+    if a.ndim == 1 and a.dtype.names is None:
         return np.asarray(a != b) & ~(np.isnan(a) & np.isnan(b) if a.dtype.kind == "f" else False)
     row = np.dtype((np.void, a[0].nbytes))  # one opaque value per row: one comparison
     ra = np.ascontiguousarray(a).reshape(len(a), -1).view(row).ravel()

@@ -52,7 +52,7 @@ from ..datasets.minari import (
 )
 from ..datasets.optional import import_pil_image
 
-__all__ = ["MinariReader", "decode_jpeg_column"]
+__all__ = ["MinariReader", "add_leaf_episodes", "decode_jpeg_column"]
 
 
 class MinariReader:
@@ -132,12 +132,8 @@ class MinariReader:
         keep = ~bad
         if not keep.any():
             return out
-        if isinstance(obs, dict):  # composite: objects holding per-leaf views
-            _add_objects(out, obs, actions, rewards, starts, step_at, length, t_last, u_last,
-                         ids, np.flatnonzero(keep))  # fmt: skip
-            return out
         cols = EpisodeColumns(
-            obs=obs,
+            obs=obs if not isinstance(obs, dict) else np.empty(0),
             actions=actions,
             rewards=rewards,
             extras={},
@@ -151,7 +147,11 @@ class MinariReader:
             agents=[None] * len(ids),
             modules=[None] * len(ids),
         )
-        out.add_columns(cols if keep.all() else cols.select(keep))
+        cols = cols if keep.all() else cols.select(keep)
+        if isinstance(obs, dict):
+            add_leaf_episodes(out, cols, obs)
+        else:
+            out.add_columns(cols)
         return out
 
     def _space_misses(
@@ -208,37 +208,47 @@ class MinariReader:
         return sorted(found.items())
 
 
-def _add_objects(
-    out: EpisodeBatch,
-    obs: dict[str, np.ndarray],
-    actions: np.ndarray,
-    rewards: np.ndarray,
-    obs_at: np.ndarray,
-    step_at: np.ndarray,
-    length: np.ndarray,
-    term: np.ndarray,
-    trunc: np.ndarray,
-    ids: list[Any],
-    keep: np.ndarray,
+def add_leaf_episodes(
+    out: EpisodeBatch, cols: EpisodeColumns, leaves: dict[str, np.ndarray]
 ) -> None:
-    """Episodes with composite observations, one object each (views of the leaf arrays)."""
-    items = list(obs.items())
+    """Episodes with composite observations into ``out``, one object each: ``cols`` gives the
+    table (offsets, flags, ids) and the step columns, ``leaves`` the observations as
+    ``{leaf path: [rows, ...]}`` indexed by ``cols.obs_at`` (``cols.obs`` is not used). Each
+    episode holds views of the leaf arrays. Per-episode Python work: an
+    :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns` holds one plain
+    observation array, so composite episodes travel as objects (as the rows reader's do)."""
+    items = list(leaves.items())
+    act, rew, xs = cols.actions, cols.rewards, list(cols.extras.items())
     spans = zip(
-        keep.tolist(),
-        obs_at[keep].tolist(),
-        step_at[keep].tolist(),
-        length[keep].tolist(),
-        term[keep].tolist(),
-        (trunc & ~term)[keep].tolist(),
+        cols.ids,
+        cols.obs_at.tolist(),
+        cols.step_at.tolist(),
+        cols.length.tolist(),
+        cols.terminated.tolist(),
+        cols.truncated.tolist(),
+        cols.agents,
+        cols.modules,
+        cols.t_started.tolist(),
         strict=True,
     )
-    eps = []
-    for e, o, s, n, t, u in spans:
-        leaves = {k: v[o : o + n + 1] for k, v in items}
-        eps.append(Episode._trusted(ids[e], cast(Any, leaves), actions[s : s + n],
-                                    rewards[s : s + n], t, u, None, None, 0, {}))  # fmt: skip
-    out.episodes.extend(eps)
-    out.source_rows.extend(length[keep].tolist())
+    eps = out.episodes
+    for eid, o, s, n, term, trunc, agent, module, t0 in spans:
+        obs = {k: v[o : o + n + 1] for k, v in items}
+        eps.append(
+            Episode._trusted(
+                eid,
+                cast(Any, obs),
+                act[s : s + n],
+                rew[s : s + n],
+                term,
+                trunc,
+                agent,
+                module,
+                t0,
+                {k: x[s : s + n] for k, x in xs},
+            )
+        )
+    out.source_rows.extend(cols.length.tolist())
     out.sync()
 
 
