@@ -15,7 +15,11 @@ from fixtures.make_minari import BACKENDS, MinariCase, load_ground_truth
 from offline_prelearner.config import PreLearnerConfig, ReadConfig
 from offline_prelearner.episodes import observations as O
 from offline_prelearner.episodes.ledger import EpisodeBatch
-from offline_prelearner.errors import EpisodeValidationError, SchemaError
+from offline_prelearner.errors import (
+    EpisodeValidationError,
+    SchemaError,
+    UnsupportedFormatError,
+)
 from offline_prelearner.io.datasets.minari import METADATA_KEY, datasets_root, find_data_dir
 from offline_prelearner.io.readers import available_formats, make_reader
 from offline_prelearner.io.readers.minari import MinariReader
@@ -218,3 +222,22 @@ def test_process_reads_every_step(
     total = load_ground_truth(case.truth)[0]["total_steps"]
     assert stats["format"] == "minari" and stats["rows_in"] == total and stats["rows_balance"]
     assert stats["samples_written"] == total  # sample_all: every transition once
+
+
+def test_composite_actions_refused_in_one_line(
+    minari_cases: dict[str, MinariCase], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    src = minari_cases["cartpole/random-v0@parquet"].data_path
+    data = tmp_path / "data"
+    shutil.copytree(src, data)
+    meta = json.loads((data / "metadata.json").read_text())
+    meta["action_space"] = json.dumps({"type": "Dict", "subspaces": {
+        "a": {"type": "Discrete", "dtype": "int64", "start": 0, "n": 2}}})  # fmt: skip
+    (data / "metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(UnsupportedFormatError, match="has a Dict action space"):
+        read_all(data)
+    assert main(["inspect", str(data)]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Dict action space" in err[0]
