@@ -28,6 +28,7 @@ created with. numba is imported on the first tree that uses it, not at import.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -221,6 +222,7 @@ def _env_allows() -> bool:
 
 _numba: SimpleNamespace | None = None
 _numba_error: str | None = None
+_lock = threading.Lock()  # a Ray actor's threads may create their first trees together
 _default = "numba" if _env_allows() else "numpy"
 
 
@@ -263,18 +265,24 @@ def use(name: str) -> Iterator[None]:
 def _load() -> SimpleNamespace | None:
     """Imports numba and wraps the loops, once (compilation itself happens per signature on the
     first call, or is loaded from the cache)."""
-    global _numba, _numba_error, _recompute
+    global _numba, _numba_error
     if _numba is not None or _numba_error is not None:
         return _numba
+    with _lock:
+        if _numba is None and _numba_error is None:
+            _numba, _numba_error = _wrap()
+    return _numba
+
+
+def _wrap() -> tuple[SimpleNamespace | None, str | None]:
+    """``(the compiled loops, None)``, or ``(None, why not)``."""
+    global _recompute
     if not _env_allows():
-        _numba_error = f"{_ENV}={os.environ.get(_ENV)} in the environment"
-        return None
+        return None, f"{_ENV}={os.environ.get(_ENV)} in the environment"
     try:
         import numba
     except ImportError as exc:  # the numpy path takes over
-        _numba_error = repr(exc)
-        return None
+        return None, repr(exc)
     jit = numba.njit(cache=True, nogil=True)
     _recompute = jit(_recompute)  # called from the other loops: compiled first, by name
-    _numba = SimpleNamespace(**{name: jit(fn) for name, fn in _LOOPS.items()})
-    return _numba
+    return SimpleNamespace(**{name: jit(fn) for name, fn in _LOOPS.items()}), None
