@@ -12,8 +12,9 @@ be a group of datasets, nested groups for nested dicts (``observations/observati
 by key, nested), with each leaf's step shape under ``shapes["observations.<leaf path>"]``.
 
 :func:`read_d4rl_file` returns those columns as an Arrow table (``fixed_size_list`` for
-multi-dimensional ones, flattened row-major) whose schema metadata ``d4rl`` records each column's
-step shape; :class:`~offline_prelearner.io.readers.d4rl.D4RLReader` splits it into episodes.
+multi-dimensional ones, flattened row-major; boolean ones as ``uint8`` 0/1, zero-copy both ways)
+whose schema metadata ``d4rl`` records each column's step shape;
+:class:`~offline_prelearner.io.readers.d4rl.D4RLReader` splits it into episodes.
 """
 
 from __future__ import annotations
@@ -109,6 +110,8 @@ def _read(h5py: Any, obj: Any) -> np.ndarray | dict[str, np.ndarray]:
 
 
 def _column(a: np.ndarray) -> pa.Array:
+    if a.dtype == np.bool_:  # as uint8: Arrow's bit-packed bools cost a pack and an unpack
+        a = a.view(np.uint8)
     if a.ndim == 1:
         return pa.array(a)
     flat = np.ascontiguousarray(a).reshape(-1)
