@@ -241,3 +241,34 @@ def test_composite_actions_refused_in_one_line(
     assert main(["inspect", str(data)]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Dict action space" in err[0]
+
+
+def test_hdf5_inconsistent_episode_named(
+    minari_cases: dict[str, MinariCase], tmp_path: Path
+) -> None:
+    import shutil
+
+    import h5py
+
+    from offline_prelearner.errors import DataError
+
+    data = tmp_path / "data"
+    shutil.copytree(minari_cases["goal/dict-v0@hdf5"].data_path, data)
+    with h5py.File(data / "main_data.hdf5", "a") as f:
+        g = f["episode_3"]
+        short = g["rewards"][:-1]
+        del g["rewards"]
+        g["rewards"] = short
+        del f["episode_5/observations/desired_goal"]
+    with pytest.raises(DataError, match="rewards has") as info:
+        read_all(data)
+    where = info.value.where
+    assert (where.column, where.episode_id) == ("rewards", 3)
+    assert where.file == str(data / "main_data.hdf5")
+    with h5py.File(data / "main_data.hdf5", "a") as f:
+        g = f["episode_3"]
+        del g["rewards"]
+        g["rewards"] = np.zeros(len(g["actions"]))
+    with pytest.raises(DataError, match="no dataset 'observations/desired_goal'") as info:
+        read_all(data)
+    assert (info.value.where.column, info.value.where.episode_id) == ("obs.desired_goal", 5)

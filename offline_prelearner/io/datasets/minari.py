@@ -372,116 +372,118 @@ def _h5_items(space: dict[str, Any], prefix: str = "") -> list[tuple[str, str, d
 
 
 def _read_hdf5(path: str, meta: MinariMetadata) -> pa.Table:
-    """``main_data.hdf5`` as a step table, through h5py's low-level API: a dataset is opened
-    relative to its episode group and read straight into its rows of one preallocated array
-    (h5py's high-level objects cost ~3x more per dataset, and episodes are many small ones)."""
+    """``main_data.hdf5`` as a step table, through h5py's low-level API, episode by episode: each
+    dataset is opened relative to its episode group and read straight into a new array (h5py's
+    high-level objects cost ~3x more per dataset, and episodes are many small datasets; visiting
+    an episode's datasets together keeps HDF5's metadata cache warm: ~40% faster than column by
+    column)."""
     h5py = import_h5py(f"reading Minari's hdf5 backend ({path!r})")
+    obs_items = _h5_items(meta.observation_space, "observations")
+    columns = [_H5Leaf(f"obs.{leaf}" if leaf else "obs", h5, space, pad=False)
+               for leaf, h5, space in obs_items]  # fmt: skip
+    columns.append(_H5Leaf("actions", "actions", meta.action_space, pad=True))
+    columns += [_H5Leaf(name, name, None, pad=True) for name in STEP_COLUMNS[1:]]
+    rows: list[int] = []
     with h5py.File(path, "r") as f:
         names = sorted((k for k in f if k.startswith("episode_")), key=lambda k: int(k[8:]))
-        groups = [h5py.h5g.open(f.id, k.encode()) for k in names]
-        reader = _H5Column(h5py, path, names, groups)
-        obs_leaves: dict[str, pa.Array] = {}
-        for leaf, h5path, space in _h5_items(meta.observation_space, "observations"):
-            obs_leaves[leaf] = reader.read(h5path, space, pad=False)
-        cols: dict[str, pa.Array] = {"episode_id": pa.array(reader.episode_ids())}
-        cols["observations"] = _nest(meta.observation_space, obs_leaves)
-        cols["actions"] = reader.read("actions", meta.action_space, pad=True)
-        for name in STEP_COLUMNS[1:]:
-            cols[name] = reader.read(name, None, pad=True)
+        h5g, h5d = h5py.h5g, h5py.h5d
+        for name in names:
+            g = h5g.open(f.id, name.encode())
+            eid = int(name[8:])
+            n = -1
+            for col in columns:
+                try:
+                    d = h5d.open(g, col.key)
+                except (KeyError, ValueError):
+                    raise DataError(
+                        f"{name} has no dataset {col.h5path!r}",
+                        Where(file=path, column=col.name, episode_id=eid),
+                        reason="inconsistent",
+                    ) from None
+                got = col.add(h5py, d, n, Where(file=path, column=col.name, episode_id=eid))
+                n = got if n < 0 else n
+            rows.append(n)
+    ids = np.repeat(np.array([int(k[8:]) for k in names], np.int64), rows)
+    leaves = {leaf: col.finish() for (leaf, _, _), col in zip(obs_items, columns, strict=False)}
+    cols: dict[str, pa.Array] = {"episode_id": pa.array(ids)}
+    cols["observations"] = _nest(meta.observation_space, leaves)
+    for col in columns[len(obs_items) :]:
+        cols[col.name] = col.finish()
     return pa.table(cols)
 
 
-class _H5Column:
-    """Reads one column (or leaf) of every episode group into one Arrow column.
+class _H5Leaf:
+    """One column (or observation leaf) of every episode group, gathered into one Arrow column.
 
-    The first leaf read fixes each episode's row count (``T + 1`` observations); every later
-    one must agree (step columns: ``T`` rows, written with one zero padding row after each
-    episode, as Minari's arrow backend stores them)."""
+    The first observation leaf fixes each episode's row count (``T + 1``); every later leaf must
+    agree, step columns with ``T`` rows (``pad``: followed by one zero row, as Minari's arrow
+    backend stores them). A leaf whose space is an image may be stored as JPEG bytes."""
 
-    def __init__(self, h5py: Any, path: str, names: list[str], groups: list[Any]) -> None:
-        self.h5py, self.path, self.names, self.groups = h5py, path, names, groups
-        self.rows: np.ndarray | None = None  # observations per episode
-        self.starts = np.zeros(len(names) + 1, np.int64)
+    def __init__(self, name: str, h5path: str, space: dict[str, Any] | None, pad: bool) -> None:
+        self.name, self.h5path, self.key, self.pad = name, h5path, h5path.encode(), pad
+        self.shape, dtype = leaf_shape_dtype(space) if space is not None else ((), None)
+        self.image = dtype == np.uint8 and len(self.shape) >= 2
+        self.dtype: np.dtype[Any] | None = None  # the first episode's stored dtype
+        self.parts: list[np.ndarray] = []
+        self.blobs: list[bytes] | None = None  # JPEG-encoded frames
+        self.episodes = 0
 
-    def episode_ids(self) -> np.ndarray:
-        ids = np.array([int(k[8:]) for k in self.names], np.int64)
-        return np.repeat(ids, self.rows if self.rows is not None else 0)
-
-    def _where(self, e: int, column: str) -> Where:
-        return Where(file=self.path, column=column, episode_id=int(self.names[e][8:]))
-
-    def read(self, h5path: str, space: dict[str, Any] | None, pad: bool) -> pa.Array:
-        h5d = self.h5py.h5d
-        column = h5path.replace("/_index_", "/").replace("/", ".")
-        key = h5path.encode()
-        dsets = []
-        for e, g in enumerate(self.groups):
-            try:
-                dsets.append(h5d.open(g, key))
-            except (KeyError, ValueError):
-                raise DataError(
-                    f"{self.names[e]} has no dataset {h5path!r}",
-                    self._where(e, column),
-                    reason="inconsistent",
-                ) from None
-        shapes = [d.shape for d in dsets]
-        n = np.array([s[0] if s else 0 for s in shapes], np.int64)
-        if self.rows is None:
-            self.rows = n
-            np.cumsum(n, out=self.starts[1:])
-        want = self.rows - 1 if pad else self.rows
-        if (n != want).any():
-            e = int(np.flatnonzero(n != want)[0])
+    def add(self, h5py: Any, d: Any, obs_rows: int, where: Where) -> int:
+        """Reads one episode's dataset ``d``; returns its row count (checked against
+        ``obs_rows``, the first leaf's, unless this is the first leaf: ``obs_rows < 0``)."""
+        shape = d.shape
+        n = shape[0] if shape else 0
+        want = obs_rows - 1 if self.pad else obs_rows
+        if obs_rows >= 0 and n != want:
             raise DataError(
-                f"{column} has {n[e]} rows, expected {want[e]} (observations have {self.rows[e]})",
-                self._where(e, column),
+                f"{self.name} has {n} rows, expected {want} (observations have {obs_rows})",
+                where,
                 reason="inconsistent",
             )
-        shape, dtype = leaf_shape_dtype(space) if space is not None else ((), None)
-        if dsets and space is not None and _maybe_image(shape, dtype):
-            jpeg = [self._is_jpeg(d, shape) for d in dsets]
-            if any(jpeg):
-                return self._jpeg(dsets, jpeg, column)
-        if dsets:
-            dtype = dsets[0].dtype
-        out = np.zeros((int(self.starts[-1]), *shape), dtype or np.float32)
-        everything = self.h5py.h5s.ALL
-        for e, (d, s, k) in enumerate(
-            zip(dsets, self.starts[:-1].tolist(), n.tolist(), strict=True)
-        ):
-            if shapes[e][1:] != shape:  # checked: a low-level read trusts the buffer's size
-                raise DataError(
-                    f"{column} has per-step shape {shapes[e][1:]}, the space says {shape}",
-                    self._where(e, column),
-                    reason="inconsistent",
-                )
-            if k:
-                d.read(everything, everything, out[s : s + k])
-        return _fixed(out)
+        jpeg = self.image and self._is_jpeg(h5py, d)
+        if self.episodes and jpeg != (self.blobs is not None):
+            raise DataError(
+                f"{self.name} is JPEG-encoded in some episodes and raw in others",
+                where,
+                reason="inconsistent",
+            )
+        self.episodes += 1
+        if jpeg:
+            if self.pad:
+                raise UnsupportedFormatError(f"JPEG-encoded {self.name} are not supported")
+            blobs = self.blobs = self.blobs if self.blobs is not None else []
+            blobs.extend(np.asarray(b, np.uint8).tobytes() for b in h5py.Dataset(d)[()])
+            return n
+        if shape[1:] != self.shape:  # checked: a low-level read trusts the buffer's size
+            raise DataError(
+                f"{self.name} has per-step shape {shape[1:]}, the space says {self.shape}",
+                where,
+                reason="inconsistent",
+            )
+        if self.dtype is None:
+            self.dtype = d.dtype
+        a = np.empty(shape, self.dtype)
+        if n:
+            d.read(h5py.h5s.ALL, h5py.h5s.ALL, a)
+        self.parts.append(a)
+        if self.pad:
+            self.parts.append(np.zeros((1, *self.shape), self.dtype))
+        return n
 
-    def _is_jpeg(self, d: Any, shape: tuple[int, ...]) -> bool:
-        """Minari's JPEG leaves: vlen uint8, or uint8 (T+1, nbytes) where the space has rank 2+."""
+    @staticmethod
+    def _is_jpeg(h5py: Any, d: Any) -> bool:
+        """Minari's JPEG leaves: vlen uint8, or uint8 ``(T + 1, nbytes)`` for a rank-2+ space."""
         dtype = d.dtype
-        if self.h5py.check_vlen_dtype(dtype) is not None:
+        if h5py.check_vlen_dtype(dtype) is not None:
             return True
-        return bool(dtype == np.uint8 and len(d.shape) == 2 and len(shape) >= 2)
+        return bool(dtype == np.uint8 and len(d.shape) == 2)
 
-    def _jpeg(self, dsets: list[Any], jpeg: list[bool], column: str) -> pa.Array:
-        if not all(jpeg):
-            e = jpeg.index(False)
-            raise DataError(
-                f"{column} is JPEG-encoded in some episodes and raw in this one",
-                self._where(e, column),
-                reason="inconsistent",
-            )
-        blobs: list[bytes] = []
-        for d in dsets:
-            blobs.extend(np.asarray(b, np.uint8).tobytes() for b in self.h5py.Dataset(d)[()])
-        return pa.array(blobs, pa.binary())
-
-
-def _maybe_image(shape: tuple[int, ...], dtype: Any) -> bool:
-    return dtype == np.uint8 and len(shape) >= 2
+    def finish(self) -> pa.Array:
+        if self.blobs is not None:
+            return pa.array(self.blobs, pa.binary())
+        if not self.parts:
+            return _fixed(np.zeros((0, *self.shape), self.dtype or np.float32))
+        return _fixed(np.concatenate(self.parts))
 
 
 def _nest(space: dict[str, Any], leaves: dict[str, pa.Array]) -> pa.Array:
