@@ -421,8 +421,9 @@ class _H5Leaf:
 
     def __init__(self, name: str, h5path: str, space: dict[str, Any] | None, pad: bool) -> None:
         self.name, self.h5path, self.key, self.pad = name, h5path, h5path.encode(), pad
-        self.shape, dtype = leaf_shape_dtype(space) if space is not None else ((), None)
-        self.image = dtype == np.uint8 and len(self.shape) >= 2
+        shape, dtype = leaf_shape_dtype(space) if space is not None else ((), None)
+        self.shape: tuple[int, ...] = shape
+        self.image = dtype == np.uint8 and len(shape) >= 2
         self.dtype: np.dtype[Any] | None = None  # the first episode's stored dtype
         self.parts: list[np.ndarray] = []
         self.blobs: list[bytes] | None = None  # JPEG-encoded frames
