@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -98,6 +99,7 @@ def data_dir_of(file: str | os.PathLike[str]) -> Path | None:
     return None if d is None else Path(d)
 
 
+@lru_cache(maxsize=1 << 16)
 def _data_dir_of(path: str) -> str | None:
     head, name = os.path.split(path)
     if name == _HDF5:
@@ -186,14 +188,27 @@ def read_metadata(data_dir: str | os.PathLike[str]) -> MinariMetadata:
     return _metadata_and_json(os.fspath(data_dir))[0]
 
 
+_RECHECK_S = 1.0  # metadata.json is stat'ed again after this long (episode files: thousands/s)
+_checked: dict[str, tuple[float, tuple[MinariMetadata, bytes]]] = {}
+
+
 def _metadata_and_json(data_dir: str) -> tuple[MinariMetadata, bytes]:
+    now = time.monotonic()
+    hit = _checked.get(data_dir)
+    if hit is not None and now - hit[0] < _RECHECK_S:
+        return hit[1]
     path = os.path.join(data_dir, "metadata.json")
-    return _read_metadata(path, os.stat(path).st_mtime_ns)
+    got = _read_metadata(path, os.stat(path).st_mtime_ns)
+    if len(_checked) > 256:
+        _checked.clear()
+    _checked[data_dir] = (now, got)
+    return got
 
 
 @lru_cache(maxsize=64)
 def _read_metadata(path: str, mtime_ns: int) -> tuple[MinariMetadata, bytes]:
     meta = _parse_metadata(path)
+    meta.check_supported()  # here, not per episode file (a refusal is not cached)
     return meta, meta.to_json().encode()
 
 
@@ -325,8 +340,7 @@ def read_minari_file(path: str) -> pa.Table:
             Where(file=path),
             reason="unreadable_file",
         )
-    meta, meta_json = _metadata_and_json(data_dir)
-    meta.check_supported()
+    meta, meta_json = _metadata_and_json(data_dir)  # checked when parsed
     try:
         table = _read_hdf5(path, meta) if path.endswith(".hdf5") else _read_part(path)
     except (OSError, pa.ArrowInvalid, KeyError) as e:
@@ -340,11 +354,11 @@ def read_minari_file(path: str) -> pa.Table:
 def _read_part(path: str) -> pa.Table:
     # One file, one thread: ParquetFile.read is ~5x cheaper than pq.read_table on Minari's small
     # episode files (no dataset discovery, no thread pool per file); OSFile beats a memory map.
-    if path.endswith(".arrow"):
-        with pa.OSFile(path) as source:
+    with pa.OSFile(path) as source:
+        if path.endswith(".arrow"):
             table = pa.ipc.open_file(source).read_all()
-    else:
-        table = pq.ParquetFile(path, pre_buffer=False).read(use_threads=False)
+        else:  # an open file: no filesystem resolution per file; one row group: no pre-buffer
+            table = pq.ParquetFile(source, pre_buffer=False).read(use_threads=False)
     if table.num_columns != 5:
         table = table.select(
             [c for c in ("observations", *STEP_COLUMNS) if c in table.column_names]
