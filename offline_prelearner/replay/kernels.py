@@ -283,6 +283,10 @@ def _wrap() -> tuple[SimpleNamespace | None, str | None]:
         import numba
     except ImportError as exc:  # the numpy path takes over
         return None, repr(exc)
-    jit = numba.njit(cache=True, nogil=True)
+    try:
+        numba.njit(cache=True)(_cumsum)  # fails at once where no cache folder is writable
+        jit = numba.njit(cache=True, nogil=True)
+    except RuntimeError:  # then every process compiles (about 2 s), rather than failing
+        jit = numba.njit(nogil=True)
     _recompute = jit(_recompute)  # called from the other loops: compiled first, by name
     return SimpleNamespace(**{name: jit(fn) for name, fn in _LOOPS.items()}), None
