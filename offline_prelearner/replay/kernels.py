@@ -236,10 +236,11 @@ def backend() -> str:
     return "numba" if _default == "numba" and available() else "numpy"
 
 
-def compiled() -> SimpleNamespace | None:
+def compiled(name: str | None = None) -> SimpleNamespace | None:
     """The compiled kernels (``find``, ``cumsum``, ``write``, ``apply_priorities``) if the
-    current backend is numba, else ``None`` (use the numpy path)."""
-    return _load() if _default == "numba" else None
+    backend ``name`` (default: the current one) is numba and numba is available, else ``None``
+    (use the numpy path)."""
+    return _load() if (name or _default) == "numba" else None
 
 
 @contextmanager

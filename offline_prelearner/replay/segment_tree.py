@@ -236,6 +236,20 @@ class _SegmentTree(ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(capacity={self._capacity})"
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The compiled loops are not data: a pickled tree names its backend, and the process
+        # that loads it takes its own loops (the numpy path if numba is unavailable there).
+        state = self.__dict__.copy()
+        state["_kernels"] = state["_kernels"] is not None
+        del state["_pairs"]  # a view: rebuilt from the tree array, not pickled as a copy
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        compiled = state.pop("_kernels")
+        self.__dict__.update(state)
+        self._pairs = self._tree.reshape(self._size, 2)
+        self._kernels = kernels.compiled("numba") if compiled else None
+
     # -- internals --------------------------------------------------------------------------------
 
     def _indices(self, indices: ArrayLike) -> IntArray:

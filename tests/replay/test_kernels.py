@@ -174,3 +174,17 @@ def test_prioritized_buffer_samples_identically_on_both_backends(
             assert same_bits(ma._tree, mb._tree)
         assert bufs[0].stats() == bufs[1].stats()
         assert bufs[0].sampler.max_priority == bufs[1].sampler.max_priority
+
+
+@pytest.mark.parametrize("name", ["numpy", "numba"])
+def test_a_pickled_tree_keeps_its_backend_and_its_nodes(name):
+    import pickle
+
+    with kernels.use(name):
+        tree = SumTree(5000)
+    tree.update(np.arange(0, 5000, 7), 1.5)
+    other = pickle.loads(pickle.dumps(tree))
+    assert (other._kernels is None) == (name == "numpy")
+    assert same_bits(other._tree, tree._tree) and other.total() == tree.total()
+    other.update([3], [2.0])  # the pairs view belongs to the copy's own array
+    assert other.total() == tree.total() + 2.0 and tree.get([3])[0] == 0.0
