@@ -239,6 +239,13 @@ class RayConfig:
             of files; each is a new worker process, which costs a second or more of wall time on
             a small machine while reading 10 files needs one. The environment variable
             ``RAY_DATA_PARQUET_FOOTER_NUM_ACTORS``, when set, wins.
+        read: Who reads the learner stream's files. ``"actor"``: each prelearner actor reads
+            a contiguous range of the files itself, a batch ahead on a thread, so the input
+            never passes through Ray's object store (3-6x the rows/s on pixel rows, see
+            ``jobs/file_batches.py``). ``"ray"``: Ray Data's ``read_parquet`` (or ``read_json``)
+            feeds the actors, reading on other workers. ``"auto"`` (default): ``"actor"``
+            unless ``group_by_episode`` (which needs Ray Data's read and shuffle). The batch
+            job's units always read their own files.
     """
 
     address: str | None = None
@@ -248,9 +255,12 @@ class RayConfig:
     group_by_episode: bool = False
     footer_readers: int | None = None
     block_mb: int = 16
+    read: str = "auto"
 
     def __post_init__(self) -> None:
         _check_int("ray", "block_mb", self.block_mb, lo=1)
+        if self.read not in ("auto", "actor", "ray"):
+            raise ConfigError(f"ray.read must be 'auto', 'actor' or 'ray', found {self.read!r}")
         _check_int("ray", "concurrency", self.concurrency, lo=1, none_ok=True)
         _check_int("ray", "footer_readers", self.footer_readers, lo=1, none_ok=True)
         _check_int("ray", "batch_size", self.batch_size, lo=1, none_ok=True)

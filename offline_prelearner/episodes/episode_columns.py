@@ -15,6 +15,18 @@ Episode ``e`` of the table::
     actions      = actions[step_at[e] : step_at[e] + length[e]]     (rewards, extras alike)
 
 Dropping episodes (:meth:`EpisodeColumns.select`) filters the table; the arrays are shared.
+
+**Split observations.** A reader whose rows are already in episode order can hand over the rows'
+own observations instead of assembling that ``[rows + episodes, ...]`` array (for pixel rows, a
+copy of every frame that the buffer then copies again): ``obs`` then holds one observation per
+*step*, indexed like actions, and ``last_obs[e]`` the observation after episode ``e``'s last
+step (the last row's ``new_obs``)::
+
+    observations = concat(obs[step_at[e] : step_at[e] + length[e]], last_obs[e : e + 1])
+
+Code that needs observations goes through :meth:`observations`, :meth:`write_observations`,
+:meth:`final_obs` or :meth:`episode`, which hide the layout; ``obs_at`` is then only the place
+episode ``e`` would have in the assembled array.
 """
 
 from __future__ import annotations
@@ -52,6 +64,7 @@ class EpisodeColumns:
     ids: list[Any]
     agents: list[Any]
     modules: list[Any]
+    last_obs: np.ndarray | None = None  # set: split observations (see the module docstring)
 
     @classmethod
     def from_episodes(cls, eps: list[Episode]) -> EpisodeColumns:
@@ -90,11 +103,12 @@ class EpisodeColumns:
 
     # ------------------------------------------------------------------ objects
     def episode(self, e: int) -> Episode:
-        """Episode ``e`` as an object (views of the shared arrays)."""
+        """Episode ``e`` as an object (views of the shared arrays; with split observations, its
+        observations are copied into one array)."""
         o, s, n = int(self.obs_at[e]), int(self.step_at[e]), int(self.length[e])
         return Episode._trusted(
             self.ids[e],
-            self.obs[o : o + n + 1],
+            self.obs[o : o + n + 1] if self.last_obs is None else self._joined(e),
             self.actions[s : s + n],
             self.rewards[s : s + n],
             bool(self.terminated[e]),
@@ -107,6 +121,8 @@ class EpisodeColumns:
 
     def episodes(self) -> list[Episode]:
         """Every episode as an object, in table order."""
+        if self.last_obs is not None:
+            return [self.episode(e) for e in range(len(self))]
         obs, act, rew, xs = self.obs, self.actions, self.rewards, list(self.extras.items())
         out: list[Episode] = []
         rows = zip(
@@ -138,6 +154,59 @@ class EpisodeColumns:
             )
         return out
 
+    # ------------------------------------------------------------------ observations
+    def _joined(self, e: int) -> np.ndarray:
+        assert self.last_obs is not None
+        s, n = int(self.step_at[e]), int(self.length[e])
+        return np.concatenate([self.obs[s : s + n], self.last_obs[e : e + 1]])
+
+    def final_obs(self, e: int) -> np.ndarray:
+        """The observation after episode ``e``'s last step (a view)."""
+        if self.last_obs is not None:
+            return self.last_obs[e]
+        return self.obs[int(self.obs_at[e] + self.length[e])]
+
+    def observations(self, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """The observations of episodes ``lo:hi`` (each ``length + 1``), concatenated: a view
+        when they lie contiguous in ``obs``, else a new array."""
+        if self.last_obs is None:
+            return self.obs[self.obs_rows(lo, hi)]
+        hi = len(self) if hi is None else hi
+        out = np.empty(
+            (int(self.length[lo:hi].sum()) + hi - lo, *self.obs.shape[1:]), self.obs.dtype
+        )
+        self.write_observations(out, lo, hi)
+        return out
+
+    def write_observations(self, dest: np.ndarray, lo: int = 0, hi: int | None = None) -> None:
+        """Writes :meth:`observations` ``(lo, hi)`` into ``dest`` (as many rows) without an
+        intermediate array: each frame is copied once, from the batch into ``dest``."""
+        if self.last_obs is None:
+            rows = self.obs_rows(lo, hi)
+            if isinstance(rows, slice):
+                dest[...] = self.obs[rows]
+            else:
+                np.take(self.obs, rows, axis=0, out=dest)
+            return
+        hi = len(self) if hi is None else hi
+        n = self.length[lo:hi]
+        ends = np.cumsum(n + 1)  # one past each episode's last observation in ``dest``
+        finals = ends - 1
+        steps = self.step_rows(lo, hi)
+        if hi - lo == 1:
+            dest[:-1] = self.obs[steps]
+        else:
+            at = np.arange(int(n.sum()), dtype=np.int64) + np.repeat(np.arange(hi - lo), n)
+            if isinstance(steps, slice):
+                dest[at] = self.obs[steps]  # a view scattered: one copy per frame
+            else:
+                for k, (a, b) in enumerate(
+                    zip((finals - n).tolist(), finals.tolist(), strict=True)
+                ):
+                    s = int(self.step_at[lo + k])  # episodes apart in ``obs``: a slice each
+                    dest[a:b] = self.obs[s : s + b - a]
+        dest[finals] = self.last_obs[lo:hi]
+
     # ------------------------------------------------------------------ subsets
     def select(self, keep: np.ndarray) -> EpisodeColumns:
         """The episodes where the boolean ``keep`` is true (or at the given indices)."""
@@ -152,6 +221,7 @@ class EpisodeColumns:
             t_started=self.t_started[idx],
             terminated=self.terminated[idx],
             truncated=self.truncated[idx],
+            last_obs=None if self.last_obs is None else self.last_obs[idx],
             ids=[self.ids[i] for i in pick],
             agents=[self.agents[i] for i in pick],
             modules=[self.modules[i] for i in pick],
@@ -163,7 +233,10 @@ class EpisodeColumns:
         return _ranges(self.step_at[lo:hi], self.length[lo:hi])
 
     def obs_rows(self, lo: int = 0, hi: int | None = None) -> np.ndarray | slice:
-        """Indices into ``obs`` of episodes ``lo:hi`` (each ``length + 1`` rows), concatenated."""
+        """Indices into ``obs`` of episodes ``lo:hi`` (each ``length + 1`` rows), concatenated
+        (assembled observations only: with split observations use :meth:`observations`)."""
+        if self.last_obs is not None:
+            raise ValueError("split observations have no obs rows; use observations()")
         return _ranges(self.obs_at[lo:hi], self.length[lo:hi] + 1)
 
 

@@ -531,8 +531,7 @@ class _Held:
     def observations(self, which: np.ndarray) -> np.ndarray:
         """The observations of episodes ``which`` (ascending), concatenated."""
         if self.cols is not None:
-            sel = self.cols.select(which + self.start)
-            return sel.obs[sel.obs_rows()]
+            return self.cols.select(which + self.start).observations()
         return np.concatenate([self.eps[g].observations for g in which.tolist()])
 
     def actions(self, which: np.ndarray) -> np.ndarray | None:

@@ -56,6 +56,7 @@ from ..plugins import import_object
 from ..prelearner import OfflinePreLearner
 from ..replay.batch import MultiAgentBatch
 from .commit import Staging, file_sha256, staging_path
+from .file_batches import iter_file_batches, prefetch
 from .file_tally import per_file
 from .units import Plan, UnitJob, plan_units, run_unit
 
@@ -236,6 +237,28 @@ class OfflinePreLearnerActor:
             yield block
 
 
+class ReadingPreLearnerActor(OfflinePreLearnerActor):
+    """The learner stream's actor: takes a batch of *file names* and reads them itself, in
+    ``config.ray.batch_size``-row batches, one batch ahead on a thread (see
+    :mod:`~offline_prelearner.jobs.file_batches`: the input never passes through the object
+    store). The prelearner is told each batch's file, so its errors name it."""
+
+    def __init__(
+        self,
+        prelearner: type[OfflinePreLearner],
+        config: PreLearnerConfig,
+        stats_sink: Any = None,
+    ) -> None:
+        super().__init__(prelearner, config, stats_sink)
+        self.batch_size = config.ray.batch_size
+
+    def __call__(self, batch: Any) -> Iterator[Any]:
+        paths = [str(p) for p in batch.column("path").to_pylist()]
+        for table, source in prefetch(iter_file_batches(paths, self.batch_size)):
+            self.prelearner.source = source
+            yield from super().__call__(table)
+
+
 def to_arrow_block(columns: dict[str, Any]) -> Any:
     """A dict of numpy columns as the Arrow table Ray Data would make of it (or the dict itself
     when a column is not one Arrow type, e.g. ids of mixed types: Ray then converts it)."""
@@ -339,7 +362,6 @@ def _data_context(ray: Any, config: PreLearnerConfig) -> Iterator[None]:
 
 
 def _build(ray: Any, files: list[str], config: PreLearnerConfig, cls: type, stats_sink: Any) -> Any:
-    ds = _read(ray, files, config)
     kwargs = {"prelearner": cls, "config": config, "stats_sink": stats_sink}
     rc = config.ray
     # A restarted actor would start with empty buffers and no pending fragments: refuse it.
@@ -351,14 +373,33 @@ def _build(ray: Any, files: list[str], config: PreLearnerConfig, cls: type, stat
     # actor pool documents ``max_restarts=0`` as the way to refuse restarts.
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
-        return _map(ray, ds, config, kwargs, remote_args)
+        return _map(ray, files, config, kwargs, remote_args)
 
 
 def _map(
-    ray: Any, ds: Any, config: PreLearnerConfig, kwargs: dict[str, Any], remote_args: dict[str, Any]
+    ray: Any,
+    files: list[str],
+    config: PreLearnerConfig,
+    kwargs: dict[str, Any],
+    remote_args: dict[str, Any],
 ) -> Any:
     rc = config.ray
-    if rc.group_by_episode:
+    if reads_in_actor(config):
+        # File names in, one contiguous range of files per actor; each actor reads its own.
+        actors = rc.concurrency or 1
+        paths = ray.data.from_items(
+            [{"path": f} for f in files], override_num_blocks=min(actors, len(files))
+        )
+        ds = paths.map_batches(
+            ReadingPreLearnerActor,
+            fn_constructor_kwargs=kwargs,
+            compute=ray.data.ActorPoolStrategy(size=actors),
+            batch_size=None,
+            batch_format="pyarrow",
+            **remote_args,
+        )
+    elif rc.group_by_episode:
+        ds = _read(ray, files, config)
         from ..io.schema import load_schema
 
         eps_col = load_schema(config.read.schema).column("eps_id") or "eps_id"
@@ -370,7 +411,7 @@ def _map(
             **remote_args,
         )
     else:
-        ds = ds.map_batches(
+        ds = _read(ray, files, config).map_batches(
             OfflinePreLearnerActor,
             fn_constructor_kwargs=kwargs,
             compute=ray.data.ActorPoolStrategy(size=rc.concurrency or 1),
@@ -381,6 +422,13 @@ def _map(
     if config.sample.num_samples is not None:
         ds = ds.limit(config.sample.num_samples)
     return ds
+
+
+def reads_in_actor(config: PreLearnerConfig) -> bool:
+    """Whether the learner stream's actors read their files themselves (``ray.read="actor"``, and
+    ``"auto"`` unless the rows are grouped by episode: that needs Ray Data's read and shuffle)."""
+    mode = config.ray.read
+    return mode == "actor" or (mode == "auto" and not config.ray.group_by_episode)
 
 
 #: Ray Data reads this when ``read_parquet`` is called (on the driver) and starts that many

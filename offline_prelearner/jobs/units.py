@@ -45,13 +45,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..config import PreLearnerConfig
-from ..errors import DataError, Where
+from ..errors import DataError
 from ..io.fast_tensor import Layout
 from ..io.schema import load_schema
 from ..io.sources import WHOLE_FILE_FORMATS, read_table
 from ..io.writers import columns_to_table
 from ..prelearner import OfflinePreLearner
 from .commit import file_sha256, write_json_atomic
+from .file_batches import concat_tables, parquet_chunks
 from .file_tally import FileTally
 
 __all__ = ["InputFile", "Part", "Plan", "Unit", "plan_units", "run_unit", "unit_seed"]
@@ -258,7 +259,7 @@ def read_part(
             table.slice(s, step) for s in range(0, max(table.num_rows, 1), step)
         )
     else:
-        chunks = _parquet_chunks(path, step)
+        chunks = parquet_chunks(path, step)
     start = 0
     for chunk in chunks:
         n = chunk.num_rows
@@ -305,7 +306,7 @@ def read_unit(
         nonlocal held, n_held
         tables, files, rows = zip(*held, strict=True)
         held, n_held = [], 0
-        table = tables[0] if len(tables) == 1 else _concat(list(tables))
+        table = tables[0] if len(tables) == 1 else concat_tables(list(tables))
         return table, np.concatenate(files), np.concatenate(rows)
 
     for part in unit.parts:
@@ -341,31 +342,6 @@ def read_unit(
             yield flush()
     if held:
         yield flush()
-
-
-def _concat(tables: list[pa.Table]) -> pa.Table:
-    try:
-        return pa.concat_tables(tables)
-    except pa.ArrowInvalid:
-        return pa.concat_tables(tables, promote_options="permissive")
-
-
-def _parquet_chunks(path: str, step: int) -> Iterator[pa.Table]:
-    try:
-        pf = pq.ParquetFile(path)
-        if pf.metadata.num_rows == 0:
-            raise DataError(
-                "the file holds no rows (a writer that stopped early?)",
-                Where(file=path),
-                reason="unreadable_file",
-            )
-        for rb in pf.iter_batches(batch_size=min(step, 1 << 30), use_threads=False):
-            yield pa.Table.from_batches([rb])
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise DataError(
-            f"cannot read the file: {msg}", Where(file=path), reason="unreadable_file"
-        ) from None
 
 
 # ====================================================================== running

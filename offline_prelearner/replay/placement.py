@@ -89,8 +89,9 @@ class EpisodeSource(Protocol):
 
     def episode(self, i: int) -> Episode: ...
 
-    def observations(self, lo: int, hi: int) -> np.ndarray:
-        """Episodes ``lo:hi``'s observations (``T + 1`` each), concatenated."""
+    def write_observations(self, dest: np.ndarray, lo: int, hi: int) -> None:
+        """Writes episodes ``lo:hi``'s observations (``T + 1`` each), concatenated, into
+        ``dest`` (exactly as many rows), copying each frame once."""
         ...
 
     def steps(self, column: str, lo: int, hi: int) -> np.ndarray:
@@ -107,8 +108,12 @@ class ListedEpisodes:
     def episode(self, i: int) -> Episode:
         return self.eps[i]
 
-    def observations(self, lo: int, hi: int) -> np.ndarray:
-        return np.concatenate([e.observations for e in self.eps[lo:hi]])
+    def write_observations(self, dest: np.ndarray, lo: int, hi: int) -> None:
+        at = 0
+        for e in self.eps[lo:hi]:  # one copy per frame, episode by episode
+            n = len(e.observations)
+            dest[at : at + n] = e.observations
+            at += n
 
     def steps(self, column: str, lo: int, hi: int) -> np.ndarray:
         part = self.eps[lo:hi]
@@ -129,8 +134,8 @@ class SharedColumns:
     def episode(self, i: int) -> Episode:
         return self.cols.episode(i)
 
-    def observations(self, lo: int, hi: int) -> np.ndarray:
-        return self.cols.obs[self.cols.obs_rows(lo, hi)]
+    def write_observations(self, dest: np.ndarray, lo: int, hi: int) -> None:
+        self.cols.write_observations(dest, lo, hi)
 
     def steps(self, column: str, lo: int, hi: int) -> np.ndarray:
         c = self.cols
@@ -263,7 +268,7 @@ class RunPlacement:
                 write_episode(columns, at, src.episode(i + j))
         else:
             at = np.arange(int(n.sum())) + np.repeat(np.arange(head, head + k), n)
-            columns["obs"][head:stop] = src.observations(i, i + k)
+            src.write_observations(columns["obs"][head:stop], i, i + k)
             columns["actions"][at] = src.steps("actions", i, i + k)
             columns["rewards"][at] = src.steps("rewards", i, i + k)
             for name in extra_names:

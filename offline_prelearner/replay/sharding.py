@@ -146,12 +146,13 @@ def to_columns(episodes: Sequence[Episode]) -> list[EpisodeColumns | Episode]:
 def compact(columns: EpisodeColumns) -> EpisodeColumns:
     """The same episodes with arrays holding only their own rows (a :meth:`EpisodeColumns.select`
     shares the whole batch's arrays, which would all travel to every shard)."""
-    obs_rows, step_rows = columns.obs_rows(), columns.step_rows()
+    step_rows = columns.step_rows()
     step_at = np.zeros(len(columns), np.int64)
     np.cumsum(columns.length[:-1], out=step_at[1:])
     return replace(
         columns,
-        obs=columns.obs[obs_rows],
+        obs=columns.observations(),
+        last_obs=None,
         actions=columns.actions[step_rows],
         rewards=columns.rewards[step_rows],
         extras={k: v[step_rows] for k, v in columns.extras.items()},

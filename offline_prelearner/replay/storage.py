@@ -43,6 +43,7 @@ from ..episodes.episode import Episode
 from ..episodes.episode_columns import EpisodeColumns
 from ..errors import ConfigError, EpisodeValidationError, Where
 from .changes import Change, Placements
+from .memory import zeroed
 from .obs_columns import obs_items, obs_names, read_obs, same_obs
 from .placement import (
     EpisodeSource,
@@ -393,7 +394,7 @@ class EpisodeStorage:
             )
         try:
             for name, v in layout.items():
-                self.columns[name] = np.zeros((size, *v.shape[1:]), v.dtype)
+                self.columns[name] = zeroed((size, *v.shape[1:]), v.dtype)
         except MemoryError:
             self.columns = {}
             raise _too_big(

@@ -365,8 +365,13 @@ class RowsReader:
             self._continue(gr, c, v, t_started)
         g, n_ep, last = gr.g, len(gr.starts), gr.last
         term = c.term[last]
+        composite = c.obs.dtype.names is not None  # leaves split per episode: objects path
+        # Rows already in episode order: the episodes' observations are the rows' own obs plus
+        # each last row's new_obs (split observations: no frame is copied here).
+        split = gr.perm is None and not composite
         cols = EpisodeColumns(
-            obs=assemble_observations(gr, c.obs, c.new_obs),
+            obs=c.obs if split else assemble_observations(gr, c.obs, c.new_obs),
+            last_obs=c.new_obs[last] if split else None,
             actions=g(c.actions),
             rewards=g(c.rewards),
             extras={k: g(x) for k, x in c.extras.items()},
@@ -385,7 +390,6 @@ class RowsReader:
         first = np.flatnonzero(good)[:1].tolist()
         # Shared arrays: what the vector checks above do not cover (dtypes, object columns) is
         # the same for every episode, so one pass through the checking constructor covers all.
-        composite = c.obs.dtype.names is not None  # leaves split per episode: objects path
         if c.infos is None and not composite and (not first or self._constructs(cols, first[0])):
             out.add_columns(cols.select(good) if v.bad else cols)
         else:
@@ -462,8 +466,7 @@ class RowsReader:
             if not good[e]:
                 pending[key] = _POISONED
             else:
-                at = int(cols.obs_at[e] + cols.length[e])
-                pending[key] = (int(cols.t_end[e]), cols.obs[at].copy())
+                pending[key] = (int(cols.t_end[e]), cols.final_obs(e).copy())
 
     def _check(self, gr: Groups, c: RowColumns, v: Verdicts, names: list[str]) -> np.ndarray:
         """Row-level contracts, vectorized; returns ``t_started`` per episode."""

@@ -1,0 +1,43 @@
+"""Memory for the buffer's large columns: anonymous pages, filled at the speed of a copy.
+
+A ring of pixel frames is large (50k slots of 84x84x4 frames: 1.4 GB) and written once through
+before it wraps, so the first write to each page is part of filling the buffer. numpy asks the
+kernel for transparent huge pages (``MADV_HUGEPAGE``) on every array of 4 MiB or more; on the
+virtual machines we measured (Firecracker, ``defrag=madvise``), a first write into such memory
+ran at 0.45-0.7 GB/s, against 2.4-2.9 GB/s into the same amount of plain 4 KiB pages (a fresh
+process each, 1.4 GB, ``.ci``-sized 2-core VM). That was a third of the pixel job's wall time. So
+columns of :data:`LARGE` bytes or more are anonymous ``mmap`` memory advised ``MADV_NOHUGEPAGE``:
+zero-filled by the kernel, touched lazily (a buffer that never fills never commits its capacity).
+The price is on random gathers from a huge ring (TLB misses): 10-20% slower in a micro-benchmark
+of 128-frame gathers, a few milliseconds per learner batch, against seconds saved per fill.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+from typing import Any
+
+import numpy as np
+
+__all__ = ["LARGE", "zeroed"]
+
+#: Columns at least this large get their own anonymous mapping (below it, numpy's allocator).
+LARGE = 32 * 2**20
+
+
+def zeroed(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """A writable zero-filled array; large ones in 4 KiB anonymous pages (module docstring)."""
+    dt = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    if nbytes < LARGE or dt.hasobject or not hasattr(mmap, "MAP_ANONYMOUS"):
+        return np.zeros(shape, dt)
+    try:
+        mem = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except OSError as e:  # ENOMEM: what np.zeros would raise
+        raise MemoryError(str(e)) from None
+    advice = getattr(mmap, "MADV_NOHUGEPAGE", None)
+    if advice is not None:
+        with contextlib.suppress(OSError):  # a kernel without THP: plain pages already
+            mem.madvise(advice)
+    return np.frombuffer(mem, dt).reshape(shape)

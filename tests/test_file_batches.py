@@ -1,0 +1,175 @@
+"""The learner stream's own read (``jobs/file_batches.py``, ``ray.read="actor"``): batches of
+real Parquet and JSON files, every row once and in order; the prefetch thread; and the learner
+stream reading in its actors gives the same transitions as Ray Data's read."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from offline_prelearner.config import PreLearnerConfig
+from offline_prelearner.errors import ConfigError, DataError
+from offline_prelearner.jobs.file_batches import iter_file_batches, prefetch
+
+REPO = Path(__file__).resolve().parents[1]
+ROWS = REPO / "datasets/cartpole-v1/rows"
+
+
+def _write(folder: Path, sizes: list[int], row_group: int | None = None) -> list[str]:
+    """Parquet files of ``sizes`` rows; column ``i`` numbers the rows across all files."""
+    paths, at = [], 0
+    for k, n in enumerate(sizes):
+        path = folder / f"part-{k:03d}.parquet"
+        table = pa.table({"i": np.arange(at, at + n, dtype=np.int64)})
+        pq.write_table(table, path, row_group_size=row_group or max(n, 1))
+        paths.append(str(path))
+        at += n
+    return paths
+
+
+def _check(batches: list[tuple[pa.Table, str | None]], paths: list[str], step: int) -> None:
+    got = np.concatenate([b.column("i").to_numpy() for b, _ in batches])
+    assert (got == np.arange(len(got))).all()  # every row once, in file order
+    starts = np.cumsum([0] + [pq.ParquetFile(p).metadata.num_rows for p in paths])
+    for table, source in batches:
+        i = table.column("i").to_numpy()
+        files = set(np.searchsorted(starts, i, side="right") - 1)
+        if source is not None:
+            assert files == {paths.index(source)}
+        else:
+            assert len(files) > 1
+        if len(files) == 1:  # one file's rows: equal batches nearest ``step``
+            (f,) = files
+            rows = int(starts[f + 1] - starts[f])
+            if rows >= step // 2:
+                k = max(1, round(rows / step))
+                assert table.num_rows in (rows // k, -(-rows // k)) or table.num_rows < rows // k
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 900), min_size=1, max_size=8),
+    step=st.integers(1, 700),
+    row_group=st.sampled_from([None, 37, 256]),
+)
+def test_batches_hold_every_row_once_in_order(
+    tmp_path_factory: Any, sizes: list[int], step: int, row_group: int | None
+) -> None:
+    paths = _write(tmp_path_factory.mktemp("files"), sizes, row_group)
+    batches = list(iter_file_batches(paths, step))
+    _check(batches, paths, step)
+    assert sum(b.num_rows for b, _ in batches) == sum(sizes)
+    # a batch never holds more than one and a half batches' rows (files >= half are cut equal)
+    assert all(b.num_rows <= max(step * 3 // 2 + 1, step) for b, _ in batches)
+
+
+def test_a_large_file_is_cut_into_equal_slices_and_small_files_are_gathered(
+    tmp_path: Path,
+) -> None:
+    paths = _write(tmp_path, [5016, 10_000, 100, 100, 100, 3000])
+    got = [(b.num_rows, s) for b, s in iter_file_batches(paths, 4096)]
+    assert got[:3] == [(5016, paths[0]), (5000, paths[1]), (5000, paths[1])]
+    # three small files (300 rows < half a batch) wait for the next; the 3000-row file stands alone
+    assert got[3:] == [(300, None), (3000, paths[5])]
+
+
+def test_json_lines_and_no_batch_size(tmp_path: Path) -> None:
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(f'{{"i": {i}}}\n' for i in range(10)))
+    got = list(iter_file_batches([str(path)], 4))
+    assert [b.num_rows for b, _ in got] == [5, 5]  # 10 rows at 4: two equal batches
+    assert np.concatenate([b.column("i").to_numpy() for b, _ in got]).tolist() == list(range(10))
+    whole = list(iter_file_batches(_write(tmp_path, [300, 200]), None))
+    assert [b.num_rows for b, _ in whole] == [300, 200]
+
+
+def test_an_unreadable_file_is_a_data_error_naming_it(tmp_path: Path) -> None:
+    bad = tmp_path / "part-999.parquet"
+    bad.write_bytes(b"PAR1 not really")
+    paths = [*_write(tmp_path, [10]), str(bad)]
+    with pytest.raises(DataError, match="cannot read the file") as e:
+        list(iter_file_batches(paths, 4))
+    assert e.value.where.file == str(bad)
+
+
+def test_prefetch_keeps_order_raises_in_place_and_stops_when_closed() -> None:
+    assert list(prefetch(iter(range(50)))) == list(range(50))
+
+    def failing() -> Any:
+        yield 1
+        raise DataError("boom")
+
+    got = []
+    with pytest.raises(DataError, match="boom"):
+        for x in prefetch(failing()):
+            got.append(x)
+    assert got == [1]
+
+    produced = []
+
+    def endless() -> Any:
+        i = 0
+        while True:
+            produced.append(i)
+            yield i
+            i += 1
+
+    before = threading.active_count()
+    gen = prefetch(endless(), depth=1)
+    assert next(gen) == 0
+    gen.close()
+    time.sleep(0.3)
+    assert threading.active_count() == before  # the reading thread is gone
+    assert len(produced) <= 4  # it stopped at its next item, not later
+
+
+def test_read_mode_is_checked() -> None:
+    with pytest.raises(ConfigError, match=r"ray\.read must be"):
+        PreLearnerConfig().with_updates({"ray.read": "disk"})
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_learner_stream_reads_in_its_actor_what_ray_data_would_read(
+    ray_local: Any, n_step: int
+) -> None:
+    from offline_prelearner.jobs.pipeline import build_dataset, reads_in_actor
+
+    def transitions(read: str) -> list[tuple[Any, ...]]:
+        cfg = PreLearnerConfig().with_updates(
+            {"ray.read": read, "sample_all": True, "n_step": n_step, "batch_size": 700}
+        )
+        assert reads_in_actor(cfg) == (read == "actor")
+        ds = build_dataset(ROWS, cfg)
+        table = pa.concat_tables(list(ds.iter_batches(batch_format="pyarrow", batch_size=None)))
+        cols = [table.column(c).to_pylist() for c in ("eps_id", "t", "rewards", "n_step")]
+        return sorted(zip(*cols, strict=True))
+
+    actor, ray_read = transitions("actor"), transitions("ray")
+    assert len(actor) > 4000
+    assert actor == ray_read  # every transition once, the same values
+
+
+@pytest.mark.ray
+def test_learner_stream_error_names_the_file(ray_local: Any, tmp_path: Path) -> None:
+    from offline_prelearner.jobs.pipeline import iter_learner_batches
+
+    table = pq.read_table(sorted(ROWS.glob("*.parquet"))[0])
+    bad = table.set_column(
+        table.column_names.index("rewards"),
+        "rewards",
+        pa.array(["x"] * table.num_rows),
+    )
+    pq.write_table(bad, tmp_path / "part-000.parquet")
+    with pytest.raises(Exception, match=r"part-000\.parquet"):
+        for _ in iter_learner_batches(str(tmp_path), PreLearnerConfig()):
+            pass
