@@ -156,3 +156,38 @@ def test_validator_checks_each_leaf(nested: dict[str, Path]) -> None:
     batch.add(missing, len(missing))
     Validator(ValidateConfig(observation_space=nested_space(), on_invalid="skip")).validate(batch)
     assert len(batch) == 0 and batch.ledger.rows_rejected == {"obs_shape": len(missing)}
+
+
+def test_writer_infers_a_dict_space_from_leaves(tmp_path: Path) -> None:
+    """Composite episodes with no space given (e.g. from rows): a nested Dict of the leaves."""
+    require_minari()
+    import minari
+    from gymnasium import spaces
+
+    from offline_prelearner.io.datasets.minari_write import write_minari_dataset
+
+    rng = np.random.default_rng(0)
+    eps = [
+        Episode(
+            id=f"e{k}",
+            observations={
+                "a.b": rng.standard_normal((t + 1, 2)).astype(np.float32),
+                "c": rng.integers(0, 5, t + 1).astype(np.int64),
+            },
+            actions=rng.integers(0, 2, t).astype(np.int64),
+            rewards=np.ones(t),
+            terminated=k == 0,
+            truncated=k == 1,
+        )
+        for k, t in enumerate((3, 1))
+    ]
+    write_minari_dataset(tmp_path / "ns" / "inferred-v0", eps, "ns/inferred-v0")
+    ds = minari.MinariDataset(str(tmp_path / "ns" / "inferred-v0" / "data"))
+    space = ds.observation_space
+    assert isinstance(space, spaces.Dict) and isinstance(space["a"], spaces.Dict)
+    assert space["c"] == spaces.Discrete(5)
+    for got, want in zip(ds.iterate_episodes(), eps, strict=True):
+        flat = O.flatten(got.observations)
+        assert flat.keys() == want.observations.keys()
+        for k in flat:
+            np.testing.assert_array_equal(flat[k], want.observations[k])

@@ -115,3 +115,16 @@ def test_leaf_rows_must_match(tmp_path: Path) -> None:
     with pytest.raises(SchemaError, match=r"observations\.desired_goal") as info:
         read_table(str(path))
     assert info.value.where.file == str(path)
+
+
+def test_a_key_with_a_dot_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "dots.hdf5"
+    with h5py.File(path, "w") as f:
+        f["observations/pos.x"] = np.zeros((3, 2), np.float32)
+        f["actions"] = np.zeros((3, 1), np.float32)
+        f["rewards"] = np.zeros(3, np.float32)
+        f["terminals"] = np.array([0, 0, 1], bool)
+    with pytest.raises(SchemaError, match="leaf path separator") as info:
+        read_table(str(path))
+    assert info.value.where.file == str(path)
+    assert info.value.where.column == "observations.pos.x"

@@ -272,3 +272,19 @@ def test_hdf5_inconsistent_episode_named(
     with pytest.raises(DataError, match="no dataset 'observations/desired_goal'") as info:
         read_all(data)
     assert (info.value.where.column, info.value.where.episode_id) == ("obs.desired_goal", 5)
+
+
+def test_a_dict_key_with_a_dot_is_refused(
+    minari_cases: dict[str, MinariCase], tmp_path: Path
+) -> None:
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(minari_cases["goal/dict-v0@arrow"].data_path, data)
+    meta = json.loads((data / "metadata.json").read_text())
+    space = json.loads(meta["observation_space"])
+    space["subspaces"]["goal.xy"] = space["subspaces"].pop("desired_goal")
+    meta["observation_space"] = json.dumps(space)
+    (data / "metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(UnsupportedFormatError, match=r"keys with '\.'.*goal\.xy"):
+        read_all(data)

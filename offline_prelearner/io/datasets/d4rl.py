@@ -57,7 +57,7 @@ def read_d4rl_file(path: str) -> pa.Table:
                     f"(found {sorted(f.keys())})",
                     where,
                 )
-            arrays = {k: _read(h5py, f[k]) for k in present}
+            arrays = {k: _read(h5py, f[k], path) for k in present}
     except OSError as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise DataError(f"cannot read the file: {msg}", where, reason="unreadable_file") from None
@@ -94,7 +94,7 @@ def _readable(h5py: Any, f: Any, key: str) -> bool:
     )
 
 
-def _read(h5py: Any, obj: Any) -> np.ndarray | dict[str, np.ndarray]:
+def _read(h5py: Any, obj: Any, path: str) -> np.ndarray | dict[str, np.ndarray]:
     """A dataset's array; a group's datasets as ``{leaf path: array}`` (nested groups joined
     with "."), in name order."""
     if isinstance(obj, h5py.Dataset):
@@ -102,6 +102,11 @@ def _read(h5py: Any, obj: Any) -> np.ndarray | dict[str, np.ndarray]:
     leaves: dict[str, np.ndarray] = {}
 
     def visit(name: str, child: Any) -> None:
+        if "." in name.rsplit("/", 1)[-1]:
+            raise SchemaError(
+                f"{obj.name}/{name}: a key with '.', the leaf path separator",
+                Where(file=path, column=f"{obj.name[1:]}.{name.replace('/', '.')}"),
+            )
         if isinstance(child, h5py.Dataset):
             leaves[name.replace("/", ".")] = child[()]
 

@@ -175,6 +175,13 @@ class MinariMetadata:
                     "); composite action spaces are not supported by the episode model"
                 )
             for path, leaf in leaf_items(space):
+                keys = _dict_keys(space)
+                dotted = [k for k in keys if "." in k]
+                if dotted:
+                    raise UnsupportedFormatError(
+                        f"Minari dataset {self.dataset_id!r} has {role} keys with '.', the leaf "
+                        f"path separator: {dotted}"
+                    )
                 if leaf.get("type") not in _LEAF_TYPES:
                     at = f" (leaf {path!r})" if path else ""
                     raise UnsupportedFormatError(
@@ -308,6 +315,17 @@ def leaf_items(space: dict[str, Any], prefix: str = "") -> list[tuple[str, dict[
     for k, sub in items:
         out.extend(leaf_items(sub, f"{prefix}.{k}" if prefix else str(k)))
     return out
+
+
+def _dict_keys(space: dict[str, Any]) -> list[str]:
+    """Every Dict key of a serialized space, nested ones included."""
+    kind = space.get("type")
+    if kind == "Dict":
+        subs = space["subspaces"]
+        return [*map(str, subs), *(k for v in subs.values() for k in _dict_keys(v))]
+    if kind == "Tuple":
+        return [k for v in space["subspaces"] for k in _dict_keys(v)]
+    return []
 
 
 def is_composite(space: dict[str, Any]) -> bool:
