@@ -121,3 +121,83 @@ def test_prelearner_columnar_path_emits_what_the_object_path_emits(updates: dict
             for k in g:
                 np.testing.assert_array_equal(g[k], w[k], err_msg=k)
     assert fast.stats() == slow.stats()
+
+
+# ---------------------------------------------------------------------------- split observations
+def _split(cols: EpisodeColumns) -> EpisodeColumns:
+    """The same episodes with split observations: step obs in step order plus each last obs."""
+    from dataclasses import replace
+
+    steps = np.concatenate(
+        [cols.obs[o : o + n] for o, n in zip(cols.obs_at, cols.length, strict=True)]
+    )
+    last = cols.obs[cols.obs_at + cols.length]
+    return replace(cols, obs=steps, last_obs=last)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 9), min_size=1, max_size=8),
+    keep=st.lists(st.booleans(), min_size=8, max_size=8),
+    seed=st.integers(0, 2**16),
+)
+def test_split_observations_are_the_assembled_ones(
+    lengths: list[int], keep: list[bool], seed: int
+) -> None:
+    """Every way to read observations gives the same frames from both layouts, after any
+    selection of episodes (a plain loop over the episode objects is the reference)."""
+    rng = np.random.default_rng(seed)
+    eps = [
+        Episode(
+            id=f"e{k}",
+            observations=rng.integers(0, 255, (n + 1, 3, 2), dtype=np.uint8),
+            actions=rng.integers(0, 2, n),
+            rewards=rng.random(n).astype(np.float32),
+            terminated=True,
+        )
+        for k, n in enumerate(lengths)
+    ]
+    whole = EpisodeColumns.from_episodes(eps)
+    mask = np.array(keep[: len(eps)], bool)
+    picked = [e for e, m in zip(eps, mask, strict=True) if m]
+    for cols, chosen in ((whole, eps), (whole.select(mask), picked)):
+        split = _split(whole).select(mask) if cols is not whole else _split(whole)
+        if not chosen:
+            continue
+        want = np.concatenate([e.observations for e in chosen])
+        assert (split.observations() == want).all()
+        assert (cols.observations() == want).all()
+        dest = np.zeros_like(want)
+        split.write_observations(dest)
+        assert (dest == want).all()
+        for e, ep in enumerate(chosen):
+            assert (split.episode(e).observations == ep.observations).all()
+            assert (split.final_obs(e) == ep.observations[-1]).all()
+            one = np.zeros_like(ep.observations)
+            split.write_observations(one, e, e + 1)
+            assert (one == ep.observations).all()
+        if len(chosen) > 1:  # a middle range
+            lo, hi = 1, len(chosen)
+            part = np.concatenate([e.observations for e in chosen[lo:hi]])
+            assert (split.observations(lo, hi) == part).all()
+
+
+def test_rows_reader_hands_over_split_observations_and_the_buffer_stores_the_same() -> None:
+    """Real recorded rows in episode order become split observations; the buffer filled from
+    them holds exactly what it holds when filled from the episode objects."""
+    from offline_prelearner.io.readers import make_reader
+    from offline_prelearner.io.readers.base import ReadConfig
+    from offline_prelearner.replay.replay_buffer import EpisodeReplayBuffer
+    from offline_prelearner.replay.samplers import Transition, Uniform
+
+    table = pq.read_table(sorted((REPO / "datasets/cartpole-v1/rows").glob("*.parquet"))[0])
+    batch = make_reader(ReadConfig()).read(table)
+    cols = batch.columns
+    assert cols is not None and cols.last_obs is not None
+    a = EpisodeReplayBuffer(10_000, Uniform(), Transition(), seed=0)
+    b = EpisodeReplayBuffer(10_000, Uniform(), Transition(), seed=0)
+    a.add_columns(cols)
+    b.add(cols.episodes())
+    sa, sb = a.sample(500), b.sample(500)
+    for k in ("obs", "new_obs", "actions", "rewards"):
+        assert (np.asarray(sa[k]) == np.asarray(sb[k])).all()
