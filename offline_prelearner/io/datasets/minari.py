@@ -432,7 +432,7 @@ def _read_hdf5(path: str, meta: MinariMetadata) -> pa.Table:
                         Where(file=path, column=col.name, episode_id=eid),
                         reason="inconsistent",
                     ) from None
-                got = col.add(h5py, d, n, Where(file=path, column=col.name, episode_id=eid))
+                got = col.add(h5py, d, n, path, eid)
                 n = got if n < 0 else n
             rows.append(n)
     ids = np.repeat(np.array([int(k[8:]) for k in names], np.int64), rows)
@@ -459,10 +459,11 @@ class _H5Leaf:
         self.dtype: np.dtype[Any] | None = None  # the first episode's stored dtype
         self.parts: list[np.ndarray] = []
         self.blobs: list[bytes] | None = None  # JPEG-encoded frames
+        self.zero: np.ndarray | None = None  # the padding row
         self.episodes = 0
 
-    def add(self, h5py: Any, d: Any, obs_rows: int, where: Where) -> int:
-        """Reads one episode's dataset ``d``; returns its row count (checked against
+    def add(self, h5py: Any, d: Any, obs_rows: int, path: str, eid: int) -> int:
+        """Reads episode ``eid``'s dataset ``d``; returns its row count (checked against
         ``obs_rows``, the first leaf's, unless this is the first leaf: ``obs_rows < 0``)."""
         shape = d.shape
         n = shape[0] if shape else 0
@@ -470,14 +471,14 @@ class _H5Leaf:
         if obs_rows >= 0 and n != want:
             raise DataError(
                 f"{self.name} has {n} rows, expected {want} (observations have {obs_rows})",
-                where,
+                Where(file=path, column=self.name, episode_id=eid),
                 reason="inconsistent",
             )
         jpeg = self.image and self._is_jpeg(h5py, d)
         if self.episodes and jpeg != (self.blobs is not None):
             raise DataError(
                 f"{self.name} is JPEG-encoded in some episodes and raw in others",
-                where,
+                Where(file=path, column=self.name, episode_id=eid),
                 reason="inconsistent",
             )
         self.episodes += 1
@@ -490,7 +491,7 @@ class _H5Leaf:
         if shape[1:] != self.shape:  # checked: a low-level read trusts the buffer's size
             raise DataError(
                 f"{self.name} has per-step shape {shape[1:]}, the space says {self.shape}",
-                where,
+                Where(file=path, column=self.name, episode_id=eid),
                 reason="inconsistent",
             )
         if self.dtype is None:
@@ -500,7 +501,9 @@ class _H5Leaf:
             d.read(h5py.h5s.ALL, h5py.h5s.ALL, a)
         self.parts.append(a)
         if self.pad:
-            self.parts.append(np.zeros((1, *self.shape), self.dtype))
+            if self.zero is None:
+                self.zero = np.zeros((1, *self.shape), self.dtype)
+            self.parts.append(self.zero)  # the same row each time: concatenate copies it
         return n
 
     @staticmethod
