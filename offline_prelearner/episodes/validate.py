@@ -275,16 +275,19 @@ class Validator:
         (once the obs spec is fixed). False means "ask ``check``", not necessarily "bad"."""
         cfg = self.config
         m = len(held)
-        if m == 0 or self._expected_obs is None or self._expected_obs[1] is _LEAVES:
-            return np.zeros(m, bool)  # composite observations: each through ``check``
+        if m == 0 or self._expected_obs is None:
+            return np.zeros(m, bool)
         shape, dtype, _ = self._expected_obs
+        composite = dtype is _LEAVES
+        if composite and held.cols is not None:
+            return np.zeros(m, bool)  # shared columns hold plain observations only
         n = held.lengths()
         # Empty episodes warn (or fail min_length): always the detailed path.
         ok = n >= max(cfg.min_length, 1)
         ok &= held.t_started() >= 0
         if cfg.require_done:
             ok &= held.done()
-        ok &= held.obs_layout_is(shape, dtype)
+        ok &= held.leaves_are(shape) if composite else held.obs_layout_is(shape, dtype)
         bounds = np.zeros(m + 1, np.int64)
         np.cumsum(n, out=bounds[1:])
         if cfg.check_finite_rewards:
@@ -294,7 +297,10 @@ class Validator:
         if not ok.any():
             return ok
         good = np.flatnonzero(ok)
-        if (cfg.check_finite_obs and np.dtype(dtype).kind in "fc") or "obs" in self._spaces:
+        if composite:
+            if cfg.check_finite_obs or "obs" in self._spaces:
+                ok[good] &= self._leaves_clear(held, good, n[good], shape)
+        elif (cfg.check_finite_obs and np.dtype(dtype).kind in "fc") or "obs" in self._spaces:
             obs = held.observations(good)
             if cfg.check_finite_obs and obs.dtype.kind in "fc":
                 obs_bounds = np.zeros(len(good) + 1, np.int64)
@@ -309,6 +315,36 @@ class Validator:
             if acts is None or not self._space_clear("actions", acts):
                 ok[good] = False
         return ok
+
+    def _leaves_clear(
+        self, held: _Held, which: np.ndarray, n: np.ndarray, leaves: Any
+    ) -> np.ndarray:
+        """Per episode of ``which`` (composite observations of the expected ``leaves``): True
+        where every leaf is finite (if asked) and in its leaf space, with no warning due. One
+        vector pass per leaf over the concatenated episodes."""
+        bounds = np.zeros(len(which) + 1, np.int64)
+        np.cumsum(n + 1, out=bounds[1:])
+        clear = np.ones(len(which), bool)
+        check = self._spaces.get("obs")
+        subs = None if check is None else check.leaves
+        if check is not None and (subs is None or set(subs) != {k for k, _, _ in leaves}):
+            return ~clear  # the space does not fit the layout: ``check`` says how
+        for path, _, dtype in leaves:
+            x = held.leaf(which, path)
+            bad = np.zeros(len(x), bool)
+            if self.config.check_finite_obs and dtype.kind in "fc":
+                bad |= ~np.isfinite(x).reshape(len(x), -1).all(axis=1)
+            if subs is not None:
+                sub = subs[path]
+                rows = sub.rows_ok(x)
+                if isinstance(rows, Miss):
+                    return ~clear
+                if rows is not None:
+                    bad |= ~rows
+                if f"obs.{path}:{x.dtype}" not in self._warned and sub.lossy(x.dtype):
+                    return ~clear  # ``check`` warns once
+            clear &= _none_per_episode(bad, bounds)
+        return clear
 
     def _space_clear(self, column: str, x: np.ndarray) -> bool:
         """Whether all of ``x`` (steps of several episodes, one dtype) lies in the column's space
@@ -362,8 +398,16 @@ class Validator:
         """Composite observations: the leaves' layout, then each leaf finite."""
         obs: dict[str, np.ndarray] = cast(Any, ep.observations)
         if self._expected_obs is not None:
-            leaves, _, ref = self._expected_obs
+            leaves, kind, ref = self._expected_obs
             found = _obs_layout(obs)[0]
+            if kind is not _LEAVES:
+                return _error(
+                    ep,
+                    "obs_shape",
+                    f"observation leaves {_show_leaves(found)} where plain observations of "
+                    f"shape {leaves} and dtype {kind} are expected (set by episode {ref!r})",
+                    "obs",
+                )
             if found != leaves:
                 return _error(
                     ep,
@@ -406,6 +450,14 @@ class Validator:
         obs = ep.observations
         if self._expected_obs is not None:
             shape, dtype, ref = self._expected_obs
+            if dtype is _LEAVES:
+                return _error(
+                    ep,
+                    "obs_shape",
+                    f"a plain observation of shape {obs.shape[1:]} where leaves "
+                    f"{_show_leaves(shape)} are expected (set by episode {ref!r})",
+                    "obs",
+                )
             if obs.shape[1:] != shape:
                 return _error(
                     ep,
@@ -518,9 +570,25 @@ class _Held:
             obs = self.cols.obs
             return np.full(len(self), obs.shape[1:] == shape and obs.dtype == dtype)
         same = (
-            e.observations.shape[1:] == shape and e.observations.dtype == dtype for e in self.eps
+            not O.is_composite(e.observations)
+            and e.observations.shape[1:] == shape
+            and e.observations.dtype == dtype
+            for e in self.eps
         )
         return np.fromiter(same, bool, len(self))
+
+    def leaves_are(self, leaves: Any) -> np.ndarray:
+        """Per held episode (objects): composite observations with exactly these leaf
+        signatures (path, step shape, dtype)."""
+        same = (
+            O.is_composite(e.observations) and _obs_layout(e.observations)[0] == leaves
+            for e in self.eps
+        )
+        return np.fromiter(same, bool, len(self))
+
+    def leaf(self, which: np.ndarray, path: str) -> np.ndarray:
+        """Leaf ``path`` of the composite observations of episodes ``which``, concatenated."""
+        return np.concatenate([cast(Any, self.eps[g].observations)[path] for g in which.tolist()])
 
     def rewards(self) -> np.ndarray:
         """Every held episode's rewards, concatenated in order."""
