@@ -18,6 +18,12 @@ end. Box leaves are ``fixed_size_list`` (flattened row-major), Discrete leaves i
 leaves ``binary``. The schema metadata ``minari`` holds the dataset's metadata (id, format,
 spaces) so the reader needs nothing else. The hdf5 backend is read into the same layout, so one
 reader serves the three backends.
+
+**Composite observations** (Dict / Tuple spaces, nested) are struct columns, as Minari's arrow
+backend stores them: fields named by Dict key, Tuple items ``"0"``, ``"1"``...; the hdf5
+backend's nested groups (``observations/<key>/...``, ``_index_<i>`` for Tuple items) are read
+into the same struct. Composite *actions* and Text leaves are refused in one line
+(:meth:`MinariMetadata.check_supported`).
 """
 
 from __future__ import annotations
