@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 from fixtures.conftest import require_minari
-from fixtures.make_minari import BACKENDS
+from fixtures.make_minari import BACKENDS, minari_datasets_path
 from fixtures.make_nested_minari import LENGTHS, make_nested, nested_space
 
 from offline_prelearner.config import ReadConfig
@@ -42,10 +42,13 @@ def read_all(path: str | Path, on_invalid: str = "raise") -> EpisodeBatch:
     return total
 
 
-def minari_episodes(data: Path) -> list[Any]:
+def minari_episodes(data: Path, dataset_id: str = "nested/dict-v0") -> list[Any]:
+    """The oracle: ``minari.load_dataset(id).iterate_episodes()`` under the fixture's root."""
     import minari
 
-    return list(minari.MinariDataset(str(data)).iterate_episodes())
+    root = data.parents[len(dataset_id.split("/"))]  # <root>/<id>/data
+    with minari_datasets_path(root):
+        return list(minari.load_dataset(dataset_id).iterate_episodes())
 
 
 def assert_same(ours: list[Episode], theirs: list[Any]) -> None:
