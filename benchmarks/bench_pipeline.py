@@ -57,7 +57,9 @@ Workloads (bench names; ``b<N>`` is the ``map_batches`` batch size in input rows
   same rows in the fast tensor layout, converted once with our ``convert`` (``offline-prelearner
   convert .bench/data/pixels_rows --to rows --layout fast --out .bench/pixels_rows_fast``;
   ``--pixel-fast-dir``): ``read_iter`` (the floor), ``e2e`` and ``e2e_nstep3_framestack4`` (issue
-  14's pixel job: n-step 3, frame stack 4, one actor), each with its fraction of the floor.
+  14's pixel job: n-step 3, frame stack 4, one actor), each with its fraction of the floor;
+  ``read_actor`` is the floor of the learner stream's own read (one actor reading the files in
+  batches, ``ray.read=actor``, nothing mapped), with ``/actor`` ratios against it.
 
 Each line's ``n`` / ``throughput`` is input rows (episodes) per second of wall time;
 ``samples_per_s`` is learner-ready rows out per second. ``peak_mem_mb`` is the peak summed RSS of
@@ -388,6 +390,52 @@ def run_bare(files: list[Path], batch_size: int, sized: bool = False) -> Run:
     return timed(job)
 
 
+class _CountRows:
+    """The learner stream's own read with nothing mapped: the rows of each batch it would hand
+    to the prelearner (``jobs/file_batches.py``), counted."""
+
+    def __init__(self, batch_size: int) -> None:
+        self.batch_size = batch_size
+
+    def __call__(self, batch: Any) -> Any:
+        from offline_prelearner.jobs.file_batches import iter_file_batches, prefetch
+
+        paths = [p for group in batch.column("paths").to_pylist() for p in group]
+        for table, _ in prefetch(iter_file_batches(paths, self.batch_size)):
+            yield {"rows": [table.num_rows]}
+
+
+def has_file_batches() -> bool:
+    """Whether the package measured reads in its actors (``jobs/file_batches.py``; not in a
+    ``--baseline-ref`` older than it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("offline_prelearner.jobs.file_batches") is not None
+
+
+def run_bare_actor(files: list[Path], batch_size: int) -> Run:
+    """The floor of the learner stream's actor read: one actor reads the files in batches (as
+    ``ray.read=actor`` does) and hands back row counts only."""
+    import ray
+
+    from offline_prelearner.jobs.file_batches import read_groups
+
+    def job() -> tuple[int, int, float | None]:
+        groups = read_groups([str(f) for f in files], batch_size)
+        ds = ray.data.from_items([{"paths": g} for g in groups], override_num_blocks=len(groups))
+        ds = ds.map_batches(
+            _CountRows,
+            fn_constructor_args=(batch_size,),
+            compute=ray.data.ActorPoolStrategy(size=1, max_tasks_in_flight_per_actor=1),
+            batch_size=None,
+            batch_format="pyarrow",
+        )
+        n = sum(int(b["rows"].sum()) for b in ds.iter_batches(batch_size=None))
+        return n, n, None
+
+    return timed(job)
+
+
 def bench_ours(
     data: Path,
     quick: bool,
@@ -495,6 +543,10 @@ def _bench_pixel_set(
     bench = f"{name}.read_iter.b{size}"
     runs = repeat(bench, lambda: run_bare(pixel_files, size), repeats)
     lines.append(C.emit(line_for(bench, "ours", runs, "rows/s", batch_size=size, **extra)))
+    if has_file_batches():
+        bench = f"{name}.read_actor.b{size}"
+        runs = repeat(bench, lambda: run_bare_actor(pixel_files, size), repeats)
+        lines.append(C.emit(line_for(bench, "ours", runs, "rows/s", batch_size=size, **extra)))
     for suffix, updates in variants.items():
         bench = f"{name}.{suffix}.b{size}"
         ups = {"ray.batch_size": size, **PIXEL_BASE, **updates}
@@ -693,7 +745,8 @@ def extra_ratios(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if theirs is not None and variant != "e2e":  # plain e2e pairs in C.ratio_lines
             pair = C.ratio_lines([ours, {**theirs, "bench": bench}])
             out += [{**x, "rllib_bench": theirs["bench"]} for x in pair]
-        for floor, tag in (("read_iter", "bare"), ("read_iter_sized", "bare_sized")):
+        floors = (("read_iter", "bare"), ("read_iter_sized", "bare_sized"), ("read_actor", "actor"))
+        for floor, tag in floors:
             bare = by.get((f"{dataset}.{floor}.{size}", "ours"))
             if bare is not None:
                 out.append(

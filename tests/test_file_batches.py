@@ -173,3 +173,24 @@ def test_learner_stream_error_names_the_file(ray_local: Any, tmp_path: Path) -> 
     with pytest.raises(Exception, match=r"part-000\.parquet"):
         for _ in iter_learner_batches(str(tmp_path), PreLearnerConfig()):
             pass
+
+
+def test_read_groups_are_consecutive_files_of_at_least_a_batch(tmp_path: Path) -> None:
+    from offline_prelearner.jobs.file_batches import read_groups
+
+    paths = _write(tmp_path, [100, 5000, 300, 300, 4000, 10])
+    bad = tmp_path / "part-100.parquet"
+    bad.write_bytes(b"nope")
+    groups = read_groups([*paths, str(bad), paths[0]], 4096)
+    assert (
+        groups
+        == [
+            paths[:2],  # 100 + 5000 rows
+            paths[2:5],  # 300 + 300 + 4000
+            paths[5:],  # the last 10 rows: a short group
+            [str(bad)],  # unknown rows: alone (its reader names it)
+            [paths[0]],
+        ]
+    )
+    assert [p for g in groups for p in g] == [*paths, str(bad), paths[0]]
+    assert read_groups(paths, None) == [[p] for p in paths]

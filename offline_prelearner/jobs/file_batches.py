@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from ..errors import DataError, Where
 from ..io.sources import is_minari_file, read_table
 
-__all__ = ["concat_tables", "iter_file_batches", "parquet_chunks", "prefetch"]
+__all__ = ["concat_tables", "iter_file_batches", "parquet_chunks", "prefetch", "read_groups"]
 
 T = TypeVar("T")
 
@@ -137,6 +137,43 @@ def iter_file_batches(
             yield flush()
     if held:
         yield flush()
+
+
+def read_groups(paths: list[str], batch_size: int | None) -> list[list[str]]:
+    """``paths`` in order, cut into groups of consecutive files holding at least ``batch_size``
+    rows each (Parquet footers; a file whose rows are unknown stands alone). The learner stream
+    makes each group one Ray Data task: a task's small outputs reach the learner when it ends,
+    so groups keep the first learner batch close to the start while small files still share
+    batches within their group."""
+    step = batch_size or 1
+    groups: list[list[str]] = []
+    current: list[str] = []
+    rows = 0
+    for path in paths:
+        n = _footer_rows(path)
+        if n is None:
+            if current:
+                groups.append(current)
+            groups.append([path])
+            current, rows = [], 0
+            continue
+        current.append(path)
+        rows += n
+        if rows >= step:
+            groups.append(current)
+            current, rows = [], 0
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _footer_rows(path: str) -> int | None:
+    if not path.endswith((".parquet", ".pq")) or is_minari_file(path):
+        return None
+    try:
+        return int(pq.ParquetFile(path).metadata.num_rows)
+    except (pa.ArrowInvalid, OSError):
+        return None
 
 
 def concat_tables(tables: list[pa.Table]) -> pa.Table:

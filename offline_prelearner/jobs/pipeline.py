@@ -56,7 +56,7 @@ from ..plugins import import_object
 from ..prelearner import OfflinePreLearner
 from ..replay.batch import MultiAgentBatch
 from .commit import Staging, file_sha256, staging_path
-from .file_batches import iter_file_batches, prefetch
+from .file_batches import iter_file_batches, prefetch, read_groups
 from .file_tally import per_file
 from .units import Plan, UnitJob, plan_units, run_unit
 
@@ -238,7 +238,7 @@ class OfflinePreLearnerActor:
 
 
 class ReadingPreLearnerActor(OfflinePreLearnerActor):
-    """The learner stream's actor: takes a batch of *file names* and reads them itself, in
+    """The learner stream's actor: takes a group of *file names* and reads them itself, in
     ``config.ray.batch_size``-row batches, one batch ahead on a thread (see
     :mod:`~offline_prelearner.jobs.file_batches`: the input never passes through the object
     store). The prelearner is told each batch's file, so its errors name it."""
@@ -251,9 +251,19 @@ class ReadingPreLearnerActor(OfflinePreLearnerActor):
     ) -> None:
         super().__init__(prelearner, config, stats_sink)
         self.batch_size = config.ray.batch_size
+        self.last_group = -1
 
     def __call__(self, batch: Any) -> Iterator[Any]:
-        paths = [str(p) for p in batch.column("path").to_pylist()]
+        # The prelearner's state (fragments waiting for their continuation) needs the groups in
+        # file order: each task is dispatched after the last one ended, and this checks it.
+        for k in batch.column("group").to_pylist():
+            if k <= self.last_group:
+                raise RuntimeError(
+                    f"file group {k} reached the prelearner after group {self.last_group}: "
+                    "the learner stream's files must arrive in order"
+                )
+            self.last_group = k
+        paths = [str(p) for group in batch.column("paths").to_pylist() for p in group]
         for table, source in prefetch(iter_file_batches(paths, self.batch_size)):
             self.prelearner.source = source
             yield from super().__call__(table)
@@ -385,15 +395,16 @@ def _map(
 ) -> Any:
     rc = config.ray
     if reads_in_actor(config):
-        # File names in, one contiguous range of files per actor; each actor reads its own.
+        # File names in, a group of files per task (its outputs reach the learner when it ends);
+        # the actors read them, one task at a time each, in order.
+        groups = read_groups(files, rc.batch_size)
+        items = [{"group": k, "paths": g} for k, g in enumerate(groups)]
+        paths = ray.data.from_items(items, override_num_blocks=len(groups))
         actors = rc.concurrency or 1
-        paths = ray.data.from_items(
-            [{"path": f} for f in files], override_num_blocks=min(actors, len(files))
-        )
         ds = paths.map_batches(
             ReadingPreLearnerActor,
             fn_constructor_kwargs=kwargs,
-            compute=ray.data.ActorPoolStrategy(size=actors),
+            compute=ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1),
             batch_size=None,
             batch_format="pyarrow",
             **remote_args,
