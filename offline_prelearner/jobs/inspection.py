@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 
 from ..config import ReadConfig
+from ..episodes import columns as C
+from ..episodes import observations as O
 from ..episodes.ledger import EpisodeBatch
 from ..episodes.stitch import stitch_fragments
 from ..episodes.validate import Deduplicator, ValidateConfig, Validator
@@ -80,15 +82,8 @@ class InspectReport:
             "rejected": dict(sorted(led.rows_rejected.items())),
             "rejected_episodes": dict(sorted(led.episodes_rejected.items())),
             "rows_balance": led.balanced(),
-            "observation": None
-            if first is None
-            else {
-                "shape": list(first.observations.shape[1:]),
-                "dtype": str(first.observations.dtype),
-            },
-            "action": None
-            if first is None
-            else {"shape": list(first.actions.shape[1:]), "dtype": str(first.actions.dtype)},
+            "observation": None if first is None else _observation(first.observations),
+            "action": None if first is None else _shape_dtype(first.actions),
             "extras": [] if first is None else sorted(first.extras),
             "length": stats(lens),
             "return": stats(rets),
@@ -105,6 +100,30 @@ class InspectReport:
                 for e in eps
             ],
         }
+
+
+def _shape_dtype(values: np.ndarray) -> dict[str, Any]:
+    return {"shape": list(values.shape[1:]), "dtype": str(values.dtype)}
+
+
+class _LeafShapes(dict[str, dict[str, Any]]):
+    """A composite observation's ``{"obs.<leaf path>": {"shape", "dtype"}}``, sorted by path: a
+    plain ``dict`` to ``json``, and one line per leaf in the text summary (``str``)."""
+
+    def __str__(self) -> str:
+        width = max(map(len, self), default=0)
+        lines = [f"{len(self)} leaves (composite)"]
+        lines += [
+            f"  {k:<{width}}  shape {v['shape']}  dtype {v['dtype']}" for k, v in self.items()
+        ]
+        return "\n".join(lines) + "\n"
+
+
+def _observation(obs: O.Observations) -> dict[str, Any]:
+    """Per-step shape and dtype of the observations: of the array, or of each composite leaf."""
+    if isinstance(obs, np.ndarray):
+        return _shape_dtype(obs)
+    return _LeafShapes((f"{C.OBS}{O.SEP}{p}", _shape_dtype(obs[p])) for p in sorted(obs))
 
 
 def _jsonable_id(x: Any) -> Any:
