@@ -78,8 +78,8 @@ def episode(kind: str, k: int, n: int) -> Episode:
 @st.composite
 def cases(draw: st.DrawFn) -> tuple[dict[str, Any], list[list[Episode]]]:
     cfg: dict[str, Any] = {
-        # not "quarantine": its rows writer (io/writers.py) takes plain observations only
-        "on_invalid": draw(st.sampled_from(["skip", "raise"])),
+        # quarantine: each refused episode also goes through the rows writer (leaf columns)
+        "on_invalid": draw(st.sampled_from(["skip", "quarantine", "raise"])),
         "require_done": draw(st.booleans()),
         "check_finite_obs": draw(st.booleans()),
         "min_length": draw(st.integers(0, 2)),

@@ -6,17 +6,25 @@ rows in the recorder layout, :func:`~.writers.episodes_to_rows`). Every row gets
 ``_reject_reason`` (the error's reason, e.g. ``nan_reward``) and ``_reject_message`` (the whole
 message, naming file, column, episode and step). Tables of different columns are concatenated
 with permissive promotion (missing columns are null).
+
+A refused episode with composite observations (gymnasium Dict / Tuple) is written with one
+column per leaf, ``obs.<path>`` / ``new_obs.<path>``, as the prelearner's output writes them;
+given the ``observation_space``, each leaf column carries its leaf space in its field metadata
+(:func:`~.leaf_spaces.with_leaf_spaces`), so the file reads back as the output does.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
+from typing import Any
 
+import gymnasium as gym
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..episodes.ledger import Rejection
+from .leaf_spaces import with_leaf_spaces
 from .writers import episodes_to_rows
 
 __all__ = ["quarantine_rows", "write_quarantine"]
@@ -31,10 +39,16 @@ def quarantine_rows(rejection: Rejection) -> pa.Table | None:
     return None
 
 
-def write_quarantine(rejections: list[Rejection], out_dir: str | os.PathLike[str]) -> str | None:
+def write_quarantine(
+    rejections: list[Rejection],
+    out_dir: str | os.PathLike[str],
+    observation_space: gym.Space[Any] | None = None,
+) -> str | None:
     """Writes quarantined rows, with ``_reject_reason`` and ``_reject_message``, to Parquet.
 
-    Returns the path written, or None when nothing was quarantined.
+    ``observation_space`` (a composite one) puts each leaf column's space in its field metadata;
+    without it the leaf columns are written all the same, without spaces. Returns the path
+    written, or None when nothing was quarantined.
     """
     tables = []
     for rej in rejections:
@@ -50,5 +64,6 @@ def write_quarantine(rejections: list[Rejection], out_dir: str | os.PathLike[str
         return None
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(os.fspath(out_dir), f"quarantine-{uuid.uuid4().hex[:12]}.parquet")
-    pq.write_table(pa.concat_tables(tables, promote_options="permissive"), path)
+    table = pa.concat_tables(tables, promote_options="permissive")
+    pq.write_table(with_leaf_spaces(table, observation_space), path)
     return path

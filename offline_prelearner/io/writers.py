@@ -24,6 +24,12 @@ Edges:
   With ``layout="fast"`` they are written in the fast tensor layout instead
   (:mod:`.fast_tensor`: ``fixed_size_binary`` cells, dtype and shape in the field metadata), which
   Parquet reads 10-30x faster and RLlib cannot read. The default here is ``"rllib"``.
+* A composite observation (gymnasium Dict / Tuple, nested; a ``{leaf path: array}`` map, see
+  :mod:`~offline_prelearner.episodes.observations`) is written as one column per leaf,
+  ``obs.<path>`` and ``new_obs.<path>`` (``obs.goal.pos``, ``obs.pair.0``), each laid out as a
+  plain column would be: the names the prelearner's output uses. Each leaf's space goes in its
+  field metadata with :func:`~.leaf_spaces.with_leaf_spaces` when the space is known. All
+  episodes must have the same leaves (``SchemaError`` otherwise).
 * All episodes must agree on the per-step shape of each column (``SchemaError`` otherwise); dtypes
   that differ are promoted with numpy's rules (int32 and int64 actions give int64).
 """
@@ -41,6 +47,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..episodes import columns as C
+from ..episodes import observations as O
 from ..episodes.episode import Episode
 from ..errors import SchemaError, Where
 from .fast_tensor import Layout, check_layout, fixed_binary_column
@@ -136,23 +143,72 @@ def _concat(episodes: Sequence[Episode], name: str, get: Any) -> np.ndarray:
 _LARGE_OBS_BYTES = 4096
 
 
-def _obs_columns(episodes: Sequence[Episode], lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``obs`` (each episode's observations but the last) and ``new_obs`` (all but the first)."""
-    first = episodes[0].observations
+def _obs_columns(
+    episodes: Sequence[Episode], lengths: np.ndarray
+) -> tuple[O.Observations, O.Observations]:
+    """``obs`` (each episode's observations but the last) and ``new_obs`` (all but the first):
+    arrays for plain observations, ``{leaf path: array}`` maps for composite ones."""
+    want = _leaf_set(episodes[0].observations)
+    for ep in episodes:
+        got = _leaf_set(ep.observations)
+        if got != want:
+            raise SchemaError(
+                f"observation leaves {_describe(got)} differ from the first episode's "
+                f"{_describe(want)}",
+                Where(column=C.OBS, episode_id=ep.id),
+            )
+    paths = None if want is None else list(episodes[0].observations)
+    if paths is None:
+        return _obs_pair(episodes, lengths, "", lambda e: e.observations)
+    pairs = {p: _obs_pair(episodes, lengths, p, lambda e, p=p: e.observations[p]) for p in paths}
+    return {p: o for p, (o, _) in pairs.items()}, {p: n for p, (_, n) in pairs.items()}
+
+
+def _leaf_set(obs: O.Observations) -> frozenset[str] | None:
+    """A composite observation's leaf paths (None for a plain array)."""
+    return frozenset(obs) if O.is_composite(obs) else None
+
+
+def _describe(leaves: frozenset[str] | None) -> str:
+    return "none (a plain array)" if leaves is None else str(sorted(leaves))
+
+
+def _obs_pair(
+    episodes: Sequence[Episode], lengths: np.ndarray, path: str, get: Any
+) -> tuple[np.ndarray, np.ndarray]:
+    """``obs`` / ``new_obs`` of one observation array per episode (``get(e)``, ``[T + 1, ...]``);
+    ``path`` names a composite leaf in errors (``""``: a plain observation)."""
+    obs_name, new_name = _leaf_name(C.OBS, path), _leaf_name(C.NEW_OBS, path)
+    first = get(episodes[0])
     if first[0].nbytes >= _LARGE_OBS_BYTES:
         return (
-            _concat(episodes, C.OBS, lambda e: e.observations[:-1]),
-            _concat(episodes, C.NEW_OBS, lambda e: e.observations[1:]),
+            _concat(episodes, obs_name, lambda e: get(e)[:-1]),
+            _concat(episodes, new_name, lambda e: get(e)[1:]),
         )
     # Small observations: concatenate all of them once ([T_i + 1] each) and drop, with boolean
     # masks, each episode's last one (obs) or first one (new_obs).
-    all_obs = _concat(episodes, C.OBS, lambda e: e.observations)
+    all_obs = _concat(episodes, obs_name, get)
     obs_end = np.cumsum(lengths + 1)  # one past each episode's last observation
     is_last = np.zeros(len(all_obs), dtype=bool)
     is_last[obs_end - 1] = True
     is_first = np.zeros(len(all_obs), dtype=bool)
     is_first[obs_end - lengths - 1] = True
     return all_obs[~is_last], all_obs[~is_first]
+
+
+def _leaf_name(column: str, path: str) -> str:
+    """A leaf's column name, as the prelearner's output names it (``obs.<path>``; ``column``
+    itself for a plain observation, path ``""``)."""
+    return f"{column}{O.SEP}{path}" if path else column
+
+
+def _obs_fields(
+    column: str, values: O.Observations, layout: Layout
+) -> list[tuple[pa.Field, pa.Array]]:
+    """The ``obs`` (or ``new_obs``) column, or one column per leaf of a composite observation."""
+    return [
+        _column(_leaf_name(column, path), leaf, layout) for path, leaf in O.leaves(values).items()
+    ]
 
 
 def _ids(values: list[Any], lengths: np.ndarray) -> pa.Array:
@@ -251,12 +307,12 @@ def episodes_to_rows(
     for name, attr in ((C.AGENT_ID, "agent_id"), (C.MODULE_ID, "module_id")):
         arr = _ids([getattr(e, attr) for e in episodes], lengths)
         cols.append((pa.field(name, arr.type), arr))
-    cols.append(_column(C.OBS, obs, layout))
+    cols.extend(_obs_fields(C.OBS, obs, layout))
     actions = _concat(episodes, C.ACTIONS, lambda e: e.actions)
     cols.append(_column(C.ACTIONS, actions, layout))
     rewards = _concat(episodes, C.REWARDS, lambda e: e.rewards).astype(np.float64, copy=False)
     cols.append(_column(C.REWARDS, rewards))
-    cols.append(_column(C.NEW_OBS, new_obs, layout))
+    cols.extend(_obs_fields(C.NEW_OBS, new_obs, layout))
     cols.append(_column(C.TERMINATEDS, terminateds))
     cols.append(_column(C.TRUNCATEDS, truncateds))
     if with_t:

@@ -182,7 +182,7 @@ def inspect_path(
     tally.settle(batch, batch.ledger.rows_duplicate - duplicate)
     qfile = None
     if quarantine_dir is not None and read.on_invalid == "quarantine":
-        qfile = write_quarantine(batch.rejections, quarantine_dir)
+        qfile = write_quarantine(batch.rejections, quarantine_dir, validate.observation_space)
     name = schema.name if schema is not None else read.format
     packed = getattr(reader, "detected_packed", None)
     if packed:
