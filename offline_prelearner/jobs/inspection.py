@@ -106,24 +106,11 @@ def _shape_dtype(values: np.ndarray) -> dict[str, Any]:
     return {"shape": list(values.shape[1:]), "dtype": str(values.dtype)}
 
 
-class _LeafShapes(dict[str, dict[str, Any]]):
-    """A composite observation's ``{"obs.<leaf path>": {"shape", "dtype"}}``, sorted by path: a
-    plain ``dict`` to ``json``, and one line per leaf in the text summary (``str``)."""
-
-    def __str__(self) -> str:
-        width = max(map(len, self), default=0)
-        lines = [f"{len(self)} leaves (composite)"]
-        lines += [
-            f"  {k:<{width}}  shape {v['shape']}  dtype {v['dtype']}" for k, v in self.items()
-        ]
-        return "\n".join(lines) + "\n"
-
-
 def _observation(obs: O.Observations) -> dict[str, Any]:
     """Per-step shape and dtype of the observations: of the array, or of each composite leaf."""
     if isinstance(obs, np.ndarray):
         return _shape_dtype(obs)
-    return _LeafShapes((f"{C.OBS}{O.SEP}{p}", _shape_dtype(obs[p])) for p in sorted(obs))
+    return {f"{C.OBS}{O.SEP}{p}": _shape_dtype(obs[p]) for p in sorted(obs)}
 
 
 def _jsonable_id(x: Any) -> Any:

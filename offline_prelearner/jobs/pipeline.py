@@ -243,15 +243,7 @@ class ReadingPreLearnerActor(OfflinePreLearnerActor):
     :mod:`~offline_prelearner.jobs.file_batches`: the input never passes through the object
     store). The prelearner is told each batch's file, so its errors name it."""
 
-    def __init__(
-        self,
-        prelearner: type[OfflinePreLearner],
-        config: PreLearnerConfig,
-        stats_sink: Any = None,
-    ) -> None:
-        super().__init__(prelearner, config, stats_sink)
-        self.batch_size = config.ray.batch_size
-        self.last_group = -1
+    last_group = -1  # the file group read last
 
     def __call__(self, batch: Any) -> Iterator[Any]:
         # The prelearner's state (fragments waiting for their continuation) needs the groups in
@@ -264,7 +256,8 @@ class ReadingPreLearnerActor(OfflinePreLearnerActor):
                 )
             self.last_group = k
         paths = [str(p) for group in batch.column("paths").to_pylist() for p in group]
-        for table, source in prefetch(iter_file_batches(paths, self.batch_size)):
+        batch_size = self.prelearner.config.ray.batch_size
+        for table, source in prefetch(iter_file_batches(paths, batch_size)):
             self.prelearner.source = source
             yield from super().__call__(table)
 
