@@ -246,6 +246,10 @@ class RayConfig:
             feeds the actors, reading on other workers. ``"auto"`` (default): ``"actor"``
             unless ``group_by_episode`` (which needs Ray Data's read and shuffle). The batch
             job's units always read their own files.
+        read_threads: Threads pyarrow decodes with in each learner-stream actor that reads its
+            own files (Ray limits a worker's pools to its ``num_cpus``; decoding a batch's
+            columns in parallel is what the separate read tasks gave before). Default 2: on the
+            100k-row pixel set, a fresh worker read 39k rows/s with 1 thread, ~64k with 2.
     """
 
     address: str | None = None
@@ -256,9 +260,11 @@ class RayConfig:
     footer_readers: int | None = None
     block_mb: int = 16
     read: str = "auto"
+    read_threads: int = 2
 
     def __post_init__(self) -> None:
         _check_int("ray", "block_mb", self.block_mb, lo=1)
+        _check_int("ray", "read_threads", self.read_threads, lo=1)
         if self.read not in ("auto", "actor", "ray"):
             raise ConfigError(f"ray.read must be 'auto', 'actor' or 'ray', found {self.read!r}")
         _check_int("ray", "concurrency", self.concurrency, lo=1, none_ok=True)

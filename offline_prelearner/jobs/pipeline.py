@@ -55,6 +55,7 @@ from ..io.sources import check_one_format, detect_format, expand_paths
 from ..plugins import import_object
 from ..prelearner import OfflinePreLearner
 from ..replay.batch import MultiAgentBatch
+from ..replay.memory import small_pages_for_numpy
 from .commit import Staging, file_sha256, staging_path
 from .file_batches import iter_file_batches, prefetch, read_groups
 from .file_tally import per_file
@@ -226,6 +227,7 @@ class OfflinePreLearnerActor:
         config: PreLearnerConfig,
         stats_sink: Any = None,
     ) -> None:
+        small_pages_for_numpy()  # our worker process: see replay/memory.py
         self.prelearner = prelearner(config, stats_sink=stats_sink)
         self.obs_space = config.validate.observation_space
 
@@ -244,6 +246,17 @@ class ReadingPreLearnerActor(OfflinePreLearnerActor):
     store). The prelearner is told each batch's file, so its errors name it."""
 
     last_group = -1  # the file group read last
+
+    def __init__(
+        self,
+        prelearner: type[OfflinePreLearner],
+        config: PreLearnerConfig,
+        stats_sink: Any = None,
+    ) -> None:
+        super().__init__(prelearner, config, stats_sink)
+        # Ray caps a worker's thread pools at its CPUs (OMP_NUM_THREADS); this actor does the
+        # reading that read tasks did on other CPUs, and decodes its columns in parallel.
+        pa.set_cpu_count(max(pa.cpu_count(), config.ray.read_threads))
 
     def __call__(self, batch: Any) -> Iterator[Any]:
         # The prelearner's state (fragments waiting for their continuation) needs the groups in
@@ -704,6 +717,7 @@ def _run_units(batch: dict[str, np.ndarray], job: UnitJob) -> dict[str, np.ndarr
     wraps a task's exception into a ``UserCodeException`` that keeps only its text, and the CLI
     needs the error itself (its class gives the exit code, its location the one line).
     """
+    small_pages_for_numpy()  # our worker process: see replay/memory.py
     recs = []
     for k in batch["unit"]:
         try:

@@ -1,0 +1,58 @@
+"""Memory for the buffer's large columns (``replay/memory.py``): zero-filled, writable arrays in
+their own anonymous mapping above LARGE, numpy's below; numpy's huge-page advice turned off in
+our worker processes unless the user chose."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from offline_prelearner.replay.memory import LARGE, zeroed
+
+
+def test_large_columns_are_their_own_zeroed_writable_mapping() -> None:
+    frames = LARGE // (84 * 84 * 4) + 1
+    ring = zeroed((frames, 84, 84, 4), np.uint8)
+    assert ring.shape == (frames, 84, 84, 4) and ring.dtype == np.uint8
+    base = ring
+    while isinstance(base, np.ndarray | memoryview):  # reshape -> frombuffer -> memoryview -> mmap
+        base = base.base if isinstance(base, np.ndarray) else base.obj
+    assert isinstance(base, mmap.mmap)
+    assert not ring.any()  # the kernel's zero pages
+    ring[-1] = 7
+    ring[0, 0, 0, 0] = 1
+    assert ring[-1].sum() == 7 * 84 * 84 * 4 and ring[0, 0, 0, 0] == 1
+    floats = zeroed((LARGE // 8 + 3, 2), np.float64)
+    assert floats.flags.writeable and floats.flags.c_contiguous and not floats.any()
+
+
+def test_small_and_object_columns_are_plain_numpy() -> None:
+    small = zeroed((100, 4), np.float32)
+    assert small.base is None and not small.any()
+    ids = zeroed((LARGE // 8 + 1,), object)
+    assert ids.dtype == object and ids[0] == 0
+
+
+def _hugepage_after(env: dict[str, str]) -> str:
+    code = (
+        "import numpy as np\n"
+        "from offline_prelearner.replay.memory import small_pages_for_numpy\n"
+        "off = small_pages_for_numpy()\n"
+        "print(off, np._core.multiarray._get_madvise_hugepage())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return out.stdout.strip()
+
+
+def test_numpy_huge_pages_off_unless_the_user_chose() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    if sys.platform == "linux":
+        assert _hugepage_after(env) == "True False"
+    assert _hugepage_after({**env, "NUMPY_MADVISE_HUGEPAGE": "1"}) == "False True"
+    assert _hugepage_after({**env, "NUMPY_MADVISE_HUGEPAGE": "0"}) == "True False"
