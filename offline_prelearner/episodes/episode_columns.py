@@ -119,11 +119,14 @@ class EpisodeColumns:
             {k: x[s : s + n] for k, x in self.extras.items()},
         )
 
-    def episodes(self) -> list[Episode]:
-        """Every episode as an object, in table order."""
-        if self.last_obs is not None:
+    def episodes(self, leaves: dict[str, np.ndarray] | None = None) -> list[Episode]:
+        """Every episode as an object, in table order. ``leaves``: composite observations as
+        ``{leaf path: [rows, ...]}`` indexed like ``obs`` (by ``obs_at``), which is then unused;
+        each episode holds views of the leaf arrays."""
+        if self.last_obs is not None and leaves is None:
             return [self.episode(e) for e in range(len(self))]
         obs, act, rew, xs = self.obs, self.actions, self.rewards, list(self.extras.items())
+        items = list(leaves.items()) if leaves is not None else None
         out: list[Episode] = []
         rows = zip(
             self.ids,
@@ -141,7 +144,7 @@ class EpisodeColumns:
             out.append(
                 Episode._trusted(
                     eid,
-                    obs[o : o + n + 1],
+                    obs[o : o + n + 1] if items is None else _leaf_views(items, o, o + n + 1),
                     act[s : s + n],
                     rew[s : s + n],
                     term,
@@ -238,6 +241,11 @@ class EpisodeColumns:
         if self.last_obs is not None:
             raise ValueError("split observations have no obs rows; use observations()")
         return _ranges(self.obs_at[lo:hi], self.length[lo:hi] + 1)
+
+
+def _leaf_views(items: list[tuple[str, np.ndarray]], lo: int, hi: int) -> Any:
+    """A composite observation's leaves ``lo:hi`` (an episode holds them as a dict of views)."""
+    return {k: v[lo:hi] for k, v in items}
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray | slice:

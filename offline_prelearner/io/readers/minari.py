@@ -31,13 +31,12 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from ...config import ReadConfig
-from ...episodes.episode import Episode
 from ...episodes.episode_columns import EpisodeColumns
 from ...episodes.ledger import EpisodeBatch
 from ...episodes.validate import Miss, SpaceCheck
@@ -217,37 +216,7 @@ def add_leaf_episodes(
     episode holds views of the leaf arrays. Per-episode Python work: an
     :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns` holds one plain
     observation array, so composite episodes travel as objects (as the rows reader's do)."""
-    items = list(leaves.items())
-    act, rew, xs = cols.actions, cols.rewards, list(cols.extras.items())
-    spans = zip(
-        cols.ids,
-        cols.obs_at.tolist(),
-        cols.step_at.tolist(),
-        cols.length.tolist(),
-        cols.terminated.tolist(),
-        cols.truncated.tolist(),
-        cols.agents,
-        cols.modules,
-        cols.t_started.tolist(),
-        strict=True,
-    )
-    eps = out.episodes
-    for eid, o, s, n, term, trunc, agent, module, t0 in spans:
-        obs = {k: v[o : o + n + 1] for k, v in items}
-        eps.append(
-            Episode._trusted(
-                eid,
-                cast(Any, obs),
-                act[s : s + n],
-                rew[s : s + n],
-                term,
-                trunc,
-                agent,
-                module,
-                t0,
-                {k: x[s : s + n] for k, x in xs},
-            )
-        )
+    out.episodes.extend(cols.episodes(leaves))
     out.source_rows.extend(cols.length.tolist())
     out.sync()
 
