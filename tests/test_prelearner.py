@@ -158,3 +158,13 @@ def test_same_seed_same_samples() -> None:
     b = run_all(OfflinePreLearner(seed=5), ROWS[:2])
     for x, y in zip(a, b, strict=True):
         assert all(np.array_equal(x[k], y[k]) for k in x)
+
+
+def test_a_record_batch_is_taken_like_a_table() -> None:
+    """pyarrow's own batch type (what ``ParquetFile.iter_batches`` yields) goes in as it is."""
+    rows = Path(__file__).resolve().parents[1] / "datasets/cartpole-v1/rows"
+    rb = next(pq.ParquetFile(sorted(rows.glob("*.parquet"))[0]).iter_batches(batch_size=500))
+    a = list(OfflinePreLearner(sample_all=True)(rb))
+    b = list(OfflinePreLearner(sample_all=True)(pa.Table.from_batches([rb])))
+    assert len(a) == len(b) == 1 and len(a[0]["obs"]) > 0
+    assert all((a[0][k] == b[0][k]).all() for k in ("obs", "actions", "rewards"))

@@ -19,7 +19,7 @@ from ...episodes.ledger import EpisodeBatch
 
 __all__ = ["Batch", "Reader"]
 
-Batch: TypeAlias = pa.Table | Mapping[str, np.ndarray]
+Batch: TypeAlias = pa.Table | pa.RecordBatch | Mapping[str, np.ndarray]
 
 
 @runtime_checkable

@@ -124,7 +124,10 @@ class AutoReader:
 
     def read(self, batch: Batch, source: str | None = None) -> EpisodeBatch:
         if self.reader is None:
-            names = list(batch.column_names if isinstance(batch, pa.Table) else batch.keys())
+            if isinstance(batch, pa.Table | pa.RecordBatch):
+                names = list(batch.column_names)
+            else:
+                names = list(batch.keys())
             fmt = detect_batch_format(names)
             self.reader = make_reader(replace(self.config, format=fmt))
         return self.reader.read(batch, source)

@@ -572,8 +572,10 @@ class RowsReader:
 _PACKED_PREFIX = "BCJNG"
 
 
-def _names(batch: pa.Table | Mapping[str, Any]) -> list[str]:
-    return list(batch.column_names if isinstance(batch, pa.Table) else batch.keys())
+def _names(batch: pa.Table | pa.RecordBatch | Mapping[str, Any]) -> list[str]:
+    if isinstance(batch, pa.Table | pa.RecordBatch):
+        return list(batch.column_names)
+    return list(batch.keys())
 
 
 def _is_packed(column: Any) -> bool:
