@@ -150,7 +150,12 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, Any], list[list[Episode]]]:
 def test_batched_validation_equals_checking_each_episode(
     case: tuple[dict[str, Any], list[list[Episode]]],
 ) -> None:
-    cfg, batches = case
+    batched_equals_each_episode(*case)
+
+
+def batched_equals_each_episode(cfg: dict[str, Any], batches: list[list[Episode]]) -> None:
+    """The batched validation and the per-episode reference, fed the same batches in turn,
+    keep, reject, warn and raise alike (until the first raise)."""
     fast, slow = Validator(ValidateConfig(**cfg)), Validator(ValidateConfig(**cfg))
     for eps in batches:
         rows = [len(e) + 1 for e in eps]

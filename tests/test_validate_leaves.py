@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_validate_batch import outcome, reference
+from test_validate_batch import batched_equals_each_episode
 
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.ledger import EpisodeBatch, Ledger
@@ -102,16 +102,7 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, Any], list[list[Episode]]]:
 def test_batched_leaf_checks_equal_checking_each_episode(
     case: tuple[dict[str, Any], list[list[Episode]]],
 ) -> None:
-    cfg, batches = case
-    fast, slow = Validator(ValidateConfig(**cfg)), Validator(ValidateConfig(**cfg))
-    for eps in batches:
-        rows = [len(e) + 1 for e in eps]
-        a, b = (EpisodeBatch(list(eps), list(rows), Ledger(rows_in=sum(rows))) for _ in "ab")
-        got = outcome(fast, Validator.validate, a)
-        want = outcome(slow, reference, b)
-        assert got == want
-        if got["raised"]:
-            break
+    batched_equals_each_episode(*case)
 
 
 def test_a_clean_composite_batch_never_calls_check() -> None:
