@@ -6,14 +6,16 @@ read task writes its blocks there, the prelearner's actor maps them back, and ba
 little; for pixel rows (56 KB a row) it is most of the job: 7-9k rows/s for the bare
 ``read_parquet().iter_batches()`` of the 100k-row fast-layout pixel set on 2 cores, against 50-90k
 for pyarrow reading the same files in one process. So the learner stream hands each prelearner
-actor *file names* (a Ray Data dataset of paths, split into contiguous ranges, one per actor) and
-the actor reads them here, a batch ahead on a thread (pyarrow decodes without the GIL, so reading
-the next batch overlaps the prelearner's work on the current one).
+actor *file names*: consecutive files in groups of at least a batch (:func:`read_groups`), one
+Ray Data task each, dispatched to an actor one at a time and in order; the actor reads them here,
+a batch ahead on a thread (:func:`prefetch`: pyarrow decodes without the GIL, so reading the next
+batch overlaps the prelearner's work on the current one).
 
-Batches hold ``batch_size`` rows, filled across file boundaries (RLlib's recorder writes many
-small files; one batch per small file would sample far more often than the data warrants), except
-for whole-file formats (Minari, D4RL: a file is whole episodes and is never cut). Each batch comes
-with its file when all its rows are from one file, so the readers' errors name it.
+Batches hold about ``batch_size`` rows (:func:`iter_file_batches`): a file of at least half a batch
+is cut into equal zero-copy slices nearest that size; smaller files (RLlib's recorder writes many;
+a batch each would sample far more often than the data warrants) are gathered into one batch;
+whole-file formats (Minari, D4RL: a file is whole episodes) are never cut. Each batch comes with
+its file when all its rows are from one file, so the readers' errors name it.
 """
 
 from __future__ import annotations
