@@ -267,6 +267,11 @@ class RayConfig:
         _check_int("ray", "read_threads", self.read_threads, lo=1)
         if self.read not in ("auto", "actor", "ray"):
             raise ConfigError(f"ray.read must be 'auto', 'actor' or 'ray', found {self.read!r}")
+        if self.read == "actor" and self.group_by_episode is True:
+            raise ConfigError(
+                "ray.read='actor' cannot group rows by episode (ray.group_by_episode needs Ray "
+                "Data's read and shuffle): use ray.read='auto' or 'ray'"
+            )
         _check_int("ray", "concurrency", self.concurrency, lo=1, none_ok=True)
         _check_int("ray", "footer_readers", self.footer_readers, lo=1, none_ok=True)
         _check_int("ray", "batch_size", self.batch_size, lo=1, none_ok=True)

@@ -135,6 +135,10 @@ def test_prefetch_keeps_order_raises_in_place_and_stops_when_closed() -> None:
 def test_read_mode_is_checked() -> None:
     with pytest.raises(ConfigError, match=r"ray\.read must be"):
         PreLearnerConfig().with_updates({"ray.read": "disk"})
+    with pytest.raises(ConfigError, match="cannot group rows by episode"):
+        PreLearnerConfig().with_updates({"ray.read": "actor", "ray.group_by_episode": True})
+    grouped = PreLearnerConfig().with_updates({"ray.group_by_episode": True})
+    assert grouped.ray.read == "auto"  # auto: Ray Data reads when rows are grouped
 
 
 @pytest.mark.ray

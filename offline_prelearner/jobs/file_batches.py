@@ -35,7 +35,7 @@ __all__ = ["concat_tables", "iter_file_batches", "parquet_chunks", "prefetch", "
 
 T = TypeVar("T")
 
-#: Rows per batch when the caller gives no batch size: Parquet's row groups as they come.
+#: No batch size given: a batch per file.
 _WHOLE = 1 << 62
 
 
