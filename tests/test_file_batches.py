@@ -149,8 +149,15 @@ def test_learner_stream_reads_in_its_actor_what_ray_data_would_read(
     from offline_prelearner.jobs.pipeline import build_dataset, reads_in_actor
 
     def transitions(read: str) -> list[tuple[Any, ...]]:
+        grouped = read == "group"  # Ray Data's read, rows grouped by episode (a shuffle)
         cfg = PreLearnerConfig().with_updates(
-            {"ray.read": read, "sample_all": True, "n_step": n_step, "batch_size": 700}
+            {
+                "ray.read": "auto" if grouped else read,
+                "ray.group_by_episode": grouped,
+                "sample_all": True,
+                "n_step": n_step,
+                "batch_size": 700,
+            }
         )
         assert reads_in_actor(cfg) == (read == "actor")
         ds = build_dataset(ROWS, cfg)
@@ -161,6 +168,8 @@ def test_learner_stream_reads_in_its_actor_what_ray_data_would_read(
     actor, ray_read = transitions("actor"), transitions("ray")
     assert len(actor) > 4000
     assert actor == ray_read  # every transition once, the same values
+    if n_step == 3:
+        assert transitions("group") == actor
 
 
 @pytest.mark.ray
