@@ -207,3 +207,28 @@ def test_read_groups_are_consecutive_files_of_at_least_a_batch(tmp_path: Path) -
     )
     assert [p for g in groups for p in g] == [*paths, str(bad), paths[0]]
     assert read_groups(paths, None) == [[p] for p in paths]
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=st.lists(st.integers(1, 900), min_size=1, max_size=12), step=st.integers(2, 700))
+def test_groups_end_where_batches_end(tmp_path_factory: Any, sizes: list[int], step: int) -> None:
+    """Reading the groups one by one (one task each) gives the batches of one read of all the
+    files: no group leaves a short batch behind except the last."""
+    from offline_prelearner.jobs.file_batches import read_groups
+
+    paths = _write(tmp_path_factory.mktemp("files"), sizes)
+    whole = [b.num_rows for b, _ in iter_file_batches(paths, step)]
+    groups = read_groups(paths, step)
+    assert [p for g in groups for p in g] == paths
+    per_group = [b.num_rows for g in groups for b, _ in iter_file_batches(g, step)]
+    assert per_group == whole
+    assert all(sum(sizes[paths.index(p)] for p in g) >= step for g in groups[:-1])
+
+
+def test_many_small_files_make_full_batches(tmp_path: Path) -> None:
+    from offline_prelearner.jobs.file_batches import read_groups
+
+    paths = _write(tmp_path, [100] * 200)  # RLlib's recorder: many small files
+    groups = read_groups(paths, 4096)
+    sizes = [b.num_rows for g in groups for b, _ in iter_file_batches(g, 4096)]
+    assert sizes == [4100] * 4 + [3600]  # whole files gathered past a batch; the rest at the end

@@ -288,3 +288,22 @@ def test_a_dict_key_with_a_dot_is_refused(
     (data / "metadata.json").write_text(json.dumps(meta))
     with pytest.raises(UnsupportedFormatError, match=r"keys with '\.'.*goal\.xy"):
         read_all(data)
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_learner_stream_reads_minari_in_its_actor(
+    ray_local: object, minari_cases: dict[str, MinariCase], backend: str
+) -> None:
+    """``iter_learner_batches`` on a Minari folder: every step once (``sample_all``), the actors
+    reading the episode files themselves (gathered into batches, never cut)."""
+    from offline_prelearner.jobs.pipeline import iter_learner_batches
+
+    case = minari_cases[f"{LEAF_DATASETS[0]}@{backend}"]
+    meta, _ = load_ground_truth(case.truth)
+    cfg = PreLearnerConfig().with_updates({"sample_all": True, "batch_size": 64})
+    seen = []
+    for batch in iter_learner_batches(case.path, cfg):
+        sb = batch["default_policy"]
+        seen += list(zip(sb["eps_id"].tolist(), sb["t"].tolist(), strict=True))
+    assert len(seen) == len(set(seen)) == meta["total_steps"]

@@ -126,8 +126,6 @@ def iter_file_batches(
                 hold(chunk, path)
                 if n_held >= step:
                     yield flush()
-            if not whole and n_held >= half:
-                yield flush()
             continue
         if held:
             yield flush()
@@ -142,40 +140,57 @@ def iter_file_batches(
 
 
 def read_groups(paths: list[str], batch_size: int | None) -> list[list[str]]:
-    """``paths`` in order, cut into groups of consecutive files holding at least ``batch_size``
-    rows each (Parquet footers; a file whose rows are unknown stands alone). The learner stream
-    makes each group one Ray Data task: a task's small outputs reach the learner when it ends,
-    so groups keep the first learner batch close to the start while small files still share
-    batches within their group."""
-    step = batch_size or 1
+    """``paths`` in order, cut into groups of consecutive files of at least ``batch_size`` rows,
+    each ending where a batch of :func:`iter_file_batches` ends (so a group's last batch is a full
+    one). The learner stream makes each group one Ray Data task: a task's small outputs reach the
+    learner when it ends, so groups keep the first learner batch close to the start. Rows come
+    from Parquet footers and Arrow IPC headers; a file of unknown rows (JSON lines, HDF5, an
+    unreadable file) is a group of its own; so is every file without a batch size (a batch a
+    file)."""
+    if not batch_size:
+        return [[p] for p in paths]
+    step, half = batch_size, max(1, batch_size // 2)
     groups: list[list[str]] = []
     current: list[str] = []
-    rows = 0
+    group_rows = held = 0  # rows in the current group; rows gathered towards the next batch
+
+    def close_group() -> None:
+        nonlocal current, group_rows
+        if current:
+            groups.append(current)
+        current, group_rows = [], 0
+
     for path in paths:
-        n = _footer_rows(path)
+        n = _file_rows(path)
         if n is None:
-            if current:
-                groups.append(current)
+            close_group()
             groups.append([path])
-            current, rows = [], 0
+            held = 0
             continue
         current.append(path)
-        rows += n
-        if rows >= step:
-            groups.append(current)
-            current, rows = [], 0
-    if current:
-        groups.append(current)
+        group_rows += n
+        if n < half or is_minari_file(path):  # gathered with its neighbours into a batch
+            held += n
+            if held < step:
+                continue
+        held = 0  # a batch (or a large file's batches) ended with this file
+        if group_rows >= step:
+            close_group()
+    close_group()
     return groups
 
 
-def _footer_rows(path: str) -> int | None:
-    if not path.endswith((".parquet", ".pq")) or is_minari_file(path):
-        return None
+def _file_rows(path: str) -> int | None:
+    """Rows of a Parquet or Arrow IPC file from its footer or header; None if unknown."""
     try:
-        return int(pq.ParquetFile(path).metadata.num_rows)
+        if path.endswith(".arrow"):
+            with pa.memory_map(path) as src:
+                return int(pa.ipc.open_file(src).count_rows())
+        if path.endswith((".parquet", ".pq")):
+            return int(pq.ParquetFile(path).metadata.num_rows)
     except (pa.ArrowInvalid, OSError):
         return None
+    return None
 
 
 def concat_tables(tables: list[pa.Table]) -> pa.Table:
