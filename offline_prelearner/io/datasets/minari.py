@@ -42,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ...episodes.observations import nest
 from ...errors import DataError, SchemaError, UnsupportedFormatError, Where
 from .optional import import_h5py
 
@@ -536,13 +537,7 @@ def _nest(space: dict[str, Any], leaves: dict[str, pa.Array]) -> pa.Array:
 
 def struct_of(leaves: dict[str, pa.Array]) -> pa.Array:
     """Flat ``{leaf path: column}`` (paths ``"a.b"``) as one nested struct column."""
-    tree: dict[str, Any] = {}
-    for path, arr in leaves.items():
-        node = tree
-        *parents, last = path.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[last] = arr
+    tree = nest(leaves)
 
     def build(node: dict[str, Any]) -> pa.Array:
         arrays = [build(v) if isinstance(v, dict) else v for v in node.values()]
