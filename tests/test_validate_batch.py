@@ -11,6 +11,7 @@ rows), ledger, expected observation spec and warnings.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -136,13 +137,24 @@ def validate_configs(draw: st.DrawFn) -> dict[str, Any]:
 @st.composite
 def cases(draw: st.DrawFn) -> tuple[dict[str, Any], list[list[Episode]]]:
     cfg = draw(validate_configs())
-    kinds = st.lists(st.tuples(st.sampled_from(KINDS), st.integers(1, 8)), max_size=25)
-    batches = draw(st.lists(kinds, min_size=1, max_size=3))
+    return cfg, draw_batches(draw, KINDS, episode, max_len=8, max_size=25)
+
+
+def draw_batches(
+    draw: st.DrawFn,
+    kinds: list[str],
+    make: Callable[[str, int, int], Episode],
+    max_len: int,
+    max_size: int,
+) -> list[list[Episode]]:
+    """One to three batches of episodes ``make(kind, k, length)``, numbered across batches."""
+    spec = st.lists(st.tuples(st.sampled_from(kinds), st.integers(1, max_len)), max_size=max_size)
+    batches = draw(st.lists(spec, min_size=1, max_size=3))
     k = 0
     out = []
     for b in batches:
-        out.append([episode(kind, k := k + 1, n) for kind, n in b])
-    return cfg, out
+        out.append([make(kind, k := k + 1, n) for kind, n in b])
+    return out
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

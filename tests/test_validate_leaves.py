@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_validate_batch import batched_equals_each_episode
+from test_validate_batch import batched_equals_each_episode, draw_batches
 
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.ledger import EpisodeBatch, Ledger
@@ -88,13 +88,7 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, Any], list[list[Episode]]]:
         cfg["observation_space"] = SPACE
     if draw(st.booleans()):
         cfg["action_space"] = gym.spaces.Discrete(2)
-    kinds = st.lists(st.tuples(st.sampled_from(KINDS), st.integers(1, 6)), max_size=20)
-    batches = draw(st.lists(kinds, min_size=1, max_size=3))
-    k = 0
-    out = []
-    for b in batches:
-        out.append([episode(kind, k := k + 1, n) for kind, n in b])
-    return cfg, out
+    return cfg, draw_batches(draw, KINDS, episode, max_len=6, max_size=20)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
