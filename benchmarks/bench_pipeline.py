@@ -318,7 +318,8 @@ def run_ours(files: list[Path], updates: dict[str, Any], mode: str = "stream") -
         if mode == "stream":
             t0, first, n = time.perf_counter(), None, 0
             ds = build_dataset(paths, config)
-            for b in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            rows = config.sample.train_batch_size  # what a learner takes (iter_learner_batches)
+            for b in ds.iter_batches(batch_format="pyarrow", batch_size=rows):
                 first = time.perf_counter() - t0 if first is None else first
                 n += b.num_rows
             stats.update(rows_in=expected, rows_kept=expected, rows_balance=True)

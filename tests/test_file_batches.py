@@ -232,3 +232,36 @@ def test_many_small_files_make_full_batches(tmp_path: Path) -> None:
     groups = read_groups(paths, 4096)
     sizes = [b.num_rows for g in groups for b, _ in iter_file_batches(g, 4096)]
     assert sizes == [4100] * 4 + [3600]  # whole files gathered past a batch; the rest at the end
+
+
+@pytest.mark.ray
+def test_learner_batches_are_whole_train_batches_however_large(
+    ray_local: Any, tmp_path: Path
+) -> None:
+    """A learner takes ``train_batch_size`` rows per update. Rows of 32 KB frames make a 64-row
+    train batch 4 MB, past 1.5x a 1 MiB ``block_mb``, where Ray Data cuts an output block into
+    pieces (it did, before); the learner stream keeps each whole, and its last batch
+    alone may be short."""
+    from offline_prelearner.episodes.episode import Episode
+    from offline_prelearner.io.writers import episodes_to_rows
+    from offline_prelearner.jobs.pipeline import build_dataset, iter_learner_batches
+
+    rng = np.random.default_rng(3)
+    eps = [
+        Episode(
+            id=f"ep-{i}",
+            observations=rng.integers(0, 256, (41, 64, 128, 4), dtype=np.uint8),
+            actions=rng.integers(0, 4, 40),
+            rewards=rng.normal(size=40),
+            terminated=True,
+        )
+        for i in range(10)
+    ]
+    pq.write_table(episodes_to_rows(eps, layout="fast"), tmp_path / "part-000.parquet")
+    cfg = PreLearnerConfig().with_updates(
+        {"sample_all": True, "train_batch_size": 64, "ray.block_mb": 1, "batch_size": 200}
+    )
+    blocks = list(build_dataset(str(tmp_path), cfg).iter_batches(batch_size=None))
+    assert all(len(b["t"]) % 64 == 0 for b in blocks[:-1])  # no output cut inside a batch
+    sizes = [len(b["default_policy"]) for b in iter_learner_batches(str(tmp_path), cfg)]
+    assert sum(sizes) == 400 and set(sizes[:-1]) == {64} and 0 < sizes[-1] <= 64

@@ -345,8 +345,12 @@ def test_datasets_carry_their_settings_and_leave_the_callers_context_alone(ray_l
 
     ctx = ray.data.DataContext.get_current()
     before = (ctx.execution_options.preserve_order, ctx.target_max_block_size)
-    ds = build_dataset(ROWS, PreLearnerConfig().with_updates({"ray.block_mb": 3}))
+    cfg = PreLearnerConfig().with_updates({"ray.block_mb": 3, "ray.read": "ray"})
+    ds = build_dataset(ROWS, cfg)
     assert ds.context.target_max_block_size == 3 * 2**20
+    # The actors read their own files: the only blocks are outputs, never cut inside a batch.
+    ds_actor = build_dataset(ROWS, cfg.with_updates({"ray.read": "actor"}))
+    assert ds_actor.context.target_max_block_size == 2**30
     assert ds.context.execution_options.preserve_order
     assert (ctx.execution_options.preserve_order, ctx.target_max_block_size) == before
     assert ds.count() > 0

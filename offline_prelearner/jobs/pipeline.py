@@ -94,6 +94,10 @@ _LOG_DIR: str | None = None
 #: its "(raylet) ..." error lines stay in the session's log folder (:func:`ray_log_dir`).
 VERBOSE = True
 
+#: The learner stream's output blocks (when its actors read their own files) are cut only past
+#: this size, so a train batch reaches the learner whole (see :func:`_data_context`).
+WHOLE_OUTPUT_BYTES = 2**30
+
 
 def _init_ray(config: PreLearnerConfig) -> None:
     global _STARTED_RAY, _LOG_DIR
@@ -368,6 +372,12 @@ def _data_context(ray: Any, config: PreLearnerConfig) -> Iterator[None]:
     saved_bars = ctx.enable_progress_bars
     ctx.execution_options.preserve_order = True
     ctx.target_max_block_size = config.ray.block_mb * 2**20
+    if reads_in_actor(config):
+        # The only blocks are the prelearner's outputs: Ray would cut one larger than 1.5x the
+        # target into pieces (a 256-row batch of stacked pixel frames, 58 MB, into 75 + 75 + 106
+        # rows, each piece copied again to be stored). A train batch stays whole; a task's
+        # outputs are handed on together when it ends, or once they pass this size.
+        ctx.target_max_block_size = max(ctx.target_max_block_size, WHOLE_OUTPUT_BYTES)
     if not VERBOSE:
         ctx.enable_progress_bars = False  # the CLI draws its own
     try:
@@ -783,9 +793,14 @@ def iter_learner_batches(
     *,
     prelearner: Any = None,
 ) -> Iterator[MultiAgentBatch]:
-    """Streams ``MultiAgentBatch`` objects from the job, one per output block, for a learner."""
-    ds = build_dataset(path, config or PreLearnerConfig(), prelearner=prelearner)
-    for rows in ds.iter_batches(batch_format="numpy", batch_size=None):
+    """Streams ``MultiAgentBatch`` objects of ``sample.train_batch_size`` rows (the stream's last
+    may be shorter) from the job, for a learner: what one update trains on, as RLlib's learners
+    take ``train_batch_size_per_learner``. Ray Data hands over blocks of whatever size its
+    operators made; they are re-cut here (a slice, no copy, where a batch lies in one block)."""
+    config = config or PreLearnerConfig()
+    ds = build_dataset(path, config, prelearner=prelearner)
+    rows_per_batch = config.sample.train_batch_size
+    for rows in ds.iter_batches(batch_format="numpy", batch_size=rows_per_batch):
         yield MultiAgentBatch.from_rows(rows)
 
 
@@ -793,19 +808,21 @@ def iter_learner_batches(
 class LearnerStream:
     """One learner's share of the learner stream (see :func:`split_learner_batches`).
 
-    Iterating yields ``MultiAgentBatch`` objects, one per output block. It wraps a Ray Data
-    ``DataIterator`` from ``streaming_split``: it pickles, so it can be handed to a Ray task,
-    actor or Ray Train worker, and every share must be iterated at the same time (the split
-    hands blocks to whichever share asks next; a share nobody reads holds the others up once
-    its queue is full). Each pass over a share is one epoch of the whole split.
+    Iterating yields ``MultiAgentBatch`` objects of ``rows`` rows (``sample.train_batch_size``;
+    a share's last may be shorter). It wraps a Ray Data ``DataIterator`` from
+    ``streaming_split``: it pickles, so it can be handed to a Ray task, actor or Ray Train
+    worker, and every share must be iterated at the same time (the split hands blocks to
+    whichever share asks next; a share nobody reads holds the others up once its queue is
+    full). Each pass over a share is one epoch of the whole split.
     """
 
     iterator: Any  # ray.data.DataIterator
     index: int
     num_learners: int
+    rows: int = 256
 
     def __iter__(self) -> Iterator[MultiAgentBatch]:
-        for rows in self.iterator.iter_batches(batch_format="numpy", batch_size=None):
+        for rows in self.iterator.iter_batches(batch_format="numpy", batch_size=self.rows):
             yield MultiAgentBatch.from_rows(rows)
 
     def __repr__(self) -> str:
@@ -831,11 +848,12 @@ def split_learner_batches(
     flag of :func:`iter_learner_batches`: it returns N streams, not one.
 
     The split hands out Ray blocks, one at a time, and the prelearner's output is gathered into
-    blocks of up to ``ray.block_mb`` (as :func:`iter_learner_batches` yields them; all of a small
-    dataset is one block, which one learner would get whole). ``batch_rows`` re-cuts the output
-    into blocks of that many rows (Ray's streaming repartition), so each share yields batches of
-    that size; it costs a stage (bench_learners.py: ~1.4-2x the time of the split without it on
-    2 CPUs), so it is off by default.
+    blocks (a task's output, or up to ``ray.block_mb`` where Ray Data reads the files; all of a
+    small dataset can be one block, which one learner would get whole). ``batch_rows`` re-cuts
+    the output into blocks of that many rows (Ray's streaming repartition) before the split, so
+    the blocks are shared out finely; it costs a stage (bench_learners.py: ~1.4-2x the time of
+    the split without it on 2 CPUs), so it is off by default. Either way each share yields
+    batches of ``sample.train_batch_size`` rows, cut from the blocks it was handed.
     """
     for name, value in (("num_learners", num_learners), ("batch_rows", batch_rows)):
         if value is None and name == "batch_rows":
@@ -847,4 +865,5 @@ def split_learner_batches(
     if batch_rows is not None:
         ds = ds.repartition(target_num_rows_per_block=batch_rows)
     iterators = ds.streaming_split(num_learners, equal=equal)
-    return [LearnerStream(it, i, num_learners) for i, it in enumerate(iterators)]
+    rows = config.sample.train_batch_size
+    return [LearnerStream(it, i, num_learners, rows) for i, it in enumerate(iterators)]
