@@ -393,17 +393,17 @@ def run_bare(files: list[Path], batch_size: int, sized: bool = False) -> Run:
 
 class _CountRows:
     """The learner stream's own read with nothing mapped: the rows of each batch it would hand
-    to the prelearner (``jobs/file_batches.py``), counted."""
+    to the prelearner (``jobs/file_batches.py``: read ahead across groups, one actor), counted."""
 
-    def __init__(self, batch_size: int) -> None:
-        self.batch_size = batch_size
+    def __init__(self, groups: list[list[str]], batch_size: int) -> None:
+        from offline_prelearner.jobs.file_batches import ReadAhead
+
+        self.reader = ReadAhead(groups, batch_size)
 
     def __call__(self, batch: Any) -> Any:
-        from offline_prelearner.jobs.file_batches import iter_file_batches, prefetch
-
-        paths = [p for group in batch.column("paths").to_pylist() for p in group]
-        for table, _ in prefetch(iter_file_batches(paths, self.batch_size)):
-            yield {"rows": [table.num_rows]}
+        for k in batch.column("group").to_pylist():
+            for table, _ in self.reader.batches(k):
+                yield {"rows": [table.num_rows]}
 
 
 def has_file_batches() -> bool:
@@ -423,10 +423,11 @@ def run_bare_actor(files: list[Path], batch_size: int) -> Run:
 
     def job() -> tuple[int, int, float | None]:
         groups = read_groups([str(f) for f in files], batch_size)
-        ds = ray.data.from_items([{"paths": g} for g in groups], override_num_blocks=len(groups))
+        items = [{"group": k} for k in range(len(groups))]
+        ds = ray.data.from_items(items, override_num_blocks=len(groups))
         ds = ds.map_batches(
             _CountRows,
-            fn_constructor_args=(batch_size,),
+            fn_constructor_args=(groups, batch_size),
             compute=ray.data.ActorPoolStrategy(size=1, max_tasks_in_flight_per_actor=1),
             batch_size=None,
             batch_format="pyarrow",

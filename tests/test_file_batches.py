@@ -265,3 +265,41 @@ def test_learner_batches_are_whole_train_batches_however_large(
     assert all(len(b["t"]) % 64 == 0 for b in blocks[:-1])  # no output cut inside a batch
     sizes = [len(b["default_policy"]) for b in iter_learner_batches(str(tmp_path), cfg)]
     assert sum(sizes) == 400 and set(sizes[:-1]) == {64} and 0 < sizes[-1] <= 64
+
+
+def test_read_ahead_gives_each_group_its_batches_in_any_order_of_calls(tmp_path: Path) -> None:
+    """Groups asked in order continue one stream (the next group's first batch is read while
+    the current one is used); a group asked out of order restarts it; either way a group gets
+    exactly its own batches, as :func:`iter_file_batches` cuts them."""
+    from offline_prelearner.jobs.file_batches import ReadAhead, read_groups
+
+    paths = _write(tmp_path, [700, 300, 300, 900, 50, 1200, 400])
+    groups = read_groups(paths, 500)
+    assert len(groups) >= 4
+
+    def expected(k: int) -> list[list[int]]:
+        return [b.column("i").to_pylist() for b, _ in iter_file_batches(groups[k], 500)]
+
+    for ahead in (True, False):
+        reader = ReadAhead(groups, 500, ahead)
+        for k in [0, 1, 2, 3, 1, 2, 0, len(groups) - 1, 0, 2, 3]:
+            got = [b.column("i").to_pylist() for b, _ in reader.batches(k)]
+            assert got == expected(k), (ahead, k)
+        reader.close()
+
+
+def test_read_ahead_reads_the_next_group_while_the_current_one_is_used(tmp_path: Path) -> None:
+    from offline_prelearner.jobs.file_batches import ReadAhead
+
+    paths = _write(tmp_path, [100, 100, 100])
+    reader = ReadAhead([[p] for p in paths], 100)
+    assert [b.num_rows for b, _ in reader.batches(0)] == [100]
+    assert reader._held is not None and reader._held[0] == 1  # group 1's batch is waiting
+    assert [b.column("i")[0].as_py() for b, _ in reader.batches(1)] == [100]
+    before = threading.active_count()
+    reader.close()
+    time.sleep(0.3)
+    assert threading.active_count() <= before  # the reading thread ended
+    alone = ReadAhead([[p] for p in paths], 100, ahead=False)
+    assert [b.num_rows for b, _ in alone.batches(0)] == [100]
+    assert alone._held is None  # no read-ahead with several actors

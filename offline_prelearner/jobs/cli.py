@@ -504,10 +504,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.verbose:
         # Read by Ray Data when it sets up its loggers (on import): INFO lines stay in its files.
         os.environ.setdefault("RAY_DATA_LOG_LEVEL", "ERROR")
-    from ..replay.memory import small_pages_for_numpy
+    from ..replay.memory import for_worker_process
     from . import pipeline
 
-    small_pages_for_numpy()  # the CLI's process runs our jobs: see replay/memory.py
+    for_worker_process()  # the CLI's process runs our jobs: see replay/memory.py
     pipeline.VERBOSE = args.verbose
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     for s in handlers:

@@ -55,9 +55,9 @@ from ..io.sources import check_one_format, detect_format, expand_paths
 from ..plugins import import_object
 from ..prelearner import OfflinePreLearner
 from ..replay.batch import MultiAgentBatch
-from ..replay.memory import small_pages_for_numpy
+from ..replay.memory import for_worker_process
 from .commit import Staging, file_sha256, staging_path
-from .file_batches import iter_file_batches, prefetch, read_groups
+from .file_batches import ReadAhead, read_groups
 from .file_tally import per_file
 from .units import Plan, UnitJob, plan_units, run_unit
 
@@ -231,7 +231,7 @@ class OfflinePreLearnerActor:
         config: PreLearnerConfig,
         stats_sink: Any = None,
     ) -> None:
-        small_pages_for_numpy()  # our worker process: see replay/memory.py
+        for_worker_process()  # see replay/memory.py
         self.prelearner = prelearner(config, stats_sink=stats_sink)
         self.obs_space = config.validate.observation_space
 
@@ -244,10 +244,11 @@ class OfflinePreLearnerActor:
 
 
 class ReadingPreLearnerActor(OfflinePreLearnerActor):
-    """The learner stream's actor: takes a group of *file names* and reads them itself, in
-    ``config.ray.batch_size``-row batches, one batch ahead on a thread (see
-    :mod:`~offline_prelearner.jobs.file_batches`: the input never passes through the object
-    store). The prelearner is told each batch's file, so its errors name it."""
+    """The learner stream's actor: takes the index of a group of *file names* and reads them
+    itself, in ``config.ray.batch_size``-row batches, one batch ahead on a thread, across groups
+    when it is the only actor (:class:`~offline_prelearner.jobs.file_batches.ReadAhead`: the
+    input never passes through the object store). The prelearner is told each batch's file, so
+    its errors name it."""
 
     last_group = -1  # the file group read last
 
@@ -256,11 +257,14 @@ class ReadingPreLearnerActor(OfflinePreLearnerActor):
         prelearner: type[OfflinePreLearner],
         config: PreLearnerConfig,
         stats_sink: Any = None,
+        groups: list[list[str]] | None = None,
+        read_ahead: bool = True,
     ) -> None:
         super().__init__(prelearner, config, stats_sink)
         # Ray caps a worker's thread pools at its CPUs (OMP_NUM_THREADS); this actor does the
         # reading that read tasks did on other CPUs, and decodes its columns in parallel.
         pa.set_cpu_count(max(pa.cpu_count(), config.ray.read_threads))
+        self.reader = ReadAhead(groups or [], config.ray.batch_size, read_ahead)
 
     def __call__(self, batch: Any) -> Iterator[Any]:
         # The prelearner's state (fragments waiting for their continuation) needs the groups in
@@ -272,11 +276,9 @@ class ReadingPreLearnerActor(OfflinePreLearnerActor):
                     "the learner stream's files must arrive in order"
                 )
             self.last_group = k
-        paths = [str(p) for group in batch.column("paths").to_pylist() for p in group]
-        batch_size = self.prelearner.config.ray.batch_size
-        for table, source in prefetch(iter_file_batches(paths, batch_size)):
-            self.prelearner.source = source
-            yield from super().__call__(table)
+            for table, source in self.reader.batches(k):
+                self.prelearner.source = source
+                yield from super().__call__(table)
 
 
 def to_arrow_block(columns: dict[str, Any]) -> Any:
@@ -414,12 +416,12 @@ def _map(
         # File names in, a group of files per task (its outputs reach the learner when it ends);
         # the actors read them, one task at a time each, in order.
         groups = read_groups(files, rc.batch_size)
-        items = [{"group": k, "paths": g} for k, g in enumerate(groups)]
-        paths = ray.data.from_items(items, override_num_blocks=len(groups))
+        items = [{"group": k} for k in range(len(groups))]
+        tasks = ray.data.from_items(items, override_num_blocks=len(groups))
         actors = rc.concurrency or 1
-        ds = paths.map_batches(
+        ds = tasks.map_batches(
             ReadingPreLearnerActor,
-            fn_constructor_kwargs=kwargs,
+            fn_constructor_kwargs={**kwargs, "groups": groups, "read_ahead": actors == 1},
             compute=ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1),
             batch_size=None,
             batch_format="pyarrow",
@@ -727,7 +729,7 @@ def _run_units(batch: dict[str, np.ndarray], job: UnitJob) -> dict[str, np.ndarr
     wraps a task's exception into a ``UserCodeException`` that keeps only its text, and the CLI
     needs the error itself (its class gives the exit code, its location the one line).
     """
-    small_pages_for_numpy()  # our worker process: see replay/memory.py
+    for_worker_process()  # see replay/memory.py
     recs = []
     for k in batch["unit"]:
         try:

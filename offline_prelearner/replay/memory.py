@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LARGE", "small_pages_for_numpy", "zeroed"]
+__all__ = ["LARGE", "for_worker_process", "reuse_freed_heap", "small_pages_for_numpy", "zeroed"]
 
 #: Columns at least this large get their own anonymous mapping (below it, numpy's allocator).
 LARGE = 32 * 2**20
@@ -63,3 +63,40 @@ def small_pages_for_numpy() -> bool:
         return False
     switch(False)
     return True
+
+
+#: glibc ``mallopt`` parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def reuse_freed_heap(keep_mb: int = 512) -> bool:
+    """Lets glibc's malloc keep up to ``keep_mb`` MiB of freed heap for reuse in this process,
+    instead of handing it back to the kernel; returns whether it could (glibc only).
+
+    For the same processes as :func:`small_pages_for_numpy`: their per-batch arrays of tens of
+    MB (a 256-row train batch of 4 stacked 84x84x4 frames is 29 MB a column) are freed after
+    each batch. glibc serves a block over its mmap threshold (dynamic, at most 32 MiB) with a
+    fresh ``mmap`` and trims free heap beyond twice that, so each batch's outputs are new pages:
+    60 MB faulted in per batch on the pixel job, ~20 ms at this VM's 3 GB/s first touch. Blocks up
+    to 32 MiB now come from the heap, which keeps ``keep_mb`` free before trimming.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc
+        return False
+    ok = mallopt(_M_MMAP_THRESHOLD, 32 * 2**20) == 1
+    return ok and mallopt(_M_TRIM_THRESHOLD, keep_mb * 2**20) == 1
+
+
+def for_worker_process() -> None:
+    """The memory policy of a process that runs our prelearners per batch (a Ray actor, a unit
+    worker, the CLI): small pages for numpy, freed heap kept for the next batch."""
+    small_pages_for_numpy()
+    reuse_freed_heap()
