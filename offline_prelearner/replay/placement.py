@@ -29,6 +29,7 @@ import numpy as np
 
 from ..episodes.episode import Episode
 from ..episodes.episode_columns import EpisodeColumns
+from .memory import fault_in_ahead
 from .obs_columns import obs_items
 from .table import normalize_id
 
@@ -269,6 +270,7 @@ class RunPlacement:
         else:
             at = np.arange(int(n.sum())) + np.repeat(np.arange(head, head + k), n)
             src.write_observations(columns["obs"][head:stop], i, i + k)
+            fault_in_ahead(columns["obs"], stop, 2 * stop - head)  # the next run's pages
             columns["actions"][at] = src.steps("actions", i, i + k)
             columns["rewards"][at] = src.steps("rewards", i, i + k)
             for name in extra_names:

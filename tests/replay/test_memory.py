@@ -95,3 +95,42 @@ def test_freed_heap_is_reused_not_faulted_in_again() -> None:
 
     assert faults(False) > 4 * per_batch  # glibc's default: most batches fault in anew
     assert faults(True) < per_batch // 4  # reused: a small fraction of one batch
+
+
+_AHEAD = """
+import resource, sys, time
+import numpy as np
+from offline_prelearner.replay.memory import fault_in_ahead, zeroed
+ring = zeroed((4000, 84, 84, 4), np.uint8)  # 113 MB
+ring[1000:1010] = 9  # written before: the helper must leave these bytes as they are
+if sys.argv[1] == "1":
+    fault_in_ahead(ring, 0, 3000)
+    time.sleep(1.0)  # the helper thread's work (~30 ms on 3 GB/s)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+ring[:3000] += 1
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, int(ring[1005, 0, 0, 0]),
+      int(ring[2999].max()), int(ring[3000:].max()))
+"""
+
+
+def test_pages_faulted_in_ahead_keep_their_bytes_and_spare_the_writer() -> None:
+    """A writer filling a ring faults each page in as it goes; ``fault_in_ahead`` does it on a
+    helper thread first (``MADV_POPULATE_WRITE``), leaving data already written untouched and
+    the pages beyond the range alone."""
+    if not sys.platform.startswith("linux"):
+        return
+    pages = 3000 * 84 * 84 * 4 // mmap.PAGESIZE
+
+    def run(on: bool) -> list[int]:
+        out = subprocess.run(
+            [sys.executable, "-c", _AHEAD, "1" if on else "0"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return [int(x) for x in out.stdout.split()]
+
+    faults, kept, last, beyond = run(False)
+    assert faults > pages * 0.9 and (kept, last, beyond) == (10, 1, 0)
+    faults, kept, last, beyond = run(True)
+    assert faults < pages // 10 and (kept, last, beyond) == (10, 1, 0)
