@@ -36,7 +36,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -801,9 +801,37 @@ def iter_learner_batches(
     operators made; they are re-cut here (a slice, no copy, where a batch lies in one block)."""
     config = config or PreLearnerConfig()
     ds = build_dataset(path, config, prelearner=prelearner)
-    rows_per_batch = config.sample.train_batch_size
-    for rows in ds.iter_batches(batch_format="numpy", batch_size=rows_per_batch):
+    blocks = ds.iter_batches(batch_format="numpy", batch_size=None)
+    for rows in train_batches(blocks, config.sample.train_batch_size):
         yield MultiAgentBatch.from_rows(rows)
+
+
+def train_batches(
+    blocks: Iterable[dict[str, np.ndarray]], rows: int
+) -> Iterator[dict[str, np.ndarray]]:
+    """``blocks`` (dicts of numpy columns, as Ray Data hands them over) cut into batches of
+    ``rows`` rows, in order; only the last may be shorter. A batch inside one block is a view
+    (the prelearner's blocks hold whole train batches, so that is every batch); one that spans
+    two blocks is copied. Cheaper than Ray Data's own ``iter_batches(batch_size=rows)``, whose
+    per-batch work cost 2 learners sharing a split 1/4 of their rows/s (bench_learners.py)."""
+    held: dict[str, np.ndarray] | None = None  # a block's tail, shorter than a batch
+    for block in blocks:
+        n = len(next(iter(block.values()))) if block else 0
+        start = 0
+        if held is not None:
+            need = rows - len(next(iter(held.values())))
+            if n < need:
+                held = {k: np.concatenate([held[k], v]) for k, v in block.items()}
+                continue
+            yield {k: np.concatenate([held[k], v[:need]]) for k, v in block.items()}
+            held, start = None, need
+        while n - start >= rows:
+            yield {k: v[start : start + rows] for k, v in block.items()}
+            start += rows
+        if start < n:
+            held = {k: v[start:] for k, v in block.items()}
+    if held is not None:
+        yield held
 
 
 @dataclass(frozen=True)
@@ -824,7 +852,8 @@ class LearnerStream:
     rows: int = 256
 
     def __iter__(self) -> Iterator[MultiAgentBatch]:
-        for rows in self.iterator.iter_batches(batch_format="numpy", batch_size=self.rows):
+        blocks = self.iterator.iter_batches(batch_format="numpy", batch_size=None)
+        for rows in train_batches(blocks, self.rows):
             yield MultiAgentBatch.from_rows(rows)
 
     def __repr__(self) -> str:
