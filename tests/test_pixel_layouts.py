@@ -82,6 +82,14 @@ def test_convert_writes_the_fast_layout(layouts: tuple[Path, Path]) -> None:
             b.schema.field("obs").metadata[b"ARROW:extension:name"] == b"offline_prelearner.tensor"
         )
         assert a.column("eps_id").equals(b.column("eps_id"))
+        # frames are stored plain (a dictionary of frames never pays); other columns may not be
+        meta = pq.ParquetFile(out).metadata.row_group(0)
+        names = [meta.column(i).path_in_schema for i in range(meta.num_columns)]
+        encodings = {n: meta.column(i).encodings for i, n in enumerate(names)}
+        assert not {"RLE_DICTIONARY", "PLAIN_DICTIONARY"} & set(
+            encodings["obs"] + encodings["new_obs"]
+        )
+        assert "RLE_DICTIONARY" in encodings["eps_id"]
     # and back: the fast layout rewritten in RLlib's gives RLlib's columns again
     back = convert_path(fast, "rows", fast.parent / "back", layout="rllib")
     first = pq.read_table(fast.parent / "back" / back["files_written"][0])

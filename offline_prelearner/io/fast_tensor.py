@@ -41,6 +41,7 @@ __all__ = [
     "fast_tensor_field",
     "fixed_binary_column",
     "fixed_binary_to_numpy",
+    "parquet_dictionary_columns",
     "tensor_spec",
 ]
 
@@ -139,3 +140,16 @@ def fixed_binary_to_numpy(arr: pa.Array, spec: TensorSpec) -> np.ndarray:
     items = width // dtype.itemsize
     flat = np.frombuffer(buf, dtype=dtype, count=n * items, offset=arr.offset * width)
     return flat.reshape((n, *shape))
+
+
+def parquet_dictionary_columns(schema: pa.Schema) -> list[str] | bool:
+    """Parquet's ``use_dictionary`` for a table of ``schema``: every column but those of the fast
+    layout (``True`` when there are none). A dictionary of frames never pays: pyarrow tries one
+    page of them anyway before falling back to plain, and a file read 197k rows/s with that page
+    against 225k without (84x84x4 frames, zstd, one process)."""
+    names = [
+        f.name
+        for f in schema
+        if f.metadata is None or f.metadata.get(_EXT_NAME) != FAST_TENSOR_NAME
+    ]
+    return True if len(names) == len(schema) else names

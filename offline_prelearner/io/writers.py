@@ -50,7 +50,7 @@ from ..episodes import columns as C
 from ..episodes import observations as O
 from ..episodes.episode import Episode
 from ..errors import SchemaError, Where
-from .fast_tensor import Layout, check_layout, fixed_binary_column
+from .fast_tensor import Layout, check_layout, fixed_binary_column, parquet_dictionary_columns
 
 __all__ = [
     "TENSOR_EXTENSION_NAME",
@@ -343,5 +343,6 @@ def write_rows(
     parent = os.path.dirname(path)
     if parent:
         os.makedirs(parent, exist_ok=True)
-    pq.write_table(episodes_to_rows(episodes, with_t=with_t, layout=layout), path)
+    table = episodes_to_rows(episodes, with_t=with_t, layout=layout)
+    pq.write_table(table, path, use_dictionary=parquet_dictionary_columns(table.schema))
     return path

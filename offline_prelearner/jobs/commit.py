@@ -84,8 +84,10 @@ def write_parquet_atomic(root: Path, name: str, table: Any) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from ..io.fast_tensor import parquet_dictionary_columns
+
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink)
+    pq.write_table(table, sink, use_dictionary=parquet_dictionary_columns(table.schema))
     data = sink.getvalue()
     path = Path(root) / name
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")

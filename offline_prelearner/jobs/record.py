@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from ..episodes.episode import Episode
 from ..errors import ConfigError
-from ..io.fast_tensor import Layout
+from ..io.fast_tensor import Layout, parquet_dictionary_columns
 
 __all__ = ["HEURISTICS", "Recording", "record_env", "write_recording"]
 
@@ -149,8 +149,9 @@ def write_recording(
     per_file = rows_per_file if fmt == "rows" and rows_per_file > 0 else table.num_rows
     n_files = max(1, math.ceil(table.num_rows / max(per_file, 1)))
     paths = []
+    dictionary = parquet_dictionary_columns(table.schema)
     for k in range(n_files):
         path = os.path.join(os.fspath(out_dir), f"{rec.env_id.lower()}-{fmt}-{k:05d}.parquet")
-        pq.write_table(table.slice(k * per_file, per_file), path)
+        pq.write_table(table.slice(k * per_file, per_file), path, use_dictionary=dictionary)
         paths.append(path)
     return paths

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from .._version import __version__
 from ..io.arrow_columns import TENSOR_EXTENSIONS, column_to_numpy
 from ..io.fast_tensor import FAST_TENSOR_NAME, Layout, check_layout
+from ..io.fast_tensor import parquet_dictionary_columns as dictionary
 from ..io.writers import columns_to_table
 from .commit import Staging, file_sha256, write_json_atomic
 
@@ -74,12 +75,16 @@ def _relayout_file(src: str, root: str, name: str, layout: Layout) -> dict[str, 
         for g in range(pf.num_row_groups):
             table = relayout_table(pf.read_row_group(g), layout)
             if writer is None:
-                writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
+                writer = pq.ParquetWriter(
+                    tmp, table.schema, compression="zstd", use_dictionary=dictionary(table.schema)
+                )
             writer.write_table(table)
             rows += table.num_rows
         if writer is None:  # no row groups: an empty file of the same columns
             empty = relayout_table(pf.schema_arrow.empty_table(), layout)
-            writer = pq.ParquetWriter(tmp, empty.schema, compression="zstd")
+            writer = pq.ParquetWriter(
+                tmp, empty.schema, compression="zstd", use_dictionary=dictionary(empty.schema)
+            )
         writer.close()
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())

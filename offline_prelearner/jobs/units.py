@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 
 from ..config import PreLearnerConfig
 from ..errors import DataError
-from ..io.fast_tensor import Layout
+from ..io.fast_tensor import Layout, parquet_dictionary_columns
 from ..io.schema import load_schema
 from ..io.sources import WHOLE_FILE_FORMATS, read_table
 from ..io.writers import columns_to_table
@@ -479,7 +479,9 @@ class _UnitWriter:
         if self.writer is None or not table.schema.equals(self.schema, check_metadata=True):
             self._finish()
             tmp, _ = self._tmp(len(self.done))
-            self.writer = pq.ParquetWriter(tmp, table.schema)
+            self.writer = pq.ParquetWriter(
+                tmp, table.schema, use_dictionary=parquet_dictionary_columns(table.schema)
+            )
             self.schema = table.schema
         self.writer.write_table(table)
         self.rows += table.num_rows
