@@ -140,3 +140,26 @@ def test_cli_layout_flags(tmp_path: Path, layouts: tuple[Path, Path]) -> None:
     )
     files = sorted((tmp_path / "f").glob("rows-*.parquet"))
     assert files and pa.types.is_fixed_size_binary(pq.read_schema(files[0]).field("new_obs").type)
+
+
+def test_convert_keeps_row_groups_read_in_pieces(tmp_path: Path) -> None:
+    """``convert`` decodes RLlib's lists a few hundred rows at a time (``READ_ROWS``) and writes
+    each row group back whole: the same rows, values and row-group sizes."""
+    from offline_prelearner.jobs.relayout import READ_ROWS
+
+    eps = _pixel_episodes(120, seed=3)
+    table = episodes_to_rows(eps, with_t=False, layout="rllib")
+    assert table.num_rows > 2 * READ_ROWS + 10
+    src = tmp_path / "rllib"
+    src.mkdir()
+    pq.write_table(table, src / "part-00000.parquet", row_group_size=READ_ROWS * 2 + 7)
+    convert_path(src, "rows", tmp_path / "fast", layout="fast")
+    out = pq.ParquetFile(tmp_path / "fast" / "rows-00000-00000.parquet")
+    before = pq.ParquetFile(src / "part-00000.parquet").metadata
+    sizes = [before.row_group(g).num_rows for g in range(before.num_row_groups)]
+    assert [out.metadata.row_group(g).num_rows for g in range(out.num_row_groups)] == sizes
+    got = out.read()
+    frames = np.frombuffer(got.column("obs").combine_chunks().buffers()[1], np.uint8)
+    want = np.stack(table.column("obs").to_pylist()).astype(np.uint8)
+    assert (frames.reshape(want.shape) == want).all()
+    assert got.column("eps_id").equals(table.column("eps_id"))

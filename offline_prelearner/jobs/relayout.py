@@ -73,7 +73,7 @@ def _relayout_file(src: str, root: str, name: str, layout: Layout) -> dict[str, 
     try:
         writer: pq.ParquetWriter | None = None
         for g in range(pf.num_row_groups):
-            table = relayout_table(pf.read_row_group(g), layout)
+            table = _read_row_group(pf, g, layout)
             if writer is None:
                 writer = pq.ParquetWriter(
                     tmp, table.schema, compression="zstd", use_dictionary=dictionary(table.schema)
@@ -92,6 +92,24 @@ def _relayout_file(src: str, root: str, name: str, layout: Layout) -> dict[str, 
     finally:
         tmp.unlink(missing_ok=True)
     return {"name": name, "rows": rows, "bytes": path.stat().st_size, "sha256": file_sha256(path)}
+
+
+#: Rows decoded at a time. Parquet decodes RLlib's ``large_list`` cells element by element and
+#: keeps levels for every element; a whole 5,016-row file of 84x84x4 frames at once (~0.5 GB of
+#: levels, new pages each time) read 4.5-5.8k rows/s, 512 rows at a time 12.1k, in cache.
+READ_ROWS = 512
+
+
+def _read_row_group(pf: pq.ParquetFile, g: int, layout: Layout) -> pa.Table:
+    """Row group ``g`` with its tensor columns in ``layout``, decoded :data:`READ_ROWS` at a time
+    and joined back into one table (written as one row group, as it was)."""
+    parts = [
+        relayout_table(pa.Table.from_batches([rb]), layout)
+        for rb in pf.iter_batches(batch_size=READ_ROWS, row_groups=[g], use_threads=True)
+    ]
+    if not parts:
+        return relayout_table(pf.read_row_group(g), layout)
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
 
 def relayout_rows(
