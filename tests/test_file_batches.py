@@ -303,3 +303,29 @@ def test_read_ahead_reads_the_next_group_while_the_current_one_is_used(tmp_path:
     alone = ReadAhead([[p] for p in paths], 100, ahead=False)
     assert [b.num_rows for b, _ in alone.batches(0)] == [100]
     assert alone._held is None  # no read-ahead with several actors
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    rows=st.integers(1, 2500),
+    row_group=st.integers(1, 1200),
+    step=st.integers(1, 3000),
+)
+def test_list_cells_are_decoded_in_pieces_and_cut_at_step(
+    tmp_path_factory: pytest.TempPathFactory, rows: int, row_group: int, step: int
+) -> None:
+    """A file with list cells (RLlib's tensor layout) is decoded ``READ_ROWS`` rows at a time;
+    the tables handed on still hold exactly ``step`` rows (the last fewer), every row once."""
+    from offline_prelearner.jobs.file_batches import READ_ROWS, has_list_cells, parquet_chunks
+
+    path = tmp_path_factory.mktemp("lists") / "part-000.parquet"
+    i = np.arange(rows, dtype=np.int64)
+    cells = pa.array([[k % 251, (k + 1) % 251] for k in range(rows)], pa.large_list(pa.uint8()))
+    pq.write_table(pa.table({"i": i, "obs": cells}), path, row_group_size=row_group)
+    assert has_list_cells(pq.ParquetFile(path).schema_arrow) and READ_ROWS < 2500
+    got = list(parquet_chunks(str(path), step))
+    sizes = [t.num_rows for t in got]
+    assert all(n == step for n in sizes[:-1]) and 0 < sizes[-1] <= step
+    whole = pa.concat_tables(got)
+    assert whole.column("i").to_pylist() == i.tolist()
+    assert whole.column("obs").to_pylist() == cells.to_pylist()

@@ -34,6 +34,7 @@ from ..io.fast_tensor import FAST_TENSOR_NAME, Layout, check_layout
 from ..io.fast_tensor import parquet_dictionary_columns as dictionary
 from ..io.writers import columns_to_table
 from .commit import Staging, file_sha256, write_json_atomic
+from .file_batches import READ_ROWS
 
 __all__ = ["relayout_rows", "relayout_table"]
 
@@ -94,15 +95,10 @@ def _relayout_file(src: str, root: str, name: str, layout: Layout) -> dict[str, 
     return {"name": name, "rows": rows, "bytes": path.stat().st_size, "sha256": file_sha256(path)}
 
 
-#: Rows decoded at a time. Parquet decodes RLlib's ``large_list`` cells element by element and
-#: keeps levels for every element; a whole 5,016-row file of 84x84x4 frames at once (~0.5 GB of
-#: levels, new pages each time) read 4.5-5.8k rows/s, 512 rows at a time 12.1k, in cache.
-READ_ROWS = 512
-
-
 def _read_row_group(pf: pq.ParquetFile, g: int, layout: Layout) -> pa.Table:
-    """Row group ``g`` with its tensor columns in ``layout``, decoded :data:`READ_ROWS` at a time
-    and joined back into one table (written as one row group, as it was)."""
+    """Row group ``g`` with its tensor columns in ``layout``, decoded
+    :data:`~.file_batches.READ_ROWS` at a time (RLlib's lists read 2x faster so) and joined back
+    into one table (written as one row group, as it was)."""
     parts = [
         relayout_table(pa.Table.from_batches([rb]), layout)
         for rb in pf.iter_batches(batch_size=READ_ROWS, row_groups=[g], use_threads=True)
