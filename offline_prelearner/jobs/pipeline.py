@@ -413,8 +413,8 @@ def _map(
 ) -> Any:
     rc = config.ray
     if reads_in_actor(config):
-        # File names in, a group of files per task (its outputs reach the learner when it ends);
-        # the actors read them, one task at a time each, in order.
+        # A group of files per task, named by its index (its outputs reach the learner when it
+        # ends); the actors hold the groups and read them, one task at a time each, in order.
         groups = read_groups(files, rc.batch_size)
         items = [{"group": k} for k in range(len(groups))]
         tasks = ray.data.from_items(items, override_num_blocks=len(groups))
