@@ -87,9 +87,13 @@ def reuse_freed_heap(keep_mb: int = 512) -> bool:
     each batch. glibc serves a block over its mmap threshold (dynamic, at most 32 MiB) with a
     fresh ``mmap`` and trims free heap beyond twice that, so each batch's outputs are new pages:
     60 MB faulted in per batch on the pixel job, ~20 ms at this VM's 3 GB/s first touch. Blocks up
-    to 32 MiB now come from the heap, which keeps ``keep_mb`` free before trimming.
+    to 32 MiB now come from the heap, which keeps ``keep_mb`` free before trimming. A user who
+    tuned glibc with ``MALLOC_TRIM_THRESHOLD_`` or ``MALLOC_MMAP_THRESHOLD_`` is left alone.
     """
     import ctypes
+
+    if any(os.environ.get(v) for v in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")):
+        return False
 
     mallopt = _libc_function("mallopt", ctypes.c_int, ctypes.c_int)
     if mallopt is None:  # not glibc

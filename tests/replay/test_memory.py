@@ -97,6 +97,13 @@ def test_freed_heap_is_reused_not_faulted_in_again() -> None:
     assert faults(True) < per_batch // 4  # reused: a small fraction of one batch
 
 
+def test_a_users_own_glibc_tuning_is_left_alone(monkeypatch) -> None:
+    from offline_prelearner.replay.memory import reuse_freed_heap
+
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
+    assert reuse_freed_heap() is False
+
+
 _AHEAD = """
 import resource, sys, time
 import numpy as np
