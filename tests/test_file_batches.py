@@ -288,21 +288,35 @@ def test_read_ahead_gives_each_group_its_batches_in_any_order_of_calls(tmp_path:
         reader.close()
 
 
-def test_read_ahead_reads_the_next_group_while_the_current_one_is_used(tmp_path: Path) -> None:
+def test_read_ahead_reads_the_next_group_while_the_current_one_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from offline_prelearner.jobs import file_batches
     from offline_prelearner.jobs.file_batches import ReadAhead
 
     paths = _write(tmp_path, [100, 100, 100])
+    opened: list[str] = []
+    real = file_batches.iter_file_batches
+
+    def spy(group: list[str], batch_size: int | None) -> Any:
+        opened.extend(group)
+        return real(group, batch_size)
+
+    monkeypatch.setattr(file_batches, "iter_file_batches", spy)
     reader = ReadAhead([[p] for p in paths], 100)
     assert [b.num_rows for b, _ in reader.batches(0)] == [100]
-    assert reader._held is not None and reader._held[0] == 1  # group 1's batch is waiting
+    time.sleep(0.3)
+    assert opened[:2] == paths[:2]  # group 1 is being read before its task asks for it
     assert [b.column("i")[0].as_py() for b, _ in reader.batches(1)] == [100]
     before = threading.active_count()
     reader.close()
     time.sleep(0.3)
     assert threading.active_count() <= before  # the reading thread ended
+    opened.clear()
     alone = ReadAhead([[p] for p in paths], 100, ahead=False)
     assert [b.num_rows for b, _ in alone.batches(0)] == [100]
-    assert alone._held is None  # no read-ahead with several actors
+    time.sleep(0.3)
+    assert opened == paths[:1]  # no read-ahead with several actors: nothing read for nobody
 
 
 @settings(max_examples=30, deadline=None)

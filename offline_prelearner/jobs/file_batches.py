@@ -302,15 +302,19 @@ class ReadAhead:
         self.groups = groups
         self.batch_size = batch_size
         self.ahead = ahead
-        self._stream: Iterator[tuple[int, pa.Table, str | None]] | None = None
-        self._held: tuple[int, pa.Table, str | None] | None = None  # the next group's first
+        self._stream: Iterator[tuple[int, pa.Table | None, str | None]] | None = None
         self._at: int | None = None  # the group whose first batch the stream gives next
 
-    def _read(self, start: int) -> Iterator[tuple[int, pa.Table, str | None]]:
+    def _read(self, start: int) -> Iterator[tuple[int, pa.Table | None, str | None]]:
+        """``(k, table, file)`` for each batch of groups ``start``..., and ``(k, None, None)`` at
+        the end of group ``k``: the reader learns that a group ended without taking the next
+        one's first batch off the queue, so no more batches are held than :func:`prefetch` holds
+        (the one in use, one ready, one being read)."""
         stop = len(self.groups) if self.ahead else start + 1
         for k in range(start, stop):
             for table, source in iter_file_batches(self.groups[k], self.batch_size):
                 yield k, table, source
+            yield k, None, None
 
     def batches(self, k: int) -> Iterator[tuple[pa.Table, str | None]]:
         """Group ``k``'s batches, ``(table, file)`` as :func:`iter_file_batches` gives them."""
@@ -318,20 +322,18 @@ class ReadAhead:
             self.close()
             self._stream = prefetch(self._read(k))
         self._at = None  # unknown until group k is read to its end
-        while True:
-            item = self._held if self._held is not None else next(self._stream, None)
-            self._held = None
-            if item is None:  # the last group, or no read-ahead: the stream is done
-                self.close()
+        for _, table, source in self._stream:
+            if table is None:  # group k ended; the stream reads on into the next group
+                self._at = k + 1 if self.ahead and k + 1 < len(self.groups) else None
+                if self._at is None:
+                    self.close()
                 return
-            if item[0] != k:  # the next group's first batch, read ahead: kept for it
-                self._held, self._at = item, item[0]
-                return
-            yield item[1], item[2]
+            yield table, source
+        self.close()
 
     def close(self) -> None:
         """Stops the reading thread (it ends at its next batch)."""
-        stream, self._stream, self._held, self._at = self._stream, None, None, None
+        stream, self._stream, self._at = self._stream, None, None
         close = getattr(stream, "close", None)
         if close is not None:
             close()
