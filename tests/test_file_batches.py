@@ -343,3 +343,40 @@ def test_list_cells_are_decoded_in_pieces_and_cut_at_step(
     whole = pa.concat_tables(got)
     assert whole.column("i").to_pylist() == i.tolist()
     assert whole.column("obs").to_pylist() == cells.to_pylist()
+
+
+@pytest.mark.ray
+def test_two_actors_read_their_own_groups_without_read_ahead(
+    ray_local: Any, tmp_path: Path
+) -> None:
+    """With two actors the group a task brings is not known in advance: each actor reads its own
+    groups (no read-ahead) and together they emit every transition once (files of whole
+    episodes, ``sample_all``)."""
+    from offline_prelearner.episodes.episode import Episode
+    from offline_prelearner.io.writers import episodes_to_rows
+    from offline_prelearner.jobs.pipeline import build_dataset
+
+    rng = np.random.default_rng(5)
+    for f in range(6):
+        eps = [
+            Episode(
+                id=f"f{f}-ep{i}",
+                observations=rng.normal(size=(n + 1, 3)).astype(np.float32),
+                actions=rng.integers(0, 2, n),
+                rewards=rng.normal(size=n),
+                terminated=True,
+            )
+            for i, n in enumerate(rng.integers(5, 40, 8).tolist())
+        ]
+        pq.write_table(episodes_to_rows(eps, layout="fast"), tmp_path / f"part-{f:03d}.parquet")
+    total = sum(pq.read_metadata(p).num_rows for p in tmp_path.glob("*.parquet"))
+    cfg = PreLearnerConfig().with_updates(
+        {"sample_all": True, "ray.concurrency": 2, "batch_size": 100, "ray.read": "actor"}
+    )
+    table = pa.concat_tables(
+        list(
+            build_dataset(str(tmp_path), cfg).iter_batches(batch_size=None, batch_format="pyarrow")
+        )
+    )
+    keys = list(zip(table.column("eps_id").to_pylist(), table.column("t").to_pylist(), strict=True))
+    assert len(keys) == total == len(set(keys))
