@@ -123,12 +123,13 @@ class _FaultIn:
 
     def __init__(self, madvise: Any) -> None:
         self.madvise = madvise
+        self.pid = os.getpid()  # a forked child has no thread: it starts its own
         self.jobs: queue.Queue[tuple[np.ndarray, int, int]] = queue.Queue()
         threading.Thread(target=self._run, name="offline-prelearner-fault-in", daemon=True).start()
 
     @classmethod
     def get(cls) -> _FaultIn | None:
-        if cls._instance is None:
+        if cls._instance is None or cls._instance.pid != os.getpid():
             import ctypes
 
             madvise = _libc_function("madvise", ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)

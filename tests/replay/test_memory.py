@@ -141,3 +141,33 @@ def test_pages_faulted_in_ahead_keep_their_bytes_and_spare_the_writer() -> None:
     assert faults > pages * 0.9 and (kept, last, beyond) == (10, 1, 0)
     faults, kept, last, beyond = run(True)
     assert faults < pages // 10 and (kept, last, beyond) == (10, 1, 0)
+
+
+def test_a_forked_child_faults_in_with_its_own_helper() -> None:
+    """After ``fork`` the helper thread exists only in the parent; the child starts its own
+    (otherwise its jobs would wait forever, holding their arrays)."""
+    if not hasattr(os, "fork"):
+        return
+    from offline_prelearner.replay.memory import _FaultIn, fault_in_ahead, zeroed
+
+    ring = zeroed((600, 84, 84, 4), np.uint8)
+    fault_in_ahead(ring, 0, 10)
+    parent = _FaultIn.get()
+    import warnings
+
+    with warnings.catch_warnings():  # Python 3.12+ warns on fork() with threads running
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: a helper of its own, which empties its queue
+        code = 1
+        try:
+            fault_in_ahead(ring, 10, 20)
+            child = _FaultIn.get()
+            import time
+
+            time.sleep(0.5)
+            code = 0 if child is not parent and child.jobs.empty() else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
