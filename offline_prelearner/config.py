@@ -235,7 +235,7 @@ class RayConfig:
             stream learner batches as they are made: with 128 MiB, 1M CartPole rows are one
             block and a learner sees its first batch only when all of them are done. Where the
             learner stream's actors read their own files (``read``), the only blocks are their
-            outputs, and those are never cut below 1 GiB: a train batch stays one block.
+            outputs, and those are cut only past 384 MiB: a train batch stays one block.
         footer_readers: Actors Ray Data starts to read Parquet footers before the read
             (``None``: one per 10 files, at most 32). Ray's own default is 32 whatever the number
             of files; each is a new worker process, which costs a second or more of wall time on

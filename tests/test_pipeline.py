@@ -350,7 +350,7 @@ def test_datasets_carry_their_settings_and_leave_the_callers_context_alone(ray_l
     assert ds.context.target_max_block_size == 3 * 2**20
     # The actors read their own files: the only blocks are outputs, never cut inside a batch.
     ds_actor = build_dataset(ROWS, cfg.with_updates({"ray.read": "actor"}))
-    assert ds_actor.context.target_max_block_size == 2**30
+    assert ds_actor.context.target_max_block_size == 256 * 2**20
     assert ds.context.execution_options.preserve_order
     assert (ctx.execution_options.preserve_order, ctx.target_max_block_size) == before
     assert ds.count() > 0

@@ -94,9 +94,11 @@ _LOG_DIR: str | None = None
 #: its "(raylet) ..." error lines stay in the session's log folder (:func:`ray_log_dir`).
 VERBOSE = True
 
-#: The learner stream's output blocks (when its actors read their own files) are cut only past
-#: this size, so a train batch reaches the learner whole (see :func:`_data_context`).
-WHOLE_OUTPUT_BYTES = 2**30
+#: The target size of the learner stream's output blocks when its actors read their own files.
+#: Ray Data cuts a block of 1.5x its target: a train batch of up to 384 MiB (a 256-row batch of 4
+#: stacked 84x84x4 frames is 58 MB) reaches the learner whole, and a task's smaller outputs are
+#: handed on once they pass 256 MiB or the task ends (see :func:`_data_context`).
+WHOLE_OUTPUT_BYTES = 256 * 2**20
 
 
 def _init_ray(config: PreLearnerConfig) -> None:
@@ -378,7 +380,8 @@ def _data_context(ray: Any, config: PreLearnerConfig) -> Iterator[None]:
         # The only blocks are the prelearner's outputs: Ray would cut one larger than 1.5x the
         # target into pieces (a 256-row batch of stacked pixel frames, 58 MB, into 75 + 75 + 106
         # rows, each piece copied again to be stored). A train batch stays whole; a task's
-        # outputs are handed on together when it ends, or once they pass this size.
+        # outputs are handed on together when it ends, or once they pass this size (which bounds
+        # what an actor holds and how long a learner waits when a file is many batches).
         ctx.target_max_block_size = max(ctx.target_max_block_size, WHOLE_OUTPUT_BYTES)
     if not VERBOSE:
         ctx.enable_progress_bars = False  # the CLI draws its own
