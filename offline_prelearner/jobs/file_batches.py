@@ -93,7 +93,7 @@ def parquet_chunks(path: str, step: int, *, use_threads: bool = False) -> Iterat
                 rest = table.slice(step)
                 held, n = rest.to_batches(), rest.num_rows
         if n:
-            yield pa.Table.from_batches(held, schema=pf.schema_arrow)
+            yield pa.Table.from_batches(held)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise DataError(
