@@ -267,3 +267,47 @@ def test_missing_columns_are_all_named(recorded: Path, capsys) -> None:
     assert code == 2
     assert "obs" in err and "rewards" in err and "observation" in err and "reward" in err
     assert os.path.basename(f) in err
+
+
+def test_process_says_which_episodes_never_ended(tmp_path: Path, capsys) -> None:
+    """50 rows, the last episode without a done flag: ``sample_all`` writes the 40 steps of the
+    complete episodes, and the console says why 10 are missing (never silently)."""
+    from offline_prelearner.episodes.episode import Episode
+    from offline_prelearner.io.writers import episodes_to_rows
+
+    rng = np.random.default_rng(0)
+    eps = [
+        Episode(
+            id=f"ep{i}",
+            observations=rng.normal(size=(11, 3)).astype(np.float32),
+            actions=rng.integers(0, 2, 10),
+            rewards=rng.normal(size=10),
+            terminated=i < 4,
+        )
+        for i in range(5)
+    ]
+    data = tmp_path / "rows"
+    data.mkdir()
+    pq.write_table(episodes_to_rows(eps), data / "part-000.parquet")
+    assert main(["process", str(data), "--out", str(tmp_path / "out"), "--json"]) == 0
+    out, err = capsys.readouterr()
+    summary = json.loads(out)
+    assert (summary["rows_in"], summary["samples_written"], summary["pending_fragments"]) == (
+        50,
+        40,
+        1,
+    )
+    assert "1 episode(s) never ended" in err and "truncated" in err
+    # the last one marked truncated: all 50 steps written, no note
+    last = eps[4]
+    eps[4] = Episode(
+        id=last.id,
+        observations=last.observations,
+        actions=last.actions,
+        rewards=last.rewards,
+        truncated=True,
+    )
+    pq.write_table(episodes_to_rows(eps), data / "part-000.parquet")
+    assert main(["process", str(data), "--out", str(tmp_path / "out2"), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["samples_written"] == 50 and "never ended" not in err

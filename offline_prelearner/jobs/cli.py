@@ -233,6 +233,7 @@ def _cmd_process(args: argparse.Namespace) -> int:
             "rows_in",
             "episodes_kept",
             "fragments",
+            "pending_fragments",
             "rows_rejected",
             "episodes_duplicate",
             "samples_written",
@@ -247,6 +248,15 @@ def _cmd_process(args: argparse.Namespace) -> int:
     }
     summary["out"] = args.out
     print(json.dumps(summary, indent=None if args.json else 2))
+    open_eps = st["pending_fragments"]
+    if open_eps and config.sample.sample_all:
+        print(
+            f"offline-prelearner process: note: {open_eps} episode(s) never ended (no terminated "
+            "or truncated flag on their last row, and no rows after it): their steps are not "
+            "written, as sample_all writes complete episodes (see pending_fragments in "
+            "stats.json; mark such last rows truncated to keep them)",
+            file=sys.stderr,
+        )
     return 0
 
 
