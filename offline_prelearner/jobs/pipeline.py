@@ -852,7 +852,7 @@ class LearnerStream:
     iterator: Any  # ray.data.DataIterator
     index: int
     num_learners: int
-    rows: int = 256
+    rows: int  # per batch: the config's sample.train_batch_size
 
     def __iter__(self) -> Iterator[MultiAgentBatch]:
         blocks = self.iterator.iter_batches(batch_format="numpy", batch_size=None)

@@ -34,7 +34,7 @@ from ..io.fast_tensor import FAST_TENSOR_NAME, Layout, check_layout
 from ..io.fast_tensor import parquet_dictionary_columns as dictionary
 from ..io.writers import columns_to_table
 from .commit import Staging, file_sha256, write_json_atomic
-from .file_batches import READ_ROWS
+from .file_batches import READ_ROWS, has_list_cells
 
 __all__ = ["relayout_rows", "relayout_table"]
 
@@ -97,8 +97,10 @@ def _relayout_file(src: str, root: str, name: str, layout: Layout) -> dict[str, 
 
 def _read_row_group(pf: pq.ParquetFile, g: int, layout: Layout) -> pa.Table:
     """Row group ``g`` with its tensor columns in ``layout``, decoded
-    :data:`~.file_batches.READ_ROWS` at a time (RLlib's lists read 2x faster so) and joined back
-    into one table (written as one row group, as it was)."""
+    :data:`~.file_batches.READ_ROWS` at a time where it holds list cells (RLlib's lists read 2x
+    faster so) and joined back into one table (written as one row group, as it was)."""
+    if not has_list_cells(pf.schema_arrow):
+        return relayout_table(pf.read_row_group(g), layout)
     parts = [
         relayout_table(pa.Table.from_batches([rb]), layout)
         for rb in pf.iter_batches(batch_size=READ_ROWS, row_groups=[g], use_threads=True)
