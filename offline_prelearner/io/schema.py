@@ -13,7 +13,8 @@ Compression is *declared*, never guessed: ``compression`` names, per dataset col
   :meth:`ColumnSchema.check_codecs`).
 
 Presets live as JSON files in the repository's top-level ``schemas/`` folder (``rllib``,
-``rllib_compressed``, ``rllib_old_stack``, ``d4rl``, ``minari_transitions``); :func:`load_schema`
+``rllib_compressed``, ``rllib_old_stack``, ``d4rl``, ``minari_transitions``), shipped as the package
+data ``offline_prelearner.schemas`` and read with :mod:`importlib.resources`; :func:`load_schema`
 accepts a schema, ``None`` (RLlib's new stack), a preset name or a path to a JSON file.
 
 Columns a schema does not map (and does not ``ignore``) are kept as per-step extra columns.
@@ -22,18 +23,26 @@ Columns a schema does not map (and does not ``ignore``) are kept as per-step ext
 from __future__ import annotations
 
 import difflib
+import importlib.resources
 import json
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from ..episodes.columns import CANONICAL_FIELDS, TERMINATEDS
 from ..errors import ConfigError, DecodeError, SchemaError, Where
+
+if TYPE_CHECKING:
+    if sys.version_info >= (3, 11):
+        from importlib.resources.abc import Traversable
+    else:
+        from importlib.abc import Traversable
 
 __all__ = [
     "CODECS",
@@ -297,23 +306,32 @@ def _closest(col: str, names: list[str], n: int = 3) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # presets and loading
 # ---------------------------------------------------------------------------------------------
-def schemas_dir() -> Path:
-    """The repository's ``schemas/`` folder of preset JSON files."""
-    path = Path(__file__).resolve().parents[2] / "schemas"
-    if not path.is_dir():
+def schemas_dir() -> Traversable:
+    """The preset JSON files: the package data ``offline_prelearner.schemas``.
+
+    That is the repository's top-level ``schemas/`` folder, mapped to the package; a wheel holds
+    it as ``offline_prelearner/schemas/``. The result is an :mod:`importlib.resources` traversable
+    (a :class:`~pathlib.Path` wherever the package is installed as files).
+    """
+    try:
+        return importlib.resources.files("offline_prelearner.schemas")
+    except ModuleNotFoundError:
         raise ConfigError(
-            f"schema presets folder {str(path)!r} is missing (the package is not installed from "
-            "a checkout of the repository?); pass a path to a schema JSON file or a ColumnSchema"
-        )
-    return path
+            "the schema presets (package data offline_prelearner.schemas) are not installed; "
+            "reinstall offline_prelearner, or pass a path to a schema JSON file or a ColumnSchema"
+        ) from None
 
 
 def available_schemas() -> list[str]:
     """Names of the preset schemas."""
-    return sorted(p.stem for p in schemas_dir().glob("*.json"))
+    return sorted(p.name[: -len(".json")] for p in schemas_dir().iterdir() if _is_preset(p))
 
 
-def _load_file(path: Path) -> ColumnSchema:
+def _is_preset(p: Traversable) -> bool:
+    return p.name.endswith(".json") and p.is_file()
+
+
+def _load_file(path: Path | Traversable) -> ColumnSchema:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
