@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import shlex
 import shutil
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from offline_prelearner.jobs.cli import main
+from offline_prelearner.jobs.cli import build_parser, main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -311,3 +313,94 @@ def test_process_says_which_episodes_never_ended(tmp_path: Path, capsys) -> None
     assert main(["process", str(data), "--out", str(tmp_path / "out2"), "--json"]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["samples_written"] == 50 and "never ended" not in err
+
+
+# ---------------------------------------------------------------- the first minutes
+def test_version_is_the_installed_distributions(capsys) -> None:
+    from importlib.metadata import version
+
+    from offline_prelearner import __version__
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    out, _ = capsys.readouterr()
+    assert exit_info.value.code == 0
+    assert out.strip() == f"offline-prelearner {version('offline_prelearner')}"
+    assert __version__ == version("offline_prelearner")  # the source and pyproject.toml agree
+
+
+def _parsers() -> dict[str, argparse.ArgumentParser]:
+    top = build_parser()
+    (sub,) = (a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    return {"": top, **sub.choices}
+
+
+def test_every_help_ends_with_examples_that_parse(capsys) -> None:
+    commands = _parsers()
+    assert set(commands) == {"", "record", "process", "inspect", "convert"}
+    for command in commands:
+        with pytest.raises(SystemExit):
+            main([command, "--help"] if command else ["--help"])
+        out, _ = capsys.readouterr()
+        examples = out[out.index("\nExamples:\n") :].splitlines()[2:]
+        commands = [ln.split()[1] for ln in examples if "COMMAND" not in ln]
+        assert commands and all(c == (command or c) for c in commands), out
+        for line in examples:
+            if "COMMAND --help" in line:  # the top level's pointer to each command's help
+                continue
+            argv = shlex.split(line)
+            assert argv[0] == "offline-prelearner"
+            build_parser().parse_args(argv[1:])  # an example that no longer parses fails
+
+
+def test_every_option_has_help() -> None:
+    for command, parser in _parsers().items():
+        for action in parser._actions:
+            if action.option_strings:
+                assert action.help and action.help != argparse.SUPPRESS, (command, action.dest)
+
+
+def test_process_max_episode_steps_ends_d4rl_episodes(tmp_path: Path, capsys) -> None:
+    """A D4RL file without ``timeouts``: ``process --max-episode-steps 4`` cuts its 12 steps into
+    3 truncated episodes as ``inspect`` does (the last step of each dropped: no next
+    observation); without it the 12 steps are one episode that never ended."""
+    h5py = pytest.importorskip("h5py")
+    rng = np.random.default_rng(0)
+    path = tmp_path / "no-timeouts.hdf5"
+    with h5py.File(path, "w") as f:
+        f["observations"] = rng.normal(size=(12, 3)).astype(np.float32)
+        f["actions"] = rng.normal(size=(12, 1)).astype(np.float32)
+        f["rewards"] = np.ones(12, dtype=np.float32)
+        f["terminals"] = np.zeros(12, dtype=bool)
+    argv = ["process", str(path), "--json", "--max-episode-steps", "4"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 0
+    summary = json.loads(capsys.readouterr()[0])
+    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+    inspected = inspect_json(capsys, str(path), "--max-episode-steps", "4")
+    assert summary["episodes_kept"] == inspected["episodes"] == inspected["truncated"] == 3
+    assert summary["samples_written"] == inspected["timesteps"] == 9
+    assert stats["config"]["read"]["max_episode_steps"] == 4
+    assert main([*argv[:-2], "--out", str(tmp_path / "out-no-limit")]) == 0
+    summary = json.loads(capsys.readouterr()[0])
+    assert (summary["pending_fragments"], summary["samples_written"]) == (1, 0)
+    code, _, err = run(capsys, *argv[:-1], "0", "--out", str(tmp_path / "out-0"))
+    assert code == 2 and "max_episode_steps" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("env_id", "suggested"),
+    [("UnknownEnv-v0", None), ("cartpole-v1", "CartPole-v1"), ("CartPole-v9", "CartPole-v1")],
+)
+def test_record_unknown_env_is_one_line_with_close_ids(
+    tmp_path: Path, capsys, env_id: str, suggested: str | None
+) -> None:
+    out = tmp_path / "rec"
+    code, _, err = run(capsys, "record", env_id, "--steps", "10", "--out", str(out))
+    assert code == 2 and not out.exists()
+    (line,) = err.strip().splitlines()
+    assert line.startswith("offline-prelearner record: error: unknown gymnasium env")
+    assert repr(env_id) in line and "pprint_registry" in line
+    if suggested is None:
+        assert "did you mean" not in line
+    else:
+        assert f"did you mean {suggested}" in line

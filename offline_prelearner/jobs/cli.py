@@ -203,6 +203,8 @@ def _cmd_process(args: argparse.Namespace) -> int:
         updates["format"] = args.format
     if args.schema:
         updates["schema"] = args.schema
+    if args.max_episode_steps is not None:
+        updates["max_episode_steps"] = args.max_episode_steps
     if args.legacy_pickle:
         updates["legacy_pickle"] = True
     if args.on_invalid != "raise":  # the default leaves a config file's choice alone
@@ -313,16 +315,87 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 _FORMATS = ["auto", "rows", "episodes", "sample_batches", "minari", "d4rl"]
+_FORMAT_HELP = (
+    "the input format: rows (one transition per row), episodes (msgpack episode records), "
+    "sample_batches (RLlib's old stack), minari, d4rl; auto (default) detects it from the data"
+)
 _MAX_STEPS_HELP = (
     "D4RL files without `timeouts`: end an episode (truncated) after this many steps, as "
     "D4RL's sequence_dataset does with the env's time limit"
 )
 
 
+#: The ``Examples:`` epilog of each command's ``--help`` (key ``""``: the top level). Every line
+#: after the prompt parses with :func:`build_parser` (tests/test_cli.py holds them to that).
+_EXAMPLES: dict[str, list[str]] = {
+    "": [
+        "record CartPole-v1 --steps 5000 --out data/cp --policy heuristic --seed 0",
+        "inspect data/cp",
+        "process data/cp --out out/cp --set n_step=3",
+        "convert old/ --to rows --out new/",
+    ],
+    "record": [
+        "record CartPole-v1 --steps 5000 --out data/cp --policy heuristic --seed 0",
+        "record Pendulum-v1 --steps 2000 --out data/pendulum --format episodes",
+        "record CartPole-v1 --steps 5000 --out data/cp-split --rows-per-file 500",
+    ],
+    "process": [
+        "process datasets/cartpole-v1/rows --out out/cartpole --set n_step=3",
+        "process data/ --out out/ --set 'n_step=[1,3]' --set gamma=0.99",
+        "process data/ --out out/ --set buffer.kind=prioritized --set sample_all=false",
+        "process hopper-medium-v0.hdf5 --out out/hopper --max-episode-steps 1000",
+        "process data/ --out out/ --address ray://head:10001 --prelearner my_pkg.mod:MyPreLearner",
+    ],
+    "inspect": [
+        "inspect data/cp",
+        "inspect 'data/*.parquet' --json",
+        "inspect data/ --on-invalid quarantine --quarantine-dir q/",
+        "inspect transitions.parquet --schema d4rl",
+        "inspect hopper-medium-v0.hdf5 --max-episode-steps 1000",
+        "inspect cartpole/random-v0",
+    ],
+    "convert": [
+        "convert old/ --to rows --out new/",
+        "convert pixels/ --to rows --layout fast --out pixels-fast/",
+        "convert hopper-medium-v2.hdf5 --to minari --out datasets/d4rl/hopper-medium-v2",
+    ],
+}
+
+
+def _epilog(command: str) -> str | None:
+    """``Examples:`` and one command line per example (a ``--help`` pointer at the top level)."""
+    examples = [f"  offline-prelearner {line}" for line in _EXAMPLES.get(command, [])]
+    if not examples:
+        return None
+    if not command:
+        examples.append("  offline-prelearner COMMAND --help   (a command's options and examples)")
+    return "\n".join(["Examples:", *examples])
+
+
+def _package_version() -> str:
+    """The installed distribution's version (what pip installed), else the source tree's."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("offline_prelearner")
+    except PackageNotFoundError:
+        from .._version import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _OneLineParser(
         prog="offline-prelearner",
         description="Offline RL data: recorded experience -> episodes -> learner-ready batches.",
+        epilog=_epilog(""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {_package_version()}",
+        help="print the installed version and exit",
     )
     p.add_argument(
         "-v",
@@ -344,8 +417,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="rows: one transition per row (RLlib's recorder layout, plus t); "
         "episodes: msgpack episode records (default: rows)",
     )
-    r.add_argument("--policy", choices=["random", "heuristic"], default="random")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument(
+        "--policy",
+        choices=["random", "heuristic"],
+        default="random",
+        help="random: the action space's samples (default); heuristic: a simple fixed policy "
+        "that beats random (CartPole, MountainCar, Acrobot, Pendulum)",
+    )
+    r.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seeds the env's resets, the policy and the episode ids: the same seed records "
+        "the same data (default: 0)",
+    )
     r.add_argument(
         "--rows-per-file",
         type=int,
@@ -379,8 +464,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument(
         "--prelearner", help="a custom OfflinePreLearner subclass as package.module:Class"
     )
-    pr.add_argument("--format", choices=_FORMATS)
+    pr.add_argument("--format", choices=_FORMATS, help=_FORMAT_HELP)
     pr.add_argument("--schema", help="schema preset name or JSON file (rows format)")
+    pr.add_argument("--max-episode-steps", type=int, default=None, help=_MAX_STEPS_HELP)
     pr.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS or local)")
     _add_commit_flags(pr)
     pr.add_argument(
@@ -402,7 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
         "what to do with rows that fail to read or validate (default: skip and count them in "
         "the report)",
     )
-    i.add_argument("--format", choices=_FORMATS, default="auto")
+    i.add_argument("--format", choices=_FORMATS, default="auto", help=_FORMAT_HELP)
     i.add_argument("--max-episode-steps", type=int, default=None, help=_MAX_STEPS_HELP)
     i.add_argument(
         "--schema",
@@ -478,6 +564,9 @@ def build_parser() -> argparse.ArgumentParser:
         "is rewritten file by file",
     )
     c.set_defaults(func=_cmd_convert)
+    for command, parser in sub.choices.items():
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        parser.epilog = _epilog(command)
     return p
 
 

@@ -9,6 +9,7 @@ is columnar.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import uuid
@@ -80,6 +81,30 @@ def _policy(env_id: str, name: str, action_space: gym.Space[Any]) -> Policy:
     raise ConfigError(f"policy must be 'random' or 'heuristic', found {name!r}")
 
 
+def _make(env_id: str) -> gym.Env[Any, Any]:
+    """``gym.make(env_id)``; an id gymnasium cannot make is one line naming it (and, when it is not
+    registered, the registered ids closest to it), not gymnasium's traceback."""
+    try:
+        return gym.make(env_id)
+    except gym.error.UnregisteredEnv as e:
+        close = _close_env_ids(env_id)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        if isinstance(e, gym.error.NamespaceNotFound):  # "... installed the package for ALE?"
+            hint = f" ({e}){hint}"
+        raise ConfigError(
+            f"unknown gymnasium env {env_id!r}: not in gymnasium's registry{hint} (all ids: "
+            "python -c 'import gymnasium; gymnasium.pprint_registry()')"
+        ) from None
+    except gym.error.Error as e:  # deprecated version, missing dependency ...
+        raise ConfigError(f"cannot make gymnasium env {env_id!r}: {e}") from None
+
+
+def _close_env_ids(env_id: str, n: int = 3) -> list[str]:
+    """Registered ids spelled most like ``env_id``, case aside (``cartpole-v1`` -> CartPole-v1)."""
+    ids = {i.lower(): i for i in gym.registry}
+    return [ids[m] for m in difflib.get_close_matches(env_id.lower(), list(ids), n=n, cutoff=0.6)]
+
+
 def record_env(env_id: str, steps: int, policy: str = "random", seed: int = 0) -> Recording:
     """Steps ``env_id`` for ``steps`` env steps; the episode cut by the step budget is truncated.
 
@@ -87,7 +112,7 @@ def record_env(env_id: str, steps: int, policy: str = "random", seed: int = 0) -
     """
     if steps < 1:
         raise ConfigError(f"steps must be >= 1, found {steps}")
-    env = gym.make(env_id)
+    env = _make(env_id)
     env.action_space.seed(seed)
     act = _policy(env_id, policy, env.action_space)
     rng = np.random.default_rng(seed)
