@@ -5,6 +5,12 @@ so far, how many input rows each came from, and a :class:`Ledger` that must alwa
 
     rows_in == rows_kept + sum(rows_rejected.values()) + rows_duplicate
 
+``rows_kept`` counts the rows held by the episodes plus ``rows_held``: rows a reader keeps for its
+next batch (rows without a next-observation column: an episode's last row, open at the end of a
+batch, waits for the next row's observation). A row is counted in the batch it came in; the batch
+that uses a held row counts ``rows_held`` down by one and the row with its episode, so summed over a
+stream ``rows_held`` is the rows still waiting.
+
 ``OnInvalid`` decides what happens to bad data: ``"raise"`` (the default) raises the
 :class:`~offline_prelearner.errors.DataError`; ``"skip"`` counts it; ``"quarantine"`` counts it
 and keeps what was refused -- the input rows a reader refused, or the episode validation refused
@@ -72,6 +78,9 @@ class Ledger:
     #: Pieces kept: an episode cut across input batches is one episode and several fragments
     #: (within one batch the two are equal; a prelearner counts each episode once).
     fragments: int = 0
+    #: Rows a reader holds for its next batch, counted in ``rows_kept`` (a batch that uses them
+    #: counts them down; see the module docstring). Listed by :meth:`to_dict` only when non-zero.
+    rows_held: int = 0
 
     def balanced(self) -> bool:
         return (
@@ -87,6 +96,7 @@ class Ledger:
         self.episodes_duplicate += other.episodes_duplicate
         self.episodes_rejected.update(other.episodes_rejected)
         self.fragments += other.fragments
+        self.rows_held += other.rows_held
         return self
 
     @classmethod
@@ -101,10 +111,11 @@ class Ledger:
             episodes_duplicate=d["episodes_duplicate"],
             episodes_rejected=Counter(d["episodes_rejected"]),
             fragments=d.get("fragments", d["episodes_kept"]),
+            rows_held=d.get("rows_held", 0),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "rows_in": self.rows_in,
             "rows_kept": self.rows_kept,
             "rows_duplicate": self.rows_duplicate,
@@ -115,6 +126,9 @@ class Ledger:
             "fragments": self.fragments,
             "balanced": self.balanced(),
         }
+        if self.rows_held:
+            out["rows_held"] = self.rows_held
+        return out
 
 
 class EpisodeBatch:
@@ -185,7 +199,7 @@ class EpisodeBatch:
 
     def sync(self) -> None:
         """Recomputes the kept counters from the episodes held."""
-        self.ledger.rows_kept = sum(self.source_rows)
+        self.ledger.rows_kept = sum(self.source_rows) + self.ledger.rows_held
         self.ledger.episodes_kept = self.ledger.fragments = len(self)
 
     def episode_keys(self) -> list[tuple[Any, Any]]:

@@ -18,6 +18,26 @@ data ``offline_prelearner.schemas`` and read with :mod:`importlib.resources`; :f
 accepts a schema, ``None`` (RLlib's new stack), a preset name or a path to a JSON file.
 
 Columns a schema does not map (and does not ``ignore``) are kept as per-step extra columns.
+
+**Rows with observations only.** Data with one observation per step and no next-observation
+column (LeRobot-style Parquet: ``observation.state``, ``action``, ``next.reward``, ``next.done``;
+any table with ``obs`` but no ``new_obs``) declares ``"next_obs_from": "next_row"`` and maps no
+``new_obs`` column: each step's next observation is the next row's ``obs`` within the same episode
+(in ``t`` order, else row order). The last row of an episode follows D4RL's
+``qlearning_dataset`` rule:
+
+* **terminated** (its terminated flag set): an episode of ``L`` rows keeps ``L`` steps; the last
+  step's next observation is never bootstrapped from, and a *copy of the last row's obs* is stored
+  there (D4RL would take the next episode's first observation; Minari has the real one);
+* **truncated**: ``L - 1`` steps; the last row's obs is the episode's final observation and its
+  action and reward are not used: the row is counted rejected, reason ``next_obs_unknown``
+  (never raised; a 1-row truncated episode is then rejected whole, also ``next_obs_unknown``);
+* **open** (neither flag: the batch or file ends mid-episode): ``L - 1`` steps and the last row is
+  held by the reader until its next observation arrives with the episode's next rows (see
+  :mod:`~offline_prelearner.io.readers.rows`).
+
+The default, ``"next_obs_from": null`` (or absent), reads the next observation from the column
+mapped to ``new_obs``.
 """
 
 from __future__ import annotations
@@ -35,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ..episodes.columns import CANONICAL_FIELDS, TERMINATEDS
+from ..episodes.columns import CANONICAL_FIELDS, NEW_OBS, TERMINATEDS
 from ..errors import ConfigError, DecodeError, SchemaError, Where
 
 if TYPE_CHECKING:
@@ -47,6 +67,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CODECS",
     "DEFAULT_SCHEMA",
+    "NEXT_ROW",
     "ColumnSchema",
     "available_schemas",
     "detect_schema",
@@ -60,7 +81,19 @@ CODECS: tuple[str, ...] = ("lz4_msgpack", "legacy_pickle")
 #: The preset used when no schema is given: RLlib's new-stack row layout.
 DEFAULT_SCHEMA = "rllib"
 
-_JSON_KEYS = ("name", "description", "columns", "required", "compression", "ignore", "dones")
+_JSON_KEYS = (
+    "name",
+    "description",
+    "columns",
+    "required",
+    "compression",
+    "ignore",
+    "dones",
+    "next_obs_from",
+)
+
+#: Values of ``next_obs_from``: ``None`` (the ``new_obs`` column) or the next row's ``obs``.
+NEXT_ROW = "next_row"
 
 
 @dataclass(frozen=True)
@@ -81,6 +114,10 @@ class ColumnSchema:
             ``dones``). Used only when the ``terminateds`` column is absent; it is then read as
             ``terminateds`` (with ``truncateds`` all false), as RLlib's own readers did.
         description: Free text for ``inspect`` and docs.
+        next_obs_from: ``None`` (the default): each step's next observation is the column mapped
+            to ``new_obs``. ``"next_row"``: the data has no next-observation column; the next
+            observation is the next row's ``obs`` within the episode, and an episode's last row
+            follows D4RL's rule (see the module docstring). ``new_obs`` must then map no column.
     """
 
     name: str
@@ -90,6 +127,7 @@ class ColumnSchema:
     ignore: tuple[str, ...] = ("__index_level_0__",)
     dones: str | None = None
     description: str = ""
+    next_obs_from: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -133,6 +171,16 @@ class ColumnSchema:
             raise ConfigError(
                 f"{where}: dones must be an unmapped column name, found {self.dones!r}"
             )
+        if self.next_obs_from not in (None, NEXT_ROW):
+            raise ConfigError(
+                f"{where}: next_obs_from must be null (the new_obs column) or {NEXT_ROW!r} (the "
+                f"next row's obs), found {self.next_obs_from!r}"
+            )
+        if self.next_obs_from == NEXT_ROW and cols[NEW_OBS] is not None:
+            raise ConfigError(
+                f"{where}: next_obs_from is {NEXT_ROW!r} but new_obs is mapped to column "
+                f"{cols[NEW_OBS]!r}; map new_obs to null, or drop next_obs_from"
+            )
         object.__setattr__(self, "columns", MappingProxyType(cols))
         object.__setattr__(self, "compression", MappingProxyType(comp))
         object.__setattr__(self, "required", required)
@@ -140,6 +188,11 @@ class ColumnSchema:
 
     def __hash__(self) -> int:
         return hash(self.to_json())
+
+    @property
+    def next_obs_from_next_row(self) -> bool:
+        """Whether the next observation is the next row's ``obs`` (no ``new_obs`` column)."""
+        return self.next_obs_from == NEXT_ROW
 
     # ------------------------------------------------------------------ lookups
     def column(self, field_name: str) -> str | None:
@@ -210,11 +263,20 @@ class ColumnSchema:
             label = repr(col) if col == f else f"{col!r} (field {f!r})"
             parts.append(f"{label}: {hint}")
         cols = [self.columns[f] or f for f in missing]
+        try:
+            fits = detect_schema(names)
+        except ConfigError:  # presets unreadable: the message goes without the hint
+            fits = None
+        hint = (
+            f"The columns fit preset {fits.name!r} (--schema {fits.name}): {fits.description}"
+            if fits is not None and fits.name != self.name
+            else "Pass a schema that maps them (a preset name or a JSON file; see schemas/)."
+        )
         raise SchemaError(
             f"schema {self.name!r} needs {len(missing)} column(s) the data lacks: "
             + "; ".join(parts)
-            + f". Present columns: {names}. Pass a schema that maps them (a preset name or a "
-            "JSON file; see schemas/).",
+            + f". Present columns: {names}. "
+            + hint,
             Where(file=source, column=cols[0] if len(cols) == 1 else None),
             reason="missing_columns",
         )
@@ -249,8 +311,9 @@ class ColumnSchema:
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-able dict (only mapped fields are listed under ``columns``)."""
-        return {
+        """A JSON-able dict (only mapped fields are listed under ``columns``; ``next_obs_from``
+        only when set)."""
+        out = {
             "name": self.name,
             "description": self.description,
             "columns": {f: c for f, c in self.columns.items() if c is not None},
@@ -259,6 +322,9 @@ class ColumnSchema:
             "ignore": list(self.ignore),
             "dones": self.dones,
         }
+        if self.next_obs_from is not None:
+            out["next_obs_from"] = self.next_obs_from
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
@@ -280,6 +346,7 @@ class ColumnSchema:
             ignore=tuple(d.get("ignore", ("__index_level_0__",))),
             dones=d.get("dones"),
             description=d.get("description") or "",
+            next_obs_from=d.get("next_obs_from"),
         )
 
     @classmethod

@@ -117,9 +117,12 @@ def locate(
     episode_id: Any = None,
     row: int | None = None,
 ) -> DataError:
-    """``err`` with file, episode and *batch* row (``row`` / ``err.where.row`` are frame rows)."""
+    """``err`` with file, episode and *batch* row (``row`` / ``err.where.row`` are frame rows;
+    a row carried from the previous batch, negative in ``rows``, is named by no row)."""
     w = err.where
     r = row if row is not None else w.row
+    if r is not None and rows[r] < 0:
+        r = None
     return type(err)(
         err.message,
         Where(

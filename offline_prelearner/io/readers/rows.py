@@ -65,7 +65,7 @@ from ...episodes import columns as C
 from ...episodes.episode import Episode
 from ...episodes.episode_columns import EpisodeColumns
 from ...episodes.ledger import EpisodeBatch
-from ...errors import ConfigError, DataError, EpisodeValidationError, Where
+from ...errors import ConfigError, DataError, EpisodeValidationError, SchemaError, Where
 from ..arrow_columns import ColumnValueError, decode_cells
 from ..schema import load_schema
 from .composite import is_struct, records, split_records, struct_leaves
@@ -85,6 +85,7 @@ __all__ = ["RowsReader"]
 
 _NEEDED = (C.OBS, C.NEW_OBS, C.ACTIONS, C.REWARDS)
 _POISONED = "rejected"  # pending marker: an earlier fragment of this episode was rejected
+_HELD = "held"  # pending marker (next_row): the episode's last row waits for the next batch
 
 
 class RowsReader:
@@ -93,24 +94,34 @@ class RowsReader:
     def __init__(self, config: ReadConfig | None = None) -> None:
         self.config = config if config is not None else ReadConfig()
         schema = load_schema(self.config.schema)
-        unmapped = [f for f in _NEEDED if schema.column(f) is None]
+        #: ``next_obs_from: next_row``: no new_obs column, the next row's obs is the next one.
+        self._next_row = schema.next_obs_from_next_row
+        needed = tuple(f for f in _NEEDED if not (self._next_row and f == C.NEW_OBS))
+        unmapped = [f for f in needed if schema.column(f) is None]
         if unmapped:
             raise ConfigError(
                 f"schema {schema.name!r} maps no column for {unmapped}; the rows "
-                f"reader needs {list(_NEEDED)}"
+                f"reader needs {list(needed)}"
             )
-        required = tuple(dict.fromkeys((*schema.required, *_NEEDED)))
+        required = tuple(dict.fromkeys((*schema.required, *needed)))
         self.schema = dataclasses.replace(schema, required=required)
         # (episode id, agent id) -> (next t, last obs) | _POISONED. Used only without `t`.
         self._pending: dict[tuple[Any, Any], Any] = {}
         self._split_next: dict[str, int] = {}  # source -> number of its open episode (no eps_id)
         #: Columns recognised as RLlib's packed layout (``output_compress_columns``) in the data.
         self.detected_packed: list[str] = []
+        # next_row only: the last rows of episodes open at the end of the last batch (an Arrow
+        # table or a dict of numpy columns, as the batches come), and their keys.
+        self._held: pa.Table | dict[str, np.ndarray] | None = None
+        self._held_keys: list[tuple[Any, Any]] = []
 
     @property
     def pending(self) -> Mapping[tuple[Any, Any], Any]:
-        """Episodes that ended not done, awaiting their continuation (a copy)."""
-        return dict(self._pending)
+        """Episodes that ended not done, awaiting their continuation (a copy). With
+        ``next_obs_from: next_row`` this includes every episode whose last row is held."""
+        out: dict[tuple[Any, Any], Any] = {k: _HELD for k in self._held_keys}
+        out.update(self._pending)
+        return out
 
     # ------------------------------------------------------------------ entry point
     def read(
@@ -125,14 +136,24 @@ class RowsReader:
         self._detect_packed(batch)
         # A configuration problem, not bad data: raised under every policy.
         self.schema.check_codecs(self.config.legacy_pickle, frame.names, source)
-        rows = np.arange(frame.num_rows, dtype=np.int64)  # batch row of each frame row
+        carried = 0
+        if self._held is not None:  # next_row: held rows lead this batch (counted down here)
+            try:
+                frame, carried = self._carry_in(frame, source), len(self._held_keys)
+            except DataError as e:
+                self._reject(out, e, frame, np.arange(frame.num_rows))  # held rows stay held
+                return out
+            self._held, self._held_keys = None, []
+            out.ledger.rows_held -= carried
+            out.sync()
+        # Batch row of each frame row; rows carried from the previous batch are negative.
+        rows = np.arange(-carried, frame.num_rows - carried, dtype=np.int64)
         try:
             self.schema.check(frame.names, source)
             keys = self._keys(frame, source)
         except DataError as e:
-            self._reject(
-                out, locate(e, source, rows), frame, rows
-            )  # the whole batch (rows == positions)
+            whole = np.arange(frame.num_rows)
+            self._reject(out, locate(e, source, rows), frame, whole)  # the whole batch
             return out
         codes = keys.codes
         while True:  # each pass drops every episode a failing column names; few passes
@@ -151,6 +172,42 @@ class RowsReader:
         frame, cols, rows, gr = self._drop_duplicates(out, frame, cols, rows, codes, keys)
         self._build(out, frame, cols, rows, gr, source)
         return out
+
+    def _carry_in(self, frame: ColumnBatch, source: str | None) -> ColumnBatch:
+        """The held rows followed by ``frame``'s rows, as one frame (same columns needed)."""
+        held = self._held
+        assert held is not None
+        names = list(held.column_names) if isinstance(held, pa.Table) else list(held)
+        if sorted(names) != sorted(frame.names):
+            raise SchemaError(
+                f"this batch's columns {frame.names} differ from the previous batch's {names}, "
+                "whose open episodes' last rows wait for their next observation here (rows "
+                "without a next-observation column)",
+                Where(file=source),
+                reason="missing_columns",
+            )
+        if isinstance(frame.raw(names[0]), np.ndarray):  # numpy batches
+            if isinstance(held, pa.Table):
+                hb = ColumnBatch(held, source)
+                held = {k: hb.to_numpy(k) for k in names}
+            return ColumnBatch(
+                {k: np.concatenate([held[k], frame.raw(k)]) for k in frame.names}, source
+            )
+        if not isinstance(held, pa.Table):
+            held = ColumnBatch(held, source).take(np.arange(len(self._held_keys)))
+        table = pa.Table.from_arrays([frame.raw(k) for k in frame.names], names=frame.names)
+        try:
+            joined = pa.concat_tables(
+                [held.select(frame.names), table], promote_options="permissive"
+            )
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+            raise SchemaError(
+                f"this batch's column types differ from the previous batch's, whose open "
+                f"episodes' last rows wait for their next observation here: {e}",
+                Where(file=source),
+                reason="bad_type",
+            ) from None
+        return ColumnBatch(joined, source)
 
     # ------------------------------------------------------------------ packed columns
     def _detect_packed(self, batch: pa.Table | Mapping[str, np.ndarray]) -> None:
@@ -257,7 +314,9 @@ class RowsReader:
     def _convert(self, frame: ColumnBatch, source: str | None) -> RowColumns:
         s = self.schema
         obs = self._observations(frame, C.OBS, source)
-        new_obs = self._observations(frame, C.NEW_OBS, source)
+        # next_row: each row's own obs stands in (the same array, no copy); what is really the
+        # next observation is settled by position in _build (the next row's obs is the next).
+        new_obs = obs if self._next_row else self._observations(frame, C.NEW_OBS, source)
         if obs.shape[1:] != new_obs.shape[1:] or obs.dtype.names != new_obs.dtype.names:
             raise ColumnValueError(
                 f"column {s.column(C.NEW_OBS)!r} rows have shape {new_obs.shape[1:]} but "
@@ -365,6 +424,13 @@ class RowsReader:
             self._continue(gr, c, v, t_started)
         g, n_ep, last = gr.g, len(gr.starts), gr.last
         term = c.term[last]
+        length = gr.ends - gr.starts
+        # Rows without a next-observation column: an episode not terminated keeps its last row
+        # only as its final observation (truncated: the row's action and reward go unused; open:
+        # the row waits for the next batch). Its final observation is obs[last] either way.
+        cut = ~term if self._next_row else None
+        if cut is not None:
+            length = length - cut
         composite = c.obs.dtype.names is not None  # leaves split per episode: objects path
         # Rows already in episode order: the episodes' observations are the rows' own obs plus
         # each last row's new_obs (split observations: no frame is copied here).
@@ -377,7 +443,7 @@ class RowsReader:
             extras={k: g(x) for k, x in c.extras.items()},
             obs_at=gr.starts + np.arange(n_ep, dtype=np.int64),
             step_at=gr.starts,
-            length=gr.ends - gr.starts,
+            length=length,
             t_started=t_started,
             terminated=term,
             truncated=c.trunc[last] & ~term,  # both set: terminated wins
@@ -387,19 +453,71 @@ class RowsReader:
         )
         good = np.ones(n_ep, bool)
         good[list(v.bad)] = False
-        first = np.flatnonzero(good)[:1].tolist()
+        empty = length == 0  # a 1-row episode cut to no step (next_row only)
+        keep = good & ~empty
+        first = np.flatnonzero(keep)[:1].tolist()
         # Shared arrays: what the vector checks above do not cover (dtypes, object columns) is
         # the same for every episode, so one pass through the checking constructor covers all.
         if c.infos is None and not composite and (not first or self._constructs(cols, first[0])):
-            out.add_columns(cols.select(good) if v.bad else cols)
+            out.add_columns(cols if keep.all() else cols.select(keep))
         else:
-            self._build_objects(out, cols, c, gr, v, rows, source)
+            self._build_objects(out, cols, c, gr, v, rows, source, empty)
             good[list(v.bad)] = False
         for e in sorted(v.bad):
             pos = np.arange(gr.starts[e], gr.ends[e])
             self._reject(out, v.bad[e], frame, pos if gr.perm is None else gr.perm[pos])
+        if cut is not None:
+            self._cut_last_rows(out, frame, cols, gr, rows, good, source)
         if c.t is None:
             self._track(cols, good)
+
+    def _cut_last_rows(
+        self,
+        out: EpisodeBatch,
+        frame: ColumnBatch,
+        cols: EpisodeColumns,
+        gr: Groups,
+        rows: np.ndarray,
+        good: np.ndarray,
+        source: str | None,
+    ) -> None:
+        """``next_obs_from: next_row``: the last rows of good episodes that are not terminated.
+
+        Truncated: the row's action and reward are not used (counted rejected,
+        ``next_obs_unknown``, never raised; its episode too when it had no other row). Open: the
+        row is held for the next batch (``rows_held``), where it leads its episode's next rows.
+        """
+        trunc_col = self.schema.column(C.TRUNCATEDS)
+        for e in np.flatnonzero(good & cols.truncated).tolist():  # one per truncated episode
+            row = rows[int(gr.last[e])]
+            err = DataError(
+                "the episode ends truncated and the data has no next-observation column: its "
+                "last row's obs is the episode's final observation, its action and reward are "
+                "not used",
+                Where(
+                    file=source,
+                    column=trunc_col,
+                    episode_id=gr.ids[e],
+                    row=int(row) if row >= 0 else None,
+                ),
+                reason="next_obs_unknown",
+            )
+            out.reject(err, 1, episodes=int(cols.length[e] == 0), policy="skip")
+        hold = np.flatnonzero(good & ~cols.done)
+        self._hold(frame, gr.last[hold], [(gr.ids[e], gr.agents[e]) for e in hold.tolist()])
+        out.ledger.rows_held += len(hold)
+        out.sync()
+
+    def _hold(self, frame: ColumnBatch, members: np.ndarray, keys: list[tuple[Any, Any]]) -> None:
+        """Keeps ``members`` (frame rows) to lead the next batch (in the batch's own form)."""
+        if not len(members):
+            self._held, self._held_keys = None, []
+            return
+        if isinstance(frame.raw(frame.names[0]), np.ndarray):
+            self._held = {k: frame.raw(k)[members] for k in frame.names}
+        else:
+            self._held = frame.take(members)
+        self._held_keys = keys
 
     @staticmethod
     def _constructs(cols: EpisodeColumns, e: int) -> bool:
@@ -420,9 +538,11 @@ class RowsReader:
         v: Verdicts,
         rows: np.ndarray,
         source: str | None,
+        empty: np.ndarray,
     ) -> None:
         """Episodes one object at a time: with infos (Python objects per row), or when an episode
-        fails the checking constructor (each is then checked until one passes)."""
+        fails the checking constructor (each is then checked until one passes). ``empty``
+        episodes (no step left; rows without a next-observation column) are not built."""
         infos = c.infos
         leaves = split_records(cols.obs) if cols.obs.dtype.names is not None else None
         if infos is not None and gr.perm is not None:
@@ -431,7 +551,7 @@ class RowsReader:
         sizes: list[int] = []
         checked = False  # has one episode of this batch passed the checking constructor?
         for e in range(len(cols)):
-            if e in v.bad:
+            if e in v.bad or empty[e]:
                 continue
             ep = cols.episode(e)
             st, en = int(cols.step_at[e]), int(cols.step_at[e] + cols.length[e])
@@ -515,7 +635,7 @@ class RowsReader:
                 col,
                 reason="done_mid_episode",
             )
-        if self.config.check_continuity and len(gr.ep_of) > 1:
+        if self.config.check_continuity and len(gr.ep_of) > 1 and not self._next_row:
             # Only pairs within an episode are compared (episode boundaries masked out); with
             # t, only consecutive steps (a gap is flagged above): new_obs[t] == obs[t+1].
             pairs = gr.same_next if c.t is None else gr.same_next & (np.diff(g(c.t)) == 1)
