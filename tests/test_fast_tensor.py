@@ -17,7 +17,12 @@ from hypothesis.extra import numpy as hnp
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import SchemaError
 from offline_prelearner.io.arrow_columns import ColumnValueError, column_to_numpy
-from offline_prelearner.io.fast_tensor import FAST_TENSOR_NAME, fixed_binary_column, tensor_spec
+from offline_prelearner.io.fast_tensor import (
+    FAST_TENSOR_NAME,
+    FastTensorType,
+    fixed_binary_column,
+    tensor_spec,
+)
 from offline_prelearner.io.readers.rows import RowsReader
 from offline_prelearner.io.writers import columns_to_table, episodes_to_rows
 
@@ -39,7 +44,7 @@ def test_round_trip(dtype: type, shape: tuple[int, ...], n: int) -> None:
     rng = np.random.default_rng(n)
     x: np.ndarray = (rng.random((n, *shape)) * 100).astype(dtype)
     table = _parquet(columns_to_table({"x": x, "r": np.arange(n)}, layout="fast"))
-    assert pa.types.is_fixed_size_binary(table.schema.field("x").type)
+    assert isinstance(table.schema.field("x").type, FastTensorType)  # registered on import
     assert table.schema.field("r").type == pa.int64()  # scalars stay plain
     y = column_to_numpy(table, "x")
     assert y.dtype == np.dtype(dtype)
@@ -101,7 +106,8 @@ def test_writer_refuses_object_columns() -> None:
 
 
 def test_unknown_layout_refused() -> None:
-    with pytest.raises(SchemaError, match="layout must be 'fast' or 'rllib', found 'ray'"):
+    want = "layout must be one of 'auto', 'lists', 'fast', 'rllib', found 'ray'"
+    with pytest.raises(SchemaError, match=want):
         columns_to_table({"x": np.zeros((1, 2))}, layout="ray")  # type: ignore[arg-type]
 
 
@@ -168,7 +174,7 @@ def test_record_writes_the_layout_asked(tmp_path: Any, layout: str) -> None:
     (path,) = write_recording(rec, tmp_path, layout=layout)  # type: ignore[arg-type]
     table = pq.read_table(path)
     obs_type = table.schema.field("obs").type
-    assert pa.types.is_fixed_size_binary(obs_type) == (layout == "fast")
+    assert isinstance(obs_type, FastTensorType) == (layout == "fast")
     got = RowsReader().read(table, source=path).episodes
     assert sum(len(e) for e in got) == sum(len(e) for e in rec.episodes) == 60
     np.testing.assert_array_equal(got[0].observations, rec.episodes[0].observations)

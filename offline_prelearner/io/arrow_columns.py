@@ -12,8 +12,14 @@
   Ray wrote); pass the field to :func:`to_numpy` or use :func:`column_to_numpy`. Ray's
   variable-shaped tensors are read when every row happens to have the same shape;
 * the fast tensor layout (:mod:`.fast_tensor`): a ``fixed_size_binary`` column whose field
-  metadata names ``offline_prelearner.tensor`` with its dtype and shape, viewed zero-copy
-  (read-only) as ``[n, *shape]`` when it arrives in one chunk;
+  metadata names ``offline_prelearner.tensor`` with its dtype and shape, or the registered
+  :class:`~.fast_tensor.FastTensorType`, viewed zero-copy (read-only) as ``[n, *shape]`` when it
+  arrives in one chunk;
+* Arrow's canonical tensor types: ``arrow.fixed_shape_tensor`` (storage flattened once and
+  reshaped, zero-copy; a non-trivial ``permutation`` is applied as a transpose, then made
+  contiguous), and ``arrow.variable_shape_tensor`` (pyarrow has no class for it: a struct of
+  ``data`` and ``shape`` whose field metadata names it), read when every row has the same shape
+  and refused in one line (``ragged``, naming the rows) when they differ;
 * numpy input (Ray's ``"numpy"`` batch format): arrays pass through; object arrays of arrays are
   stacked.
 
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -36,7 +43,13 @@ import pyarrow as pa
 
 from ..errors import DecodeError, SchemaError, Where
 from .codec import DEFAULT_LIMITS, DecodeLimits, legacy_unpack, unpack_array
-from .fast_tensor import TensorSpec, fixed_binary_to_numpy, tensor_spec
+from .fast_tensor import (
+    FAST_TENSOR_NAME,
+    FastTensorType,
+    TensorSpec,
+    fixed_binary_to_numpy,
+    tensor_spec,
+)
 
 __all__ = [
     "TENSOR_EXTENSIONS",
@@ -44,12 +57,16 @@ __all__ = [
     "column_to_numpy",
     "decode_cells",
     "from_numpy",
+    "is_tensor_field",
     "stack_cells",
     "to_numpy",
 ]
 
 TENSOR_EXTENSIONS = ("ray.data.arrow_tensor", "ray.data.arrow_tensor_v2")
 _VARIABLE_TENSOR = "ray.data.arrow_variable_shaped_tensor"
+_ARROW_FIXED = "arrow.fixed_shape_tensor"
+_ARROW_VARIABLE = "arrow.variable_shape_tensor"
+FAST_NAME = FAST_TENSOR_NAME.decode()
 _EXT_NAME = b"ARROW:extension:name"
 _EXT_META = b"ARROW:extension:metadata"
 
@@ -224,7 +241,14 @@ def from_numpy(array: np.ndarray) -> pa.Array:
 # ---------------------------------------------------------------------------------------------
 # Arrow
 # ---------------------------------------------------------------------------------------------
-_Meta = tuple[int, ...] | TensorSpec | None
+@dataclass(frozen=True)
+class _VariableShape:
+    """Field metadata naming ``arrow.variable_shape_tensor`` (its permutation, if any)."""
+
+    permutation: tuple[int, ...] | None
+
+
+_Meta = tuple[int, ...] | TensorSpec | _VariableShape | None
 
 
 def _meta(field: pa.Field | None) -> _Meta:
@@ -239,9 +263,41 @@ def _meta(field: pa.Field | None) -> _Meta:
     if spec is not None:
         return spec
     ext = field.metadata.get(_EXT_NAME, b"").decode("utf-8", "replace")
+    if ext == _ARROW_VARIABLE:
+        return _VariableShape(_permutation(field.metadata.get(_EXT_META, b""), ext))
     if ext not in TENSOR_EXTENSIONS:
         return None
     return _parse_shape(field.metadata.get(_EXT_META, b""), ext)
+
+
+def _permutation(raw: bytes, ext: str) -> tuple[int, ...] | None:
+    try:
+        meta = json.loads(raw) if raw else {}
+        perm = meta.get("permutation") if isinstance(meta, dict) else None
+        if perm is not None and sorted(perm) != list(range(len(perm))):
+            raise ValueError(perm)
+    except (ValueError, TypeError, UnicodeDecodeError):
+        raise _Bad(f"{ext} metadata {raw[:60]!r} is not valid", "bad_type", None) from None
+    return None if perm is None else tuple(int(p) for p in perm)
+
+
+def is_tensor_field(field: pa.Field) -> bool:
+    """Whether ``field`` holds per-row arrays in a layout this module reads as ``[n, *shape]``:
+    Ray's tensor extensions (as types or in field metadata), the fast layout, Arrow's canonical
+    fixed / variable shape tensors, and ``fixed_size_list`` columns (nested or not) of numbers."""
+    t = field.type
+    if isinstance(t, pa.BaseExtensionType):
+        return t.extension_name in (*TENSOR_EXTENSIONS, _VARIABLE_TENSOR, _ARROW_FIXED) or (
+            isinstance(t, FastTensorType)
+        )
+    name = (field.metadata or {}).get(_EXT_NAME, b"").decode("utf-8", "replace")
+    if name in (*TENSOR_EXTENSIONS, _VARIABLE_TENSOR, _ARROW_VARIABLE, FAST_NAME):
+        return True
+    while pa.types.is_fixed_size_list(t):
+        t = t.value_type
+        if not pa.types.is_fixed_size_list(t):
+            return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+    return False
 
 
 def _parse_shape(raw: bytes, ext: str) -> tuple[int, ...]:
@@ -287,6 +343,11 @@ def _null_rows(arr: pa.Array) -> np.ndarray:
 
 def _convert(arr: pa.Array, shape: _Meta = None) -> np.ndarray:
     t = arr.type
+    if isinstance(t, FastTensorType):
+        try:
+            shape = t.spec
+        except ValueError as e:
+            raise _Bad(str(e), "bad_type", None) from None
     if isinstance(shape, TensorSpec):
         if arr.null_count:
             rows = _null_rows(arr)
@@ -296,7 +357,7 @@ def _convert(arr: pa.Array, shape: _Meta = None) -> np.ndarray:
                 rows,
             )
         return fixed_binary_to_numpy(arr, shape)
-    if isinstance(t, pa.ExtensionType):
+    if isinstance(t, pa.BaseExtensionType):
         ext = t.extension_name
         if ext in TENSOR_EXTENSIONS:
             ext_shape = getattr(t, "shape", None)
@@ -305,7 +366,13 @@ def _convert(arr: pa.Array, shape: _Meta = None) -> np.ndarray:
             return _tensor(arr.storage, tuple(ext_shape))
         if ext == _VARIABLE_TENSOR:
             return _variable_tensor(arr.storage)
+        if isinstance(t, pa.FixedShapeTensorType):
+            return _fixed_shape_tensor(arr.storage, tuple(t.shape), t.permutation)
         return _convert(arr.storage, shape)
+    if isinstance(shape, _VariableShape):
+        if not pa.types.is_struct(t):
+            raise _Bad(f"{_ARROW_VARIABLE} storage must be a struct, found {t}", "bad_type", None)
+        return _variable_tensor(arr, shape.permutation)
     if shape is not None:
         return _tensor(arr, shape)
     if pa.types.is_dictionary(t):
@@ -369,8 +436,31 @@ def _tensor(storage: pa.Array, shape: tuple[int, ...]) -> np.ndarray:
     return flat.reshape((n, *shape))
 
 
-def _variable_tensor(storage: pa.StructArray) -> np.ndarray:
-    """Ray's variable-shaped tensors, readable when all rows share one shape."""
+def _permuted(flat: np.ndarray, shape: tuple[int, ...], perm: Sequence[int] | None) -> np.ndarray:
+    """Rows of ``prod(shape)`` elements stored in physical order ``perm`` (Arrow's canonical
+    tensors: physical dimension ``i`` is logical dimension ``perm[i]``) as ``[n, *shape]``."""
+    n = len(flat)
+    if perm is None or list(perm) == list(range(len(shape))):
+        return flat.reshape((n, *shape))
+    physical = tuple(shape[p] for p in perm)
+    inverse = np.argsort(np.asarray(perm))
+    return np.ascontiguousarray(flat.reshape((n, *physical)).transpose((0, *(1 + inverse))))
+
+
+def _fixed_shape_tensor(
+    storage: pa.Array, shape: tuple[int, ...], perm: Sequence[int] | None
+) -> np.ndarray:
+    """``arrow.fixed_shape_tensor``: a ``fixed_size_list`` of ``prod(shape)`` per row, zero-copy
+    unless ``perm`` reorders dimensions."""
+    flat = _list(storage)
+    if flat.ndim != 2:
+        raise _Bad(f"{_ARROW_FIXED} storage holds {flat.shape[1:]} per row", "bad_type", None)
+    return _permuted(flat, shape, perm)
+
+
+def _variable_tensor(storage: pa.StructArray, perm: Sequence[int] | None = None) -> np.ndarray:
+    """Ray's variable-shaped tensors and Arrow's ``arrow.variable_shape_tensor`` (the same
+    ``data`` / ``shape`` struct), readable when all rows share one shape."""
     n = len(storage)
     if storage.null_count:
         rows = _null_rows(storage)
@@ -388,7 +478,11 @@ def _variable_tensor(storage: pa.StructArray) -> np.ndarray:
             rows,
         )
     flat = _list(storage.field("data"))
-    return flat.reshape((n, *(int(s) for s in shapes[0])))
+    shape = tuple(int(s) for s in shapes[0])
+    if perm is None:
+        return flat.reshape((n, *shape))
+    # Arrow's "shape" field holds the logical shape; the data are in physical order.
+    return _permuted(flat, shape, perm)
 
 
 # ---------------------------------------------------------------------------------------------

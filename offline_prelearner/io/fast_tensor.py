@@ -14,10 +14,15 @@ column is decoded as one block of bytes (~24-91k rows/s with zstd / lz4, 10-30x 
 README). Reading it back is zero-copy: :func:`fixed_binary_to_numpy` views the Arrow buffer as
 ``[n, *shape]`` (read-only; nothing is copied unless the column arrives in several chunks).
 
-The extension name is not registered with pyarrow: plain pyarrow (and Ray) read the column as
-``fixed_size_binary`` with the metadata kept on the field, which is what
-:mod:`~offline_prelearner.io.arrow_columns` looks at. RLlib cannot read this layout; write RLlib's
-(``layout="rllib"``) where RLlib must read the files.
+Importing this module (and so ``offline_prelearner``) registers the extension with pyarrow as
+:class:`FastTensorType`: files read after that give ``FastTensorArray`` columns, whose
+``to_numpy()`` is the ``[n, *shape]`` array. Without the registration (plain pyarrow, Ray
+workers that never imported the package) the column is ``fixed_size_binary`` with the metadata
+kept on the field; :mod:`~offline_prelearner.io.arrow_columns` reads both forms. Other tools
+(pandas, polars, Hugging Face ``datasets``, RLlib) see bytes: that is why the writers' default
+layout, ``"auto"``, keeps this layout for large cells only (:data:`FAST_MIN_CELL_BYTES`) and
+writes small arrays as plain nested ``fixed_size_list`` columns (``"lists"``), which every one of
+those tools reads as numbers.
 
 Nulls have no place in the layout: writing refuses object columns, and reading a null cell is a
 :class:`~offline_prelearner.io.arrow_columns.ColumnValueError` naming the column and row.
@@ -25,6 +30,7 @@ Nulls have no place in the layout: writing refuses object columns, and reading a
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import Literal
@@ -33,10 +39,14 @@ import numpy as np
 import pyarrow as pa
 
 __all__ = [
+    "FAST_MIN_CELL_BYTES",
     "FAST_TENSOR_NAME",
     "LAYOUTS",
+    "FastTensorArray",
+    "FastTensorType",
     "Layout",
     "TensorSpec",
+    "cell_layout",
     "check_layout",
     "fast_tensor_field",
     "fixed_binary_column",
@@ -45,10 +55,18 @@ __all__ = [
     "tensor_spec",
 ]
 
-#: How a writer lays out per-row arrays: ``"fast"`` (this module) or ``"rllib"`` (Ray's tensor
-#: extension, ``large_list<element>``, which RLlib's offline readers read).
-Layout = Literal["fast", "rllib"]
-LAYOUTS: tuple[Layout, ...] = ("fast", "rllib")
+#: How a writer lays out per-row arrays: ``"auto"`` (``"fast"`` for cells of at least
+#: :data:`FAST_MIN_CELL_BYTES`, else ``"lists"``), ``"lists"`` (nested ``fixed_size_list``, plain
+#: Arrow that pandas, polars, Hugging Face ``datasets`` and torch read as numbers), ``"fast"``
+#: (this module) or ``"rllib"`` (Ray's tensor extension, ``large_list<element>``, which RLlib's
+#: offline readers and Ray Data's ``batch_format="numpy"`` read as tensors).
+Layout = Literal["auto", "lists", "fast", "rllib"]
+LAYOUTS: tuple[Layout, ...] = ("auto", "lists", "fast", "rllib")
+
+#: Per-row cell size (bytes) from which ``layout="auto"`` writes the fast layout. Measured with
+#: ``benchmarks/bench_layouts.py`` (README, "Tensor layouts"): below it the plain list layout
+#: costs little against the fast one, at and above it the fast layout reads several times faster.
+FAST_MIN_CELL_BYTES = 1024
 
 FAST_TENSOR_NAME = b"offline_prelearner.tensor"
 _EXT_NAME = b"ARROW:extension:name"
@@ -66,8 +84,125 @@ class TensorSpec:
 def check_layout(layout: object, name: str = "layout") -> Layout:
     """``layout`` if it is one of :data:`LAYOUTS`, else a ``ValueError`` naming the choices."""
     if layout not in LAYOUTS:
-        raise ValueError(f"{name} must be 'fast' or 'rllib', found {layout!r}")
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, LAYOUTS))}, found {layout!r}")
     return layout
+
+
+def cell_layout(layout: Layout, dtype: np.dtype, shape: tuple[int, ...]) -> Layout:
+    """The concrete layout (``"lists"``, ``"fast"`` or ``"rllib"``) a column of per-row
+    ``shape`` and ``dtype`` is written in: ``"auto"`` resolved by the cell's byte size."""
+    if layout != "auto":
+        return layout
+    nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+    return "fast" if nbytes >= FAST_MIN_CELL_BYTES else "lists"
+
+
+def _parse_meta(raw: bytes) -> TensorSpec:
+    try:
+        meta = json.loads(raw)
+        dtype = np.dtype(meta["dtype"])
+        shape = tuple(meta["shape"])
+        if dtype.hasobject or not all(isinstance(s, int) and s >= 0 for s in shape):
+            raise ValueError(meta)
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+        raise ValueError(
+            f"{FAST_TENSOR_NAME.decode()} metadata {raw[:60]!r} is not "
+            '{"dtype": "<numpy dtype>", "shape": [...]}'
+        ) from None
+    return TensorSpec(dtype, shape)
+
+
+def _check_width(spec: TensorSpec, storage: pa.DataType) -> None:
+    width = spec.dtype.itemsize * int(np.prod(spec.shape, dtype=np.int64))
+    if not pa.types.is_fixed_size_binary(storage) or storage.byte_width != width:
+        raise ValueError(
+            f"{FAST_TENSOR_NAME.decode()} {spec.dtype} {list(spec.shape)} needs "
+            f"fixed_size_binary({width}) cells, found {storage}"
+        )
+
+
+class FastTensorType(pa.ExtensionType):
+    """The fast layout as a pyarrow extension type (registered when the package is imported).
+
+    Storage ``fixed_size_binary(itemsize * prod(shape))``; serialized as the same
+    ``{"dtype", "shape"}`` JSON the field metadata of an unregistered read carries, so files are
+    identical whichever way they were written. A file whose metadata is malformed still opens:
+    its column has an invalid type whose :attr:`spec` raises the ``ValueError`` that says why, so
+    the column (not the file) is refused, in one line naming it.
+    """
+
+    def __init__(
+        self,
+        dtype: np.dtype | str,
+        shape: tuple[int, ...],
+        *,
+        _invalid: tuple[pa.DataType, bytes, str] | None = None,
+    ) -> None:
+        self._spec = TensorSpec(np.dtype(dtype), tuple(int(s) for s in shape))
+        self._invalid = _invalid
+        if _invalid is not None:
+            super().__init__(_invalid[0], FAST_TENSOR_NAME.decode())
+            return
+        width = self._spec.dtype.itemsize * int(np.prod(self._spec.shape, dtype=np.int64))
+        super().__init__(pa.binary(width), FAST_TENSOR_NAME.decode())
+
+    @property
+    def spec(self) -> TensorSpec:
+        """The cells' numpy dtype and per-row shape.
+
+        Raises:
+            ValueError: the type was read from malformed metadata (it says what was wrong).
+        """
+        if self._invalid is not None:
+            raise ValueError(self._invalid[2])
+        return self._spec
+
+    def __arrow_ext_serialize__(self) -> bytes:
+        if self._invalid is not None:
+            return self._invalid[1]
+        meta = {"dtype": self._spec.dtype.str, "shape": list(self._spec.shape)}
+        return json.dumps(meta).encode()
+
+    @classmethod
+    def __arrow_ext_deserialize__(
+        cls, storage_type: pa.DataType, serialized: bytes
+    ) -> FastTensorType:
+        try:
+            spec = _parse_meta(serialized)
+            _check_width(spec, storage_type)
+        except ValueError as e:
+            return cls("|u1", (0,), _invalid=(storage_type, serialized, str(e)))
+        return cls(spec.dtype, spec.shape)
+
+    def __arrow_ext_class__(self) -> type[pa.ExtensionArray]:
+        return FastTensorArray
+
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        return self.__arrow_ext_deserialize__, (self.storage_type, self.__arrow_ext_serialize__())
+
+
+class FastTensorArray(pa.ExtensionArray):
+    """A chunk of a fast tensor column; :meth:`to_numpy` is its ``[n, *shape]`` array."""
+
+    def to_numpy(self, zero_copy_only: bool = True, writable: bool = False) -> np.ndarray:
+        """The rows as ``[n, *shape]``: a read-only view of the buffer, or a copy when
+        ``writable``. Null cells are refused (``ValueError``): the layout has none."""
+        if self.null_count:
+            raise ValueError(f"{FAST_TENSOR_NAME.decode()} column holds {self.null_count} nulls")
+        out = fixed_binary_to_numpy(self, self.type.spec)
+        return out.copy() if writable else out
+
+    def to_numpy_ndarray(self) -> np.ndarray:
+        """The same as :meth:`to_numpy` (pyarrow's name for it on ``FixedShapeTensorArray``)."""
+        return self.to_numpy()
+
+
+def _register() -> None:
+    with contextlib.suppress(pa.ArrowKeyError):  # already registered (the module was reloaded)
+        pa.register_extension_type(FastTensorType("|u1", (1,)))
+
+
+_register()
 
 
 def fast_tensor_field(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> pa.Field:
@@ -98,31 +233,22 @@ def fixed_binary_column(name: str, values: np.ndarray) -> tuple[pa.Field, pa.Arr
 def tensor_spec(field: pa.Field | None) -> TensorSpec | None:
     """The ``(dtype, shape)`` a field of the fast layout declares; None for any other field.
 
+    Both forms count: a :class:`FastTensorType` field (read with the type registered) and a
+    ``fixed_size_binary`` field whose metadata names the layout (read without it).
+
     Raises:
         ValueError: the field names the layout but its metadata is not ``{"dtype", "shape"}``
             matching the cell width.
     """
-    if field is None or not field.metadata or field.metadata.get(_EXT_NAME) != FAST_TENSOR_NAME:
+    if field is None:
         return None
-    raw = field.metadata.get(_EXT_META, b"")
-    try:
-        meta = json.loads(raw)
-        dtype = np.dtype(meta["dtype"])
-        shape = tuple(meta["shape"])
-        if dtype.hasobject or not all(isinstance(s, int) and s >= 0 for s in shape):
-            raise ValueError(meta)
-    except (ValueError, TypeError, KeyError, UnicodeDecodeError):
-        raise ValueError(
-            f"{FAST_TENSOR_NAME.decode()} metadata {raw[:60]!r} is not "
-            '{"dtype": "<numpy dtype>", "shape": [...]}'
-        ) from None
-    width = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
-    if not pa.types.is_fixed_size_binary(field.type) or field.type.byte_width != width:
-        raise ValueError(
-            f"{FAST_TENSOR_NAME.decode()} {dtype} {list(shape)} needs fixed_size_binary({width}) "
-            f"cells, found {field.type}"
-        )
-    return TensorSpec(dtype, shape)
+    if isinstance(field.type, FastTensorType):
+        return field.type.spec
+    if not field.metadata or field.metadata.get(_EXT_NAME) != FAST_TENSOR_NAME:
+        return None
+    spec = _parse_meta(field.metadata.get(_EXT_META, b""))
+    _check_width(spec, field.type)
+    return spec
 
 
 def fixed_binary_to_numpy(arr: pa.Array, spec: TensorSpec) -> np.ndarray:
@@ -131,6 +257,8 @@ def fixed_binary_to_numpy(arr: pa.Array, spec: TensorSpec) -> np.ndarray:
     The caller checks nulls (``arr.null_count``) first; null cells would read as whatever bytes
     the buffer holds there.
     """
+    if isinstance(arr, pa.ExtensionArray):
+        arr = arr.storage
     dtype, shape = spec.dtype, spec.shape
     n = len(arr)
     width = arr.type.byte_width
@@ -150,6 +278,7 @@ def parquet_dictionary_columns(schema: pa.Schema) -> list[str] | bool:
     names = [
         f.name
         for f in schema
-        if f.metadata is None or f.metadata.get(_EXT_NAME) != FAST_TENSOR_NAME
+        if not isinstance(f.type, FastTensorType)
+        and (f.metadata is None or f.metadata.get(_EXT_NAME) != FAST_TENSOR_NAME)
     ]
     return True if len(names) == len(schema) else names

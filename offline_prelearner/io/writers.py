@@ -17,13 +17,21 @@ Edges:
 * A zero-length episode has no transition and so writes no row.
 * Ids are written as strings (``str(id)``); ``agent_id`` / ``module_id`` columns have Arrow type
   ``null`` when every episode has ``None`` there, as RLlib's single-agent files do.
-* Per-step values with one or more dimensions (CartPole's ``obs`` of shape ``(4,)``) are written
-  in Ray Data's fixed-shape tensor layout without importing Ray: a ``large_list<element>`` column of
-  the flattened values whose field metadata names the extension ``ray.data.arrow_tensor_v2`` and the
-  shape as JSON. Plain pyarrow reads it as lists; ``ray.data.read_parquet`` reads a tensor column.
-  With ``layout="fast"`` they are written in the fast tensor layout instead
-  (:mod:`.fast_tensor`: ``fixed_size_binary`` cells, dtype and shape in the field metadata), which
-  Parquet reads 10-30x faster and RLlib cannot read. The default here is ``"rllib"``.
+* Per-step values with one or more dimensions (CartPole's ``obs`` of shape ``(4,)``) are laid out
+  by ``layout`` (:data:`~.fast_tensor.LAYOUTS`):
+
+  - ``"rllib"`` (the default here): Ray Data's fixed-shape tensor layout, written without
+    importing Ray: a ``large_list<element>`` column of the flattened values whose field metadata
+    names the extension ``ray.data.arrow_tensor_v2`` and the shape as JSON. Plain pyarrow reads it
+    as lists; ``ray.data.read_parquet`` and RLlib read a tensor column.
+  - ``"lists"``: plain nested ``fixed_size_list`` (``fixed_size_list<float>[4]``; an 8x8 grid is a
+    list of 8 lists of 8), no extension: pandas, polars (``Array``), Hugging Face ``datasets`` and
+    torch (through numpy) read numbers with the shape kept, without this library.
+  - ``"fast"``: the fast tensor layout (:mod:`.fast_tensor`: ``fixed_size_binary`` cells, dtype
+    and shape in the field metadata), which Parquet reads 10-30x faster for image-sized cells and
+    only this library reads as arrays.
+  - ``"auto"``: per column, ``"fast"`` for cells of at least
+    :data:`~.fast_tensor.FAST_MIN_CELL_BYTES` bytes, ``"lists"`` below (what ``process`` writes).
 * A composite observation (gymnasium Dict / Tuple, nested; a ``{leaf path: array}`` map, see
   :mod:`~offline_prelearner.episodes.observations`) is written as one column per leaf,
   ``obs.<path>`` and ``new_obs.<path>`` (``obs.goal.pos``, ``obs.pair.0``), each laid out as a
@@ -50,7 +58,13 @@ from ..episodes import columns as C
 from ..episodes import observations as O
 from ..episodes.episode import Episode
 from ..errors import SchemaError, Where
-from .fast_tensor import Layout, check_layout, fixed_binary_column, parquet_dictionary_columns
+from .fast_tensor import (
+    Layout,
+    cell_layout,
+    check_layout,
+    fixed_binary_column,
+    parquet_dictionary_columns,
+)
 
 __all__ = [
     "TENSOR_EXTENSION_NAME",
@@ -99,9 +113,15 @@ def _column(name: str, values: np.ndarray, layout: Layout = "rllib") -> tuple[pa
         raise SchemaError(
             f"cannot write a {values.dtype} tensor (numeric or bool only)", Where(column=name)
         )
+    shape = tuple(int(s) for s in values.shape[1:])
+    layout = cell_layout(layout, values.dtype, shape)
     if layout == "fast":
         return fixed_binary_column(name, values)
-    shape = tuple(int(s) for s in values.shape[1:])
+    if layout == "lists" and 0 not in shape:  # (pyarrow has no fixed_size_list of size 0)
+        arr = pa.array(np.ascontiguousarray(values).reshape(-1))
+        for size in reversed(shape):
+            arr = pa.FixedSizeListArray.from_arrays(arr, size)
+        return pa.field(name, arr.type), arr
     flat = np.ascontiguousarray(values).reshape(-1)
     width = int(np.prod(shape))
     offsets = pa.array(np.arange(len(values) + 1, dtype=np.int64) * width)

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._version import __version__
-from ..io.arrow_columns import TENSOR_EXTENSIONS, column_to_numpy
+from ..io.arrow_columns import TENSOR_EXTENSIONS, column_to_numpy, is_tensor_field
 from ..io.fast_tensor import FAST_TENSOR_NAME, Layout, check_layout
 from ..io.fast_tensor import parquet_dictionary_columns as dictionary
 from ..io.writers import columns_to_table
@@ -46,8 +46,7 @@ def _is_tensor(field: pa.Field) -> bool:
     meta = field.metadata or {}
     if meta.get(b"ARROW:extension:name") in _TENSOR_NAMES:
         return True
-    t = field.type
-    return isinstance(t, pa.ExtensionType) and t.extension_name in TENSOR_EXTENSIONS
+    return is_tensor_field(field)  # also fast / arrow.*_shape_tensor types, fixed_size_list
 
 
 def relayout_table(table: pa.Table, layout: Layout) -> pa.Table:
