@@ -169,8 +169,14 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         resume=args.resume,
         dataset_id=args.dataset_id,
         layout=args.layout,
+        env_id=args.env_id,
     )
     print(json.dumps(stats, indent=None if args.json else 2))
+    if args.to == "minari" and stats.get("env_spec") is None:
+        sys.stderr.write(
+            "offline-prelearner: the Minari dataset has no env_spec (the source has none): "
+            "recover_environment() cannot make its env; pass --env-id ID to write one\n"
+        )
     return 0
 
 
@@ -358,6 +364,8 @@ _EXAMPLES: dict[str, list[str]] = {
         "convert old/ --to rows --out new/",
         "convert pixels/ --to rows --layout fast --out pixels-fast/",
         "convert hopper-medium-v2.hdf5 --to minari --out datasets/d4rl/hopper-medium-v2",
+        "convert datasets/cartpole-v1/rows --to minari --env-id CartPole-v1 --out mr/cp/rows-v0",
+        "convert mr/cp/rows-v0 --to episodes --out cp-episodes/",
     ],
 }
 
@@ -511,7 +519,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser(
         "convert",
-        help="old-stack SampleBatch/MultiAgentBatch data -> new-stack rows Parquet or episodes",
+        help="convert data: rows, msgpack episodes and Minari to each other; old-stack "
+        "batches and D4RL to any of them",
+        description="Converts PATH (detected: rows or msgpack episodes Parquet, old-stack\n"
+        "SampleBatch JSON/Parquet, a Minari dataset, a D4RL HDF5 file) to --to rows |\n"
+        "episodes | minari, committed to --out. rows, episodes and minari convert to each\n"
+        "other and back to the same episodes (Minari keeps no extras, infos or agent ids);\n"
+        "old-stack and D4RL are input only. The env spec written is --env-id's, else the\n"
+        "source's (Minari's metadata, or the one a previous convert wrote).",
     )
     _add_common(
         c,
@@ -525,6 +540,14 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="rows: RLlib's recorder row layout plus t; episodes: msgpack episode records; "
         "minari: a Minari dataset (OUT/data/main_data.hdf5 + metadata.json)",
+    )
+    c.add_argument(
+        "--env-id",
+        default=None,
+        metavar="ID",
+        help="a gymnasium env id (e.g. CartPole-v1): its registered spec is written with the "
+        "data (Minari's env_spec, so recover_environment() works), and its spaces where the "
+        "source has none and the data fits them (default: the source's spec, if any)",
     )
     c.add_argument(
         "--dataset-id",
@@ -555,7 +578,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="legacy `dones` without `terminateds`: auto = truncated where the info says "
         "TimeLimit.truncated, else terminated",
     )
-    c.add_argument("--schema", default=None, help="column schema (default: rllib_old_stack)")
+    c.add_argument(
+        "--schema",
+        default=None,
+        help="column schema of rows / old-stack input (default: rllib / rllib_old_stack)",
+    )
     c.add_argument("--json", action="store_true", help="print the stats on one line")
     _add_layout(
         c,

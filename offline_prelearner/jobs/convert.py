@@ -1,11 +1,33 @@
-"""The conversion job: old-stack SampleBatch data -> new-stack rows Parquet or msgpack episodes.
+"""The conversion job: every format read -> every format written, through the episode model.
 
-Rows input (new-stack rows Parquet, e.g. RLlib's recorder output) with ``to="rows"`` is a layout
-change, file by file, done by :func:`~offline_prelearner.jobs.relayout.relayout_rows`: the same
-rows with their tensor columns in ``layout`` (``"fast"`` to read them 10-100x faster).
+One dispatch on (source format, target) in :func:`convert_path`:
 
-:func:`convert_path` reads the files under a path in name order with the ``sample_batches``
-reader (episodes cut across batches and files continue), joins the fragments of each episode
+=========================  ==========================  ==========================================
+source                     ``to="rows"``/``"episodes"``  ``to="minari"``
+=========================  ==========================  ==========================================
+``rows`` (RLlib rows)      rows: layout change          :mod:`.convert_dataset` (one unit)
+                           (:mod:`.relayout`);
+                           episodes: units (below)
+``episodes`` (msgpack)     units (below)                :mod:`.convert_dataset`
+``sample_batches``         units (below)                :mod:`.convert_dataset`
+(old stack)
+``minari``, ``d4rl``       :mod:`.convert_dataset`      :mod:`.convert_dataset`
+=========================  ==========================  ==========================================
+
+Rows input with ``to="rows"`` is a layout change, file by file, done by
+:func:`~offline_prelearner.jobs.relayout.relayout_rows`: the same rows with their tensor columns
+in ``layout`` (``"fast"`` to read them 10-100x faster). Minari and D4RL inputs, and Minari
+output, are whole datasets (:mod:`.convert_dataset`). Everything else runs here.
+
+**What round-trips.** ``a -> b -> a`` gives the same episodes (ids compared as strings; lengths,
+observations, actions, rewards, flags, ``t_started``, extras exactly) for rows, episodes and
+Minari, except where a format has no place for a value: Minari keeps no extras, no agent /
+module ids and no infos, and has no "not done" (a fragment comes back truncated); rows keep infos
+only as JSON text; an ``episodes`` record written from rows has empty infos (``{}`` per step)
+where rows had none. Old-stack and D4RL data are input only (nothing writes them).
+
+:func:`convert_path` reads the files under a path in name order with the source format's reader
+(old-stack: episodes cut across batches and files continue), joins the fragments of each episode
 (:func:`~offline_prelearner.episodes.stitch.stitch_fragments`), decides what happens to episodes
 that never end within the data, and writes the episodes, ``stats.json`` and ``_manifest.json``.
 
@@ -23,6 +45,8 @@ success); a failed or interrupted job leaves ``out_dir`` as it was. Output (``ou
 * ``to="episodes"``: ``episodes-<unit>-<k>.parquet`` with one binary ``item`` column of msgpack
   ``SingleAgentEpisode`` states (RLlib's ``output_write_episodes=True`` layout).
 * Episode ids are written as strings (``str(eps_id)``), as RLlib's new stack uses them.
+* Each file's schema metadata carries the source's env spec and spaces, or ``env_id``'s
+  (:mod:`.dataset_info`), for a later ``convert --to minari``; msgpack records carry the spaces.
 * ``quarantine/quarantine.parquet`` under ``on_invalid="quarantine"``, if anything was refused.
 * ``stats.json``: records read / rejected (by reason), rows (steps) in / out / rejected (by
   reason), episodes written, fragments kept or rejected, files written, units, seconds. Every
@@ -89,13 +113,19 @@ from ..errors import ConfigError, DataError, EpisodeValidationError, Unsupported
 from ..io.codec import packb
 from ..io.fast_tensor import Layout, check_layout
 from ..io.quarantine import write_quarantine
+from ..io.readers import make_reader
 from ..io.readers.episodes import ITEM
+from ..io.readers.rows import RowsReader
 from ..io.readers.sample_batches import DonesRule, SampleBatchesReader
-from ..io.sources import check_one_format, detect_format, expand_paths
+from ..io.sources import check_one_format, detect_format, expand_paths, read_table
 from ..io.writers import episodes_to_rows
 from .commit import STATS_FILE, Staging, file_sha256, write_json_atomic, write_parquet_atomic
+from .dataset_info import DatasetInfo, info_from_env_id, info_of_files
 
-__all__ = ["STATS_FILE", "convert_path"]
+__all__ = ["STATS_FILE", "UNIT_FORMATS", "convert_path", "episode_tables", "rows_tables"]
+
+#: Source formats converted file by file here (to rows / episodes).
+UNIT_FORMATS = ("sample_batches", "rows", "episodes")
 
 Target = Literal["rows", "episodes", "minari"]
 Progress = Callable[[int, int, str, int], None]  # (files done, files, file, steps so far)
@@ -118,19 +148,19 @@ def convert_path(
     resume: bool = False,
     dataset_id: str | None = None,
     layout: Layout = "rllib",
+    env_id: str | None = None,
 ) -> dict[str, Any]:
-    """Converts old-stack data under ``path``; commits it to ``out_dir`` and returns the stats.
+    """Converts the data under ``path`` to ``to``; commits it to ``out_dir`` and returns the stats.
 
     Args:
-        path: A file, a directory (recursive, name order) or a glob of old-stack JSON lines (or
-            Parquet with one SampleBatch per row); or of new-stack rows Parquet with
-            ``to="rows"`` (rewritten in ``layout``, see the module docstring).
-        to: ``"rows"`` or ``"episodes"`` (see the module docstring).
+        path: A file, a directory (recursive, name order) or a glob of data files: rows or
+            msgpack episodes Parquet, old-stack JSON lines (or Parquet with one SampleBatch per
+            row), a Minari dataset (folder or id) or a D4RL HDF5 file.
+        to: ``"rows"``, ``"episodes"`` or ``"minari"`` (see the module docstring).
         out_dir: Must be absent or empty unless ``overwrite``; the job's output appears there
             whole, or not at all.
         read_config: Reader options (``legacy_pickle``, ``schema``, ``limits``...). Its
-            ``format`` must be ``"sample_batches"`` or ``"auto"`` (the default: detected from
-            the first file; ``"rows"`` data is rewritten with ``to="rows"``).
+            ``format`` is ``"auto"`` by default (detected from the files).
         on_invalid: Overrides ``read_config.on_invalid``; with ``"quarantine"`` refused data goes
             to ``out_dir/quarantine/quarantine.parquet``.
         progress: Called after each file with (files done, files, file, steps read so far).
@@ -144,6 +174,8 @@ def convert_path(
             :func:`~offline_prelearner.jobs.convert_dataset.convert_dataset`).
         layout: How ``to="rows"`` writes per-step arrays: ``"rllib"`` (Ray's tensor extension,
             which RLlib reads) or ``"fast"`` (:mod:`~offline_prelearner.io.fast_tensor`).
+        env_id: A gymnasium env id whose registered spec is written with the data (Minari's
+            ``env_spec``; rows / episodes file metadata); without it, the source's, if any.
 
     A Minari dataset or D4RL file as input, or ``to="minari"``, is converted by
     :func:`~offline_prelearner.jobs.convert_dataset.convert_dataset`.
@@ -159,9 +191,10 @@ def convert_path(
         return convert_dataset(
             path, to, out_dir, read_config, on_invalid, progress, fragments=fragments,
             rows_per_file=rows_per_file, episodes_per_file=episodes_per_file,
-            dataset_id=dataset_id, overwrite=overwrite, resume=resume,
+            dataset_id=dataset_id, overwrite=overwrite, resume=resume, env_id=env_id,
+            layout=layout,
         )  # fmt: skip
-    job = _Job.check(to, fragments, dones, rows_per_file, episodes_per_file, layout)
+    job = _Job.check(to, fragments, dones, rows_per_file, episodes_per_file, layout, env_id)
     read = read_config or ReadConfig(format="auto")
     if on_invalid is not None:
         read = replace(read, on_invalid=check_on_invalid(on_invalid))
@@ -169,6 +202,11 @@ def convert_path(
     check_one_format(files)
     fmt = read.format if read.format != "auto" else detect_format(files)
     if fmt == "rows" and to == "rows":
+        if env_id is not None:
+            raise ConfigError(
+                "env_id: rows -> rows rewrites the tensor layout of the same files and adds "
+                "nothing; give env_id when converting to minari or episodes"
+            )
         from .relayout import relayout_rows
 
         def rows_progress(i: int, n: int, name: str, rows: int) -> None:
@@ -179,12 +217,18 @@ def convert_path(
         return relayout_rows(
             parquet, out_dir, job.layout, rows_progress, overwrite=overwrite, resume=resume
         )
-    if fmt not in ("sample_batches", "auto"):
+    if fmt == "auto":
+        fmt = "sample_batches"
+    if fmt not in UNIT_FORMATS:
         raise UnsupportedFormatError(
-            f"convert reads old-stack SampleBatch data (or rows data with to='rows'); "
-            f"{files[0]!r} looks like {fmt!r} data (pass format 'sample_batches' to force it)"
+            f"convert reads {', '.join(UNIT_FORMATS)}, minari and d4rl data; {files[0]!r} is "
+            f"{fmt!r} data"
         )
-    job = replace(job, read=replace(read, format="sample_batches"))
+    if fmt != "sample_batches":
+        files = [f for f in files if f.endswith(".parquet")]  # not a job's stats.json
+    job = replace(job, read=replace(read, format=fmt))
+    info = info_from_env_id(env_id) if env_id is not None else DatasetInfo()
+    info = info.or_else(info_of_files(files))
     out = Path(out_dir)
     inputs = [_stat(f) for f in files]
     staging = Staging(out, job.describe(inputs), overwrite=overwrite, resume=resume, files_dir="")
@@ -194,7 +238,7 @@ def convert_path(
     if progress is not None and reused:
         steps = sum(r["counts"]["rows_in"] for r in records)
         progress(reused, len(files), files[reused - 1], steps)
-    records += _run_units(job, staging, inputs, records, progress)
+    records += _run_units(job, staging, inputs, records, progress, info)
 
     qfile = _merge_quarantine(staging, records)
     data = [f for r in records for f in r["files"] if f.get("kind") != _QUARANTINE]
@@ -205,6 +249,7 @@ def convert_path(
         "files_in": len(files),
         "files_unreadable": tot["files_unreadable"],
         "per_file": tot["per_file"],
+        "format": fmt,
         "to": to,
         "out_dir": str(out),
         "files_written": [f["name"] for f in data],
@@ -225,6 +270,7 @@ def convert_path(
         "quarantine_file": None if qfile is None else str(out / qfile["name"]),
         "units": len(records),
         "units_reused": reused,
+        "env_spec": info.env_id,
         "seconds": round(seconds, 4),
         "steps_per_s": round(tot["rows_kept"] / seconds, 1) if seconds > 0 else None,
     }
@@ -243,6 +289,7 @@ class _Job:
     rows_per_file: int
     episodes_per_file: int
     layout: Layout = "rllib"
+    env_id: str | None = None
     read: ReadConfig = dataclasses.field(default_factory=ReadConfig)
 
     @classmethod
@@ -254,6 +301,7 @@ class _Job:
         rows_per_file: Any,
         episodes_per_file: Any,
         layout: Any = "rllib",
+        env_id: Any = None,
     ) -> _Job:
         if to not in ("rows", "episodes"):
             raise ConfigError(f"to must be 'rows' or 'episodes', found {to!r}")
@@ -271,7 +319,9 @@ class _Job:
             layout = check_layout(layout)
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        return cls(to, fragments, dones, rows_per_file, episodes_per_file, layout)
+        if env_id is not None and not isinstance(env_id, str):
+            raise ConfigError(f"env_id must be a gymnasium env id, found {env_id!r}")
+        return cls(to, fragments, dones, rows_per_file, episodes_per_file, layout, env_id)
 
     def describe(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         """The staging's job description (its ``config`` is what a resume must match)."""
@@ -288,11 +338,12 @@ class _Job:
             "rows_per_file": self.rows_per_file,
             "episodes_per_file": self.episodes_per_file,
             **({"layout": self.layout} if self.layout != "rllib" else {}),
+            **({"env_id": self.env_id} if self.env_id is not None else {}),
             "read": read,
         }
         return {
             "version": __version__,
-            "format": "sample_batches",
+            "format": self.read.format,
             "prelearner": None,
             "engine": "local",
             "config": json.loads(json.dumps(config, default=str)),  # as a resume reads it back
@@ -437,22 +488,32 @@ def _run_units(
     inputs: list[dict[str, Any]],
     reused: list[dict[str, Any]],
     progress: Progress | None,
+    info: DatasetInfo,
 ) -> list[dict[str, Any]]:
-    """Reads the files after the reused units with one reader; commits units as they complete."""
+    """Reads the files after the reused units with one reader; commits units as they complete.
+
+    ``info`` (env spec, spaces) goes into every file written; spaces a msgpack episodes reader
+    finds in the records fill what ``info`` lacks."""
     first, n, read = len(reused), len(inputs), job.read
     taken = {k: int(v) for r in reused for k, v in r["reaches"].items() if int(v) >= first}
     owners = _Owners(taken)
-    reader = SampleBatchesReader(read, dones=job.dones)
+    old_stack = read.format == "sample_batches"
+    reader: Any = SampleBatchesReader(read, dones=job.dones) if old_stack else make_reader(read)
     records: list[dict[str, Any]] = []
     steps = sum(r["counts"]["rows_in"] for r in reused)
     for j in range(first, n):
         f = inputs[j]["path"]
-        seen, refused = reader.records_read, Counter(reader.records_rejected)
+        seen, refused = _records(reader)
         got: EpisodeBatch | None = None
         try:
-            got = reader.read_file(f)
-            if reader.records_read == seen:
-                raise OSError("the file holds no records")
+            if old_stack:
+                got = reader.read_file(f)
+                if reader.records_read == seen:
+                    raise OSError("the file holds no records")
+            else:  # a Parquet file of rows or msgpack episode records (zero rows: no episodes)
+                table = read_table(f)
+                got = reader.read(table, source=f)
+                seen -= table.num_rows
         except OSError as e:
             got = None
             if read.on_invalid == "raise":
@@ -460,9 +521,12 @@ def _run_units(
                     f"cannot read the file: {e}", Where(file=f), reason="unreadable_file"
                 ) from None
         led = got.ledger if got is not None else Ledger()
+        if got is not None and info.observation_space is None:
+            info = info.or_else(_reader_spaces(reader))
+        now, refused_now = _records(reader)
         counts = {
-            "records_read": reader.records_read - seen,
-            "records_rejected": dict(reader.records_rejected - refused),
+            "records_read": now - seen,
+            "records_rejected": dict(refused_now - refused),
             "rows_in": led.rows_in,
             "rows_duplicate": led.rows_duplicate,
             "rows_rejected": dict(led.rows_rejected),
@@ -472,13 +536,29 @@ def _run_units(
         }
         unit = _Unit(j, EpisodeBatch(on_invalid=read.on_invalid), counts, _reader_idle(reader))
         for done in owners.add(unit, got):
-            records.append(_commit_unit(job, staging, done, inputs))
+            records.append(_commit_unit(job, staging, done, inputs, info))
         steps += led.rows_in
         if progress is not None:
             progress(j + 1, n, f, steps)
     for done in owners.rest():
-        records.append(_commit_unit(job, staging, done, inputs))
+        records.append(_commit_unit(job, staging, done, inputs, info))
     return records
+
+
+def _records(reader: Any) -> tuple[int, Counter[str]]:
+    """Records read so far and refused by reason (old-stack lines; other readers count rows as
+    they are read, in the file's own count, so 0 here)."""
+    if isinstance(reader, SampleBatchesReader):
+        return reader.records_read, Counter(reader.records_rejected)
+    return 0, Counter()
+
+
+def _reader_spaces(reader: Any) -> DatasetInfo:
+    """The spaces a reader found in the data (msgpack episode records carry them)."""
+    return DatasetInfo(
+        observation_space=getattr(reader, "observation_space", None),
+        action_space=getattr(reader, "action_space", None),
+    )
 
 
 def _file_counts(f: str, fmt: str, led: Ledger, unreadable: bool) -> dict[str, Any]:
@@ -496,14 +576,19 @@ def _file_counts(f: str, fmt: str, led: Ledger, unreadable: bool) -> dict[str, A
     }
 
 
-def _reader_idle(reader: SampleBatchesReader) -> bool:
-    """The reader holds no episode awaiting its continuation (only data without ``t`` leaves
-    any: a not-done episode, or the marker of a rejected one whose later steps it refuses)."""
-    return not any(rows.pending for rows in reader._rows.values())
+def _reader_idle(reader: Any) -> bool:
+    """The reader holds no episode awaiting its continuation (only rows data without ``t`` leaves
+    any: a not-done episode, or the marker of a rejected one whose later steps it refuses;
+    msgpack episode records carry their ``t_started`` and leave none)."""
+    if isinstance(reader, SampleBatchesReader):
+        return not any(rows.pending for rows in reader._rows.values())
+    if isinstance(reader, RowsReader):
+        return not reader.pending
+    return True
 
 
 def _commit_unit(
-    job: _Job, staging: Staging, unit: _Unit, inputs: list[dict[str, Any]]
+    job: _Job, staging: Staging, unit: _Unit, inputs: list[dict[str, Any]], info: DatasetInfo
 ) -> dict[str, Any]:
     """Stitches a unit's episodes, writes its files, then its record (the unit commit)."""
     batch = stitch_fragments(unit.batch)
@@ -511,9 +596,9 @@ def _commit_unit(
     for ep in batch.episodes:
         ep.id = str(ep.id)
     tables = (
-        _rows_tables(batch.episodes, job.rows_per_file, job.layout)
+        rows_tables(batch.episodes, job.rows_per_file, job.layout, info)
         if job.to == "rows"
-        else _episode_tables(batch.episodes, job.episodes_per_file)
+        else episode_tables(batch.episodes, job.episodes_per_file, info)
     )
     k = unit.index
     written: list[dict[str, Any]] = []
@@ -618,10 +703,15 @@ def _signature(ep: Episode) -> tuple[Any, ...]:
     return (ep.observations.shape[1:], ep.actions.shape[1:], tuple(sorted(ep.extras)))
 
 
-def _rows_tables(
-    episodes: list[Episode], rows_per_file: int, layout: Layout = "rllib"
+def rows_tables(
+    episodes: list[Episode],
+    rows_per_file: int,
+    layout: Layout = "rllib",
+    info: DatasetInfo | None = None,
 ) -> Iterator[pa.Table]:
-    """Rows tables, episodes of one layout per table, at most ``rows_per_file`` rows (or one ep)."""
+    """Rows tables, episodes of one layout per table, at most ``rows_per_file`` rows (or one ep);
+    ``info`` in each table's schema metadata (:mod:`.dataset_info`)."""
+    extra = info.to_metadata() if info is not None else {}
     groups: dict[tuple[Any, ...], list[Episode]] = {}
     for ep in episodes:
         groups.setdefault(_signature(ep), []).append(ep)
@@ -630,20 +720,36 @@ def _rows_tables(
         rows = 0
         for nxt in [*eps, None]:
             if chunk and (nxt is None or rows + len(nxt) > rows_per_file):
-                yield episodes_to_rows(chunk, with_t=True, layout=layout)
+                table = episodes_to_rows(chunk, with_t=True, layout=layout)
+                yield _with_metadata(table, extra)
                 chunk, rows = [], 0
             if nxt is not None:
                 chunk.append(nxt)
                 rows += len(nxt)
 
 
-def _episode_tables(episodes: list[Episode], per_file: int) -> Iterator[pa.Table]:
-    """Msgpack episode records, ``per_file`` per table. ``_last_step_time`` is None (RLlib's
-    value for an episode never stepped): a converted episode has no wall-clock time, and the
-    same input gives the same bytes (``Episode.get_state`` puts the clock's reading there)."""
+def episode_tables(
+    episodes: list[Episode], per_file: int, info: DatasetInfo | None = None
+) -> Iterator[pa.Table]:
+    """Msgpack episode records, ``per_file`` per table, with ``info``'s spaces in each record and
+    ``info`` in the schema metadata. ``_last_step_time`` is None (RLlib's value for an episode
+    never stepped): a converted episode has no wall-clock time, and the same input gives the same
+    bytes (``Episode.get_state`` puts the clock's reading there)."""
+    info = info if info is not None else DatasetInfo()
+    spaces = (info.observation_space, info.action_space)
+    extra = info.to_metadata()
     for s in range(0, len(episodes), per_file):
-        states = [{**ep.get_state(), "_last_step_time": None} for ep in episodes[s : s + per_file]]
-        yield pa.table({ITEM: pa.array([packb(st) for st in states], type=pa.binary())})
+        states = [
+            {**ep.get_state(*spaces), "_last_step_time": None} for ep in episodes[s : s + per_file]
+        ]
+        table = pa.table({ITEM: pa.array([packb(st) for st in states], type=pa.binary())})
+        yield _with_metadata(table, extra)
+
+
+def _with_metadata(table: pa.Table, extra: dict[bytes, bytes]) -> pa.Table:
+    if not extra:
+        return table
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), **extra})
 
 
 def _write_unit_quarantine(root: Path, unit: int, batch: EpisodeBatch) -> dict[str, Any] | None:

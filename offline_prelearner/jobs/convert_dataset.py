@@ -13,6 +13,14 @@ files -- old-stack batches -- work too), joins fragments, validates and de-dupli
   opens it when ``out_dir`` is ``$MINARI_DATASETS_PATH/<dataset_id>``, and
   ``minari.MinariDataset(out_dir + "/data")`` from anywhere.
 
+**The env spec and the spaces** (:mod:`.dataset_info`) come from the source -- a Minari
+dataset's metadata, the spaces in msgpack episode records, or what an earlier ``convert`` put in
+the Parquet metadata of its rows / episodes files -- and ``env_id`` (``--env-id``: the spec from
+gymnasium's registry, which wins over the source's; the env's spaces where the source has none
+and the data fits them); what is still unknown is inferred from the data (spaces) or left out
+(``env_spec``: the stats say ``env_spec: null`` and the CLI says so in one line). Every target
+keeps them: Minari in ``metadata.json``, rows and episodes in each file's schema metadata.
+
 The output is a commit (:class:`~.commit.Staging`: staged beside ``out_dir``, manifest last).
 The whole job is one unit: ``resume`` is refused (there is nothing partial to reuse).
 Not-done episodes (the data ends mid-episode) are kept as fragments or refused
@@ -30,7 +38,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
+import gymnasium as gym
+import numpy as np
 
 from .._version import __version__
 from ..config import ReadConfig
@@ -39,13 +48,13 @@ from ..episodes.ledger import EpisodeBatch, check_on_invalid
 from ..episodes.stitch import stitch_fragments
 from ..episodes.validate import Deduplicator, ValidateConfig, Validator
 from ..errors import ConfigError, EpisodeValidationError, Where
-from ..io.codec import packb
-from ..io.datasets.minari_write import write_minari_dataset
+from ..io.datasets.minari_write import infer_obs_space, infer_space, write_minari_dataset
+from ..io.fast_tensor import Layout, check_layout
 from ..io.readers import make_reader
-from ..io.readers.episodes import ITEM
 from ..io.sources import WHOLE_FILE_FORMATS, detect_format, expand_paths, read_table
-from ..io.writers import episodes_to_rows
 from .commit import Staging, write_parquet_atomic
+from .convert import episode_tables, rows_tables
+from .dataset_info import DatasetInfo, info_from_env_id, info_of_files, with_env_spaces
 
 __all__ = ["DATASET_TARGETS", "convert_dataset", "wants_dataset_job"]
 
@@ -87,11 +96,15 @@ def convert_dataset(
     dataset_id: str | None = None,
     overwrite: bool = False,
     resume: bool = False,
+    env_id: str | None = None,
+    layout: Layout = "rllib",
 ) -> dict[str, Any]:
     """Converts the dataset at ``path`` to ``to`` in ``out_dir``; returns the stats.
 
     ``dataset_id`` (``to="minari"``): the id written in the metadata; default
     ``<parent folder>/<folder>`` of ``out_dir`` (``--out ROOT/ns/name-v0`` -> ``ns/name-v0``).
+    ``env_id``: the env spec written, from gymnasium's registry (see the module docstring).
+    ``layout``: the tensor layout of ``to="rows"``.
     """
     start = time.perf_counter()
     if to not in DATASET_TARGETS:
@@ -103,6 +116,11 @@ def convert_dataset(
             "--resume: a Minari / D4RL conversion is one unit of work, nothing partial is kept; "
             "run without --resume"
         )
+    try:
+        layout = check_layout(layout)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    given = info_from_env_id(env_id) if env_id is not None else DatasetInfo()
     read = read_config or ReadConfig(format="auto")
     if on_invalid is not None:
         read = replace(read, on_invalid=check_on_invalid(on_invalid))
@@ -117,7 +135,14 @@ def convert_dataset(
         "format": read.format,
         "prelearner": None,
         "engine": "local",
-        "config": {"job": "convert", "to": to, "fragments": fragments, "dataset_id": dataset_id},
+        "config": {
+            "job": "convert",
+            "to": to,
+            "fragments": fragments,
+            "dataset_id": dataset_id,
+            **({"env_id": env_id} if env_id is not None else {}),
+            **({"layout": layout} if layout != "rllib" and to == "rows" else {}),
+        },
         "inputs": inputs,
     }
     staging = Staging(out, job, overwrite=overwrite, files_dir="")
@@ -126,8 +151,9 @@ def convert_dataset(
         batch, reader = _read_all(files, read, progress)
         n_fragments = _settle_fragments(batch, fragments, read.on_invalid)
         episodes = batch.episodes
-        written = _write(staging.path, to, episodes, reader, dataset_id,
-                         rows_per_file, episodes_per_file)  # fmt: skip
+        info = _info(files, reader, given, episodes)
+        written = _write(staging.path, to, episodes, info, dataset_id,
+                         rows_per_file, episodes_per_file, layout)  # fmt: skip
     except BaseException:
         staging.discard()
         raise
@@ -152,6 +178,7 @@ def convert_dataset(
         "episodes_rejected": dict(sorted(led.episodes_rejected.items())),
         "balanced": led.balanced(),
         "dataset_id": dataset_id,
+        "env_spec": info.env_id,
         "units": 1,
         "units_reused": 0,
         "seconds": round(seconds, 4),
@@ -196,45 +223,76 @@ def _settle_fragments(batch: EpisodeBatch, policy: str, on_invalid: str) -> int:
     return sum(open_)
 
 
+def _info(
+    files: list[str], reader: Any, given: DatasetInfo, episodes: list[Episode]
+) -> DatasetInfo:
+    """The env spec and spaces written: ``--env-id``'s spec, else the source's; the source's
+    spaces, else the env's where the data fits them (checked per episode, one vector pass each),
+    else none (the Minari writer infers them)."""
+    meta = getattr(reader, "metadata", None)  # a Minari dataset's
+    source = DatasetInfo(
+        getattr(meta, "env_spec", None),
+        getattr(meta, "eval_env_spec", None),
+        getattr(reader, "observation_space", None),
+        getattr(reader, "action_space", None),
+    ).or_else(info_of_files(files))
+    info = replace(source, env_spec=given.env_spec or source.env_spec)
+    return with_env_spaces(info, given, episodes)
+
+
 def _write(
     root: Path,
     to: str,
     episodes: list[Episode],
-    reader: Any,
+    info: DatasetInfo,
     dataset_id: str | None,
     rows_per_file: int,
     episodes_per_file: int,
+    layout: Layout,
 ) -> list[dict[str, Any]]:
     if to == "minari":
+        obs_space, act_space = _spaces(info, episodes)
         write_minari_dataset(
             root,
             episodes,
             dataset_id or "converted",
-            observation_space=getattr(reader, "observation_space", None),
-            action_space=getattr(reader, "action_space", None),
+            observation_space=obs_space,
+            action_space=act_space,
+            env_spec=info.env_spec,
+            eval_env_spec=info.eval_env_spec,
         )
         return [_entry(root, name, n) for name, n in _minari_files(root, episodes)]
-    written = []
     for ep in episodes:
         ep.id = str(ep.id)
-    if to == "rows":
-        chunk: list[Episode] = []
-        k, rows = 0, 0
-        for nxt in [*episodes, None]:
-            if chunk and (nxt is None or rows + len(nxt) > rows_per_file):
-                table = episodes_to_rows(chunk, with_t=True)
-                written.append(write_parquet_atomic(root, f"rows-00000-{k:05d}.parquet", table))
-                k, chunk, rows = k + 1, [], 0
-            if nxt is not None:
-                chunk.append(nxt)
-                rows += len(nxt)
-        return written
-    for k, s in enumerate(range(0, len(episodes), episodes_per_file)):
-        part = episodes[s : s + episodes_per_file]
-        states = [{**e.get_state(), "_last_step_time": None} for e in part]
-        table = pa.table({ITEM: pa.array([packb(st) for st in states], type=pa.binary())})
-        written.append(write_parquet_atomic(root, f"episodes-00000-{k:05d}.parquet", table))
-    return written
+    tables = (
+        rows_tables(episodes, rows_per_file, layout, info)
+        if to == "rows"
+        else episode_tables(episodes, episodes_per_file, info)
+    )
+    return [
+        write_parquet_atomic(root, f"{to}-00000-{k:05d}.parquet", table)
+        for k, table in enumerate(tables)
+    ]
+
+
+def _spaces(
+    info: DatasetInfo, episodes: list[Episode]
+) -> tuple[gym.Space[Any] | None, gym.Space[Any] | None]:
+    """The spaces written to Minari: ``info``'s, else inferred from every episode (a Discrete's
+    ``n`` from the largest value anywhere, not the first episode's)."""
+    obs, act = info.observation_space, info.action_space
+    if not episodes:
+        return obs, act
+    if act is None:
+        act = infer_space(np.concatenate([e.actions for e in episodes]), "actions")
+    if obs is None:
+        first = episodes[0].observations
+        scalar_ints = not isinstance(first, dict) and first.ndim == 1 and first.dtype.kind in "iu"
+        if scalar_ints:  # a Discrete observation: its n from every episode
+            obs = infer_space(np.concatenate([e.observations for e in episodes]), "observations")
+        else:
+            obs = infer_obs_space(first)
+    return obs, act
 
 
 def _minari_files(root: Path, episodes: list[Episode]) -> list[tuple[str, int]]:

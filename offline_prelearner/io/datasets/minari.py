@@ -48,6 +48,7 @@ from .optional import import_h5py
 
 __all__ = [
     "METADATA_KEY",
+    "ORIGIN_KEY",
     "STEP_COLUMNS",
     "MinariMetadata",
     "data_dir_of",
@@ -67,6 +68,9 @@ __all__ = [
 
 #: Schema-metadata key of a step table (the dataset's metadata as JSON).
 METADATA_KEY = b"minari"
+#: Schema-metadata key of a step table's episode origins, where a dataset written by our convert
+#: has them (attrs ``source_id`` / ``t_started``): ``{minari id: [source id or null, t_started]}``.
+ORIGIN_KEY = b"offline_prelearner.origin"
 #: Columns with T values plus one padding row per episode.
 STEP_COLUMNS = ("actions", "rewards", "terminations", "truncations")
 _HDF5 = "main_data.hdf5"
@@ -159,6 +163,8 @@ class MinariMetadata:
     jpeg_encoding: bool
     total_episodes: int | None
     total_steps: int | None
+    env_spec: str | None = None  # gymnasium EnvSpec JSON, as Minari stores it
+    eval_env_spec: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)
@@ -252,6 +258,10 @@ def _parse_metadata(path: str) -> MinariMetadata:
         jpeg_encoding=bool(meta.get("jpeg_encoding", True)),
         total_episodes=meta.get("total_episodes"),
         total_steps=meta.get("total_steps"),
+        env_spec=meta.get("env_spec") if isinstance(meta.get("env_spec"), str) else None,
+        eval_env_spec=(
+            meta.get("eval_env_spec") if isinstance(meta.get("eval_env_spec"), str) else None
+        ),
     )
 
 
@@ -373,7 +383,7 @@ def read_minari_file(path: str) -> pa.Table:
         raise DataError(
             f"cannot read the file: {msg}", Where(file=path), reason="unreadable_file"
         ) from None
-    return table.replace_schema_metadata({METADATA_KEY: meta_json})
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), METADATA_KEY: meta_json})
 
 
 def _read_part(path: str) -> pa.Table:
@@ -423,6 +433,7 @@ def _read_hdf5(path: str, meta: MinariMetadata) -> pa.Table:
     columns.append(_H5Leaf("actions", "actions", meta.action_space, pad=True))
     columns += [_H5Leaf(name, name, None, pad=True) for name in STEP_COLUMNS[1:]]
     rows: list[int] = []
+    origin: dict[str, list[Any]] = {}  # minari id -> [source id or None, t_started]
     with h5py.File(path, "r") as f:
         names = sorted((k for k in f if k.startswith("episode_")), key=lambda k: int(k[8:]))
         h5g, h5d = h5py.h5g, h5py.h5d
@@ -442,13 +453,21 @@ def _read_hdf5(path: str, meta: MinariMetadata) -> pa.Table:
                 got = col.add(h5py, d, n, path, eid)
                 n = got if n < 0 else n
             rows.append(n)
+            if h5py.h5a.exists(g, b"source_id") or h5py.h5a.exists(g, b"t_started"):
+                attrs = f[name].attrs  # written by our convert only: a few episodes' worth
+                sid = attrs.get("source_id")
+                origin[str(eid)] = [
+                    None if sid is None else str(sid),
+                    int(attrs.get("t_started", 0)),
+                ]
     ids = np.repeat(np.array([int(k[8:]) for k in names], np.int64), rows)
     leaves = {leaf: col.finish() for (leaf, _, _), col in zip(obs_items, columns, strict=False)}
     cols: dict[str, pa.Array] = {"episode_id": pa.array(ids)}
     cols["observations"] = _nest(meta.observation_space, leaves)
     for col in columns[len(obs_items) :]:
         cols[col.name] = col.finish()
-    return pa.table(cols)
+    table = pa.table(cols)
+    return table.replace_schema_metadata({ORIGIN_KEY: json.dumps(origin)}) if origin else table
 
 
 class _H5Leaf:

@@ -15,10 +15,18 @@ Why hdf5 and h5py: Minari's own arrow/parquet writer rewrites metadata.json (wal
 written so far) after each episode -- quadratic -- and needs jax only to record from an env; one
 h5py pass is linear and needs nothing Minari does not already read.
 
-Episodes become ids ``0..n-1`` in order (Minari requires sequential ids; the source id is kept in
-the attr ``source_id``). Flags: a terminated episode has ``terminations[-1]``; a truncated one and
-a not-done fragment ``truncations[-1]`` (what Minari's DataCollector writes for an episode it had
-to cut). Images are written raw (``jpeg_encoding: false``): lossless.
+Episodes become ids ``0..n-1`` in order (Minari requires sequential ids); the source id, where it
+is not ``str(k)``, is kept in the episode group's attr ``source_id``, and a fragment's first env
+step, where it is not 0, in ``t_started`` (Minari ignores both; our reader restores them, so ids
+and ``t_started`` round-trip). ``env_spec`` / ``eval_env_spec`` (gymnasium ``EnvSpec.to_json()``)
+go into the metadata, where ``MinariDataset.recover_environment()`` finds them; without one the
+metadata has none (Minari then cannot recover the env).
+
+Flags: a terminated episode has ``terminations[-1]``; a truncated one and a not-done fragment
+``truncations[-1]`` (what Minari's DataCollector writes for an episode it had to cut: Minari has
+no "not done", so a fragment comes back truncated). Extras, agent / module ids and infos have no
+place in Minari's layout and are not written. Images are written raw (``jpeg_encoding: false``):
+lossless.
 """
 
 from __future__ import annotations
@@ -117,6 +125,8 @@ def write_minari_dataset(
     observation_space: gym.Space[Any] | None = None,
     action_space: gym.Space[Any] | None = None,
     description: str | None = None,
+    env_spec: str | None = None,
+    eval_env_spec: str | None = None,
 ) -> dict[str, Any]:
     """Writes ``episodes`` as a Minari dataset under ``folder`` (see the module docstring).
 
@@ -147,7 +157,10 @@ def write_minari_dataset(
             g = f.create_group(f"episode_{n_eps}")
             g.attrs["id"] = n_eps
             g.attrs["total_steps"] = t
-            g.attrs["source_id"] = str(ep.id)
+            if str(ep.id) != str(n_eps):
+                g.attrs["source_id"] = str(ep.id)
+            if ep.t_started:
+                g.attrs["t_started"] = ep.t_started
             _write_observations(g, ep, obs_paths)
             g.create_dataset("actions", data=ep.actions)
             g.create_dataset("rewards", data=ep.rewards)
@@ -173,6 +186,8 @@ def write_minari_dataset(
         "total_steps": n_steps,
         "observation_space": json.dumps(space_to_minari(observation_space)),
         "action_space": json.dumps(space_to_minari(action_space)),
+        **({"env_spec": env_spec} if env_spec is not None else {}),
+        **({"eval_env_spec": eval_env_spec} if eval_env_spec is not None else {}),
         "dataset_size": round(size_mb, 1),
         "algorithm_name": "offline_prelearner convert",
         "description": description or "converted by offline_prelearner",

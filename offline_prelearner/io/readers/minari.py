@@ -8,7 +8,9 @@ dropped), and the flags of the last step -- ``terminated`` from ``terminations``
 from ``truncations``. Where Minari has both set (a terminal on a time limit's last step), the
 episode is terminated (what bootstrapping needs; our episodes, like RLlib's, are one or the
 other). An episode with neither flag is a not-done fragment. JPEG-encoded image leaves are decoded
-with Pillow (imported on first use). Infos are not read.
+with Pillow (imported on first use). Infos are not read. A dataset our ``convert`` wrote gives
+back the source's episode ids and ``t_started`` (attrs ``source_id`` / ``t_started`` of an episode
+group, which Minari ignores; :mod:`..datasets.minari_write`); any other dataset, Minari's ids.
 
 **Composite observations** (Dict / Tuple spaces, nested): struct columns (the hdf5 backend's
 nested groups arrive as the same struct, :mod:`..datasets.minari`) become the flat
@@ -30,6 +32,7 @@ refused (reason ``inconsistent``), like any broken episode, under ``on_invalid``
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,6 +46,7 @@ from ...episodes.validate import Miss, SpaceCheck
 from ...errors import DataError, DecodeError, EpisodeValidationError, SchemaError, Where
 from ..datasets.minari import (
     METADATA_KEY,
+    ORIGIN_KEY,
     MinariMetadata,
     is_composite,
     leaf_items,
@@ -112,6 +116,7 @@ class MinariReader:
         n_flags = np.where(has, n_flags, 0)
         bad = n_flags > (t_last | u_last)
         ids = eid[starts].tolist()
+        t_started = _restore_origin(batch, ids)
         out.ledger.rows_in += int(length.sum())
         for i in np.flatnonzero(bad).tolist():
             t = int(np.flatnonzero((term | trunc)[step_at[i] : step_at[i] + length[i]])[0])
@@ -139,7 +144,7 @@ class MinariReader:
             obs_at=starts.astype(np.int64),
             step_at=step_at,
             length=length.astype(np.int64),
-            t_started=np.zeros(len(starts), np.int64),
+            t_started=t_started,
             terminated=t_last.astype(bool),
             truncated=(u_last & ~t_last).astype(bool),
             ids=ids,
@@ -305,3 +310,21 @@ def decode_jpeg_column(
             )
         out[i] = frame
     return out
+
+
+def _restore_origin(batch: pa.Table, ids: list[Any]) -> np.ndarray:
+    """The episodes' ``t_started``; ``ids`` (Minari's) replaced in place by the source ids where
+    the step table carries them (:data:`ORIGIN_KEY`; one lookup per episode, as Minari's episodes
+    are groups)."""
+    t_started = np.zeros(len(ids), np.int64)
+    raw = (batch.schema.metadata or {}).get(ORIGIN_KEY)
+    if raw is None:
+        return t_started
+    origin = json.loads(raw)
+    for i, k in enumerate(ids):
+        got = origin.get(str(k))
+        if got is not None:
+            if got[0] is not None:
+                ids[i] = got[0]
+            t_started[i] = int(got[1])
+    return t_started

@@ -1,0 +1,164 @@
+"""What a conversion carries besides the episodes: the env spec and the spaces.
+
+A Minari dataset holds them in ``data/metadata.json`` (``env_spec``, ``eval_env_spec``: gymnasium
+``EnvSpec.to_json()``; ``observation_space``, ``action_space``: Minari's serialization). Rows and
+msgpack episodes Parquet have no place of their own for an env spec, so ``convert`` writes the
+same four values into the Parquet schema metadata of every file it writes, under
+:data:`META_KEY` (a JSON object); any tool ignores it, and a later ``convert --to minari`` of
+those files takes it back. Msgpack episode records also carry the spaces in each record
+(RLlib's ``_observation_space`` / ``_action_space``).
+
+Where the source has none, ``--env-id ID`` builds the spec from gymnasium's registry
+(:func:`info_from_env_id`), and the spaces from the env when its data fits them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pyarrow.parquet as pq
+
+from ..errors import ConfigError
+from ..io.datasets.minari import space_from_minari, space_to_minari
+
+__all__ = [
+    "META_KEY",
+    "DatasetInfo",
+    "info_from_env_id",
+    "info_of_files",
+    "space_fits",
+    "with_env_spaces",
+]
+
+#: Parquet schema-metadata key of the :class:`DatasetInfo` that ``convert`` writes.
+META_KEY = b"offline_prelearner.dataset"
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """The env spec (gymnasium JSON) and the spaces of a dataset; any of them may be unknown."""
+
+    env_spec: str | None = None
+    eval_env_spec: str | None = None
+    observation_space: gym.Space[Any] | None = None
+    action_space: gym.Space[Any] | None = None
+
+    @property
+    def env_id(self) -> str | None:
+        """The env id of ``env_spec`` (None without one)."""
+        return None if self.env_spec is None else str(json.loads(self.env_spec).get("id"))
+
+    def or_else(self, other: DatasetInfo) -> DatasetInfo:
+        """This info, each unknown value taken from ``other``."""
+        return DatasetInfo(
+            self.env_spec if self.env_spec is not None else other.env_spec,
+            self.eval_env_spec if self.eval_env_spec is not None else other.eval_env_spec,
+            self.observation_space if self.observation_space is not None
+            else other.observation_space,
+            self.action_space if self.action_space is not None else other.action_space,
+        )  # fmt: skip
+
+    def to_metadata(self) -> dict[bytes, bytes]:
+        """The Parquet schema metadata entry (empty when nothing is known)."""
+        d: dict[str, Any] = {}
+        for key in ("env_spec", "eval_env_spec"):
+            if getattr(self, key) is not None:
+                d[key] = getattr(self, key)
+        for key in ("observation_space", "action_space"):
+            space = getattr(self, key)
+            if space is not None:
+                with contextlib.suppress(Exception):  # a space Minari cannot write: not carried
+                    d[key] = space_to_minari(space)
+        return {META_KEY: json.dumps(d).encode()} if d else {}
+
+    @classmethod
+    def from_metadata(cls, meta: dict[bytes, bytes] | None) -> DatasetInfo:
+        raw = (meta or {}).get(META_KEY)
+        if raw is None:
+            return cls()
+        d = json.loads(raw)
+        spaces = {
+            k: space_from_minari(d[k]) for k in ("observation_space", "action_space") if k in d
+        }
+        return cls(d.get("env_spec"), d.get("eval_env_spec"), **spaces)
+
+
+def info_of_files(files: list[str]) -> DatasetInfo:
+    """The :class:`DatasetInfo` a previous ``convert`` wrote into the first Parquet file."""
+    first = next((f for f in files if f.endswith(".parquet")), None)
+    if first is None:
+        return DatasetInfo()
+    try:
+        return DatasetInfo.from_metadata(pq.read_schema(first).metadata)
+    except (OSError, ValueError):
+        return DatasetInfo()  # the reader reports an unreadable file
+
+
+def info_from_env_id(env_id: str) -> DatasetInfo:
+    """The spec of ``env_id`` from gymnasium's registry, and the env's spaces (None where the env
+    cannot be made here, e.g. its simulator is not installed: the spaces then come from the data).
+
+    Raises ConfigError, in one line, for an id gymnasium does not know.
+    """
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error as e:
+        raise ConfigError(f"--env-id {env_id!r}: {e}") from None
+    try:
+        text = spec.to_json()
+    except ValueError as e:
+        raise ConfigError(f"--env-id {env_id!r}: its spec cannot be written as JSON: {e}") from None
+    try:
+        env = gym.make(spec)
+    except Exception:  # any failure to build the env: the spec still holds, spaces unknown
+        return DatasetInfo(env_spec=text)
+    try:
+        return DatasetInfo(text, None, env.observation_space, env.action_space)
+    finally:
+        env.close()
+
+
+def space_fits(space: gym.Space[Any], column: Any) -> bool:
+    """Whether every row of ``column`` (``[N, ...]``; a composite observation's flat leaf map)
+    lies in ``space``: one vector pass for Box / Discrete / MultiBinary / MultiDiscrete leaves."""
+    if isinstance(column, dict):
+        return False  # composite data keeps the spaces inferred from it or from the source
+    x = np.asarray(column)
+    if isinstance(space, gym.spaces.Box):
+        if x.shape[1:] != space.shape or x.dtype.kind not in "iufb":
+            return False
+        return bool(np.all(x >= space.low) and np.all(x <= space.high))
+    if isinstance(space, gym.spaces.Discrete):
+        if x.ndim != 1 or x.dtype.kind not in "iu":
+            return False
+        return bool(np.all(x >= space.start) and np.all(x < space.start + space.n))
+    if isinstance(space, gym.spaces.MultiBinary):
+        return x.shape[1:] == tuple(np.atleast_1d(space.n)) and bool(np.isin(x, (0, 1)).all())
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        if x.shape[1:] != space.shape or x.dtype.kind not in "iu":
+            return False
+        return bool(np.all(x >= space.start) and np.all(x < space.start + space.nvec))
+    return False
+
+
+def with_env_spaces(info: DatasetInfo, env: DatasetInfo, episodes: list[Any]) -> DatasetInfo:
+    """``info`` with the env's spaces where ``info`` has none and every episode's data fits them."""
+    out = info
+    if out.observation_space is None and env.observation_space is not None and episodes:
+        obs = [e.observations for e in episodes]
+        if all(space_fits(env.observation_space, o) for o in obs):
+            out = replace(out, observation_space=env.observation_space)
+    act = env.action_space
+    if (
+        out.action_space is None
+        and act is not None
+        and episodes
+        and all(space_fits(act, e.actions) for e in episodes)
+    ):
+        out = replace(out, action_space=act)
+    return out
