@@ -190,7 +190,13 @@ CASES: list[Case] = [
     accept("truncated-parquet-after-good-inspect", "truncated_parquet_among_good", INSPECT,
            {"rows": 5000, "per_file[zz-cut.parquet].error": REFUSED}),
     refuse("random-bytes-parquet", "random_bytes_parquet", PROCESS, "noise.parquet"),
-    refuse("zero-row-parquet", "zero_row_parquet", PROCESS, "no-rows.parquet", "no rows"),
+    # A valid Parquet file of zero rows is an empty partition (Spark writes them): read, counted.
+    accept("zero-row-parquet", "zero_row_parquet", PROCESS,
+           {"rows_in": 0, "per_file[no-rows.parquet].rows_read": 0,
+            "per_file[no-rows.parquet].error": None}),
+    accept("zero-row-parquet-inspect", "zero_row_parquet", INSPECT_RAISE,
+           {"rows": 0, "per_file[no-rows.parquet].rows_read": 0,
+            "per_file[no-rows.parquet].error": None}),
     # --- columns: types, presence, nulls -------------------------------------------------------
     data_refusal("rewards-as-strings", "rewards_as_strings", PROCESS,
                  "str-rewards.parquet", "'rewards'"),

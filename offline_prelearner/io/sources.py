@@ -12,11 +12,13 @@ Both are read whole (a file is a unit of episodes, never cut into batches).
 
 from __future__ import annotations
 
+import errno
 import glob
 import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn, overload
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -30,6 +32,7 @@ from .datasets.minari import (
     minari_files,
     read_minari_file,
 )
+from .manifest import MANIFEST_FILE, SAMPLES, Manifest
 
 __all__ = [
     "WHOLE_FILE_FORMATS",
@@ -49,42 +52,215 @@ _JSON_EXT = (".json", ".jsonl", ".ndjson")
 _SKIP_NAMES = ("_SUCCESS", "_common_metadata", "_metadata")
 
 
-def _is_data_file_name(p: Path) -> bool:
-    return not p.name.startswith((".", "_")) and p.name not in _SKIP_NAMES
-
-
-def _is_data_file(p: Path) -> bool:
-    return p.is_file() and _is_data_file_name(p)
+def _is_data_file_name(name: str) -> bool:
+    """Hidden (``.``) and metadata (``_``) names are never data, as pyarrow's dataset discovery
+    and Spark have it (``_SUCCESS``, ``_metadata``, ``_manifest.json``, ``_temporary/``...)."""
+    return not name.startswith((".", "_")) and name not in _SKIP_NAMES
 
 
 def expand_paths(path: str | os.PathLike[str] | list[str]) -> list[str]:
-    """Files under ``path``: a file, a directory (recursive) or a glob; sorted by name. A Minari
-    dataset (its folder, its ``data`` folder or its id) gives its data files in episode order.
+    """The data files under ``path``: a file, a directory (recursive) or a glob; in name order.
+    A Minari dataset (its folder, its ``data`` folder or its id) gives its data files in episode
+    order. A list gives each item's files in turn.
 
-    Raises FileNotFoundError naming the path when nothing matches.
+    **A committed folder is read by its manifest.** A folder holding ``_manifest.json`` (what a
+    job writes last, :mod:`.manifest`) gives exactly the files the manifest lists, checked present
+    and of their recorded size, whether it is the path, a folder met inside it, or the folder (or
+    an ancestor of the folder) of a file or glob match: ``stats.json``, the manifest, quarantine
+    output and stray files beside them are never data. A listed file that is missing or changed
+    size is an error naming it; a file named explicitly that its folder's manifest does not list
+    is refused; glob matches it does not list are passed over. A ``process`` output (learner-ready
+    samples, not recorded experience) is refused in one line.
+
+    Folders are walked as pyarrow and Ray Data walk them: symlinked folders are followed (a link
+    that leads back into a folder holding it is refused, naming the link), names starting with
+    ``.`` or ``_`` (files and folders) are skipped.
+
+    Raises:
+        FileNotFoundError: Nothing matches (naming the path), a symlink leads nowhere, or a file
+            a manifest lists is missing.
+        DataError: A symlink loop, a manifest that cannot be read, a listed file whose size
+            differs, an explicitly named file its folder's manifest does not list.
+        UnsupportedFormatError: The path is (or holds) a ``process`` output.
     """
     if isinstance(path, list):
         return [f for p in path for f in expand_paths(p)]
     data_dir = find_data_dir(path)
     if data_dir is not None:
         return minari_files(data_dir)
-    p = Path(path)
+    text = os.fspath(path)
+    p = Path(text)
+    listing = _Listing()
     if p.is_file():
-        return [str(p)]
-    if p.is_dir():
-        found = list(p.rglob("*"))
+        files = listing.named_file(str(p))
+    elif p.is_dir():
+        files = listing.folder(str(p))
     else:
-        found = [Path(f) for f in glob.glob(str(path), recursive=True)]
-    for f in found:
-        if f.is_symlink() and not f.exists() and _is_data_file_name(f):
-            raise FileNotFoundError(
-                f"{str(f)!r} is a symlink to a missing file ({os.readlink(f)!r}); restore its "
-                "target or remove the link"
-            )
-    files = sorted(str(f) for f in found if _is_data_file(f))
+        files = listing.matches(glob.glob(text, recursive=True))
     if not files:
-        raise FileNotFoundError(f"no data files at {str(path)!r} (a file, directory or glob)")
+        raise FileNotFoundError(f"no data files at {text!r} (a file, directory or glob)")
     return files
+
+
+class _Listing:
+    """One expansion of a path: the committed folders met (manifests read and checked once)."""
+
+    def __init__(self) -> None:
+        self._owner: dict[str, str | None] = {}  # absolute folder -> committed folder holding it
+        self._manifests: dict[str, tuple[Manifest, list[str], set[str]]] = {}
+
+    # ------------------------------------------------------------------ committed folders
+    def _committed(self, folder: str) -> tuple[Manifest, list[str], set[str]]:
+        """A committed folder's manifest, its checked files, and their absolute paths."""
+        key = os.path.abspath(folder)
+        got = self._manifests.get(key)
+        if got is None:
+            manifest = Manifest.read(folder)
+            if manifest.content == SAMPLES:
+                raise UnsupportedFormatError(
+                    f"{folder!r} holds the samples 'process' wrote (learner-ready rows with their "
+                    "n-step fields, not recorded experience), which process, inspect, convert and "
+                    "the learner stream do not read again: train on them as they are (the files "
+                    f"its {MANIFEST_FILE} lists), or give the dataset they were made from"
+                )
+            data_dir = find_data_dir(folder)  # a Minari dataset that a job committed
+            files = minari_files(data_dir) if data_dir is not None else manifest.checked_paths()
+            got = (manifest, files, {os.path.abspath(f) for f in files})
+            self._manifests[key] = got
+        return got
+
+    def _owner_of(self, folder: str) -> str | None:
+        """The nearest committed folder holding ``folder`` (itself or an ancestor), absolute."""
+        d = os.path.abspath(folder)
+        chain = []
+        owner: str | None = None
+        while True:
+            if d in self._owner:
+                owner = self._owner[d]
+                break
+            chain.append(d)
+            if os.path.isfile(os.path.join(d, MANIFEST_FILE)):
+                owner = d
+                break
+            parent = os.path.dirname(d)
+            if parent == d:
+                break
+            d = parent
+        for c in chain:
+            self._owner[c] = owner
+        return owner
+
+    @staticmethod
+    def _as_given(owner: str, like: str) -> str:
+        """``owner`` (absolute) written the way ``like`` was: relative paths stay relative."""
+        return owner if os.path.isabs(like) else os.path.relpath(owner)
+
+    # ------------------------------------------------------------------ the three kinds of path
+    def named_file(self, file: str) -> list[str]:
+        """A file named as the path: itself, unless a manifest says otherwise."""
+        folder = os.path.dirname(file) or "."
+        if os.path.basename(file) == MANIFEST_FILE:
+            return list(self._committed(folder)[1])
+        owner = self._owner_of(folder)
+        if owner is None:
+            return [file]
+        manifest, _, listed = self._committed(self._as_given(owner, file))
+        if os.path.abspath(file) not in listed:
+            raise DataError(
+                f"not a data file of the committed folder {manifest.folder!r}: its "
+                f"{MANIFEST_FILE} does not list it (give the folder to read its data files)",
+                Where(file=file),
+                reason="not_listed",
+            )
+        return [file]
+
+    def matches(self, found: list[str]) -> list[str]:
+        """A glob's matches: data files (a manifest's files for a matched manifest); matches
+        inside a committed folder only where its manifest lists them."""
+        out: set[str] = set()
+        for f in found:
+            name = os.path.basename(f)
+            if os.path.islink(f) and not os.path.exists(f) and _is_data_file_name(name):
+                _dangling(f)
+            if name == MANIFEST_FILE and os.path.isfile(f):
+                out.update(self._committed(os.path.dirname(f) or ".")[1])
+                continue
+            if not (_is_data_file_name(name) and os.path.isfile(f)):
+                continue
+            owner = self._owner_of(os.path.dirname(f) or ".")
+            if (
+                owner is not None
+                and os.path.abspath(f) not in self._committed(self._as_given(owner, f))[2]
+            ):
+                continue  # not data: its committed folder's manifest does not list it
+            out.add(f)
+        return sorted(out)
+
+    def folder(self, top: str) -> list[str]:
+        """A folder: walked in name order, or, inside a committed folder, what that lists."""
+        owner = self._owner_of(top)
+        if owner is not None:
+            given = top if os.path.abspath(top) == owner else self._as_given(owner, top)
+            _, listed, _ = self._committed(given)
+            under = os.path.join(os.path.abspath(top), "")
+            return sorted(f for f in listed if os.path.abspath(f).startswith(under))
+        files: list[str] = []
+        st = os.stat(top)
+        # Each folder to read with the folders above it (by device and inode: a symlinked one
+        # counts as its target) and the last symlink on its path (what a loop is blamed on).
+        stack: list[tuple[str, dict[tuple[int, int], str], str | None]] = [
+            (top, {(st.st_dev, st.st_ino): top}, None)
+        ]
+        while stack:
+            d, above, link = stack.pop()
+            with os.scandir(d) as it:
+                entries = list(it)
+            if any(e.name == MANIFEST_FILE for e in entries):
+                files.extend(self._committed(d)[1])
+                continue
+            for e in entries:
+                if not _is_data_file_name(e.name):
+                    continue
+                try:
+                    is_dir, is_file = e.is_dir(), e.is_file()  # follow symlinks, as pyarrow does
+                except OSError as err:
+                    if err.errno != errno.ELOOP:
+                        raise
+                    _loop(e.path, e.path)
+                if is_dir:
+                    st = e.stat()
+                    key = (st.st_dev, st.st_ino)
+                    via = e.path if e.is_symlink() else link
+                    if key in above:
+                        _loop(via or e.path, above[key])
+                    stack.append((e.path, {**above, key: e.path}, via))
+                elif is_file:
+                    files.append(e.path)
+                elif e.is_symlink():
+                    try:
+                        os.stat(e.path)
+                    except OSError as err:
+                        if err.errno == errno.ELOOP:
+                            _loop(e.path, e.path)
+                    _dangling(e.path)
+        files.sort()
+        return files
+
+
+def _dangling(link: str) -> NoReturn:
+    raise FileNotFoundError(
+        f"{link!r} is a symlink to a missing file ({os.readlink(link)!r}); restore its "
+        "target or remove the link"
+    )
+
+
+def _loop(link: str, back_to: str) -> NoReturn:
+    raise DataError(
+        f"a symlink loop: following it leads back to {back_to!r}, a folder on its own path; "
+        "remove the link or point it elsewhere",
+        Where(file=link),
+        reason="symlink_loop",
+    )
 
 
 def _sniff_json(path: str) -> str | None:
@@ -112,9 +288,22 @@ def detect_format(files: list[str]) -> str:
     name and content; a mix of formats among the files is refused (:func:`check_one_format`)."""
     if not files:
         raise UnsupportedFormatError("no files to detect a format from")
-    fmt = format_of(files[0])
+    # An empty partition (a Parquet file of zero rows, as Spark writes) may have no columns at
+    # all: the first file holding rows says the format, if any does.
+    first = next((f for f in files if not _empty_parquet(f)), files[0])
+    fmt = format_of(first)
     check_one_format(files)
     return fmt
+
+
+def _empty_parquet(path: str) -> bool:
+    """A valid Parquet file of zero rows (an empty partition: read as nothing, never refused)."""
+    if path.endswith(_JSON_EXT) or path.endswith((".hdf5", ".h5", ".arrow")):
+        return False
+    try:
+        return bool(pq.read_metadata(path).num_rows == 0)
+    except (pa.ArrowInvalid, OSError):
+        return False
 
 
 #: Formats :func:`check_one_format` tells apart file by file (the others are read whole).
@@ -131,8 +320,10 @@ def check_one_format(files: list[str]) -> None:
     by_format: dict[str, list[str]] = {}
     for f in files:
         try:
-            fmt = format_of(f)
+            fmt = format_of(f, empty=None)
         except (UnsupportedFormatError, OSError):
+            continue
+        if fmt is None:  # an empty partition holds no format's rows
             continue
         if fmt in _SNIFFED:
             by_format.setdefault(fmt, []).append(f)
@@ -150,8 +341,13 @@ def check_one_format(files: list[str]) -> None:
     )
 
 
-def format_of(first: str) -> str:
-    """The format of one file, from its name and content (see :func:`detect_format`)."""
+@overload
+def format_of(first: str) -> str: ...
+@overload
+def format_of(first: str, *, empty: str | None) -> str | None: ...
+def format_of(first: str, *, empty: str | None = "rows") -> str | None:
+    """The format of one file, from its name and content (see :func:`detect_format`); ``empty``
+    for a Parquet file of zero rows (an empty partition), whose columns may say nothing."""
     if data_dir_of(first) is not None:
         return "minari"
     if is_d4rl_file(first):
@@ -164,11 +360,14 @@ def format_of(first: str) -> str:
             )
         return fmt
     try:
-        schema = pq.read_schema(first)
+        meta = pq.read_metadata(first)
+        schema = meta.schema.to_arrow_schema()
     except (pa.ArrowInvalid, OSError) as e:
         raise UnsupportedFormatError(
             f"cannot detect the format of {first!r}: not a Parquet or JSON-lines file ({e})"
         ) from None
+    if meta.num_rows == 0 and empty != "rows":
+        return empty
     names = set(schema.names)
     if "item" in names:
         item_type = schema.field("item").type

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..io.manifest import DATASET, MANIFEST_FILE, SAMPLES, Manifest
 
 __all__ = [
     "MANIFEST_FILE",
@@ -43,11 +44,11 @@ __all__ = [
     "CommitError",
     "Staging",
     "file_sha256",
+    "iter_manifest_files",
     "write_json_atomic",
     "write_parquet_atomic",
 ]
 
-MANIFEST_FILE = "_manifest.json"
 STATS_FILE = "stats.json"
 _JOB_FILE = "job.json"
 _UNITS = "units"
@@ -266,8 +267,10 @@ class Staging:
             "config": self.job["config"],
             **(extra or {}),
         }
-        if self.files_dir != "samples":
-            manifest["files_dir"] = self.files_dir
+        # What the folder holds, for its readers (io/manifest.py): a process output's samples
+        # are not read again as recorded experience.
+        manifest["files_dir"] = self.files_dir
+        manifest.setdefault("content", SAMPLES if self.files_dir == "samples" else DATASET)
         shutil.rmtree(self.units)
         (self.path / _JOB_FILE).unlink()
         write_json_atomic(self.path / MANIFEST_FILE, manifest)
@@ -301,11 +304,10 @@ def _short(value: Any) -> str:
 
 
 def iter_manifest_files(out: str | os.PathLike[str]) -> Iterator[Path]:
-    """The sample files a committed output holds, as its manifest lists them."""
-    manifest = json.loads((Path(out) / MANIFEST_FILE).read_text())
-    folder = Path(out) / manifest.get("files_dir", "samples")
-    for f in manifest["files"]:
-        yield folder / f["name"]
+    """The data files a committed output holds, as its manifest lists them, each checked present
+    and of its recorded size (:meth:`~offline_prelearner.io.manifest.Manifest.checked_paths`)."""
+    for path in Manifest.read(out).checked_paths():
+        yield Path(path)
 
 
 def _file_on_the_way(path: Path) -> Path | None:

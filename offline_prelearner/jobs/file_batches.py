@@ -66,16 +66,13 @@ def has_list_cells(schema: pa.Schema) -> bool:
 
 
 def parquet_chunks(path: str, step: int, *, use_threads: bool = False) -> Iterator[pa.Table]:
-    """One Parquet file in tables of at most ``step`` rows; an unreadable or empty file is a
-    DataError naming it (``reason="unreadable_file"``)."""
+    """One Parquet file in tables of at most ``step`` rows; an unreadable file is a DataError
+    naming it (``reason="unreadable_file"``). A valid file of zero rows (an empty partition, as
+    Spark writes them) gives no tables."""
     try:
         pf = pq.ParquetFile(path)
         if pf.metadata.num_rows == 0:
-            raise DataError(
-                "the file holds no rows (a writer that stopped early?)",
-                Where(file=path),
-                reason="unreadable_file",
-            )
+            return
         step = min(step, 1 << 30)
         piece = READ_ROWS if has_list_cells(pf.schema_arrow) else step
         if piece >= step:

@@ -148,13 +148,17 @@ def inspect_path(
         by_line = getattr(reader, "read_file", None) if f.endswith(_JSON_EXT) else None
         try:
             table = None if by_line is not None else read_table(f)
-            if table is not None and table.num_rows == 0:
+            if table is not None and table.num_rows == 0 and f.endswith(_JSON_EXT):
                 raise DataError("the file holds no rows", Where(file=f), reason="unreadable_file")
         except DataError as e:
             if read.on_invalid == "raise":
                 raise
             unreadable.append(f)
             tally.entries[f]["error"] = str(e)
+            continue
+        if table is not None and table.num_rows == 0:  # an empty partition: read, holds nothing
+            if progress is not None:
+                progress(i + 1, len(files), f)
             continue
         # Old-stack JSON lines through the reader's own parser: its errors name the line.
         got = by_line(f) if by_line is not None else reader.read(table, source=f)

@@ -195,8 +195,10 @@ def plan_units(files: list[str], config: PreLearnerConfig, min_rows: int | None 
         return Plan(inputs, tuple(units), whole_files=True)
     if fmt != "rows":
         return Plan(inputs, (Unit(0, tuple(Part(i) for i in range(len(files)))),))
+    # The columns of the first file that holds rows (an empty partition may hold none at all).
+    first = next((f.path for f in inputs if f.rows != 0), files[0])
     try:
-        names = pq.read_schema(files[0]).names if not files[0].endswith(_JSON_EXT) else []
+        names = pq.read_schema(first).names if not first.endswith(_JSON_EXT) else []
     except (pa.ArrowInvalid, OSError):
         names = []
     keys = _key_columns(config, names)
@@ -208,6 +210,8 @@ def plan_units(files: list[str], config: PreLearnerConfig, min_rows: int | None 
     foreign: list[list[str]] = [[] for _ in files]  # per file: keys owned by an earlier unit
     ahead: list[dict[int, tuple[list[str], int]]] = [{} for _ in range(n_units)]
     for j, f in enumerate(files):
+        if inputs[j].rows == 0:
+            continue  # an empty partition: no episode starts or continues there
         try:
             table = read_table(f, columns=list(keys))
         except DataError:
