@@ -268,7 +268,8 @@ class ColumnSchema:
         except ConfigError:  # presets unreadable: the message goes without the hint
             fits = None
         hint = (
-            f"The columns fit preset {fits.name!r} (--schema {fits.name}): {fits.description}"
+            f"The columns fit preset {fits.name!r}: pass --schema {fits.name} "
+            f"(ReadConfig(schema={fits.name!r}))."
             if fits is not None and fits.name != self.name
             else "Pass a schema that maps them (a preset name or a JSON file; see schemas/)."
         )
