@@ -192,7 +192,7 @@ def convert_path(
             path, to, out_dir, read_config, on_invalid, progress, fragments=fragments,
             rows_per_file=rows_per_file, episodes_per_file=episodes_per_file,
             dataset_id=dataset_id, overwrite=overwrite, resume=resume, env_id=env_id,
-            layout=layout,
+            layout=layout, dones=dones,
         )  # fmt: skip
     job = _Job.check(to, fragments, dones, rows_per_file, episodes_per_file, layout, env_id)
     read = read_config or ReadConfig(format="auto")

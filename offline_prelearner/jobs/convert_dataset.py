@@ -22,7 +22,8 @@ and the data fits them); what is still unknown is inferred from the data (spaces
 keeps them: Minari in ``metadata.json``, rows and episodes in each file's schema metadata.
 
 The output is a commit (:class:`~.commit.Staging`: staged beside ``out_dir``, manifest last).
-The whole job is one unit: ``resume`` is refused (there is nothing partial to reuse).
+The whole job is one unit, held in memory (Minari's one hdf5 file, D4RL's one array per key):
+``resume`` is refused (there is nothing partial to reuse).
 Not-done episodes (the data ends mid-episode) are kept as fragments or refused
 (``fragments``), as in the old-stack conversion. Counts: ``rows_in == rows_out +
 sum(rows_rejected) + rows_duplicate`` (a row is a step).
@@ -51,6 +52,7 @@ from ..errors import ConfigError, EpisodeValidationError, Where
 from ..io.datasets.minari_write import infer_obs_space, infer_space, write_minari_dataset
 from ..io.fast_tensor import Layout, check_layout
 from ..io.readers import make_reader
+from ..io.readers.sample_batches import DonesRule, SampleBatchesReader
 from ..io.sources import WHOLE_FILE_FORMATS, detect_format, expand_paths, read_table
 from .commit import Staging, write_parquet_atomic
 from .convert import episode_tables, rows_tables
@@ -98,13 +100,15 @@ def convert_dataset(
     resume: bool = False,
     env_id: str | None = None,
     layout: Layout = "rllib",
+    dones: DonesRule = "auto",
 ) -> dict[str, Any]:
     """Converts the dataset at ``path`` to ``to`` in ``out_dir``; returns the stats.
 
     ``dataset_id`` (``to="minari"``): the id written in the metadata; default
     ``<parent folder>/<folder>`` of ``out_dir`` (``--out ROOT/ns/name-v0`` -> ``ns/name-v0``).
     ``env_id``: the env spec written, from gymnasium's registry (see the module docstring).
-    ``layout``: the tensor layout of ``to="rows"``.
+    ``layout``: the tensor layout of ``to="rows"``. ``dones``: how old-stack input's legacy
+    ``dones`` is read (:mod:`~offline_prelearner.io.readers.sample_batches`).
     """
     start = time.perf_counter()
     if to not in DATASET_TARGETS:
@@ -113,8 +117,8 @@ def convert_dataset(
         raise ConfigError(f"fragments must be 'keep' or 'reject', found {fragments!r}")
     if resume:
         raise ConfigError(
-            "--resume: a Minari / D4RL conversion is one unit of work, nothing partial is kept; "
-            "run without --resume"
+            "--resume: a conversion from or to Minari / D4RL is one unit of work, nothing "
+            "partial is kept; run without --resume"
         )
     try:
         layout = check_layout(layout)
@@ -126,6 +130,8 @@ def convert_dataset(
         read = replace(read, on_invalid=check_on_invalid(on_invalid))
     files = expand_paths(os.fspath(path))
     read = replace(read, format=_format(path, read) or detect_format(files))
+    if read.format in ("rows", "episodes"):
+        files = [f for f in files if f.endswith(".parquet")]  # not a job's stats.json
     out = Path(out_dir)
     if to == "minari" and dataset_id is None:
         dataset_id = f"{out.parent.name}/{out.name}" if len(out.parent.name) >= 2 else out.name
@@ -142,13 +148,14 @@ def convert_dataset(
             "dataset_id": dataset_id,
             **({"env_id": env_id} if env_id is not None else {}),
             **({"layout": layout} if layout != "rllib" and to == "rows" else {}),
+            **({"dones": dones} if dones != "auto" else {}),
         },
         "inputs": inputs,
     }
     staging = Staging(out, job, overwrite=overwrite, files_dir="")
     staging.open()
     try:
-        batch, reader = _read_all(files, read, progress)
+        batch, reader = _read_all(files, read, progress, dones)
         n_fragments = _settle_fragments(batch, fragments, read.on_invalid)
         episodes = batch.episodes
         info = _info(files, reader, given, episodes)
@@ -194,12 +201,15 @@ def _stat(path: str) -> dict[str, Any]:
 
 
 def _read_all(
-    files: list[str], read: ReadConfig, progress: Progress | None
+    files: list[str], read: ReadConfig, progress: Progress | None, dones: DonesRule = "auto"
 ) -> tuple[EpisodeBatch, Any]:
-    reader = make_reader(read)
+    """Every file with one reader (old-stack: line by line, ``dones`` as given), fragments
+    joined, validated and de-duplicated like ``inspect``."""
+    old_stack = read.format == "sample_batches"
+    reader: Any = SampleBatchesReader(read, dones=dones) if old_stack else make_reader(read)
     total = EpisodeBatch(on_invalid=read.on_invalid)
     for i, f in enumerate(files):
-        total.extend(reader.read(read_table(f), source=f))
+        total.extend(reader.read_file(f) if old_stack else reader.read(read_table(f), source=f))
         if progress is not None:
             progress(i + 1, len(files), f, total.ledger.rows_in)
     batch = stitch_fragments(total)
