@@ -368,7 +368,7 @@ class Verdicts:
                 file=self.source,
                 column=column,
                 episode_id=self.gr.ids[e],
-                row=int(self.gr.pos_rows[p]),
+                row=int(self.gr.pos_rows[p]) if self.gr.pos_rows[p] >= 0 else None,  # < 0: held
                 timestep=None if ts is None else int(ts[p]),
             )
             msg = message if isinstance(message, str) else message(p)

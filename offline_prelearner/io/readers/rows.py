@@ -41,6 +41,36 @@ episode that ended not done continues in a later batch: ``t_started`` counts on 
 are kept (key -> next t and last observation); done episodes leave. Fragments read by *different*
 readers cannot be stitched here: give the data a ``t`` column (the buffer stitches by ``t``).
 
+**Rows with observations only** (schema ``"next_obs_from": "next_row"``, presets ``lerobot`` and
+``rllib_obs_only``): there is no ``new_obs`` column; a step's next observation is the next row's
+``obs`` in the same episode (``t`` order, else row order), settled by position once the rows are
+grouped -- no shifted copy of the observations is made (the episode's observations are its rows'
+obs, the final one ``obs[last row]``), and there is nothing to check for continuity. The last row
+follows D4RL's ``qlearning_dataset`` (which skips a timeout row and keeps a terminal one):
+
+* terminated: ``L`` rows give ``L`` steps; the last step's next observation, never bootstrapped
+  from, is stored as a copy of the last row's obs;
+* truncated: ``L - 1`` steps; the last row's obs is the final observation, its action and reward
+  are not used: counted ``rows_rejected["next_obs_unknown"]`` (never raised, not quarantined; a
+  1-row truncated episode is rejected whole under that reason);
+* open (no flag at the end of a batch): ``L - 1`` steps, and the last row is *held*: it leads the
+  next batch, where its episode's next rows give it its next observation (a 1-row open episode
+  emits nothing yet). Held rows are counted in the batch they came in, as kept, under
+  ``ledger.rows_held``; the batch that takes them counts ``rows_held`` down and the rows with
+  their episode (kept, rejected or duplicate), so every batch balances and, summed over a stream,
+  ``rows_held`` is the rows still waiting (their episodes are in :attr:`RowsReader.pending`; if
+  the data ends there, their action and reward are never used -- D4RL drops that step too). Errors
+  on a held row name no row (it is not in the batch read). A later batch with other columns, or
+  column types Arrow cannot unify, is refused in one line (the held rows stay held).
+
+Fragments stitch as the rows' fragments do: the fragment before a cut ends at the held row's
+``obs`` and ``t``, the next one starts with the held row, so :meth:`Episode.concat_fragments`
+and the buffer join them. The held row lives in this reader: fragments of one episode read by
+*different* readers (Ray Data blocks spread over actors) lose the step across the cut -- the
+first fragment stays open, the second starts one ``t`` later and they do not join; nothing wrong
+is emitted, but read each episode's rows in one stream (the batch job's units do: all rows of an
+episode reach one prelearner, in file order).
+
 Struct ``obs`` / ``new_obs`` columns (gymnasium Dict / Tuple spaces, nested) are read leaf by leaf
 (:mod:`.composite`) and give episodes whose observations are ``{leaf path: array}`` maps.
 
