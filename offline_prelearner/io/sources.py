@@ -35,11 +35,13 @@ from .datasets.minari import (
 from .manifest import MANIFEST_FILE, SAMPLES, Manifest
 
 __all__ = [
+    "LISTING_REASONS",
     "WHOLE_FILE_FORMATS",
     "check_one_format",
     "detect_format",
     "expand_paths",
     "format_of",
+    "is_empty_parquet",
     "iter_tables",
     "read_table",
 ]
@@ -50,6 +52,11 @@ WHOLE_FILE_FORMATS = ("minari", "d4rl")
 _PARQUET_EXT = (".parquet", ".pq")
 _JSON_EXT = (".json", ".jsonl", ".ndjson")
 _SKIP_NAMES = ("_SUCCESS", "_common_metadata", "_metadata")
+
+
+#: ``DataError.reason`` of the listing's refusals: they decide which files are the input, so no
+#: ``on_invalid`` policy skips or counts them (the CLI offers none).
+LISTING_REASONS = ("manifest", "manifest_mismatch", "not_listed", "symlink_loop")
 
 
 def _is_data_file_name(name: str) -> bool:
@@ -290,13 +297,13 @@ def detect_format(files: list[str]) -> str:
         raise UnsupportedFormatError("no files to detect a format from")
     # An empty partition (a Parquet file of zero rows, as Spark writes) may have no columns at
     # all: the first file holding rows says the format, if any does.
-    first = next((f for f in files if not _empty_parquet(f)), files[0])
+    first = next((f for f in files if not is_empty_parquet(f)), files[0])
     fmt = format_of(first)
     check_one_format(files)
     return fmt
 
 
-def _empty_parquet(path: str) -> bool:
+def is_empty_parquet(path: str) -> bool:
     """A valid Parquet file of zero rows (an empty partition: read as nothing, never refused)."""
     if path.endswith(_JSON_EXT) or path.endswith((".hdf5", ".h5", ".arrow")):
         return False

@@ -695,6 +695,10 @@ def _hint(args: argparse.Namespace, e: BaseException) -> str:
     """What to do about a data refusal under ``--on-invalid raise``: the option that counts it."""
     if not isinstance(e, DataError) or getattr(args, "on_invalid", None) != "raise":
         return ""
+    from ..io.sources import LISTING_REASONS
+
+    if e.reason in LISTING_REASONS:  # which files are the input: no policy counts those
+        return ""
     what = "records" if args.command == "convert" else "rows"
     return f"; pass --on-invalid skip (or quarantine) to count and drop such {what}"
 

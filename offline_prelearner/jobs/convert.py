@@ -117,7 +117,13 @@ from ..io.readers import make_reader
 from ..io.readers.episodes import ITEM
 from ..io.readers.rows import RowsReader
 from ..io.readers.sample_batches import DonesRule, SampleBatchesReader
-from ..io.sources import check_one_format, detect_format, expand_paths, read_table
+from ..io.sources import (
+    check_one_format,
+    detect_format,
+    expand_paths,
+    is_empty_parquet,
+    read_table,
+)
 from ..io.writers import episodes_to_rows
 from .commit import STATS_FILE, Staging, file_sha256, write_json_atomic, write_parquet_atomic
 from .dataset_info import DatasetInfo, info_from_env_id, info_of_files
@@ -508,8 +514,8 @@ def _run_units(
         try:
             if old_stack:
                 got = reader.read_file(f)
-                if reader.records_read == seen:
-                    raise OSError("the file holds no records")
+                if reader.records_read == seen and not is_empty_parquet(f):
+                    raise OSError("the file holds no records")  # an empty partition holds none
             else:  # a Parquet file of rows or msgpack episode records (zero rows: no episodes)
                 table = read_table(f)
                 got = reader.read(table, source=f)
