@@ -11,6 +11,13 @@ Workloads (bench names; the same names on the RLlib side, so each gets a ratio l
   steps in Minari's three layouts and a D4RL file, files read and mapped, steps/s, beside h5py's
   / pyarrow's raw read of the same arrays (``raw`` lines, ratio ``ours / raw``); no data folder
   or RLlib needed (:mod:`_field_formats`).
+* ``obs_only_rows_{cartpole,pixels}.map`` beside ``with_new_obs_rows_*.map`` (``--only obs_only``)
+  -- synthetic rows, 1M CartPole-sized steps (float32
+  obs of 4) and 20k 84x84x4 uint8 pixel steps, in 200-step episodes (terminated, truncated in
+  turn), batches of 4096 rows cut across episodes: the rows reader on the rows *without* a
+  ``new_obs`` column (schema ``rllib_obs_only``: next observation from the next row, last rows
+  held across batches) beside the same rows *with* ``new_obs`` (schema ``rllib``), rows/s of the
+  reader's ``read`` only, ratio ``obs_only / with_new_obs``. Synthetic: no data folder or RLlib.
 
 Each Parquet file is one batch, read in name order with ``pyarrow.parquet.read_table`` (a fresh
 reader per pass). Per workload three lines: ``.map`` / ``.decode`` times only the reader's
@@ -33,9 +40,13 @@ from pathlib import Path
 from typing import Any
 
 import _common as C
+import numpy as np
+import pyarrow as pa
 
 from offline_prelearner.config import ReadConfig
+from offline_prelearner.episodes.ledger import Ledger
 from offline_prelearner.io.readers import make_reader
+from offline_prelearner.io.writers import columns_to_table
 
 HERE = Path(__file__).resolve().parent
 
@@ -163,6 +174,85 @@ def bench(
     return lines
 
 
+def _obs_only_batches(
+    steps: int, obs_shape: tuple[int, ...], dtype: Any, with_new_obs: bool
+) -> list[pa.Table]:
+    """``steps`` rows of 200-step episodes (alternately terminated / truncated) in 4096-row
+    Arrow batches; obs as the fast tensor layout (one fixed-size cell per row)."""
+    rng = np.random.default_rng(0)
+    ep_len = 200
+    n_ep = -(-steps // ep_len)
+    per_ep = ep_len + 1  # each episode's observations, the last one after its last step
+    obs_all = rng.integers(0, 255, (n_ep * per_ep, *obs_shape)).astype(dtype)
+    step = np.arange(steps)
+    ep, t = step // ep_len, step % ep_len
+    last = (t == ep_len - 1) | (step == steps - 1)
+    cols: dict[str, Any] = {
+        "eps_id": ep,
+        "t": t,
+        "obs": obs_all[ep * per_ep + t],
+        "actions": rng.integers(0, 2, steps),
+        "rewards": np.ones(steps, np.float32),
+        "terminateds": last & (ep % 2 == 0),
+        "truncateds": last & (ep % 2 == 1),
+    }
+    if with_new_obs:
+        cols["new_obs"] = obs_all[ep * per_ep + t + 1]
+    table = columns_to_table(cols, layout="fast")
+    return [table.slice(a, 4096) for a in range(0, steps, 4096)]
+
+
+def bench_obs_only(quick: bool, repeats: int, extra: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows without a next-observation column vs the same rows with one (see the docstring)."""
+    lines = []
+    for kind, steps, shape, dtype in (
+        ("cartpole", 20_000 if quick else 1_000_000, (4,), np.float32),
+        ("pixels", 2_000 if quick else 20_000, (84, 84, 4), np.uint8),
+    ):
+        results = {}
+        for impl, schema, with_new in (
+            ("with_new_obs", "rllib", True),
+            ("obs_only", "rllib_obs_only", False),
+        ):
+            batches = _obs_only_batches(steps, shape, dtype, with_new)
+
+            def run(schema: str = schema, batches: list[pa.Table] = batches) -> tuple[float, float]:
+                reader = make_reader(ReadConfig(format="rows", schema=schema))
+                return C.timed_calls(lambda tbl: reader.read(tbl, "bench"), batches)
+
+            reader = make_reader(ReadConfig(format="rows", schema=schema))
+            ledger = Ledger()
+            for batch in batches:
+                ledger += reader.read(batch, "bench").ledger
+            # every row kept, but a truncated episode's last row without new_obs
+            if not ledger.balanced() or set(ledger.rows_rejected) - {"next_obs_unknown"}:
+                raise SystemExit(f"{kind} {impl}: rows were rejected: {ledger.to_dict()}")
+            timing = C.time_repeats(run, repeats)
+            results[impl] = C.emit(
+                C.record(
+                    f"{impl}_rows_{kind}.map",
+                    "ours",
+                    n=steps,
+                    timing=timing,
+                    unit="rows/s",
+                    batch_rows=4096,
+                    **extra,
+                )
+            )
+        a, b = results["obs_only"], results["with_new_obs"]
+        lines += [b, a, C.emit({
+            "bench": f"obs_only_rows_{kind}.map", "impl": "ratio", "vs": "with_new_obs",
+            "ratio": round(a["throughput"] / b["throughput"], 2),
+            "ratio_best": round(a["throughput_best"] / b["throughput_best"], 2),
+            "unit": "rows/s", "n_ours": steps, "n_rllib": None,
+        })]  # fmt: skip
+        C.log(
+            f"obs_only_rows_{kind}: obs only {a['throughput']:,.0f} rows/s, with new_obs "
+            f"{b['throughput']:,.0f} rows/s"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     C.add_common_args(parser)
@@ -170,17 +260,20 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         default="rows,pixels,episodes",
         help="comma-separated workloads: rows, pixels, episodes, minari (its three layouts "
-        "and D4RL)",
+        "and D4RL), obs_only (rows without a new_obs column vs with one)",
     )
     parser.add_argument("--no-rllib", action="store_true", help="skip the RLlib side")
     args = parser.parse_args(argv)
     only = [w for w in args.only.split(",") if w]
     field = "minari" in only
-    only = [w for w in only if w != "minari"]
-    if field and not only:  # synthetic data: no data folder, no RLlib
+    obs_only = "obs_only" in only
+    only = [w for w in only if w not in ("minari", "obs_only")]
+    if (field or obs_only) and not only:  # synthetic data: no data folder, no RLlib
         from _field_formats import bench_field_formats
 
-        lines = bench_field_formats(args.quick, args.repeats or (1 if args.quick else 3), {})
+        reps = args.repeats or (1 if args.quick else 3)
+        lines = bench_field_formats(args.quick, reps, {}) if field else []
+        lines += bench_obs_only(args.quick, reps, {}) if obs_only else []
         C.log("summary\n" + C.markdown_table([x for x in lines if x["impl"] != "ratio"]))
         return 0
     data = C.data_dir(args.data)
@@ -208,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         from _field_formats import bench_field_formats
 
         lines += bench_field_formats(args.quick, args.repeats or (1 if args.quick else 3), extra)
+    if obs_only:
+        lines += bench_obs_only(args.quick, args.repeats or (1 if args.quick else 3), extra)
     C.log("summary\n" + C.markdown_table(lines))
     C.log(f"done in {time.perf_counter() - t0:.1f} s")
     return 0

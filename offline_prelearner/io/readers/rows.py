@@ -226,10 +226,13 @@ class RowsReader:
         if not isinstance(held, pa.Table):
             held = ColumnBatch(held, source).take(np.arange(len(self._held_keys)))
         table = pa.Table.from_arrays([frame.raw(k) for k in frame.names], names=frame.names)
+        if held.column_names != frame.names:
+            held = held.select(frame.names)
         try:
-            joined = pa.concat_tables(
-                [held.select(frame.names), table], promote_options="permissive"
-            )
+            if held.schema.equals(table.schema):  # the usual case: no promotion to work out
+                joined = pa.concat_tables([held, table])
+            else:
+                joined = pa.concat_tables([held, table], promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
             raise SchemaError(
                 f"this batch's column types differ from the previous batch's, whose open "
