@@ -3,6 +3,7 @@
 The public API, grouped by stage (everything is also importable from its module)::
 
     read       ReadConfig, ColumnSchema, load_schema, make_reader, register_reader
+    samples    read_samples, to_numpy, to_torch (any tensor layout -> numpy / torch)
     episodes   Episode, EpisodeColumns, EpisodeBatch, Ledger
     check      ValidateConfig, Validator, Deduplicator
     replay     EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer, MixInReplayBuffer,
@@ -36,6 +37,7 @@ from .errors import (
     UnsupportedFormatError,
 )
 from .io.readers import make_reader, register_reader
+from .io.samples import read_samples, to_numpy, to_torch
 from .io.schema import ColumnSchema, load_schema
 from .jobs.convert import convert_path
 from .prelearner import OfflinePreLearner
@@ -64,6 +66,10 @@ __all__ = [  # noqa: RUF022  (grouped by stage, like the docstring)
     "load_schema",
     "make_reader",
     "register_reader",
+    # samples (importing the package also registers the fast layout's Arrow extension type)
+    "read_samples",
+    "to_numpy",
+    "to_torch",
     # episodes
     "Episode",
     "EpisodeBatch",

@@ -291,11 +291,13 @@ def _add_common(p: argparse.ArgumentParser, on_invalid: str | None, on_invalid_h
 def _add_layout(p: argparse.ArgumentParser, default: str, why: str) -> None:
     p.add_argument(
         "--layout",
-        choices=["fast", "rllib"],
+        choices=["auto", "lists", "fast", "rllib"],
         default=default,
-        help="array columns (obs, new_obs...): fast = fixed-size binary cells, read 10-30x "
-        "faster, by offline-prelearner only; rllib = Ray's tensor extension, which RLlib reads "
-        f"(default {default}: {why})",
+        help="array columns (obs, new_obs...): lists = plain Arrow lists, numbers in pandas, "
+        "polars, Hugging Face datasets and torch; fast = fixed-size binary cells, read 3-10x "
+        "faster for image-sized cells, as arrays by offline-prelearner only; auto = fast for "
+        "cells of 1 KiB or more, else lists; rllib = Ray's tensor extension, which RLlib and "
+        f"Ray Data's numpy batches read as tensors (default {default}: {why})",
     )
 
 
@@ -486,7 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
         "cluster address; default)",
     )
     pr.add_argument("--json", action="store_true", help="print the summary on one line")
-    _add_layout(pr, "fast", "the samples are read by this library's learner-side readers")
+    _add_layout(pr, "auto", "small arrays open in any tool, frames stay fast")
     pr.set_defaults(func=_cmd_process)
 
     i = sub.add_parser("inspect", help="what a dataset holds, and a validation report")

@@ -603,7 +603,7 @@ def run_pipeline(
     overwrite: bool = False,
     resume: bool = False,
     progress: Progress | None = None,
-    layout: Layout = "fast",
+    layout: Layout = "auto",
 ) -> PipelineResult:
     """Runs the batch job: ``out_dir/samples/*.parquet``, ``stats.json``, ``_manifest.json``.
 
@@ -619,9 +619,12 @@ def run_pipeline(
         resume: Reuse the units an interrupted run of the same job committed.
         progress: ``progress(rows_done, rows_total, samples_written)`` as the job advances (per
             input chunk in-process, per unit on Ray).
-        layout: How sample files hold array columns (obs, new_obs...): ``"fast"`` (the default;
-            :mod:`~offline_prelearner.io.fast_tensor`, read 10-30x faster, by our readers only) or
-            ``"rllib"`` (Ray's tensor extension, which RLlib and Ray Data read as tensors).
+        layout: How sample files hold array columns (obs, new_obs...): ``"auto"`` (the
+            default: ``"fast"`` for cells of at least ``FAST_MIN_CELL_BYTES``, else ``"lists"``),
+            ``"lists"`` (plain nested Arrow lists: numbers in pandas, polars, Hugging Face
+            ``datasets`` and torch), ``"fast"`` (:mod:`~offline_prelearner.io.fast_tensor`, read
+            several times faster for large cells, as arrays by this library only) or ``"rllib"``
+            (Ray's tensor extension, which RLlib and Ray Data read as tensors).
     """
     layout = check_layout(layout)
     config = config or PreLearnerConfig()

@@ -365,7 +365,7 @@ class UnitJob:
     samples_dir: str
     units_dir: str
     extra: dict[str, Any] = field(default_factory=dict)
-    layout: Layout = "fast"  # of array columns in the sample files (io/fast_tensor.py)
+    layout: Layout = "auto"  # of array columns in the sample files (io/fast_tensor.py)
 
 
 def run_unit(
@@ -458,7 +458,7 @@ class _UnitWriter:
     """A unit's output: ``part-<unit>-<k>.parquet``, a new file whenever the schema changes,
     written under a temporary name and renamed when the unit ends."""
 
-    def __init__(self, folder: Path, unit: int, layout: Layout = "fast") -> None:
+    def __init__(self, folder: Path, unit: int, layout: Layout = "auto") -> None:
         self.folder = folder
         self.layout = layout
         self.unit = unit
