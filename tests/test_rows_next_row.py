@@ -283,7 +283,9 @@ def test_next_obs_from_in_json() -> None:
 # ---------------------------------------------------------------------------------------------
 # CLI on a LeRobot-style Parquet file
 # ---------------------------------------------------------------------------------------------
-def lerobot_file(path: Path, lengths: tuple[int, ...] = (5, 3, 4)) -> int:
+def lerobot_file(
+    path: Path, lengths: tuple[int, ...] = (5, 3, 4), split_at: int | None = None
+) -> int:
     cols: dict[str, list[Any]] = {c: [] for c in LEROBOT}
     i = 0
     for ep, n in enumerate(lengths):
@@ -302,7 +304,12 @@ def lerobot_file(path: Path, lengths: tuple[int, ...] = (5, 3, 4)) -> int:
     vec = pa.list_(pa.float32())
     vectors = ("observation.state", "action")
     table = pa.table({c: pa.array(v, vec) if c in vectors else v for c, v in cols.items()})
-    pq.write_table(table, path, row_group_size=4)  # episodes cut across row groups
+    if split_at is None:
+        pq.write_table(table, path, row_group_size=4)  # episodes cut across row groups
+    else:  # two files in one folder, an episode cut between them
+        path.mkdir()
+        pq.write_table(table.slice(0, split_at), path / "part-0.parquet")
+        pq.write_table(table.slice(split_at), path / "part-1.parquet")
     return i
 
 
@@ -315,8 +322,16 @@ def test_cli_inspect_and_process_a_lerobot_file(tmp_path: Path, capsys: Any) -> 
     assert report["timesteps"] == n and report["rows_balance"]  # terminated: L steps each
     assert report["per_file"][0]["rows_kept"] == n
     assert report["extras"] == ["next.success", "task_index", "timestamp"]
+
+
+def test_cli_process_stitches_episodes_cut_across_files_and_batches(
+    tmp_path: Path, capsys: Any
+) -> None:
+    data = tmp_path / "lerobot"
+    n = lerobot_file(data, split_at=10)  # episode 2: frames 0-1 in part-0, 2-3 in part-1
     out = tmp_path / "out"
-    assert main(["process", str(data), "--schema", "lerobot", "--out", str(out), "--json"]) == 0
+    argv = ["process", str(data), "--schema", "lerobot", "--out", str(out), "--json"]
+    assert main([*argv, "--set", "ray.batch_size=3"]) == 0  # batches of 3 rows
     stats = json.loads(capsys.readouterr().out)
     assert stats["rows_in"] == n and stats["rows_balance"] and stats["samples_written"] == n
     samples = pq.read_table(out / "samples")
@@ -328,6 +343,7 @@ def test_cli_inspect_and_process_a_lerobot_file(tmp_path: Path, capsys: Any) -> 
     # inside an episode: the next frame's observation.state; after the last: a copy of its own
     np.testing.assert_array_equal(new_obs[~term], obs[1:][~term[:-1]])
     np.testing.assert_array_equal(new_obs[term], obs[term])
+    assert sorted(samples.column("eps_id").to_pylist()) == [0] * 5 + [1] * 3 + [2] * 4
 
 
 def test_cli_default_schema_on_a_lerobot_file_names_the_preset(tmp_path: Path, capsys) -> None:
@@ -336,3 +352,24 @@ def test_cli_default_schema_on_a_lerobot_file_names_the_preset(tmp_path: Path, c
     assert main(["inspect", str(data), "--on-invalid", "raise"]) != 0
     err = capsys.readouterr().err
     assert "--schema lerobot" in err
+
+
+def test_fragments_read_by_two_readers_do_not_join_and_carry_nothing_wrong() -> None:
+    """The documented limitation: the held row stays with the first reader."""
+    rows = _rows(
+        eps_id=["a"] * 6,
+        t=list(range(6)),
+        obs=[[float(i)] for i in range(6)],
+        actions=list(range(6)),
+        rewards=[0.0] * 6,
+        terminateds=[False] * 5 + [True],
+    )
+    one = RowsReader(ReadConfig(schema="rllib_obs_only"))
+    two = RowsReader(ReadConfig(schema="rllib_obs_only"))
+    (first,) = one.read(rows.slice(0, 3), source="part-0").episodes
+    (second,) = two.read(rows.slice(3), source="part-1").episodes
+    assert first.actions.tolist() == [0, 1] and first.t_end == 2 and not first.is_done
+    assert second.actions.tolist() == [3, 4, 5] and second.t_started == 3
+    assert set(one.pending) == {("a", None)}  # step t=2 waits in the first reader
+    with pytest.raises(EpisodeValidationError, match="do not continue"):
+        Episode.concat_fragments([first, second])
