@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import DataError, Where
 
@@ -43,8 +43,7 @@ SAMPLES = "samples"
 DATASET = "dataset"
 
 
-@dataclass(frozen=True)
-class ManifestFile:
+class ManifestFile(NamedTuple):
     """One file a manifest lists: its path (the folder's path joined with ``files_dir/name``)
     and what the job recorded (``bytes`` and ``sha256`` may be absent in hand-written ones)."""
 
@@ -97,18 +96,19 @@ class Manifest:
         content = data.get("content")
         if content not in (SAMPLES, DATASET):
             content = SAMPLES if files_dir == SAMPLES else DATASET  # manifests before "content"
-        base = os.path.join(folder, files_dir) if files_dir else folder
+        base = os.path.join(folder, files_dir, "") if files_dir else os.path.join(folder, "")
         files = []
         for entry in data["files"]:
             name = entry.get("name") if isinstance(entry, dict) else None
             if not isinstance(name, str) or not name or not _inside(name):
                 raise _bad(path, f"lists {name!r}, not a file name inside its folder")
+            sha = entry.get("sha256")
             files.append(
                 ManifestFile(
-                    os.path.join(base, *name.split("/")),
+                    base + (name if os.sep == "/" else name.replace("/", os.sep)),
                     _int_or_none(entry.get("rows")),
                     _int_or_none(entry.get("bytes")),
-                    entry.get("sha256") if isinstance(entry.get("sha256"), str) else None,
+                    sha if isinstance(sha, str) else None,
                 )
             )
         return cls(folder, content, tuple(files), data)
@@ -121,7 +121,6 @@ class Manifest:
             DataError: A listed file's size differs from the recorded one (``reason`` =
                 ``"manifest_mismatch"``).
         """
-        out = []
         for f in self.files:
             try:
                 size = os.stat(f.path).st_size
@@ -130,15 +129,18 @@ class Manifest:
                     f"{f.path!r} is listed in {self.path!r} but missing: the folder changed "
                     "after its job committed it; restore the file or run that job again"
                 ) from None
-            if f.bytes is not None and size != f.bytes:
-                raise DataError(
-                    f"the file is {size} bytes, but {self.path!r} recorded {f.bytes}: it changed "
-                    "after its job committed it; run that job again",
-                    Where(file=f.path),
-                    reason="manifest_mismatch",
-                )
-            out.append(f.path)
-        return out
+            self.check_size(f, size)
+        return [f.path for f in self.files]
+
+    def check_size(self, file: ManifestFile, size: int) -> None:
+        """Raises a DataError naming ``file`` if ``size`` is not the size the job recorded."""
+        if file.bytes is not None and size != file.bytes:
+            raise DataError(
+                f"the file is {size} bytes, but {self.path!r} recorded {file.bytes}: it changed "
+                "after its job committed it; run that job again",
+                Where(file=file.path),
+                reason="manifest_mismatch",
+            )
 
 
 def verify_checksums(folder: str | os.PathLike[str]) -> list[str]:
@@ -172,8 +174,9 @@ def verify_checksums(folder: str | os.PathLike[str]) -> list[str]:
 
 def _inside(name: str) -> bool:
     """A relative path that stays inside its folder (``a/b.parquet``, not ``../x`` or ``/x``)."""
-    parts = name.replace("\\", "/").split("/")
-    return not os.path.isabs(name) and ".." not in parts
+    if name.startswith(("/", "\\")) or os.path.isabs(name):
+        return False
+    return ".." not in name or ".." not in name.replace("\\", "/").split("/")
 
 
 def _int_or_none(value: Any) -> int | None:

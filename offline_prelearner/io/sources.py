@@ -16,9 +16,10 @@ import errno
 import glob
 import json
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NoReturn, overload
+from typing import NamedTuple, NoReturn, overload
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -32,7 +33,7 @@ from .datasets.minari import (
     minari_files,
     read_minari_file,
 )
-from .manifest import MANIFEST_FILE, SAMPLES, Manifest
+from .manifest import MANIFEST_FILE, SAMPLES, Manifest, ManifestFile
 
 __all__ = [
     "LISTING_REASONS",
@@ -109,17 +110,40 @@ def expand_paths(path: str | os.PathLike[str] | list[str]) -> list[str]:
     return files
 
 
+class _Committed(NamedTuple):
+    manifest: Manifest
+    listed: dict[tuple[str, str], ManifestFile]  # (absolute folder, name) -> its entry
+
+
 class _Listing:
-    """One expansion of a path: the committed folders met (manifests read and checked once)."""
+    """One expansion of a path: the committed folders met (each manifest read and checked once).
+
+    Paths keep the form they were given in (relative stays relative); they are compared as
+    (absolute folder, name), the folder made absolute once per folder (not per file: listing a
+    committed folder of 2,000 files costs about what the stat of each does).
+    """
 
     def __init__(self) -> None:
+        self._cwd = os.getcwd()
+        self._abs: dict[str, str] = {}  # folder as written -> absolute
         self._owner: dict[str, str | None] = {}  # absolute folder -> committed folder holding it
-        self._manifests: dict[str, tuple[Manifest, list[str], set[str]]] = {}
+        self._given: dict[str, str] = {}  # absolute committed folder -> as the input names it
+        self._manifests: dict[str, _Committed] = {}  # by absolute folder
+
+    def _absdir(self, folder: str) -> str:
+        got = self._abs.get(folder)
+        if got is None:
+            got = self._abs[folder] = os.path.normpath(os.path.join(self._cwd, folder or "."))
+        return got
+
+    def _key(self, file: str) -> tuple[str, str]:
+        head, name = os.path.split(file)
+        return self._absdir(head), name
 
     # ------------------------------------------------------------------ committed folders
-    def _committed(self, folder: str) -> tuple[Manifest, list[str], set[str]]:
-        """A committed folder's manifest, its checked files, and their absolute paths."""
-        key = os.path.abspath(folder)
+    def _committed(self, folder: str) -> _Committed:
+        """A committed folder's manifest (read once; refused if it holds samples)."""
+        key = self._absdir(folder)
         got = self._manifests.get(key)
         if got is None:
             manifest = Manifest.read(folder)
@@ -130,15 +154,20 @@ class _Listing:
                     "the learner stream do not read again: train on them as they are (the files "
                     f"its {MANIFEST_FILE} lists), or give the dataset they were made from"
                 )
-            data_dir = find_data_dir(folder)  # a Minari dataset that a job committed
-            files = minari_files(data_dir) if data_dir is not None else manifest.checked_paths()
-            got = (manifest, files, {os.path.abspath(f) for f in files})
+            got = _Committed(manifest, {self._key(f.path): f for f in manifest.files})
             self._manifests[key] = got
         return got
 
+    def _all_files(self, folder: str) -> list[str]:
+        """Every file a committed folder lists, each checked (present, recorded size)."""
+        committed = self._committed(folder)
+        data_dir = find_data_dir(folder)  # a Minari dataset that a job committed: its own order
+        return minari_files(data_dir) if data_dir else committed.manifest.checked_paths()
+
     def _owner_of(self, folder: str) -> str | None:
-        """The nearest committed folder holding ``folder`` (itself or an ancestor), absolute."""
-        d = os.path.abspath(folder)
+        """The nearest committed folder holding ``folder`` (itself or an ancestor), written as
+        ``folder`` is (relative or absolute)."""
+        d = self._absdir(folder)
         chain = []
         owner: str | None = None
         while True:
@@ -155,30 +184,35 @@ class _Listing:
             d = parent
         for c in chain:
             self._owner[c] = owner
-        return owner
-
-    @staticmethod
-    def _as_given(owner: str, like: str) -> str:
-        """``owner`` (absolute) written the way ``like`` was: relative paths stay relative."""
-        return owner if os.path.isabs(like) else os.path.relpath(owner)
+        if owner is None:
+            return None
+        if owner == self._absdir(folder):
+            return folder or "."
+        given = self._given.get(owner)
+        if given is None:
+            given = owner if os.path.isabs(folder) else os.path.relpath(owner, self._cwd)
+            self._given[owner] = given
+        return given
 
     # ------------------------------------------------------------------ the three kinds of path
     def named_file(self, file: str) -> list[str]:
         """A file named as the path: itself, unless a manifest says otherwise."""
-        folder = os.path.dirname(file) or "."
+        folder = os.path.dirname(file)
         if os.path.basename(file) == MANIFEST_FILE:
-            return list(self._committed(folder)[1])
+            return self._all_files(folder or ".")
         owner = self._owner_of(folder)
         if owner is None:
             return [file]
-        manifest, _, listed = self._committed(self._as_given(owner, file))
-        if os.path.abspath(file) not in listed:
+        committed = self._committed(owner)
+        entry = committed.listed.get(self._key(file))
+        if entry is None:
             raise DataError(
-                f"not a data file of the committed folder {manifest.folder!r}: its "
-                f"{MANIFEST_FILE} does not list it (give the folder to read its data files)",
+                f"not a data file of the committed folder {owner!r}: its {MANIFEST_FILE} does "
+                "not list it (give the folder to read its data files)",
                 Where(file=file),
                 reason="not_listed",
             )
+        committed.manifest.check_size(entry, os.stat(file).st_size)
         return [file]
 
     def matches(self, found: list[str]) -> list[str]:
@@ -186,20 +220,29 @@ class _Listing:
         inside a committed folder only where its manifest lists them."""
         out: set[str] = set()
         for f in found:
-            name = os.path.basename(f)
-            if os.path.islink(f) and not os.path.exists(f) and _is_data_file_name(name):
-                _dangling(f)
-            if name == MANIFEST_FILE and os.path.isfile(f):
-                out.update(self._committed(os.path.dirname(f) or ".")[1])
+            head, name = os.path.split(f)
+            try:
+                st = os.lstat(f)
+                if stat.S_ISLNK(st.st_mode):
+                    st = os.stat(f)
+            except FileNotFoundError:
+                if _is_data_file_name(name):
+                    _dangling(f)
                 continue
-            if not (_is_data_file_name(name) and os.path.isfile(f)):
+            if not stat.S_ISREG(st.st_mode):
                 continue
-            owner = self._owner_of(os.path.dirname(f) or ".")
-            if (
-                owner is not None
-                and os.path.abspath(f) not in self._committed(self._as_given(owner, f))[2]
-            ):
-                continue  # not data: its committed folder's manifest does not list it
+            if name == MANIFEST_FILE:
+                out.update(self._all_files(head or "."))
+                continue
+            if not _is_data_file_name(name):
+                continue
+            owner = self._owner_of(head)
+            if owner is not None:
+                committed = self._committed(owner)
+                entry = committed.listed.get(self._key(f))
+                if entry is None:
+                    continue  # not data: its committed folder's manifest does not list it
+                committed.manifest.check_size(entry, st.st_size)
             out.add(f)
         return sorted(out)
 
@@ -207,10 +250,11 @@ class _Listing:
         """A folder: walked in name order, or, inside a committed folder, what that lists."""
         owner = self._owner_of(top)
         if owner is not None:
-            given = top if os.path.abspath(top) == owner else self._as_given(owner, top)
-            _, listed, _ = self._committed(given)
-            under = os.path.join(os.path.abspath(top), "")
-            return sorted(f for f in listed if os.path.abspath(f).startswith(under))
+            listed = self._all_files(owner)
+            if self._absdir(owner) == self._absdir(top):
+                return sorted(listed)
+            under = os.path.join(self._absdir(top), "")
+            return sorted(f for f in listed if os.path.join(self._key(f)[0], "").startswith(under))
         files: list[str] = []
         st = os.stat(top)
         # Each folder to read with the folders above it (by device and inode: a symlinked one
@@ -223,7 +267,7 @@ class _Listing:
             with os.scandir(d) as it:
                 entries = list(it)
             if any(e.name == MANIFEST_FILE for e in entries):
-                files.extend(self._committed(d)[1])
+                files.extend(self._all_files(d))
                 continue
             for e in entries:
                 if not _is_data_file_name(e.name):
