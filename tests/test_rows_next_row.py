@@ -25,7 +25,7 @@ from offline_prelearner.episodes.ledger import Ledger
 from offline_prelearner.errors import ConfigError, EpisodeValidationError, SchemaError
 from offline_prelearner.io.arrow_columns import column_to_numpy
 from offline_prelearner.io.readers.rows import RowsReader
-from offline_prelearner.io.schema import ColumnSchema, detect_schema, load_schema
+from offline_prelearner.io.schema import ColumnSchema, detect_schema, load_schema, nearest_preset
 from offline_prelearner.jobs.cli import main
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -258,6 +258,15 @@ def test_detection_picks_the_obs_only_presets() -> None:
     assert detect_schema(plain).name == "rllib_obs_only"
     assert detect_schema([*plain, "new_obs"]).name == "rllib"  # a next-obs column: read it
     assert detect_schema(["observation.state", "action"]) is None  # no episode id, no reward
+
+
+def test_detection_says_why_no_preset_fits() -> None:
+    no_reward = [c for c in LEROBOT if c != "next.reward"]  # real-robot sets often have none
+    assert detect_schema(no_reward) is None
+    near, lacks = nearest_preset(no_reward)
+    assert near is not None and near.name == "lerobot" and lacks == ["rewards"]
+    with pytest.raises(SchemaError, match=r"nearest, 'lerobot', lacks only 'next\.reward'"):
+        load_schema("rllib").check(no_reward, source="f.parquet")
 
 
 def test_the_default_schema_on_obs_only_rows_names_the_preset_that_fits() -> None:

@@ -72,6 +72,7 @@ __all__ = [
     "available_schemas",
     "detect_schema",
     "load_schema",
+    "nearest_preset",
     "schemas_dir",
 ]
 
@@ -263,16 +264,20 @@ class ColumnSchema:
             label = repr(col) if col == f else f"{col!r} (field {f!r})"
             parts.append(f"{label}: {hint}")
         cols = [self.columns[f] or f for f in missing]
+        hint = "Pass a schema that maps them (a preset name or a JSON file; see schemas/)."
         try:
             fits = detect_schema(names)
+            near, lacks = nearest_preset(names)
         except ConfigError:  # presets unreadable: the message goes without the hint
-            fits = None
-        hint = (
-            f"The columns fit preset {fits.name!r}: pass --schema {fits.name} "
-            f"(ReadConfig(schema={fits.name!r}))."
-            if fits is not None and fits.name != self.name
-            else "Pass a schema that maps them (a preset name or a JSON file; see schemas/)."
-        )
+            fits, near, lacks = None, None, []
+        if fits is not None and fits.name != self.name:
+            hint = (
+                f"The columns fit preset {fits.name!r}: pass --schema {fits.name} "
+                f"(ReadConfig(schema={fits.name!r}))."
+            )
+        elif near is not None and near.name != self.name and len(lacks) < len(missing):
+            need = ", ".join(f"{near.columns[f] or f!r} (field {f!r})" for f in lacks)
+            hint = f"No preset fits; the nearest, {near.name!r}, lacks only {need}. " + hint
         raise SchemaError(
             f"schema {self.name!r} needs {len(missing)} column(s) the data lacks: "
             + "; ".join(parts)
@@ -436,6 +441,21 @@ def load_schema(spec: ColumnSchema | str | os.PathLike[str] | None = None) -> Co
             "(or pass a path to a schema JSON file)"
         )
     return _load_file(preset)
+
+
+def nearest_preset(columns: Iterable[str]) -> tuple[ColumnSchema | None, list[str]]:
+    """The preset missing the fewest required columns (then mapping the most present ones), and
+    the fields it misses: why :func:`detect_schema` found none, or what a near miss needs."""
+    names = list(columns)
+    present = set(names)
+    best: tuple[tuple[int, int], ColumnSchema, list[str]] | None = None
+    for preset in available_schemas():
+        schema = load_schema(preset)
+        missing = schema.missing(names)
+        key = (-len(missing), len(schema.mapped_columns() & present))
+        if best is None or key > best[0]:
+            best = (key, schema, missing)
+    return (None, []) if best is None else (best[1], best[2])
 
 
 def detect_schema(columns: Iterable[str] | pa.Schema) -> ColumnSchema | None:
