@@ -132,9 +132,12 @@ def test_a_listed_file_missing_or_of_another_size_is_an_error_naming_it(committe
     (committed / "elsewhere.parquet").rename(gone)
     with open(gone, "ab") as fh:
         fh.write(b"\0")
-    with pytest.raises(DataError, match="bytes") as ei:
-        expand_paths(committed)
-    assert ei.value.where.file == str(gone) and ei.value.reason == "manifest_mismatch"
+    for path in (committed, gone, str(committed / "*.parquet")):  # folder, named file, glob
+        with pytest.raises(DataError, match="bytes") as ei:
+            expand_paths(path)
+        assert ei.value.where.file == str(gone) and ei.value.reason == "manifest_mismatch"
+    # A glob that does not match the changed file does not check it.
+    assert _rel(expand_paths(str(committed / "rows-00000.*")), committed) == ["rows-00000.parquet"]
 
 
 def test_checksums_are_checked_on_demand_only(tmp_path: Path) -> None:
