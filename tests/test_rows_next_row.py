@@ -382,3 +382,17 @@ def test_fragments_read_by_two_readers_do_not_join_and_carry_nothing_wrong() -> 
     assert set(one.pending) == {("a", None)}  # step t=2 waits in the first reader
     with pytest.raises(EpisodeValidationError, match="do not continue"):
         Episode.concat_fragments([first, second])
+
+
+def test_a_refused_batch_leaves_the_held_rows_held() -> None:
+    reader = RowsReader(ReadConfig(schema="rllib_obs_only", on_invalid="skip"))
+    cols = {"eps_id": ["a"], "actions": [0], "rewards": [0.0], "terminateds": [False]}
+    reader.read(_rows(obs=[[0.0]], **cols), source="one.parquet")
+    bad = reader.read(_rows(observation=[[1.0]], **cols), source="two.parquet")  # no obs
+    assert bad.ledger.rows_rejected == {"missing_columns": 1} and bad.ledger.rows_held == 0
+    end = {**cols, "actions": [1], "terminateds": [True]}
+    got = reader.read(_rows(obs=[[1.0]], **end), source="three.parquet")
+    (ep,) = got.episodes
+    assert ep.observations.ravel().tolist() == [0.0, 1.0, 1.0] and ep.actions.tolist() == [0, 1]
+    assert got.ledger.rows_held == -1 and got.ledger.rows_kept == 1 and got.ledger.balanced()
+    assert not reader.pending

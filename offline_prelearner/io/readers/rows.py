@@ -169,9 +169,10 @@ class RowsReader:
         carried = 0
         if self._held is not None:  # next_row: held rows lead this batch (counted down here)
             try:
+                self.schema.check(frame.names, source)  # a batch refused: held rows stay held
                 frame, carried = self._carry_in(frame, source), len(self._held_keys)
             except DataError as e:
-                self._reject(out, e, frame, np.arange(frame.num_rows))  # held rows stay held
+                self._reject(out, e, frame, np.arange(frame.num_rows))
                 return out
             self._held, self._held_keys = None, []
             out.ledger.rows_held -= carried
