@@ -2,7 +2,12 @@
 
 RLlib's recorder spreads one episode over several small files, and row data without a ``t``
 column is only trustworthy in the order it was written: files are therefore always listed in
-name order (directories recursively), and readers keep their state from one file to the next.
+name order (directories recursively, symlinked folders followed), and readers keep their state
+from one file to the next.
+
+Every command and library entry point lists its input through :func:`expand_paths`, the one
+listing: a folder that holds ``_manifest.json`` (what a job commits, :mod:`.manifest`) gives the
+files its manifest lists and nothing else, so each command reads the folder another wrote.
 
 Minari datasets (a dataset folder, its ``data`` folder, or a dataset id resolved as Minari does)
 expand to their data files in episode order, are detected as ``minari`` and read as step tables
