@@ -271,7 +271,7 @@ class _Listing:
             d, above, link = stack.pop()
             with os.scandir(d) as it:
                 entries = list(it)
-            if any(e.name == MANIFEST_FILE for e in entries):
+            if any(e.name == MANIFEST_FILE and e.is_file() for e in entries):
                 files.extend(self._all_files(d))
                 continue
             for e in entries:
