@@ -33,6 +33,7 @@ with ``rows`` holding *every* offending row so a caller can reject just those ep
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -287,8 +288,12 @@ def is_tensor_field(field: pa.Field) -> bool:
     fixed / variable shape tensors, and ``fixed_size_list`` columns (nested or not) of numbers."""
     t = field.type
     if isinstance(t, pa.BaseExtensionType):
-        return t.extension_name in (*TENSOR_EXTENSIONS, _VARIABLE_TENSOR, _ARROW_FIXED) or (
-            isinstance(t, FastTensorType)
+        return t.extension_name in (
+            *TENSOR_EXTENSIONS,
+            _VARIABLE_TENSOR,
+            _ARROW_FIXED,
+            _ARROW_VARIABLE,
+            FAST_NAME,
         )
     name = (field.metadata or {}).get(_EXT_NAME, b"").decode("utf-8", "replace")
     if name in (*TENSOR_EXTENSIONS, _VARIABLE_TENSOR, _ARROW_VARIABLE, FAST_NAME):
@@ -368,6 +373,8 @@ def _convert(arr: pa.Array, shape: _Meta = None) -> np.ndarray:
             return _variable_tensor(arr.storage)
         if isinstance(t, pa.FixedShapeTensorType):
             return _fixed_shape_tensor(arr.storage, tuple(t.shape), t.permutation)
+        if ext == _ARROW_VARIABLE:
+            return _variable_tensor(arr.storage, _type_permutation(t))
         return _convert(arr.storage, shape)
     if isinstance(shape, _VariableShape):
         if not pa.types.is_struct(t):
@@ -447,6 +454,15 @@ def _permuted(flat: np.ndarray, shape: tuple[int, ...], perm: Sequence[int] | No
     return np.ascontiguousarray(flat.reshape((n, *physical)).transpose((0, *(1 + inverse))))
 
 
+def _type_permutation(t: pa.DataType) -> tuple[int, ...] | None:
+    """The permutation of a registered ``arrow.variable_shape_tensor`` type. pyarrow has no
+    Python accessor for it (the type is a bare ``BaseExtensionType``); its text has it."""
+    found = re.search(r"permutation=\[([0-9,\s]*)\]", str(t))
+    if found is None:
+        return None
+    return tuple(int(p) for p in found.group(1).split(",") if p.strip())
+
+
 def _fixed_shape_tensor(
     storage: pa.Array, shape: tuple[int, ...], perm: Sequence[int] | None
 ) -> np.ndarray:
@@ -472,8 +488,8 @@ def _variable_tensor(storage: pa.StructArray, perm: Sequence[int] | None = None)
     if diff.any():
         rows = np.flatnonzero(diff)
         raise _Bad(
-            f"variable-shaped tensors: row {rows[0]} has shape {list(shapes[rows[0]])}, "
-            f"row 0 has {list(shapes[0])}",
+            f"variable-shaped tensors: row {rows[0]} has shape {shapes[rows[0]].tolist()}, "
+            f"row 0 has {shapes[0].tolist()} (one shape per column is read; pad or split it)",
             "ragged",
             rows,
         )
