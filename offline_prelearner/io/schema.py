@@ -13,7 +13,8 @@ Compression is *declared*, never guessed: ``compression`` names, per dataset col
   :meth:`ColumnSchema.check_codecs`).
 
 Presets live as JSON files in the repository's top-level ``schemas/`` folder (``rllib``,
-``rllib_compressed``, ``rllib_old_stack``, ``d4rl``, ``minari_transitions``), shipped as the package
+``rllib_compressed``, ``rllib_old_stack``, ``d4rl``, ``minari_transitions``, and ``lerobot`` and
+``rllib_obs_only`` for rows without a next observation, below), shipped as the package
 data ``offline_prelearner.schemas`` and read with :mod:`importlib.resources`; :func:`load_schema`
 accepts a schema, ``None`` (RLlib's new stack), a preset name or a path to a JSON file.
 
