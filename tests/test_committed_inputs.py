@@ -280,6 +280,7 @@ def test_convert_rows_then_process_and_inspect_read_the_committed_folder(
     conv = tmp_path / "conv"
     stats = run_json(capsys, "convert", str(ROWS), "--to", "rows", "--out", str(conv))
     assert (conv / "stats.json").is_file()
+    assert json.loads((conv / MANIFEST_FILE).read_text())["content"] == "dataset"
     _write(conv / "stray.parquet", bogus=[1])  # beside the manifest: ignored
     got = process(capsys, conv, tmp_path / "p")
     assert got["rows_in"] == stats["rows_in"] == 5000 and got["files_read"] == 5
@@ -315,6 +316,8 @@ def test_process_output_is_refused_by_every_command(
 ) -> None:
     out = tmp_path / "p"
     process(capsys, ROWS, out)
+    doc = json.loads((out / MANIFEST_FILE).read_text())
+    assert (doc["content"], doc["files_dir"]) == ("samples", "samples")
     for argv in (
         ("process", str(out), "--out", str(tmp_path / "p2")),
         ("process", str(out / "samples"), "--out", str(tmp_path / "p3")),
