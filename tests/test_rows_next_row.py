@@ -169,6 +169,15 @@ def test_episodes_match_a_plain_loop_in_any_batching(
     assert set(reader.pending) == {(e, None) for e, v in ends.items() if v == "open"}
     steps = sum(len(v["actions"]) for v in want.values())
     assert total.rows_kept == steps + n_open
+    # the end of the stream: held rows become next_obs_unknown (as D4RL drops an open end)
+    total += reader.finish().ledger
+    assert total.balanced() and total.rows_held == 0 and not reader.pending
+    assert sum(total.rows_rejected.values()) == n_trunc + n_open
+    assert total.rows_rejected.get("next_obs_unknown", 0) == n_trunc + n_open
+    lengths = {e: sum(r["eps_id"] == e for r in rows) for e in ends}
+    alone = sum(1 for e, v in ends.items() if v != "terminated" and lengths[e] == 1)
+    assert total.episodes_rejected.get("next_obs_unknown", 0) == alone
+    assert total.rows_kept == steps
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,6 +212,26 @@ def test_the_last_step_rule_in_one_batch() -> None:
     err = next(r.error for r in got.rejections if r.error.where.episode_id == "c")
     assert err.where.file == "f.parquet" and err.where.column == "truncateds"
     assert err.where.row == 5
+
+
+def test_finish_names_the_held_rows() -> None:
+    reader = RowsReader(ReadConfig(schema="rllib_obs_only", on_invalid="skip"))
+    table = _rows(
+        eps_id=["a", "a", "b"],
+        obs=[[0.0], [1.0], [2.0]],
+        actions=[0, 1, 2],
+        rewards=[0.0, 1.0, 2.0],
+        terminateds=[False, False, False],
+    )
+    reader.read(table.slice(0, 2), source="one.parquet")  # a: 1 step, row 1 held
+    reader.read(table.slice(2), source="two.parquet")  # b: row 0 held, no step; a stays held
+    end = reader.finish()
+    assert end.ledger.rows_rejected == {"next_obs_unknown": 2} and end.ledger.rows_held == -2
+    assert end.ledger.episodes_rejected == {"next_obs_unknown": 1} and end.ledger.balanced()
+    where = {r.error.where.episode_id: r.error.where for r in end.rejections}
+    assert (where["a"].file, where["a"].row) == ("one.parquet", 1)
+    assert (where["b"].file, where["b"].row) == ("two.parquet", 0)
+    assert not reader.pending and not reader.finish().rejections
 
 
 def test_an_error_names_file_column_episode_and_row() -> None:
@@ -396,3 +425,26 @@ def test_a_refused_batch_leaves_the_held_rows_held() -> None:
     assert ep.observations.ravel().tolist() == [0.0, 1.0, 1.0] and ep.actions.tolist() == [0, 1]
     assert got.ledger.rows_held == -1 and got.ledger.rows_kept == 1 and got.ledger.balanced()
     assert not reader.pending
+
+
+def test_cli_inspect_counts_truncated_and_open_last_rows(tmp_path: Path, capsys: Any) -> None:
+    data = tmp_path / "rows.parquet"
+    pq.write_table(
+        _rows(
+            eps_id=[1, 1, 1, 2, 2, 3, 4],
+            obs=[[0.0], [1.0], [2.0], [10.0], [11.0], [20.0], [30.0]],
+            actions=[0, 1, 2, 3, 4, 5, 6],
+            rewards=[0.0] * 7,
+            terminateds=[0, 0, 1, 0, 0, 0, 0],
+            truncateds=[0, 0, 0, 0, 1, 0, 0],
+        ),
+        data,
+    )
+    argv = ["inspect", str(data), "--schema", "rllib_obs_only", "--json", "--on-invalid", "skip"]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    # 1: 3 steps kept; 2: 1 step, its truncated last row next_obs_unknown; 3 and 4: one open row
+    # each, held to the end of the data, then next_obs_unknown (whole episodes)
+    assert report["timesteps"] == 4 and (report["terminated"], report["truncated"]) == (1, 1)
+    assert report["rejected"] == {"next_obs_unknown": 3} and report["rows_balance"]
+    assert report["per_file"][0]["rows_kept"] == 4

@@ -166,6 +166,9 @@ def inspect_path(
         total.extend(got)
         if progress is not None:
             progress(i + 1, len(files), f)
+    finish = getattr(reader, "finish", None)  # rows a reader held for a next row that never came
+    if finish is not None:
+        total.extend(finish())
     batch = stitch_fragments(total)
     batch = Validator(validate).validate(batch)
     duplicate = batch.ledger.rows_duplicate

@@ -59,7 +59,8 @@ follows D4RL's ``qlearning_dataset`` (which skips a timeout row and keeps a term
   ``ledger.rows_held``; the batch that takes them counts ``rows_held`` down and the rows with
   their episode (kept, rejected or duplicate), so every batch balances and, summed over a stream,
   ``rows_held`` is the rows still waiting (their episodes are in :attr:`RowsReader.pending`; if
-  the data ends there, their action and reward are never used -- D4RL drops that step too). Errors
+  the data ends there, their action and reward are never used -- D4RL drops that step too --
+  and :meth:`RowsReader.finish` moves them to ``next_obs_unknown``). Errors
   on a held row name no row (it is not in the batch read). A later batch with other columns, or
   column types Arrow cannot unify, is refused in one line (the held rows stay held).
 
@@ -144,6 +145,9 @@ class RowsReader:
         # table or a dict of numpy columns, as the batches come), and their keys.
         self._held: pa.Table | dict[str, np.ndarray] | None = None
         self._held_keys: list[tuple[Any, Any]] = []
+        # per held row: (its file, its row there, whether its episode has no fragment yet)
+        self._held_from: list[tuple[str | None, int | None, bool]] = []
+        self._carried_from: list[tuple[str | None, int | None, bool]] = []  # during a read
 
     @property
     def pending(self) -> Mapping[tuple[Any, Any], Any]:
@@ -174,7 +178,8 @@ class RowsReader:
             except DataError as e:
                 self._reject(out, e, frame, np.arange(frame.num_rows))
                 return out
-            self._held, self._held_keys = None, []
+            self._carried_from = self._held_from
+            self._held, self._held_keys, self._held_from = None, [], []
             out.ledger.rows_held -= carried
             out.sync()
         # Batch row of each frame row; rows carried from the previous batch are negative.
@@ -538,9 +543,45 @@ class RowsReader:
             )
             out.reject(err, 1, episodes=int(cols.length[e] == 0), policy="skip")
         hold = np.flatnonzero(good & ~cols.done)
+        came: list[tuple[str | None, int | None, bool]] = []
+        carried = self._carried_from
+        for e in hold.tolist():  # at most one or two per batch
+            r, alone = int(rows[int(gr.last[e])]), bool(cols.length[e] == 0)
+            if r < 0:  # a carried row held again: its origin, alone if it was and still is
+                file, row, was_alone = carried[r + len(carried)]
+                came.append((file, row, was_alone and alone))
+            else:
+                came.append((source, r, alone))
         self._hold(frame, gr.last[hold], [(gr.ids[e], gr.agents[e]) for e in hold.tolist()])
+        self._held_from = came
         out.ledger.rows_held += len(hold)
         out.sync()
+
+    def finish(self) -> EpisodeBatch:
+        """The end of the stream: rows still held will get no next observation.
+
+        ``next_obs_from: next_row`` only (otherwise an empty batch). Each held row -- the last row
+        of an episode that never ended -- leaves ``rows_held`` for ``rows_rejected``, reason
+        ``next_obs_unknown`` (as D4RL drops an open end's last step; never raised), naming its
+        file, episode and row; its episode is counted rejected too when the row was all of it.
+        The fragments before it were handed over already (they end at its observation). The
+        reader then holds nothing; its episodes are no longer pending.
+        """
+        out = EpisodeBatch(on_invalid=self.config.on_invalid)
+        obs_col = self.schema.column(C.OBS)
+        for key, (file, row, alone) in zip(self._held_keys, self._held_from, strict=True):
+            err = DataError(
+                "the data ends before this open episode's next row: its last row's obs closes "
+                "the episode's last fragment, its action and reward are not used",
+                Where(file=file, column=obs_col, episode_id=key[0], row=row),
+                reason="next_obs_unknown",
+            )
+            out.reject(err, 1, episodes=int(alone), policy="skip")
+            self._pending.pop(key, None)
+        out.ledger.rows_held -= len(self._held_keys)
+        out.sync()
+        self._held, self._held_keys, self._held_from = None, [], []
+        return out
 
     def _hold(self, frame: ColumnBatch, members: np.ndarray, keys: list[tuple[Any, Any]]) -> None:
         """Keeps ``members`` (frame rows) to lead the next batch (in the batch's own form)."""
