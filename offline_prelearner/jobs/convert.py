@@ -106,6 +106,7 @@ import pyarrow.parquet as pq
 
 from .._version import __version__
 from ..config import ReadConfig
+from ..episodes import columns as C
 from ..episodes.episode import Episode
 from ..episodes.ledger import EpisodeBatch, Ledger, check_on_invalid
 from ..episodes.stitch import stitch_fragments
@@ -706,7 +707,14 @@ def _settle_fragments(batch: EpisodeBatch, policy: str, on_invalid: str) -> int:
 
 # ====================================================================== writing
 def _signature(ep: Episode) -> tuple[Any, ...]:
-    return (ep.observations.shape[1:], ep.actions.shape[1:], tuple(sorted(ep.extras)))
+    """What must agree between the episodes of one rows table: observation (leaf) shapes, the
+    action shape, the extra columns."""
+    obs: Any = ep.observations
+    if isinstance(obs, dict):
+        shapes: Any = tuple((k, v.shape[1:]) for k, v in sorted(obs.items()))
+    else:
+        shapes = obs.shape[1:]
+    return (shapes, ep.actions.shape[1:], tuple(sorted(ep.extras)))
 
 
 def rows_tables(
@@ -727,6 +735,8 @@ def rows_tables(
         for nxt in [*eps, None]:
             if chunk and (nxt is None or rows + len(nxt) > rows_per_file):
                 table = episodes_to_rows(chunk, with_t=True, layout=layout)
+                if isinstance(chunk[0].observations, dict):
+                    table = _nest_leaves(_nest_leaves(table, C.OBS), C.NEW_OBS)
                 yield _with_metadata(table, extra)
                 chunk, rows = [], 0
             if nxt is not None:
@@ -743,6 +753,13 @@ def episode_tables(
     bytes (``Episode.get_state`` puts the clock's reading there)."""
     info = info if info is not None else DatasetInfo()
     spaces = (info.observation_space, info.action_space)
+    composite = next((ep for ep in episodes if isinstance(ep.observations, dict)), None)
+    if composite is not None:
+        raise UnsupportedFormatError(
+            f"episode {composite.id!r} has composite (Dict / Tuple) observations, which msgpack "
+            "episode records do not hold here (the episodes reader refuses them); convert to rows "
+            "or minari"
+        )
     extra = info.to_metadata()
     for s in range(0, len(episodes), per_file):
         states = [
@@ -750,6 +767,37 @@ def episode_tables(
         ]
         table = pa.table({ITEM: pa.array([packb(st) for st in states], type=pa.binary())})
         yield _with_metadata(table, extra)
+
+
+def _nest_leaves(table: pa.Table, prefix: str) -> pa.Table:
+    """The writer's flat leaf columns ``obs.<path>`` as one struct column ``obs`` (nested along
+    the paths), each leaf's field metadata (tensor layout, space) kept: the layout RLlib records
+    Dict observations in and the rows reader reads. Column operations only."""
+    names = [n for n in table.column_names if n.startswith(prefix + ".")]
+    if not names:
+        return table
+    tree: dict[str, Any] = {}
+    for n in names:
+        node = tree
+        *parents, last = n[len(prefix) + 1 :].split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = n
+
+    def build(node: dict[str, Any]) -> pa.StructArray:
+        arrays, fields = [], []
+        for key, sub in node.items():
+            if isinstance(sub, dict):
+                arr: pa.Array = build(sub)
+                fields.append(pa.field(key, arr.type))
+            else:
+                arr = table.column(sub).combine_chunks()
+                fields.append(pa.field(key, arr.type, metadata=table.schema.field(sub).metadata))
+            arrays.append(arr)
+        return pa.StructArray.from_arrays(arrays, fields=fields)
+
+    at = table.column_names.index(names[0])
+    return table.drop_columns(names).add_column(at, prefix, build(tree))
 
 
 def _with_metadata(table: pa.Table, extra: dict[bytes, bytes]) -> pa.Table:

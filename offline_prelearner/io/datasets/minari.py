@@ -453,13 +453,10 @@ def _read_hdf5(path: str, meta: MinariMetadata) -> pa.Table:
                 got = col.add(h5py, d, n, path, eid)
                 n = got if n < 0 else n
             rows.append(n)
-            if h5py.h5a.exists(g, b"source_id") or h5py.h5a.exists(g, b"t_started"):
-                attrs = f[name].attrs  # written by our convert only: a few episodes' worth
-                sid = attrs.get("source_id")
-                origin[str(eid)] = [
-                    None if sid is None else str(sid),
-                    int(attrs.get("t_started", 0)),
-                ]
+            sid, t0 = _h5_attr(h5py, g, b"source_id"), _h5_attr(h5py, g, b"t_started")
+            if sid is not None or t0 is not None:  # written by our convert (minari_write)
+                sid = sid.decode() if isinstance(sid, bytes) else sid
+                origin[str(eid)] = [None if sid is None else str(sid), int(t0 or 0)]
     ids = np.repeat(np.array([int(k[8:]) for k in names], np.int64), rows)
     leaves = {leaf: col.finish() for (leaf, _, _), col in zip(obs_items, columns, strict=False)}
     cols: dict[str, pa.Array] = {"episode_id": pa.array(ids)}
@@ -468,6 +465,16 @@ def _read_hdf5(path: str, meta: MinariMetadata) -> pa.Table:
         cols[col.name] = col.finish()
     table = pa.table(cols)
     return table.replace_schema_metadata({ORIGIN_KEY: json.dumps(origin)}) if origin else table
+
+
+def _h5_attr(h5py: Any, group: Any, name: bytes) -> Any:
+    """A scalar attribute of a low-level group (None if absent), without h5py's wrappers."""
+    if not h5py.h5a.exists(group, name):
+        return None
+    a = h5py.h5a.open(group, name)
+    out = np.empty((), a.dtype)
+    a.read(out)
+    return out.item()
 
 
 class _H5Leaf:

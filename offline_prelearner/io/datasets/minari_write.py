@@ -105,7 +105,51 @@ def _h5_paths(space: gym.Space[Any], path: str = "", h5: str = "observations") -
     return out
 
 
-def _write_observations(group: Any, ep: Episode, paths: dict[str, str]) -> None:
+class _H5:
+    """h5py's low-level API for the many small objects of an episode group: ~3x cheaper per
+    object than ``Group.create_dataset`` / ``attrs[...] =`` (which guess dtypes, build property
+    lists and wrap every object); the same HDF5 objects (types as h5py maps them, bools as its
+    enum, contiguous layout), without creation times so that the same episodes give the same
+    bytes."""
+
+    def __init__(self, h5py: Any) -> None:
+        self.h5 = h5py
+        self.lcpl = h5py.h5p.create(h5py.h5p.LINK_CREATE)
+        self.lcpl.set_create_intermediate_group(True)  # observations/<key>/<leaf>
+        self.dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        self.dcpl.set_obj_track_times(False)
+        self.gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
+        self.gcpl.set_obj_track_times(False)
+        self.scalar = h5py.h5s.create(h5py.h5s.SCALAR)
+        self._types: dict[np.dtype[Any], Any] = {}
+
+    def _type(self, dtype: np.dtype[Any]) -> Any:
+        t = self._types.get(dtype)
+        if t is None:
+            t = self._types[dtype] = self.h5.h5t.py_create(dtype, logical=True)
+        return t
+
+    def group(self, parent: Any, name: str) -> Any:
+        return self.h5.h5g.create(parent, name.encode(), lcpl=self.lcpl, gcpl=self.gcpl)
+
+    def dataset(self, parent: Any, name: str, data: np.ndarray) -> None:
+        a = np.ascontiguousarray(data)
+        space = self.h5.h5s.create_simple(a.shape)
+        d = self.h5.h5d.create(
+            parent, name.encode(), self._type(a.dtype), space, lcpl=self.lcpl, dcpl=self.dcpl
+        )
+        if a.size:
+            d.write(self.h5.h5s.ALL, self.h5.h5s.ALL, a)
+
+    def attr(self, parent: Any, name: str, value: int | str) -> None:
+        """An int64 or string scalar attribute (a string as h5py writes one: variable-length
+        UTF-8, so ``group.attrs[name]`` is a ``str``)."""
+        dtype = self.h5.string_dtype() if isinstance(value, str) else np.dtype(np.int64)
+        a = np.array(value, dtype=dtype)
+        self.h5.h5a.create(parent, name.encode(), self._type(a.dtype), self.scalar).write(a)
+
+
+def _write_observations(h5: _H5, group: Any, ep: Episode, paths: dict[str, str]) -> None:
     obs: Any = ep.observations
     leaves = obs if isinstance(obs, dict) else {"": obs}
     if leaves.keys() != paths.keys():
@@ -114,7 +158,7 @@ def _write_observations(group: Any, ep: Episode, paths: dict[str, str]) -> None:
             f"has {sorted(paths)}"
         )
     for path, h5path in paths.items():
-        group.create_dataset(h5path, data=leaves[path])
+        h5.dataset(group, h5path, leaves[path])
 
 
 def write_minari_dataset(
@@ -146,6 +190,7 @@ def write_minari_dataset(
     n_eps = n_steps = 0
     obs_paths: dict[str, str] | None = None
     with h5py.File(data / "main_data.hdf5", "w") as f:
+        h5 = _H5(h5py)
         for ep in episodes:
             if observation_space is None:
                 observation_space = infer_obs_space(ep.observations)
@@ -154,24 +199,24 @@ def write_minari_dataset(
             if action_space is None:
                 action_space = infer_space(ep.actions, "actions")
             t = len(ep)
-            g = f.create_group(f"episode_{n_eps}")
-            g.attrs["id"] = n_eps
-            g.attrs["total_steps"] = t
+            g = h5.group(f.id, f"episode_{n_eps}")
+            h5.attr(g, "id", n_eps)
+            h5.attr(g, "total_steps", t)
             if str(ep.id) != str(n_eps):
-                g.attrs["source_id"] = str(ep.id)
+                h5.attr(g, "source_id", str(ep.id))
             if ep.t_started:
-                g.attrs["t_started"] = ep.t_started
-            _write_observations(g, ep, obs_paths)
-            g.create_dataset("actions", data=ep.actions)
-            g.create_dataset("rewards", data=ep.rewards)
+                h5.attr(g, "t_started", ep.t_started)
+            _write_observations(h5, g, ep, obs_paths)
+            h5.dataset(g, "actions", ep.actions)
+            h5.dataset(g, "rewards", ep.rewards)
             term = np.zeros(t, bool)
             trunc = np.zeros(t, bool)
             if t:
                 term[-1] = ep.terminated
                 trunc[-1] = not ep.terminated
-            g.create_dataset("terminations", data=term)
-            g.create_dataset("truncations", data=trunc)
-            g.create_group("infos")
+            h5.dataset(g, "terminations", term)
+            h5.dataset(g, "truncations", trunc)
+            h5.group(g, "infos")
             n_eps += 1
             n_steps += t
     if observation_space is None or action_space is None:
