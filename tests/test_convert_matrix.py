@@ -162,7 +162,6 @@ def sources(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReq
             return shared / "cartpole-v1_episodes_msgpack.parquet"
         return shared / "cartpole-v1_old_stack_json_uncompressed.json"
 
-    get.cartpole = cartpole  # type: ignore[attr-defined]
     return get
 
 
@@ -194,10 +193,13 @@ def test_convert_pair(
     got = read_episodes(out)
     if to == "minari":
         _check_with_minari(out, got, stats, tmp_path, monkeypatch)
-        if source == "minari":  # the source's env spec is kept
+        if source == "minari":  # the source's env specs are kept
             ds = minari.MinariDataset(str(out / "data"))
             assert ds.env_spec is not None and ds.env_spec.id == "CartPole-v1"
             assert ds.recover_environment().spec.id == "CartPole-v1"
+            theirs = json.loads((src / "data" / "metadata.json").read_text())
+            ours = json.loads((out / "data" / "metadata.json").read_text())
+            assert ours["eval_env_spec"] == theirs["eval_env_spec"]
     keep_extras = not _lossy(source, to)
     if not keep_extras:  # what is lost is named: the sources that have extras
         assert any(e.extras for e in want) == (source in SHARED)
@@ -349,3 +351,30 @@ def test_composite_minari_round_trips_through_rows(dataset: str, tmp_path: Path)
     assert back.observation_space == minari.MinariDataset(str(case.path / "data")).observation_space
     with pytest.raises(UnsupportedFormatError, match="composite"):
         convert_path(case.path, "episodes", tmp_path / "eps")
+
+
+# ------------------------------------------------------------------------------------ fragments
+def test_fragments_and_t_started(tmp_path: Path) -> None:
+    """A fragment that starts mid-episode keeps its ``t_started`` through Minari (an attr Minari
+    ignores); a not-done episode stays not done through episodes and rows, and comes back from
+    Minari truncated (Minari has no "not done")."""
+    import pyarrow.parquet as pq
+
+    from offline_prelearner.io.writers import episodes_to_rows
+
+    base = read_episodes(ROWS)[:4]
+    late = base[0].slice(3)  # steps 3.. of a terminated episode
+    open_ = base[1]._replace(terminated=False, truncated=False)
+    eps = [late, open_, *base[2:]]
+    (tmp_path / "in").mkdir()
+    pq.write_table(episodes_to_rows(eps, with_t=True), tmp_path / "in" / "part.parquet")
+    want = read_episodes(tmp_path / "in")
+    assert [e.t_started for e in want if str(e.id) == str(late.id)] == [3]
+    _convert(tmp_path / "in", "episodes", tmp_path / "eps")
+    _convert(tmp_path / "eps", "rows", tmp_path / "rows")
+    assert_same(read_episodes(tmp_path / "rows"), want)
+    stats = _convert(tmp_path / "in", "minari", tmp_path / "ns" / "frag-v0")
+    assert stats["fragments"] == 1
+    got = read_episodes(tmp_path / "ns" / "frag-v0")
+    truncated = [e._replace(truncated=True) if not e.is_done else e for e in want]
+    assert_same(got, truncated)
