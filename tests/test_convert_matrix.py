@@ -265,6 +265,12 @@ def test_minari_env_spec_from_env_id_and_kept_through_rows(
     assert again.observation_space == orig.observation_space
     assert again.action_space == orig.action_space
     assert again.recover_environment().spec.id == "CartPole-v1"
+    # the spec given once (rows -> episodes) rides along; Minari output then takes the env's
+    # spaces (the data fits them)
+    _convert(ROWS, "episodes", tmp_path / "eps", env_id="CartPole-v1")
+    stats = _convert(tmp_path / "eps", "minari", tmp_path / "cart" / "later-v0")
+    later = minari.load_dataset("cart/later-v0")
+    assert stats["env_spec"] == "CartPole-v1" and later.observation_space == env.observation_space
 
 
 def test_minari_without_env_spec_says_so(tmp_path: Path, capsys: Any) -> None:

@@ -16,10 +16,11 @@ files -- old-stack batches -- work too), joins fragments, validates and de-dupli
 **The env spec and the spaces** (:mod:`.dataset_info`) come from the source -- a Minari
 dataset's metadata, the spaces in msgpack episode records, or what an earlier ``convert`` put in
 the Parquet metadata of its rows / episodes files -- and ``env_id`` (``--env-id``: the spec from
-gymnasium's registry, which wins over the source's; the env's spaces where the source has none
-and the data fits them); what is still unknown is inferred from the data (spaces) or left out
-(``env_spec``: the stats say ``env_spec: null`` and the CLI says so in one line). Every target
-keeps them: Minari in ``metadata.json``, rows and episodes in each file's schema metadata.
+gymnasium's registry, which wins over the source's); where the source has no spaces, Minari
+output takes the env's (made from the spec) when the data fits them; what is still unknown is
+inferred from the data (spaces) or left out (``env_spec``: the stats say ``env_spec: null`` and
+the CLI says so in one line). Every target keeps them: Minari in ``metadata.json``, rows and
+episodes in each file's schema metadata.
 
 The output is a commit (:class:`~.commit.Staging`: staged beside ``out_dir``, manifest last).
 The whole job is one unit, held in memory (Minari's one hdf5 file, D4RL's one array per key):
@@ -56,7 +57,13 @@ from ..io.readers.sample_batches import DonesRule, SampleBatchesReader
 from ..io.sources import WHOLE_FILE_FORMATS, detect_format, expand_paths, read_table
 from .commit import Staging, write_parquet_atomic
 from .convert import episode_tables, rows_tables
-from .dataset_info import DatasetInfo, info_from_env_id, info_of_files, with_env_spaces
+from .dataset_info import (
+    DatasetInfo,
+    env_spaces,
+    info_from_env_id,
+    info_of_files,
+    with_env_spaces,
+)
 
 __all__ = ["DATASET_TARGETS", "convert_dataset", "wants_dataset_job"]
 
@@ -247,7 +254,9 @@ def _info(
         getattr(reader, "action_space", None),
     ).or_else(info_of_files(files))
     info = replace(source, env_spec=given.env_spec or source.env_spec)
-    return with_env_spaces(info, given, episodes)
+    if info.observation_space is not None and info.action_space is not None:
+        return info
+    return with_env_spaces(info, env_spaces(info.env_spec), episodes)
 
 
 def _write(

@@ -8,8 +8,9 @@ same four values into the Parquet schema metadata of every file it writes, under
 those files takes it back. Msgpack episode records also carry the spaces in each record
 (RLlib's ``_observation_space`` / ``_action_space``).
 
-Where the source has none, ``--env-id ID`` builds the spec from gymnasium's registry
-(:func:`info_from_env_id`), and the spaces from the env when its data fits them.
+``--env-id ID`` gives the spec from gymnasium's registry (:func:`info_from_env_id`). Where the
+source has no spaces, a Minari dataset takes the env's (:func:`env_spaces`) when every episode's
+data fits them, else spaces inferred from the data.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ..io.datasets.minari import space_from_minari, space_to_minari
 __all__ = [
     "META_KEY",
     "DatasetInfo",
+    "env_spaces",
     "info_from_env_id",
     "info_of_files",
     "space_fits",
@@ -100,8 +102,7 @@ def info_of_files(files: list[str]) -> DatasetInfo:
 
 
 def info_from_env_id(env_id: str) -> DatasetInfo:
-    """The spec of ``env_id`` from gymnasium's registry, and the env's spaces (None where the env
-    cannot be made here, e.g. its simulator is not installed: the spaces then come from the data).
+    """The spec of ``env_id`` from gymnasium's registry (spaces: :func:`env_spaces`).
 
     Raises ConfigError, in one line, for an id gymnasium does not know.
     """
@@ -113,12 +114,21 @@ def info_from_env_id(env_id: str) -> DatasetInfo:
         text = spec.to_json()
     except ValueError as e:
         raise ConfigError(f"--env-id {env_id!r}: its spec cannot be written as JSON: {e}") from None
+    return DatasetInfo(env_spec=text)
+
+
+def env_spaces(env_spec: str | None) -> DatasetInfo:
+    """The spaces of the env that ``env_spec`` (gymnasium JSON) makes; none where it cannot be made
+    here (its simulator not installed, a spec of another gymnasium version): the spaces then come
+    from the data."""
+    if env_spec is None:
+        return DatasetInfo()
     try:
-        env = gym.make(spec)
+        env = gym.make(gym.envs.registration.EnvSpec.from_json(env_spec))
     except Exception:  # any failure to build the env: the spec still holds, spaces unknown
-        return DatasetInfo(env_spec=text)
+        return DatasetInfo()
     try:
-        return DatasetInfo(text, None, env.observation_space, env.action_space)
+        return DatasetInfo(observation_space=env.observation_space, action_space=env.action_space)
     finally:
         env.close()
 
