@@ -384,3 +384,13 @@ def test_fragments_and_t_started(tmp_path: Path) -> None:
     got = read_episodes(tmp_path / "ns" / "frag-v0")
     truncated = [e._replace(truncated=True) if not e.is_done else e for e in want]
     assert_same(got, truncated)
+
+
+def test_minari_output_is_the_same_bytes_each_time(tmp_path: Path) -> None:
+    for run in ("a", "b"):
+        _convert(ROWS, "minari", tmp_path / run / "ns" / "x-v0", env_id="CartPole-v1")
+    files = [
+        json.loads((tmp_path / run / "ns" / "x-v0" / "_manifest.json").read_text())["files"]
+        for run in ("a", "b")
+    ]
+    assert [f["sha256"] for f in files[0]] == [f["sha256"] for f in files[1]]

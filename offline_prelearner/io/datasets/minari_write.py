@@ -106,11 +106,12 @@ def _h5_paths(space: gym.Space[Any], path: str = "", h5: str = "observations") -
 
 
 class _H5:
-    """h5py's low-level API for the many small objects of an episode group: ~3x cheaper per
-    object than ``Group.create_dataset`` / ``attrs[...] =`` (which guess dtypes, build property
-    lists and wrap every object); the same HDF5 objects (types as h5py maps them, bools as its
-    enum, contiguous layout), without creation times so that the same episodes give the same
-    bytes."""
+    """h5py's low-level API for the many small objects of an episode group, cheaper than
+    ``Group.create_dataset`` / ``attrs[...] =`` (which guess dtypes, build property lists and wrap
+    every object): 8,880 CartPole episodes (200k steps) 7.8-8.1 s -> 4.1-5.0 s, same process,
+    alternating; what remains is HDF5's own cost per object. The same HDF5 objects (types as
+    h5py maps them, bools as its enum, contiguous layout), without creation times so that the
+    same episodes give the same bytes."""
 
     def __init__(self, h5py: Any) -> None:
         self.h5 = h5py
