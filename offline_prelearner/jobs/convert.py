@@ -95,7 +95,7 @@ import json
 import os
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -106,16 +106,12 @@ import pyarrow.parquet as pq
 
 from .._version import __version__
 from ..config import ReadConfig
-from ..episodes import columns as C
-from ..episodes.episode import Episode
 from ..episodes.ledger import EpisodeBatch, Ledger, check_on_invalid
 from ..episodes.stitch import stitch_fragments
 from ..errors import ConfigError, DataError, EpisodeValidationError, UnsupportedFormatError, Where
-from ..io.codec import packb
 from ..io.fast_tensor import Layout, check_layout
 from ..io.quarantine import write_quarantine
 from ..io.readers import make_reader
-from ..io.readers.episodes import ITEM
 from ..io.readers.rows import RowsReader
 from ..io.readers.sample_batches import DonesRule, SampleBatchesReader
 from ..io.sources import (
@@ -125,11 +121,11 @@ from ..io.sources import (
     is_empty_parquet,
     read_table,
 )
-from ..io.writers import episodes_to_rows
 from .commit import STATS_FILE, Staging, file_sha256, write_json_atomic, write_parquet_atomic
+from .convert_tables import episode_tables, rows_tables
 from .dataset_info import DatasetInfo, info_from_env_id, info_of_files
 
-__all__ = ["STATS_FILE", "UNIT_FORMATS", "convert_path", "episode_tables", "rows_tables"]
+__all__ = ["STATS_FILE", "UNIT_FORMATS", "convert_path"]
 
 #: Source formats converted file by file here (to rows / episodes).
 UNIT_FORMATS = ("sample_batches", "rows", "episodes")
@@ -706,106 +702,6 @@ def _settle_fragments(batch: EpisodeBatch, policy: str, on_invalid: str) -> int:
 
 
 # ====================================================================== writing
-def _signature(ep: Episode) -> tuple[Any, ...]:
-    """What must agree between the episodes of one rows table: observation (leaf) shapes, the
-    action shape, the extra columns."""
-    obs: Any = ep.observations
-    if isinstance(obs, dict):
-        shapes: Any = tuple((k, v.shape[1:]) for k, v in sorted(obs.items()))
-    else:
-        shapes = obs.shape[1:]
-    return (shapes, ep.actions.shape[1:], tuple(sorted(ep.extras)))
-
-
-def rows_tables(
-    episodes: list[Episode],
-    rows_per_file: int,
-    layout: Layout = "rllib",
-    info: DatasetInfo | None = None,
-) -> Iterator[pa.Table]:
-    """Rows tables, episodes of one layout per table, at most ``rows_per_file`` rows (or one ep);
-    ``info`` in each table's schema metadata (:mod:`.dataset_info`)."""
-    extra = info.to_metadata() if info is not None else {}
-    groups: dict[tuple[Any, ...], list[Episode]] = {}
-    for ep in episodes:
-        groups.setdefault(_signature(ep), []).append(ep)
-    for eps in groups.values():
-        chunk: list[Episode] = []
-        rows = 0
-        for nxt in [*eps, None]:
-            if chunk and (nxt is None or rows + len(nxt) > rows_per_file):
-                table = episodes_to_rows(chunk, with_t=True, layout=layout)
-                if isinstance(chunk[0].observations, dict):
-                    table = _nest_leaves(_nest_leaves(table, C.OBS), C.NEW_OBS)
-                yield _with_metadata(table, extra)
-                chunk, rows = [], 0
-            if nxt is not None:
-                chunk.append(nxt)
-                rows += len(nxt)
-
-
-def episode_tables(
-    episodes: list[Episode], per_file: int, info: DatasetInfo | None = None
-) -> Iterator[pa.Table]:
-    """Msgpack episode records, ``per_file`` per table, with ``info``'s spaces in each record and
-    ``info`` in the schema metadata. ``_last_step_time`` is None (RLlib's value for an episode
-    never stepped): a converted episode has no wall-clock time, and the same input gives the same
-    bytes (``Episode.get_state`` puts the clock's reading there)."""
-    info = info if info is not None else DatasetInfo()
-    spaces = (info.observation_space, info.action_space)
-    composite = next((ep for ep in episodes if isinstance(ep.observations, dict)), None)
-    if composite is not None:
-        raise UnsupportedFormatError(
-            f"episode {composite.id!r} has composite (Dict / Tuple) observations, which msgpack "
-            "episode records do not hold here (the episodes reader refuses them); convert to rows "
-            "or minari"
-        )
-    extra = info.to_metadata()
-    for s in range(0, len(episodes), per_file):
-        states = [
-            {**ep.get_state(*spaces), "_last_step_time": None} for ep in episodes[s : s + per_file]
-        ]
-        table = pa.table({ITEM: pa.array([packb(st) for st in states], type=pa.binary())})
-        yield _with_metadata(table, extra)
-
-
-def _nest_leaves(table: pa.Table, prefix: str) -> pa.Table:
-    """The writer's flat leaf columns ``obs.<path>`` as one struct column ``obs`` (nested along
-    the paths), each leaf's field metadata (tensor layout, space) kept: the layout RLlib records
-    Dict observations in and the rows reader reads. Column operations only."""
-    names = [n for n in table.column_names if n.startswith(prefix + ".")]
-    if not names:
-        return table
-    tree: dict[str, Any] = {}
-    for n in names:
-        node = tree
-        *parents, last = n[len(prefix) + 1 :].split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[last] = n
-
-    def build(node: dict[str, Any]) -> pa.StructArray:
-        arrays, fields = [], []
-        for key, sub in node.items():
-            if isinstance(sub, dict):
-                arr: pa.Array = build(sub)
-                fields.append(pa.field(key, arr.type))
-            else:
-                arr = table.column(sub).combine_chunks()
-                fields.append(pa.field(key, arr.type, metadata=table.schema.field(sub).metadata))
-            arrays.append(arr)
-        return pa.StructArray.from_arrays(arrays, fields=fields)
-
-    at = table.column_names.index(names[0])
-    return table.drop_columns(names).add_column(at, prefix, build(tree))
-
-
-def _with_metadata(table: pa.Table, extra: dict[bytes, bytes]) -> pa.Table:
-    if not extra:
-        return table
-    return table.replace_schema_metadata({**(table.schema.metadata or {}), **extra})
-
-
 def _write_unit_quarantine(root: Path, unit: int, batch: EpisodeBatch) -> dict[str, Any] | None:
     folder = root / _QUARANTINE
     written = write_quarantine(batch.rejections, folder)

@@ -56,7 +56,7 @@ from ..io.readers import make_reader
 from ..io.readers.sample_batches import DonesRule, SampleBatchesReader
 from ..io.sources import WHOLE_FILE_FORMATS, detect_format, expand_paths, read_table
 from .commit import Staging, write_parquet_atomic
-from .convert import episode_tables, rows_tables
+from .convert_tables import episode_tables, rows_tables
 from .dataset_info import (
     DatasetInfo,
     env_spaces,
