@@ -7,9 +7,9 @@ and a D4RL HDF5 file written with h5py from the same episodes. Targets: rows, ep
 
 Each pair: ``a -> b`` gives the episodes of ``a``; for rows, episodes and Minari sources
 ``a -> b -> a`` gives them again (ids as strings, lengths, observations, actions, rewards, flags,
-``t_started``, extras exactly; dtypes too). What a format cannot hold is named where it is
-dropped: Minari has no place for extras (RLlib's ``weights_seq_no``, old-stack ``action_logp``).
-Old-stack and D4RL are input only. Minari output is opened with Minari itself.
+``t_started``, extras exactly; dtypes too: RLlib's ``weights_seq_no``, old-stack ``action_logp``
+ride through Minari in ``extras/<name>`` datasets Minari ignores). Old-stack and D4RL are input
+only. Minari output is opened with Minari itself.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def read_episodes(path: str | Path) -> list[Episode]:
     return sorted(eps, key=lambda e: (str(e.id), e.t_started))
 
 
-def assert_same(got: list[Episode], want: list[Episode], *, extras: bool = True) -> None:
+def assert_same(got: list[Episode], want: list[Episode]) -> None:
     assert [str(e.id) for e in got] == [str(e.id) for e in want]
     for g, w in zip(got, want, strict=True):
         where = f"episode {w.id!r}"
@@ -84,15 +84,10 @@ def assert_same(got: list[Episode], want: list[Episode], *, extras: bool = True)
             a, b = getattr(g, name), getattr(w, name)
             assert a.dtype == b.dtype, (where, name, a.dtype, b.dtype)
             np.testing.assert_array_equal(a, b, err_msg=f"{where} {name}")
-        if extras:
-            assert g.extras.keys() == w.extras.keys(), where
-            for k in w.extras:
-                assert g.extras[k].dtype == w.extras[k].dtype, (where, k)
-                np.testing.assert_array_equal(g.extras[k], w.extras[k], err_msg=f"{where} {k}")
-
-
-def without_extras(eps: list[Episode]) -> list[Episode]:
-    return [e._replace(extras={}) for e in eps]
+        assert g.extras.keys() == w.extras.keys(), where
+        for k in w.extras:
+            assert g.extras[k].dtype == w.extras[k].dtype, (where, k)
+            np.testing.assert_array_equal(g.extras[k], w.extras[k], err_msg=f"{where} {k}")
 
 
 # ------------------------------------------------------------------------------------ sources
@@ -171,11 +166,6 @@ def _convert(src: Path, to: str, out: Path, **kw: Any) -> dict[str, Any]:
     return stats
 
 
-def _lossy(*formats: str) -> bool:
-    """Whether a chain through ``formats`` loses extras (Minari has no place for them)."""
-    return "minari" in formats
-
-
 # ------------------------------------------------------------------------------------ the matrix
 @pytest.mark.parametrize("to", TARGETS)
 @pytest.mark.parametrize("source", SOURCES)
@@ -200,20 +190,14 @@ def test_convert_pair(
             theirs = json.loads((src / "data" / "metadata.json").read_text())
             ours = json.loads((out / "data" / "metadata.json").read_text())
             assert ours["eval_env_spec"] == theirs["eval_env_spec"]
-    keep_extras = not _lossy(source, to)
-    if not keep_extras:  # what is lost is named: the sources that have extras
-        assert any(e.extras for e in want) == (source in SHARED)
+    assert any(e.extras for e in want) == (source in SHARED)  # RLlib's data has extras
     if source == "d4rl":  # D4RL has no episode ids: the reader numbers them "<file>:<k>"
         want, got = _by_order(want), _by_order(got)
-    assert_same(got, want if keep_extras else without_extras(want), extras=keep_extras)
+    assert_same(got, want)
     if source in ROUND_TRIP:  # and back: a -> b -> a
         back = tmp_path / "ns" / "back-v0"
         _convert(out, source, back)
-        assert_same(
-            read_episodes(back),
-            want if keep_extras else without_extras(want),
-            extras=keep_extras,
-        )
+        assert_same(read_episodes(back), want)
 
 
 def _check_with_minari(

@@ -526,7 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Converts PATH (detected: rows or msgpack episodes Parquet, old-stack\n"
         "SampleBatch JSON/Parquet, a Minari dataset, a D4RL HDF5 file) to --to rows |\n"
         "episodes | minari, committed to --out. rows, episodes and minari convert to each\n"
-        "other and back to the same episodes (Minari keeps no extras, infos or agent ids);\n"
+        "other and back to the same episodes (Minari keeps no infos or agent ids);\n"
         "old-stack and D4RL are input only. The env spec written is --env-id's, else the\n"
         "source's (Minari's metadata, or the one a previous convert wrote).",
     )

@@ -21,10 +21,12 @@ output, are whole datasets (:mod:`.convert_dataset`). Everything else runs here.
 
 **What round-trips.** ``a -> b -> a`` gives the same episodes (ids compared as strings; lengths,
 observations, actions, rewards, flags, ``t_started``, extras exactly) for rows, episodes and
-Minari, except where a format has no place for a value: Minari keeps no extras, no agent /
-module ids and no infos, and has no "not done" (a fragment comes back truncated); rows keep infos
-only as JSON text; an ``episodes`` record written from rows has empty infos (``{}`` per step)
-where rows had none. Old-stack and D4RL data are input only (nothing writes them).
+Minari, except where a format has no place for a value: Minari keeps no agent / module ids and
+no infos, and has no "not done" (a fragment comes back truncated); its ids, ``t_started`` and
+extras ride in parts of the episode group Minari ignores (:mod:`..io.datasets.minari_write`).
+Infos (none in the data the tests use): msgpack records keep them; rows keep the step infos as
+JSON text, not the reset info (``infos[0]``), which reads back as ``{}``. Old-stack and D4RL data
+are input only (nothing writes them).
 
 :func:`convert_path` reads the files under a path in name order with the source format's reader
 (old-stack: episodes cut across batches and files continue), joins the fragments of each episode

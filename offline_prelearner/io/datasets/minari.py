@@ -47,6 +47,7 @@ from ...errors import DataError, SchemaError, UnsupportedFormatError, Where
 from .optional import import_h5py
 
 __all__ = [
+    "EXTRAS_KEY",
     "METADATA_KEY",
     "ORIGIN_KEY",
     "STEP_COLUMNS",
@@ -71,6 +72,9 @@ METADATA_KEY = b"minari"
 #: Schema-metadata key of a step table's episode origins, where a dataset written by our convert
 #: has them (attrs ``source_id`` / ``t_started``): ``{minari id: [source id or null, t_started]}``.
 ORIGIN_KEY = b"offline_prelearner.origin"
+#: Schema-metadata key of the per-step shapes of a step table's ``extras.<name>`` columns (the
+#: ``extras/<name>`` datasets our convert writes in each episode group, which Minari ignores).
+EXTRAS_KEY = b"offline_prelearner.extras"
 #: Columns with T values plus one padding row per episode.
 STEP_COLUMNS = ("actions", "rewards", "terminations", "truncations")
 _HDF5 = "main_data.hdf5"
@@ -436,6 +440,10 @@ def _read_hdf5(path: str, meta: MinariMetadata) -> pa.Table:
     origin: dict[str, list[Any]] = {}  # minari id -> [source id or None, t_started]
     with h5py.File(path, "r") as f:
         names = sorted((k for k in f if k.startswith("episode_")), key=lambda k: int(k[8:]))
+        extras = sorted(f[names[0]]["extras"]) if names and "extras" in f[names[0]] else []
+        columns += [
+            _H5Leaf(f"extras.{n}", f"extras/{n}", None, pad=True, free=True) for n in extras
+        ]
         h5g, h5d = h5py.h5g, h5py.h5d
         for name in names:
             g = h5g.open(f.id, name.encode())
@@ -464,7 +472,13 @@ def _read_hdf5(path: str, meta: MinariMetadata) -> pa.Table:
     for col in columns[len(obs_items) :]:
         cols[col.name] = col.finish()
     table = pa.table(cols)
-    return table.replace_schema_metadata({ORIGIN_KEY: json.dumps(origin)}) if origin else table
+    meta_out: dict[bytes, str] = {}
+    if origin:
+        meta_out[ORIGIN_KEY] = json.dumps(origin)
+    if extras:
+        shapes = {c.name[7:]: list(c.shape) for c in columns if c.name.startswith("extras.")}
+        meta_out[EXTRAS_KEY] = json.dumps(shapes)
+    return table.replace_schema_metadata(meta_out) if meta_out else table
 
 
 def _h5_attr(h5py: Any, group: Any, name: bytes) -> Any:
@@ -484,8 +498,11 @@ class _H5Leaf:
     agree, step columns with ``T`` rows (``pad``: followed by one zero row, as Minari's arrow
     backend stores them). A leaf whose space is an image may be stored as JPEG bytes."""
 
-    def __init__(self, name: str, h5path: str, space: dict[str, Any] | None, pad: bool) -> None:
+    def __init__(
+        self, name: str, h5path: str, space: dict[str, Any] | None, pad: bool, free: bool = False
+    ) -> None:
         self.name, self.h5path, self.key, self.pad = name, h5path, h5path.encode(), pad
+        self.free = free  # no space: the per-step shape is the first episode's
         shape, dtype = leaf_shape_dtype(space) if space is not None else ((), None)
         self.shape: tuple[int, ...] = shape
         self.image = dtype == np.uint8 and len(shape) >= 2
@@ -521,6 +538,8 @@ class _H5Leaf:
             blobs = self.blobs = self.blobs if self.blobs is not None else []
             blobs.extend(np.asarray(b, np.uint8).tobytes() for b in h5py.Dataset(d)[()])
             return n
+        if self.free and self.dtype is None:
+            self.shape = tuple(shape[1:])
         if shape[1:] != self.shape:  # checked: a low-level read trusts the buffer's size
             raise DataError(
                 f"{self.name} has per-step shape {shape[1:]}, the space says {self.shape}",

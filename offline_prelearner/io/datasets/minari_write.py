@@ -24,9 +24,10 @@ metadata has none (Minari then cannot recover the env).
 
 Flags: a terminated episode has ``terminations[-1]``; a truncated one and a not-done fragment
 ``truncations[-1]`` (what Minari's DataCollector writes for an episode it had to cut: Minari has
-no "not done", so a fragment comes back truncated). Extras, agent / module ids and infos have no
-place in Minari's layout and are not written. Images are written raw (``jpeg_encoding: false``):
-lossless.
+no "not done", so a fragment comes back truncated). Extras (RLlib's ``action_logp``...) go into
+datasets ``extras/<name>`` of the episode group, which Minari does not read and our reader does
+(so they round-trip through ``convert``); agent / module ids and infos are not written. Images
+are written raw (``jpeg_encoding: false``): lossless.
 """
 
 from __future__ import annotations
@@ -190,6 +191,7 @@ def write_minari_dataset(
     data.mkdir(parents=True)
     n_eps = n_steps = 0
     obs_paths: dict[str, str] | None = None
+    extras: list[str] | None = None
     with h5py.File(data / "main_data.hdf5", "w") as f:
         h5 = _H5(h5py)
         for ep in episodes:
@@ -218,6 +220,18 @@ def write_minari_dataset(
             h5.dataset(g, "terminations", term)
             h5.dataset(g, "truncations", trunc)
             h5.group(g, "infos")
+            if extras is None:
+                extras = sorted(ep.extras)
+                bad = [n for n in extras if "/" in n]
+                if bad:
+                    raise UnsupportedFormatError(f"extra columns {bad}: '/' is HDF5's separator")
+            elif sorted(ep.extras) != extras:
+                raise UnsupportedFormatError(
+                    f"episode {ep.id!r} has extra columns {sorted(ep.extras)}, the first episode "
+                    f"{extras}; a Minari dataset holds one set"
+                )
+            for name in extras:
+                h5.dataset(g, f"extras/{name}", ep.extras[name])
             n_eps += 1
             n_steps += t
     if observation_space is None or action_space is None:

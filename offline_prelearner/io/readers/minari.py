@@ -9,8 +9,9 @@ from ``truncations``. Where Minari has both set (a terminal on a time limit's la
 episode is terminated (what bootstrapping needs; our episodes, like RLlib's, are one or the
 other). An episode with neither flag is a not-done fragment. JPEG-encoded image leaves are decoded
 with Pillow (imported on first use). Infos are not read. A dataset our ``convert`` wrote gives
-back the source's episode ids and ``t_started`` (attrs ``source_id`` / ``t_started`` of an episode
-group, which Minari ignores; :mod:`..datasets.minari_write`); any other dataset, Minari's ids.
+back the source's episode ids, ``t_started`` and extras (attrs ``source_id`` / ``t_started`` and
+datasets ``extras/<name>`` of an episode group, which Minari ignores;
+:mod:`..datasets.minari_write`); any other dataset, Minari's ids and no extras.
 
 **Composite observations** (Dict / Tuple spaces, nested): struct columns (the hdf5 backend's
 nested groups arrive as the same struct, :mod:`..datasets.minari`) become the flat
@@ -45,6 +46,7 @@ from ...episodes.ledger import EpisodeBatch
 from ...episodes.validate import Miss, SpaceCheck
 from ...errors import DataError, DecodeError, EpisodeValidationError, SchemaError, Where
 from ..datasets.minari import (
+    EXTRAS_KEY,
     METADATA_KEY,
     ORIGIN_KEY,
     MinariMetadata,
@@ -140,7 +142,7 @@ class MinariReader:
             obs=obs if not isinstance(obs, dict) else np.empty(0),
             actions=actions,
             rewards=rewards,
-            extras={},
+            extras=_extras(batch, step),
             obs_at=starts.astype(np.int64),
             step_at=step_at,
             length=length.astype(np.int64),
@@ -328,3 +330,19 @@ def _restore_origin(batch: pa.Table, ids: list[Any]) -> np.ndarray:
                 ids[i] = got[0]
             t_started[i] = int(got[1])
     return t_started
+
+
+def _extras(batch: pa.Table, step: np.ndarray) -> dict[str, np.ndarray]:
+    """The ``extras.<name>`` columns of a dataset our convert wrote, ``[steps, *shape]`` (the
+    padding rows dropped by ``step``)."""
+    raw = (batch.schema.metadata or {}).get(EXTRAS_KEY)
+    if raw is None:
+        return {}
+    out: dict[str, np.ndarray] = {}
+    for name, shape in json.loads(raw).items():
+        col = batch.column(f"extras.{name}").combine_chunks()
+        if pa.types.is_fixed_size_list(col.type):
+            col = col.flatten()
+        values = col.to_numpy(zero_copy_only=False)
+        out[name] = values.reshape(len(step), *shape)[step]
+    return out
