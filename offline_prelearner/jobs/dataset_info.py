@@ -157,18 +157,42 @@ def space_fits(space: gym.Space[Any], column: Any) -> bool:
 
 
 def with_env_spaces(info: DatasetInfo, env: DatasetInfo, episodes: list[Any]) -> DatasetInfo:
-    """``info`` with the env's spaces where ``info`` has none and every episode's data fits them."""
+    """``info`` with the env's spaces where ``info`` has none and every episode's data fits them
+    (checked over the episodes' arrays joined into pieces of up to 64 MiB: a few vector passes,
+    not one per episode)."""
     out = info
-    if out.observation_space is None and env.observation_space is not None and episodes:
-        obs = [e.observations for e in episodes]
-        if all(space_fits(env.observation_space, o) for o in obs):
-            out = replace(out, observation_space=env.observation_space)
-    act = env.action_space
+    if not episodes:
+        return out
+    obs_space, act_space = env.observation_space, env.action_space
+    if (
+        out.observation_space is None
+        and obs_space is not None
+        and _all_fit(obs_space, [e.observations for e in episodes])
+    ):
+        out = replace(out, observation_space=obs_space)
     if (
         out.action_space is None
-        and act is not None
-        and episodes
-        and all(space_fits(act, e.actions) for e in episodes)
+        and act_space is not None
+        and _all_fit(act_space, [e.actions for e in episodes])
     ):
-        out = replace(out, action_space=act)
+        out = replace(out, action_space=act_space)
     return out
+
+
+_PIECE_BYTES = 64 << 20
+
+
+def _all_fit(space: gym.Space[Any], arrays: list[Any]) -> bool:
+    if any(isinstance(a, dict) for a in arrays):
+        return False  # composite data keeps the spaces inferred from it or from the source
+    piece: list[np.ndarray] = []
+    size = 0
+    for a in [*arrays, None]:
+        if piece and (a is None or size + a.nbytes > _PIECE_BYTES):
+            if not space_fits(space, np.concatenate(piece)):
+                return False
+            piece, size = [], 0
+        if a is not None:
+            piece.append(a)
+            size += a.nbytes
+    return True
