@@ -378,3 +378,12 @@ def test_minari_output_is_the_same_bytes_each_time(tmp_path: Path) -> None:
         for run in ("a", "b")
     ]
     assert [f["sha256"] for f in files[0]] == [f["sha256"] for f in files[1]]
+
+
+def test_env_spaces_only_where_the_data_fits(tmp_path: Path) -> None:
+    """--env-id of an env whose spaces the data does not fit (Pendulum: 3 observations, Box
+    actions): the spec is written as asked, the spaces are the data's own."""
+    _convert(ROWS, "minari", tmp_path / "ns" / "p-v0", env_id="Pendulum-v1")
+    ds = minari.MinariDataset(str(tmp_path / "ns" / "p-v0" / "data"))
+    assert ds.env_spec is not None and ds.env_spec.id == "Pendulum-v1"
+    assert ds.observation_space.shape == (4,) and ds.action_space.n == 2  # type: ignore[attr-defined]
