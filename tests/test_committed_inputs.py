@@ -181,6 +181,18 @@ def test_a_broken_manifest_is_one_error_naming_it(
     assert ei.value.where.file == str(tmp_path / "c" / MANIFEST_FILE)
 
 
+def test_another_tools_manifest_above_the_input_is_not_obeyed(tmp_path: Path) -> None:
+    """A ``_manifest.json`` in an ancestor folder that is not a job's (another tool's file of
+    that name) says nothing about the input below it; one in the input's own folder does."""
+    (tmp_path / MANIFEST_FILE).write_text('{"version": 3, "shards": ["x"]}')
+    data = _write(tmp_path / "data" / "a.parquet").parent
+    assert _rel(expand_paths(data), tmp_path) == ["data/a.parquet"]
+    assert _rel(expand_paths(data / "a.parquet"), tmp_path) == ["data/a.parquet"]
+    assert _rel(expand_paths(str(data / "*.parquet")), tmp_path) == ["data/a.parquet"]
+    with pytest.raises(DataError, match="not a job manifest"):
+        expand_paths(tmp_path)
+
+
 def test_a_process_output_is_refused_however_it_is_named(tmp_path: Path) -> None:
     out = tmp_path / "out"
     _write(out / "samples" / "part-00000-000.parquet")

@@ -180,7 +180,9 @@ class _Listing:
                 owner = self._owner[d]
                 break
             chain.append(d)
-            if os.path.isfile(os.path.join(d, MANIFEST_FILE)):
+            if os.path.isfile(os.path.join(d, MANIFEST_FILE)) and (
+                len(chain) == 1 or self._is_job_manifest(d)
+            ):
                 owner = d
                 break
             parent = os.path.dirname(d)
@@ -198,6 +200,16 @@ class _Listing:
             given = owner if os.path.isabs(folder) else os.path.relpath(owner, self._cwd)
             self._given[owner] = given
         return given
+
+    def _is_job_manifest(self, folder: str) -> bool:
+        """Whether an ancestor's ``_manifest.json`` is a job's (another tool's file of that name
+        above the input is not ours to obey; the input's own folder is, and a broken one there is
+        an error)."""
+        try:
+            Manifest.read(folder)
+        except (DataError, OSError):
+            return False
+        return True
 
     # ------------------------------------------------------------------ the three kinds of path
     def named_file(self, file: str) -> list[str]:
