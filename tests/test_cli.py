@@ -120,6 +120,30 @@ def test_inspect_glob_and_human_output(recorded: Path, capsys) -> None:
     assert "episodes" in out and "rows in = kept + rejected + duplicate: yes" in out
 
 
+def test_inspect_human_output_when_every_row_is_rejected(tmp_path: Path, capsys) -> None:
+    """No episode kept: the report still prints (``-`` for what no episode could tell), then the
+    one-line refusal; no traceback."""
+    n = 5
+    pq.write_table(
+        pa.table(
+            {
+                "eps_id": ["a"] * n,
+                "obs": [[0.0] * 4] * n,
+                "new_obs": [[0.0] * 4] * n,
+                "actions": [0] * n,
+                "rewards": [float("nan")] * n,
+                "terminateds": [False] * (n - 1) + [True],
+                "truncateds": [False] * n,
+            }
+        ),
+        tmp_path / "nan.parquet",
+    )
+    code, out, err = run(capsys, "inspect", str(tmp_path), "--on-invalid", "skip")
+    assert code == 2 and "Traceback" not in err
+    assert "observation -   action -" in out and "rejected    {'nan_reward': 5}" in out
+    assert err.strip().splitlines()[-1].endswith("[column 'rewards', episode 'a', t=0]")
+
+
 def test_heuristic_beats_random(tmp_path: Path, capsys) -> None:
     rets = {}
     for policy in ("random", "heuristic"):

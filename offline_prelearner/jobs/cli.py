@@ -58,9 +58,11 @@ def _fmt_stats(s: dict[str, float] | None) -> str:
     return f"min {s['min']:.4g}  mean {s['mean']:.4g}  max {s['max']:.4g}  std {s['std']:.4g}"
 
 
-def _fmt_observation(obs: dict[str, Any]) -> str:
+def _fmt_observation(obs: dict[str, Any] | None) -> str:
     """A plain observation's ``{shape, dtype}`` as it is; a composite one's leaves (``{"obs.<leaf
-    path>": {shape, dtype}}``) a line each."""
+    path>": {shape, dtype}}``) a line each; ``-`` when no episode was kept to tell."""
+    if obs is None:
+        return "-"
     if set(obs) == {"shape", "dtype"}:
         return str(obs)
     width = max(map(len, obs), default=0)
@@ -77,7 +79,7 @@ def _print_report(d: dict[str, Any]) -> None:
         f"episodes    {d['episodes']}  ({d['terminated']} terminated, {d['truncated']} truncated, "
         f"{d['not_done']} not done)",
         f"timesteps   {d['timesteps']}",
-        f"observation {_fmt_observation(d['observation'])}   action {d['action']}",
+        f"observation {_fmt_observation(d['observation'])}   action {d['action'] or '-'}",
         f"extras      {', '.join(d['extras']) or '-'}",
         f"length      {_fmt_stats(d['length'])}",
         f"return      {_fmt_stats(d['return'])}",
