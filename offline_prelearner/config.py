@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .episodes.ledger import OnInvalid, check_on_invalid
-from .errors import ConfigError
+from .errors import ConfigError, shown
 from .io.codec import DecodeLimits
 
 __all__ = [
@@ -60,19 +60,19 @@ class ReadConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.format, str) or not self.format:
-            raise ConfigError(f"format must be a non-empty string, found {self.format!r}")
+            raise ConfigError(f"format must be a non-empty string, found {shown(self.format)}")
         check_on_invalid(self.on_invalid)
         if not isinstance(self.limits, DecodeLimits):
             raise ConfigError(
                 "read.limits must be a mapping of size limits, e.g. "
-                f'{{"max_decompressed_bytes": 1048576}}, found {self.limits!r}'
+                f'{{"max_decompressed_bytes": 1048576}}, found {shown(self.limits)}'
             )
         for name in ("legacy_pickle", "check_continuity"):
             if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{name} must be true or false, found {getattr(self, name)!r}")
-        m = self.max_episode_steps
-        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
-            raise ConfigError(f"read.max_episode_steps must be an integer >= 1, found {m!r}")
+                raise ConfigError(
+                    f"{name} must be true or false, found {shown(getattr(self, name))}"
+                )
+        _check_int("read", "max_episode_steps", self.max_episode_steps, 1, MAX_STEPS, True)
 
 
 # ============================================================================================
@@ -82,16 +82,38 @@ BUFFER_KINDS = ("uniform", "prioritized", "mixin", "reservoir")
 DEFAULT_MODULE_ID = "default_policy"  # RLlib's DEFAULT_MODULE_ID
 
 
-def _check_int(section: str, name: str, value: Any, lo: int = 0, none_ok: bool = False) -> None:
+# Upper bounds of the integer settings, checked before anything is allocated by them: far above
+# any real job, low enough that a typo (train_batch_size=10**12) is one line, not a MemoryError.
+MAX_STEPS = 10**10  # buffer.capacity, learning_starts, max_episode_steps: timesteps
+MAX_TRAIN_BATCH = 1 << 22  # sample.train_batch_size: 4,194,304 samples per batch
+MAX_NUM_SAMPLES = 10**12  # sample.num_samples
+MAX_N_STEP = 10_000  # sample.n_step (each end of a range)
+MAX_SEQ_LEN = 100_000  # sample.seq_len, sample.burn_in
+MAX_FRAME_STACK = 256  # sample.frame_stack (Atari stacks 4)
+MAX_BATCH_ROWS = 10**7  # ray.batch_size: rows per map_batches batch
+MAX_CONCURRENCY = 10_000  # ray.concurrency, ray.footer_readers
+MAX_THREADS = 1024  # ray.read_threads
+MAX_BLOCK_MB = 65_536  # ray.block_mb (64 GiB)
+MAX_SEED = 2**63 - 1
+
+
+def _check_int(
+    section: str, name: str, value: Any, lo: int, hi: int, none_ok: bool = False
+) -> None:
+    """The validator of an integer setting: an int (not a bool) in ``[lo, hi]``."""
     if value is None and none_ok:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise ConfigError(f"{section}.{name} must be an integer >= {lo}, found {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ConfigError(
+            f"{section}.{name} must be an integer in [{lo}, {hi}], found {shown(value)}"
+        )
 
 
 def _check_float(section: str, name: str, value: Any, lo: float, hi: float) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
-        raise ConfigError(f"{section}.{name} must be a number in [{lo}, {hi}], found {value!r}")
+        raise ConfigError(
+            f"{section}.{name} must be a number in [{lo}, {hi}], found {shown(value)}"
+        )
 
 
 @dataclass(frozen=True)
@@ -121,9 +143,11 @@ class BufferConfig:
 
     def __post_init__(self) -> None:
         if self.kind not in BUFFER_KINDS:
-            raise ConfigError(f"buffer.kind must be one of {BUFFER_KINDS}, found {self.kind!r}")
-        _check_int("buffer", "capacity", self.capacity, lo=2)
-        _check_int("buffer", "learning_starts", self.learning_starts)
+            raise ConfigError(
+                f"buffer.kind must be one of {BUFFER_KINDS}, found {shown(self.kind)}"
+            )
+        _check_int("buffer", "capacity", self.capacity, 2, MAX_STEPS)
+        _check_int("buffer", "learning_starts", self.learning_starts, 0, MAX_STEPS)
         _check_float("buffer", "alpha", self.alpha, 0.0, 10.0)
         _check_float("buffer", "beta", self.beta, 0.0, 10.0)
         _check_float("buffer", "eps", self.eps, 0.0, 1.0)
@@ -164,25 +188,31 @@ class SampleConfig:
     def __post_init__(self) -> None:
         if self.unit not in ("transition", "sequence"):
             raise ConfigError(
-                f"sample.unit must be 'transition' or 'sequence', found {self.unit!r}"
+                f"sample.unit must be 'transition' or 'sequence', found {shown(self.unit)}"
             )
         n = self.n_step
         if isinstance(n, list | tuple):
             if len(n) != 2 or any(isinstance(v, bool) or not isinstance(v, int) for v in n):
-                raise ConfigError(f"sample.n_step range must be [lo, hi] integers, found {n!r}")
-            if not 1 <= n[0] <= n[1]:
-                raise ConfigError(f"sample.n_step range needs 1 <= lo <= hi, found {list(n)}")
+                raise ConfigError(
+                    f"sample.n_step range must be [lo, hi] integers, found {shown(n)}"
+                )
+            if not 1 <= n[0] <= n[1] <= MAX_N_STEP:
+                raise ConfigError(
+                    f"sample.n_step range needs 1 <= lo <= hi <= {MAX_N_STEP}, found {shown(n)}"
+                )
             object.__setattr__(self, "n_step", (int(n[0]), int(n[1])))
         else:
-            _check_int("sample", "n_step", n, lo=1)
+            _check_int("sample", "n_step", n, 1, MAX_N_STEP)
         _check_float("sample", "gamma", self.gamma, 0.0, 1.0)
-        _check_int("sample", "seq_len", self.seq_len, lo=1)
-        _check_int("sample", "burn_in", self.burn_in)
-        _check_int("sample", "frame_stack", self.frame_stack, lo=1)
-        _check_int("sample", "train_batch_size", self.train_batch_size, lo=1)
-        _check_int("sample", "num_samples", self.num_samples, lo=1, none_ok=True)
+        _check_int("sample", "seq_len", self.seq_len, 1, MAX_SEQ_LEN)
+        _check_int("sample", "burn_in", self.burn_in, 0, MAX_SEQ_LEN)
+        _check_int("sample", "frame_stack", self.frame_stack, 1, MAX_FRAME_STACK)
+        _check_int("sample", "train_batch_size", self.train_batch_size, 1, MAX_TRAIN_BATCH)
+        _check_int("sample", "num_samples", self.num_samples, 1, MAX_NUM_SAMPLES, True)
         if not isinstance(self.sample_all, bool):
-            raise ConfigError(f"sample.sample_all must be true or false, found {self.sample_all!r}")
+            raise ConfigError(
+                f"sample.sample_all must be true or false, found {shown(self.sample_all)}"
+            )
 
 
 @dataclass(frozen=True)
@@ -206,13 +236,15 @@ class ModulesConfig:
         m = self.modules_to_train
         if m is not None:
             if isinstance(m, str) or not all(isinstance(x, str) for x in m):
-                raise ConfigError(f"modules.modules_to_train must be a list of ids, found {m!r}")
+                raise ConfigError(
+                    f"modules.modules_to_train must be a list of ids, found {shown(m)}"
+                )
             object.__setattr__(self, "modules_to_train", tuple(m))
         a = self.agent_to_module
         if a is not None and not isinstance(a, dict) and not (isinstance(a, str) and ":" in a):
             raise ConfigError(
                 "modules.agent_to_module must be a {agent: module} map or 'package.module:fn', "
-                f"found {a!r}"
+                f"found {shown(a)}"
             )
 
 
@@ -265,22 +297,24 @@ class RayConfig:
     read_threads: int = 2
 
     def __post_init__(self) -> None:
-        _check_int("ray", "block_mb", self.block_mb, lo=1)
-        _check_int("ray", "read_threads", self.read_threads, lo=1)
+        _check_int("ray", "block_mb", self.block_mb, 1, MAX_BLOCK_MB)
+        _check_int("ray", "read_threads", self.read_threads, 1, MAX_THREADS)
         if self.read not in ("auto", "actor", "ray"):
-            raise ConfigError(f"ray.read must be 'auto', 'actor' or 'ray', found {self.read!r}")
+            raise ConfigError(
+                f"ray.read must be 'auto', 'actor' or 'ray', found {shown(self.read)}"
+            )
         if self.read == "actor" and self.group_by_episode is True:
             raise ConfigError(
                 "ray.read='actor' cannot group rows by episode (ray.group_by_episode needs Ray "
                 "Data's read and shuffle): use ray.read='auto' or 'ray'"
             )
-        _check_int("ray", "concurrency", self.concurrency, lo=1, none_ok=True)
-        _check_int("ray", "footer_readers", self.footer_readers, lo=1, none_ok=True)
-        _check_int("ray", "batch_size", self.batch_size, lo=1, none_ok=True)
+        _check_int("ray", "concurrency", self.concurrency, 1, MAX_CONCURRENCY, True)
+        _check_int("ray", "footer_readers", self.footer_readers, 1, MAX_CONCURRENCY, True)
+        _check_int("ray", "batch_size", self.batch_size, 1, MAX_BATCH_ROWS, True)
         _check_float("ray", "num_cpus", self.num_cpus, 0.0, 1024.0)
         if not isinstance(self.group_by_episode, bool):
             raise ConfigError(
-                f"ray.group_by_episode must be true or false, found {self.group_by_episode!r}"
+                f"ray.group_by_episode must be true or false, found {shown(self.group_by_episode)}"
             )
 
 
@@ -314,29 +348,30 @@ class PreLearnerConfig:
     def __post_init__(self) -> None:
         from .episodes.validate import ValidateConfig
 
-        if self.validate is None:
-            # Rows spread over batches arrive as fragments; the buffer joins them.
-            object.__setattr__(
-                self,
-                "validate",
-                ValidateConfig(require_done=False, on_invalid=self.read.on_invalid),
-            )
         for name, cls in _section_types().items():
             value = getattr(self, name)
+            if name == "validate" and value is None:
+                # Rows spread over batches arrive as fragments; the buffer joins them. Built
+                # once ``read`` is (a config file's ``read:`` section is still a dict here).
+                read = self.read if isinstance(self.read, ReadConfig) else ReadConfig()
+                value = ValidateConfig(require_done=False, on_invalid=read.on_invalid)
+                object.__setattr__(self, "validate", value)
             if isinstance(value, dict):
                 object.__setattr__(self, name, _build(cls, name, value))
             elif not isinstance(value, cls):
-                raise ConfigError(f"{name} must be a {cls.__name__} or a dict, found {value!r}")
+                raise ConfigError(
+                    f"{name} must be a {cls.__name__} or a dict, found {shown(value)}"
+                )
         if isinstance(self.connectors, list | tuple):
             object.__setattr__(self, "connectors", tuple(self.connectors))
         else:
-            raise ConfigError(f"connectors must be a list, found {self.connectors!r}")
-        _check_int("config", "seed", self.seed, none_ok=True)
+            raise ConfigError(f"connectors must be a list, found {shown(self.connectors)}")
+        _check_int("config", "seed", self.seed, 0, MAX_SEED, True)
         if self.prelearner is not None and (
             not isinstance(self.prelearner, str) or ":" not in self.prelearner
         ):
             raise ConfigError(
-                f"prelearner must be 'package.module:Class', found {self.prelearner!r}"
+                f"prelearner must be 'package.module:Class', found {shown(self.prelearner)}"
             )
 
     # ------------------------------------------------------------------ updates
@@ -412,20 +447,35 @@ class PreLearnerConfig:
     def load(cls, path: str | os.PathLike[str]) -> PreLearnerConfig:
         """Reads a JSON or YAML file written by :meth:`save` (or by hand)."""
         p = os.fspath(path)
-        with open(p) as fh:
-            text = fh.read()
+        with open(p, "rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)  # a config is a few KiB: never read a huge file
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                f"config file {shown(p)} is larger than {MAX_CONFIG_BYTES} bytes (1 MiB); "
+                "a config is a few KiB"
+            )
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError(
+                f"cannot parse config file {shown(p)}: not UTF-8 (byte {e.start})"
+            ) from None
         if p.endswith((".yaml", ".yml")):
             import yaml
 
             try:
-                data = yaml.safe_load(text)
+                data = _load_yaml(text)
             except yaml.YAMLError as e:
                 raise ConfigError(f"cannot parse config file {p!r}: {_yaml_error(e)}") from None
+            except RecursionError:
+                raise ConfigError(f"cannot parse config file {p!r}: nested too deeply") from None
         else:
             try:
                 data = json.loads(text)
             except ValueError as e:
                 raise ConfigError(f"cannot parse config file {p!r}: {e}") from None
+            except RecursionError:
+                raise ConfigError(f"cannot parse config file {p!r}: nested too deeply") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config file {p!r} must hold a mapping, found {type(data).__name__}")
         try:
@@ -444,7 +494,76 @@ class PreLearnerConfig:
             return cls.from_dict(config)
         if isinstance(config, str | os.PathLike):
             return cls.load(config)
-        raise ConfigError(f"config must be a PreLearnerConfig, dict or path, found {config!r}")
+        raise ConfigError(f"config must be a PreLearnerConfig, dict or path, found {shown(config)}")
+
+
+#: The largest config file read (bytes): a real one is a few KiB.
+MAX_CONFIG_BYTES = 1 << 20
+#: The most YAML nodes that aliases may expand to in one config file (a real config shares a
+#: value or two; the "billion laughs" bomb expands 9 aliases per level to 9**9 nodes).
+MAX_ALIAS_NODES = 10_000
+
+
+def _load_yaml(text: str) -> Any:
+    """``yaml.safe_load`` that counts what aliases expand to: an alias adds the size of the node
+    it repeats; past :data:`MAX_ALIAS_NODES`, or an alias inside the node it names (a cycle), is
+    a ``yaml.YAMLError`` at the alias's line and column. Checked while composing, before any
+    Python object is built, so a bomb costs what its text does."""
+    import yaml
+    from yaml.composer import ComposerError
+    from yaml.events import AliasEvent, CollectionStartEvent
+
+    class Loader(yaml.SafeLoader):
+        expanded = 0
+        sizes: dict[int, int]
+        open_anchors: list[str]
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            event = self.peek_event()
+            if isinstance(event, AliasEvent):
+                if event.anchor in self.open_anchors:
+                    raise ComposerError(
+                        None, None, f"alias *{event.anchor} repeats itself", event.start_mark
+                    )
+                if event.anchor in self.anchors:
+                    self.expanded += self._size(self.anchors[event.anchor])
+                if self.expanded > MAX_ALIAS_NODES:
+                    raise ComposerError(
+                        None,
+                        None,
+                        f"aliases expand to more than {MAX_ALIAS_NODES} values (an alias "
+                        "bomb?); write the values out",
+                        event.start_mark,
+                    )
+                return super().compose_node(parent, index)
+            anchor = event.anchor if isinstance(event, CollectionStartEvent) else None
+            if anchor is not None:
+                self.open_anchors.append(anchor)
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                if anchor is not None:
+                    self.open_anchors.pop()
+
+        def _size(self, node: Any) -> int:
+            """Nodes in ``node`` with every alias expanded (memoized: a DAG, walked once)."""
+            got = self.sizes.get(id(node))
+            if got is None:
+                if isinstance(node, yaml.SequenceNode):
+                    got = 1 + sum(self._size(n) for n in node.value)
+                elif isinstance(node, yaml.MappingNode):
+                    got = 1 + sum(self._size(k) + self._size(v) for k, v in node.value)
+                else:
+                    got = 1
+                self.sizes[id(node)] = got
+            return got
+
+    loader = Loader(text)
+    loader.sizes, loader.open_anchors = {}, []
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def _yaml_error(e: Exception) -> str:

@@ -13,10 +13,14 @@
 
 Every :class:`DataError` carries a :class:`Where` (file, column, episode id, row) and renders it
 into its message, so a user reading the one line that reaches the terminal knows where to look.
+A value that comes from the input (a file name, an episode id, a config value) is shown through
+:func:`shown`: its ``repr``, cut to :data:`SHOWN_CHARS` characters with the full length, so a
+1 MiB id or a YAML alias bomb costs a short line, never a megabyte or an exponential ``repr``.
 """
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +36,41 @@ __all__ = [
     "Where",
     "error_from_dict",
     "error_to_dict",
+    "shown",
 ]
+
+#: How many characters of a value an error message shows (:func:`shown`).
+SHOWN_CHARS = 200
+#: The most characters of a message that reaches the user (a long message is cut, with its length).
+MESSAGE_CHARS = 2000
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 4  # nested containers: an alias bomb's exponential repr is never built
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = SHOWN_CHARS + 2
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 10
+
+
+def cut(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """``text``, or its first ``limit`` characters, ``…`` and the full length."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text)} chars)"
+
+
+def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """A value from the input as an error message shows it: ``repr`` (quotes, escapes: a NUL
+    byte, a newline or an undecodable file-name byte is visible and stays on one line), cut to
+    ``limit`` characters with an ellipsis and the full length. Containers are walked only a few
+    levels and items deep, so the cost is bounded whatever the value."""
+    if isinstance(value, str | bytes):
+        full = len(value)
+        text = repr(value[: limit + 1])
+        if full > limit:
+            unit = "chars" if isinstance(value, str) else "bytes"
+            return f"{text[:limit]}… ({full} {unit})"
+        return text
+    text = _REPR.repr(value)  # bounded: the full repr of a container is never built
+    return text if len(text) <= limit else f"{text[:limit]}…"
 
 
 @dataclass(frozen=True)
@@ -54,11 +92,11 @@ class Where:
     def __str__(self) -> str:
         parts = []
         if self.file is not None:
-            parts.append(f"file {self.file!r}")
+            parts.append(f"file {shown(self.file)}")
         if self.column is not None:
-            parts.append(f"column {self.column!r}")
+            parts.append(f"column {shown(self.column)}")
         if self.episode_id is not None:
-            parts.append(f"episode {self.episode_id!r}")
+            parts.append(f"episode {shown(self.episode_id)}")
         if self.row is not None:
             parts.append(f"row {self.row}")
         if self.timestep is not None:
@@ -91,7 +129,8 @@ class DataError(OfflinePrelearnerError, ValueError):
 
     def _render(self) -> str:
         loc = str(self.where)
-        return f"{self.message} [{loc}]" if loc else self.message
+        message = cut(self.message)
+        return f"{message} [{loc}]" if loc else message
 
     def at(self, **fields: Any) -> DataError:
         """Returns the same error with more location filled in (known fields are kept)."""

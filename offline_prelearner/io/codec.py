@@ -21,7 +21,7 @@ import base64
 import binascii
 import io
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import lz4.frame
@@ -29,7 +29,7 @@ import msgpack
 import msgpack_numpy
 import numpy as np
 
-from ..errors import DecodeError
+from ..errors import ConfigError, DecodeError, shown
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -60,6 +60,23 @@ class DecodeLimits:
     max_message_bytes: int = 1 << 30
     max_array_bytes: int = 1 << 30
 
+    def __post_init__(self) -> None:
+        # A limit is a number, checked before any decoding relies on it: "lots" or true is
+        # refused here, naming the field, not compared with a byte count deep in a reader.
+        for f in fields(self):
+            value = getattr(self, f.name)
+            integral = f.type in ("int", int)
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            if not ok or (integral and not isinstance(value, int)) or not 0 < value <= MAX_LIMIT:
+                kind = "an integer" if integral else "a number"
+                raise ConfigError(
+                    f"read.limits.{f.name} must be {kind} > 0 and at most {MAX_LIMIT} (1 TiB), "
+                    f"found {shown(value)}"
+                )
+
+
+#: The largest value any decode limit takes: 1 TiB (a limit above it limits nothing).
+MAX_LIMIT = 1 << 40
 
 DEFAULT_LIMITS = DecodeLimits()
 

@@ -29,7 +29,7 @@ from typing import NamedTuple, NoReturn, overload
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import DataError, UnsupportedFormatError, Where
+from ..errors import DataError, UnsupportedFormatError, Where, shown
 from .datasets.d4rl import is_d4rl_file, read_d4rl_file
 from .datasets.minari import (
     data_dir_of,
@@ -62,7 +62,7 @@ _SKIP_NAMES = ("_SUCCESS", "_common_metadata", "_metadata")
 
 #: ``DataError.reason`` of the listing's refusals: they decide which files are the input, so no
 #: ``on_invalid`` policy skips or counts them (the CLI offers none).
-LISTING_REASONS = ("manifest", "manifest_mismatch", "not_listed", "symlink_loop")
+LISTING_REASONS = ("manifest", "manifest_mismatch", "not_listed", "symlink_loop", "file_name")
 
 
 def _is_data_file_name(name: str) -> bool:
@@ -112,7 +112,24 @@ def expand_paths(path: str | os.PathLike[str] | list[str]) -> list[str]:
         files = listing.matches(glob.glob(text, recursive=True))
     if not files:
         raise FileNotFoundError(f"no data files at {text!r} (a file, directory or glob)")
+    _check_names(files)
     return files
+
+
+def _check_names(files: list[str]) -> None:
+    """Refuses a name that is not UTF-8 (Python holds its bytes as surrogates): Arrow opens UTF-8
+    paths only, and would fail with a traceback at the first read."""
+    for f in files:
+        try:
+            f.encode("utf-8")
+        except UnicodeEncodeError:
+            name = os.fsencode(os.path.basename(f))
+            raise DataError(
+                f"the file name {shown(name)} is not valid UTF-8, and Arrow opens only UTF-8 "
+                "paths: rename the file (or move it out of the input)",
+                Where(file=f),
+                reason="file_name",
+            ) from None
 
 
 class _Committed(NamedTuple):

@@ -42,7 +42,7 @@ import gymnasium as gym
 import numpy as np
 
 from ...episodes.episode import Episode
-from ...errors import ConfigError, UnsupportedFormatError
+from ...errors import ConfigError, UnsupportedFormatError, shown
 from .minari import _ID, space_to_minari
 from .optional import import_h5py
 
@@ -151,13 +151,31 @@ class _H5:
         self.h5.h5a.create(parent, name.encode(), self._type(a.dtype), self.scalar).write(a)
 
 
+def _source_id(ep: Episode) -> str:
+    """The episode id as the ``source_id`` attr holds it: HDF5 strings end at a NUL byte and
+    are UTF-8, so an id with a NUL (or undecodable bytes) is refused rather than cut."""
+    sid = str(ep.id)
+    try:
+        sid.encode("utf-8")
+        ok = "\0" not in sid
+    except UnicodeEncodeError:
+        ok = False
+    if not ok:
+        raise UnsupportedFormatError(
+            f"episode {shown(ep.id)}: its id holds a NUL byte or bytes that are not UTF-8, "
+            "which Minari's HDF5 string attributes cannot store; convert --to rows or "
+            "--to episodes keeps any id"
+        )
+    return sid
+
+
 def _write_observations(h5: _H5, group: Any, ep: Episode, paths: dict[str, str]) -> None:
     obs: Any = ep.observations
     leaves = obs if isinstance(obs, dict) else {"": obs}
     if leaves.keys() != paths.keys():
         raise UnsupportedFormatError(
-            f"episode {ep.id!r} has observation leaves {sorted(leaves)}, the observation space "
-            f"has {sorted(paths)}"
+            f"episode {shown(ep.id)} has observation leaves {sorted(leaves)}, the observation "
+            f"space has {sorted(paths)}"
         )
     for path, h5path in paths.items():
         h5.dataset(group, h5path, leaves[path])
@@ -206,7 +224,7 @@ def write_minari_dataset(
             h5.attr(g, "id", n_eps)
             h5.attr(g, "total_steps", t)
             if str(ep.id) != str(n_eps):
-                h5.attr(g, "source_id", str(ep.id))
+                h5.attr(g, "source_id", _source_id(ep))
             if ep.t_started:
                 h5.attr(g, "t_started", ep.t_started)
             _write_observations(h5, g, ep, obs_paths)
@@ -227,8 +245,8 @@ def write_minari_dataset(
                     raise UnsupportedFormatError(f"extra columns {bad}: '/' is HDF5's separator")
             elif sorted(ep.extras) != extras:
                 raise UnsupportedFormatError(
-                    f"episode {ep.id!r} has extra columns {sorted(ep.extras)}, the first episode "
-                    f"{extras}; a Minari dataset holds one set"
+                    f"episode {shown(ep.id)} has extra columns {sorted(ep.extras)}, the first "
+                    f"episode {extras}; a Minari dataset holds one set"
                 )
             for name in extras:
                 h5.dataset(g, f"extras/{name}", ep.extras[name])

@@ -1,0 +1,363 @@
+"""Hostile names and values cost a bounded amount (issue 20).
+
+A file name that is not UTF-8, an episode id with a NUL byte or a megabyte of text, a YAML alias
+bomb, a config integer far beyond any real job, a limit that is not a number: each is refused in
+one line (exit 2), or written and read back exactly, never a traceback, a megabyte of output or
+gigabytes of memory. The two that used to cost the most run in a subprocess whose time and peak
+memory are measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from offline_prelearner.config import (
+    MAX_ALIAS_NODES,
+    MAX_CONFIG_BYTES,
+    BufferConfig,
+    PreLearnerConfig,
+    RayConfig,
+    ReadConfig,
+    SampleConfig,
+)
+from offline_prelearner.errors import ConfigError, Where, shown
+from offline_prelearner.io.codec import MAX_LIMIT, DecodeLimits
+from offline_prelearner.jobs import cli
+
+REPO = Path(__file__).resolve().parents[1]
+ROWS = sorted((REPO / "datasets" / "cartpole-v1" / "rows").glob("*.parquet"))
+
+#: What a hostile input may cost at most (issue 20's "done when").
+MAX_SECONDS = 30
+MAX_RSS_BYTES = 1 << 30
+
+
+def run(argv: list[str], capfd: pytest.CaptureFixture[str]) -> tuple[int, str, list[str]]:
+    """``cli.main`` in this process: exit status, stdout, the non-empty stderr lines."""
+    capfd.readouterr()
+    code = cli.main(argv)
+    out, err = capfd.readouterr()
+    return code, out, [ln for ln in err.splitlines() if ln.strip()]
+
+
+def rows_with_ids(eps_id: str, n: int = 40) -> pa.Table:
+    """The first ``n`` shipped rows, the first episode's (18 rows) renamed ``eps_id``."""
+    table = pq.read_table(ROWS[0]).slice(0, n)
+    ids = table.column("eps_id").to_pylist()
+    first = ids[0]
+    renamed = [eps_id if i == first else i for i in ids]
+    return table.set_column(
+        table.schema.get_field_index("eps_id"), "eps_id", pa.array(renamed, pa.string())
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# shown: every value an error message holds
+# ------------------------------------------------------------------------------------------------
+def test_shown_is_repr_cut_with_the_full_length() -> None:
+    assert shown("ab\x00cd") == "'ab\\x00cd'"
+    assert shown("a\nb") == "'a\\nb'"  # one line, whatever the value holds
+    long = shown("E" * (1 << 20))
+    assert len(long) < 250 and long.endswith("… (1048576 chars)")
+    assert shown(b"\xff" * 500).endswith("… (500 bytes)")
+    assert shown(os.fsdecode(b"bad\xff.parquet")) == "'bad\\udcff.parquet'"
+    assert shown(12) == "12"
+
+
+def test_shown_of_an_alias_bomb_is_cheap() -> None:
+    """A nested list shared 9 ways per level: its full repr would be 9**30 items long."""
+    bomb: Any = ["lol"]
+    for _ in range(30):
+        bomb = [bomb] * 9
+    start = time.perf_counter()
+    text = shown(bomb)
+    assert time.perf_counter() - start < 0.5
+    assert len(text) <= 201
+
+
+def test_where_shows_names_and_ids_cut() -> None:
+    text = str(Where(file="d/" + "f" * 1000, episode_id="E" * 5000, row=3))
+    assert len(text) < 600
+    assert "(1002 chars)" in text and "(5000 chars)" in text and "row 3" in text
+
+
+# ------------------------------------------------------------------------------------------------
+# file names that are not UTF-8
+# ------------------------------------------------------------------------------------------------
+@pytest.fixture
+def non_utf8_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    shutil.copy(ROWS[0], folder / "good.parquet")
+    bad = os.path.join(os.fsencode(folder), b"zz-bad\xff\xfe.parquet")
+    shutil.copy(os.fsencode(ROWS[1]), bad)
+    assert any(not n.isascii() for n in os.listdir(folder))
+    return folder
+
+
+@pytest.mark.parametrize("command", ["inspect", "inspect-human", "process", "convert"])
+def test_a_file_name_that_is_not_utf8_is_one_line(
+    command: str, non_utf8_folder: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """It crashed the CLI (UnicodeEncodeError in pyarrow, exit 1); Arrow opens UTF-8 paths only,
+    so the listing refuses the name in one line that shows its bytes."""
+    out = str(tmp_path / "out")
+    argv = {
+        "inspect": ["inspect", str(non_utf8_folder), "--json"],
+        "inspect-human": ["inspect", str(non_utf8_folder)],
+        "process": ["process", str(non_utf8_folder), "--out", out, "--engine", "local", "--json"],
+        "convert": ["convert", str(non_utf8_folder), "--to", "rows", "--out", out, "--json"],
+    }[command]
+    code, _, err = run(argv, capfd)
+    assert code == 2 and len(err) == 1, err
+    assert "b'zz-bad\\xff\\xfe.parquet'" in err[0] and "not valid UTF-8" in err[0]
+    assert "zz-bad\\udcff\\udcfe.parquet'" in err[0]  # the path, as repr shows it
+    assert "--on-invalid" not in err[0]  # which files are the input: no policy skips that
+    assert not os.path.exists(out)
+
+
+# ------------------------------------------------------------------------------------------------
+# episode ids of any bytes
+# ------------------------------------------------------------------------------------------------
+NUL_ID = "ab\x00cd"
+
+
+def eps_ids(folder: Path) -> set[str]:
+    return {
+        i for f in sorted(folder.glob("*.parquet")) for i in pq.read_table(f)["eps_id"].to_pylist()
+    }
+
+
+def test_a_nul_byte_in_eps_id_round_trips_through_rows_and_episodes(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    pq.write_table(rows_with_ids(NUL_ID), src / "nul.parquet")
+    want = eps_ids(src)
+    assert NUL_ID in want
+    rows, episodes, back = tmp_path / "rows", tmp_path / "episodes", tmp_path / "back"
+    for argv in (
+        ["convert", str(src), "--to", "rows", "--out", str(rows), "--json"],
+        ["convert", str(src), "--to", "episodes", "--out", str(episodes), "--json"],
+        ["convert", str(episodes), "--to", "rows", "--out", str(back), "--json"],
+    ):
+        code, _, err = run(argv, capfd)
+        assert code == 0 and err == [], err
+    assert eps_ids(rows) == want
+    assert eps_ids(back) == want
+
+
+def test_a_nul_byte_in_eps_id_is_refused_by_minari_in_one_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """It was h5py's ValueError traceback (exit 1): HDF5 string attributes end at NUL."""
+    src = tmp_path / "src"
+    src.mkdir()
+    pq.write_table(rows_with_ids(NUL_ID), src / "nul.parquet")
+    out = tmp_path / "m"
+    code, _, err = run(["convert", str(src), "--to", "minari", "--out", str(out), "--json"], capfd)
+    assert code == 2 and len(err) == 1, err
+    assert "episode 'ab\\x00cd'" in err[0] and "NUL" in err[0] and "--to rows" in err[0]
+    assert not out.exists()
+
+
+def test_a_megabyte_eps_id_makes_a_short_error_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """It made a 1 MB error line."""
+    src = tmp_path / "src"
+    src.mkdir()
+    table = rows_with_ids("E" * (1 << 20))
+    rewards = table.column("rewards").to_pylist()
+    rewards[5] = float("nan")
+    table = table.set_column(
+        table.schema.get_field_index("rewards"), "rewards", pa.array(rewards, pa.float64())
+    )
+    pq.write_table(table, src / "big-id.parquet")
+    argv = ["process", str(src), "--out", str(tmp_path / "o"), "--engine", "local", "--json"]
+    code, _, err = run(argv, capfd)
+    assert code == 2 and len(err) == 1, err
+    assert len(err[0]) < 1000, len(err[0])
+    assert "(1048576 chars)" in err[0] and "big-id.parquet" in err[0] and "t=5" in err[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# config files: size, nesting, aliases
+# ------------------------------------------------------------------------------------------------
+def alias_bomb(levels: int = 9) -> str:
+    """The "billion laughs" in one config value: 9 aliases per level, 9**levels strings."""
+    items = ['&a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    items += [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return "sample:\n  n_step: [" + ", ".join(items) + "]\n"
+
+
+def test_a_yaml_alias_bomb_is_refused_at_its_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "bomb.yaml"
+    path.write_text(alias_bomb())
+    start = time.perf_counter()
+    with pytest.raises(ConfigError) as e:
+        PreLearnerConfig.load(path)
+    assert time.perf_counter() - start < 1.0
+    msg = str(e.value)
+    assert "bomb.yaml" in msg and "line 2, column" in msg and str(MAX_ALIAS_NODES) in msg
+
+
+def test_yaml_anchors_of_real_configs_still_load(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "read: &r {format: rows, on_invalid: skip}\n"
+        "sample:\n  n_step: &n [1, 3]\n  seq_len: &s 7\n  burn_in: *s\n"
+        "buffer: {capacity: 1000}\n"
+    )
+    config = PreLearnerConfig.load(path)
+    assert config.sample.n_step == (1, 3) and config.sample.burn_in == 7
+    assert config.read.format == "rows" and config.validate.on_invalid == "skip"
+
+
+def test_a_yaml_alias_inside_its_own_anchor_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "loop.yaml"
+    path.write_text("sample:\n  n_step: &a [1, *a]\n")
+    with pytest.raises(ConfigError, match=r"loop\.yaml.*line 2, column 18: alias \*a repeats"):
+        PreLearnerConfig.load(path)
+
+
+def test_a_config_file_with_a_read_section_loads(tmp_path: Path) -> None:
+    """A ``read:`` section (a dict) was an AttributeError: the default ``validate`` section was
+    built from ``self.read`` before the sections were."""
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"read": {"format": "rows", "on_invalid": "skip"}}))
+    config = PreLearnerConfig.load(path)
+    assert isinstance(config.read, ReadConfig) and config.validate.on_invalid == "skip"
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_config_files_too_large_or_too_deep_are_one_line(tmp_path: Path, suffix: str) -> None:
+    big = tmp_path / f"big{suffix}"
+    big.write_text(
+        "# " + "x" * MAX_CONFIG_BYTES + "\n" if suffix == ".yaml" else " " * (MAX_CONFIG_BYTES + 1)
+    )
+    with pytest.raises(ConfigError, match="larger than 1048576 bytes"):
+        PreLearnerConfig.load(big)
+    deep = tmp_path / f"deep{suffix}"
+    deep.write_text(("a: " if suffix == ".yaml" else "") + "[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        PreLearnerConfig.load(deep)
+
+
+# ------------------------------------------------------------------------------------------------
+# config integers and limits: bounded before anything is allocated
+# ------------------------------------------------------------------------------------------------
+BOUNDS = [
+    (SampleConfig, "train_batch_size", 1 << 22),
+    (SampleConfig, "num_samples", 10**12),
+    (SampleConfig, "seq_len", 100_000),
+    (SampleConfig, "burn_in", 100_000),
+    (SampleConfig, "frame_stack", 256),
+    (SampleConfig, "n_step", 10_000),
+    (BufferConfig, "capacity", 10**10),
+    (BufferConfig, "learning_starts", 10**10),
+    (RayConfig, "batch_size", 10**7),
+    (RayConfig, "concurrency", 10_000),
+    (RayConfig, "footer_readers", 10_000),
+    (RayConfig, "read_threads", 1024),
+    (RayConfig, "block_mb", 65_536),
+    (ReadConfig, "max_episode_steps", 10**10),
+]
+
+
+@pytest.mark.parametrize(("cls", "name", "hi"), BOUNDS, ids=[b[1] for b in BOUNDS])
+def test_config_integers_have_an_upper_bound(cls: type, name: str, hi: int) -> None:
+    assert getattr(cls(**{name: hi}), name) == hi
+    with pytest.raises(ConfigError, match=rf"\.{name} must be an integer in \[\d+, {hi}\], found"):
+        cls(**{name: hi + 1})
+
+
+def test_an_n_step_range_has_the_same_bound() -> None:
+    assert SampleConfig(n_step=[1, 10_000]).n_step == (1, 10_000)
+    with pytest.raises(ConfigError, match=r"hi <= 10000, found \[1, 10001\]"):
+        SampleConfig(n_step=[1, 10_001])
+
+
+@pytest.mark.parametrize("value", ["lots", True, 1.5, 0, -1, MAX_LIMIT + 1, None, [1]])
+def test_decode_limits_are_numbers_in_range(value: Any) -> None:
+    with pytest.raises(ConfigError, match=r"read\.limits\.max_decompressed_bytes must be an int"):
+        DecodeLimits(max_decompressed_bytes=value)
+    assert DecodeLimits(max_decompressed_bytes=MAX_LIMIT).max_decompressed_bytes == MAX_LIMIT
+
+
+def test_a_non_numeric_limit_is_one_line_naming_the_field(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """It was accepted (and compared with byte counts deep in a reader)."""
+    argv = ["process", str(ROWS[0]), "--out", str(tmp_path / "o"), "--engine", "local"]
+    argv += ["--json", "--set", 'read.limits={"max_decompressed_bytes":"lots"}']
+    code, _, err = run(argv, capfd)
+    assert code == 2 and len(err) == 1, err
+    assert "read.limits.max_decompressed_bytes" in err[0] and "'lots'" in err[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# measured: time and peak memory of the two that cost the most
+# ------------------------------------------------------------------------------------------------
+def run_measured(argv: list[str], cwd: Path) -> tuple[int, list[str], float, int]:
+    """``python -m offline_prelearner ARGV`` in a subprocess: exit status, stderr lines, wall
+    seconds and peak RSS in bytes (the child's own rusage; killed past :data:`MAX_SECONDS`)."""
+    err_path = cwd / "stderr.txt"
+    start = time.perf_counter()
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "offline_prelearner", *argv],
+            cwd=cwd,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env={**os.environ, "RAY_DATA_LOG_LEVEL": "ERROR"},
+        )
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() - start > MAX_SECONDS:
+                proc.kill()
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.05)
+    seconds = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+    lines = [ln for ln in err_path.read_text().splitlines() if ln.strip()]
+    return proc.returncode, lines, seconds, usage.ru_maxrss * 1024  # ru_maxrss is in KiB
+
+
+@pytest.mark.parametrize(
+    ("case", "fragments"),
+    [
+        ("yaml-alias-bomb", ("bomb.yaml", "line 2, column", "alias bomb")),
+        ("train-batch-size-10e12", ("sample.train_batch_size", "4194304", "1000000000000")),
+    ],
+)
+def test_the_costly_cases_are_bounded(
+    tmp_path: Path, case: str, fragments: tuple[str, ...]
+) -> None:
+    """The alias bomb ran past 120 s and 2.4 GB; train_batch_size=10**12 was a MemoryError
+    traceback. Each is one line now, in < 30 s and < 1 GB."""
+    (tmp_path / "bomb.yaml").write_text(alias_bomb())
+    argv = ["process", str(ROWS[0]), "--out", str(tmp_path / "o"), "--engine", "local", "--json"]
+    if case == "yaml-alias-bomb":
+        argv += ["--config", "bomb.yaml"]
+    else:
+        argv += ["--set", "train_batch_size=1000000000000", "--set", "sample_all=false"]
+    code, err, seconds, rss = run_measured(argv, tmp_path)
+    assert seconds < MAX_SECONDS and rss < MAX_RSS_BYTES, (seconds, rss)
+    assert code == 2 and len(err) == 1, err
+    assert all(f in err[0] for f in fragments), err[0]
