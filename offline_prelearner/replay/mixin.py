@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import ConfigError, EmptyBufferError
+from ..errors import ConfigError, DataError, EmptyBufferError, Where
 from .batch import SampleBatch
 from .rate_limit import SampleToInsertRatio
 from .replay_buffer import EpisodeReplayBuffer, _batch_size
@@ -261,9 +261,15 @@ class MixInReplayBuffer(EpisodeReplayBuffer):
             )
         seen = np.asarray(state["arrays"].get("mixin/seen", np.zeros(0, np.int64)))
         super().set_state(state)
-        if seen.shape != (self.storage.num_rows,):
-            raise ConfigError(
-                f"mixin/seen has shape {seen.shape}, the table has {self.storage.num_rows} rows"
+        if seen.shape != (self.storage.num_rows,) or seen.dtype.kind not in "iu":
+            raise DataError(
+                f"mixin/seen is {seen.dtype}{list(seen.shape)}, the table has "
+                f"{self.storage.num_rows} rows",
+                Where(column="mixin/seen"),
+            )
+        if (seen < -1).any() or (seen > self.valid_starts().count).any():
+            raise DataError(
+                "mixin/seen counts more old steps than a row holds", Where(column="mixin/seen")
             )
         ids = self.storage.ids
         self._seen = {ids[r]: int(seen[r]) for r in np.flatnonzero(seen >= 0)}

@@ -367,8 +367,8 @@ class MultiAgentEpisodeReplayBuffer:
         return checkpoint.write(path, state["meta"], state["arrays"])
 
     def load(self, path: str | Path) -> None:
-        meta, arrays = checkpoint.read(path)
-        self.set_state({"meta": meta, "arrays": arrays})
+        """Restores :meth:`save` output, checked as ``EpisodeReplayBuffer.load`` checks it."""
+        checkpoint.restore(path, self.get_state, self.set_state)
 
 
 # ---------------------------------------------------------------------- helpers

@@ -25,13 +25,14 @@ import numpy as np
 from ..episodes import columns as C
 from ..episodes.episode import Episode
 from ..episodes.episode_columns import EpisodeColumns
-from ..errors import ConfigError, EmptyBufferError
+from ..errors import ConfigError, DataError, EmptyBufferError, Where
 from . import checkpoint
 from .batch import SampleBatch
 from .rate_limit import SampleToInsertRatio
 from .reservoir import Reservoir
 from .samplers.base import Sampler, SampleUnit, ValidStarts, ranges
 from .samplers.n_step import FixedNStepTable
+from .samplers.prioritized import Prioritized
 from .samplers.transition import Transition, ones
 from .samplers.uniform import Uniform
 from .storage import Change, EpisodeStorage, Placements
@@ -392,20 +393,35 @@ class EpisodeReplayBuffer:
                 f"has {mine or 'FIFO'}"
             )
         rng_state = meta["rng"]
+        if not isinstance(rng_state, dict):
+            raise DataError(
+                f"rng must be a generator state, found {rng_state!r}", Where(column="rng")
+            )
         if rng_state.get("bit_generator") != type(self.rng.bit_generator).__name__:
             raise ConfigError(
                 f"state has a {rng_state.get('bit_generator')} generator, this "
                 f"buffer uses {type(self.rng.bit_generator).__name__}"
             )
+        counts = {n: meta.get(n, 0) for n in ("samples_drawn", "learning_starts", "rate_limited")}
+        for name, v in counts.items():
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise DataError(f"{name} must be an integer >= 0, found {v!r}", Where(column=name))
+        if not isinstance(meta.get("storage"), dict):
+            raise DataError("storage section is missing", Where(column="storage"))
         self.storage.set_state(
             meta["storage"], {k: v for k, v in arrays.items() if not k.startswith("sampler/")}
         )
         self.sampler.set_state({k[8:]: v for k, v in arrays.items() if k.startswith("sampler/")})
-        self.rng.bit_generator.state = rng_state
-        self.samples_drawn = int(meta["samples_drawn"])
-        self.learning_starts = int(meta["learning_starts"])
-        self.rate_limited = int(meta.get("rate_limited", 0))
+        try:
+            self.rng.bit_generator.state = rng_state
+        except (TypeError, ValueError, KeyError) as e:
+            raise DataError(f"rng state is malformed ({e})", Where(column="rng")) from None
+        self.samples_drawn = counts["samples_drawn"]
+        self.learning_starts = counts["learning_starts"]
+        self.rate_limited = counts["rate_limited"]
         self._valid = None
+        if isinstance(self.sampler, Prioritized):
+            self.sampler.check_restored(self.storage.capacity, self.valid_starts().slots())
         if self._fixed_n is not None:
             self._fixed_n.rebuild(self.storage, self.valid_starts().slots())
 
@@ -415,9 +431,10 @@ class EpisodeReplayBuffer:
         return checkpoint.write(path, state["meta"], state["arrays"])
 
     def load(self, path: str | Path) -> None:
-        """Restores a checkpoint written by :meth:`save`, verifying every file's checksum."""
-        meta, arrays = checkpoint.read(path)
-        self.set_state({"meta": meta, "arrays": arrays})
+        """Restores a checkpoint written by :meth:`save`, verifying every file's checksum and
+        every invariant of the ring (a :class:`DataError` names the manifest and the field);
+        a failed load leaves the buffer as it was."""
+        checkpoint.restore(path, self.get_state, self.set_state)
 
 
 def _batch_size(batch_size: object) -> int:

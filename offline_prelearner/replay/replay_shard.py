@@ -195,5 +195,6 @@ class ReplayShard:
                 Where(file=str(path)),
                 reason="foreign_shard_checkpoint",
             )
-        self.buffer.set_state({"meta": meta, "arrays": arrays})
+        buf = self.buffer
+        checkpoint.restore(path, buf.get_state, buf.set_state, state=(meta, arrays))
         return self.info()

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from ..episodes.episode import Episode
-from ..errors import ConfigError, EpisodeValidationError, Where
+from ..errors import ConfigError, DataError, EpisodeValidationError, Where
 from .obs_columns import same_obs
 from .samplers.base import ranges
 from .storage import Change, EpisodeStorage, normalize_id
@@ -282,15 +282,30 @@ class ReservoirStorage(EpisodeStorage):
         if not isinstance(res, dict) or res.get("policy") != repr(self.policy):
             found = res.get("policy") if isinstance(res, dict) else "FIFO eviction"
             raise ConfigError(f"state was saved with {found}, this storage has {self.policy!r}")
-        threshold = float(res["threshold"])
-        if not 0.0 <= threshold <= 1.0:
-            raise ConfigError(f"reservoir threshold must be in [0, 1], found {threshold}")
+        threshold = res.get("threshold")
+        if not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
+            raise _corrupt("threshold", f"must be a number in [0, 1], found {threshold!r}")
+        starts = np.asarray(arrays.get("tab/start", ()))
+        if (np.diff(starts) <= 0).any():
+            raise _corrupt("tab/start", "wraps the ring; a reservoir writes in slot order")
         super().set_state(meta, arrays)
-        self.threshold = threshold
+        self.threshold = float(threshold)
         alive = self.alive
         ids = self.ids[alive]
         self._heap = [(-self.policy._key(i), i) for i in ids]
         heapq.heapify(self._heap)
         self.held_slots = int((self.lengths[alive] + 1).sum())
+        if self.held_slots > self.budget:
+            raise _corrupt(
+                "tab/length", f"holds {self.held_slots} slots, the budget is {self.budget}"
+            )
+        if self._heap and -self._heap[0][0] >= self.threshold:
+            raise _corrupt("threshold", f"{threshold} is not above every held episode's key")
         for name in _COUNTERS:
             self.counters.setdefault(name, 0)
+
+
+def _corrupt(field: str, message: str) -> DataError:
+    return DataError(
+        f"reservoir {field} {message}", Where(column=field), reason="corrupt_checkpoint"
+    )

@@ -103,7 +103,7 @@ def ckpt(tmp_path):
 
 
 def _largest_npy(path):
-    return max(path.glob("*.npy"), key=lambda p: p.stat().st_size)
+    return max(path.rglob("*.npy"), key=lambda p: p.stat().st_size)
 
 
 def _load(path, unit=None):

@@ -260,6 +260,30 @@ class Prioritized:
             "counters": np.asarray([self.updates_applied, self.updates_stale], dtype=np.int64),
         }
 
+    def check_restored(self, capacity: int, valid_slots: np.ndarray) -> None:
+        """After a restore: the tree has one leaf per storage slot (or none yet), and a leaf is
+        positive only at a valid start -- a tampered state never makes padding, free space or
+        an unfinished window drawable.
+
+        Raises:
+            DataError: naming the field ``sampler/leaves``.
+        """
+        where = Where(column="sampler/leaves")
+        if self._sum is None:
+            return
+        leaves = self._sum.values()
+        if leaves.size != capacity:
+            raise DataError(
+                f"prioritized sampler has {leaves.size} leaves, the storage {capacity} slots", where
+            )
+        drawable = leaves > 0
+        drawable[valid_slots] = False
+        if drawable.any():
+            bad = int(np.flatnonzero(drawable)[0])
+            raise DataError(
+                f"slot {bad} has priority {leaves[bad]!r} but is not a valid start", where
+            )
+
     def set_state(self, state: SamplerState) -> None:
         """Restores :meth:`state` output.
 
