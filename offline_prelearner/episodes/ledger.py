@@ -158,6 +158,10 @@ class EpisodeBatch:
         self.ledger = Ledger() if ledger is None else ledger
         self.rejections: list[Rejection] = [] if rejections is None else rejections
         self.on_invalid = on_invalid
+        #: ``(observation space, action space)`` the data itself declares (a msgpack record's
+        #: spaces), None where it declares none; the validator enforces them where its config
+        #: declares no space of its own.
+        self.declared_spaces: tuple[Any, Any] = (None, None)
         self.sync()
 
     def __repr__(self) -> str:

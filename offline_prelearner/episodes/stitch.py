@@ -31,6 +31,7 @@ def stitch_fragments(batch: EpisodeBatch) -> EpisodeBatch:
     out = EpisodeBatch(
         ledger=batch.ledger, rejections=batch.rejections, on_invalid=batch.on_invalid
     )
+    out.declared_spaces = batch.declared_spaces
     eps, src = batch.episodes, batch.source_rows
     for idx in groups.values():
         if len(idx) == 1:

@@ -45,8 +45,11 @@ class ValidateConfig:
         check_finite_obs: Reject episodes with a NaN or infinite observation. Off by default: some
             environments legitimately emit NaN (e.g. a missing sensor reading).
         observation_space: A gymnasium space every observation must lie in, or None. NaN passes
-            a Box's bounds check (``check_finite_obs`` decides about NaN).
-        action_space: A gymnasium space every action must lie in, or None.
+            a Box's bounds check (``check_finite_obs`` decides about NaN). With None, the space
+            the data declares (a msgpack record's ``_observation_space``) is enforced instead,
+            with the same checks, reasons and counts; where both exist, this one wins.
+        action_space: A gymnasium space every action must lie in, or None (then the data's
+            own, as for ``observation_space``; this one wins where both exist).
         min_length: Fewest steps an episode may have (0 admits empty episodes, with a warning).
         on_invalid: ``"raise"`` | ``"skip"`` | ``"quarantine"``. This policy, not the incoming
             batch's, decides what happens to episodes that fail validation.
@@ -227,6 +230,20 @@ class Validator:
         self._warned: set[str] = set()
         spaces = (("obs", self.config.observation_space), ("actions", self.config.action_space))
         self._spaces = {col: SpaceCheck(sp) for col, sp in spaces if sp is not None}
+        self._configured = frozenset(self._spaces)  # columns whose space the config declares
+
+    def _use_declared(self, declared: tuple[Any, Any]) -> None:
+        """Takes the spaces a batch's data declares for the columns the config leaves open (a
+        check is built once per space, and rebuilt only when the declared space changes)."""
+        for col, space in zip(("obs", "actions"), declared, strict=True):
+            if col in self._configured:
+                continue
+            if not isinstance(space, gym.Space):
+                self._spaces.pop(col, None)
+                continue
+            held = self._spaces.get(col)
+            if held is None or (held.space is not space and held.space != space):
+                self._spaces[col] = SpaceCheck(space)
 
     @property
     def expected_obs(self) -> tuple[tuple[int, ...], np.dtype[Any]] | None:
@@ -242,6 +259,7 @@ class Validator:
         refused episode (the quarantine writer turns it into rows).
         """
         policy = self.config.on_invalid
+        self._use_declared(batch.declared_spaces)
         held = _Held.of(batch)
         failed: list[tuple[int, EpisodeValidationError]] = []
         i = 0
@@ -384,7 +402,7 @@ class Validator:
         error = self._check_obs(ep)
         if error is not None:
             return error
-        if cfg.action_space is not None and n > 0:  # an empty action array has no shape to check
+        if "actions" in self._spaces and n > 0:  # an empty action array has no shape to check
             error = self._check_space(ep, "actions", ep.actions)
             if error is not None:
                 return error

@@ -88,6 +88,17 @@ class EpisodesReader:
             self._space_cache[raw] = space_from_dict(unpackb(raw, self.config.limits))
         return self._space_cache[raw]
 
+    def _declared(self) -> tuple[Any, Any]:
+        """The spaces the records declare, for the validator. A space this package cannot
+        rebuild (a custom space class) declares nothing checkable: it is left out, as before."""
+        out = []
+        for key in ("_observation_space", "_action_space"):
+            try:
+                out.append(self._space(key))
+            except (DataError, ValueError, TypeError, KeyError):
+                out.append(None)
+        return out[0], out[1]
+
     @property
     def observation_space(self) -> Any:
         """The gymnasium observation space of the last record read (None if it had none)."""
@@ -123,16 +134,24 @@ class EpisodesReader:
             else:
                 error = _locate(result, Where(file=source, column=ITEM, row=row), seen_id)
                 out.reject(error, 1, rows=_row_table(batch, row), episodes=1)
+        out.declared_spaces = self._declared()
         return out
 
     def _general(self, item: bytes, valid: bool) -> Episode | DataError:
-        """The general path for one record: its episode, or the error that rejects it."""
+        """The general path for one record: its episode, or the error that rejects it (the
+        record's spaces are kept, as the fast path keeps them)."""
         if not valid:
             return DecodeError("episode record is null", reason="null_record")
         try:
-            return decode_episode(item, self.config.limits)
+            state = unpackb(bytes(item), self.config.limits)
+            episode = Episode.from_state(state)
         except DataError as err:
             return err
+        for key in ("_observation_space", "_action_space"):
+            space = state.get(key) if isinstance(state, dict) else None
+            if space is not None:
+                self._space_bytes[key] = packb(space)
+        return episode
 
 
 def _locate(err: DataError, where: Where, episode_id: Any) -> DataError:
