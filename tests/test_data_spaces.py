@@ -148,3 +148,34 @@ def test_rllib_records_with_an_action_outside_their_space(tmp_path, shared_data,
     assert f"t={t}" in err and "part-000.parquet" in err
     rc, out, err = _process(data, tmp_path / "skip", "--on-invalid", "skip", capsys=capsys)
     assert rc == 0 and json.loads(out)["rows_rejected"] == {"out_of_space": 1}, err
+
+
+def test_rows_parquet_convert_wrote_carries_its_spaces(tmp_path, capsys):
+    """``convert`` writes the spaces into the Parquet metadata of the rows it writes; processing
+    those rows enforces them (an action changed to 5 after the conversion is refused in one
+    line naming file, episode and step, and counted under skip)."""
+    data = _write(tmp_path, episodes_to_table(_episodes(), OBS, ACT))
+    try:
+        main(["convert", str(data), "--to", "rows", "--out", str(tmp_path / "rows")])
+    except SystemExit as e:
+        assert not e.code
+    capsys.readouterr()
+    (path,) = (tmp_path / "rows").rglob("*.parquet")
+    table = pq.read_table(path)
+    assert table.schema.metadata and b"offline_prelearner.dataset" in table.schema.metadata
+    ids = table.column("eps_id").to_pylist()
+    actions = table.column("actions").to_numpy().copy()
+    row = ids.index("ep3") + 4
+    actions[row] = 5
+    i = table.schema.get_field_index("actions")
+    table = table.set_column(i, table.schema.field(i), pa.array(actions))
+    edited = tmp_path / "edited"  # beside the committed output (its manifest lists sizes)
+    edited.mkdir()
+    pq.write_table(table, edited / path.name)  # the schema metadata goes with it
+    rc, _, err = _process(edited, tmp_path / "out", capsys=capsys)
+    assert rc == 2, err
+    for part in ("not in Discrete(2)", path.name, "episode 'ep3'", "t=4"):
+        assert part in err, (part, err)
+    rc, out, err = _process(edited, tmp_path / "skip", "--on-invalid", "skip", capsys=capsys)
+    assert rc == 0, err
+    assert json.loads(out)["rows_rejected"] == {"out_of_space": 10}  # a row is a step here

@@ -304,13 +304,34 @@ def to_arrow_block(columns: dict[str, Any]) -> Any:
 
 
 def resolve_config(config: PreLearnerConfig, files: list[str]) -> PreLearnerConfig:
-    """Fills in what depends on the files: the detected format. Files of several formats are
-    refused whatever the format chosen (:func:`~offline_prelearner.io.sources.check_one_format`)."""
+    """Fills in what depends on the files: the detected format, and the spaces a ``convert``
+    wrote into the Parquet metadata (enforced where the config declares none: the config's win).
+    Files of several formats are refused whatever the format chosen
+    (:func:`~offline_prelearner.io.sources.check_one_format`)."""
     if config.read.format == "auto":
         config = replace(config, read=replace(config.read, format=detect_format(files)))
     elif config.read.format in ("rows", "episodes", "sample_batches"):
         check_one_format(files)
-    return config
+    return _declared_spaces(config, files)
+
+
+def _declared_spaces(config: PreLearnerConfig, files: list[str]) -> PreLearnerConfig:
+    """``config`` with the spaces of the files' :class:`DatasetInfo` where it names none (a
+    declaration this package cannot read declares nothing, as before)."""
+    from .dataset_info import info_of_files
+
+    v = config.validate
+    if v.observation_space is not None and v.action_space is not None:
+        return config
+    try:
+        info = info_of_files(files)
+    except Exception:  # an unreadable declaration is no declaration
+        return config
+    obs = v.observation_space if v.observation_space is not None else info.observation_space
+    act = v.action_space if v.action_space is not None else info.action_space
+    if obs is v.observation_space and act is v.action_space:
+        return config
+    return replace(config, validate=replace(v, observation_space=obs, action_space=act))
 
 
 def prelearner_class(config: PreLearnerConfig, cls: Any = None) -> type[OfflinePreLearner]:
