@@ -167,6 +167,21 @@ def test_ray_data_numpy_batches_hold_numbers(default_out: Path, ray_local: Any) 
     assert tb["obs"].dtype == torch.float32 and tuple(tb["obs"].shape) == (16, 4)
 
 
+@pytest.mark.ray
+def test_ray_data_reads_the_fast_layout_as_tensors_once_the_package_is_imported(
+    tmp_path: Path, ray_local: Any
+) -> None:
+    from offline_prelearner.io.writers import columns_to_table
+
+    frames = np.arange(5 * 84 * 84 * 4, dtype=np.uint8).reshape(5, 84, 84, 4)
+    pq.write_table(columns_to_table({"obs": frames}, layout="fast"), tmp_path / "f.parquet")
+    batch = ray_local.data.read_parquet(str(tmp_path / "f.parquet")).take_batch(
+        5, batch_format="numpy"
+    )
+    assert batch["obs"].dtype == np.uint8 and batch["obs"].shape == (5, 84, 84, 4)
+    np.testing.assert_array_equal(batch["obs"], frames)
+
+
 # --------------------------------------------------------------------- the public read API
 @pytest.mark.parametrize("layout", ["auto", "lists", "fast", "rllib"])
 def test_read_samples_gives_the_same_arrays_for_every_layout(
