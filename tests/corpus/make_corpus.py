@@ -908,6 +908,94 @@ def quarantine_dir_is_a_file(d: Path) -> Path:
     return nan_reward(d)
 
 
+# ---------------------------------------------------------------------------------------------
+# issue 20: hostile names and values (each costs a bounded amount: one short line, or kept)
+# ---------------------------------------------------------------------------------------------
+def renamed_first_episode(eps_id: str) -> list[dict[str, Any]]:
+    """The clean rows (4 episodes, 59 rows) with the first episode's id replaced by ``eps_id``."""
+    rows = clean_rows()
+    first = rows[0]["eps_id"]
+    for r in rows:
+        if r["eps_id"] == first:
+            r["eps_id"] = eps_id
+    return rows
+
+
+@maker
+def non_utf8_file_name(d: Path) -> Path:
+    """A good file whose name is not UTF-8 (bytes ``ff fe``) beside a good one: Python lists it
+    with surrogates, which Arrow cannot open."""
+    out = d / "data"
+    write_rows(clean_rows(2), out / "good.parquet")
+    bad = os.path.join(os.fsencode(out), b"zz-bad\xff\xfe.parquet")
+    with open(bad, "wb") as fh:
+        fh.write((out / "good.parquet").read_bytes())
+    return out
+
+
+@maker
+def eps_id_with_nul(d: Path) -> Path:
+    """The first episode's id holds a NUL byte (``ab\\x00cd``): HDF5 strings end there."""
+    return write_rows(renamed_first_episode("ab\x00cd"), d / "nul-id.parquet")
+
+
+@maker
+def eps_id_of_a_megabyte(d: Path) -> Path:
+    """A 1 MiB episode id, and a NaN reward at t=5 of that episode to name it in an error."""
+    rows = renamed_first_episode("E" * (1 << 20))
+    rows[5]["rewards"] = float("nan")
+    return write_rows(rows, d / "big-id.parquet")
+
+
+def _alias_bomb(levels: int = 9) -> str:
+    """The "billion laughs" in one config value: 9 aliases per level, 9**levels strings."""
+    items = ['&a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    items += [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return "sample:\n  n_step: [" + ", ".join(items) + "]\n"
+
+
+@maker
+def yaml_alias_bomb(d: Path) -> Path:
+    """A 500-byte config whose aliases expand to 9**9 values (ran past 120 s and 2.4 GB)."""
+    (d / "config.yaml").write_text(_alias_bomb())
+    return write_rows(clean_rows(), d / "good.parquet")
+
+
+@maker
+def yaml_recursive_alias(d: Path) -> Path:
+    """An alias inside the node its anchor names: a list that holds itself."""
+    (d / "config.yaml").write_text("sample:\n  n_step: &a [1, *a]\n")
+    return write_rows(clean_rows(), d / "good.parquet")
+
+
+@maker
+def config_too_large(d: Path) -> Path:
+    """A 2 MiB config file (a comment): a config is a few KiB."""
+    (d / "config.yaml").write_text("# " + "x" * (2 << 20) + "\nsample:\n  n_step: 3\n")
+    return write_rows(clean_rows(), d / "good.parquet")
+
+
+@maker
+def config_nested_too_deeply(d: Path) -> Path:
+    """100,000 nested JSON lists: Python's parser runs out of recursion."""
+    (d / "config.json").write_text('{"seed": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    return write_rows(clean_rows(), d / "good.parquet")
+
+
+@maker
+def config_huge_train_batch_size(d: Path) -> Path:
+    """train_batch_size 10**12 in a config file (was a MemoryError traceback)."""
+    (d / "config.yaml").write_text("sample:\n  train_batch_size: 1000000000000\n")
+    return write_rows(clean_rows(), d / "good.parquet")
+
+
+@maker
+def config_read_section(d: Path) -> Path:
+    """A config file with a ``read:`` section (was an AttributeError traceback)."""
+    (d / "config.yaml").write_text("read:\n  format: rows\n  on_invalid: skip\n")
+    return nan_reward(d)
+
+
 def main(argv: list[str]) -> int:
     """Writes every case into ``OUT_DIR/<maker>/`` (skipping those whose RLlib files are absent)."""
     if len(argv) != 1:
