@@ -17,6 +17,11 @@ The public API, grouped by stage (everything is also importable from its module)
     errors     OfflinePrelearnerError and its subclasses
 """
 
+# isort: off
+# First, so that a Ctrl-C while the CLI imports the rest is one line (jobs/interrupts.py).
+from .jobs import interrupts as _interrupts  # noqa: F401
+
+# isort: on
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__ as __version__

@@ -8,17 +8,21 @@ data print one line naming the file, column, episode and row, and exit with stat
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from ..config import ReadConfig
-from ..errors import ConfigError, DataError, OfflinePrelearnerError
+from ..errors import ConfigError, DataError, OfflinePrelearnerError, cut
+from . import interrupts
 from .console import JobProgress
 
 __all__ = ["main"]
@@ -221,18 +225,20 @@ def _cmd_process(args: argparse.Namespace) -> int:
         updates["address"] = args.address
     config = config.with_updates(updates) if updates else config
     progress = JobProgress("process", enabled=not args.json)
-    result = run_pipeline(
-        args.path,
-        config,
-        out_dir=args.out,
-        prelearner=args.prelearner,
-        engine=args.engine,
-        overwrite=args.overwrite,
-        resume=args.resume,
-        progress=progress,
-        layout=args.layout,
-    )
-    progress.close()
+    try:
+        result = run_pipeline(
+            args.path,
+            config,
+            out_dir=args.out,
+            prelearner=args.prelearner,
+            engine=args.engine,
+            overwrite=args.overwrite,
+            resume=args.resume,
+            progress=progress,
+            layout=args.layout,
+        )
+    finally:
+        progress.close()  # a bar left drawn would swallow the start of an error's line
     st = result.stats
     summary = {
         k: st[k]
@@ -601,18 +607,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM reached the CLI; unwinds the job like KeyboardInterrupt does."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _on_signal(signum: int, frame: Any) -> None:
-    raise Interrupted(signum)
-
-
 def _nothing_committed(args: argparse.Namespace) -> str:
     logs = ""
     if "offline_prelearner.jobs.pipeline" in sys.modules:
@@ -630,6 +624,19 @@ def _nothing_committed(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Runs ``offline-prelearner``; returns its exit status.
+
+    SIGINT and SIGTERM take one path whatever the job is doing (:mod:`.interrupts`): before the
+    commit, one line and exit 130 / 143 with nothing committed; during the commit, the commit
+    finishes and the job exits 0; after it, nothing changes the exit status.
+
+    Without ``argv`` this is the program (the console script, ``python -m offline_prelearner``):
+    once Ray was involved it ends the process itself after its cleanup (``os._exit``: Ray's
+    threads and exit hooks cannot turn a finished job into a crash or a late signal into a
+    traceback), keeping its signal handler to the end; an interrupted job leaves its local Ray
+    instance to the watchdog (:mod:`.reaper`) instead of a shutdown that waits. With ``argv`` (a
+    test, a notebook) it returns, and gives the signal handlers back.
+    """
     args = build_parser().parse_args(argv)
     if not args.verbose:
         # Read by Ray Data when it sets up its loggers (on import): INFO lines stay in its files.
@@ -639,26 +646,42 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     for_worker_process()  # the CLI's process runs our jobs: see replay/memory.py
     pipeline.VERBOSE = args.verbose
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    for s in handlers:
-        signal.signal(s, _on_signal)
+    program = argv is None
+    previous = interrupts.install(
+        on_stuck=(lambda n: _exit(_report_interrupt(args, n))) if program else None
+    )
+    code = 1
+    try:
+        code = _run(args)
+    finally:
+        interrupts.closing(code)  # from here a signal is recorded, never raised
+        if not (program and _interrupted()):
+            _shutdown()
+        if not program:
+            interrupts.restore(previous)
+    if program and "ray" in sys.modules:
+        _exit(code)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The subcommand, and the one line for whatever stopped it; returns the exit status."""
     try:
         return int(args.func(args))
-    except Interrupted as e:
-        _shutdown()
-        print(
-            f"offline-prelearner {args.command}: interrupted by {e}{_nothing_committed(args)}",
-            file=sys.stderr,
-        )
-        return 128 + e.signum
+    except KeyboardInterrupt:
+        return _report_interrupt(args)
     except (OfflinePrelearnerError, FileNotFoundError) as e:
+        if _interrupted():  # the error is the interrupt's doing (a Ray process it stopped)
+            return _report_interrupt(args)
         print(
-            f"offline-prelearner {args.command}: error: {e}{_hint(args, e)}"
+            f"offline-prelearner {args.command}: error: {cut(str(e))}{_hint(args, e)}"
             f"{_nothing_committed(args)}",
             file=sys.stderr,
         )
         return 2
     except OSError as e:
+        if _interrupted():
+            return _report_interrupt(args)
         # The job's own I/O failed (disk full, file too large, read-only, no permission): one
         # line, exit 3 like a lost worker (1 is for our bugs, 2 for bad data or arguments).
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
@@ -671,6 +694,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 3
     except Exception as e:
+        if _interrupted():
+            return _report_interrupt(args)
         # A worker's error arrives wrapped by Ray (RayTaskError, UserCodeException ...): show the
         # reader's one-line message (file, column, episode, row), not Ray's stack traces.
         ours = _our_error(e)
@@ -684,15 +709,40 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 3
         print(
-            f"offline-prelearner {args.command}: error: {ours}{_hint(args, ours)}"
+            f"offline-prelearner {args.command}: error: {cut(str(ours))}{_hint(args, ours)}"
             f"{_nothing_committed(args)}",
             file=sys.stderr,
         )
         return 2
-    finally:
-        _shutdown()
-        for s, h in handlers.items():
-            signal.signal(s, h)
+
+
+def _interrupted() -> bool:
+    """A signal arrived and the job had not committed: it ends as the interrupt it is."""
+    return interrupts.received() is not None and not interrupts.committed()
+
+
+def _report_interrupt(args: argparse.Namespace, signum: int | None = None) -> int:
+    """Writes the interrupt's one line (once: the watch of :mod:`.interrupts` may be writing it
+    for a main thread stuck in native code); returns the exit status, 128 + the signal."""
+    signum = signum or interrupts.received() or signal.SIGINT
+    if not interrupts.claim_report():  # the other thread writes it
+        if threading.current_thread() is threading.main_thread():
+            time.sleep(2 * interrupts.GRACE_SECONDS)  # the watch ends the process meanwhile
+        return 128 + signum
+    name = signal.Signals(signum).name
+    print(
+        f"offline-prelearner {args.command}: interrupted by {name}{_nothing_committed(args)}",
+        file=sys.stderr,
+    )
+    return 128 + signum
+
+
+def _exit(code: int) -> NoReturn:
+    """Ends the process now: flushed output, no interpreter teardown (see :func:`main`)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def _hint(args: argparse.Namespace, e: BaseException) -> str:

@@ -56,9 +56,11 @@ from ..plugins import import_object
 from ..prelearner import OfflinePreLearner
 from ..replay.batch import MultiAgentBatch
 from ..replay.memory import for_worker_process
+from . import reaper
 from .commit import Staging, file_sha256, staging_path
 from .file_batches import ReadAhead, read_groups
 from .file_tally import per_file
+from .interrupts import commit_point
 from .units import Plan, UnitJob, plan_units, run_unit
 
 __all__ = [
@@ -89,6 +91,8 @@ def _ray() -> Any:
 
 _STARTED_RAY = False
 _LOG_DIR: str | None = None
+_OWNER: str | None = None  # the mark of the local instance this process started (reaper.py)
+_REAPER: Any = None  # its watchdog process, held for the life of this process
 
 #: Show Ray's own log lines on the console (the CLI's ``-v``). Off: Ray's INFO/WARNING lines and
 #: its "(raylet) ..." error lines stay in the session's log folder (:func:`ray_log_dir`).
@@ -102,31 +106,72 @@ WHOLE_OUTPUT_BYTES = 256 * 2**20
 
 
 def _init_ray(config: PreLearnerConfig) -> None:
-    global _STARTED_RAY, _LOG_DIR
+    """Connects to the cluster the user named (``ray.address`` or ``RAY_ADDRESS``), else starts
+    a fresh local instance -- never one found in a ``ray_current_cluster`` file a past
+    ``ray start`` left behind (``address="local"``): a job joins no cluster it was not told to.
+
+    A named address that does not answer is refused within CLUSTER_PROBE_SECONDS, in one line.
+    A local instance is marked and watched (:mod:`.reaper`): whatever ends this process, no Ray
+    process it started outlives it by more than a few seconds. Signals stay the CLI's
+    (:mod:`.interrupts`): ``ray.init`` installs a SIGTERM handler of its own, which is kept out.
+    """
+    global _STARTED_RAY, _LOG_DIR, _OWNER, _REAPER
     ray = _ray()
     if ray.is_initialized():
         return
-    _STARTED_RAY = True
     kwargs: dict[str, Any] = {"log_to_driver": False}
     if not VERBOSE:
         kwargs["logging_level"] = logging.ERROR
         _mute_ray_driver_prints()
         _mute_ray_data_console()
-    # ray.init installs a SIGTERM handler of its own (sys.exit); the caller's stays in charge.
-    on_term = signal.getsignal(signal.SIGTERM)
-    address = config.ray.address or os.environ.get("RAY_ADDRESS")
+    address = config.ray.address or os.environ.get("RAY_ADDRESS") or None
     if address:
         check_cluster_address(address)
-        try:
-            ctx = ray.init(address=address, **kwargs)
-        except (ConnectionError, RuntimeError) as e:
-            raise ConfigError(_connect_failure(address, e)) from None
     else:
-        ctx = ray.init(include_dashboard=False, **kwargs)
-    if threading.current_thread() is threading.main_thread() and on_term is not None:
-        signal.signal(signal.SIGTERM, on_term)
+        kwargs["include_dashboard"] = False
+        _OWNER = f"{os.getpid()}-{secrets.token_hex(8)}"
+        _REAPER = reaper.start(_OWNER)  # before the mark: the watchdog is not marked itself
+        os.environ[reaper.OWNER_ENV] = _OWNER  # inherited by every process Ray starts
+    _STARTED_RAY = True
+    try:
+        with _our_sigterm_handler():
+            ctx = ray.init(address=address or "local", **kwargs)
+    except (ConnectionError, RuntimeError) as e:
+        if not address:
+            raise
+        raise ConfigError(_connect_failure(address, e)) from None
+    finally:
+        os.environ.pop(reaper.OWNER_ENV, None)
     with contextlib.suppress(AttributeError, KeyError, TypeError):
         _LOG_DIR = os.path.join(ctx.address_info["session_dir"], "logs")
+
+
+@contextlib.contextmanager
+def _our_sigterm_handler() -> Iterator[None]:
+    """``ray.init`` replaces the SIGTERM handler with one that calls ``sys.exit(15)`` (a bare
+    exit, mid-start); the caller's stays in place: Ray's setter is skipped for the call (a
+    private name: if it moves, the caller's handler is put back after, and Ray's exit is read as
+    the SIGTERM it was)."""
+    main = threading.current_thread() is threading.main_thread()
+    on_term: Any = signal.getsignal(signal.SIGTERM) if main else None
+    utils: Any = None
+    with contextlib.suppress(ImportError):
+        import ray._private.utils as utils
+    setter = getattr(utils, "set_sigterm_handler", None)
+    if setter is not None:
+        utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    except SystemExit as e:
+        if e.code != signal.SIGTERM or on_term in (None, signal.SIG_DFL, signal.SIG_IGN):
+            raise
+        on_term(signal.SIGTERM, None)  # the caller's handler decides (the CLI's raises)
+        raise
+    finally:
+        if setter is not None:
+            utils.set_sigterm_handler = setter
+        if main and on_term is not None and signal.getsignal(signal.SIGTERM) is not on_term:
+            signal.signal(signal.SIGTERM, on_term)
 
 
 def _mute_ray_driver_prints() -> None:
@@ -157,24 +202,39 @@ def ray_log_dir() -> str | None:
 
 
 def shutdown_ray() -> None:
-    """Shuts down the Ray instance this module started (the CLI calls it on every exit)."""
+    """Shuts down the Ray instance this module started (the CLI calls it on every exit), then
+    ends any process of a local instance still alive (marked, :mod:`.reaper`)."""
     global _STARTED_RAY
     if _STARTED_RAY and "ray" in sys.modules:
         sys.modules["ray"].shutdown()
     _STARTED_RAY = False
+    if _OWNER is not None and reaper.supported():
+        reaper.kill_marked(_OWNER, seconds=2.0)
 
 
-def check_cluster_address(address: str, timeout: float = 5.0) -> None:
+#: Seconds a named cluster address gets to accept a connection before the job is refused.
+CLUSTER_PROBE_SECONDS = 2.0
+
+
+def check_cluster_address(
+    address: str, timeout: float = CLUSTER_PROBE_SECONDS, found_by: str = ""
+) -> None:
     """Fails fast when nothing listens at a ``host:port`` cluster address.
 
     ``ray.init(address=...)`` retries an absent cluster for ~14 minutes before it raises; a TCP
-    connect to the GCS port says the same in seconds. ``auto``, ``local`` and ``ray://`` client
-    addresses are left to Ray.
+    connect to the GCS port says the same in seconds. ``auto`` is probed at the address Ray
+    would pick (the ``ray_current_cluster`` file of the last ``ray start``: a stale one names a
+    dead cluster); ``local`` and ``ray://`` client addresses are left to Ray.
 
     Raises:
         ConfigError: nothing accepts a connection at ``address`` within ``timeout`` seconds.
     """
-    if address in ("auto", "local") or "://" in address:
+    if address == "auto":
+        found = _auto_address()
+        if found is not None:  # else Ray says in one line that it found no cluster
+            check_cluster_address(found, timeout, " (found by 'auto': a past `ray start` left it)")
+        return
+    if address == "local" or "://" in address:
         return
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit():
@@ -183,9 +243,21 @@ def check_cluster_address(address: str, timeout: float = 5.0) -> None:
         socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout).close()
     except OSError as e:
         raise ConfigError(
-            f"no Ray cluster answers at {address} ({e.strerror or e}); start one with "
+            f"no Ray cluster answers at {address}{found_by} ({e.strerror or e}); start one with "
             "`ray start --head`, fix --address / RAY_ADDRESS, or leave both unset to run locally"
         ) from None
+
+
+def _auto_address() -> str | None:
+    """The ``host:port`` Ray resolves ``address="auto"`` to, or None (none found, or Ray's
+    private resolver moved: then Ray resolves it itself)."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+
+        found = canonicalize_bootstrap_address("auto")
+    except Exception:  # no cluster found, or the private name moved
+        return None
+    return found if isinstance(found, str) and found else None
 
 
 def _connect_failure(address: str, error: BaseException) -> str:
@@ -725,7 +797,8 @@ def run_pipeline(
         staging.discard()
         shutil.rmtree(out.parent, ignore_errors=True)
         return PipelineResult(None, [], stats)
-    staging.commit(stats, sample_files)
+    with commit_point():  # a Ctrl-C here waits for the commit's end: a committed job exits 0
+        staging.commit(stats, sample_files)
     written = [str(out / "samples" / f["name"]) for f in sample_files]
     return PipelineResult(os.fspath(out_dir), written, stats)
 
