@@ -34,6 +34,7 @@ __all__ = [
     "SchemaError",
     "UnsupportedFormatError",
     "Where",
+    "cut",
     "error_from_dict",
     "error_to_dict",
     "shown",

@@ -92,6 +92,19 @@ def test_where_shows_names_and_ids_cut() -> None:
     assert "(1002 chars)" in text and "(5000 chars)" in text and "row 3" in text
 
 
+def test_any_error_line_of_the_cli_is_cut(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A message built elsewhere with a long value (here an import error naming a 5,000-char
+    module) is cut by the CLI to 2,000 characters and its length."""
+    module = "m" * 5000
+    argv = ["process", str(ROWS[0]), "--out", str(tmp_path / "o"), "--engine", "local"]
+    argv += ["--json", "--prelearner", f"{module}:Cls"]
+    code, _, err = run(argv, capfd)
+    assert code == 2 and len(err) == 1, err
+    assert len(err[0]) < 2200 and "chars)" in err[0], len(err[0])
+
+
 # ------------------------------------------------------------------------------------------------
 # file names that are not UTF-8
 # ------------------------------------------------------------------------------------------------
