@@ -422,6 +422,34 @@ CASES: list[Case] = [
     refuse("set-limit-a-bool", "good_rows",
            PROCESS + """ --set 'read.limits={"max_array_bytes":true}'""",
            "read.limits.max_array_bytes", "True"),
+    # issue 20: Parquet bombs ------------------------------------------------------------------
+    # Refused from the footer before anything is decoded (tests/test_parquet_guard.py measures
+    # each refusal's time and peak memory in a subprocess); counted per file under skip. Then
+    # files of one input whose columns disagree: refused in planning, the same on both engines
+    # (tests/test_parquet_guard.py runs these makers through --engine ray as well).
+    data_refusal("parquet-dictionary-bomb", "parquet_dictionary_bomb", PROCESS,
+                 "dictionary-bomb.parquet", "'eps_id'", "200,000 rows", "max_parquet_expansion"),
+    data_refusal("parquet-page-bomb", "parquet_page_bomb", PROCESS,
+                 "page-bomb.parquet", "'obs'", "max_parquet_expansion"),
+    data_refusal("parquet-forged-row-count", "parquet_forged_row_count", PROCESS,
+                 "forged-rows.parquet", "(5,000,000,000 rows)", "max_parquet_row_group_bytes"),
+    data_refusal("parquet-footer-claims-rows", "parquet_footer_claims_rows", PROCESS,
+                 "claims-rows.parquet", "claims 5000000000 rows", "hold 59"),
+    refuse("parquet-page-bomb-inspect", "parquet_page_bomb", INSPECT_RAISE,
+           "page-bomb.parquet", "'obs'", "max_parquet_expansion"),
+    accept("parquet-dictionary-bomb-skipped", "parquet_dictionary_bomb", PROCESS_SKIP,
+           {"rows_in": 0, "files_rejected": 1,
+            "per_file[dictionary-bomb.parquet].error": contains("max_parquet_expansion")}),
+    accept("parquet-forged-row-count-inspect", "parquet_forged_row_count", INSPECT,
+           {"rows": 0, "per_file[forged-rows.parquet].error": contains("5,000,000,000 rows")}),
+    refuse("drift-obs-shape", "drift_obs_shape", PROCESS,
+           "'obs'", "[4] in", "[5] in", "a.parquet", "b.parquet"),
+    refuse("drift-actions-int-string", "drift_actions_int_string", PROCESS,
+           "'actions'", "int64 in", "string in", "a.parquet", "b.parquet"),
+    accept("drift-rewards-float32", "drift_rewards_float32", PROCESS,
+           {"rows_in": 976, "rows_balance": True, "files_rejected": 0}),
+    accept("drift-rewards-int64", "drift_rewards_int64", PROCESS,
+           {"rows_in": 976, "rows_balance": True, "files_rejected": 0}),
 ]
 # fmt: on
 

@@ -298,9 +298,9 @@ def test_read_ahead_reads_the_next_group_while_the_current_one_is_used(
     opened: list[str] = []
     real = file_batches.iter_file_batches
 
-    def spy(group: list[str], batch_size: int | None) -> Any:
+    def spy(group: list[str], batch_size: int | None, *limits: Any) -> Any:
         opened.extend(group)
-        return real(group, batch_size)
+        return real(group, batch_size, *limits)
 
     monkeypatch.setattr(file_batches, "iter_file_batches", spy)
     reader = ReadAhead([[p] for p in paths], 100)

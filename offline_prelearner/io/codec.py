@@ -54,11 +54,20 @@ class DecodeLimits:
         max_decompressed_bytes: Largest output one lz4 frame / one cell may decompress to.
         max_message_bytes: Largest msgpack message (one episode, one cell) accepted.
         max_array_bytes: Largest single numpy array one record may describe.
+        max_parquet_expansion: Bytes a Parquet file may decode to in memory per byte of the
+            file, from its footer (files under 64 MiB decoded are exempt; see
+            ``io/parquet_guard.py``). The standard 84x84x4 pixel rows (zstd) decode to at most
+            200x their size, CartPole rows to 3-6x; the Parquet bombs of issue 20
+            to 20,000-700,000x (so the default, 2,000, is 10x either way).
+        max_parquet_row_group_bytes: Bytes one Parquet row group may decode to in memory
+            (8 GiB: 130k rows of 84x84x4 frames stacked twice).
     """
 
     max_decompressed_bytes: int = 1 << 30
     max_message_bytes: int = 1 << 30
     max_array_bytes: int = 1 << 30
+    max_parquet_expansion: float = 2000.0
+    max_parquet_row_group_bytes: int = 1 << 33
 
     def __post_init__(self) -> None:
         # A limit is a number, checked before any decoding relies on it: "lots" or true is

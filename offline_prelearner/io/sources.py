@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import DataError, UnsupportedFormatError, Where, shown
+from .codec import DEFAULT_LIMITS, DecodeLimits
 from .datasets.d4rl import is_d4rl_file, read_d4rl_file
 from .datasets.minari import (
     data_dir_of,
@@ -39,6 +40,7 @@ from .datasets.minari import (
     read_minari_file,
 )
 from .manifest import MANIFEST_FILE, SAMPLES, Manifest, ManifestFile
+from .parquet_guard import open_parquet
 
 __all__ = [
     "LISTING_REASONS",
@@ -61,8 +63,16 @@ _SKIP_NAMES = ("_SUCCESS", "_common_metadata", "_metadata")
 
 
 #: ``DataError.reason`` of the listing's refusals: they decide which files are the input, so no
-#: ``on_invalid`` policy skips or counts them (the CLI offers none).
-LISTING_REASONS = ("manifest", "manifest_mismatch", "not_listed", "symlink_loop", "file_name")
+#: ``on_invalid`` policy skips or counts them (the CLI offers none). ``schema_drift``: files of
+#: one input whose columns disagree (:func:`~.parquet_guard.check_drift`).
+LISTING_REASONS = (
+    "manifest",
+    "manifest_mismatch",
+    "not_listed",
+    "symlink_loop",
+    "file_name",
+    "schema_drift",
+)
 
 
 def _is_data_file_name(name: str) -> bool:
@@ -463,10 +473,14 @@ def format_of(first: str, *, empty: str | None = "rows") -> str | None:
     return "rows"
 
 
-def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
+def read_table(
+    path: str, columns: list[str] | None = None, limits: DecodeLimits = DEFAULT_LIMITS
+) -> pa.Table:
     """One file as an Arrow table; unreadable files are a DataError naming the file.
 
-    Parquet and JSON lines as they are; a Minari data file or a D4RL file as a step table.
+    Parquet and JSON lines as they are; a Minari data file or a D4RL file as a step table. A
+    Parquet file whose footer claims more than ``limits`` allow is refused before it is read
+    (:mod:`.parquet_guard`).
     """
     if path.endswith((".arrow", ".parquet", ".hdf5")) and is_minari_file(path):
         return read_minari_file(path)
@@ -477,7 +491,11 @@ def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
             import pyarrow.json as pajson
 
             return pajson.read_json(path)
-        return pq.read_table(path, columns=columns)
+        pf = open_parquet(path, limits)
+        missing = [c for c in columns or () if c not in pf.schema_arrow.names]
+        if missing:  # as pq.read_table has it (ParquetFile.read would leave them out)
+            raise pa.ArrowInvalid(f"no column {missing[0]!r} in the file")
+        return pf.read(columns=columns)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         bad = _first_bad_json_line(path) if path.endswith(_JSON_EXT) else None
@@ -508,8 +526,8 @@ def _first_bad_json_line(path: str) -> tuple[int, str] | None:
 
 
 def iter_tables(
-    files: list[str], columns: list[str] | None = None
+    files: list[str], columns: list[str] | None = None, limits: DecodeLimits = DEFAULT_LIMITS
 ) -> Iterator[tuple[str, pa.Table]]:
     """Yields ``(path, table)`` per file, in the given (name) order."""
     for f in files:
-        yield f, read_table(f, columns)
+        yield f, read_table(f, columns, limits)

@@ -153,7 +153,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 
     def progress(i: int, n: int, name: str, steps: int) -> None:
         if not args.json:
-            sys.stderr.write(f"  converted {i}/{n} files, {steps} steps read ({name})\n")
+            sys.stderr.write(f"  converted {i}/{n} files, {steps} input rows read ({name})\n")
             sys.stderr.flush()
 
     read = ReadConfig(

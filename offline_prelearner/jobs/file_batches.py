@@ -29,6 +29,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import DataError, Where
+from ..io.codec import DEFAULT_LIMITS, DecodeLimits
+from ..io.parquet_guard import open_parquet
 from ..io.sources import is_minari_file, read_table
 
 __all__ = [
@@ -65,12 +67,15 @@ def has_list_cells(schema: pa.Schema) -> bool:
     return False
 
 
-def parquet_chunks(path: str, step: int, *, use_threads: bool = False) -> Iterator[pa.Table]:
-    """One Parquet file in tables of at most ``step`` rows; an unreadable file is a DataError
-    naming it (``reason="unreadable_file"``). A valid file of zero rows (an empty partition, as
-    Spark writes them) gives no tables."""
+def parquet_chunks(
+    path: str, step: int, *, use_threads: bool = False, limits: DecodeLimits = DEFAULT_LIMITS
+) -> Iterator[pa.Table]:
+    """One Parquet file in tables of at most ``step`` rows; an unreadable file, or one whose
+    footer claims more than ``limits`` allow (:mod:`~offline_prelearner.io.parquet_guard`), is a
+    DataError naming it (``reason="unreadable_file"``). A valid file of zero rows (an empty
+    partition, as Spark writes them) gives no tables."""
     try:
-        pf = pq.ParquetFile(path)
+        pf = open_parquet(path, limits)
         if pf.metadata.num_rows == 0:
             return
         step = min(step, 1 << 30)
@@ -98,7 +103,9 @@ def parquet_chunks(path: str, step: int, *, use_threads: bool = False) -> Iterat
         ) from None
 
 
-def _file_chunks(path: str, step: int) -> tuple[bool, int, int, Iterator[pa.Table]]:
+def _file_chunks(
+    path: str, step: int, limits: DecodeLimits = DEFAULT_LIMITS
+) -> tuple[bool, int, int, Iterator[pa.Table]]:
     """``(whole, rows, size, chunks)``: a file's tables of at most ``size`` rows, where ``size``
     cuts a file of at least half a batch into equal batches nearest ``step`` rows; ``whole`` for
     whole-file formats (one table, never cut)."""
@@ -108,8 +115,8 @@ def _file_chunks(path: str, step: int) -> tuple[bool, int, int, Iterator[pa.Tabl
         except (pa.ArrowInvalid, OSError):
             rows = 0  # parquet_chunks names the problem
         size = _batch_rows(rows, step)
-        return False, rows, size, parquet_chunks(path, size, use_threads=True)
-    table = read_table(path)
+        return False, rows, size, parquet_chunks(path, size, use_threads=True, limits=limits)
+    table = read_table(path, limits=limits)
     if path.endswith((".json", ".jsonl", ".ndjson")):
         size = _batch_rows(table.num_rows, step)
         chunks = (table.slice(s, size) for s in range(0, max(table.num_rows, 1), size))
@@ -129,7 +136,7 @@ def _batch_rows(rows: int, step: int) -> int:
 
 
 def iter_file_batches(
-    paths: list[str], batch_size: int | None
+    paths: list[str], batch_size: int | None, limits: DecodeLimits = DEFAULT_LIMITS
 ) -> Iterator[tuple[pa.Table, str | None]]:
     """``(table, file)`` batches of about ``batch_size`` rows over ``paths`` in order; ``file``
     is None when a batch's rows come from more than one file. No ``batch_size``: a batch a file.
@@ -159,7 +166,7 @@ def iter_file_batches(
 
     half = 1 if step == _WHOLE else max(1, step // 2)
     for path in paths:
-        whole, rows, size, chunks = _file_chunks(path, step)
+        whole, rows, size, chunks = _file_chunks(path, step, limits)
         if whole or rows < half:  # gathered with its neighbours, up to a batch
             for chunk in chunks:
                 hold(chunk, path)
@@ -295,10 +302,17 @@ class ReadAhead:
     follows is unknown: ``ahead=False`` then reads each group on its own, wasting no read).
     """
 
-    def __init__(self, groups: list[list[str]], batch_size: int | None, ahead: bool = True):
+    def __init__(
+        self,
+        groups: list[list[str]],
+        batch_size: int | None,
+        ahead: bool = True,
+        limits: DecodeLimits = DEFAULT_LIMITS,
+    ):
         self.groups = groups
         self.batch_size = batch_size
         self.ahead = ahead
+        self.limits = limits
         self._stream: Iterator[tuple[int, pa.Table | None, str | None]] | None = None
         self._at: int | None = None  # the group whose first batch the stream gives next
 
@@ -309,7 +323,7 @@ class ReadAhead:
         (the one in use, one ready, one being read)."""
         stop = len(self.groups) if self.ahead else start + 1
         for k in range(start, stop):
-            for table, source in iter_file_batches(self.groups[k], self.batch_size):
+            for table, source in iter_file_batches(self.groups[k], self.batch_size, self.limits):
                 yield k, table, source
             yield k, None, None
 

@@ -51,6 +51,7 @@ from ..episodes.ledger import Ledger
 from ..errors import ConfigError, OfflinePrelearnerError, error_from_dict, error_to_dict
 from ..io.fast_tensor import Layout, check_layout
 from ..io.leaf_spaces import with_leaf_spaces
+from ..io.parquet_guard import check_files
 from ..io.sources import check_one_format, detect_format, expand_paths
 from ..plugins import import_object
 from ..prelearner import OfflinePreLearner
@@ -338,7 +339,7 @@ class ReadingPreLearnerActor(OfflinePreLearnerActor):
         # Ray caps a worker's thread pools at its CPUs (OMP_NUM_THREADS); this actor does the
         # reading that read tasks did on other CPUs, and decodes its columns in parallel.
         pa.set_cpu_count(max(pa.cpu_count(), config.ray.read_threads))
-        self.reader = ReadAhead(groups or [], config.ray.batch_size, read_ahead)
+        self.reader = ReadAhead(groups or [], config.ray.batch_size, read_ahead, config.read.limits)
 
     def __call__(self, batch: Any) -> Iterator[Any]:
         # The prelearner's state (fragments waiting for their continuation) needs the groups in
@@ -572,6 +573,9 @@ def _read(ray: Any, files: list[str], config: PreLearnerConfig) -> Any:
     """The read stage: JSON lines through pyarrow's reader, Parquet with sized footer reading."""
     if files[0].endswith((".json", ".jsonl", ".ndjson")):
         return ray.data.read_json(files)  # pyarrow's JSON reader (newline-delimited); keeps types
+    # Ray Data's reader decodes on the workers whatever a footer claims: bombs and files that
+    # disagree are refused here, on the driver, from the footers (io/parquet_guard.py).
+    check_files(files, config.read.limits)
     if FOOTER_ACTORS_ENV in os.environ:  # the user's setting wins
         return ray.data.read_parquet(files)
     os.environ[FOOTER_ACTORS_ENV] = str(footer_readers(config, len(files)))

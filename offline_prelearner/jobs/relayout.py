@@ -32,6 +32,7 @@ from .._version import __version__
 from ..io.arrow_columns import TENSOR_EXTENSIONS, column_to_numpy, is_tensor_field
 from ..io.fast_tensor import FAST_TENSOR_NAME, Layout, check_layout
 from ..io.fast_tensor import parquet_dictionary_columns as dictionary
+from ..io.parquet_guard import open_parquet
 from ..io.writers import columns_to_table
 from .commit import Staging, file_sha256, write_json_atomic
 from .file_batches import READ_ROWS, has_list_cells
@@ -68,7 +69,7 @@ def _relayout_file(src: str, root: str, name: str, layout: Layout) -> dict[str, 
     """Rewrites one file, row group by row group, under a temporary name; its manifest entry."""
     path = Path(root) / name
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    pf = pq.ParquetFile(src)
+    pf = open_parquet(src)
     rows = 0
     try:
         writer: pq.ParquetWriter | None = None
@@ -134,6 +135,8 @@ def relayout_rows(
     """
     start = time.perf_counter()
     layout = check_layout(layout)
+    for f in files:  # a Parquet bomb is refused here, before any worker opens it
+        open_parquet(f)
     inputs = [_stat(f) for f in files]
     config = {"job": "convert", "to": "rows", "from": "rows", "layout": layout}
     job = {

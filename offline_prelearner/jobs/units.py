@@ -46,7 +46,9 @@ import pyarrow.parquet as pq
 
 from ..config import PreLearnerConfig
 from ..errors import DataError
+from ..io.codec import DEFAULT_LIMITS, DecodeLimits
 from ..io.fast_tensor import Layout, parquet_dictionary_columns
+from ..io.parquet_guard import check_drift, open_parquet
 from ..io.schema import load_schema
 from ..io.sources import WHOLE_FILE_FORMATS, read_table
 from ..io.writers import columns_to_table
@@ -72,7 +74,16 @@ class InputFile:
 
     @classmethod
     def stat(cls, path: str) -> InputFile:
+        return cls.checked(path)[0]
+
+    @classmethod
+    def checked(
+        cls, path: str, limits: DecodeLimits = DEFAULT_LIMITS
+    ) -> tuple[InputFile, pa.Schema | None]:
+        """The file and, for Parquet, its schema from the footer, which is checked against
+        ``limits`` (:mod:`~offline_prelearner.io.parquet_guard`: a DataError refuses a bomb)."""
         st = os.stat(path)
+        schema = None
         rows = None
         if path.endswith(".arrow"):  # Minari's arrow backend: one episode per file
             try:
@@ -82,10 +93,11 @@ class InputFile:
                 rows = None
         elif not path.endswith((*_JSON_EXT, ".hdf5", ".h5")):
             try:
-                rows = pq.ParquetFile(path).metadata.num_rows
+                pf = open_parquet(path, limits, size=st.st_size)
+                rows, schema = pf.metadata.num_rows, pf.schema_arrow
             except (pa.ArrowInvalid, OSError):
                 rows = None  # the reader names the file when it fails on it
-        return cls(path, st.st_size, st.st_mtime_ns, rows)
+        return cls(path, st.st_size, st.st_mtime_ns, rows), schema
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -173,6 +185,35 @@ def _group_files(inputs: tuple[InputFile, ...], min_rows: int) -> list[int]:
     return unit_of
 
 
+def _check_inputs(
+    files: list[str], config: PreLearnerConfig
+) -> tuple[tuple[InputFile, ...], set[int]]:
+    """Every input as the plan sees it, its Parquet footer checked on this process (the driver,
+    on the Ray engine) before any unit opens it: against ``read.limits``
+    (:mod:`~offline_prelearner.io.parquet_guard`) and, for row data, the schemas against each
+    other (:func:`~offline_prelearner.io.parquet_guard.check_drift`). Under ``on_invalid="raise"``
+    a refusal ends the job here; under skip or quarantine the file's rows are unknown and the
+    unit that reads it refuses and counts it (returned: the indices of those files)."""
+    limits = config.read.limits
+    inputs: list[InputFile] = []
+    schemas: list[pa.Schema | None] = []
+    refused: set[int] = set()
+    for i, f in enumerate(files):
+        try:
+            got, schema = InputFile.checked(f, limits)
+        except DataError:
+            if config.read.on_invalid == "raise":
+                raise
+            st = os.stat(f)
+            got, schema = InputFile(f, st.st_size, st.st_mtime_ns, None), None
+            refused.add(i)
+        inputs.append(got)
+        schemas.append(schema)
+    if config.read.format == "rows":
+        check_drift(files, schemas)
+    return tuple(inputs), refused
+
+
 #: Overrides :data:`UNIT_MIN_ROWS` (more, smaller units: parallelism, fault tests).
 UNIT_MIN_ROWS_ENV = "OFFLINE_PRELEARNER_UNIT_MIN_ROWS"
 
@@ -184,7 +225,7 @@ def plan_units(files: list[str], config: PreLearnerConfig, min_rows: int | None 
     """
     if min_rows is None:
         min_rows = int(os.environ.get(UNIT_MIN_ROWS_ENV, UNIT_MIN_ROWS))
-    inputs = tuple(InputFile.stat(f) for f in files)
+    inputs, refused = _check_inputs(files, config)
     fmt = config.read.format
     if fmt in WHOLE_FILE_FORMATS:
         unit_of = _group_files(inputs, min_rows) if fmt == "minari" else list(range(len(files)))
@@ -210,10 +251,10 @@ def plan_units(files: list[str], config: PreLearnerConfig, min_rows: int | None 
     foreign: list[list[str]] = [[] for _ in files]  # per file: keys owned by an earlier unit
     ahead: list[dict[int, tuple[list[str], int]]] = [{} for _ in range(n_units)]
     for j, f in enumerate(files):
-        if inputs[j].rows == 0:
+        if inputs[j].rows == 0 or j in refused:
             continue  # an empty partition: no episode starts or continues there
         try:
-            table = read_table(f, columns=list(keys))
+            table = read_table(f, columns=list(keys), limits=config.read.limits)
         except DataError:
             continue  # the unit that reads this file raises the error with its context
         k = row_keys(table, keys)
@@ -248,22 +289,22 @@ def plan_units(files: list[str], config: PreLearnerConfig, min_rows: int | None 
 
 # ====================================================================== reading
 def read_part(
-    plan: Plan, part: Part, batch_size: int | None
+    plan: Plan, part: Part, batch_size: int | None, limits: DecodeLimits = DEFAULT_LIMITS
 ) -> Iterator[tuple[pa.Table, np.ndarray]]:
     """Chunks of one part, each with the row numbers (in its file) of its rows."""
     path = plan.files[part.file].path
     step = batch_size or 1 << 62
     if plan.whole_files:
-        table = read_table(path)
+        table = read_table(path, limits=limits)
         yield table, np.arange(table.num_rows, dtype=np.int64)
         return
     if path.endswith(_JSON_EXT):
-        table = read_table(path)
+        table = read_table(path, limits=limits)
         chunks: Iterator[pa.Table] = (
             table.slice(s, step) for s in range(0, max(table.num_rows, 1), step)
         )
     else:
-        chunks = parquet_chunks(path, step)
+        chunks = parquet_chunks(path, step, limits=limits)
     start = 0
     for chunk in chunks:
         n = chunk.num_rows
@@ -292,6 +333,7 @@ def read_unit(
     unit: Unit,
     batch_size: int | None,
     unreadable: Callable[[int, DataError], None] | None = None,
+    limits: DecodeLimits = DEFAULT_LIMITS,
 ) -> Iterator[tuple[pa.Table, np.ndarray, np.ndarray]]:
     """A unit's rows in ``batch_size`` chunks, each with the file index and file row of each row.
 
@@ -314,7 +356,7 @@ def read_unit(
         return table, np.concatenate(files), np.concatenate(rows)
 
     for part in unit.parts:
-        parts = read_part(plan, part, step)
+        parts = read_part(plan, part, step, limits)
         while True:
             try:
                 chunk, rows = next(parts)
@@ -384,7 +426,11 @@ def run_unit(
     skip = config.read.on_invalid != "raise"
     try:
         chunks = read_unit(
-            job.plan, unit, config.ray.batch_size, tally.unreadable if skip else None
+            job.plan,
+            unit,
+            config.ray.batch_size,
+            tally.unreadable if skip else None,
+            config.read.limits,
         )
         for chunk, file_idx, rows in chunks:
             one_file = file_idx[0] == file_idx[-1]

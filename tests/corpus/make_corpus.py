@@ -31,6 +31,7 @@ import lz4.frame
 import msgpack
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parents[2]
@@ -994,6 +995,163 @@ def config_read_section(d: Path) -> Path:
     """A config file with a ``read:`` section (was an AttributeError traceback)."""
     (d / "config.yaml").write_text("read:\n  format: rows\n  on_invalid: skip\n")
     return nan_reward(d)
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 20: Parquet bombs (files of KBs whose footer claims, or whose pages hold, gigabytes),
+# and files of one input whose columns disagree
+# ---------------------------------------------------------------------------------------------
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def forge_parquet_count(path: Path, old: int, new: int, fields: int) -> Path:
+    """Rewrites, in the footer of the Parquet file ``path``, the first ``fields`` Thrift i64
+    fields holding ``old`` (compact protocol: zigzag varints) to hold ``new``, and the footer's
+    length. In the order pyarrow writes them: the file's row count, then per row group its row
+    count and each column's value count."""
+    raw = path.read_bytes()
+    assert raw[-4:] == b"PAR1"
+    n = struct.unpack("<I", raw[-8:-4])[0]
+    footer = raw[-8 - n : -8]
+    pattern, forged = _varint(old << 1), _varint(new << 1)  # zigzag of a non-negative i64
+    out, i, done = bytearray(), 0, 0
+    while i < len(footer):
+        hit = footer.startswith(pattern, i)
+        if hit and done < fields and i and footer[i - 1] & 0x0F == 6:  # an i64 field header
+            out += forged
+            i += len(pattern)
+            done += 1
+            continue
+        out.append(footer[i])
+        i += 1
+    assert done == fields, (done, fields)
+    path.write_bytes(raw[: -8 - n] + bytes(out) + struct.pack("<I", len(out)) + b"PAR1")
+    return path
+
+
+@maker
+def parquet_dictionary_bomb(d: Path) -> Path:
+    """11 KB: an ``eps_id`` column whose one dictionary entry (10 KB of 'x') 200,000 rows index
+    (2 GB as strings), beside plain rows columns."""
+    n = 200_000
+    ids = pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array(["x" * 10_000]))
+    table = pa.table({"eps_id": ids, "rewards": np.zeros(n), "actions": np.zeros(n, np.int64)})
+    path = d / "dictionary-bomb.parquet"
+    pq.write_table(table, path, compression="zstd", store_schema=False)
+    return path
+
+
+@maker
+def parquet_page_bomb(d: Path) -> Path:
+    """55 KB of zstd pages of zeros: 1,024 observations of 1 MiB each (1 GiB decoded), in
+    row groups of 16 (what the writer holds at once: 16 MiB)."""
+    chunk = pa.table({"obs": pa.array([bytes(1 << 20)] * 16, pa.binary())})
+    path = d / "page-bomb.parquet"
+    with pq.ParquetWriter(
+        path, chunk.schema, compression="zstd", use_dictionary=False, write_statistics=False
+    ) as w:
+        for _ in range(64):
+            w.write_table(chunk)
+    return path
+
+
+@maker
+def parquet_forged_row_count(d: Path) -> Path:
+    """4,321 rows of CartPole-like columns; the footer's file, row group and column counts
+    forged to 5e9 (readers allocate by the claimed count)."""
+    n, cols = 4321, 3
+    table = pa.table(
+        {
+            "eps_id": np.repeat(np.arange(n // 20 + 1), 20)[:n].astype(str),
+            "rewards": np.ones(n),
+            "actions": np.zeros(n, np.int64),
+        }
+    )
+    path = d / "forged-rows.parquet"
+    pq.write_table(table, path)
+    return forge_parquet_count(path, n, 5_000_000_000, 2 + cols)
+
+
+@maker
+def parquet_footer_claims_rows(d: Path) -> Path:
+    """Good rows whose footer claims 5e9 rows; its row group holds what it holds."""
+    path = write_rows(clean_rows(), d / "claims-rows.parquet")
+    n = pq.read_metadata(path).num_rows
+    return forge_parquet_count(path, n, 5_000_000_000, 1)
+
+
+def _shipped_halves() -> tuple[pa.Table, pa.Table]:
+    """The first shipped rows file to its last episode's end, cut between episodes in two."""
+    table = pq.read_table(sorted(ROWS.glob("*.parquet"))[0])
+    done = np.flatnonzero(
+        np.asarray(table.column("terminateds")) | np.asarray(table.column("truncateds"))
+    )
+    table = table.slice(0, int(done[-1]) + 1)
+    ids = table.column("eps_id").to_pylist()
+    cut = ids.index(ids[len(ids) // 2])  # where the middle row's episode starts
+    return table.slice(0, cut), table.slice(cut)
+
+
+def _with_column(table: pa.Table, name: str, field: pa.Field, values: pa.Array) -> pa.Table:
+    return table.set_column(table.schema.get_field_index(name), field, values)
+
+
+def _drifting(d: Path, second: pa.Table) -> Path:
+    """The input folder ``d/data``: the first half as ``a.parquet``, ``second`` as ``b``."""
+    first, _ = _shipped_halves()
+    (d / "data").mkdir()
+    pq.write_table(first, d / "data" / "a.parquet")
+    pq.write_table(second, d / "data" / "b.parquet")
+    return d / "data"
+
+
+@maker
+def drift_obs_shape(d: Path) -> Path:
+    """Two files of one input: observations of shape (4,), then (5,) (a zero appended)."""
+    _, second = _shipped_halves()
+    for name in ("obs", "new_obs"):
+        field = second.schema.field(name)
+        flat = pc.list_flatten(second.column(name)).to_numpy().reshape(-1, 4)
+        wide = np.concatenate([flat, np.zeros((len(flat), 1), flat.dtype)], axis=1)
+        offsets = pa.array(np.arange(len(wide) + 1, dtype=np.int64) * 5)
+        meta = {**(field.metadata or {}), b"ARROW:extension:metadata": b"[5]"}
+        second = _with_column(
+            second,
+            name,
+            field.with_metadata(meta),
+            pa.LargeListArray.from_arrays(offsets, pa.array(wide.reshape(-1))),
+        )
+    return _drifting(d, second)
+
+
+@maker
+def drift_actions_int_string(d: Path) -> Path:
+    """Two files of one input: int64 actions, then the same actions as strings."""
+    _, second = _shipped_halves()
+    actions = pc.cast(second.column("actions"), pa.string())
+    return _drifting(d, _with_column(second, "actions", pa.field("actions", pa.string()), actions))
+
+
+@maker
+def drift_rewards_float32(d: Path) -> Path:
+    """Two files of one input: float64 rewards, then float32 (a widening: accepted)."""
+    _, second = _shipped_halves()
+    rewards = pc.cast(second.column("rewards"), pa.float32())
+    return _drifting(d, _with_column(second, "rewards", pa.field("rewards", pa.float32()), rewards))
+
+
+@maker
+def drift_rewards_int64(d: Path) -> Path:
+    """Two files of one input: float64 rewards, then int64 (joined as float64: accepted)."""
+    _, second = _shipped_halves()
+    rewards = pc.cast(second.column("rewards"), pa.int64())
+    return _drifting(d, _with_column(second, "rewards", pa.field("rewards", pa.int64()), rewards))
 
 
 def main(argv: list[str]) -> int:
