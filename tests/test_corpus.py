@@ -422,6 +422,8 @@ CASES: list[Case] = [
     refuse("set-limit-a-bool", "good_rows",
            PROCESS + """ --set 'read.limits={"max_array_bytes":true}'""",
            "read.limits.max_array_bytes", "True"),
+    refuse("non-utf8-out", "good_rows", "process {in} --out {tmp}/out\udcff --engine local --json",
+           "--out", "out\\xff'", "not valid UTF-8"),
     # issue 20: Parquet bombs ------------------------------------------------------------------
     # Refused from the footer before anything is decoded (tests/test_parquet_guard.py measures
     # each refusal's time and peak memory in a subprocess); counted per file under skip. Then

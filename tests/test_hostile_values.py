@@ -46,7 +46,10 @@ MAX_RSS_BYTES = 1 << 30
 def run(argv: list[str], capfd: pytest.CaptureFixture[str]) -> tuple[int, str, list[str]]:
     """``cli.main`` in this process: exit status, stdout, the non-empty stderr lines."""
     capfd.readouterr()
-    code = cli.main(argv)
+    try:
+        code = cli.main(argv)
+    except SystemExit as e:  # argparse
+        code = e.code if isinstance(e.code, int) else 1
     out, err = capfd.readouterr()
     return code, out, [ln for ln in err.splitlines() if ln.strip()]
 
@@ -137,6 +140,25 @@ def test_a_file_name_that_is_not_utf8_is_one_line(
     assert "b'zz-bad\\xff\\xfe.parquet'" in err[0] and "not valid UTF-8" in err[0]
     assert "zz-bad\\udcff\\udcfe.parquet'" in err[0]  # the path, as repr shows it
     assert "--on-invalid" not in err[0]  # which files are the input: no policy skips that
+    assert not os.path.exists(out)
+
+
+@pytest.mark.parametrize("command", ["process", "convert", "record", "inspect"])
+def test_an_output_name_that_is_not_utf8_is_one_line(
+    command: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """``--out`` (or ``--quarantine-dir``) of bytes that are not UTF-8 was a pyarrow traceback
+    after the job had run; now an argument error before it starts."""
+    out = os.fsdecode(os.path.join(os.fsencode(tmp_path), b"out\xff"))
+    argv = {
+        "process": ["process", str(ROWS[0]), "--out", out, "--engine", "local", "--json"],
+        "convert": ["convert", str(ROWS[0]), "--to", "rows", "--out", out, "--json"],
+        "record": ["record", "CartPole-v1", "--steps", "10", "--out", out, "--json"],
+        "inspect": ["inspect", str(ROWS[0]), "--on-invalid", "quarantine", "--quarantine-dir", out],
+    }[command]
+    code, _, err = run(argv, capfd)
+    assert code == 2 and len(err) == 1, err
+    assert "out\\xff'" in err[0] and "not valid UTF-8" in err[0], err[0]
     assert not os.path.exists(out)
 
 

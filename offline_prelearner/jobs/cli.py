@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..config import ReadConfig
-from ..errors import ConfigError, DataError, OfflinePrelearnerError, cut
+from ..errors import ConfigError, DataError, OfflinePrelearnerError, cut, shown
 from . import interrupts
 from .console import JobProgress
 
@@ -277,6 +277,21 @@ def _cmd_process(args: argparse.Namespace) -> int:
 
 
 _PATH_HELP = "a file, a directory (read recursively, name order) or a glob"
+
+
+def _out_path(text: str) -> str:
+    """An output folder (argparse ``type``): Arrow writes only UTF-8 paths, so a name with other
+    bytes (which Python holds as surrogates) is an argument error, not a traceback at the end."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(
+            f"{shown(os.fsencode(text))} is not valid UTF-8, and Arrow writes only UTF-8 paths: "
+            "choose another name"
+        ) from None
+    return text
+
+
 _LEGACY_HELP = (
     "decode RLlib's legacy base64(lz4(pickle)) columns with the restricted unpickler "
     "(numpy arrays and plain builtins only)"
@@ -427,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("record", help="record a gymnasium env into RLlib-compatible offline data")
     r.add_argument("env", help="gymnasium env id, e.g. CartPole-v1")
     r.add_argument("--steps", type=int, required=True, help="env steps to record")
-    r.add_argument("--out", required=True, help="output directory")
+    r.add_argument("--out", type=_out_path, required=True, help="output directory")
     r.add_argument(
         "--format",
         choices=["rows", "episodes"],
@@ -470,7 +485,12 @@ def build_parser() -> argparse.ArgumentParser:
         "bad rows/episodes: stop with the reader's message (default), or count them "
         "(skip / quarantine) in stats.json",
     )
-    pr.add_argument("--out", required=True, help="output directory (samples/*.parquet, stats.json)")
+    pr.add_argument(
+        "--out",
+        type=_out_path,
+        required=True,
+        help="output directory (samples/*.parquet, stats.json)",
+    )
     pr.add_argument("--config", help="a PreLearnerConfig as JSON or YAML")
     pr.add_argument(
         "--set",
@@ -516,6 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     i.add_argument(
         "--quarantine-dir",
+        type=_out_path,
         default=None,
         help="with --on-invalid quarantine: where rejected rows are written",
     )
@@ -569,6 +590,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--max-episode-steps", type=int, default=None, help=_MAX_STEPS_HELP)
     c.add_argument(
         "--out",
+        type=_out_path,
         required=True,
         help="output directory (rows-*/episodes-*.parquet, stats.json, _manifest.json); "
         "must be absent or empty",
