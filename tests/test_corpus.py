@@ -445,7 +445,7 @@ CASES: list[Case] = [
     accept("parquet-forged-row-count-inspect", "parquet_forged_row_count", INSPECT,
            {"rows": 0, "per_file[forged-rows.parquet].error": contains("5,000,000,000 rows")}),
     refuse("drift-obs-shape", "drift_obs_shape", PROCESS,
-           "'obs'", "[4] in", "[5] in", "a.parquet", "b.parquet"),
+           "'obs'", "(4,) in", "(5,) in", "a.parquet", "b.parquet"),
     refuse("drift-actions-int-string", "drift_actions_int_string", PROCESS,
            "'actions'", "int64 in", "string in", "a.parquet", "b.parquet"),
     accept("drift-rewards-float32", "drift_rewards_float32", PROCESS,

@@ -257,7 +257,7 @@ def test_drift_rule_for_types(a: pa.DataType, b: pa.DataType, refused: str | Non
 def test_drift_rule_for_shapes() -> None:
     check_drift(["a", "b"], [_schema(obs=_tensor("[4]")), _schema(obs=_tensor("[4]"))])
     with pytest.raises(
-        DataError, match=r"column 'obs' holds cells of shape \[4\] in 'a' and \[5\] in 'b'"
+        DataError, match=r"column 'obs' holds cells of shape \(4,\) in 'a' and \(5,\) in 'b'"
     ):
         check_drift(["a", "b"], [_schema(obs=_tensor("[4]")), _schema(obs=_tensor("[5]"))])
 

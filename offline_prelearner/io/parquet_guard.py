@@ -27,6 +27,7 @@ group, the column and what it claims.
 from __future__ import annotations
 
 import functools
+import json
 import os
 from dataclasses import dataclass
 
@@ -307,12 +308,21 @@ def _signature(field: pa.Field) -> tuple[str, str | None]:
 
 
 def _shape(field: pa.Field) -> str:
-    """The cell shape a tensor extension declares, for the message (its metadata as it is)."""
+    """The cell shape a tensor extension declares, for the message: ``(4,)`` whether Ray's type
+    is registered in this process or only named in the field's metadata."""
     t = field.type
     if isinstance(t, pa.ExtensionType):
-        shape = getattr(t, "shape", None)
-        return str(tuple(shape)) if shape is not None else t.__arrow_ext_serialize__().decode()
-    return (field.metadata or {}).get(_EXT_META, b"").decode(errors="replace")[:80]
+        raw = t.__arrow_ext_serialize__()
+    else:
+        raw = (field.metadata or {}).get(_EXT_META, b"")
+    try:
+        spec = json.loads(raw)
+    except ValueError:
+        return repr(raw[:80])
+    shape = spec.get("shape") if isinstance(spec, dict) else spec
+    if isinstance(shape, list) and all(isinstance(d, int) for d in shape):
+        return str(tuple(shape))
+    return repr(raw[:80])
 
 
 def check_drift(files: list[str], schemas: list[pa.Schema | None]) -> None:

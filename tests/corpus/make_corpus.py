@@ -1116,11 +1116,14 @@ def drift_obs_shape(d: Path) -> Path:
     """Two files of one input: observations of shape (4,), then (5,) (a zero appended)."""
     _, second = _shipped_halves()
     for name in ("obs", "new_obs"):
-        field = second.schema.field(name)
-        flat = pc.list_flatten(second.column(name)).to_numpy().reshape(-1, 4)
+        field, column = second.schema.field(name), second.column(name).combine_chunks()
+        meta = {**(field.metadata or {}), b"ARROW:extension:metadata": b"[5]"}
+        if isinstance(field.type, pa.ExtensionType):  # Ray's tensor type, registered here
+            meta[b"ARROW:extension:name"] = field.type.extension_name.encode()
+            field, column = pa.field(name, field.type.storage_type), column.storage
+        flat = pc.list_flatten(column).to_numpy().reshape(-1, 4)
         wide = np.concatenate([flat, np.zeros((len(flat), 1), flat.dtype)], axis=1)
         offsets = pa.array(np.arange(len(wide) + 1, dtype=np.int64) * 5)
-        meta = {**(field.metadata or {}), b"ARROW:extension:metadata": b"[5]"}
         second = _with_column(
             second,
             name,
