@@ -278,6 +278,7 @@ def _outcome(path: Path, out: Path, engine: str) -> dict[str, Any]:
     except DataError as e:
         return {"error": type(e).__name__, "line": str(e), "out": out.exists()}
     samples = pq.read_table(out / "samples")
+    assert res.stats["engine"] == engine
     keep = ("rows_in", "rows_balance", "samples_written", "files_rejected", "episodes_kept")
     return {"stats": {k: res.stats.get(k) for k in keep}, "samples": samples}
 
