@@ -97,16 +97,23 @@ MAX_BLOCK_MB = 65_536  # ray.block_mb (64 GiB)
 MAX_SEED = 2**63 - 1
 
 
-def _check_int(
-    section: str, name: str, value: Any, lo: int, hi: int, none_ok: bool = False
-) -> None:
-    """The validator of an integer setting: an int (not a bool) in ``[lo, hi]``."""
+def check_int(label: str, value: Any, lo: int, hi: int, none_ok: bool = False) -> None:
+    """The validator of an integer setting, used by the config and by the object it builds (the
+    storage's capacity, a sample's batch size): an int (not a bool) in ``[lo, hi]``.
+
+    Raises:
+        ConfigError: Naming ``label``, the range and the value found (cut, see ``shown``).
+    """
     if value is None and none_ok:
         return
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ConfigError(
-            f"{section}.{name} must be an integer in [{lo}, {hi}], found {shown(value)}"
-        )
+        raise ConfigError(f"{label} must be an integer in [{lo}, {hi}], found {shown(value)}")
+
+
+def _check_int(
+    section: str, name: str, value: Any, lo: int, hi: int, none_ok: bool = False
+) -> None:
+    check_int(f"{section}.{name}", value, lo, hi, none_ok)
 
 
 def _check_float(section: str, name: str, value: Any, lo: float, hi: float) -> None:

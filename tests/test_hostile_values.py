@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -34,6 +35,8 @@ from offline_prelearner.config import (
 from offline_prelearner.errors import ConfigError, Where, shown
 from offline_prelearner.io.codec import MAX_LIMIT, DecodeLimits
 from offline_prelearner.jobs import cli
+from offline_prelearner.replay.replay_buffer import EpisodeReplayBuffer
+from offline_prelearner.replay.storage import EpisodeStorage
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS = sorted((REPO / "datasets" / "cartpole-v1" / "rows").glob("*.parquet"))
@@ -323,6 +326,17 @@ def test_an_n_step_range_has_the_same_bound() -> None:
     assert SampleConfig(n_step=[1, 10_000]).n_step == (1, 10_000)
     with pytest.raises(ConfigError, match=r"hi <= 10000, found \[1, 10001\]"):
         SampleConfig(n_step=[1, 10_001])
+
+
+def test_the_objects_a_config_builds_use_the_same_validators() -> None:
+    """One validator per setting: the storage's capacity and a sample's batch size are held to
+    the config's bounds when built or called directly (10**12 was a MemoryError traceback)."""
+    with pytest.raises(ConfigError, match=r"capacity \(timesteps\) must be an integer in \[2, "):
+        EpisodeStorage(10**12)
+    assert EpisodeStorage(np.int64(100)).capacity == 100
+    buffer = EpisodeReplayBuffer(100)
+    with pytest.raises(ConfigError, match=r"batch_size must be an integer in \[1, 4194304\]"):
+        buffer.sample(10**12)
 
 
 @pytest.mark.parametrize("value", ["lots", True, 1.5, 0, -1, MAX_LIMIT + 1, None, [1]])

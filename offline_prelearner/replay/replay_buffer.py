@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..config import MAX_TRAIN_BATCH, check_int
 from ..episodes import columns as C
 from ..episodes.episode import Episode
 from ..episodes.episode_columns import EpisodeColumns
@@ -438,13 +439,11 @@ class EpisodeReplayBuffer:
 
 
 def _batch_size(batch_size: object) -> int:
-    if (
-        isinstance(batch_size, bool)
-        or not isinstance(batch_size, (int, np.integer))
-        or (batch_size < 1)
-    ):
-        raise ConfigError(f"batch_size must be an int >= 1, found {batch_size!r}")
-    return int(batch_size)
+    """``sample.train_batch_size``'s validator (numpy's ints too): at most 4,194,304 samples."""
+    if isinstance(batch_size, np.integer):
+        batch_size = int(batch_size)
+    check_int("batch_size", batch_size, 1, MAX_TRAIN_BATCH)
+    return int(batch_size)  # type: ignore[call-overload]
 
 
 def _expand(changes: list[Change | Placements]) -> list[Change | Placements]:

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from ..config import MAX_STEPS, check_int
 from ..episodes.episode import Episode
 from ..episodes.episode_columns import EpisodeColumns
 from ..errors import ConfigError, DataError, EpisodeValidationError, Where
@@ -74,12 +75,9 @@ class EpisodeStorage:
     """Ring arrays of timesteps and a table of the episodes they hold. See the module docstring."""
 
     def __init__(self, capacity: int) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
-            raise ConfigError(
-                f"capacity must be an integer number of timesteps, found {capacity!r}"
-            )
-        if capacity < 2:
-            raise ConfigError(f"capacity must be at least 2 timesteps, found {capacity}")
+        if isinstance(capacity, np.integer):
+            capacity = int(capacity)
+        check_int("capacity (timesteps)", capacity, 2, MAX_STEPS)  # buffer.capacity's validator
         self.capacity = int(capacity)
         self.columns: dict[str, np.ndarray] = {}  # "obs", "actions", "rewards", "extras/<name>"
         self.extra_names: tuple[str, ...] = ()
