@@ -308,11 +308,14 @@ def test_both_engines_give_the_same_answer(ray_local: Any, tmp_path: Path, make:
 @pytest.mark.slow
 def test_ray_data_reader_never_opens_a_bomb(ray_local: Any, tmp_path: Path) -> None:
     """The learner stream's Ray Data read (``group_by_episode``) checks the footers on the
-    driver before ``read_parquet``."""
-    from offline_prelearner.jobs.pipeline import _read
+    driver before ``read_parquet``, and so does the stream whose actors read their files."""
+    from offline_prelearner.jobs.pipeline import _read, iter_learner_batches
 
     bomb = str(mc.parquet_dictionary_bomb(tmp_path))
     good = str(sorted((REPO / "datasets/cartpole-v1/rows").glob("*.parquet"))[0])
     with pytest.raises(DataError, match=r"dictionary-bomb\.parquet"):
         _read(ray_local, [good, bomb], PreLearnerConfig())
     assert _read(ray_local, [good], PreLearnerConfig()).count() == pq.read_metadata(good).num_rows
+    # The learner stream whose actors read their own files: refused on the driver too.
+    with pytest.raises(DataError, match=r"dictionary-bomb\.parquet"):
+        next(iter(iter_learner_batches([good, bomb], PreLearnerConfig())))

@@ -512,6 +512,8 @@ def _map(
     if reads_in_actor(config):
         # A group of files per task, named by its index (its outputs reach the learner when it
         # ends); the actors hold the groups and read them, one task at a time each, in order.
+        if config.read.on_invalid == "raise":  # bombs and drift: one line, no actor started
+            check_files(files, config.read.limits)
         groups = read_groups(files, rc.batch_size)
         items = [{"group": k} for k in range(len(groups))]
         tasks = ray.data.from_items(items, override_num_blocks=len(groups))
