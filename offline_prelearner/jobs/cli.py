@@ -677,7 +677,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = _run(args)
     finally:
         interrupts.closing(code)  # from here a signal is recorded, never raised
-        if not (program and _interrupted()):
+        if not (program and _interrupted() and pipeline.ray_watched()):
             _shutdown()
         if not program:
             interrupts.restore(previous)

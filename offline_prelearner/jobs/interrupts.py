@@ -72,7 +72,7 @@ class _State:
 _state = _State()
 
 #: Seconds the main thread gets to act on a signal before the watch ends the process for it.
-GRACE_SECONDS = 3.0
+GRACE_SECONDS = 2.0
 
 
 def _on_signal(signum: int, frame: Any) -> None:

@@ -210,7 +210,14 @@ def shutdown_ray() -> None:
         sys.modules["ray"].shutdown()
     _STARTED_RAY = False
     if _OWNER is not None and reaper.supported():
-        reaper.kill_marked(_OWNER, seconds=2.0)
+        reaper.Instance(_OWNER).kill(seconds=2.0)
+
+
+def ray_watched() -> bool:
+    """Whether this process's exit alone ends the Ray processes it started: none were started
+    here (none, or a cluster's), or the local instance's watchdog runs (:mod:`.reaper`). The CLI
+    then leaves an interrupted job's instance to it instead of a shutdown that waits."""
+    return _OWNER is None or (_REAPER is not None and _REAPER.poll() is None)
 
 
 #: Seconds a named cluster address gets to accept a connection before the job is refused.
@@ -252,12 +259,17 @@ def check_cluster_address(
 def _auto_address() -> str | None:
     """The ``host:port`` Ray resolves ``address="auto"`` to, or None (none found, or Ray's
     private resolver moved: then Ray resolves it itself)."""
+    quiet = logging.getLogger("ray._private.services")  # "Found multiple active Ray instances"
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # the console is ours: Ray's warning is not our one line
     try:
         from ray._private.services import canonicalize_bootstrap_address
 
         found = canonicalize_bootstrap_address("auto")
     except Exception:  # no cluster found, or the private name moved
         return None
+    finally:
+        quiet.setLevel(level)
     return found if isinstance(found, str) and found else None
 
 
