@@ -271,7 +271,7 @@ PHASES: dict[str, Callable[[Job], bool]] = {
     "ray.init": lambda job: job.has("gcs_server"),
     "after ray.init": lambda job: job.has("ray::"),
     "units": lambda job: job.units_done() >= 1,
-    "last unit": lambda job: job.units_done() >= N_FILES,
+    "last unit": lambda job: job.units_done() >= N_FILES - 1,  # the commit follows it
     "shutdown": lambda job: bool(job.stdout.strip()),
 }
 
@@ -289,8 +289,10 @@ def test_sigint_to_the_group_at_any_moment(
     data: Path, start: Callable[..., Job], phase: str, delay: float
 ) -> None:
     job = start(data)
-    if not _until(job, lambda: PHASES[phase](job), phase):
-        pytest.fail(f"the job ended before {phase!r}: rc {job.proc.returncode}, {job.stderr}")
+    if not _until(job, lambda: PHASES[phase](job), phase):  # too fast to catch: still clean
+        assert job.proc.returncode == 0, (job.proc.returncode, job.stderr)
+        assert_clean_end(job, 0)
+        pytest.skip(f"the job ended before {phase!r} was seen (complete, exit 0)")
     time.sleep(delay)
     sent = time.monotonic()
     with contextlib.suppress(ProcessLookupError):
@@ -336,13 +338,27 @@ def test_sigkill_of_the_driver_takes_its_ray_along(data: Path, start: Callable[.
 
 
 # ============================================================================ clusters nobody named
+def _auto_finds(ray_tmp: Path) -> str | None:
+    """The port Ray resolves ``address="auto"`` to with this module's temp dir: the stale file's,
+    unless exactly one other cluster runs on this machine (Ray then picks that one)."""
+    env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "RAY_ADDRESS": "auto"}
+    code = (
+        "from ray._private.services import canonicalize_bootstrap_address as c;"
+        "print(c('auto').rsplit(':', 1)[1])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    return done.stdout.strip() or None
+
+
 @pytest.mark.parametrize("how", ["RAY_ADDRESS=auto", "--address"])
 def test_an_address_that_does_not_answer_is_one_line_in_seconds(
-    data: Path, start: Callable[..., Job], stale_address: str, how: str
+    data: Path, start: Callable[..., Job], stale_address: str, how: str, ray_tmp: Path
 ) -> None:
     if how == "--address":
         job = start(data, "--address", stale_address)
     else:
+        if _auto_finds(ray_tmp) != stale_address.rsplit(":", 1)[1]:
+            pytest.skip("a Ray cluster runs on this machine: 'auto' joins it, as Ray documents")
         job = start(data, env={"RAY_ADDRESS": "auto"})
     rc = job.wait(60)
     assert time.monotonic() - job.started < 25  # Ray would retry for ~14 minutes
