@@ -369,3 +369,29 @@ def test_an_address_that_does_not_answer_is_one_line_in_seconds(
     assert re.search(f"no Ray cluster answers at [^ ]+:{port}", lines[0]), lines[0]
     assert not job.out.exists()
     assert not job.left_after_exit()
+
+
+# ============================================================================ where Python swallows
+_SWALLOWED = """
+import os, signal, subprocess, threading, time
+from offline_prelearner.jobs import interrupts
+interrupts.install()
+os.register_at_fork(after_in_parent=lambda: time.sleep(0.6))  # as logging's fork hook runs
+threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+try:
+    subprocess.Popen(["true"], preexec_fn=lambda: None).wait()  # Ray starts its processes so
+    time.sleep(2)
+    print("not interrupted")
+except KeyboardInterrupt:
+    print("interrupted", interrupts.received())
+"""
+
+
+def test_an_interrupt_raised_where_python_swallows_it_is_raised_again() -> None:
+    """A SIGINT that lands in a fork hook (Ray starting a process, logging's hook running) was
+    printed as "Exception ignored ... Traceback" and lost; it is raised again just after."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SWALLOWED], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip() == f"interrupted {int(signal.SIGINT)}", (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr and "ignored" not in done.stderr, done.stderr

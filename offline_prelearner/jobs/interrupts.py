@@ -67,6 +67,7 @@ class _State:
     code: int | None = None  # the exit status, once the job is over
     on_stuck: Callable[[int], None] | None = None
     report = threading.Lock()  # one line, whether the main thread or the watch writes it
+    unraisablehook: Callable[[Any], None] = sys.unraisablehook
 
 
 _state = _State()
@@ -103,11 +104,28 @@ def install(on_stuck: Callable[[int], None] | None = None) -> dict[int, Any]:
     _state.report = threading.Lock()
     _state.on_stuck = on_stuck
     _state.installed = True
+    _state.unraisablehook = sys.unraisablehook
+    sys.unraisablehook = _unraisable
     for s in SIGNALS:
         signal.signal(s, _on_signal)
     if on_stuck is not None:
         _start_watch()
     return previous
+
+
+def _unraisable(info: Any) -> None:
+    """Python swallows an exception raised where it cannot propagate -- a fork hook (logging's,
+    while Ray starts a process), a ``__del__``, a weakref callback -- and prints it as "Exception
+    ignored". :class:`Interrupted` raised there is not lost: the signal is sent again to this
+    process, to be raised at the next place that can take it."""
+    exc = getattr(info, "exc_value", None)
+    if isinstance(exc, Interrupted) and not (_state.closing or _state.committed):
+        _state.raised = False  # sent from a thread a moment later: the hook has returned then
+        again = threading.Timer(0.05, os.kill, (os.getpid(), exc.signum))
+        again.daemon = True
+        again.start()
+        return
+    _state.unraisablehook(info)
 
 
 def _start_watch() -> None:
@@ -170,6 +188,8 @@ def restore(previous: dict[int, Any]) -> None:
     """Gives SIGINT and SIGTERM back to the handlers :func:`install` replaced."""
     for s, h in previous.items():
         signal.signal(s, h)
+    if sys.unraisablehook is _unraisable:
+        sys.unraisablehook = _state.unraisablehook
     _state.installed = False
 
 
