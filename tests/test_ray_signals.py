@@ -12,7 +12,8 @@ job's pid as its session id, which is how "a Ray process of ours" is found here.
   unit (the commit follows), after the summary (Ray's shutdown): the job exits 130 with one line
   and nothing at ``--out``, or 0 with ``--out`` committed and complete (never 130 after a commit,
   never a traceback, a crash or a second line), and no process of its session is alive 5 s after
-  it exited. 5 moments by default; ``OFFLINE_PRELEARNER_SIGNAL_TRIES=20`` runs 20.
+  it exited. 5 moments by default; ``OFFLINE_PRELEARNER_SIGNAL_TRIES=20`` runs 20
+  (``OFFLINE_PRELEARNER_SIGNAL_SEED`` draws other delays).
 * **SIGTERM while Ray starts** (to the driver, as ``kill`` sends; to the group, as a supervisor
   stopping everything sends): exit 143, one line (it was a bare exit 15).
 * **SIGKILL of the driver** mid-job: Ray's processes are gone within 10 s (the raylet's agents
@@ -57,7 +58,7 @@ COPIES = 66  # x 3,000 shipped rows
 N_FILES = 10
 TRIES_ENV = "OFFLINE_PRELEARNER_SIGNAL_TRIES"
 TRIES = int(os.environ.get(TRIES_ENV, "5"))
-SEED = 20
+SEED = int(os.environ.get("OFFLINE_PRELEARNER_SIGNAL_SEED", "20"))  # the moments' jitter
 JOB_TIMEOUT = 150.0  # seconds: a hang fails the test, not the whole run
 EXIT_AFTER_SIGNAL = 20.0  # an interrupted job exits within this (a few seconds when idle)
 GONE_AFTER_EXIT = 5.0
