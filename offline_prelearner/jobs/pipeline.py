@@ -151,8 +151,8 @@ def _init_ray(config: PreLearnerConfig) -> None:
 def _our_sigterm_handler() -> Iterator[None]:
     """``ray.init`` replaces the SIGTERM handler with one that calls ``sys.exit(15)`` (a bare
     exit, mid-start); the caller's stays in place: Ray's setter is skipped for the call (a
-    private name: if it moves, the caller's handler is put back after, and Ray's exit is read as
-    the SIGTERM it was)."""
+    private name: if it moves, Ray's exit is read as the SIGTERM it was), and the caller's
+    handler is installed again after it (Ray's C++ core adds one of its own)."""
     main = threading.current_thread() is threading.main_thread()
     on_term: Any = signal.getsignal(signal.SIGTERM) if main else None
     utils: Any = None
@@ -171,7 +171,10 @@ def _our_sigterm_handler() -> Iterator[None]:
     finally:
         if setter is not None:
             utils.set_sigterm_handler = setter
-        if main and on_term is not None and signal.getsignal(signal.SIGTERM) is not on_term:
+        if main and on_term is not None:
+            # Always, even when Python's table still holds it: Ray's core worker installs a C
+            # failure-signal handler for SIGTERM that prints "*** SIGTERM received ***" and a
+            # stack before passing the signal on; this puts Python's own C handler back.
             signal.signal(signal.SIGTERM, on_term)
 
 
