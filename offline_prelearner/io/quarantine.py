@@ -27,7 +27,7 @@ from ..episodes.ledger import Rejection
 from .leaf_spaces import with_leaf_spaces
 from .writers import episodes_to_rows
 
-__all__ = ["quarantine_rows", "write_quarantine"]
+__all__ = ["quarantine_rows", "quarantine_table", "write_quarantine"]
 
 
 def quarantine_rows(rejection: Rejection) -> pa.Table | None:
@@ -50,6 +50,20 @@ def write_quarantine(
     without it the leaf columns are written all the same, without spaces. Returns the path
     written, or None when nothing was quarantined.
     """
+    table = quarantine_table(rejections, observation_space)
+    if table is None:
+        return None
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(os.fspath(out_dir), f"quarantine-{uuid.uuid4().hex[:12]}.parquet")
+    pq.write_table(table, path)
+    return path
+
+
+def quarantine_table(
+    rejections: list[Rejection], observation_space: gym.Space[Any] | None = None
+) -> pa.Table | None:
+    """The rows of ``rejections`` with ``_reject_reason`` and ``_reject_message`` as one table
+    (what :func:`write_quarantine` writes; the batch job writes it per unit), or None."""
     tables = []
     for rej in rejections:
         rows = quarantine_rows(rej)
@@ -62,8 +76,5 @@ def write_quarantine(
         )
     if not tables:
         return None
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(os.fspath(out_dir), f"quarantine-{uuid.uuid4().hex[:12]}.parquet")
     table = pa.concat_tables(tables, promote_options="permissive")
-    pq.write_table(with_leaf_spaces(table, observation_space), path)
-    return path
+    return with_leaf_spaces(table, observation_space)

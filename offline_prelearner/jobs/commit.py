@@ -2,10 +2,12 @@
 
 ::
 
+    out/.cartpole.lock                the job's lock on --out (flock), held for its whole life
     out/.cartpole.staging/            while the job runs (hidden; never looks complete)
-        job.json                      what this job is: version, config, prelearner, inputs
-        units/unit-00003.json         one per finished unit of work: its inputs, files, counts
+        job.json                      what this job is: its id, version, config, inputs, units
+        units/unit-00003.json         one per finished unit of work: its job id, inputs, files
         samples/part-00003-000.parquet
+        quarantine/quarantine-00003-000.parquet   (on_invalid="quarantine")
     out/cartpole/                     after success: the staging folder renamed into place
         samples/...  stats.json  _manifest.json   (the manifest is written last)
 
@@ -17,18 +19,35 @@ reader trusts ``_manifest.json``, never the presence of files. A unit redone by 
 the same names with the same bytes, so a retry cannot duplicate anything; counts are summed from
 the unit records, once per unit, never from reports a restarted worker may send twice.
 
+**A job owns its staging.** Before it reads anything a job takes an OS lock (``flock``) on
+``.<out>.lock`` beside ``--out`` and holds it until its output is in place or it failed; a second
+job into the same ``--out`` is refused in one line naming the job that holds it (pid, start time).
+The kernel drops the lock when its process dies, so a killed job never leaves a stale lock. Each
+job has an id (``job_id``, in ``job.json``, every unit record and the manifest): a unit record
+of another job is never reused, and a unit that finds the staging folder taken over by another
+job writes nothing. The commit moves only the files its own unit records list, each checked
+against its record (a regular file, its size, its sha256) before the rename; anything else in the
+staging folder (a stray file, a temporary name of a killed attempt, an old record) is removed
+first, so it is never committed.
+
 A failed or interrupted job leaves ``--out`` as it was and the staging folder beside it: with
-``resume=True`` the next run reuses every unit whose record matches (same job, same input sizes
-and mtimes, output files present with their checksums) and redoes the rest.
+``resume=True`` the next run adopts that staging (and its job id) under the lock, re-plans against
+the inputs as they are now, reuses every unit whose record still holds (same job, same plan of
+the unit, its inputs of the same size, mtime and content fingerprint -- a Parquet file's footer
+-- and its files present with their checksums), removes everything else, and redoes the rest.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import secrets
 import shutil
+import socket
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,13 +57,23 @@ from typing import Any
 from ..errors import ConfigError
 from ..io.manifest import DATASET, MANIFEST_FILE, SAMPLES, Manifest
 
+try:  # POSIX; elsewhere a job does not lock its --out (one job per --out is then the user's)
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
+
 __all__ = [
     "MANIFEST_FILE",
     "STATS_FILE",
     "CommitError",
+    "OutLock",
     "Staging",
+    "check_out_apart",
     "file_sha256",
+    "input_fingerprint",
+    "input_identity",
     "iter_manifest_files",
+    "output_storage",
     "write_json_atomic",
     "write_parquet_atomic",
 ]
@@ -52,10 +81,13 @@ __all__ = [
 STATS_FILE = "stats.json"
 _JOB_FILE = "job.json"
 _UNITS = "units"
+#: The folder, inside a job's output, of the rows ``on_invalid="quarantine"`` refused.
+QUARANTINE = "quarantine"
 
 
 class CommitError(ConfigError):
-    """The output folder cannot be used as asked (not empty, a file, a resume that does not fit)."""
+    """The output folder cannot be used as asked (not empty, a file, in use by another job, a
+    resume that does not fit, staged files that are not what their units wrote)."""
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
@@ -71,12 +103,15 @@ def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
     """Writes JSON under a temporary name, flushes it to disk, then renames it into place."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as fh:
-        json.dump(obj, fh, indent=2, default=str)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(obj, fh, indent=2, default=str)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a write that failed (a full disk) leaves no temporary file
 
 
 def write_parquet_atomic(root: Path, name: str, table: Any) -> dict[str, Any]:
@@ -123,18 +158,291 @@ def staging_path(out: str | os.PathLike[str]) -> Path:
     return out.parent / f".{out.name}.staging"
 
 
+def lock_path(out: str | os.PathLike[str]) -> Path:
+    """The lock file of ``out``: a hidden sibling (``.<name>.lock``) that the listing skips."""
+    out = Path(out)
+    return out.parent / f".{out.name}.lock"
+
+
+# ====================================================================== the inputs' identity
+#: Bytes hashed from each end of a file that is not Parquet (JSON lines, HDF5, Arrow IPC).
+_ENDS = 1 << 16
+
+
+def input_fingerprint(path: str | os.PathLike[str]) -> str:
+    """A cheap fingerprint of a file's content: the sha256 of a Parquet file's footer (its
+    schema, row groups, column chunk offsets and sizes, per-column statistics: the last 8 bytes
+    give its length), else of the file's first and last 64 KiB. With the size and the mtime it
+    is what a resume compares: a rewrite of the same size (even with its mtime set back) changes
+    the footer's statistics or sizes. The footer is hashed in 1 MiB blocks, never loaded whole,
+    and a footer length that the file cannot hold is not followed."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size >= 12:
+            fh.seek(size - 8)
+            tail = fh.read(8)
+            n = int.from_bytes(tail[:4], "little")
+            if tail[4:] == b"PAR1" and n <= size - 12:
+                h.update(b"parquet-footer\0")
+                fh.seek(size - 8 - n)
+                left = n
+                while left:
+                    block = fh.read(min(left, 1 << 20))
+                    if not block:
+                        break
+                    h.update(block)
+                    left -= len(block)
+                h.update(tail)
+                return "footer:" + h.hexdigest()
+        fh.seek(0)
+        h.update(b"ends\0")
+        h.update(fh.read(_ENDS))
+        if size > _ENDS:
+            fh.seek(max(_ENDS, size - _ENDS))
+            h.update(fh.read(_ENDS))
+        return "ends:" + h.hexdigest()
+
+
+def input_identity(path: str) -> dict[str, Any]:
+    """An input file as a job records it: path, size, mtime and :func:`input_fingerprint`."""
+    st = os.stat(path)
+    return {
+        "path": path,
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "fingerprint": input_fingerprint(path),
+    }
+
+
+# ====================================================================== where --out may be
+_GLOB_CHARS = ("*", "?", "[")
+
+
+def _input_root(item: str) -> str | None:
+    """The existing path an input names: itself, or a glob's folder before its first pattern."""
+    if not any(c in item for c in _GLOB_CHARS):
+        return item if os.path.lexists(item) else None
+    parts = Path(item).parts
+    static = []
+    for part in parts:
+        if any(c in part for c in _GLOB_CHARS):
+            break
+        static.append(part)
+    root = os.path.join(*static) if static else "."
+    return root if os.path.isdir(root) else None
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def check_out_apart(
+    out: str | os.PathLike[str], inputs: str | os.PathLike[str] | list[Any]
+) -> None:
+    """Refuses an ``out`` that is an input folder, lies inside one, or holds an input, before
+    anything is read: the next run over that folder would read this job's output (a ``convert``
+    output is data, so it would be read twice), and ``--overwrite`` would delete the input.
+
+    An input is a file, a folder or a glob (its folder is the part before the first pattern);
+    paths are compared with symlinks resolved. A name that is not a path (a Minari dataset id)
+    is left to the reader.
+
+    Raises:
+        CommitError: one line naming ``out`` and the input.
+    """
+    items = inputs if isinstance(inputs, list) else [inputs]
+    where = os.path.realpath(out)
+    for item in items:
+        text = os.fspath(item)
+        root = _input_root(text)
+        if root is None:
+            continue
+        real = os.path.realpath(root)
+        if where == real:
+            raise CommitError(
+                f"--out {str(out)!r} is the input {text!r} itself; choose an --out outside the "
+                "input"
+            )
+        if os.path.isdir(real) and _within(where, real):
+            raise CommitError(
+                f"--out {str(out)!r} is inside the input folder {text!r}: the next run over it "
+                "would read this job's output; choose an --out outside the input"
+            )
+        if _within(real, where):
+            raise CommitError(
+                f"--out {str(out)!r} holds the input {text!r} (--overwrite would delete it); "
+                "choose an --out outside the input"
+            )
+
+
+# ====================================================================== a full disk
+#: What a full disk, a quota or a file size limit makes a write fail with.
+FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+@contextlib.contextmanager
+def output_storage(out: str | os.PathLike[str]) -> Iterator[None]:
+    """Turns a write that failed for want of room (ENOSPC, EDQUOT, EFBIG) into one OSError of the
+    same errno naming the output (the CLI prints it in one line and exits 3); other errors pass.
+    """
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in FULL:
+            raise
+        code = e.errno
+        raise OSError(
+            code,
+            f"{os.strerror(code)} writing the job's output {str(out)!r} "
+            f"(staged in {str(staging_path(out))!r})",
+        ) from None
+
+
+# ====================================================================== the lock
+class OutLock:
+    """An OS lock (``flock``) on ``--out``: one job writes an ``out`` at a time.
+
+    The lock file ``.<out>.lock`` holds the holder's pid, host and start time (for the refusal's
+    one line). The kernel releases the lock when the holding process dies: a killed job never
+    leaves a stale lock, only the file, which the next job locks and reuses. A job that ends
+    removes the file while it still holds the lock; a job that opened the old file meanwhile
+    finds it gone once it gets the lock and opens the new one (the open, lock, check-the-path
+    loop), so two jobs never hold locks on two different files of one ``out``.
+    """
+
+    def __init__(self, out: str | os.PathLike[str]) -> None:
+        self.out = Path(out)
+        self.path = lock_path(self.out)
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        """Takes the lock, or raises :class:`CommitError` naming the job that holds it."""
+        if self._fd is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(1000):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            if fcntl is None:  # pragma: no cover
+                break
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _holder(fd)
+                os.close(fd)
+                raise CommitError(
+                    f"another job is writing {str(self.out)!r} ({holder}); wait for it to end, "
+                    "or choose another --out"
+                ) from None
+            except OSError as e:
+                os.close(fd)
+                raise CommitError(
+                    f"cannot lock {str(self.path)!r} ({e.strerror}): the folder of --out must "
+                    "allow file locks (flock)"
+                ) from None
+            if _same_file(fd, self.path):
+                break
+            os.close(fd)  # the job that held it ended and removed it: lock the current file
+        else:  # pragma: no cover - a thousand jobs ending in between
+            raise CommitError(f"cannot lock {str(self.path)!r}: it keeps being replaced")
+        info = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        with contextlib.suppress(OSError):  # the lock holds without its note
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(info).encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        """Removes the lock file (still holding the lock) and releases it; idempotent."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            if _same_file(fd, self.path):
+                self.path.unlink()
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    def other_holder(self) -> bool:
+        """Whether a live process other than this one holds the lock (from the lock file's note,
+        without touching the lock: a probe could make a starting job believe it is taken)."""
+        if self._fd is not None:
+            return False
+        try:
+            info = json.loads(self.path.read_text())
+            pid = int(info["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        if pid == os.getpid() or info.get("host") != socket.gethostname():
+            return pid != os.getpid()
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            return True
+        return True
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    fst = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (fst.st_dev, fst.st_ino)
+
+
+def _holder(fd: int) -> str:
+    """The holder's note (pid, start time; the host when it is another), read from the lock
+    file; the holder writes it just after it got the lock, so an empty note is read again."""
+    deadline = time.monotonic() + 0.5
+    while True:
+        try:
+            info = json.loads(os.pread(fd, 4096, 0) or b"null")
+            pid, started = int(info["pid"]), str(info["started_at"])
+        except (OSError, ValueError, KeyError, TypeError):
+            if time.monotonic() < deadline:
+                time.sleep(0.02)
+                continue
+            return "pid unknown"
+        host = info.get("host")
+        on = f" on {host}" if isinstance(host, str) and host != socket.gethostname() else ""
+        return f"pid {pid}{on}, started at {started}"
+
+
+def new_job_id() -> str:
+    """A job's id: its start time and 64 random bits (``20260101T120000-1f2e...``)."""
+    return f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(8)}"
+
+
+# ====================================================================== the staging folder
 @dataclass
 class Staging:
     """The staging folder of one job writing to ``out``.
 
+    Use it as a context manager (``with Staging(...) as staging:``): the job holds the lock on
+    ``out`` inside the block (see :class:`OutLock`); :meth:`open` takes it too if needed.
+
     Args:
         out: The folder the job's result goes to (``--out``).
         job: What identifies the job (version, config, prelearner, inputs...): a unit record of
-            another job is never reused.
+            another job is never reused. ``job["unit_keys"]`` (optional, one per unit): a record
+            is reused only by the unit of the same key (the same plan of the same inputs).
         overwrite: Replace an existing non-empty ``out`` on success (else refused up front).
         resume: Keep the units an earlier run of the same job committed.
         files_dir: The folder, inside ``out``, that unit records' and the manifest's file names
             are relative to (``"samples"``; ``""`` for ``out`` itself, as ``convert`` writes).
+            A record's (and the manifest's) ``quarantine`` entries are relative to ``out``.
     """
 
     out: Path
@@ -148,15 +456,26 @@ class Staging:
         self.path = staging_path(self.out)
         self.samples = self.path / self.files_dir if self.files_dir else self.path
         self.units = self.path / _UNITS
+        self.lock = OutLock(self.out)
+        #: This job's id; a resume adopts the id of the job it resumes.
+        self.job_id = new_job_id()
 
-    # ------------------------------------------------------------------ opening
-    def open(self) -> dict[int, dict[str, Any]]:
-        """Checks ``out``, prepares the staging folder; returns the reusable unit records.
+    def __enter__(self) -> Staging:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    # ------------------------------------------------------------------ the lock
+    def acquire(self) -> None:
+        """Checks that ``out`` can be a folder, then takes the lock on it.
 
         Raises:
-            CommitError: ``out`` is a file, or a non-empty folder without ``overwrite``; or
-                ``resume`` finds a staged job with another config or version.
+            CommitError: ``out`` is a file or lies under one; another job holds the lock.
         """
+        if self.lock.held:
+            return
         if self.out.exists() and not self.out.is_dir():
             raise CommitError(f"--out {str(self.out)!r} is a file; give a folder")
         blocker = _file_on_the_way(self.out.parent)
@@ -164,6 +483,28 @@ class Staging:
             raise CommitError(
                 f"--out {str(self.out)!r} cannot be a folder: {str(blocker)!r} is a file; "
                 "give a folder path"
+            )
+        self.lock.acquire()
+
+    def release(self) -> None:
+        """Releases the lock on ``out`` (the staging folder stays, for a resume)."""
+        self.lock.release()
+
+    # ------------------------------------------------------------------ opening
+    def open(self) -> dict[int, dict[str, Any]]:
+        """Takes the lock, checks ``out``, prepares the staging folder; returns the reusable
+        unit records (a resume) and removes everything else the staging folder held.
+
+        Raises:
+            CommitError: ``out`` is a file, or a non-empty folder without ``overwrite``; another
+                job holds the lock; or ``resume`` finds a staged job with another config or
+                version.
+        """
+        self.acquire()
+        if self.path.is_symlink():  # never walked into (a resume removes what it does not keep)
+            raise CommitError(
+                f"the staging folder {str(self.path)!r} is a symbolic link, not a folder a job "
+                "made; remove it"
             )
         if self.out.is_dir() and any(self.out.iterdir()) and not self.overwrite:
             raise CommitError(
@@ -175,62 +516,101 @@ class Staging:
             if self.resume:
                 kept = self._resumable()
             else:
-                shutil.rmtree(self.path)
+                _remove(self.path)
         elif self.resume:
             raise CommitError(
                 f"--resume: no interrupted job to resume for --out {str(self.out)!r} "
                 f"(no {self.path.name} beside it); run without --resume"
             )
-        if not kept and self.path.exists():
-            shutil.rmtree(self.path)
+        if kept:
+            keep = {p for rec in kept.values() for p, _ in self._entries(rec)}
+            keep |= {self.record_path(k) for k in kept}
+            _remove_all_but(self.path, keep)
+        elif self.path.exists():
+            _remove(self.path)
         self.samples.mkdir(parents=True, exist_ok=True)
         self.units.mkdir(exist_ok=True)
+        self.job["job_id"] = self.job_id
         write_json_atomic(self.path / _JOB_FILE, self.job)
         return kept
 
     def _resumable(self) -> dict[int, dict[str, Any]]:
-        """The unit records of the staged job that still hold (same job, inputs, files)."""
+        """The unit records of the staged job that still hold (same job, plan, inputs, files);
+        the job's id is adopted from the staged job."""
         try:
             staged = json.loads((self.path / _JOB_FILE).read_text())
         except (OSError, ValueError):
             return {}  # a staging folder that never got its job file holds nothing of use
-        for key in ("version", "config", "prelearner", "format"):
+        if not isinstance(staged, dict):
+            return {}
+        for key in ("version", "config", "prelearner", "format", "layout", "seed"):
             if staged.get(key) != self.job.get(key):
                 raise CommitError(
                     f"--resume: the interrupted job had another {key} "
                     f"({_short(staged.get(key))} vs now {_short(self.job.get(key))}); "
                     "run without --resume to start over"
                 )
+        if not isinstance(staged.get("job_id"), str):
+            return {}  # staged before jobs had ids: nothing in it can be told to be its own
+        self.job_id = staged["job_id"]
         kept: dict[int, dict[str, Any]] = {}
         for p in sorted(self.units.glob("unit-*.json")):
             try:
                 rec = json.loads(p.read_text())
-            except (OSError, ValueError):
+                unit = int(rec["unit"])
+            except (OSError, ValueError, KeyError, TypeError):
                 continue
-            if self._holds(rec):
-                kept[int(rec["unit"])] = rec
+            if p == self.record_path(unit) and self._holds(rec):
+                kept[unit] = rec
         return kept
 
     def _holds(self, rec: dict[str, Any]) -> bool:
-        """A unit record is reusable when its inputs are unchanged and its files intact."""
+        """A unit record is reusable when it is this job's, of the same plan (``unit_keys``), its
+        inputs unchanged (size, mtime, fingerprint) and its files intact."""
+        if rec.get("job_id") != self.job_id:
+            return False
         want = {f["path"]: f for f in self.job.get("inputs", [])}
-        for f in rec.get("inputs", []):
-            now = want.get(f["path"])
-            if now is None or (now["size"], now["mtime_ns"]) != (f["size"], f["mtime_ns"]):
-                return False
-        for f in rec.get("files", []):
-            p = self.samples / f["name"]
-            if not p.is_file() or p.stat().st_size != f["bytes"] or file_sha256(p) != f["sha256"]:
-                return False
-        return True
+        try:
+            keys = self.job.get("unit_keys")
+            if keys is not None:
+                unit = rec["unit"]
+                if not isinstance(unit, int) or not 0 <= unit < len(keys):
+                    return False
+                if rec.get("plan") != keys[unit]:
+                    return False
+            for f in rec.get("inputs", []):
+                now = want.get(f["path"])
+                if now is None or (now["size"], now["mtime_ns"]) != (f["size"], f["mtime_ns"]):
+                    return False
+                if "fingerprint" in f and now.get("fingerprint") != f["fingerprint"]:
+                    return False
+            entries = self._entries(rec)
+        except (KeyError, TypeError, ValueError):
+            return False
+        return all(_matches(p, entry) is None for p, entry in entries)
+
+    def _entries(self, rec: dict[str, Any]) -> list[tuple[Path, dict[str, Any]]]:
+        """The files a unit record lists, with their paths in the staging folder: ``files``
+        under ``files_dir``, ``quarantine`` under the staging folder (ValueError: a name that
+        leaves its folder)."""
+        return [
+            *((self.samples / _name(f), f) for f in rec.get("files", [])),
+            *((self.path / _name(f), f) for f in rec.get(QUARANTINE, [])),
+        ]
 
     # ------------------------------------------------------------------ units
     def record_path(self, unit: int) -> Path:
         return self.units / f"unit-{unit:05d}.json"
 
+    def write_record(self, unit: int, record: dict[str, Any]) -> None:
+        """Writes a unit's record (the unit commit), stamped with this job's id."""
+        write_json_atomic(self.record_path(unit), {**record, "job_id": self.job_id})
+
     def drop_unit_files(self, unit: int) -> None:
         """Removes what an unfinished attempt at ``unit`` may have left (before it is redone)."""
         for p in self.samples.glob(f"part-{unit:05d}-*"):
+            p.unlink()
+        for p in (self.path / QUARANTINE).glob(f"{QUARANTINE}-{unit:05d}-*"):
             p.unlink()
         with contextlib.suppress(FileNotFoundError):
             self.record_path(unit).unlink()
@@ -250,33 +630,63 @@ class Staging:
         files: list[dict[str, Any]],
         extra: dict[str, Any] | None = None,
     ) -> Path:
-        """Writes stats and the manifest (last), then moves the staging folder to ``out``.
+        """Checks the staged files, writes stats and the manifest (last), then moves the staging
+        folder to ``out``.
 
-        ``extra``: more manifest entries (a job's other outputs, e.g. a quarantine file).
+        ``files``: the data files (names under ``files_dir``), from this job's unit records.
+        ``extra``: more manifest entries; its ``quarantine`` list (names under ``out``) is
+        committed with the data files. Each listed file must be a regular file of its recorded
+        size and sha256; everything else in the staging folder is removed before the rename.
+
+        Raises:
+            CommitError: the staging folder belongs to another job now, or a listed file is
+                missing or not what its unit wrote (nothing is committed).
         """
+        extra = dict(extra or {})
+        self._check_owner()
+        listed = self._entries({"files": files, QUARANTINE: extra.get(QUARANTINE, [])})
+        for path, entry in listed:
+            why = _matches(path, entry)
+            if why is not None:
+                raise CommitError(
+                    f"the staged file {str(path)!r} {why}: something outside this job wrote "
+                    f"into {str(self.path)!r}; nothing was committed (--resume redoes its unit)"
+                )
         write_json_atomic(self.path / STATS_FILE, stats)
-        for stray in self.samples.glob(".*"):  # temporary names of a killed attempt
-            stray.unlink()
+        # Only the listed files go into place: unit records, job.json, temporary names of a
+        # killed attempt and anything else that lies in the staging folder are removed.
+        _remove_all_but(self.path, {p for p, _ in listed} | {self.path / STATS_FILE})
+        self.samples.mkdir(exist_ok=True)
         manifest = {
             "complete": True,
             "committed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "job_id": self.job_id,
             **{k: self.job[k] for k in ("version", "format", "prelearner", "engine")},
             "inputs": self.job["inputs"],
             "files": files,
             "samples_written": sum(f["rows"] for f in files),
             "config": self.job["config"],
-            **(extra or {}),
+            **extra,
         }
         # What the folder holds, for its readers (io/manifest.py): a process output's samples
         # are not read again as recorded experience.
         manifest["files_dir"] = self.files_dir
         manifest.setdefault("content", SAMPLES if self.files_dir == "samples" else DATASET)
-        shutil.rmtree(self.units)
-        (self.path / _JOB_FILE).unlink()
         write_json_atomic(self.path / MANIFEST_FILE, manifest)
         _fsync_dir(self.path)
         self._swap()
         return self.out
+
+    def _check_owner(self) -> None:
+        try:
+            staged = json.loads((self.path / _JOB_FILE).read_text())
+        except (OSError, ValueError):
+            staged = None
+        if not isinstance(staged, dict) or staged.get("job_id") != self.job_id:
+            raise CommitError(
+                f"the staging folder {str(self.path)!r} no longer belongs to this job (its "
+                "job.json is gone or names another job); nothing was committed"
+            )
 
     def _swap(self) -> None:
         """Renames staging to ``out``; an old ``out`` (``overwrite``) is removed only after."""
@@ -295,7 +705,53 @@ class Staging:
         shutil.rmtree(self.path, ignore_errors=True)
 
     def committed_units(self) -> int:
+        """Unit records in the staging folder: what a ``--resume`` may reuse (0 while another
+        live job holds the lock: those are its units, not a failed job's)."""
+        if self.lock.other_holder():
+            return 0
         return len(list(self.units.glob("unit-*.json"))) if self.units.exists() else 0
+
+
+def _name(entry: dict[str, Any]) -> str:
+    name = entry["name"]
+    if not isinstance(name, str) or not name or os.path.isabs(name) or ".." in Path(name).parts:
+        raise ValueError(f"not a file name inside the staging folder: {name!r}")
+    return name
+
+
+def _matches(path: Path, entry: dict[str, Any]) -> str | None:
+    """None if ``path`` is a regular file of the entry's size and sha256, else what differs."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "is missing"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if st.st_size != entry.get("bytes"):
+        return f"is {st.st_size} bytes, its unit wrote {entry.get('bytes')}"
+    if entry.get("sha256") is not None and file_sha256(path) != entry["sha256"]:
+        return "has another sha256 than its unit wrote"
+    return None
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _remove_all_but(root: Path, keep: set[Path]) -> None:
+    """Removes everything under ``root`` except the paths in ``keep`` (and their folders)."""
+    folders = {parent for p in keep for parent in p.parents}
+    for entry in list(os.scandir(root)):
+        p = Path(entry.path)
+        if p in keep and entry.is_file(follow_symlinks=False):
+            continue
+        if p in folders and entry.is_dir(follow_symlinks=False):
+            _remove_all_but(p, keep)
+            continue
+        _remove(p)
 
 
 def _short(value: Any) -> str:

@@ -123,7 +123,15 @@ from ..io.sources import (
     is_empty_parquet,
     read_table,
 )
-from .commit import STATS_FILE, Staging, file_sha256, write_json_atomic, write_parquet_atomic
+from .commit import (
+    STATS_FILE,
+    Staging,
+    check_out_apart,
+    file_sha256,
+    input_identity,
+    output_storage,
+    write_parquet_atomic,
+)
 from .convert_tables import episode_tables, rows_tables
 from .dataset_info import DatasetInfo, info_from_env_id, info_of_files
 
@@ -186,9 +194,12 @@ def convert_path(
     :func:`~offline_prelearner.jobs.convert_dataset.convert_dataset`.
 
     Raises:
-        CommitError: ``out_dir`` is not empty (without ``overwrite``), or ``resume`` finds
-            nothing to resume or a job with another config.
+        CommitError: ``out_dir`` is not empty (without ``overwrite``), is or lies inside an
+            input folder, another job is writing it, or ``resume`` finds nothing to resume or a
+            job with another config.
+        OSError: A write failed for want of room (ENOSPC, EDQUOT, EFBIG), naming ``out_dir``.
     """
+    check_out_apart(out_dir, os.fspath(path))  # before anything is read
     start = time.perf_counter()
     from .convert_dataset import convert_dataset, wants_dataset_job
 
@@ -235,8 +246,26 @@ def convert_path(
     info = info_from_env_id(env_id) if env_id is not None else DatasetInfo()
     info = info.or_else(info_of_files(files))
     out = Path(out_dir)
-    inputs = [_stat(f) for f in files]
+    inputs = [input_identity(f) for f in files]
     staging = Staging(out, job.describe(inputs), overwrite=overwrite, resume=resume, files_dir="")
+    # The job owns --out until it is committed or failed (commit.OutLock).
+    with staging, output_storage(out):
+        return _convert_units(job, staging, path, files, inputs, fmt, info, progress, start)
+
+
+def _convert_units(
+    job: _Job,
+    staging: Staging,
+    path: str | os.PathLike[str],
+    files: list[str],
+    inputs: list[dict[str, Any]],
+    fmt: str,
+    info: DatasetInfo,
+    progress: Progress | None,
+    start: float,
+) -> dict[str, Any]:
+    """The units of a conversion to rows or episodes, under the lock: reuse, run, commit."""
+    out, to, fragments = staging.out, job.to, job.fragments
     records = _reusable(staging.open(), files)
     _drop_unused(staging, records)
     reused = len(records)
@@ -354,11 +383,6 @@ class _Job:
             "config": json.loads(json.dumps(config, default=str)),  # as a resume reads it back
             "inputs": inputs,
         }
-
-
-def _stat(path: str) -> dict[str, Any]:
-    st = os.stat(path)
-    return {"path": path, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
 # ====================================================================== resume
@@ -647,7 +671,7 @@ def _commit_unit(
         "reaches": {_key_text(key): f for key, f in unit.reaches.items()},
         "idle_after": unit.idle_after,
     }
-    write_json_atomic(staging.record_path(k), record)
+    staging.write_record(k, record)
     return record
 
 

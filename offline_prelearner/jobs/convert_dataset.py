@@ -55,7 +55,7 @@ from ..io.fast_tensor import Layout, check_layout
 from ..io.readers import make_reader
 from ..io.readers.sample_batches import DonesRule, SampleBatchesReader
 from ..io.sources import WHOLE_FILE_FORMATS, detect_format, expand_paths, read_table
-from .commit import Staging, write_parquet_atomic
+from .commit import Staging, input_identity, output_storage, write_parquet_atomic
 from .convert_tables import episode_tables, rows_tables
 from .dataset_info import (
     DatasetInfo,
@@ -159,52 +159,52 @@ def convert_dataset(
         },
         "inputs": inputs,
     }
-    staging = Staging(out, job, overwrite=overwrite, files_dir="")
-    staging.open()
-    try:
-        batch, reader = _read_all(files, read, progress, dones)
-        n_fragments = _settle_fragments(batch, fragments, read.on_invalid)
-        episodes = batch.episodes
-        info = _info(files, reader, given, episodes)
-        written = _write(staging.path, to, episodes, info, dataset_id,
-                         rows_per_file, episodes_per_file, layout)  # fmt: skip
-    except BaseException:
-        staging.discard()
-        raise
-    led = batch.ledger
-    seconds = time.perf_counter() - start
-    stats = {
-        "input": os.fspath(path),
-        "format": read.format,
-        "files_in": len(files),
-        "to": to,
-        "out_dir": str(out),
-        "files_written": [f["name"] for f in written],
-        "rows_in": led.rows_in,
-        "rows_out": sum(batch.source_rows),
-        "rows_rejected": dict(sorted(led.rows_rejected.items())),
-        "rows_duplicate": led.rows_duplicate,
-        "episodes_written": len(episodes),
-        "episodes_terminated": sum(e.terminated for e in episodes),
-        "episodes_truncated": sum(e.truncated for e in episodes),
-        "fragments": n_fragments if fragments == "keep" else 0,
-        "fragments_rejected": n_fragments if fragments == "reject" else 0,
-        "episodes_rejected": dict(sorted(led.episodes_rejected.items())),
-        "balanced": led.balanced(),
-        "dataset_id": dataset_id,
-        "env_spec": info.env_id,
-        "units": 1,
-        "units_reused": 0,
-        "seconds": round(seconds, 4),
-        "steps_per_s": round(sum(batch.source_rows) / seconds, 1) if seconds > 0 else None,
-    }
-    staging.commit(stats, written, {"to": to})
+    # The job owns --out until it is committed or failed (commit.OutLock).
+    with Staging(out, job, overwrite=overwrite, files_dir="") as staging, output_storage(out):
+        staging.open()
+        try:
+            batch, reader = _read_all(files, read, progress, dones)
+            n_fragments = _settle_fragments(batch, fragments, read.on_invalid)
+            episodes = batch.episodes
+            info = _info(files, reader, given, episodes)
+            written = _write(staging.path, to, episodes, info, dataset_id,
+                             rows_per_file, episodes_per_file, layout)  # fmt: skip
+        except BaseException:
+            staging.discard()
+            raise
+        led = batch.ledger
+        seconds = time.perf_counter() - start
+        stats = {
+            "input": os.fspath(path),
+            "format": read.format,
+            "files_in": len(files),
+            "to": to,
+            "out_dir": str(out),
+            "files_written": [f["name"] for f in written],
+            "rows_in": led.rows_in,
+            "rows_out": sum(batch.source_rows),
+            "rows_rejected": dict(sorted(led.rows_rejected.items())),
+            "rows_duplicate": led.rows_duplicate,
+            "episodes_written": len(episodes),
+            "episodes_terminated": sum(e.terminated for e in episodes),
+            "episodes_truncated": sum(e.truncated for e in episodes),
+            "fragments": n_fragments if fragments == "keep" else 0,
+            "fragments_rejected": n_fragments if fragments == "reject" else 0,
+            "episodes_rejected": dict(sorted(led.episodes_rejected.items())),
+            "balanced": led.balanced(),
+            "dataset_id": dataset_id,
+            "env_spec": info.env_id,
+            "units": 1,
+            "units_reused": 0,
+            "seconds": round(seconds, 4),
+            "steps_per_s": round(sum(batch.source_rows) / seconds, 1) if seconds > 0 else None,
+        }
+        staging.commit(stats, written, {"to": to})
     return stats
 
 
 def _stat(path: str) -> dict[str, Any]:
-    st = os.stat(path)
-    return {"path": path, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return input_identity(path)
 
 
 def _read_all(

@@ -58,11 +58,19 @@ from ..prelearner import OfflinePreLearner
 from ..replay.batch import MultiAgentBatch
 from ..replay.memory import for_worker_process
 from . import reaper
-from .commit import Staging, file_sha256, staging_path
+from .commit import (
+    QUARANTINE,
+    Staging,
+    check_out_apart,
+    file_sha256,
+    input_fingerprint,
+    output_storage,
+    staging_path,
+)
 from .file_batches import ReadAhead, read_groups
 from .file_tally import per_file
 from .interrupts import commit_point
-from .units import Plan, UnitJob, plan_units, run_unit
+from .units import Plan, UnitJob, plan_units, run_unit, unit_key
 
 __all__ = [
     "JobFailed",
@@ -672,17 +680,30 @@ def _check_accounting(stats: dict[str, Any], plan: Plan, config: PreLearnerConfi
 
 
 def _job_description(
-    config: PreLearnerConfig, cls: type, plan: Plan, engine: str, seed: int
+    config: PreLearnerConfig,
+    cls: type,
+    plan: Plan,
+    engine: str,
+    seed: int,
+    fingerprints: tuple[str, ...],
+    layout: Layout,
 ) -> dict[str, Any]:
+    """The staging's job: what a resume must match (version, config, prelearner, format, layout,
+    seed), the inputs as planned now (with their content fingerprints) and each unit's key."""
     return {
         "version": __version__,
         "format": config.read.format,
         "prelearner": f"{cls.__module__}:{cls.__qualname__}",
         "engine": engine,
         "seed": seed,
+        "layout": layout,
         "config": config.to_dict(),
-        "inputs": [f.to_dict() for f in plan.files],
+        "inputs": [
+            {**f.to_dict(), "fingerprint": fp}
+            for f, fp in zip(plan.files, fingerprints, strict=True)
+        ],
         "units": len(plan.units),
+        "unit_keys": [unit_key(plan, u, fingerprints) for u in plan.units],
     }
 
 
@@ -739,29 +760,73 @@ def run_pipeline(
             ``datasets`` and torch), ``"fast"`` (:mod:`~offline_prelearner.io.fast_tensor`, read
             several times faster for large cells, as arrays by this library only) or ``"rllib"``
             (Ray's tensor extension, which RLlib and Ray Data read as tensors).
+
+    The job owns ``out_dir`` for its whole life (:class:`~.commit.OutLock`, taken before any
+    input is read); with ``on_invalid="quarantine"`` the refused rows are committed with the
+    samples (``quarantine/``, the manifest's ``quarantine`` list, ``stats["quarantine_files"]``).
+
+    Raises:
+        CommitError: ``out_dir`` is an input folder, lies inside one or holds an input; another
+            job is writing it; it is not empty (without ``overwrite``); ``resume`` finds nothing
+            to resume or another job; a staged file is not what its unit wrote.
+        OSError: A write failed for want of room (ENOSPC, EDQUOT, EFBIG), naming ``out_dir``.
     """
     layout = check_layout(layout)
     config = config or PreLearnerConfig()
-    start = time.perf_counter()
-    files, config, cls = prepare(path, config, prelearner)
-    plan = plan_units(files, config)
-    eng = choose_engine(engine, config, plan)
     if out_dir is None:
         out = Path(tempfile.mkdtemp(prefix="offline-prelearner-dry-")) / "out"
     else:
         out = Path(out_dir)
+        check_out_apart(out, path if isinstance(path, list) else os.fspath(path))
+    staging = Staging(out, {}, overwrite=overwrite, resume=resume)
+    try:
+        # The job owns --out from here to its end: a second job into it is refused in one
+        # line, before either reads anything (commit.OutLock).
+        with staging, output_storage(out):
+            return _run_job(path, config, staging, out_dir, prelearner, engine, progress, layout)
+    finally:
+        if out_dir is None:
+            staging.discard()
+            shutil.rmtree(out.parent, ignore_errors=True)
+
+
+def _run_job(
+    path: str | os.PathLike[str] | list[str],
+    config: PreLearnerConfig,
+    staging: Staging,
+    out_dir: str | os.PathLike[str] | None,
+    prelearner: Any,
+    engine: str,
+    progress: Progress | None,
+    layout: Layout,
+) -> PipelineResult:
+    """:func:`run_pipeline` under the lock on ``staging.out``: plan, stage, run, commit (a dry
+    run, without ``out_dir``, stages in a temporary folder and commits nothing)."""
+    start = time.perf_counter()
+    out, resume = staging.out, staging.resume
+    files, config, cls = prepare(path, config, prelearner)
+    plan = plan_units(files, config)
+    eng = choose_engine(engine, config, plan)
+    # The inputs as they are now: a resume reuses a unit only if its key (its parts and the
+    # size, mtime and content fingerprint of every file it reads) is the one planned now.
+    fingerprints = tuple(input_fingerprint(f.path) for f in plan.files)
     seed = config.seed if config.seed is not None else staged_seed(out, resume)
-    staging = Staging(
-        out,
-        _job_description(config, cls, plan, eng, seed),
-        overwrite=overwrite,
-        resume=resume,
-    )
+    staging.job = _job_description(config, cls, plan, eng, seed, fingerprints, layout)
     kept = staging.open()
     todo = [u.index for u in plan.units if u.index not in kept]
     for k in todo:
         staging.drop_unit_files(k)
-    job = UnitJob(plan, config, cls, seed, str(staging.samples), str(staging.units), layout=layout)
+    job = UnitJob(
+        plan,
+        config,
+        cls,
+        seed,
+        str(staging.samples),
+        str(staging.units),
+        layout=layout,
+        job_id=staging.job_id,
+        fingerprints=fingerprints,
+    )
     records = dict(kept)
     known = [f.rows for f in plan.files]
     rows_total = None if any(r is None for r in known) else sum(r or 0 for r in known)
@@ -793,6 +858,9 @@ def run_pipeline(
         sorted((f for r in records.values() for f in r["files"]), key=lambda f: f["name"]),
         config.sample.num_samples,
     )
+    quarantined = sorted(
+        (f for r in records.values() for f in r.get(QUARANTINE, [])), key=lambda f: f["name"]
+    )
     samples_out = sum(f["rows"] for f in sample_files)
     listed = per_file(files, config.read.format, (r.get("per_file", {}) for r in records.values()))
     stats.update(
@@ -806,6 +874,8 @@ def run_pipeline(
             "units_reused": len(kept),
             "samples_written": samples_out,
             "samples_rule": _samples_rule(config),
+            "quarantine_files": [str(out / f["name"]) for f in quarantined],
+            "rows_quarantined": sum(f["rows"] for f in quarantined),
             "wall_seconds": round(seconds, 3),
             "rows_per_second": round(stats["rows_in"] / seconds, 1) if seconds else None,
             "samples_per_second": round(samples_out / seconds, 1) if seconds else None,
@@ -815,17 +885,16 @@ def run_pipeline(
     if eng == "ray":
         stats["ray_cluster"] = _cluster_info()
     if out_dir is None:
-        staging.discard()
-        shutil.rmtree(out.parent, ignore_errors=True)
         return PipelineResult(None, [], stats)
     with commit_point():  # a Ctrl-C here waits for the commit's end: a committed job exits 0
-        staging.commit(stats, sample_files)
+        staging.commit(stats, sample_files, {QUARANTINE: quarantined})
     written = [str(out / "samples" / f["name"]) for f in sample_files]
     return PipelineResult(os.fspath(out_dir), written, stats)
 
 
 def staged_seed(out: Path, resume: bool) -> int:
-    """The seed of a job whose config has none: the interrupted run's (to resume), else fresh."""
+    """The seed of a job whose config has none: the interrupted run's (to resume), else fresh.
+    Read under the job's lock on ``out`` (:func:`run_pipeline`), so no other job changes it."""
     if resume:
         with contextlib.suppress(OSError, ValueError, KeyError):
             staged = json.loads((staging_path(out) / "job.json").read_text())
@@ -848,7 +917,8 @@ def _run_units(batch: dict[str, np.ndarray], job: UnitJob) -> dict[str, np.ndarr
 
     Our own errors (bad data, bad config) travel back as a record, not as an exception: Ray Data
     wraps a task's exception into a ``UserCodeException`` that keeps only its text, and the CLI
-    needs the error itself (its class gives the exit code, its location the one line).
+    needs the error itself (its class gives the exit code, its location the one line). So does
+    an OSError (a full disk: errno, message and file), which the CLI answers in one line, exit 3.
     """
     for_worker_process()  # see replay/memory.py
     recs = []
@@ -857,6 +927,9 @@ def _run_units(batch: dict[str, np.ndarray], job: UnitJob) -> dict[str, np.ndarr
             recs.append(run_unit(job, int(k)))
         except OfflinePrelearnerError as e:
             recs.append({"unit": int(k), "error": error_to_dict(e)})
+        except OSError as e:
+            failed = [e.errno, e.strerror or str(e), e.filename and os.fspath(e.filename)]
+            recs.append({"unit": int(k), "oserror": failed})
     return {
         "unit": np.array([r["unit"] for r in recs], dtype=np.int64),
         "record": np.array([json.dumps(r) for r in recs], dtype=object),
@@ -892,22 +965,61 @@ def _run_on_ray(
             **remote_args,
         )
     seen: set[int] = set()
+    before = set(threading.enumerate())
     rows = iter(ds.iter_rows())
     try:
         for row in rows:
             rec = json.loads(row["record"])
             if "error" in rec:
                 raise error_from_dict(rec["error"])
+            if "oserror" in rec:
+                code, message, filename = rec["oserror"]
+                args = (code, message) if filename is None else (code, message, filename)
+                raise OSError(*args)
             if rec["unit"] not in seen:  # a unit counts once, whatever Ray retried
                 seen.add(rec["unit"])
                 finished(rec)
-    finally:
+    except KeyboardInterrupt:  # Ctrl-C (jobs/interrupts.py): no wait, the CLI's path is its own
+        _close(rows)
+        raise
+    except BaseException:
         # Stop Ray Data's executor now, not at interpreter exit: a job that fails here is
-        # followed by ray.shutdown(), and an executor thread left running then touches the
-        # shut-down worker, which ends the process with status 1 instead of ours.
-        close = getattr(rows, "close", None)
-        if close is not None:
-            close()
+        # followed by ray.shutdown(), and a thread of the executor or of the iterator (its
+        # prefetcher, the thread that fetches the units still running) left running then
+        # touches the shut-down worker, which ends the process with status 1 instead of ours
+        # (1 run in 3 of a full disk on Ray). The executor cancels the running units; their
+        # threads are given a few seconds to see it and end.
+        _close(rows)
+        _join_threads_since(before, UNWIND_SECONDS)
+        raise
+    _close(rows)
+
+
+#: How long a failed job on Ray waits for Ray Data's threads to end (see :func:`_run_on_ray`).
+UNWIND_SECONDS = 5.0
+
+
+def _close(rows: Iterator[Any]) -> None:
+    close = getattr(rows, "close", None)
+    if close is not None:
+        close()
+
+
+def _join_threads_since(before: set[threading.Thread], seconds: float) -> None:
+    """Waits up to ``seconds`` in all for the threads started since ``before`` to end.
+
+    Ray Data's block prefetcher (``WaitBlockPrefetcher``, thread "Prefetcher") parks on a
+    condition until its ``stop()``, which a closed iterator does not always reach: it is stopped
+    here (found through the thread's target, a private name: skipped if absent)."""
+    deadline = time.monotonic() + seconds
+    new = [t for t in set(threading.enumerate()) - before if t is not threading.current_thread()]
+    for t in new:
+        owner: Any = getattr(getattr(t, "_target", None), "__self__", None)
+        if type(owner).__name__.endswith("BlockPrefetcher"):
+            with contextlib.suppress(Exception):
+                owner.stop()
+    for t in new:
+        t.join(max(0.0, deadline - time.monotonic()))
 
 
 def iter_learner_batches(

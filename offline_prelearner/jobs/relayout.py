@@ -34,7 +34,7 @@ from ..io.fast_tensor import FAST_TENSOR_NAME, Layout, check_layout
 from ..io.fast_tensor import parquet_dictionary_columns as dictionary
 from ..io.parquet_guard import open_parquet
 from ..io.writers import columns_to_table
-from .commit import Staging, file_sha256, write_json_atomic
+from .commit import Staging, file_sha256, input_identity, output_storage
 from .file_batches import READ_ROWS, has_list_cells
 
 __all__ = ["relayout_rows", "relayout_table"]
@@ -137,7 +137,7 @@ def relayout_rows(
     layout = check_layout(layout)
     for f in files:  # a Parquet bomb is refused here, before any worker opens it
         open_parquet(f)
-    inputs = [_stat(f) for f in files]
+    inputs = [input_identity(f) for f in files]
     config = {"job": "convert", "to": "rows", "from": "rows", "layout": layout}
     job = {
         "version": __version__,
@@ -149,6 +149,21 @@ def relayout_rows(
     }
     out = Path(out_dir)
     staging = Staging(out, job, overwrite=overwrite, resume=resume, files_dir="")
+    # The job owns --out until it is committed or failed (commit.OutLock).
+    with staging, output_storage(out):
+        return _relayout_all(staging, files, inputs, layout, progress, workers, start)
+
+
+def _relayout_all(
+    staging: Staging,
+    files: list[str],
+    inputs: list[dict[str, Any]],
+    layout: Layout,
+    progress: Progress | None,
+    workers: int | None,
+    start: float,
+) -> dict[str, Any]:
+    out = staging.out
     kept = staging.open()
     records: dict[int, dict[str, Any]] = {k: r for k, r in kept.items() if k < len(files)}
     todo = [k for k in range(len(files)) if k not in records]
@@ -158,7 +173,7 @@ def relayout_rows(
     def finish(k: int, entry: dict[str, Any]) -> None:
         nonlocal rows_done
         rec = {"unit": k, "inputs": [inputs[k]], "files": [entry]}
-        write_json_atomic(staging.record_path(k), rec)
+        staging.write_record(k, rec)
         records[k] = rec
         rows_done += entry["rows"]
         if progress is not None:
@@ -199,8 +214,3 @@ def relayout_rows(
     }
     staging.commit(stats, data, {"to": "rows", "layout": layout})
     return stats
-
-
-def _stat(path: str) -> dict[str, Any]:
-    st = os.stat(path)
-    return {"path": path, "size": st.st_size, "mtime_ns": st.st_mtime_ns}

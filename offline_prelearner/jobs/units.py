@@ -25,7 +25,10 @@ files (an hdf5 dataset is one file, so one unit).
 :func:`run_unit` runs a fresh prelearner (seeded from the job's seed and the unit's index) over
 a unit's rows in ``ray.batch_size`` chunks and writes ``samples/part-<unit>-<k>.parquet`` through
 temporary names, then the unit's record (rows, checksums, ledger); the same function runs in
-the in-process engine and inside Ray Data, so the two write the same bytes.
+the in-process engine and inside Ray Data, so the two write the same bytes. Under
+``on_invalid="quarantine"`` the rows it refused go to ``quarantine/quarantine-<unit>-<k>.parquet``
+the same way. A record carries the job's id and the unit's key (:func:`unit_key`: its parts and
+the identity of every file they read), which is what a resume compares before reusing it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
+import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -49,15 +54,25 @@ from ..errors import DataError
 from ..io.codec import DEFAULT_LIMITS, DecodeLimits
 from ..io.fast_tensor import Layout, parquet_dictionary_columns
 from ..io.parquet_guard import check_drift, open_parquet
+from ..io.quarantine import quarantine_table
 from ..io.schema import load_schema
 from ..io.sources import WHOLE_FILE_FORMATS, read_table
 from ..io.writers import columns_to_table
 from ..prelearner import OfflinePreLearner
-from .commit import file_sha256, write_json_atomic
+from .commit import QUARANTINE, CommitError, file_sha256, write_json_atomic
 from .file_batches import concat_tables, parquet_chunks
 from .file_tally import FileTally
 
-__all__ = ["InputFile", "Part", "Plan", "Unit", "plan_units", "run_unit", "unit_seed"]
+__all__ = [
+    "InputFile",
+    "Part",
+    "Plan",
+    "Unit",
+    "plan_units",
+    "run_unit",
+    "unit_key",
+    "unit_seed",
+]
 
 _JSON_EXT = (".json", ".jsonl", ".ndjson")
 _SEP = "\x1f"  # between eps_id and agent_id in a key
@@ -390,6 +405,28 @@ def read_unit(
         yield flush()
 
 
+# ====================================================================== identity
+def unit_key(plan: Plan, unit: Unit, fingerprints: tuple[str, ...]) -> str:
+    """What a unit computes from, as one sha256: its parts (file, rows, episode keys kept or
+    dropped) and each file's path, size, mtime, rows and content fingerprint
+    (:func:`~offline_prelearner.jobs.commit.input_fingerprint`). A resume reuses a unit's record
+    only under the same key: a file added, deleted, grown or rewritten anywhere the unit reads,
+    or an earlier file that now owns other episodes, changes it."""
+    h = hashlib.sha256()
+    h.update(json.dumps([list(plan.key_columns), plan.whole_files]).encode())
+    for part in unit.parts:
+        f = plan.files[part.file]
+        fp = fingerprints[part.file] if part.file < len(fingerprints) else None
+        keep = None if part.keep is None else list(part.keep)
+        h.update(b"\0")
+        h.update(
+            json.dumps(
+                [f.path, f.size, f.mtime_ns, f.rows, fp, part.stop, keep, list(part.drop)]
+            ).encode()
+        )
+    return h.hexdigest()
+
+
 # ====================================================================== running
 def unit_seed(seed: int, unit: int) -> int:
     """The seed of one unit's prelearner: independent streams per unit, the same every run."""
@@ -408,6 +445,10 @@ class UnitJob:
     units_dir: str
     extra: dict[str, Any] = field(default_factory=dict)
     layout: Layout = "auto"  # of array columns in the sample files (io/fast_tensor.py)
+    #: The job's id (``job.json``): a unit writes nothing into a staging folder of another job.
+    job_id: str = ""
+    #: Each input file's content fingerprint, in plan order (the units' keys: :func:`unit_key`).
+    fingerprints: tuple[str, ...] = ()
 
 
 def run_unit(
@@ -420,7 +461,11 @@ def run_unit(
     unit = job.plan.units[index]
     config = dataclasses.replace(job.config, seed=unit_seed(job.seed, index))
     pre = job.prelearner(config)
+    root = Path(job.units_dir).parent  # the staging folder
     writer = _UnitWriter(Path(job.samples_dir), index, job.layout)
+    refused = None
+    if config.read.on_invalid == "quarantine":
+        refused = _UnitWriter(root / QUARANTINE, index, prefix=QUARANTINE)
     paths = [f.path for f in job.plan.files]
     tally = FileTally(paths)
     skip = config.read.on_invalid != "raise"
@@ -448,23 +493,56 @@ def run_unit(
             tally.add_chunk(
                 file_idx, pre.last_rejections, pre.ledger.rows_duplicate - duplicate, keys
             )
+            if refused is not None and pre.last_rejections:
+                # Each refusal's message names its file and row, as the error would under raise.
+                key_rows = keys() if keys else None
+                located = [
+                    dataclasses.replace(r, error=_located(r.error, paths, file_idx, rows, key_rows))
+                    for r in pre.last_rejections
+                ]
+                table = quarantine_table(located, config.validate.observation_space)
+                if table is not None:
+                    refused.write(table)
             if on_chunk is not None:
                 on_chunk(chunk.num_rows, writer.total - written)
+        _check_owner(job, root)
         files = writer.close()
+        quarantined = refused.close() if refused is not None else []
     except BaseException:
         writer.abort()
+        if refused is not None:
+            refused.abort()
         raise
     stats = pre.stats()
     record = {
         "unit": index,
+        "job_id": job.job_id,
+        "plan": unit_key(job.plan, unit, job.fingerprints),
         "inputs": job.plan.unit_inputs(unit),
         "files": files,
         "samples": sum(f["rows"] for f in files),
+        QUARANTINE: [{**f, "name": f"{QUARANTINE}/{f['name']}"} for f in quarantined],
         "stats": stats,
         "per_file": tally.to_record(),
     }
     write_json_atomic(Path(job.units_dir) / f"unit-{index:05d}.json", record)
     return record
+
+
+def _check_owner(job: UnitJob, root: Path) -> None:
+    """Refuses to put a unit's files in place once the staging folder belongs to another job
+    (a worker that outlived its job, a second job that did not take the lock)."""
+    if not job.job_id:
+        return
+    try:
+        staged = json.loads((root / "job.json").read_text()).get("job_id")
+    except (OSError, ValueError, AttributeError):
+        staged = None
+    if staged != job.job_id:
+        raise CommitError(
+            f"the staging folder {str(root)!r} no longer belongs to this job ({job.job_id}); "
+            "its unit wrote nothing"
+        )
 
 
 def _chunk_keys(chunk: pa.Table, key_columns: tuple[str, ...]) -> np.ndarray:
@@ -501,13 +579,17 @@ def _located(
 
 
 class _UnitWriter:
-    """A unit's output: ``part-<unit>-<k>.parquet``, a new file whenever the schema changes,
-    written under a temporary name and renamed when the unit ends."""
+    """A unit's output: ``<prefix>-<unit>-<k>.parquet`` (``part``: samples; ``quarantine``: the
+    rows it refused), a new file whenever the schema changes, written under a temporary name and
+    renamed when the unit ends."""
 
-    def __init__(self, folder: Path, unit: int, layout: Layout = "auto") -> None:
+    def __init__(
+        self, folder: Path, unit: int, layout: Layout = "auto", prefix: str = "part"
+    ) -> None:
         self.folder = folder
         self.layout = layout
         self.unit = unit
+        self.prefix = prefix
         self.writer: pq.ParquetWriter | None = None
         self.schema: pa.Schema | None = None
         self.done: list[tuple[Path, Path, int]] = []  # (tmp, final, rows)
@@ -515,7 +597,7 @@ class _UnitWriter:
         self.total = 0  # rows written by this unit so far
 
     def _tmp(self, k: int) -> tuple[Path, Path]:
-        name = f"part-{self.unit:05d}-{k:03d}.parquet"
+        name = f"{self.prefix}-{self.unit:05d}-{k:03d}.parquet"
         return self.folder / f".{name}.tmp-{os.getpid()}", self.folder / name
 
     def write(self, columns: Any) -> None:
@@ -528,6 +610,7 @@ class _UnitWriter:
             return
         if self.writer is None or not table.schema.equals(self.schema, check_metadata=True):
             self._finish()
+            self.folder.mkdir(parents=True, exist_ok=True)
             tmp, _ = self._tmp(len(self.done))
             self.writer = pq.ParquetWriter(
                 tmp, table.schema, use_dictionary=parquet_dictionary_columns(table.schema)
@@ -565,5 +648,5 @@ class _UnitWriter:
             with contextlib.suppress(Exception):  # the error that stopped the unit matters
                 self.writer.close()
             self.writer = None
-        for p in self.folder.glob(f".part-{self.unit:05d}-*.tmp-{os.getpid()}"):
+        for p in self.folder.glob(f".{self.prefix}-{self.unit:05d}-*.tmp-{os.getpid()}"):
             p.unlink(missing_ok=True)
