@@ -517,3 +517,25 @@ def test_sigint_mid_run_exits_130_commits_nothing_and_resumes(tmp_path: Path, ca
     clean = convert_path(src, "rows", tmp_path / "clean")
     assert counts(stats) == counts(clean)
     assert_same_output(out, tmp_path / "clean")
+
+
+@pytest.mark.parametrize(
+    ("to", "kwargs"),
+    [("episodes", {}), ("rows", {"layout": "fast"}), ("minari", {})],
+    ids=["per-file units", "relayout", "whole dataset"],
+)
+def test_every_conversion_commits_inside_the_commit_point(
+    tmp_path: Path, to: str, kwargs: dict[str, Any]
+) -> None:
+    """A signal during the manifest write and the move into place waits for their end, and the
+    job counts as committed from then on (a Ctrl-C after it exits 0): every job that stages its
+    output, convert's three kinds included, passes ``Staging.commit``'s commit point."""
+    from offline_prelearner.jobs import interrupts
+
+    previous = interrupts.install()
+    try:
+        assert not interrupts.committed()
+        convert_path(REPO / "datasets" / "cartpole-v1" / "rows", to, tmp_path / "out", **kwargs)
+        assert interrupts.committed() and (tmp_path / "out" / MANIFEST_FILE).is_file()
+    finally:
+        interrupts.restore(previous)

@@ -56,6 +56,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..io.manifest import DATASET, MANIFEST_FILE, SAMPLES, Manifest
+from .interrupts import commit_point
 
 try:  # POSIX; elsewhere a job does not lock its --out (one job per --out is then the user's)
     import fcntl
@@ -652,6 +653,17 @@ class Staging:
                     f"the staged file {str(path)!r} {why}: something outside this job wrote "
                     f"into {str(self.path)!r}; nothing was committed (--resume redoes its unit)"
                 )
+        with commit_point():  # a signal from here waits for the move: a committed job exits 0
+            self._write_and_move(stats, files, extra, listed)
+        return self.out
+
+    def _write_and_move(
+        self,
+        stats: dict[str, Any],
+        files: list[dict[str, Any]],
+        extra: dict[str, Any],
+        listed: list[tuple[Path, dict[str, Any]]],
+    ) -> None:
         write_json_atomic(self.path / STATS_FILE, stats)
         # Only the listed files go into place: unit records, job.json, temporary names of a
         # killed attempt and anything else that lies in the staging folder are removed.
@@ -675,7 +687,6 @@ class Staging:
         write_json_atomic(self.path / MANIFEST_FILE, manifest)
         _fsync_dir(self.path)
         self._swap()
-        return self.out
 
     def _check_owner(self) -> None:
         try:

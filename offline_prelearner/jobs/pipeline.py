@@ -69,7 +69,6 @@ from .commit import (
 )
 from .file_batches import ReadAhead, read_groups
 from .file_tally import per_file
-from .interrupts import commit_point
 from .units import Plan, UnitJob, plan_units, run_unit, unit_key
 
 __all__ = [
@@ -886,8 +885,7 @@ def _run_job(
         stats["ray_cluster"] = _cluster_info()
     if out_dir is None:
         return PipelineResult(None, [], stats)
-    with commit_point():  # a Ctrl-C here waits for the commit's end: a committed job exits 0
-        staging.commit(stats, sample_files, {QUARANTINE: quarantined})
+    staging.commit(stats, sample_files, {QUARANTINE: quarantined})  # holds the commit point
     written = [str(out / "samples" / f["name"]) for f in sample_files]
     return PipelineResult(os.fspath(out_dir), written, stats)
 
