@@ -211,6 +211,28 @@ def test_limits_come_from_the_config(tmp_path: Path) -> None:
     check_files([pixels])
 
 
+def test_inspect_and_convert_take_the_limits_of_their_read_config(tmp_path: Path) -> None:
+    """``inspect_path`` and ``convert_path`` read with ``read.limits`` too (they read with the
+    defaults before): the same tight row-group limit refuses the pixel rows there."""
+    from offline_prelearner.config import ReadConfig
+    from offline_prelearner.io.codec import DecodeLimits
+    from offline_prelearner.jobs.convert import convert_path
+    from offline_prelearner.jobs.inspection import inspect_path
+
+    (tmp_path / "in").mkdir()
+    pixels = _pixel_rows(tmp_path / "in" / "pixels.parquet", n=64)
+    tight = ReadConfig(
+        format="auto", on_invalid="raise", limits=DecodeLimits(max_parquet_row_group_bytes=1 << 20)
+    )
+    for run in (
+        lambda: inspect_path(pixels.parent, tight),
+        lambda: convert_path(pixels.parent, "episodes", tmp_path / "eps", tight),
+        lambda: convert_path(pixels.parent, "minari", tmp_path / "mds", tight),
+    ):
+        with pytest.raises(DataError, match="above max_parquet_row_group_bytes=1048576"):
+            run()
+
+
 # ------------------------------------------------------------------------------------------------
 # schema drift
 # ------------------------------------------------------------------------------------------------

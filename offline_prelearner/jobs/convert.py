@@ -540,7 +540,7 @@ def _run_units(
                 if reader.records_read == seen and not is_empty_parquet(f):
                     raise OSError("the file holds no records")  # an empty partition holds none
             else:  # a Parquet file of rows or msgpack episode records (zero rows: no episodes)
-                table = read_table(f)
+                table = read_table(f, limits=read.limits)
                 got = reader.read(table, source=f)
                 seen -= table.num_rows
         except OSError as e:

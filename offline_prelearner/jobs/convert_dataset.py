@@ -216,7 +216,11 @@ def _read_all(
     reader: Any = SampleBatchesReader(read, dones=dones) if old_stack else make_reader(read)
     total = EpisodeBatch(on_invalid=read.on_invalid)
     for i, f in enumerate(files):
-        total.extend(reader.read_file(f) if old_stack else reader.read(read_table(f), source=f))
+        total.extend(
+            reader.read_file(f)
+            if old_stack
+            else reader.read(read_table(f, limits=read.limits), source=f)
+        )
         if progress is not None:
             progress(i + 1, len(files), f, total.ledger.rows_in)
     batch = stitch_fragments(total)

@@ -147,7 +147,7 @@ def inspect_path(
     for i, f in enumerate(files):
         by_line = getattr(reader, "read_file", None) if f.endswith(_JSON_EXT) else None
         try:
-            table = None if by_line is not None else read_table(f)
+            table = None if by_line is not None else read_table(f, limits=read.limits)
             if table is not None and table.num_rows == 0 and f.endswith(_JSON_EXT):
                 raise DataError("the file holds no rows", Where(file=f), reason="unreadable_file")
         except DataError as e:
