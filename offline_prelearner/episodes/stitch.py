@@ -9,13 +9,13 @@ fragments that cannot be joined are rejected through the batch's policy, never s
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, Literal
 
-from ..errors import DataError
+from ..errors import DataError, EpisodeValidationError, Where
 from .episode import Episode
 from .ledger import EpisodeBatch
 
-__all__ = ["stitch_fragments"]
+__all__ = ["settle_open_episodes", "stitch_fragments"]
 
 
 def stitch_fragments(batch: EpisodeBatch) -> EpisodeBatch:
@@ -60,3 +60,27 @@ def _chains(order: list[int], eps: list[Episode]) -> list[list[int]]:
         else:
             chains.append([i])
     return chains
+
+
+def settle_open_episodes(batch: EpisodeBatch, policy: str, on_invalid: str) -> int:
+    """What a conversion does with the episodes that never end within the data, once their
+    fragments are joined; returns how many there are.
+
+    Under ``policy="reject"`` each is refused (reason ``not_done``): quarantined under
+    ``on_invalid="quarantine"``, otherwise skipped and counted (an open end is what
+    ``fragments="reject"`` asks to drop, not bad data to stop the job for). Any other policy keeps
+    them as not-done episodes.
+    """
+    open_ = [not e.is_done for e in batch.episodes]
+    if policy == "reject" and any(open_):
+        dropped, rows = batch.keep_only([not o for o in open_])
+        how: Literal["skip", "quarantine"] = "quarantine" if on_invalid == "quarantine" else "skip"
+        for ep, r in zip(dropped, rows, strict=True):
+            err = EpisodeValidationError(
+                f"episode never ends within the data (last step t={ep.t_end - 1}); "
+                "fragments='keep' writes it as a not-done episode",
+                Where(episode_id=ep.id, timestep=ep.t_end),
+                reason="not_done",
+            )
+            batch.reject(err, r, episode=ep, policy=how)
+    return sum(open_)

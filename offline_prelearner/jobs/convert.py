@@ -109,8 +109,8 @@ import pyarrow.parquet as pq
 from .._version import __version__
 from ..config import ReadConfig
 from ..episodes.ledger import EpisodeBatch, Ledger, check_on_invalid
-from ..episodes.stitch import stitch_fragments
-from ..errors import ConfigError, DataError, EpisodeValidationError, UnsupportedFormatError, Where
+from ..episodes.stitch import settle_open_episodes, stitch_fragments
+from ..errors import ConfigError, DataError, UnsupportedFormatError, Where
 from ..io.fast_tensor import Layout, check_layout
 from ..io.quarantine import write_quarantine
 from ..io.readers import make_reader
@@ -621,7 +621,7 @@ def _commit_unit(
 ) -> dict[str, Any]:
     """Stitches a unit's episodes, writes its files, then its record (the unit commit)."""
     batch = stitch_fragments(unit.batch)
-    n_fragments = _settle_fragments(batch, job.fragments, job.read.on_invalid)
+    n_fragments = settle_open_episodes(batch, job.fragments, job.read.on_invalid)
     for ep in batch.episodes:
         ep.id = str(ep.id)
     tables = (
@@ -707,24 +707,6 @@ def _sum_counts(counts: Iterable[dict[str, Any]]) -> dict[str, Any]:
             else:
                 tot[k] += v
     return tot
-
-
-def _settle_fragments(batch: EpisodeBatch, policy: str, on_invalid: str) -> int:
-    """Counts not-done episodes; under ``"reject"`` refuses them (reason ``not_done``)."""
-    open_ = [not e.is_done for e in batch.episodes]
-    n = sum(open_)
-    if policy == "reject" and n:
-        dropped, rows = batch.keep_only([not o for o in open_])
-        for ep, r in zip(dropped, rows, strict=True):
-            err = EpisodeValidationError(
-                f"episode never ends within the data (last step t={ep.t_end - 1}); "
-                "fragments='keep' writes it as a not-done episode",
-                Where(episode_id=ep.id, timestep=ep.t_end),
-                reason="not_done",
-            )
-            quarantine = on_invalid == "quarantine"
-            batch.reject(err, r, episode=ep, policy="quarantine" if quarantine else "skip")
-    return n
 
 
 # ====================================================================== writing

@@ -47,9 +47,9 @@ from .._version import __version__
 from ..config import ReadConfig
 from ..episodes.episode import Episode
 from ..episodes.ledger import EpisodeBatch, check_on_invalid
-from ..episodes.stitch import stitch_fragments
+from ..episodes.stitch import settle_open_episodes, stitch_fragments
 from ..episodes.validate import Deduplicator, ValidateConfig, Validator
-from ..errors import ConfigError, EpisodeValidationError, Where
+from ..errors import ConfigError
 from ..io.datasets.minari_write import infer_obs_space, infer_space, write_minari_dataset
 from ..io.fast_tensor import Layout, check_layout
 from ..io.readers import make_reader
@@ -164,7 +164,7 @@ def convert_dataset(
         staging.open()
         try:
             batch, reader = _read_all(files, read, progress, dones)
-            n_fragments = _settle_fragments(batch, fragments, read.on_invalid)
+            n_fragments = settle_open_episodes(batch, fragments, read.on_invalid)
             episodes = batch.episodes
             info = _info(files, reader, given, episodes)
             written = _write(staging.path, to, episodes, info, dataset_id,
@@ -227,21 +227,6 @@ def _read_all(
     check = ValidateConfig(on_invalid=read.on_invalid, require_done=False)  # fragments: below
     batch = Validator(check).validate(batch)
     return Deduplicator().dedupe(batch), reader
-
-
-def _settle_fragments(batch: EpisodeBatch, policy: str, on_invalid: str) -> int:
-    """Counts not-done episodes; under ``"reject"`` refuses them (reason ``not_done``)."""
-    open_ = [not e.is_done for e in batch.episodes]
-    if policy == "reject" and any(open_):
-        dropped, rows = batch.keep_only([not o for o in open_])
-        for ep, r in zip(dropped, rows, strict=True):
-            err = EpisodeValidationError(
-                "episode never ends within the data; fragments='keep' writes it as not done",
-                Where(episode_id=ep.id, timestep=ep.t_end),
-                reason="not_done",
-            )
-            batch.reject(err, r, episode=ep, policy="skip" if on_invalid == "raise" else None)
-    return sum(open_)
 
 
 def _info(
