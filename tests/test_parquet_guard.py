@@ -71,6 +71,7 @@ path = sys.argv[1]
 out = {"open_parquet": attempt(lambda: open_parquet(path)), "guard_peak_mb": peak()}
 
 from offline_prelearner.config import PreLearnerConfig
+from offline_prelearner.io.samples import read_samples
 from offline_prelearner.io.sources import read_table
 from offline_prelearner.jobs.file_batches import iter_file_batches, parquet_chunks
 from offline_prelearner.jobs.relayout import relayout_rows
@@ -80,6 +81,7 @@ readers = {
     "read_table": lambda: read_table(path),
     "read_table_keys": lambda: read_table(path, columns=["obs"] if "page" in path else None),
     "parquet_chunks": lambda: list(parquet_chunks(path, 1024)),
+    "read_samples": lambda: read_samples(path),
     "iter_file_batches": lambda: list(iter_file_batches([path], 256)),
     "plan_units": lambda: plan_units([path], PreLearnerConfig()),
     "relayout": lambda: relayout_rows([path], sys.argv[2], "fast"),
@@ -106,7 +108,7 @@ def test_a_parquet_bomb_is_refused_by_every_reader_in_under_a_second_and_200_mb(
     )
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads(res.stdout.strip().splitlines()[-1])
-    readers = ("open_parquet", "read_table", "read_table_keys", "parquet_chunks")
+    readers = ("open_parquet", "read_table", "read_table_keys", "parquet_chunks", "read_samples")
     for reader in (*readers, "iter_file_batches"):
         error = got[reader]["error"]
         assert error is not None and error.startswith("refused Parquet file"), (reader, error)

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..errors import UnsupportedFormatError
 from .arrow_columns import column_to_numpy
 from .manifest import MANIFEST_FILE, Manifest
+from .parquet_guard import open_parquet
 
 if TYPE_CHECKING:
     import torch
@@ -93,7 +93,9 @@ def read_samples(
         DataError: A manifest that cannot be read, a listed file whose size changed.
     """
     files = _files(path)
-    parts = [to_numpy(pq.read_table(f, columns=columns), columns) for f in files]
+    # Each footer passes the same checks as every input's (a samples file is a file too).
+    want = list(columns) if columns is not None else None
+    parts = [to_numpy(open_parquet(str(f)).read(columns=want), columns) for f in files]
     if not parts:
         return {}
     if len(parts) == 1:
