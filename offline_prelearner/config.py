@@ -20,10 +20,16 @@ from .io.codec import DecodeLimits
 __all__ = [
     "BufferConfig",
     "ModulesConfig",
+    "OnInvalid",
     "PreLearnerConfig",
     "RayConfig",
     "ReadConfig",
     "SampleConfig",
+    "check_bool",
+    "check_choice",
+    "check_float",
+    "check_int",
+    "check_on_invalid",
 ]
 
 
@@ -97,17 +103,70 @@ MAX_BLOCK_MB = 65_536  # ray.block_mb (64 GiB)
 MAX_SEED = 2**63 - 1
 
 
-def check_int(label: str, value: Any, lo: int, hi: int, none_ok: bool = False) -> None:
+def check_int(label: str, value: Any, lo: int, hi: int, none_ok: bool = False) -> Any:
     """The validator of an integer setting, used by the config and by the object it builds (the
     storage's capacity, a sample's batch size): an int (not a bool) in ``[lo, hi]``.
+
+    Returns:
+        The value (None where ``none_ok`` and it is None).
 
     Raises:
         ConfigError: Naming ``label``, the range and the value found (cut, see ``shown``).
     """
     if value is None and none_ok:
-        return
+        return None
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise ConfigError(f"{label} must be an integer in [{lo}, {hi}], found {shown(value)}")
+    return value
+
+
+def check_float(
+    label: str,
+    value: Any,
+    lo: float,
+    hi: float,
+    *,
+    none_ok: bool = False,
+    lo_open: bool = False,
+) -> Any:
+    """The validator of a number setting: an int or float (not a bool) in ``[lo, hi]``, or
+    ``(lo, hi]`` with ``lo_open`` (a value that must stay positive, like a priority floor).
+
+    Returns:
+        The value as a float (None where ``none_ok`` and it is None).
+
+    Raises:
+        ConfigError: Naming ``label``, the range and the value found.
+    """
+    if value is None and none_ok:
+        return None
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not ((lo < value) if lo_open else (lo <= value)) or not value <= hi:
+        interval = f"({lo}, {hi}]" if lo_open else f"[{lo}, {hi}]"
+        raise ConfigError(f"{label} must be a number in {interval}, found {shown(value)}")
+    return float(value)
+
+
+def check_bool(label: str, value: Any) -> bool:
+    """The validator of a switch: ``True`` or ``False`` (not 1, not ``"yes"``).
+
+    Raises:
+        ConfigError: Naming ``label`` and the value found.
+    """
+    if not isinstance(value, bool):
+        raise ConfigError(f"{label} must be true or false, found {shown(value)}")
+    return value
+
+
+def check_choice(label: str, value: Any, choices: tuple[str, ...]) -> Any:
+    """The validator of a setting that names one of a few ``choices``.
+
+    Raises:
+        ConfigError: Naming ``label``, the choices and the value found.
+    """
+    if not isinstance(value, str) or value not in choices:
+        raise ConfigError(f"{label} must be one of {choices}, found {shown(value)}")
+    return value
 
 
 def _check_int(
@@ -117,10 +176,7 @@ def _check_int(
 
 
 def _check_float(section: str, name: str, value: Any, lo: float, hi: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
-        raise ConfigError(
-            f"{section}.{name} must be a number in [{lo}, {hi}], found {shown(value)}"
-        )
+    check_float(f"{section}.{name}", value, lo, hi)
 
 
 @dataclass(frozen=True)
