@@ -5,7 +5,6 @@ stream reading in its actors gives the same transitions as Ray Data's read."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +100,15 @@ def test_an_unreadable_file_is_a_data_error_naming_it(tmp_path: Path) -> None:
     assert e.value.where.file == str(bad)
 
 
+def _new_read_threads(before: set[threading.Thread]) -> list[threading.Thread]:
+    """The live reading threads (:func:`prefetch`'s) started since ``before`` was taken."""
+    return [
+        t
+        for t in threading.enumerate()
+        if t not in before and t.name == "offline-prelearner-read" and t.is_alive()
+    ]
+
+
 def test_prefetch_keeps_order_raises_in_place_and_stops_when_closed() -> None:
     assert list(prefetch(iter(range(50)))) == list(range(50))
 
@@ -123,12 +131,12 @@ def test_prefetch_keeps_order_raises_in_place_and_stops_when_closed() -> None:
             yield i
             i += 1
 
-    before = threading.active_count()
+    before = set(threading.enumerate())
     gen = prefetch(endless(), depth=1)
     assert next(gen) == 0
-    gen.close()
-    time.sleep(0.3)
-    assert threading.active_count() == before  # the reading thread is gone
+    (reading,) = _new_read_threads(before)
+    gen.close()  # returns once the thread has ended: no waiting here
+    assert not reading.is_alive()  # the reading thread is gone
     assert len(produced) <= 4  # it stopped at its next item, not later
 
 
@@ -296,26 +304,34 @@ def test_read_ahead_reads_the_next_group_while_the_current_one_is_used(
 
     paths = _write(tmp_path, [100, 100, 100])
     opened: list[str] = []
+    group_1_opened = threading.Event()
     real = file_batches.iter_file_batches
 
     def spy(group: list[str], batch_size: int | None, *limits: Any) -> Any:
         opened.extend(group)
+        if paths[1] in group:
+            group_1_opened.set()
         return real(group, batch_size, *limits)
 
     monkeypatch.setattr(file_batches, "iter_file_batches", spy)
+    before = set(threading.enumerate())
     reader = ReadAhead([[p] for p in paths], 100)
     assert [b.num_rows for b, _ in reader.batches(0)] == [100]
-    time.sleep(0.3)
-    assert opened[:2] == paths[:2]  # group 1 is being read before its task asks for it
+    # group 1 is being read before its task asks for it (the thread opens it on its own)
+    assert group_1_opened.wait(timeout=30)
+    assert opened[:2] == paths[:2]
     assert [b.column("i")[0].as_py() for b, _ in reader.batches(1)] == [100]
-    before = threading.active_count()
-    reader.close()
-    time.sleep(0.3)
-    assert threading.active_count() <= before  # the reading thread ended
+    # group 2 is read ahead in turn: the thread is still there, blocked on its full queue
+    (reading,) = _new_read_threads(before)
+    assert reading.is_alive()
+    reader.close()  # returns once the thread has ended: no waiting here
+    assert not reading.is_alive()  # the reading thread ended
+    assert not _new_read_threads(before)
     opened.clear()
     alone = ReadAhead([[p] for p in paths], 100, ahead=False)
+    # the group's end closes the stream, which joins the thread: `opened` is final here
     assert [b.num_rows for b, _ in alone.batches(0)] == [100]
-    time.sleep(0.3)
+    assert not _new_read_threads(before)
     assert opened == paths[:1]  # no read-ahead with several actors: nothing read for nobody
 
 
