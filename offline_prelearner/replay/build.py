@@ -12,6 +12,7 @@ streams, reproducibly across processes), and reservoir eviction from ``seed`` it
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from ..config import PreLearnerConfig, SampleConfig
@@ -80,5 +81,7 @@ def build_buffer(
 
 
 def _stable_hash(s: str) -> int:
-    """A small, process-independent hash (Python's str hash is salted per process)."""
-    return int.from_bytes(s.encode()[:8].ljust(8, b"\0"), "little") % 1_000_003
+    """A process-independent hash of the whole of ``s`` (Python's str hash is salted per
+    process), below 2**62 so that ``seed + hash`` stays an int64."""
+    digest = hashlib.blake2b(s.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 2
