@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from offline_prelearner.episodes.episode import Episode
+from offline_prelearner.errors import EpisodeValidationError
 from offline_prelearner.replay import EpisodeReplayBuffer
 from offline_prelearner.replay.samplers import NStep
 from offline_prelearner.replay.samplers.n_step import FixedNStepTable
@@ -93,12 +94,12 @@ def test_fixed_n_equals_range_path_under_streaming_and_eviction(ops, n, gamma, c
             eps = [ep]
         try:
             buf.add(eps)
-        except Exception:  # an evicted episode continued, etc.: the data is refused; go on
+        except EpisodeValidationError:  # an evicted episode continued: the data is refused
             for e in eps:
                 state.pop(int(e.id.split("-")[0]), None)
         assert_same_as_range_path(buf)
     if pending:
-        with contextlib.suppress(Exception):  # refused data: see above
+        with contextlib.suppress(EpisodeValidationError):  # refused data: see above
             buf.add(pending)
         assert_same_as_range_path(buf)
     # A restored buffer rebuilds the table from its valid starts.
