@@ -350,7 +350,7 @@ def test_version_is_the_installed_distributions(capsys) -> None:
     out, _ = capsys.readouterr()
     assert exit_info.value.code == 0
     assert out.strip() == f"offline-prelearner {version('offline_prelearner')}"
-    assert __version__ == version("offline_prelearner")  # the source and pyproject.toml agree
+    assert __version__ == version("offline_prelearner")  # the source, as installed
 
 
 def _parsers() -> dict[str, argparse.ArgumentParser]:
