@@ -31,8 +31,7 @@ from . import checkpoint
 from .batch import SampleBatch
 from .rate_limit import SampleToInsertRatio
 from .reservoir import Reservoir
-from .samplers.base import Sampler, SampleUnit, ValidStarts, ranges
-from .samplers.n_step import FixedNStepTable
+from .samplers.base import Sampler, SampleUnit, StepTable, ValidStarts, ranges
 from .samplers.prioritized import Prioritized
 from .samplers.transition import Transition, ones
 from .samplers.uniform import Uniform
@@ -108,8 +107,8 @@ class EpisodeReplayBuffer:
                     f"{type(obj).__name__}"
                 )
         self.learning_starts = learning_starts
-        # NStep with a fixed n: returns precomputed per stored step (fed in _notify).
-        self._fixed_n = FixedNStepTable.of(self.unit)
+        # The unit's per-slot cache (NStep with a fixed n: its returns), fed in _notify.
+        self._step_table: StepTable | None = self.unit.step_table()
         self.rng = np.random.default_rng(seed)
         self.samples_drawn = 0
         self._valid: ValidStarts | None = None
@@ -241,7 +240,7 @@ class EpisodeReplayBuffer:
             slots = ranges(first[keep], (new - old)[keep])
             if len(slots):
                 self.sampler.on_add(self.storage, slots)
-            table = self._fixed_n
+            table = self._step_table
             if table is not None:  # the new starts and the tail before them (see the table)
                 redo = np.maximum(table.refresh_from(first), start_at)[keep]
                 table.on_add(self.storage, ranges(redo, (start_at + new)[keep] - redo))
@@ -256,8 +255,8 @@ class EpisodeReplayBuffer:
         slots = ranges(ch.start, unit.valid_starts(ch.length, ch.done))
         if len(slots):
             self.sampler.on_add(st, slots)
-            if self._fixed_n is not None:
-                self._fixed_n.on_add(st, slots)
+            if self._step_table is not None:
+                self._step_table.on_add(st, slots)
 
     # ------------------------------------------------------------------ sampling
     def valid_starts(self) -> ValidStarts:
@@ -329,10 +328,10 @@ class EpisodeReplayBuffer:
     def _emit(self, slots: np.ndarray, rows: np.ndarray, weights: np.ndarray | None) -> SampleBatch:
         """Expands drawn start slots (and their table rows) into a batch with ``weights`` and
         ``indices``, and counts them as drawn."""
-        if self._fixed_n is None:
+        if self._step_table is None:
             batch = self.unit.expand(slots, rows, self.storage, self.rng)
         else:
-            batch = self._fixed_n.expand(slots, rows, self.storage)
+            batch = self._step_table.expand(slots, rows, self.storage)
         batch.set_trusted(
             C.WEIGHTS,
             ones(len(slots), np.float32) if weights is None else np.asarray(weights, np.float32),
@@ -423,8 +422,8 @@ class EpisodeReplayBuffer:
         self._valid = None
         if isinstance(self.sampler, Prioritized):
             self.sampler.check_restored(self.storage.capacity, self.valid_starts().slots())
-        if self._fixed_n is not None:
-            self._fixed_n.rebuild(self.storage, self.valid_starts().slots())
+        if self._step_table is not None:
+            self._step_table.rebuild(self.storage, self.valid_starts().slots())
 
     def save(self, path: str | Path) -> Path:
         """Writes a checkpoint directory atomically (see :mod:`.checkpoint`); returns its path."""

@@ -24,7 +24,7 @@ from offline_prelearner.replay.samplers.n_step import FixedNStepTable
 
 
 def assert_same_as_range_path(buf: EpisodeReplayBuffer) -> None:
-    table = buf._fixed_n
+    table = buf._step_table
     assert table is not None
     slots = buf.valid_starts().slots()
     if len(slots) == 0:
@@ -59,7 +59,7 @@ ops = st.lists(
 )
 def test_fixed_n_equals_range_path_under_streaming_and_eviction(ops, n, gamma, capacity, batched):
     buf = EpisodeReplayBuffer(capacity, unit=NStep(n, gamma), seed=0)
-    assert isinstance(buf._fixed_n, FixedNStepTable)
+    assert isinstance(buf._step_table, FixedNStepTable)
     state: dict[int, tuple[int, np.ndarray, int]] = {}  # episode -> (t_end, last obs, serial)
     pending: list[Episode] = []
     gen = 0
@@ -114,7 +114,7 @@ def test_same_draws_as_the_range_path_at_n():
     ]
     fixed = EpisodeReplayBuffer(200, unit=NStep(3, 0.9), seed=1)
     ranged = EpisodeReplayBuffer(200, unit=NStep((3, 3), 0.9), seed=1)
-    assert fixed._fixed_n is not None and ranged._fixed_n is None
+    assert fixed._step_table is not None and ranged._step_table is None
     for buf in (fixed, ranged):
         buf.add(eps[:4])
         buf.add(eps[4:])
@@ -133,5 +133,5 @@ def test_join_recomputes_the_old_tail():
     buf.add(rest)
     assert_same_as_range_path(buf)
     slots = buf.valid_starts().slots()
-    batch = buf._fixed_n.expand(slots, buf.storage.rows_of(slots), buf.storage)
+    batch = buf._step_table.expand(slots, buf.storage.rows_of(slots), buf.storage)
     np.testing.assert_array_equal(batch["terminateds"], [False] * 6 + [True] * 3)

@@ -41,7 +41,15 @@ if TYPE_CHECKING:
     from ..batch import SampleBatch
     from ..storage import EpisodeStorage
 
-__all__ = ["SampleUnit", "Sampler", "SamplerState", "UpdatableSampler", "ValidStarts", "ranges"]
+__all__ = [
+    "SampleUnit",
+    "Sampler",
+    "SamplerState",
+    "StepTable",
+    "UpdatableSampler",
+    "ValidStarts",
+    "ranges",
+]
 
 #: What ``Sampler.state()`` returns: flat, numpy arrays only (0-d arrays for scalars), so a
 #: checkpoint stores it as ``.npy`` files without pickle.
@@ -129,6 +137,27 @@ class UpdatableSampler(Sampler, Protocol):
     ) -> int: ...
 
 
+class StepTable(Protocol):
+    """A per-slot cache a unit keeps in step with the buffer's valid starts (NStep's n-step
+    returns, precomputed at add time so that a draw only gathers).
+
+    The buffer feeds it the slots that become valid starts (``on_add``, the same slots its sampler
+    gets), and again the ``refresh_from(first)`` slots before a placement's new starts (their
+    windows may have changed when a fragment joined); ``rebuild`` after a restore. ``expand``
+    gives what the unit's own ``expand`` would.
+    """
+
+    def refresh_from(self, first: np.ndarray) -> np.ndarray: ...
+
+    def on_add(self, storage: EpisodeStorage, slots: np.ndarray) -> None: ...
+
+    def rebuild(self, storage: EpisodeStorage, slots: np.ndarray) -> None: ...
+
+    def expand(
+        self, slots: np.ndarray, rows: np.ndarray, storage: EpisodeStorage
+    ) -> SampleBatch: ...
+
+
 @runtime_checkable
 class SampleUnit(Protocol):
     """What one chosen start step expands into.
@@ -138,9 +167,16 @@ class SampleUnit(Protocol):
     sample. For a finished episode that is usually every step; for an unfinished one only the steps
     whose whole window is stored (the rest become valid when the episode continues).
 
-    ``expand(slots, rows, storage, rng)`` gathers the batch for those start slots (``rows`` are
-    their table rows) with index arrays, no per-sample loop; ``rng`` is for units that draw
-    something per sample (an n-step range).
+    ``expand(slots, rows, storage, rng, frames=None)`` gathers the batch for those start slots
+    (``rows`` are their table rows) with index arrays, no per-sample loop; ``rng`` is for units
+    that draw something per sample (an n-step range). With ``frames=k`` every observation column
+    comes back as the stack of the last ``k`` observations (``[B, k, *obs_shape]``, older frames
+    clipped at the episode's first slot: :func:`~.transition.stack_index`); that is how
+    :class:`~.stack.FrameStack` stacks frames over any unit.
+
+    ``step_table()`` is the unit's per-slot cache (a :class:`StepTable`) the buffer keeps and
+    draws from instead of ``expand``, or None (the usual answer): a fresh one per call, since
+    each buffer holds its own.
     """
 
     def valid_starts(self, lengths: np.ndarray, done: np.ndarray) -> np.ndarray: ...
@@ -151,4 +187,7 @@ class SampleUnit(Protocol):
         rows: np.ndarray,
         storage: EpisodeStorage,
         rng: np.random.Generator,
+        frames: int | None = None,
     ) -> SampleBatch: ...
+
+    def step_table(self) -> StepTable | None: ...

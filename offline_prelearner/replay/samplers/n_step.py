@@ -72,6 +72,13 @@ class NStep:
         hi = self.bounds[1]
         return np.where(done, lengths, np.maximum(lengths - hi + 1, 0))
 
+    def step_table(self) -> FixedNStepTable | None:
+        """A :class:`FixedNStepTable` for an int ``n > 1`` (returns precomputed at add time),
+        else None (a range of ``n`` draws per sample; ``n = 1`` is a transition)."""
+        if isinstance(self.n, int) and self.n > 1:
+            return FixedNStepTable(self)
+        return None
+
     def expand(
         self,
         slots: np.ndarray,
@@ -138,9 +145,9 @@ class FixedNStepTable:
     number of steps taken and how the window ends (inside, terminated, truncated), computed once (a
     vectorized pass over the steps that just became valid starts) instead of at every sample.
 
-    The buffer holds one when its unit is ``NStep`` with an int ``n > 1`` and feeds it the slots
-    that become valid starts (:meth:`on_add`, the same slots its sampler gets). A valid start's
-    window is stored whole, so its values are final -- except at the tail of an unfinished
+    ``NStep(n).step_table()`` gives one for an int ``n > 1``; the buffer holds it and feeds it
+    the slots that become valid starts (:meth:`on_add`, the same slots its sampler gets). A valid
+    start's window is stored whole, so its values are final -- except at the tail of an unfinished
     episode, whose last window "reaches the end" only until a fragment joins, and whose end flags
     change when it is flagged done: the buffer passes the ``n - 1`` valid starts before the new
     ones again (:meth:`refresh_from`), and they are recomputed. Evicted slots are never drawn,
@@ -158,13 +165,6 @@ class FixedNStepTable:
         # How the window ends: 0 inside the episode (or at the stored end of an unfinished one),
         # 1 at a terminated end, 2 at a truncated end.
         self.end = np.zeros(0, np.int8)
-
-    @classmethod
-    def of(cls, unit: object) -> FixedNStepTable | None:
-        """A table for ``unit`` if it is an ``NStep`` with an int ``n > 1``, else None."""
-        if type(unit) is NStep and isinstance(unit.n, int) and unit.n > 1:
-            return cls(unit)
-        return None
 
     def refresh_from(self, first: np.ndarray) -> np.ndarray:
         """Where recomputation starts for a placement whose valid starts grew from slot

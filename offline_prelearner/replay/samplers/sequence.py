@@ -58,6 +58,10 @@ class Sequence:
         lengths = np.asarray(lengths, dtype=np.int64)
         return np.where(done, lengths, np.maximum(lengths - self.length + 1, 0))
 
+    def step_table(self) -> None:
+        """No per-slot cache: a draw gathers what it needs."""
+        return None
+
     def expand(
         self,
         slots: np.ndarray,

@@ -3,9 +3,10 @@
 Pixel data is stored once, one frame per slot; ``FrameStack(4)`` turns each sampled ``obs`` (and
 ``new_obs``) into ``[B, 4, *frame_shape]``: the frames of steps ``t - 3 .. t`` in order, oldest
 first. Near an episode's start the missing older frames repeat the episode's first stored frame
-(never a frame of another episode). It wraps another unit -- ``Transition()`` (default),
-``NStep(...)`` or ``Sequence(...)`` (then ``[B, W, k, *frame_shape]``) -- and leaves its semantics
-otherwise unchanged.
+(never a frame of another episode). It wraps any :class:`~.base.SampleUnit` -- ``Transition()``
+(default), ``NStep(...)``, ``Sequence(...)`` (then ``[B, W, k, *frame_shape]``) or one of your
+own -- through the protocol's ``expand(..., frames=k)``, and leaves its semantics otherwise
+unchanged.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...config import check_int
 from ...errors import ConfigError
-from .n_step import NStep
-from .sequence import Sequence
+from .base import SampleUnit
 from .transition import Transition
 
 if TYPE_CHECKING:
@@ -32,19 +33,22 @@ class FrameStack:
     """``k`` stacked observations around the samples of ``unit``."""
 
     k: int
-    unit: Transition | NStep | Sequence = field(default_factory=Transition)
+    unit: SampleUnit = field(default_factory=Transition)
 
     def __post_init__(self) -> None:
-        if isinstance(self.k, bool) or not isinstance(self.k, (int, np.integer)) or self.k < 1:
-            raise ConfigError(f"k must be an int >= 1, found {self.k!r}")
-        object.__setattr__(self, "k", int(self.k))
-        if not isinstance(self.unit, (Transition, NStep, Sequence)):
+        k = int(self.k) if isinstance(self.k, np.integer) else self.k
+        object.__setattr__(self, "k", check_int("k", k, 1, 2**31 - 1))
+        if not isinstance(self.unit, SampleUnit):
             raise ConfigError(
-                f"unit must be Transition, NStep or Sequence, found {type(self.unit).__name__}"
+                f"unit must implement the SampleUnit protocol, found {type(self.unit).__name__}"
             )
 
     def valid_starts(self, lengths: np.ndarray, done: np.ndarray) -> np.ndarray:
         return self.unit.valid_starts(lengths, done)
+
+    def step_table(self) -> None:
+        """None: a unit's cache holds single frames; the stacks are gathered per draw."""
+        return None
 
     def expand(
         self,
@@ -52,5 +56,8 @@ class FrameStack:
         rows: np.ndarray,
         storage: EpisodeStorage,
         rng: np.random.Generator,
+        frames: int | None = None,
     ) -> SampleBatch:
+        if frames is not None:
+            raise ConfigError("FrameStack stacks frames itself; wrap the inner unit once")
         return self.unit.expand(slots, rows, storage, rng, frames=self.k)

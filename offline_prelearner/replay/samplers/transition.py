@@ -75,6 +75,10 @@ class Transition:
     def valid_starts(self, lengths: np.ndarray, done: np.ndarray) -> np.ndarray:
         return np.asarray(lengths, dtype=np.int64)
 
+    def step_table(self) -> None:
+        """No per-slot cache: a draw gathers what it needs."""
+        return None
+
     def expand(
         self,
         slots: np.ndarray,
