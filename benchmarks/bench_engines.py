@@ -5,7 +5,7 @@ For inputs of growing size (CartPole rows recorded by this tool, cached under
 as a user does (a fresh process each time, so Ray's start-up is counted) with ``--engine local``
 and ``--engine ray``, and prints one JSON line per (size, engine) with the median wall time over
 ``--repeats`` runs, then a line naming the smallest input size (in bytes) at which Ray was faster.
-That figure is what ``LOCAL_ENGINE_MAX_BYTES`` in ``offline_prelearner/jobs/pipeline.py`` is set
+That figure is what ``LOCAL_ENGINE_MAX_BYTES`` in ``offline_prelearner/jobs/batch_job.py`` is set
 from.
 
     python benchmarks/bench_engines.py [--sizes 5000 100000 1000000] [--repeats 3]

@@ -125,7 +125,7 @@ def _run_child_peak(args: list[str]) -> None:
             return _read(args[1])
     else:  # process
         from offline_prelearner.config import PreLearnerConfig
-        from offline_prelearner.jobs.pipeline import run_pipeline
+        from offline_prelearner.jobs.batch_job import run_pipeline
 
         src, layout, out_dir, capacity = args[1], args[2], args[3], int(args[4])
         config = PreLearnerConfig().with_updates({"buffer.capacity": capacity, "sample_all": True})
@@ -227,7 +227,7 @@ def _episodes(kind: str, steps: int) -> list[Episode]:
 
 def bench_process(cartpole_rows: int, pixel_rows: int, repeats: int) -> None:
     from offline_prelearner.config import PreLearnerConfig
-    from offline_prelearner.jobs.pipeline import run_pipeline
+    from offline_prelearner.jobs.batch_job import run_pipeline
 
     with tempfile.TemporaryDirectory(prefix="bench-layouts-") as tmp:
         for kind, rows, in_layout in (

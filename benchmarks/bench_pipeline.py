@@ -275,11 +275,19 @@ def total_rows(files: list[Path]) -> int:
 
 
 def pipeline_module() -> Any:
-    """The pipeline module of the package imported: ``offline_prelearner.jobs.pipeline`` since
+    """The jobs of the package imported, as one namespace: ``offline_prelearner.jobs.batch_job``
+    and ``jobs.learner_stream`` since the jobs hub was cut at its seams, ``jobs.pipeline`` since
     the package was grouped by the data flow, ``offline_prelearner.pipeline`` in older code
     (``--baseline-ref``)."""
     import importlib
+    import types
 
+    try:
+        batch = importlib.import_module("offline_prelearner.jobs.batch_job")
+        stream = importlib.import_module("offline_prelearner.jobs.learner_stream")
+        return types.SimpleNamespace(**{**vars(batch), **vars(stream)})
+    except ModuleNotFoundError:
+        pass
     try:
         return importlib.import_module("offline_prelearner.jobs.pipeline")
     except ModuleNotFoundError:

@@ -25,12 +25,12 @@ from .jobs import interrupts as _interrupts  # noqa: F401
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__ as __version__
-from .config import PreLearnerConfig, ReadConfig
+from .config import PreLearnerConfig, ReadConfig, ValidateConfig
 from .connectors import Connector, ConnectorPipeline, build_pipeline, register_connector
 from .episodes.episode import Episode
 from .episodes.episode_columns import EpisodeColumns
 from .episodes.ledger import EpisodeBatch, Ledger
-from .episodes.validate import Deduplicator, ValidateConfig, Validator
+from .episodes.validate import Deduplicator, Validator
 from .errors import (
     ConfigError,
     DataError,
@@ -59,7 +59,8 @@ from .replay.shards import ReplayShard, ShardedReplayBuffer
 
 if TYPE_CHECKING:  # loaded on first use at run time (see __getattr__); typed for checkers
     from .jobs.apex import FeedStats, feed_shards, start_feed
-    from .jobs.pipeline import iter_learner_batches, run_pipeline, split_learner_batches
+    from .jobs.batch_job import run_pipeline
+    from .jobs.learner_stream import iter_learner_batches, split_learner_batches
     from .replay.prioritized import PrioritizedEpisodeReplayBuffer
 
 
@@ -130,11 +131,15 @@ __all__ = [  # noqa: RUF022  (grouped by stage, like the docstring)
 
 
 def __getattr__(name: str) -> Any:
-    # Ray is imported only by the pipeline; importing the package stays light.
-    if name in ("run_pipeline", "iter_learner_batches", "split_learner_batches"):
-        from .jobs import pipeline
+    # Ray is imported only by the jobs; importing the package stays light.
+    if name == "run_pipeline":
+        from .jobs.batch_job import run_pipeline
 
-        return getattr(pipeline, name)
+        return run_pipeline
+    if name in ("iter_learner_batches", "split_learner_batches"):
+        from .jobs import learner_stream
+
+        return getattr(learner_stream, name)
     if name in ("feed_shards", "start_feed", "FeedStats"):
         from .jobs import apex
 

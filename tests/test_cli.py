@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from offline_prelearner.jobs.cli import build_parser, main
+from offline_prelearner.cli import build_parser, main
 
 REPO = Path(__file__).resolve().parents[1]
 

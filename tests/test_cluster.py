@@ -208,13 +208,13 @@ def _process(
     env: dict[str, str] | None = None,
     timeout: float = JOB_TIMEOUT_S,
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m offline_prelearner.jobs.cli process ROWS --out OUT ARGS`` in a fresh process,
+    """``python -m offline_prelearner process ROWS --out OUT ARGS`` in a fresh process,
     its environment this one's without Ray's settings, plus ``env``."""
     env = {**_clean_env(), **(env or {})}
     cmd = [
         sys.executable,
         "-m",
-        "offline_prelearner.jobs.cli",
+        "offline_prelearner",
         "process",
         str(ROWS),
         "--out",

@@ -22,10 +22,10 @@ from fixtures.make_nested_minari import LENGTHS, make_nested
 from test_composite_obs import _episodes, _table
 from test_minari_composite import minari_episodes
 
+from offline_prelearner.cli import main
 from offline_prelearner.episodes import observations as O
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.io.writers import TENSOR_EXTENSION_NAME, episodes_to_rows
-from offline_prelearner.jobs.cli import main
 
 GOAL = {
     "observation": ("float32", (4,)),

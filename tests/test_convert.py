@@ -13,13 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import rllib_python
 
+from offline_prelearner.cli import main
 from offline_prelearner.config import ReadConfig
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import DataError, DecodeError
 from offline_prelearner.io.readers.episodes import EpisodesReader
 from offline_prelearner.io.readers.rows import RowsReader
 from offline_prelearner.io.readers.sample_batches import SampleBatchesReader
-from offline_prelearner.jobs.cli import main
 from offline_prelearner.jobs.convert import STATS_FILE, convert_path
 
 COMPRESSED = "cartpole-v1_old_stack_json_compressed.json"

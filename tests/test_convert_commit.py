@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 from test_convert import assert_same_episodes, read_back
 
+from offline_prelearner.cli import main
 from offline_prelearner.config import ReadConfig
 from offline_prelearner.errors import DataError, DecodeError
 from offline_prelearner.io.readers.sample_batches import SampleBatchesReader
-from offline_prelearner.jobs.cli import main
 from offline_prelearner.jobs.commit import MANIFEST_FILE, CommitError, staging_path
 from offline_prelearner.jobs.convert import STATS_FILE, convert_path
 

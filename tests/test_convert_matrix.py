@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from offline_prelearner.cli import main
 from offline_prelearner.config import ReadConfig
 from offline_prelearner.episodes import observations as O
 from offline_prelearner.episodes.episode import Episode
@@ -31,7 +32,6 @@ from offline_prelearner.errors import ConfigError, UnsupportedFormatError
 from offline_prelearner.io.readers import make_reader
 from offline_prelearner.io.readers.sample_batches import SampleBatchesReader
 from offline_prelearner.io.sources import detect_format, expand_paths, read_table
-from offline_prelearner.jobs.cli import main
 from offline_prelearner.jobs.convert import convert_path
 
 pytest.importorskip("h5py")

@@ -11,11 +11,11 @@ import pytest
 from fixtures import sessions
 from fixtures.make_minari import BACKENDS, D4RLCase, MinariCase, load_ground_truth
 
+from offline_prelearner.cli import main
 from offline_prelearner.config import ReadConfig
 from offline_prelearner.episodes.ledger import EpisodeBatch
 from offline_prelearner.io.readers import make_reader
 from offline_prelearner.io.sources import detect_format, expand_paths, read_table
-from offline_prelearner.jobs.cli import main
 from offline_prelearner.jobs.commit import CommitError
 from offline_prelearner.jobs.convert import convert_path
 

@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 from corpus import make_corpus as mc
 
-from offline_prelearner.jobs import cli
+from offline_prelearner import cli
 
 # ------------------------------------------------------------------------------------------------
 # expectations

@@ -13,7 +13,7 @@ import pytest
 
 from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.errors import ConfigError
-from offline_prelearner.jobs.pipeline import LearnerStream, split_learner_batches
+from offline_prelearner.jobs.learner_stream import LearnerStream, split_learner_batches
 from offline_prelearner.replay.batch import MultiAgentBatch
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]

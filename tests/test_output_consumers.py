@@ -24,8 +24,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import offline_prelearner as op
+from offline_prelearner.cli import main
 from offline_prelearner.io.fast_tensor import FAST_MIN_CELL_BYTES
-from offline_prelearner.jobs.cli import main
 
 ROWS = Path(__file__).resolve().parent.parent / "datasets" / "cartpole-v1" / "rows"
 

@@ -20,9 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 from corpus import make_corpus as mc
 
-from offline_prelearner.config import PreLearnerConfig
+from offline_prelearner.config import DEFAULT_LIMITS, PreLearnerConfig
 from offline_prelearner.errors import DataError
-from offline_prelearner.io.codec import DEFAULT_LIMITS
 from offline_prelearner.io.parquet_guard import (
     SMALL_FILE_BYTES,
     check_drift,
@@ -216,8 +215,7 @@ def test_limits_come_from_the_config(tmp_path: Path) -> None:
 def test_inspect_and_convert_take_the_limits_of_their_read_config(tmp_path: Path) -> None:
     """``inspect_path`` and ``convert_path`` read with ``read.limits`` too (they read with the
     defaults before): the same tight row-group limit refuses the pixel rows there."""
-    from offline_prelearner.config import ReadConfig
-    from offline_prelearner.io.codec import DecodeLimits
+    from offline_prelearner.config import DecodeLimits, ReadConfig
     from offline_prelearner.jobs.convert import convert_path
     from offline_prelearner.jobs.inspection import inspect_path
 
@@ -295,7 +293,7 @@ _DRIFT = [
 
 
 def _outcome(path: Path, out: Path, engine: str) -> dict[str, Any]:
-    from offline_prelearner.jobs.pipeline import run_pipeline
+    from offline_prelearner.jobs.batch_job import run_pipeline
 
     try:
         res = run_pipeline(str(path), PreLearnerConfig(), out_dir=out, engine=engine)
@@ -333,7 +331,7 @@ def test_both_engines_give_the_same_answer(ray_local: Any, tmp_path: Path, make:
 def test_ray_data_reader_never_opens_a_bomb(ray_local: Any, tmp_path: Path) -> None:
     """The learner stream's Ray Data read (``group_by_episode``) checks the footers on the
     driver before ``read_parquet``, and so does the stream whose actors read their files."""
-    from offline_prelearner.jobs.pipeline import _read, iter_learner_batches
+    from offline_prelearner.jobs.learner_stream import _read, iter_learner_batches
 
     bomb = str(mc.parquet_dictionary_bomb(tmp_path))
     good = str(sorted((REPO / "datasets/cartpole-v1/rows").glob("*.parquet"))[0])

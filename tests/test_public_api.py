@@ -84,7 +84,7 @@ def test_importing_the_package_does_not_import_ray() -> None:
 
 def test_lazy_exports_are_the_defining_modules_objects() -> None:
     from offline_prelearner import replay
-    from offline_prelearner.jobs import apex, pipeline
+    from offline_prelearner.jobs import apex, batch_job, learner_stream
     from offline_prelearner.replay import build, prioritized, shards
 
     assert op.ShardedReplayBuffer is shards.ShardedReplayBuffer
@@ -95,9 +95,9 @@ def test_lazy_exports_are_the_defining_modules_objects() -> None:
         apex.FeedStats,
     )
     assert (op.run_pipeline, op.iter_learner_batches, op.split_learner_batches) == (
-        pipeline.run_pipeline,
-        pipeline.iter_learner_batches,
-        pipeline.split_learner_batches,
+        batch_job.run_pipeline,
+        learner_stream.iter_learner_batches,
+        learner_stream.split_learner_batches,
     )
     assert op.PrioritizedEpisodeReplayBuffer is prioritized.PrioritizedEpisodeReplayBuffer
     assert (replay.build_buffer, replay.build_unit) == (build.build_buffer, build.build_unit)

@@ -12,6 +12,7 @@ import pytest
 from fixtures import sessions
 from fixtures.make_minari import BACKENDS, MinariCase, load_ground_truth
 
+from offline_prelearner.cli import main
 from offline_prelearner.config import PreLearnerConfig, ReadConfig
 from offline_prelearner.episodes import observations as O
 from offline_prelearner.episodes.ledger import EpisodeBatch
@@ -24,7 +25,6 @@ from offline_prelearner.io.datasets.minari import METADATA_KEY, datasets_root, f
 from offline_prelearner.io.readers import available_formats, make_reader
 from offline_prelearner.io.readers.minari import MinariReader
 from offline_prelearner.io.sources import detect_format, expand_paths, read_table
-from offline_prelearner.jobs.cli import main
 from offline_prelearner.jobs.inspection import inspect_path
 from offline_prelearner.jobs.units import plan_units
 
@@ -297,7 +297,7 @@ def test_the_learner_stream_reads_minari_in_its_actor(
 ) -> None:
     """``iter_learner_batches`` on a Minari folder: every step once (``sample_all``), the actors
     reading the episode files themselves (gathered into batches, never cut)."""
-    from offline_prelearner.jobs.pipeline import iter_learner_batches
+    from offline_prelearner.jobs.learner_stream import iter_learner_batches
 
     case = minari_cases[f"{LEAF_DATASETS[0]}@{backend}"]
     meta, _ = load_ground_truth(case.truth)

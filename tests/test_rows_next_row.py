@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from offline_prelearner.cli import main
 from offline_prelearner.config import ReadConfig
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.ledger import Ledger
@@ -26,7 +27,6 @@ from offline_prelearner.errors import ConfigError, EpisodeValidationError, Schem
 from offline_prelearner.io.arrow_columns import column_to_numpy
 from offline_prelearner.io.readers.rows import RowsReader
 from offline_prelearner.io.schema import ColumnSchema, detect_schema, load_schema, nearest_preset
-from offline_prelearner.jobs.cli import main
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ENDS = ("terminated", "truncated", "open")

@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from offline_prelearner.jobs.pipeline import train_batches
+from offline_prelearner.jobs.learner_stream import train_batches
 
 
 def _blocks(sizes: list[int]) -> list[dict[str, np.ndarray]]:

@@ -9,12 +9,13 @@
         shards.update_priorities(batch["indices"], td_errors(batch))
     stats = feed.result()                                     # FeedStats; stats.balanced()
 
-The job is the batch job of :mod:`offline_prelearner.jobs.pipeline` (same reading, format detection,
-``ray.*`` settings, validation and de-duplication) with :class:`ShardFeeder` as the prelearner:
-instead of buffering and sampling, it sends each batch's episodes to the shards of their module
-and returns one row of counters per batch, which :func:`feed_shards` sums. Every input row is
-accounted for: ``rows_in = rows_kept + rows_rejected + rows_duplicate`` (the ledger), and every
-kept episode was either sent to a shard or counted as unrouted (its module has no shards).
+The job is the learner stream of :mod:`offline_prelearner.jobs.learner_stream` (same reading,
+format detection, ``ray.*`` settings, validation and de-duplication) with :class:`ShardFeeder` as
+the prelearner: instead of buffering and sampling, it sends each batch's episodes to the shards
+of their module and returns one row of counters per batch, which :func:`feed_shards` sums. Every
+input row is accounted for: ``rows_in = rows_kept + rows_rejected + rows_duplicate`` (the
+ledger), and every kept episode was either sent to a shard or counted as unrouted (its module
+has no shards).
 
 Each feeder actor waits for its shard calls before returning a batch, so a shard's error (a
 fragment contradicting what it holds) fails the job at that batch, and nothing is in flight when
@@ -45,7 +46,7 @@ from ..io.readers import Batch
 from ..prelearner import OfflinePreLearner
 from ..replay.batch import MultiAgentBatch
 from ..replay.shards import ShardedReplayBuffer
-from .pipeline import build_dataset
+from .learner_stream import build_dataset
 
 __all__ = ["FeedStats", "ShardFeeder", "feed_shards", "start_feed"]
 

@@ -1,0 +1,90 @@
+"""``offline-prelearner``: the top parser, one sub-command each, and :func:`main`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from ..jobs import interrupts
+from .cmd_convert import add_convert
+from .cmd_inspect import add_inspect
+from .cmd_process import add_process
+from .cmd_record import add_record
+from .exits import exit_now, interrupted, report_interrupt, run_command, shutdown
+from .options import OneLineParser, epilog, package_version
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``offline-prelearner`` parser: ``--version``, ``-v`` and the sub-commands, each with
+    its ``Examples:``; a parsed sub-command's ``func(args)`` runs it."""
+    p = OneLineParser(
+        prog="offline-prelearner",
+        description="Offline RL data: recorded experience -> episodes -> learner-ready batches.",
+        epilog=epilog(""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {package_version()}",
+        help="print the installed version and exit",
+    )
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show Ray's own log lines live (by default they go to its session log folder, "
+        "named when a job fails)",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    for add in (add_record, add_process, add_inspect, add_convert):
+        add(sub)
+    for command, parser in sub.choices.items():
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        parser.epilog = epilog(command)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs ``offline-prelearner``; returns its exit status.
+
+    SIGINT and SIGTERM take one path whatever the job is doing (:mod:`~..jobs.interrupts`):
+    before the commit, one line and exit 130 / 143 with nothing committed; during the commit, the
+    commit finishes and the job exits 0; after it, nothing changes the exit status.
+
+    Without ``argv`` this is the program (the console script, ``python -m offline_prelearner``):
+    once Ray was involved it ends the process itself after its cleanup (``os._exit``: Ray's
+    threads and exit hooks cannot turn a finished job into a crash or a late signal into a
+    traceback), keeping its signal handler to the end; an interrupted job leaves its local Ray
+    instance to the watchdog (:mod:`~..jobs.reaper`) instead of a shutdown that waits. With
+    ``argv`` (a test, a notebook) it returns, and gives the signal handlers back.
+    """
+    args = build_parser().parse_args(argv)
+    if not args.verbose:
+        # Read by Ray Data when it sets up its loggers (on import): INFO lines stay in its files.
+        os.environ.setdefault("RAY_DATA_LOG_LEVEL", "ERROR")
+    from ..jobs import ray_session
+    from ..replay.memory import for_worker_process
+
+    for_worker_process()  # the CLI's process runs our jobs: see replay/memory.py
+    ray_session.VERBOSE = args.verbose
+    program = argv is None
+    previous = interrupts.install(
+        on_stuck=(lambda n: exit_now(report_interrupt(args, n))) if program else None
+    )
+    code = 1
+    try:
+        code = run_command(args)
+    finally:
+        interrupts.closing(code)  # from here a signal is recorded, never raised
+        if not (program and interrupted() and ray_session.ray_watched()):
+            shutdown()
+        if not program:
+            interrupts.restore(previous)
+    if program and "ray" in sys.modules:
+        exit_now(code)
+    return code

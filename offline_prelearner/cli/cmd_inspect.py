@@ -1,0 +1,147 @@
+"""``offline-prelearner inspect``: what a dataset holds, and whether it validates."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from ..config import ReadConfig
+from ..errors import ConfigError
+from .options import FORMAT_HELP, FORMATS, MAX_STEPS_HELP, add_common, out_path
+
+__all__ = ["add_inspect", "inspect"]
+
+
+def add_inspect(sub: Any) -> None:
+    """The ``inspect`` parser, added to ``sub`` (the top parser's sub-commands)."""
+    i = sub.add_parser("inspect", help="what a dataset holds, and a validation report")
+    add_common(
+        i,
+        "skip",
+        "what to do with rows that fail to read or validate (default: skip and count them in "
+        "the report)",
+    )
+    i.add_argument("--format", choices=FORMATS, default="auto", help=FORMAT_HELP)
+    i.add_argument("--max-episode-steps", type=int, default=None, help=MAX_STEPS_HELP)
+    i.add_argument(
+        "--schema",
+        default=None,
+        help="a preset name from schemas/ (rllib, rllib_compressed, d4rl, minari_transitions, "
+        "...) or a schema JSON file (default: RLlib's column names)",
+    )
+    i.add_argument(
+        "--quarantine-dir",
+        type=out_path,
+        default=None,
+        help="with --on-invalid quarantine: where rejected rows are written",
+    )
+    i.add_argument(
+        "--allow-fragments",
+        action="store_true",
+        help="keep episodes that never end within the data instead of rejecting them",
+    )
+    i.add_argument("--json", action="store_true", help="print one JSON object")
+    i.set_defaults(func=inspect)
+
+
+def _progress(i: int, n: int, name: str) -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\r  read {i}/{n} files ({100 * i // n}%)   ")
+        if i == n:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def _fmt_stats(s: dict[str, float] | None) -> str:
+    if not s:
+        return "-"
+    return f"min {s['min']:.4g}  mean {s['mean']:.4g}  max {s['max']:.4g}  std {s['std']:.4g}"
+
+
+def _fmt_observation(obs: dict[str, Any] | None) -> str:
+    """A plain observation's ``{shape, dtype}`` as it is; a composite one's leaves (``{"obs.<leaf
+    path>": {shape, dtype}}``) a line each; ``-`` when no episode was kept to tell."""
+    if obs is None:
+        return "-"
+    if set(obs) == {"shape", "dtype"}:
+        return str(obs)
+    width = max(map(len, obs), default=0)
+    lines = [f"{len(obs)} leaves (composite)"]
+    lines += [f"  {k:<{width}}  shape {v['shape']}  dtype {v['dtype']}" for k, v in obs.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _print_report(d: dict[str, Any]) -> None:
+    lines = [
+        f"path        {d['path']}  ({d['files']} files)",
+        f"format      {d['format']}   schema {d['schema']}",
+        f"rows        {d['rows']}",
+        f"episodes    {d['episodes']}  ({d['terminated']} terminated, {d['truncated']} truncated, "
+        f"{d['not_done']} not done)",
+        f"timesteps   {d['timesteps']}",
+        f"observation {_fmt_observation(d['observation'])}   action {d['action'] or '-'}",
+        f"extras      {', '.join(d['extras']) or '-'}",
+        f"length      {_fmt_stats(d['length'])}",
+        f"return      {_fmt_stats(d['return'])}",
+        f"duplicates  {d['duplicates']} episodes ({d['duplicate_rows']} rows)",
+        f"rejected    {d['rejected'] or 'none'}",
+        f"accounting  rows in = kept + rejected + duplicate: "
+        f"{'yes' if d['rows_balance'] else 'NO'}",
+    ]
+    if d["files_unreadable"]:
+        lines.append(f"unreadable  {', '.join(d['files_unreadable'])}")
+    if d["quarantine_file"]:
+        lines.append(f"quarantine  {d['quarantine_file']}")
+    for f in d["per_file"]:  # every input file: read = kept + rejected + duplicate
+        error = f"  error: {f['error']}" if f["error"] else ""
+        lines.append(
+            f"file        {f['file']}  {f['format']}  read {f['rows_read']}  kept "
+            f"{f['rows_kept']}  rejected {f['rows_rejected']}  duplicate "
+            f"{f['rows_duplicate']}{error}"
+        )
+    print("\n".join(lines))
+
+
+def inspect(args: argparse.Namespace) -> int:
+    from ..config import ValidateConfig
+    from ..jobs.inspection import inspect_path
+
+    if args.on_invalid == "quarantine" and not args.quarantine_dir:
+        raise ConfigError(
+            "--on-invalid quarantine needs --quarantine-dir DIR for the rejected rows"
+        )
+    qdir = args.quarantine_dir
+    if qdir and os.path.exists(qdir) and not os.path.isdir(qdir):
+        raise ConfigError(f"--quarantine-dir {qdir!r} is a file; give a folder")
+    read = ReadConfig(
+        format=args.format,
+        schema=args.schema,
+        legacy_pickle=args.legacy_pickle,
+        on_invalid=args.on_invalid,
+        max_episode_steps=args.max_episode_steps,
+    )
+    validate = ValidateConfig(on_invalid=args.on_invalid, require_done=not args.allow_fragments)
+    report = inspect_path(
+        args.path,
+        read,
+        validate,
+        quarantine_dir=args.quarantine_dir,
+        progress=None if args.json else _progress,
+    )
+    d = report.to_dict()
+    if args.json:
+        print(json.dumps(d))
+    else:
+        _print_report(d)
+    if d["rows"] and not d["episodes"] and d["rejected"]:
+        rejections = report.batch.rejections
+        first = f"; the first: {rejections[0].error}" if rejections else ""
+        print(
+            f"offline-prelearner inspect: error: every row was rejected ({d['rejected']}){first}",
+            file=sys.stderr,
+        )
+        return 2
+    return 0

@@ -1,0 +1,161 @@
+"""``offline-prelearner process``: the batch job (:func:`~offline_prelearner.run_pipeline`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..config import PreLearnerConfig
+from ..errors import ConfigError
+from .console import JobProgress
+from .options import (
+    FORMAT_HELP,
+    FORMATS,
+    MAX_STEPS_HELP,
+    add_commit_flags,
+    add_common,
+    add_layout,
+    out_path,
+)
+
+__all__ = ["add_process", "parse_set", "process"]
+
+
+def add_process(sub: Any) -> None:
+    """The ``process`` parser, added to ``sub`` (the top parser's sub-commands)."""
+    pr = sub.add_parser(
+        "process",
+        help="the batch job: read, build episodes, replay, sample, write learner-ready rows",
+    )
+    add_common(
+        pr,
+        "raise",
+        "bad rows/episodes: stop with the reader's message (default), or count them "
+        "(skip / quarantine) in stats.json",
+    )
+    pr.add_argument(
+        "--out",
+        type=out_path,
+        required=True,
+        help="output directory (samples/*.parquet, stats.json)",
+    )
+    pr.add_argument("--config", help="a PreLearnerConfig as JSON or YAML")
+    pr.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a config field (flat name or section.field); JSON values: "
+        "--set n_step=[1,3] --set gamma=0.99 --set buffer.kind=prioritized",
+    )
+    pr.add_argument(
+        "--prelearner", help="a custom OfflinePreLearner subclass as package.module:Class"
+    )
+    pr.add_argument("--format", choices=FORMATS, help=FORMAT_HELP)
+    pr.add_argument("--schema", help="schema preset name or JSON file (rows format)")
+    pr.add_argument("--max-episode-steps", type=int, default=None, help=MAX_STEPS_HELP)
+    pr.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS or local)")
+    add_commit_flags(pr)
+    pr.add_argument(
+        "--engine",
+        choices=["auto", "local", "ray"],
+        default="auto",
+        help="where the units of work run: local (in this process), ray (Ray Data tasks, "
+        "retried when a worker dies) or auto (local for inputs under 64 MiB without a "
+        "cluster address; default)",
+    )
+    pr.add_argument("--json", action="store_true", help="print the summary on one line")
+    add_layout(pr, "auto", "small arrays open in any tool, frames stay fast")
+    pr.set_defaults(func=process)
+
+
+def parse_set(items: list[str]) -> dict[str, Any]:
+    """``key=value`` pairs; values parse as JSON where they can (``[1,3]``, ``true``, ``0.99``)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects key=value, found {item!r}")
+        try:
+            out[key.strip()] = json.loads(raw)
+        except ValueError:
+            out[key.strip()] = raw
+    return out
+
+
+def process(args: argparse.Namespace) -> int:
+    """Runs the batch job on ``args.path`` into ``args.out``; prints the summary. Returns 0."""
+    from ..jobs.batch_job import run_pipeline
+
+    config = PreLearnerConfig.load(args.config) if args.config else PreLearnerConfig()
+    updates = parse_set(args.set or [])
+    chosen = "sample_all" in updates or "sample.sample_all" in updates
+    if not chosen and not (args.config and "sample_all" in Path(args.config).read_text()):
+        # The batch job prepares a dataset: every transition once (see the README's "What
+        # sampling means"); `--set sample_all=false` samples from replay as RLlib does.
+        updates["sample_all"] = True
+    if args.format:
+        updates["format"] = args.format
+    if args.schema:
+        updates["schema"] = args.schema
+    if args.max_episode_steps is not None:
+        updates["max_episode_steps"] = args.max_episode_steps
+    if args.legacy_pickle:
+        updates["legacy_pickle"] = True
+    if args.on_invalid != "raise":  # the default leaves a config file's choice alone
+        updates["on_invalid"] = args.on_invalid
+    if args.address:
+        updates["address"] = args.address
+    config = config.with_updates(updates) if updates else config
+    progress = JobProgress("process", enabled=not args.json)
+    try:
+        result = run_pipeline(
+            args.path,
+            config,
+            out_dir=args.out,
+            prelearner=args.prelearner,
+            engine=args.engine,
+            overwrite=args.overwrite,
+            resume=args.resume,
+            progress=progress,
+            layout=args.layout,
+        )
+    finally:
+        progress.close()  # a bar left drawn would swallow the start of an error's line
+    st = result.stats
+    summary = {
+        k: st[k]
+        for k in (
+            "files_read",
+            "files_rejected",
+            "format",
+            "rows_in",
+            "episodes_kept",
+            "fragments",
+            "pending_fragments",
+            "rows_rejected",
+            "episodes_duplicate",
+            "samples_written",
+            "samples_rule",
+            "engine",
+            "units",
+            "units_reused",
+            "wall_seconds",
+            "rows_per_second",
+            "rows_balance",
+        )
+    }
+    summary["out"] = args.out
+    print(json.dumps(summary, indent=None if args.json else 2))
+    open_eps = st["pending_fragments"]
+    if open_eps and config.sample.sample_all:
+        print(
+            f"offline-prelearner process: note: {open_eps} episode(s) never ended (no terminated "
+            "or truncated flag on their last row, and no rows after it): their steps are not "
+            "written, as sample_all writes complete episodes (see pending_fragments in "
+            "stats.json; mark such last rows truncated to keep them)",
+            file=sys.stderr,
+        )
+    return 0

@@ -1,0 +1,473 @@
+"""The batch job: input files -> committed Parquet samples, in-process or on Ray.
+
+::
+
+    result = run_pipeline("datasets/cartpole-v1/rows", config, out_dir="out/")   # a commit
+
+:func:`run_pipeline` plans self-contained units of work (:mod:`.units`), runs them in-process
+(``engine="local"``) or as Ray Data tasks that Ray retries when a worker dies (``engine="ray"``),
+and commits the output (:mod:`.commit`): staged, counted from the unit records, checked against
+the input's row count, moved into place whole. Same input and config, same output, whatever Ray
+retried or a ``resume`` reused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from .._version import __version__
+from ..config import PreLearnerConfig
+from ..episodes.ledger import Ledger
+from ..errors import ConfigError, OfflinePrelearnerError, error_from_dict, error_to_dict
+from ..io.fast_tensor import Layout, check_layout
+from ..replay.memory import for_worker_process
+from .commit import (
+    QUARANTINE,
+    Staging,
+    check_out_apart,
+    file_sha256,
+    input_fingerprint,
+    output_storage,
+    staging_path,
+)
+from .file_tally import per_file
+from .preflight import prepare
+from .ray_session import data_context, import_ray, init_ray, worker_env
+from .units import Plan, UnitJob, plan_units, run_unit, unit_key
+
+__all__ = ["JobFailed", "PipelineResult", "choose_engine", "run_pipeline"]
+
+
+@dataclass
+class PipelineResult:
+    """What :func:`run_pipeline` did: where the samples went and the summed counters."""
+
+    out_dir: str | None
+    files_written: list[str]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+_COUNTERS = ("batches", "samples", "fragments_added", "not_ready", "pending_fragments")
+
+#: Below this many input bytes (and with no cluster address) ``engine="auto"`` runs in-process:
+#: starting Ray costs seconds that a small job should not pay (see benchmarks/README.md).
+LOCAL_ENGINE_MAX_BYTES = 64 * 2**20
+
+#: ``progress(rows_done, rows_total, samples_written)``: input rows (``rows_total`` from the
+#: Parquet footers, None when unknown) and samples so far; called as the job advances.
+Progress = Callable[[int, "int | None", int], None]
+
+
+class JobFailed(OfflinePrelearnerError):
+    """The job could not finish; nothing was committed to its output folder."""
+
+
+def choose_engine(engine: str, config: PreLearnerConfig, plan: Plan) -> str:
+    """``local`` or ``ray``: ``auto`` is local for inputs under LOCAL_ENGINE_MAX_BYTES when no
+    cluster address is set (``ray.address`` or ``RAY_ADDRESS``), else Ray."""
+    if engine not in ("auto", "local", "ray"):
+        raise ConfigError(f"engine must be 'auto', 'local' or 'ray', found {engine!r}")
+    if engine != "auto":
+        return engine
+    if config.ray.address or os.environ.get("RAY_ADDRESS"):
+        return "ray"
+    size = sum(f.size for f in plan.files)
+    return "local" if size < LOCAL_ENGINE_MAX_BYTES else "ray"
+
+
+def _cluster_info() -> dict[str, Any]:
+    """Where the job ran: the cluster's GCS address, its live nodes and CPUs."""
+    ray = import_ray()
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    return {
+        "address": ray.get_runtime_context().gcs_address,
+        "nodes": len(nodes),
+        "cpus": sum(n.get("Resources", {}).get("CPU", 0) for n in nodes),
+    }
+
+
+def _sum_records(records: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The job's counters: every unit's record counted once (ledgers, counters, buffers)."""
+    ledger = Ledger()
+    counters = dict.fromkeys(_COUNTERS, 0)
+    held = {"episodes_held": 0, "timesteps_held": 0}
+    for rec in records.values():
+        st = rec["stats"]
+        ledger += Ledger.from_dict(st["ledger"])
+        for k in _COUNTERS:
+            counters[k] += st.get(k, 0)
+        for buf in st.get("buffers", {}).values():
+            for k in held:
+                held[k] += buf[k]
+    total = ledger.to_dict()
+    total["rows_balance"] = total.pop("balanced")
+    return {"units": len(records), **total, **counters, **held}
+
+
+def _check_accounting(stats: dict[str, Any], plan: Plan, config: PreLearnerConfig) -> None:
+    """Row data: every input row (Parquet footers) was read by exactly one unit."""
+    if config.read.format != "rows" or any(f.rows is None for f in plan.files):
+        return
+    expected = sum(f.rows or 0 for f in plan.files)
+    if stats["rows_in"] != expected or not stats["rows_balance"]:
+        raise JobFailed(
+            f"accounting mismatch: the input holds {expected} rows, the units read "
+            f"{stats['rows_in']} (balanced: {stats['rows_balance']}); nothing was committed"
+        )
+
+
+def _job_description(
+    config: PreLearnerConfig,
+    cls: type,
+    plan: Plan,
+    engine: str,
+    seed: int,
+    fingerprints: tuple[str, ...],
+    layout: Layout,
+) -> dict[str, Any]:
+    """The staging's job: what a resume must match (version, config, prelearner, format, layout,
+    seed), the inputs as planned now (with their content fingerprints) and each unit's key."""
+    return {
+        "version": __version__,
+        "format": config.read.format,
+        "prelearner": f"{cls.__module__}:{cls.__qualname__}",
+        "engine": engine,
+        "seed": seed,
+        "layout": layout,
+        "config": config.to_dict(),
+        "inputs": [
+            {**f.to_dict(), "fingerprint": fp}
+            for f, fp in zip(plan.files, fingerprints, strict=True)
+        ],
+        "units": len(plan.units),
+        "unit_keys": [unit_key(plan, u, fingerprints) for u in plan.units],
+    }
+
+
+def _cap(staging: Staging, files: list[dict[str, Any]], cap: int | None) -> list[dict[str, Any]]:
+    """``sample.num_samples``: the first ``cap`` samples in unit order; later files dropped, the
+    file that crosses the cap cut (same result whatever ran when)."""
+    if cap is None:
+        return files
+    kept: list[dict[str, Any]] = []
+    total = 0
+    for f in files:
+        p = staging.samples / f["name"]
+        if total >= cap:
+            p.unlink()
+            continue
+        if total + f["rows"] > cap:
+            table = pq.read_table(p).slice(0, cap - total)
+            pq.write_table(table, p)
+            f = {**f, "rows": table.num_rows, "bytes": p.stat().st_size, "sha256": file_sha256(p)}
+        kept.append(f)
+        total += f["rows"]
+    return kept
+
+
+def run_pipeline(
+    path: str | os.PathLike[str] | list[str],
+    config: PreLearnerConfig | None = None,
+    *,
+    out_dir: str | os.PathLike[str] | None = None,
+    prelearner: Any = None,
+    engine: str = "auto",
+    overwrite: bool = False,
+    resume: bool = False,
+    progress: Progress | None = None,
+    layout: Layout = "auto",
+) -> PipelineResult:
+    """Runs the batch job: ``out_dir/samples/*.parquet``, ``stats.json``, ``_manifest.json``.
+
+    The job is a commit (:mod:`.commit`): units of work (:mod:`.units`) write into a staging
+    folder beside ``out_dir``, which is moved into place only when every unit succeeded and the
+    counts add up. A failed or interrupted job changes nothing at ``out_dir``; ``resume=True``
+    reuses the units it finished. Without ``out_dir`` the job runs and counts, and keeps nothing.
+
+    Args:
+        engine: ``auto`` (in-process for small inputs without a cluster, else Ray), ``local`` or
+            ``ray``. Both run the same units and write the same bytes.
+        overwrite: Replace a non-empty ``out_dir`` when the job succeeds (else refused).
+        resume: Reuse the units an interrupted run of the same job committed.
+        progress: ``progress(rows_done, rows_total, samples_written)`` as the job advances (per
+            input chunk in-process, per unit on Ray).
+        layout: How sample files hold array columns (obs, new_obs...): ``"auto"`` (the
+            default: ``"fast"`` for cells of at least ``FAST_MIN_CELL_BYTES``, else ``"lists"``),
+            ``"lists"`` (plain nested Arrow lists: numbers in pandas, polars, Hugging Face
+            ``datasets`` and torch), ``"fast"`` (:mod:`~offline_prelearner.io.fast_tensor`, read
+            several times faster for large cells, as arrays by this library only) or ``"rllib"``
+            (Ray's tensor extension, which RLlib and Ray Data read as tensors).
+
+    The job owns ``out_dir`` for its whole life (:class:`~.commit.OutLock`, taken before any
+    input is read); with ``on_invalid="quarantine"`` the refused rows are committed with the
+    samples (``quarantine/``, the manifest's ``quarantine`` list, ``stats["quarantine_files"]``).
+
+    Raises:
+        CommitError: ``out_dir`` is an input folder, lies inside one or holds an input; another
+            job is writing it; it is not empty (without ``overwrite``); ``resume`` finds nothing
+            to resume or another job; a staged file is not what its unit wrote.
+        OSError: A write failed for want of room (ENOSPC, EDQUOT, EFBIG), naming ``out_dir``.
+    """
+    layout = check_layout(layout)
+    config = config or PreLearnerConfig()
+    if out_dir is None:
+        out = Path(tempfile.mkdtemp(prefix="offline-prelearner-dry-")) / "out"
+    else:
+        out = Path(out_dir)
+        check_out_apart(out, path if isinstance(path, list) else os.fspath(path))
+    staging = Staging(out, {}, overwrite=overwrite, resume=resume)
+    try:
+        # The job owns --out from here to its end: a second job into it is refused in one
+        # line, before either reads anything (commit.OutLock).
+        with staging, output_storage(out):
+            return _run_job(path, config, staging, out_dir, prelearner, engine, progress, layout)
+    finally:
+        if out_dir is None:
+            staging.discard()
+            shutil.rmtree(out.parent, ignore_errors=True)
+
+
+def _run_job(
+    path: str | os.PathLike[str] | list[str],
+    config: PreLearnerConfig,
+    staging: Staging,
+    out_dir: str | os.PathLike[str] | None,
+    prelearner: Any,
+    engine: str,
+    progress: Progress | None,
+    layout: Layout,
+) -> PipelineResult:
+    """:func:`run_pipeline` under the lock on ``staging.out``: plan, stage, run, commit (a dry
+    run, without ``out_dir``, stages in a temporary folder and commits nothing)."""
+    start = time.perf_counter()
+    out, resume = staging.out, staging.resume
+    files, config, cls = prepare(path, config, prelearner)
+    plan = plan_units(files, config)
+    eng = choose_engine(engine, config, plan)
+    # The inputs as they are now: a resume reuses a unit only if its key (its parts and the
+    # size, mtime and content fingerprint of every file it reads) is the one planned now.
+    fingerprints = tuple(input_fingerprint(f.path) for f in plan.files)
+    seed = config.seed if config.seed is not None else staged_seed(out, resume)
+    staging.job = _job_description(config, cls, plan, eng, seed, fingerprints, layout)
+    kept = staging.open()
+    todo = [u.index for u in plan.units if u.index not in kept]
+    for k in todo:
+        staging.drop_unit_files(k)
+    job = UnitJob(
+        plan,
+        config,
+        cls,
+        seed,
+        str(staging.samples),
+        str(staging.units),
+        layout=layout,
+        job_id=staging.job_id,
+        fingerprints=fingerprints,
+    )
+    records = dict(kept)
+    known = [f.rows for f in plan.files]
+    rows_total = None if any(r is None for r in known) else sum(r or 0 for r in known)
+    done = [sum(r["stats"]["ledger"]["rows_in"] for r in kept.values()), 0]
+    done[1] = sum(r["samples"] for r in kept.values())
+
+    def chunk_done(rows: int, samples: int) -> None:
+        done[0] += rows
+        done[1] += samples
+        if progress is not None:
+            progress(done[0], rows_total, done[1])
+
+    def finished(rec: dict[str, Any]) -> None:
+        records[int(rec["unit"])] = rec
+        if eng == "ray":
+            chunk_done(rec["stats"]["ledger"]["rows_in"], rec["samples"])
+
+    chunk_done(0, 0)
+    if eng == "local":
+        for k in todo:
+            finished(run_unit(job, k, chunk_done))
+    elif todo:
+        _run_on_ray(job, todo, config, finished)
+    seconds = time.perf_counter() - start
+    stats = _sum_records(records)
+    _check_accounting(stats, plan, config)
+    sample_files = _cap(
+        staging,
+        sorted((f for r in records.values() for f in r["files"]), key=lambda f: f["name"]),
+        config.sample.num_samples,
+    )
+    quarantined = sorted(
+        (f for r in records.values() for f in r.get(QUARANTINE, [])), key=lambda f: f["name"]
+    )
+    samples_out = sum(f["rows"] for f in sample_files)
+    listed = per_file(files, config.read.format, (r.get("per_file", {}) for r in records.values()))
+    stats.update(
+        {
+            "input": [os.fspath(p) for p in (path if isinstance(path, list) else [path])],
+            "files_read": len(files),
+            "files_rejected": sum(f["error"] is not None for f in listed),
+            "per_file": listed,
+            "format": config.read.format,
+            "engine": eng,
+            "units_reused": len(kept),
+            "samples_written": samples_out,
+            "samples_rule": _samples_rule(config),
+            "quarantine_files": [str(out / f["name"]) for f in quarantined],
+            "rows_quarantined": sum(f["rows"] for f in quarantined),
+            "wall_seconds": round(seconds, 3),
+            "rows_per_second": round(stats["rows_in"] / seconds, 1) if seconds else None,
+            "samples_per_second": round(samples_out / seconds, 1) if seconds else None,
+            "config": config.to_dict(),
+        }
+    )
+    if eng == "ray":
+        stats["ray_cluster"] = _cluster_info()
+    if out_dir is None:
+        return PipelineResult(None, [], stats)
+    staging.commit(stats, sample_files, {QUARANTINE: quarantined})  # holds the commit point
+    written = [str(out / "samples" / f["name"]) for f in sample_files]
+    return PipelineResult(os.fspath(out_dir), written, stats)
+
+
+def staged_seed(out: Path, resume: bool) -> int:
+    """The seed of a job whose config has none: the interrupted run's (to resume), else fresh.
+    Read under the job's lock on ``out`` (:func:`run_pipeline`), so no other job changes it."""
+    if resume:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            staged = json.loads((staging_path(out) / "job.json").read_text())
+            return int(staged["seed"])
+    return secrets.randbits(31)
+
+
+def _samples_rule(config: PreLearnerConfig) -> str:
+    s = config.sample
+    if s.sample_all:
+        return "sample_all: every transition (or sequence) of every complete episode, once"
+    return (
+        f"replay: {s.train_batch_size} samples per {config.ray.batch_size or 'whole'}-row input "
+        "batch, from a buffer of the episodes read so far in that unit of work"
+    )
+
+
+def _run_units(batch: dict[str, np.ndarray], job: UnitJob) -> dict[str, np.ndarray]:
+    """The Ray Data task: runs the units of one batch (one unit per batch) -> their records.
+
+    Our own errors (bad data, bad config) travel back as a record, not as an exception: Ray Data
+    wraps a task's exception into a ``UserCodeException`` that keeps only its text, and the CLI
+    needs the error itself (its class gives the exit code, its location the one line). So does
+    an OSError (a full disk: errno, message and file), which the CLI answers in one line, exit 3.
+    """
+    for_worker_process()  # see replay/memory.py
+    recs = []
+    for k in batch["unit"]:
+        try:
+            recs.append(run_unit(job, int(k)))
+        except OfflinePrelearnerError as e:
+            recs.append({"unit": int(k), "error": error_to_dict(e)})
+        except OSError as e:
+            failed = [e.errno, e.strerror or str(e), e.filename and os.fspath(e.filename)]
+            recs.append({"unit": int(k), "oserror": failed})
+    return {
+        "unit": np.array([r["unit"] for r in recs], dtype=np.int64),
+        "record": np.array([json.dumps(r) for r in recs], dtype=object),
+    }
+
+
+#: How often Ray redoes a unit whose worker died before the job fails (exit 3 in the CLI).
+UNIT_RETRIES = 3
+
+
+def _run_on_ray(
+    job: UnitJob, todo: list[int], config: PreLearnerConfig, finished: Callable[..., None]
+) -> None:
+    ray = import_ray()
+    init_ray(config)
+    # A unit whose worker died is redone from scratch (same files), UNIT_RETRIES times: Ray Data's
+    # map tasks default to max_retries=-1, which retries a unit that always kills its worker (out
+    # of memory, a crash in native code) forever. Errors raised by our code are not retried.
+    remote_args: dict[str, Any] = {"num_cpus": config.ray.num_cpus, "max_retries": UNIT_RETRIES}
+    env = worker_env(job.prelearner)
+    if env:
+        remote_args["runtime_env"] = env
+    # Ray 2.60 has no named parameter for max_retries and warns about extra remote args.
+    with data_context(ray, config), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
+        ds = ray.data.from_items([{"unit": k} for k in todo], override_num_blocks=len(todo))
+        ds = ds.map_batches(
+            _run_units,
+            fn_kwargs={"job": job},
+            batch_size=1,
+            batch_format="numpy",
+            concurrency=config.ray.concurrency,
+            **remote_args,
+        )
+    seen: set[int] = set()
+    before = set(threading.enumerate())
+    rows = iter(ds.iter_rows())
+    try:
+        for row in rows:
+            rec = json.loads(row["record"])
+            if "error" in rec:
+                raise error_from_dict(rec["error"])
+            if "oserror" in rec:
+                code, message, filename = rec["oserror"]
+                args = (code, message) if filename is None else (code, message, filename)
+                raise OSError(*args)
+            if rec["unit"] not in seen:  # a unit counts once, whatever Ray retried
+                seen.add(rec["unit"])
+                finished(rec)
+    except KeyboardInterrupt:  # Ctrl-C (jobs/interrupts.py): no wait, the CLI's path is its own
+        _close(rows)
+        raise
+    except BaseException:
+        # Stop Ray Data's executor now, not at interpreter exit: a job that fails here is
+        # followed by ray.shutdown(), and a thread of the executor or of the iterator (its
+        # prefetcher, the thread that fetches the units still running) left running then
+        # touches the shut-down worker, which ends the process with status 1 instead of ours
+        # (1 run in 3 of a full disk on Ray). The executor cancels the running units; their
+        # threads are given a few seconds to see it and end.
+        _close(rows)
+        _join_threads_since(before, UNWIND_SECONDS)
+        raise
+    _close(rows)
+
+
+#: How long a failed job on Ray waits for Ray Data's threads to end (see :func:`_run_on_ray`).
+UNWIND_SECONDS = 5.0
+
+
+def _close(rows: Iterator[Any]) -> None:
+    close = getattr(rows, "close", None)
+    if close is not None:
+        close()
+
+
+def _join_threads_since(before: set[threading.Thread], seconds: float) -> None:
+    """Waits up to ``seconds`` in all for the threads started since ``before`` to end.
+
+    Ray Data's block prefetcher (``WaitBlockPrefetcher``, thread "Prefetcher") parks on a
+    condition until its ``stop()``, which a closed iterator does not always reach: it is stopped
+    here (found through the thread's target, a private name: skipped if absent)."""
+    deadline = time.monotonic() + seconds
+    new = [t for t in set(threading.enumerate()) - before if t is not threading.current_thread()]
+    for t in new:
+        owner: Any = getattr(getattr(t, "_target", None), "__self__", None)
+        if type(owner).__name__.endswith("BlockPrefetcher"):
+            with contextlib.suppress(Exception):
+                owner.stop()
+    for t in new:
+        t.join(max(0.0, deadline - time.monotonic()))
