@@ -245,9 +245,8 @@ def _composite(eid: str, ep: dict[str, np.ndarray]) -> Episode:
 
 
 def test_validation_checks_each_leaf() -> None:
-    from offline_prelearner.config import ValidateConfig
     from offline_prelearner.episodes.ledger import EpisodeBatch
-    from offline_prelearner.episodes.validate import Validator
+    from offline_prelearner.episodes.validate import ValidateConfig, Validator
 
     space = {"observation": ("float32", (3,)), "goal": ("float64", (2,))}
     good, nan, other = _episodes(space, [4, 4, 4], seed=5)

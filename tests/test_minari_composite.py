@@ -14,11 +14,11 @@ from fixtures.conftest import require_minari
 from fixtures.make_minari import BACKENDS, minari_datasets_path
 from fixtures.make_nested_minari import LENGTHS, make_nested, nested_space
 
-from offline_prelearner.config import ReadConfig, ValidateConfig
+from offline_prelearner.config import ReadConfig
 from offline_prelearner.episodes import observations as O
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.ledger import EpisodeBatch
-from offline_prelearner.episodes.validate import Validator
+from offline_prelearner.episodes.validate import ValidateConfig, Validator
 from offline_prelearner.errors import EpisodeValidationError
 from offline_prelearner.io.readers import make_reader
 from offline_prelearner.io.sources import expand_paths, read_table
