@@ -48,11 +48,11 @@ import numpy.typing as npt
 
 from ..errors import ConfigError, DataError, EmptyBufferError, Where
 from .batch import SampleBatch
+from .changes import Change, Placements
 from .rate_limit import SampleToInsertRatio
-from .replay_buffer import EpisodeReplayBuffer, _batch_size
+from .replay_buffer import EpisodeReplayBuffer, _batch_size, expand_changes
 from .reservoir import Reservoir
 from .samplers.base import Sampler, SampleUnit, UpdatableSampler, ValidStarts, ranges
-from .storage import Change
 
 __all__ = ["MixInReplayBuffer"]
 
@@ -105,11 +105,12 @@ class MixInReplayBuffer(EpisodeReplayBuffer):
         return self._ratio
 
     # ------------------------------------------------------------------ tracking new steps
-    def _notify(self, changes: list[Change]) -> None:
-        super()._notify(changes)
+    def _notify(self, changes: list[Change | Placements]) -> None:
+        records = expand_changes(changes)  # the loop below reads Change records
+        super()._notify(list(records))
         seen = self._seen
         keys, lengths, done = [], [], []
-        for ch in changes:
+        for ch in records:
             key = ch.key
             if key is None or ch.kind in ("duplicate", "noop", "rejected", "relocated"):
                 continue

@@ -148,35 +148,30 @@ class EpisodeReplayBuffer:
         try:
             self.storage.add_many(eps, changes)
         finally:
-            if type(self)._notify is not EpisodeReplayBuffer._notify:  # it expects Changes
-                changes = _expand(changes)
-            self._notify(changes)  # type: ignore[arg-type]
+            self._notify(changes)
         if stop is not None:
             raise stop
 
     def add_columns(self, columns: EpisodeColumns) -> None:
         """:meth:`add` for episodes held as shared columns (the rows reader's
         :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns`): the same result,
-        without an object per episode. A subclass that overrides :meth:`add` gets the objects."""
-        if type(self).add is not EpisodeReplayBuffer.add:
-            self.add(columns.episodes())
-            return
+        without an object per episode. A subclass that overrides :meth:`add` overrides this too
+        (``self.add(columns.episodes())`` is always right, and slower)."""
         changes: list[Change | Placements] = []
         try:
             self.storage.add_columns(columns, changes)
         finally:
-            if type(self)._notify is not EpisodeReplayBuffer._notify:  # it expects Changes
-                changes = _expand(changes)
-            self._notify(changes)  # type: ignore[arg-type]
+            self._notify(changes)
 
-    def _notify(self, changes: list[Change]) -> None:
+    def _notify(self, changes: list[Change | Placements]) -> None:
         """Tells the sampler which valid starts went away and which arrived (net of this add).
 
         Every removed record is evicted first, then every placement still current is added
         beyond what the sampler already knew of it. A ``"relocated"`` record without a removal
         (a compaction renumbered the placement but left its slots) knows what the first change
         of that placement in this batch knew: nothing, if it was placed in this batch.
-        ``changes`` may also hold :class:`Placements` (runs of new episodes, from ``add``).
+        ``changes`` may also hold :class:`Placements` (runs of new episodes, from ``add``); an
+        override that wants :class:`Change` records only passes them through :func:`expand_changes`.
         """
         if len(changes) == 1 and isinstance(changes[0], Placements):
             self._notify_placed(changes[0])
@@ -445,9 +440,9 @@ def _batch_size(batch_size: object) -> int:
     return int(batch_size)  # type: ignore[call-overload]
 
 
-def _expand(changes: list[Change | Placements]) -> list[Change | Placements]:
+def expand_changes(changes: list[Change | Placements]) -> list[Change]:
     """``changes`` with every :class:`Placements` replaced by its :class:`Change` records."""
-    out: list[Change | Placements] = []
+    out: list[Change] = []
     for ch in changes:
         out += ch.to_changes() if isinstance(ch, Placements) else [ch]
     return out

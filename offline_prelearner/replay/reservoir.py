@@ -227,6 +227,10 @@ class ReservoirStorage(EpisodeStorage):
         self.counters["timesteps_evicted"] += n
 
     # ------------------------------------------------------------------ placement
+    def places_runs(self) -> bool:
+        """False: admission draws a key per episode (see :meth:`add`)."""
+        return False
+
     def _place(self, ep: Episode, key: int | str, change: Change) -> None:
         if self.head + len(ep) + 1 > self.capacity:
             self._compact(change)

@@ -178,7 +178,7 @@ class EpisodeStorage:
         Everything else (continuations, duplicates, an episode that wraps the ring, the first
         of a new layout, subclasses that place episodes their own way) goes through ``add``.
         """
-        bulk = self._bulk_allowed()
+        bulk = self.places_runs()
         src, i, n = ListedEpisodes(episodes), 0, len(episodes)
         while i < n:
             run = None
@@ -199,7 +199,7 @@ class EpisodeStorage:
         n = len(columns)
         if n == 0:
             return
-        allowed = self._bulk_allowed()
+        allowed = self.places_runs()
         src, i, bulk = SharedColumns(columns), 0, False
         while i < n:
             # One layout for every episode (shared arrays): once accepted, accepted for all.
@@ -213,9 +213,12 @@ class EpisodeStorage:
                 continue
             i = self._add_run(src, i, run, out)
 
-    def _bulk_allowed(self) -> bool:
-        """Whether runs may bypass ``add`` (not in a subclass that places episodes its own way)."""
-        return type(self).add is EpisodeStorage.add and type(self)._place is EpisodeStorage._place
+    def places_runs(self) -> bool:
+        """Whether :meth:`add_columns` (and ``add_many``) may place a run of new episodes in one
+        step, bypassing :meth:`add` and ``_place``: True here. A storage that admits or places
+        episodes its own way (:class:`~offline_prelearner.replay.reservoir.ReservoirStorage`)
+        returns False, and every episode takes its ``add``."""
+        return True
 
     def _add_one(self, ep: Episode, out: list[Change | Placements]) -> None:
         """The ordinary path for one episode: ``add``, its records appended to ``out``."""
