@@ -245,14 +245,15 @@ def _composite(eid: str, ep: dict[str, np.ndarray]) -> Episode:
 
 
 def test_validation_checks_each_leaf() -> None:
+    from offline_prelearner.config import ValidateConfig
     from offline_prelearner.episodes.ledger import EpisodeBatch
-    from offline_prelearner.episodes.validate import ValidateConfig, Validator
+    from offline_prelearner.episodes.validate import Validator
 
     space = {"observation": ("float32", (3,)), "goal": ("float64", (2,))}
     good, nan, other = _episodes(space, [4, 4, 4], seed=5)
     nan["goal"][2, 1] = np.nan
     other["goal"] = other["goal"][:, :1].copy()  # a leaf of another shape
-    batch = EpisodeBatch(on_invalid="skip")
+    batch = EpisodeBatch()
     for eid, ep in (("good", good), ("nan", nan), ("other", other)):
         batch.add(_composite(eid, ep), 4)
     out = Validator(ValidateConfig(on_invalid="skip", check_finite_obs=True)).validate(batch)

@@ -19,10 +19,9 @@ import pytest
 from test_composite_inspect import GOAL, GOAL_SPACE, inspect_json, leaf_array
 from test_composite_obs import _episodes, _table
 
-from offline_prelearner.config import ReadConfig
+from offline_prelearner.config import ReadConfig, ValidateConfig
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.ledger import Rejection
-from offline_prelearner.episodes.validate import ValidateConfig
 from offline_prelearner.errors import EpisodeValidationError, SchemaError, Where
 from offline_prelearner.io.leaf_spaces import leaf_spaces, read_leaf_space
 from offline_prelearner.io.quarantine import write_quarantine

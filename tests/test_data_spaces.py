@@ -20,8 +20,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from offline_prelearner.cli import main
+from offline_prelearner.config import ValidateConfig
 from offline_prelearner.episodes.episode import Episode
-from offline_prelearner.episodes.validate import ValidateConfig, Validator
+from offline_prelearner.episodes.validate import Validator
 from offline_prelearner.errors import EpisodeValidationError
 from offline_prelearner.io.codec import packb, unpackb
 from offline_prelearner.io.readers.episodes import EpisodesReader, episodes_to_table

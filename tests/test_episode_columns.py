@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_validate_batch import episode, outcome, validate_configs
 
-from offline_prelearner.config import PreLearnerConfig
+from offline_prelearner.config import PreLearnerConfig, ValidateConfig
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.episode_columns import EpisodeColumns
 from offline_prelearner.episodes.ledger import EpisodeBatch, Ledger
-from offline_prelearner.episodes.validate import Deduplicator, ValidateConfig, Validator
+from offline_prelearner.episodes.validate import Deduplicator, Validator
 from offline_prelearner.prelearner import OfflinePreLearner
 
 REPO = Path(__file__).resolve().parents[1]

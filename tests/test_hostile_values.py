@@ -27,14 +27,15 @@ from offline_prelearner import cli
 from offline_prelearner.config import (
     MAX_ALIAS_NODES,
     MAX_CONFIG_BYTES,
+    MAX_LIMIT,
     BufferConfig,
+    DecodeLimits,
     PreLearnerConfig,
     RayConfig,
     ReadConfig,
     SampleConfig,
 )
 from offline_prelearner.errors import ConfigError, Where, shown
-from offline_prelearner.io.codec import MAX_LIMIT, DecodeLimits
 from offline_prelearner.replay.replay_buffer import EpisodeReplayBuffer
 from offline_prelearner.replay.storage import EpisodeStorage
 

@@ -14,11 +14,11 @@ from fixtures.conftest import require_minari
 from fixtures.make_minari import BACKENDS, minari_datasets_path
 from fixtures.make_nested_minari import LENGTHS, make_nested, nested_space
 
-from offline_prelearner.config import ReadConfig
+from offline_prelearner.config import ReadConfig, ValidateConfig
 from offline_prelearner.episodes import observations as O
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.ledger import EpisodeBatch
-from offline_prelearner.episodes.validate import ValidateConfig, Validator
+from offline_prelearner.episodes.validate import Validator
 from offline_prelearner.errors import EpisodeValidationError
 from offline_prelearner.io.readers import make_reader
 from offline_prelearner.io.sources import expand_paths, read_table
@@ -36,7 +36,7 @@ def nested(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def read_all(path: str | Path, on_invalid: str = "raise") -> EpisodeBatch:
     reader = make_reader(ReadConfig(format="minari", on_invalid=on_invalid))
-    total = EpisodeBatch(on_invalid=on_invalid)
+    total = EpisodeBatch()
     for f in expand_paths(str(path)):
         total.extend(reader.read(read_table(f), source=f))
     return total
@@ -155,7 +155,7 @@ def test_validator_checks_each_leaf(nested: dict[str, Path]) -> None:
     del short["pixels"]
     missing = Episode(id="m", observations=short, actions=bad_ep.actions, rewards=bad_ep.rewards,
                       terminated=True)  # fmt: skip
-    batch = EpisodeBatch(on_invalid="skip")
+    batch = EpisodeBatch()
     batch.add(missing, len(missing))
     Validator(ValidateConfig(observation_space=nested_space(), on_invalid="skip")).validate(batch)
     assert len(batch) == 0 and batch.ledger.rows_rejected == {"obs_shape": len(missing)}

@@ -20,9 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 from corpus import make_corpus as mc
 
-from offline_prelearner.config import PreLearnerConfig
+from offline_prelearner.config import DEFAULT_LIMITS, PreLearnerConfig
 from offline_prelearner.errors import DataError
-from offline_prelearner.io.codec import DEFAULT_LIMITS
 from offline_prelearner.io.parquet_guard import (
     SMALL_FILE_BYTES,
     check_drift,
@@ -216,8 +215,7 @@ def test_limits_come_from_the_config(tmp_path: Path) -> None:
 def test_inspect_and_convert_take_the_limits_of_their_read_config(tmp_path: Path) -> None:
     """``inspect_path`` and ``convert_path`` read with ``read.limits`` too (they read with the
     defaults before): the same tight row-group limit refuses the pixel rows there."""
-    from offline_prelearner.config import ReadConfig
-    from offline_prelearner.io.codec import DecodeLimits
+    from offline_prelearner.config import DecodeLimits, ReadConfig
     from offline_prelearner.jobs.convert import convert_path
     from offline_prelearner.jobs.inspection import inspect_path
 

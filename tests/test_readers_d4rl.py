@@ -10,9 +10,8 @@ import pytest
 from fixtures import sessions
 from fixtures.make_minari import D4RL_VARIANTS, D4RLCase, load_ground_truth
 
-from offline_prelearner.config import ReadConfig
+from offline_prelearner.config import ReadConfig, ValidateConfig
 from offline_prelearner.episodes.ledger import EpisodeBatch
-from offline_prelearner.episodes.validate import ValidateConfig
 from offline_prelearner.errors import ConfigError, EpisodeValidationError, SchemaError
 from offline_prelearner.io.readers import make_reader
 from offline_prelearner.io.readers.d4rl import D4RLReader

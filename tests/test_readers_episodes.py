@@ -27,11 +27,10 @@ from conftest import rllib_python
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from offline_prelearner.config import ReadConfig
+from offline_prelearner.config import DecodeLimits, ReadConfig
 from offline_prelearner.episodes.episode import Episode
-from offline_prelearner.episodes.spaces import space_to_dict
 from offline_prelearner.errors import DataError, DecodeError, SchemaError
-from offline_prelearner.io.codec import DecodeLimits, packb
+from offline_prelearner.io.codec import packb
 from offline_prelearner.io.readers import make_reader
 from offline_prelearner.io.readers.episodes import (
     ITEM,
@@ -39,6 +38,7 @@ from offline_prelearner.io.readers.episodes import (
     decode_episode,
     episodes_to_table,
 )
+from offline_prelearner.spaces import space_to_dict
 
 RLLIB_FILE = "cartpole-v1_episodes_msgpack.parquet"
 RLLIB_PYTHON = rllib_python()

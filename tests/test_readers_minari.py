@@ -45,7 +45,7 @@ def minari_cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, MinariCa
 
 def read_all(path: str | Path, config: ReadConfig | None = None) -> EpisodeBatch:
     reader = make_reader(config or ReadConfig(format="minari"))
-    total = EpisodeBatch(on_invalid=reader.config.on_invalid)
+    total = EpisodeBatch()
     for f in expand_paths(str(path)):
         total.extend(reader.read(read_table(f), source=f))
     return total

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from offline_prelearner.episodes.spaces import space_from_dict, space_to_dict
 from offline_prelearner.errors import DecodeError
+from offline_prelearner.spaces import space_from_dict, space_to_dict
 
 SPACES = [
     gym.spaces.Box(-1.0, 1.0, (3,), np.float32),

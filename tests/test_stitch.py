@@ -79,14 +79,14 @@ def test_boundary_mismatch_is_rejected_by_policy() -> None:
         terminated=True,
     )
     for policy in ("raise", "skip"):
-        batch = EpisodeBatch(on_invalid=policy)
+        batch = EpisodeBatch()
         batch.add(a, 4)
         batch.add(b, 3)
         batch.ledger.rows_in = 7
         if policy == "raise":
             with pytest.raises(EpisodeValidationError, match="first observation differs"):
-                stitch_fragments(batch)
+                stitch_fragments(batch, policy)
         else:
-            out = stitch_fragments(batch)
+            out = stitch_fragments(batch, policy)
             assert out.episodes == [] and out.ledger.rows_rejected == {"inconsistent": 7}
             assert out.ledger.balanced()

@@ -367,11 +367,11 @@ def test_skip_counts_by_reason_and_keeps_no_rows() -> None:
     assert all(r.rows is None and r.episode is None for r in out.rejections)
 
 
-def test_validator_policy_wins_over_the_batch_policy() -> None:
+def test_the_policy_is_the_validators_not_the_datas() -> None:
     batch = make_batch([episode_of_kind("not_done", 0, 2)])
-    batch.on_invalid = "raise"
+    assert not hasattr(batch, "on_invalid")  # the data carries no policy (DESIGN.md)
     out = Validator(ValidateConfig(on_invalid="skip")).validate(batch)
-    assert out.on_invalid == "raise" and reasons(out) == {"not_done": 1}
+    assert reasons(out) == {"not_done": 1}
 
 
 def test_quarantine_keeps_the_episode_rows_with_the_reason(tmp_path: Path) -> None:

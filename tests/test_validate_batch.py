@@ -19,9 +19,10 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from offline_prelearner.config import ValidateConfig
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.ledger import EpisodeBatch, Ledger
-from offline_prelearner.episodes.validate import ValidateConfig, Validator
+from offline_prelearner.episodes.validate import Validator
 from offline_prelearner.errors import EpisodeValidationError
 from offline_prelearner.io.quarantine import quarantine_rows
 

@@ -12,9 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_validate_batch import batched_equals_each_episode, draw_batches
 
+from offline_prelearner.config import ValidateConfig
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.ledger import EpisodeBatch, Ledger
-from offline_prelearner.episodes.validate import SpaceCheck, ValidateConfig, Validator
+from offline_prelearner.episodes.validate import SpaceCheck, Validator
 from offline_prelearner.errors import EpisodeValidationError
 
 SPACE = gym.spaces.Dict(

@@ -106,7 +106,7 @@ def _print_report(d: dict[str, Any]) -> None:
 
 
 def inspect(args: argparse.Namespace) -> int:
-    from ..episodes.validate import ValidateConfig
+    from ..config import ValidateConfig
     from ..jobs.inspection import inspect_path
 
     if args.on_invalid == "quarantine" and not args.quarantine_dir:

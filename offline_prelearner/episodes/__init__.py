@@ -2,7 +2,6 @@
 stitching of fragments, and the ledger that accounts for every input row.
 
 * :mod:`.columns` -- canonical column names (RLlib's);
-* :mod:`.spaces` -- gymnasium spaces <-> JSON;
 * :mod:`.episode` -- :class:`~.episode.Episode`: one agent's trajectory as numpy columns;
 * :mod:`.episode_columns` -- many episodes as shared columns (what readers build);
 * :mod:`.validate` -- :class:`~.validate.Validator` and :class:`~.validate.Deduplicator`;

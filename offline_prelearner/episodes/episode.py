@@ -37,8 +37,8 @@ from typing import Any, cast
 import numpy as np
 
 from ..errors import DataError, DecodeError, EpisodeValidationError, Where
+from ..spaces import space_to_dict
 from . import observations as O
-from .spaces import space_to_dict
 
 __all__ = ["Episode"]
 

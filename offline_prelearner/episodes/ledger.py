@@ -11,41 +11,34 @@ batch, waits for the next row's observation). A row is counted in the batch it c
 that uses a held row counts ``rows_held`` down by one and the row with its episode, so summed over a
 stream ``rows_held`` is the rows still waiting.
 
-``OnInvalid`` decides what happens to bad data: ``"raise"`` (the default) raises the
-:class:`~offline_prelearner.errors.DataError`; ``"skip"`` counts it; ``"quarantine"`` counts it
-and keeps what was refused -- the input rows a reader refused, or the episode validation refused
--- in a :class:`Rejection`, for :func:`~offline_prelearner.io.quarantine.write_quarantine`.
+A policy (:data:`~offline_prelearner.config.OnInvalid`) decides what happens to bad data:
+``"raise"`` raises the :class:`~offline_prelearner.errors.DataError`; ``"skip"`` counts it;
+``"quarantine"`` counts it and keeps what was refused -- the input rows a reader refused, or the
+episode validation refused -- in a :class:`Rejection`, for
+:func:`~offline_prelearner.io.quarantine.write_quarantine`. The policy belongs to the stage that
+applies it (``ReadConfig.on_invalid`` for readers, ``ValidateConfig.on_invalid`` for
+validation), which passes it to :meth:`EpisodeBatch.reject`; the data carries none.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from ..errors import ConfigError, DataError
+from ..config import OnInvalid
+from ..errors import DataError
 from .episode import Episode
 from .episode_columns import EpisodeColumns
 
 __all__ = [
     "EpisodeBatch",
     "Ledger",
-    "OnInvalid",
     "Rejection",
-    "check_on_invalid",
 ]
-
-OnInvalid = Literal["raise", "skip", "quarantine"]
-_POLICIES = ("raise", "skip", "quarantine")
-
-
-def check_on_invalid(value: str) -> OnInvalid:
-    if value not in _POLICIES:
-        raise ConfigError(f"on_invalid must be one of {_POLICIES}, found {value!r}")
-    return value  # type: ignore[return-value]
 
 
 @dataclass
@@ -150,14 +143,12 @@ class EpisodeBatch:
         source_rows: list[int] | None = None,
         ledger: Ledger | None = None,
         rejections: list[Rejection] | None = None,
-        on_invalid: OnInvalid = "raise",
     ) -> None:
         self._episodes: list[Episode] = [] if episodes is None else episodes
         self._columns: EpisodeColumns | None = None
         self.source_rows: list[int] = [] if source_rows is None else source_rows
         self.ledger = Ledger() if ledger is None else ledger
         self.rejections: list[Rejection] = [] if rejections is None else rejections
-        self.on_invalid = on_invalid
         #: ``(observation space, action space)`` the data itself declares (a msgpack record's
         #: spaces), None where it declares none; the validator enforces them where its config
         #: declares no space of its own.
@@ -167,7 +158,7 @@ class EpisodeBatch:
     def __repr__(self) -> str:
         cols = self._columns
         held = len(self._episodes) if cols is None else f"columns[{len(cols)}]"
-        return f"EpisodeBatch(episodes={held}, ledger={self.ledger}, on_invalid={self.on_invalid})"
+        return f"EpisodeBatch(episodes={held}, ledger={self.ledger})"
 
     # ------------------------------------------------------------------ what is held
     @property
@@ -225,12 +216,13 @@ class EpisodeBatch:
         num_rows: int,
         rows: pa.Table | None = None,
         episodes: int = 1,
-        policy: OnInvalid | None = None,
+        *,
+        policy: OnInvalid,
         episode: Episode | None = None,
     ) -> None:
-        """Applies ``policy`` (default: the batch's) to bad data that is *not* in ``episodes``:
-        raise, or count it (and, under quarantine, keep the refused ``rows`` or ``episode``)."""
-        policy = policy or self.on_invalid
+        """Applies ``policy`` (the calling stage's ``on_invalid``) to bad data that is *not* in
+        ``episodes``: raise, or count it (and, under quarantine, keep the refused ``rows`` or
+        ``episode``)."""
         if policy == "raise":
             raise error
         self.ledger.rows_rejected[error.reason] += num_rows

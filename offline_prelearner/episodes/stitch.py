@@ -3,7 +3,7 @@
 Readers emit what one batch holds; an episode recorded across several files arrives as several
 fragments with the same id whose ``t`` ranges follow each other. :func:`stitch_fragments` joins them
 (``Episode.concat_fragments`` checks that ``t`` continues and the boundary observation repeats);
-fragments that cannot be joined are rejected through the batch's policy, never silently dropped.
+fragments that cannot be joined are rejected through the caller's policy, never silently dropped.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Literal
 
+from ..config import OnInvalid
 from ..errors import DataError, EpisodeValidationError, Where
 from .episode import Episode
 from .ledger import EpisodeBatch
@@ -18,19 +19,18 @@ from .ledger import EpisodeBatch
 __all__ = ["settle_open_episodes", "stitch_fragments"]
 
 
-def stitch_fragments(batch: EpisodeBatch) -> EpisodeBatch:
+def stitch_fragments(batch: EpisodeBatch, on_invalid: OnInvalid = "raise") -> EpisodeBatch:
     """A new batch in which fragments sharing ``(id, agent_id)`` are joined (first-seen order).
 
     Only chains that continue (``t_started`` equal to the previous fragment's end, previous not
     done) are joined. Overlapping copies stay separate, for the de-duplicator to count; a chain
-    whose boundary observations disagree is rejected through the batch's policy.
+    whose boundary observations disagree is rejected under ``on_invalid`` (the reading stage's
+    policy: ``ReadConfig.on_invalid``).
     """
     groups: dict[tuple[Any, Any], list[int]] = defaultdict(list)
     for i, ep in enumerate(batch.episodes):
         groups[(ep.id, ep.agent_id)].append(i)
-    out = EpisodeBatch(
-        ledger=batch.ledger, rejections=batch.rejections, on_invalid=batch.on_invalid
-    )
+    out = EpisodeBatch(ledger=batch.ledger, rejections=batch.rejections)
     out.declared_spaces = batch.declared_spaces
     eps, src = batch.episodes, batch.source_rows
     for idx in groups.values():
@@ -42,7 +42,7 @@ def stitch_fragments(batch: EpisodeBatch) -> EpisodeBatch:
             try:
                 joined = Episode.concat_fragments(eps[i] for i in chain)
             except DataError as e:
-                out.reject(e, rows, episodes=1)
+                out.reject(e, rows, episodes=1, policy=on_invalid)
                 continue
             out.add(joined, rows)
     return out

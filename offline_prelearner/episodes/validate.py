@@ -1,6 +1,7 @@
 """Validation and de-duplication, two stages over a :class:`~.ledger.EpisodeBatch`.
 
-:class:`Validator` checks each episode against the contracts of :class:`ValidateConfig` and, in the
+:class:`Validator` checks each episode against the contracts of
+:class:`~offline_prelearner.config.ValidateConfig` and, in the
 Gymnasium env checker's spirit, *raises* on a broken contract (or skips / quarantines it, as the
 policy says) and *warns once* on data that is odd but legal. :class:`Deduplicator` drops episodes
 whose steps were already seen. Both remove episodes with ``EpisodeBatch.keep_only`` and record what
@@ -20,65 +21,19 @@ from typing import Any, cast
 import gymnasium as gym
 import numpy as np
 
-from ..errors import ConfigError, EpisodeValidationError, Where
+from ..config import MAX_STEPS, ValidateConfig, check_int
+from ..errors import EpisodeValidationError, Where
+from ..spaces import leaf_spaces
 from . import observations as O
 from .episode import Episode
 from .episode_columns import EpisodeColumns
-from .ledger import EpisodeBatch, OnInvalid, check_on_invalid
-from .spaces import leaf_spaces
+from .ledger import EpisodeBatch
 
-__all__ = ["Deduplicator", "Miss", "OddDataWarning", "SpaceCheck", "ValidateConfig", "Validator"]
+__all__ = ["Deduplicator", "Miss", "OddDataWarning", "SpaceCheck", "Validator"]
 
 
 class OddDataWarning(UserWarning):
     """Legal but suspicious data (float64 observations for a float32 space, empty episodes)."""
-
-
-@dataclass(frozen=True)
-class ValidateConfig:
-    """What :class:`Validator` checks, and what it does with an episode that fails.
-
-    Attributes:
-        require_done: Every episode must be terminated or truncated. Turn off for streams of
-            fragments (an episode cut across batches), where a not-done fragment is kept.
-        check_finite_rewards: Reject episodes with a NaN or infinite reward.
-        check_finite_obs: Reject episodes with a NaN or infinite observation. Off by default: some
-            environments legitimately emit NaN (e.g. a missing sensor reading).
-        observation_space: A gymnasium space every observation must lie in, or None. NaN passes
-            a Box's bounds check (``check_finite_obs`` decides about NaN). With None, the space
-            the data declares (a msgpack record's ``_observation_space``) is enforced instead,
-            with the same checks, reasons and counts; where both exist, this one wins.
-        action_space: A gymnasium space every action must lie in, or None (then the data's
-            own, as for ``observation_space``; this one wins where both exist).
-        min_length: Fewest steps an episode may have (0 admits empty episodes, with a warning).
-        on_invalid: ``"raise"`` | ``"skip"`` | ``"quarantine"``. This policy, not the incoming
-            batch's, decides what happens to episodes that fail validation.
-    """
-
-    require_done: bool = True
-    check_finite_rewards: bool = True
-    check_finite_obs: bool = False
-    observation_space: gym.Space[Any] | None = None
-    action_space: gym.Space[Any] | None = None
-    min_length: int = 1
-    on_invalid: OnInvalid = "raise"
-
-    def __post_init__(self) -> None:
-        for name in ("require_done", "check_finite_rewards", "check_finite_obs"):
-            value = getattr(self, name)
-            if not isinstance(value, bool):
-                raise ConfigError(f"{name} must be true or false, found {value!r}")
-        for name in ("observation_space", "action_space"):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, gym.Space):
-                raise ConfigError(
-                    f"{name} must be a gymnasium space or None, found {type(value).__name__}"
-                )
-        if isinstance(self.min_length, bool) or not isinstance(self.min_length, int | np.integer):
-            raise ConfigError(f"min_length must be an integer, found {self.min_length!r}")
-        if self.min_length < 0:
-            raise ConfigError(f"min_length must be >= 0, found {self.min_length}")
-        check_on_invalid(self.on_invalid)
 
 
 # ---------------------------------------------------------------------------- space checks
@@ -663,10 +618,7 @@ class Deduplicator:
     """
 
     def __init__(self, max_ids: int | None = None) -> None:
-        if max_ids is not None and (
-            isinstance(max_ids, bool) or not isinstance(max_ids, int) or max_ids < 1
-        ):
-            raise ConfigError(f"max_ids must be a positive integer or None, found {max_ids!r}")
+        check_int("max_ids", max_ids, 1, MAX_STEPS, none_ok=True)
         self.max_ids = max_ids
         self._t_end: dict[tuple[Any, Any], int] = {}
 

@@ -42,8 +42,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..config import DEFAULT_LIMITS, DecodeLimits
 from ..errors import DecodeError, SchemaError, Where
-from .codec import DEFAULT_LIMITS, DecodeLimits, legacy_unpack, unpack_array
+from .codec import legacy_unpack, unpack_array
 from .fast_tensor import (
     FAST_TENSOR_NAME,
     FastTensorType,

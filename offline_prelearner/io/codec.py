@@ -21,7 +21,6 @@ import base64
 import binascii
 import io
 import pickle
-from dataclasses import dataclass, fields
 from typing import Any
 
 import lz4.frame
@@ -29,11 +28,10 @@ import msgpack
 import msgpack_numpy
 import numpy as np
 
-from ..errors import ConfigError, DecodeError, shown
+from ..config import DEFAULT_LIMITS, DecodeLimits
+from ..errors import DecodeError
 
 __all__ = [
-    "DEFAULT_LIMITS",
-    "DecodeLimits",
     "RestrictedUnpickler",
     "legacy_unpack",
     "lz4_decompress",
@@ -44,50 +42,6 @@ __all__ = [
 ]
 
 _LZ4_MAGIC = b"\x04\x22\x4d\x18"
-
-
-@dataclass(frozen=True)
-class DecodeLimits:
-    """Upper bounds applied while decoding untrusted bytes.
-
-    Attributes:
-        max_decompressed_bytes: Largest output one lz4 frame / one cell may decompress to.
-        max_message_bytes: Largest msgpack message (one episode, one cell) accepted.
-        max_array_bytes: Largest single numpy array one record may describe.
-        max_parquet_expansion: Bytes a Parquet file may decode to in memory per byte of the
-            file, from its footer (files under 64 MiB decoded are exempt; see
-            ``io/parquet_guard.py``). The standard 84x84x4 pixel rows (zstd) decode to at most
-            200x their size, CartPole rows to 3-6x; the Parquet bombs of issue 20
-            to 20,000-700,000x (so the default, 2,000, is 10x either way).
-        max_parquet_row_group_bytes: Bytes one Parquet row group may decode to in memory
-            (8 GiB: 130k rows of 84x84x4 frames stacked twice).
-    """
-
-    max_decompressed_bytes: int = 1 << 30
-    max_message_bytes: int = 1 << 30
-    max_array_bytes: int = 1 << 30
-    max_parquet_expansion: float = 2000.0
-    max_parquet_row_group_bytes: int = 1 << 33
-
-    def __post_init__(self) -> None:
-        # A limit is a number, checked before any decoding relies on it: "lots" or true is
-        # refused here, naming the field, not compared with a byte count deep in a reader.
-        for f in fields(self):
-            value = getattr(self, f.name)
-            integral = f.type in ("int", int)
-            ok = isinstance(value, int | float) and not isinstance(value, bool)
-            if not ok or (integral and not isinstance(value, int)) or not 0 < value <= MAX_LIMIT:
-                kind = "an integer" if integral else "a number"
-                raise ConfigError(
-                    f"read.limits.{f.name} must be {kind} > 0 and at most {MAX_LIMIT} (1 TiB), "
-                    f"found {shown(value)}"
-                )
-
-
-#: The largest value any decode limit takes: 1 TiB (a limit above it limits nothing).
-MAX_LIMIT = 1 << 40
-
-DEFAULT_LIMITS = DecodeLimits()
 
 
 # --------------------------------------------------------------------------------------------

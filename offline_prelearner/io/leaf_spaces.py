@@ -17,7 +17,7 @@ import gymnasium as gym
 import pyarrow as pa
 
 from ..episodes import columns as C
-from ..episodes.spaces import leaf_spaces, space_from_dict, space_to_dict
+from ..spaces import leaf_spaces, space_from_dict, space_to_dict
 
 __all__ = ["SPACE_KEY", "leaf_spaces", "read_leaf_space", "with_leaf_spaces"]
 

@@ -36,8 +36,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..config import DEFAULT_LIMITS, DecodeLimits
 from ..errors import DataError, Where
-from .codec import DEFAULT_LIMITS, DecodeLimits
 
 __all__ = [
     "SMALL_FILE_BYTES",

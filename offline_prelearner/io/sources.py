@@ -29,8 +29,8 @@ from typing import NamedTuple, NoReturn, overload
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..config import DEFAULT_LIMITS, DecodeLimits
 from ..errors import DataError, UnsupportedFormatError, Where, shown
-from .codec import DEFAULT_LIMITS, DecodeLimits
 from .datasets.d4rl import is_d4rl_file, read_d4rl_file
 from .datasets.minari import (
     data_dir_of,

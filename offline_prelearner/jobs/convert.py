@@ -107,8 +107,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._version import __version__
-from ..config import ReadConfig
-from ..episodes.ledger import EpisodeBatch, Ledger, check_on_invalid
+from ..config import ReadConfig, check_on_invalid
+from ..episodes.ledger import EpisodeBatch, Ledger
 from ..episodes.stitch import settle_open_episodes, stitch_fragments
 from ..errors import ConfigError, DataError, UnsupportedFormatError, Where
 from ..io.fast_tensor import Layout, check_layout
@@ -563,7 +563,7 @@ def _run_units(
             "files_unreadable": [] if got is not None else [f],
             "per_file": [_file_counts(f, job.read.format, led, got is None)],
         }
-        unit = _Unit(j, EpisodeBatch(on_invalid=read.on_invalid), counts, _reader_idle(reader))
+        unit = _Unit(j, EpisodeBatch(), counts, _reader_idle(reader))
         for done in owners.add(unit, got):
             records.append(_commit_unit(job, staging, done, inputs, info))
         steps += led.rows_in
@@ -620,7 +620,7 @@ def _commit_unit(
     job: _Job, staging: Staging, unit: _Unit, inputs: list[dict[str, Any]], info: DatasetInfo
 ) -> dict[str, Any]:
     """Stitches a unit's episodes, writes its files, then its record (the unit commit)."""
-    batch = stitch_fragments(unit.batch)
+    batch = stitch_fragments(unit.batch, job.read.on_invalid)
     n_fragments = settle_open_episodes(batch, job.fragments, job.read.on_invalid)
     for ep in batch.episodes:
         ep.id = str(ep.id)

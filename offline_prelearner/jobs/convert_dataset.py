@@ -44,11 +44,11 @@ import gymnasium as gym
 import numpy as np
 
 from .._version import __version__
-from ..config import ReadConfig
+from ..config import ReadConfig, ValidateConfig, check_on_invalid
 from ..episodes.episode import Episode
-from ..episodes.ledger import EpisodeBatch, check_on_invalid
+from ..episodes.ledger import EpisodeBatch
 from ..episodes.stitch import settle_open_episodes, stitch_fragments
-from ..episodes.validate import Deduplicator, ValidateConfig, Validator
+from ..episodes.validate import Deduplicator, Validator
 from ..errors import ConfigError
 from ..io.datasets.minari_write import infer_obs_space, infer_space, write_minari_dataset
 from ..io.fast_tensor import Layout, check_layout
@@ -214,7 +214,7 @@ def _read_all(
     joined, validated and de-duplicated like ``inspect``."""
     old_stack = read.format == "sample_batches"
     reader: Any = SampleBatchesReader(read, dones=dones) if old_stack else make_reader(read)
-    total = EpisodeBatch(on_invalid=read.on_invalid)
+    total = EpisodeBatch()
     for i, f in enumerate(files):
         total.extend(
             reader.read_file(f)
@@ -223,7 +223,7 @@ def _read_all(
         )
         if progress is not None:
             progress(i + 1, len(files), f, total.ledger.rows_in)
-    batch = stitch_fragments(total)
+    batch = stitch_fragments(total, read.on_invalid)
     check = ValidateConfig(on_invalid=read.on_invalid, require_done=False)  # fragments: below
     batch = Validator(check).validate(batch)
     return Deduplicator().dedupe(batch), reader

@@ -28,8 +28,8 @@ from typing import TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..config import DEFAULT_LIMITS, DecodeLimits
 from ..errors import DataError, Where
-from ..io.codec import DEFAULT_LIMITS, DecodeLimits
 from ..io.parquet_guard import open_parquet
 from ..io.sources import is_minari_file, read_table
 

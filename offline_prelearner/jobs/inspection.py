@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ReadConfig
+from ..config import ReadConfig, ValidateConfig
 from ..episodes import columns as C
 from ..episodes import observations as O
 from ..episodes.ledger import EpisodeBatch
 from ..episodes.stitch import stitch_fragments
-from ..episodes.validate import Deduplicator, ValidateConfig, Validator
+from ..episodes.validate import Deduplicator, Validator
 from ..errors import DataError, Where
 from ..io.quarantine import write_quarantine
 from ..io.readers import make_reader
@@ -141,7 +141,7 @@ def inspect_path(
         read = replace(read, schema=schema)
     validate = validate or ValidateConfig(on_invalid=read.on_invalid)
     reader = make_reader(read)
-    total = EpisodeBatch(on_invalid=read.on_invalid)
+    total = EpisodeBatch()
     unreadable: list[str] = []
     tally = _Tally(files, read.format)
     for i, f in enumerate(files):
@@ -169,7 +169,7 @@ def inspect_path(
     finish = getattr(reader, "finish", None)  # rows a reader held for a next row that never came
     if finish is not None:
         total.extend(finish())
-    batch = stitch_fragments(total)
+    batch = stitch_fragments(total, read.on_invalid)
     batch = Validator(validate).validate(batch)
     duplicate = batch.ledger.rows_duplicate
     batch = Deduplicator().dedupe(batch)

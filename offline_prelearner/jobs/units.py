@@ -49,9 +49,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..config import PreLearnerConfig
+from ..config import DEFAULT_LIMITS, DecodeLimits, PreLearnerConfig
 from ..errors import DataError
-from ..io.codec import DEFAULT_LIMITS, DecodeLimits
 from ..io.fast_tensor import Layout, parquet_dictionary_columns
 from ..io.parquet_guard import check_drift, open_parquet
 from ..io.quarantine import quarantine_table

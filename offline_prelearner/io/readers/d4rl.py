@@ -74,7 +74,7 @@ class D4RLReader:
         return self._episodes(cols, Path(meta["file"]).stem, source)
 
     def _episodes(self, c: dict[str, np.ndarray], stem: str, source: str) -> EpisodeBatch:
-        out = EpisodeBatch(on_invalid=self.config.on_invalid)
+        out = EpisodeBatch()
         obs, act = c["observations"], c["actions"]
         n = len(obs)
         out.ledger.rows_in += n
@@ -131,7 +131,7 @@ class D4RLReader:
                 Where(file=source, episode_id=ids[k], row=r, column="next_observations"),
                 reason="discontinuous",
             )
-            out.reject(err, int(length[k]))
+            out.reject(err, int(length[k]), policy=self.config.on_invalid)
         keep = ~bad & (length > 0)
         if not keep.any():
             return out

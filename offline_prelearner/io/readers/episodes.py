@@ -28,12 +28,12 @@ from typing import Any, TypeAlias
 import numpy as np
 import pyarrow as pa
 
-from ...config import ReadConfig
+from ...config import DEFAULT_LIMITS, DecodeLimits, ReadConfig
 from ...episodes.episode import Episode
 from ...episodes.ledger import EpisodeBatch
-from ...episodes.spaces import space_from_dict
 from ...errors import DataError, DecodeError, SchemaError, Where
-from ..codec import DEFAULT_LIMITS, DecodeLimits, packb, unpackb
+from ...spaces import space_from_dict
+from ..codec import packb, unpackb
 from .msgpack.decoder import decode_batch
 from .msgpack.layout import Fallback
 from .msgpack.scanner import EpisodeScanner
@@ -116,7 +116,7 @@ class EpisodesReader:
             batch = pa.Table.from_batches([batch])
         buf, offsets, valid = _item_buffer(batch, source)
         n = len(offsets) - 1
-        out = EpisodeBatch(on_invalid=self.config.on_invalid)
+        out = EpisodeBatch()
         out.ledger.rows_in += n
         bounds = offsets.tolist()
         built, spaces = decode_batch(self._scanner, buf, bounds, valid)
@@ -133,7 +133,9 @@ class EpisodesReader:
                 out.add(result, 1)
             else:
                 error = _locate(result, Where(file=source, column=ITEM, row=row), seen_id)
-                out.reject(error, 1, rows=_row_table(batch, row), episodes=1)
+                out.reject(
+                    error, 1, rows=_row_table(batch, row), episodes=1, policy=self.config.on_invalid
+                )
         out.declared_spaces = self._declared()
         return out
 

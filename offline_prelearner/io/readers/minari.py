@@ -92,7 +92,7 @@ class MinariReader:
         meta = MinariMetadata.from_json(batch.schema.metadata[METADATA_KEY])
         meta.check_supported()
         self.metadata = meta
-        out = EpisodeBatch(on_invalid=self.config.on_invalid)
+        out = EpisodeBatch()
         if batch.num_rows == 0:
             return out
         eid = batch.column("episode_id").to_numpy()
@@ -128,12 +128,18 @@ class MinariReader:
                 reason="inconsistent",
             )
             out.reject(
-                err, int(length[i]), rows=batch.slice(int(starts[i]), int(ends[i] - starts[i]))
+                err,
+                int(length[i]),
+                rows=batch.slice(int(starts[i]), int(ends[i] - starts[i])),
+                policy=self.config.on_invalid,
             )
         for i, miss in self._space_misses(meta, obs, actions, starts, step_at, ids, bad, source):
             bad[i] = True
             out.reject(
-                miss, int(length[i]), rows=batch.slice(int(starts[i]), int(ends[i] - starts[i]))
+                miss,
+                int(length[i]),
+                rows=batch.slice(int(starts[i]), int(ends[i] - starts[i])),
+                policy=self.config.on_invalid,
             )
         keep = ~bad
         if not keep.any():

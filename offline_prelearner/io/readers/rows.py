@@ -162,7 +162,7 @@ class RowsReader:
         self, batch: pa.Table | Mapping[str, np.ndarray], source: str | None = None
     ) -> EpisodeBatch:
         """Turns one batch of rows into episodes; every row ends up kept or rejected."""
-        out = EpisodeBatch(on_invalid=self.config.on_invalid)
+        out = EpisodeBatch()
         frame = ColumnBatch(batch, source)
         out.ledger.rows_in += frame.num_rows
         if frame.num_rows == 0:
@@ -384,8 +384,8 @@ class RowsReader:
     def _reject(
         self, out: EpisodeBatch, err: DataError, frame: ColumnBatch, members: np.ndarray
     ) -> None:
-        payload = frame.take(members) if out.on_invalid == "quarantine" else None
-        out.reject(err, len(members), payload)
+        payload = frame.take(members) if self.config.on_invalid == "quarantine" else None
+        out.reject(err, len(members), payload, policy=self.config.on_invalid)
 
     def _reject_groups(
         self,
@@ -457,7 +457,7 @@ class RowsReader:
         gr: Groups,
         source: str | None,
     ) -> None:
-        v = Verdicts(gr, source, raise_now=out.on_invalid == "raise")
+        v = Verdicts(gr, source, raise_now=self.config.on_invalid == "raise")
         t_started = self._check(gr, c, v, frame.names)
         if c.t is None and self._pending:
             self._continue(gr, c, v, t_started)
@@ -567,7 +567,7 @@ class RowsReader:
         The fragments before it were handed over already (they end at its observation). The
         reader then holds nothing; its episodes are no longer pending.
         """
-        out = EpisodeBatch(on_invalid=self.config.on_invalid)
+        out = EpisodeBatch()
         obs_col = self.schema.column(C.OBS)
         for key, (file, row, alone) in zip(self._held_keys, self._held_from, strict=True):
             err = DataError(

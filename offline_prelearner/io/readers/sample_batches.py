@@ -168,7 +168,7 @@ class SampleBatchesReader:
 
     # ------------------------------------------------------------------ records -> episodes
     def _episodes(self, parsed: Parsed, source: str | None, first_line: int | None) -> EpisodeBatch:
-        out = EpisodeBatch(on_invalid=self.config.on_invalid)
+        out = EpisodeBatch()
         self.records_read += parsed.num_records
         for bad in parsed.bad:
             bad.error = _at_record(bad.error, bad.index, first_line)
@@ -191,9 +191,9 @@ class SampleBatchesReader:
     def _refuse(self, out: EpisodeBatch, bad: BadRecord) -> None:
         out.ledger.rows_in += bad.rows
         payload = None
-        if out.on_invalid == "quarantine":
+        if self.config.on_invalid == "quarantine":
             payload = pa.table({"_record": pa.array([bad.text], pa.string())})
-        out.reject(bad.error, bad.rows, payload, episodes=0)
+        out.reject(bad.error, bad.rows, payload, episodes=0, policy=self.config.on_invalid)
         self.records_rejected[bad.error.reason] += 1
 
     def _frame(self, part: Part) -> dict[str, np.ndarray]:

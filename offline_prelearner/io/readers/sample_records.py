@@ -28,9 +28,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ...config import DecodeLimits
 from ...errors import DataError, DecodeError, SchemaError, Where
 from ..arrow_columns import ColumnValueError, to_numpy
-from ..codec import DecodeLimits, legacy_unpack
+from ..codec import legacy_unpack
 
 __all__ = ["BadRecord", "Parsed", "Part", "arrow_parts", "object_parts", "parse_record"]
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...config import check_n_step
 from ...episodes import columns as C
 from ...errors import ConfigError
 from ..batch import SampleBatch
@@ -43,20 +44,7 @@ class NStep:
     gamma: float = 0.99
 
     def __post_init__(self) -> None:
-        n = self.n
-        if isinstance(n, (list, tuple)):
-            if len(n) != 2 or not all(_is_int(v) for v in n):
-                raise ConfigError(f"n must be an int or a (lo, hi) pair of ints, found {n!r}")
-            lo, hi = int(n[0]), int(n[1])
-            if not 1 <= lo <= hi:
-                raise ConfigError(f"n range must satisfy 1 <= lo <= hi, found {n!r}")
-            object.__setattr__(self, "n", (lo, hi))
-        elif _is_int(n):
-            if n < 1:
-                raise ConfigError(f"n must be >= 1, found {n!r}")
-            object.__setattr__(self, "n", int(n))
-        else:
-            raise ConfigError(f"n must be an int or a (lo, hi) pair of ints, found {n!r}")
+        object.__setattr__(self, "n", check_n_step("n", self.n))  # the rule sample.n_step follows
         g = self.gamma
         if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0.0 <= g <= 1.0:
             raise ConfigError(f"gamma must be a number in [0, 1], found {g!r}")

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from ...config import check_eps
 from ...errors import ConfigError, DataError, EmptyBufferError, Where
 from ..segment_tree import MinTree, SumTree, last_writes, write_unique
 from .base import SamplerState, ValidStarts
@@ -58,15 +59,10 @@ class Prioritized:
         self, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, stratified: bool = True
     ) -> None:
         self._alpha = _number("alpha", alpha, lo=0.0)
-        self._eps = _number("eps", eps, lo=0.0, strict=True)
+        self._eps = check_eps("eps", eps, self._alpha)  # the rule buffer.eps follows
         if not isinstance(stratified, bool):
             raise ConfigError(f"stratified must be true or false, found {stratified!r}")
         self._stratified = stratified
-        if self._eps**self._alpha == 0.0 or math.isinf(1.0 / self._eps**self._alpha):
-            raise ConfigError(
-                f"eps ** alpha = {self._eps}**{self._alpha} underflows float64; raise eps or "
-                "lower alpha"
-            )
         self.beta = beta  # validated by the property
         self._sum: SumTree | None = None
         self._min: MinTree | None = None

@@ -28,7 +28,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from ...codec import DecodeLimits, _numpy_hook
+from ....config import DecodeLimits
+from ...codec import _numpy_hook
 from .layout import (
     BOOL,
     EMPTY_MAP,

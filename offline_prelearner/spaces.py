@@ -16,7 +16,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from ..errors import DecodeError
+from .errors import DecodeError
 
 __all__ = ["leaf_spaces", "space_from_dict", "space_to_dict"]
 
