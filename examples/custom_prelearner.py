@@ -4,10 +4,12 @@ Run from the repository root::
 
     python examples/custom_prelearner.py
 
-``ShapedReward`` overrides only ``postprocess_episodes``: it adds a per-step ``shaped_rewards``
-column (1 minus the pole angle's share of CartPole's +-0.2095 rad limit) to every episode before
-it enters the buffer, and every sampled row carries it. The batch job names the class by import
-path, as the CLI does::
+``ShapedReward`` adds a per-step ``shaped_rewards`` column (1 minus the pole angle's share of
+CartPole's +-0.2095 rad limit) to every episode before it enters the buffer, and every sampled row
+carries it. It makes that change twice: on episode objects (``postprocess_episodes``) and on the
+columns the rows reader gives (``postprocess_columns``, the fast path: no object per episode). A
+prelearner that changes episodes says what it does on columns, or returns None there to take the
+episode path. The batch job names the class by import path, as the CLI does::
 
     offline-prelearner process datasets/cartpole-v1/rows --out /tmp/out \
         --prelearner custom_prelearner:ShapedReward     # with examples/ on PYTHONPATH
@@ -16,6 +18,7 @@ path, as the CLI does::
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import sys
 import tempfile
@@ -42,6 +45,19 @@ class ShapedReward(op.OfflinePreLearner):
             ep.extras = {**ep.extras, "shaped_rewards": shaped.astype(np.float32)}
             out.append(ep)
         return out
+
+    def postprocess_columns(self, columns: op.EpisodeColumns) -> op.EpisodeColumns | None:
+        columns = super().postprocess_columns(columns)  # None: a connector wants episodes
+        if columns is None:
+            return None
+        # Each episode's observations (length + 1 each, in order); the ones after each step are
+        # all but every episode's first. Extras are indexed like actions: write at its step rows.
+        obs = columns.observations()
+        first = np.cumsum(columns.length + 1) - (columns.length + 1)
+        after = np.delete(obs, first, axis=0)
+        shaped = np.zeros(len(columns.actions), np.float32)
+        shaped[columns.step_rows()] = 1.0 - np.abs(after[:, 2]) / ANGLE_LIMIT
+        return dataclasses.replace(columns, extras={**columns.extras, "shaped_rewards": shaped})
 
 
 def check(rows: dict[str, np.ndarray] | op.SampleBatch) -> float:

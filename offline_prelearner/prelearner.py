@@ -4,6 +4,7 @@
 
     batch ──map_to_episodes──▶ EpisodeBatch ──validate──▶ (checked, de-duplicated)
           ──postprocess_episodes──▶ (episode connectors) ──add_to_buffers──▶ one buffer per module
+          (a batch read as columns: ──postprocess_columns──▶ the buffers, no object per episode)
           ──sample──▶ MultiAgentBatch ──run_connectors──▶ ──to_output──▶ {column: ndarray}
 
 It is a callable class for ``Dataset.map_batches``: Ray builds one per actor, and each keeps its
@@ -130,6 +131,30 @@ class OfflinePreLearner:
             episodes, ConnectorContext(gamma=self.config.sample.gamma)
         )
 
+    def postprocess_columns(self, columns: EpisodeColumns) -> EpisodeColumns | None:
+        """The columnar twin of :meth:`postprocess_episodes`, for a batch the reader gave as
+        :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns` (the rows reader
+        does): the columns it returns go to the buffers as columns, routed by their module ids
+        as :meth:`module_of` routes episodes, without an object per episode (several times
+        faster on short episodes). None takes the episode path for this batch:
+        ``postprocess_episodes``, ``module_of``, ``add_to_buffers``.
+
+        The default returns the columns unchanged, or None when a connector works on episodes.
+        A subclass that changes episodes (overrides ``postprocess_episodes``, ``module_of`` or
+        ``add_to_buffers``) overrides this too: the same change made on the columns keeps the
+        fast path (``examples/custom_prelearner.py`` adds a column), ``return None`` takes the
+        slower episode path. :func:`offline_prelearner.testing.check_prelearner_columnar` (in
+        ``check_prelearner`` and ``PreLearnerContract``) compares the two paths on yours.
+
+        Args:
+            columns: The batch's validated, de-duplicated episodes; never change them in place
+                (return a new object, ``dataclasses.replace`` shares the arrays).
+
+        Returns:
+            The columns to buffer, or None for the episode path.
+        """
+        return None if len(self.connectors) else columns
+
     def module_of(self, episode: Episode) -> str:
         """The module an episode trains: its module_id, else the agent mapping, else default."""
         if episode.module_id is not None:
@@ -219,7 +244,8 @@ class OfflinePreLearner:
             result = self.sample_all(self.postprocess_episodes(episodes.episodes))
         else:
             cols = episodes.columns
-            if cols is not None and self._columnar:
+            cols = None if cols is None else self.postprocess_columns(cols)
+            if cols is not None:
                 self._add_columns(cols)
             else:
                 self.add_to_buffers(self.postprocess_episodes(episodes.episodes))
@@ -267,21 +293,9 @@ class OfflinePreLearner:
         self.last_rejections = episodes.rejections
         self.ledger.episodes_kept += len(fresh) - episodes.ledger.episodes_kept
 
-    @property
-    def _columnar(self) -> bool:
-        """Whether episodes a reader gives as columns can go to the buffers as columns: the
-        episode hooks are the base ones and no connector works on episodes."""
-        base = OfflinePreLearner
-        cls = type(self)
-        return (
-            cls.postprocess_episodes is base.postprocess_episodes
-            and cls.add_to_buffers is base.add_to_buffers
-            and cls.module_of is base.module_of
-            and not len(self.connectors)
-        )
-
     def _add_columns(self, cols: EpisodeColumns) -> None:
-        """``add_to_buffers`` for episodes held as columns (same routing as ``module_of``)."""
+        """``add_to_buffers`` for episodes held as columns (the routing of the base
+        ``module_of``: module id, else the agent mapping, else the default module)."""
         default = self.config.modules.default_module
         fn = self._agent_to_module
         n = len(cols)

@@ -202,6 +202,9 @@ class Doubled(OfflinePreLearner):
         for ep in episodes:
             ep.rewards = ep.rewards * 2.0
         return episodes
+
+    def postprocess_columns(self, columns):
+        return None  # the change is made on episodes: take that path
 """
 
 

@@ -124,7 +124,7 @@ def test_importing_testing_does_not_import_pytest() -> None:
 def test_check_functions_report_what_ran() -> None:
     rows = T.example_rows()
     ran = T.check_prelearner(lambda: OfflinePreLearner(train_batch_size=4), rows)
-    assert "check_prelearner_priorities" not in ran and len(ran) == 5
+    assert "check_prelearner_priorities" not in ran and len(ran) == 6
     prio = {"buffer.kind": "prioritized"}
     ran = T.check_prelearner(lambda: OfflinePreLearner(train_batch_size=4, **prio), rows)
     assert ran[-1] == "check_prelearner_priorities"
@@ -174,6 +174,18 @@ class GlobalRandomness(OfflinePreLearner):
             ep.extras["noise"] = np.random.random(len(ep)).astype(np.float32)  # noqa: NPY002
         return episodes
 
+    def postprocess_columns(self, columns: Any) -> None:
+        return None  # its change is made on episodes
+
+
+class ForgetsColumns(OfflinePreLearner):
+    """Changes episodes and says nothing of columns: a batch read as columns skips the change."""
+
+    def postprocess_episodes(self, episodes: list[Episode]) -> list[Episode]:
+        for ep in episodes:
+            ep.rewards = np.clip(ep.rewards, 0, 0.25)
+        return episodes
+
 
 class NeedsMoreThanConfig(OfflinePreLearner):
     def __init__(self, config: Any = None, *, scale: float, **kw: Any) -> None:
@@ -193,6 +205,7 @@ class IgnoresPriorities(OfflinePreLearner):
         (lambda: HalfBatch(train_batch_size=16), T.check_prelearner_batch_size, "16"),
         (lambda: LosesAnEpisode(), T.check_prelearner_ledger, "does not balance"),
         (lambda: GlobalRandomness(), T.check_prelearner_deterministic, "noise"),
+        (lambda: ForgetsColumns(seed=0), T.check_prelearner_columnar, "postprocess_columns"),
         (lambda: OfflinePreLearner(seed=None), T.check_prelearner_deterministic, "set a seed"),
         (lambda: NeedsMoreThanConfig(scale=2.0), T.check_prelearner_pickles, "config alone"),
         (
@@ -201,7 +214,16 @@ class IgnoresPriorities(OfflinePreLearner):
             "applied 0",
         ),
     ],
-    ids=["output", "batch_size", "ledger", "determinism", "seed", "pickle", "priorities"],
+    ids=[
+        "output",
+        "batch_size",
+        "ledger",
+        "determinism",
+        "columnar",
+        "seed",
+        "pickle",
+        "priorities",
+    ],
 )
 def test_prelearner_contract_fails_on_broken(factory: Any, check: Any, message: str) -> None:
     with pytest.raises(T.ContractError, match=message):
