@@ -50,18 +50,19 @@ from .replay import (
     EpisodeReplayBuffer,
     MixInReplayBuffer,
     MultiAgentEpisodeReplayBuffer,
+    PrioritizedEpisodeReplayBuffer,
+    ReplayShard,
     Reservoir,
     SampleToInsertRatio,
+    ShardedReplayBuffer,
 )
 from .replay.batch import MultiAgentBatch, SampleBatch
 from .replay.samplers import FrameStack, NStep, Prioritized, Sequence, Transition, Uniform
-from .replay.shards import ReplayShard, ShardedReplayBuffer
 
-if TYPE_CHECKING:  # loaded on first use at run time (see __getattr__); typed for checkers
+if TYPE_CHECKING:  # the Ray jobs: loaded on first use (see __getattr__); typed for checkers
     from .jobs.apex import FeedStats, feed_shards, start_feed
     from .jobs.batch_job import run_pipeline
     from .jobs.learner_stream import iter_learner_batches, split_learner_batches
-    from .replay.prioritized import PrioritizedEpisodeReplayBuffer
 
 
 __all__ = [  # noqa: RUF022  (grouped by stage, like the docstring)
@@ -144,8 +145,4 @@ def __getattr__(name: str) -> Any:
         from .jobs import apex
 
         return getattr(apex, name)
-    if name == "PrioritizedEpisodeReplayBuffer":
-        from .replay.prioritized import PrioritizedEpisodeReplayBuffer
-
-        return PrioritizedEpisodeReplayBuffer
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

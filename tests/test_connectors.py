@@ -674,7 +674,7 @@ def test_register_connector_decorator():
         ({"name": "x:Y"}, "use 'class'"),
         ({"class": "gae"}, "'package.module:Name'"),
         ({"name": "gae", "gama": 0.9}, "bad arguments for GAE.*gama"),
-        ({"name": "gae", "gamma": 2.0}, "gamma must be in"),
+        ({"name": "gae", "gamma": 2.0}, r"gamma must be a number in \[0\.0, 1\.0\]"),
         ({"name": "cast", "mapping": {"obs": "f4"}, "as": ""}, "'as' must be"),
         ({"class": "test_connectors:TINY_INSTANCE", "tag": "q"}, "names an instance"),
         (42, "found 42"),

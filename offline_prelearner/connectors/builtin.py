@@ -12,12 +12,14 @@ Connectors return a new :class:`SampleBatch` sharing the untouched columns with 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
+from ..config import check_bool, check_float, check_int
 from ..episodes import columns as C
 from ..errors import ConfigError, DataError, SchemaError, Where
 from ..replay.batch import SampleBatch
@@ -28,6 +30,8 @@ from .stats import RunningMeanStd
 __all__ = ["CastDtypes", "FlattenObservations", "NormalizeObservations", "OneHotActions"]
 
 OBS_COLUMNS = (C.OBS, C.NEW_OBS)
+#: The most actions a one-hot encoding has (each sample gets a row of this many floats).
+MAX_ACTIONS = 1 << 20
 
 
 def _copy(batch: SampleBatch) -> SampleBatch:
@@ -99,17 +103,11 @@ class NormalizeObservations(Connector):
         *,
         columns: Sequence[str] = OBS_COLUMNS,
     ) -> None:
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
-            raise ConfigError(f"eps must be a number >= 0, found {eps!r}")
-        if clip is not None and (
-            isinstance(clip, bool) or not isinstance(clip, (int, float)) or clip <= 0
-        ):
-            raise ConfigError(f"clip must be a number > 0 or None, found {clip!r}")
-        if not isinstance(update, bool):
-            raise ConfigError(f"update must be true or false, found {update!r}")
-        self.eps = float(eps)
-        self.clip = None if clip is None else float(clip)
-        self.update = update
+        self.eps: float = check_float("eps", eps, 0.0, math.inf)
+        self.clip: float | None = check_float(
+            "clip", clip, 0.0, math.inf, none_ok=True, lo_open=True
+        )
+        self.update = check_bool("update", update)
         self.columns = _columns_arg(columns)
         self.stats: dict[str, RunningMeanStd] = {}
 
@@ -241,10 +239,10 @@ class OneHotActions(Connector):
         output: str = "actions_one_hot",
         dtype: Any = "float32",
     ) -> None:
-        if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1):
-            raise ConfigError(f"n must be an int >= 1 or None, found {n!r}")
-        if not isinstance(replace, bool):
-            raise ConfigError(f"replace must be true or false, found {replace!r}")
+        if isinstance(n, np.integer):
+            n = int(n)
+        check_int("n", n, 1, MAX_ACTIONS, none_ok=True)
+        check_bool("replace", replace)
         if not isinstance(output, str) or not output:
             raise ConfigError(f"output must be a non-empty string, found {output!r}")
         try:

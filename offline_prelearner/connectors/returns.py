@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..config import check_float
 from ..episodes.episode import Episode
 from ..errors import ConfigError, EpisodeValidationError, SchemaError, Where
 from .base import DEFAULT_CONTEXT, Connector, ConnectorContext
@@ -69,12 +70,8 @@ def discounted_cumsum(
 
 
 def _check_unit(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise ConfigError(f"{name} must be a number in [0, 1], found {value!r}")
-    v = float(value)
-    if not 0.0 <= v <= 1.0:
-        raise ConfigError(f"{name} must be in [0, 1], found {value!r}")
-    return v
+    unit: float = check_float(name, value, 0.0, 1.0)
+    return unit
 
 
 def _gamma(own: float | None, ctx: ConnectorContext) -> float:
