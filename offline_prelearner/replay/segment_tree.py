@@ -39,7 +39,7 @@ import numpy.typing as npt
 from ..errors import DataError, Where
 from . import kernels
 
-__all__ = ["MinTree", "SumTree", "last_writes", "write_unique"]
+__all__ = ["MinTree", "SumTree", "last_writes", "write_unique", "write_where_positive"]
 
 ArrayLike = npt.ArrayLike
 IntArray = npt.NDArray[np.int64]
@@ -100,6 +100,58 @@ def write_unique(
         for tree in trees:
             kids = tree._pairs.take(pos, axis=0)
             tree._tree[pos] = tree._combine(kids[:, 0], kids[:, 1])
+
+
+def write_where_positive(
+    sums: SumTree,
+    mins: MinTree,
+    indices: IntArray,
+    keep: npt.NDArray[np.bool_],
+    values: FloatArray,
+    keys: FloatArray,
+) -> tuple[int, float]:
+    """Writes ``values[k]`` into both trees at ``indices[k]`` where ``keep[k]``, the index is
+    inside the trees and the sum tree's leaf there is positive now (a leaf that can be drawn);
+    a repeated index keeps its last write. The parents are fixed.
+
+    Unchecked, for a prioritized sampler's feedback: ``values`` admissible in both trees
+    (finite, > 0), ``keep``, ``values`` and ``keys`` as long as ``indices`` (which may hold
+    anything: those outside the trees are skipped), both trees of one capacity and top width.
+    ``keep`` may be changed in place.
+
+    Returns:
+        ``(how many were written, the largest ``keys[k]`` among them)``; ``(0, 0.0)`` if none.
+    """
+    jit = sums._kernels
+    if jit is not None:  # the same checks and writes, fused in one compiled loop
+        applied, top = jit.apply_priorities(
+            sums._tree,
+            mins._tree,
+            indices,
+            keep,
+            values,
+            keys,
+            sums._size,
+            sums._capacity,
+            sums._depth - sums._top,
+        )
+        sums._stale = mins._stale = True
+        return int(applied), float(top) if applied else 0.0
+    if indices.size == 0:
+        return 0, 0.0
+    if indices.min() < 0 or indices.max() >= sums._capacity:
+        inside = (indices >= 0) & (indices < sums._capacity)
+        keep &= inside
+        indices = np.where(inside, indices, 0)
+    keep &= sums._get_unchecked(indices) > 0.0
+    applied = int(np.count_nonzero(keep))
+    if applied < indices.size:
+        indices, values, keys = indices[keep], values[keep], keys[keep]
+    if applied == 0:
+        return 0, 0.0
+    idx, vals = last_writes(indices, values)
+    write_unique((sums, mins), idx, (vals, vals))
+    return applied, float(keys.max())
 
 
 class _SegmentTree(ABC):
@@ -353,6 +405,15 @@ class SumTree(_SegmentTree):
         if np.isnan(arr).any():
             raise ValueError("find_prefixsum: prefixes must not be NaN")
         return self._find(arr.ravel())[0].reshape(arr.shape)
+
+    def find_with_values(self, prefixes: FloatArray) -> tuple[IntArray, FloatArray]:
+        """:meth:`find_prefixsum` for a sampler's draws, with the leaves' values: ``(leaf
+        indices, their values)``, one per prefix.
+
+        Unchecked, for a hot loop: ``prefixes`` a 1-d ``float64`` array without NaN (e.g. ``u *
+        total()``), and ``total() > 0`` (check it first). ``prefixes`` is not modified.
+        """
+        return self._find(prefixes)
 
     def _find(self, prefixes: FloatArray) -> tuple[IntArray, FloatArray]:
         """Unchecked search (total > 0, no NaN): ``(leaf indices, their values)``. ``prefixes``

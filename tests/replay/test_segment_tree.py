@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from offline_prelearner.errors import DataError
 from offline_prelearner.replay import kernels
-from offline_prelearner.replay.segment_tree import MinTree, SumTree
+from offline_prelearner.replay.segment_tree import MinTree, SumTree, write_where_positive
 
 
 # Every test here runs on both backends: numba's compiled loops and the numpy fallback.
@@ -323,3 +323,62 @@ def test_large_tree_incremental_updates_match_fresh_build_and_cumsum():
     assert (got == ref).mean() > 0.999  # differences only within float rounding of a boundary
     off = got != ref
     assert np.allclose(cum[np.minimum(got, ref)][off], prefixes[off], rtol=1e-9)
+
+
+# -- the public batched operations a sampler uses ------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(update_sequences(), top_widths, st.data())
+def test_find_with_values_matches_loop_reference(case, top_width, data):
+    capacity, batches = case
+    tree, leaves = SumTree(capacity, top_width=top_width), [0.0] * capacity
+    for idx, vals in batches:
+        tree.update(idx, vals)
+        apply_updates(leaves, idx, vals)
+    total = sum(leaves)
+    if total == 0:
+        return
+    prefixes = np.array(data.draw(st.lists(st.floats(0.0, total), min_size=1, max_size=50)))
+    before = prefixes.copy()
+    got, values = tree.find_with_values(prefixes)
+    assert got.tolist() == [ref_find(leaves, p) for p in prefixes.tolist()]
+    assert values.tolist() == [leaves[i] for i in got.tolist()]
+    assert (prefixes == before).all()  # not modified
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 40).flatmap(
+        lambda cap: st.tuples(
+            st.just(cap),
+            st.lists(dyadic, min_size=cap, max_size=cap),
+            st.lists(
+                st.tuples(st.integers(-3, cap + 3), st.booleans(), dyadic.filter(bool)),
+                max_size=2 * cap,
+            ),
+        )
+    ),
+    top_widths,
+)
+def test_write_where_positive_matches_loop_reference(case, top_width):
+    capacity, start, writes = case
+    sums, mins = SumTree(capacity, top_width=top_width), MinTree(capacity, top_width=top_width)
+    sums.update(np.arange(capacity), start)
+    mins.update(np.arange(capacity), [v if v > 0 else math.inf for v in start])
+    leaves, applied, top = list(start), 0, 0.0
+    for k, (i, keep, v) in enumerate(writes):  # the reference: one write at a time, in order
+        if keep and 0 <= i < capacity and leaves[i] > 0:
+            leaves[i] = v
+            applied += 1
+            top = max(top, float(k))
+    idx = np.array([w[0] for w in writes], np.int64)
+    keep = np.array([w[1] for w in writes], bool)
+    vals = np.array([w[2] for w in writes], np.float64)
+    got = write_where_positive(sums, mins, idx, keep, vals, np.arange(len(writes), dtype=float))
+    assert got == (applied, top)
+    assert sums.values().tolist() == leaves
+    assert mins.values().tolist() == [v if v > 0 else math.inf for v in leaves]
+    assert sums.total() == ref_total(leaves, top_width) and mins.min() == min(
+        [v if v > 0 else math.inf for v in leaves]
+    )

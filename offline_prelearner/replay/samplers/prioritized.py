@@ -36,7 +36,7 @@ import numpy.typing as npt
 
 from ...config import check_eps
 from ...errors import ConfigError, DataError, EmptyBufferError, Where
-from ..segment_tree import MinTree, SumTree, last_writes, write_unique
+from ..segment_tree import MinTree, SumTree, write_unique, write_where_positive
 from .base import SamplerState, ValidStarts
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ class Prioritized:
         else:
             prefixes = rng.random(batch_size)
             prefixes *= total
-        slots, ratio = tree._find(prefixes)
+        slots, ratio = tree.find_with_values(prefixes)
         if self._beta == 0.0:
             weights = np.ones(batch_size, dtype=np.float32)
         else:
@@ -205,42 +205,13 @@ class Prioritized:
             self.updates_stale += handles.size
             return 0
         slots, current = storage.resolve(handles)
-        jit = tree._kernels
-        if jit is not None:  # the same checks and writes, fused in one compiled loop
-            applied, top_p = jit.apply_priorities(
-                tree._tree,
-                mins._tree,
-                slots,
-                current,
-                leaf,
-                p,
-                tree._size,
-                tree.capacity,
-                tree._depth - tree._top,
-            )
-            tree._stale = mins._stale = True
-            self.updates_stale += handles.size - applied
-            self.updates_applied += applied
-            if applied:
-                self.max_priority = max(self.max_priority, top_p)
-            return int(applied)
         # Belt and braces: a handle must also name a slot that is sampleable right now, so a
         # forged or foreign handle can never make padding or an unfinished window drawable.
-        if slots.min() < 0 or slots.max() >= tree.capacity:
-            inside = (slots >= 0) & (slots < tree.capacity)
-            current &= inside
-            slots = np.where(inside, slots, 0)
-        current &= tree._get_unchecked(slots) > 0.0
-        applied = int(np.count_nonzero(current))
-        if applied < handles.size:
-            slots, p, leaf = slots[current], p[current], leaf[current]
+        applied, top_p = write_where_positive(tree, mins, slots, current, leaf, p)
         self.updates_stale += handles.size - applied
         self.updates_applied += applied
-        if applied == 0:
-            return 0
-        self.max_priority = max(self.max_priority, float(p.max()))
-        idx, vals = last_writes(slots, leaf)
-        write_unique((tree, mins), idx, (vals, vals))
+        if applied:
+            self.max_priority = max(self.max_priority, top_p)
         return applied
 
     # ------------------------------------------------------------------ state
