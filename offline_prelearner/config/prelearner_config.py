@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -29,7 +29,11 @@ from .sections import (
     ValidateConfig,
 )
 
-__all__ = ["FRAGMENTS", "SECTIONS", "PreLearnerConfig"]
+__all__ = ["FRAGMENTS", "SECTIONS", "ConnectorSpec", "PreLearnerConfig"]
+
+#: A connector as a config names it: a registered name or ``"package.module:Class"``, a
+#: ``{"name": ..., **kwargs}`` mapping, or a connector object (a callable).
+ConnectorSpec = str | Mapping[str, Any] | Callable[..., Any]
 
 #: The default validation: rows spread over batches arrive as fragments (an episode cut across
 #: batches is not done yet), which the buffer joins; its ``on_invalid`` follows ``read``'s.
@@ -66,7 +70,7 @@ class PreLearnerConfig:
     sample: SampleConfig = field(default_factory=SampleConfig)
     modules: ModulesConfig = field(default_factory=ModulesConfig)
     ray: RayConfig = field(default_factory=RayConfig)
-    connectors: tuple[Any, ...] = ()
+    connectors: tuple[ConnectorSpec, ...] = ()
     seed: int | None = 0
     prelearner: str | None = None
 

@@ -120,7 +120,7 @@ class ReadConfig:
     """
 
     format: str = "rows"
-    schema: Any = None
+    schema: Any = None  # ColumnSchema | str | None: ColumnSchema lives in io/, above this leaf
     legacy_pickle: bool = False
     on_invalid: OnInvalid = "raise"
     check_continuity: bool = True
@@ -280,7 +280,7 @@ class ModulesConfig:
     """
 
     modules_to_train: tuple[str, ...] | None = None
-    agent_to_module: Any = None
+    agent_to_module: dict[str, str] | str | None = None
     default_module: str = DEFAULT_MODULE_ID
 
     def __post_init__(self) -> None:
