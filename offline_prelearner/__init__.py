@@ -44,7 +44,7 @@ from .errors import (
 from .io.readers import make_reader, register_reader
 from .io.samples import read_samples, to_numpy, to_torch
 from .io.schema import ColumnSchema, load_schema
-from .jobs.convert import convert_path
+from .jobs.convert.path import convert_path
 from .prelearner import OfflinePreLearner
 from .replay import (
     EpisodeReplayBuffer,

@@ -20,7 +20,8 @@ from offline_prelearner.errors import DataError, DecodeError
 from offline_prelearner.io.readers.episodes import EpisodesReader
 from offline_prelearner.io.readers.rows import RowsReader
 from offline_prelearner.io.readers.sample_batches import SampleBatchesReader
-from offline_prelearner.jobs.convert import STATS_FILE, convert_path
+from offline_prelearner.jobs.commit import STATS_FILE
+from offline_prelearner.jobs.convert import convert_path
 
 COMPRESSED = "cartpole-v1_old_stack_json_compressed.json"
 RLLIB_PYTHON = rllib_python()

@@ -290,7 +290,7 @@ def test_rows_to_episodes_resumes_per_file(tmp_path: Path) -> None:
     """rows -> episodes is a per-file job like the old-stack one: --resume reuses the units a
     failed run committed and gives the same bytes as an uninterrupted run."""
     whole = _convert(ROWS, "episodes", tmp_path / "whole")
-    import offline_prelearner.jobs.convert as cv
+    import offline_prelearner.jobs.convert.by_file as cv
 
     real = cv._commit_unit
     calls = {"n": 0}

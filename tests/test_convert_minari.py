@@ -152,3 +152,44 @@ def test_composite_round_trip_through_minari(
         for k in theirs:
             np.testing.assert_array_equal(mine[k], theirs[k], err_msg=k)
         np.testing.assert_array_equal(got.actions, want["actions"])
+
+
+@pytest.mark.parametrize("source", ["minari", "d4rl"])
+def test_rows_fast_layout_from_whole_datasets_is_written_and_recorded(
+    minari_cases: dict[str, MinariCase],
+    d4rl_cases: dict[str, D4RLCase],
+    source: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``convert --to rows --layout fast`` of Minari / D4RL input (the dataset job) writes the
+    fast layout and says so where a reader of the output looks: the manifest and the stats, as a
+    rows -> rows convert does (they said nothing, so the output read as RLlib's default)."""
+    import pyarrow.parquet as pq
+
+    from offline_prelearner.io.fast_tensor import FastTensorType
+
+    path = (
+        minari_cases[f"images/raw-v0@{BACKENDS[0]}"].path
+        if source == "minari"
+        else d4rl_cases["d4rl_full"].path
+    )
+    out = tmp_path / "fast"
+    argv = ["convert", str(path), "--to", "rows", "--layout", "fast", "--out", str(out), "--json"]
+    assert main(argv) == 0
+    stats = json.loads(capsys.readouterr().out)
+    manifest = json.loads((out / "_manifest.json").read_text())
+    assert manifest["layout"] == "fast" and stats["layout"] == "fast"
+    schema = pq.read_schema(out / stats["files_written"][0])
+    assert isinstance(schema.field("obs").type, FastTensorType)
+    assert isinstance(schema.field("new_obs").type, FastTensorType)
+
+
+def test_per_file_rows_record_their_layout(tmp_path: Path) -> None:
+    """The per-file job (msgpack episodes -> rows) records the layout it wrote too."""
+    from offline_prelearner.jobs.convert import ConvertConfig, convert
+
+    episodes = Path(__file__).parent.parent / "datasets" / "cartpole-v1" / "episodes"
+    stats = convert(episodes, tmp_path / "o", ConvertConfig("rows", layout="fast"))
+    assert stats["format"] == "episodes" and stats["layout"] == "fast"
+    assert json.loads((tmp_path / "o" / "_manifest.json").read_text())["layout"] == "fast"

@@ -94,3 +94,15 @@ def test_without_batch_rows_the_blocks_are_the_streams(ray_local: Any) -> None:
     seen = _drain_in_threads(split_learner_batches(ROWS, cfg, 2))
     everything = [k for share in seen for k in share]
     assert len(everything) == 5000 == len(set(everything))
+
+
+def test_the_learner_stream_takes_no_stats_sink() -> None:
+    """``stats_sink`` was threaded through the stream's signatures and set by no caller (the
+    Ape-X feed keeps its own counters): it is gone, not silently accepted."""
+    import inspect
+
+    from offline_prelearner.jobs import learner_stream
+
+    assert "stats_sink" not in inspect.signature(learner_stream.build_dataset).parameters
+    for actor in (learner_stream.OfflinePreLearnerActor, learner_stream.ReadingPreLearnerActor):
+        assert "stats_sink" not in inspect.signature(actor.__init__).parameters

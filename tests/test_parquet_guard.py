@@ -73,7 +73,7 @@ from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.io.samples import read_samples
 from offline_prelearner.io.sources import read_table
 from offline_prelearner.jobs.file_batches import iter_file_batches, parquet_chunks
-from offline_prelearner.jobs.relayout import relayout_rows
+from offline_prelearner.jobs.convert.relayout import relayout_rows
 from offline_prelearner.jobs.units import plan_units
 
 readers = {

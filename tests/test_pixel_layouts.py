@@ -143,7 +143,7 @@ def test_cli_layout_flags(tmp_path: Path, layouts: tuple[Path, Path]) -> None:
 def test_convert_keeps_row_groups_read_in_pieces(tmp_path: Path) -> None:
     """``convert`` decodes RLlib's lists a few hundred rows at a time (``READ_ROWS``) and writes
     each row group back whole: the same rows, values and row-group sizes."""
-    from offline_prelearner.jobs.relayout import READ_ROWS
+    from offline_prelearner.jobs.convert.relayout import READ_ROWS
 
     eps = _pixel_episodes(120, seed=3)
     table = episodes_to_rows(eps, with_t=False, layout="rllib")

@@ -93,7 +93,9 @@ def add_convert(sub: Any) -> None:
 
 
 def convert(args: argparse.Namespace) -> int:
-    from ..jobs.convert import convert_path
+    """Converts ``args.path`` to ``args.to`` into ``args.out``; prints the stats. Returns 0."""
+    from ..jobs.convert.config import ConvertConfig
+    from ..jobs.convert.path import convert
 
     def progress(i: int, n: int, name: str, steps: int) -> None:
         if not args.json:
@@ -105,21 +107,19 @@ def convert(args: argparse.Namespace) -> int:
         schema=args.schema,
         legacy_pickle=args.legacy_pickle,
         max_episode_steps=args.max_episode_steps,
-    )
-    stats = convert_path(
-        args.path,
-        args.to,
-        args.out,
-        read,
         on_invalid=args.on_invalid,
-        progress=progress,
+    )
+    config = ConvertConfig(
+        args.to,
+        read,
         fragments=args.fragments,
         dones=args.dones,
-        overwrite=args.overwrite,
-        resume=args.resume,
-        dataset_id=args.dataset_id,
         layout=args.layout,
         env_id=args.env_id,
+        dataset_id=args.dataset_id,
+    )
+    stats = convert(
+        args.path, args.out, config, progress, overwrite=args.overwrite, resume=args.resume
     )
     print(json.dumps(stats, indent=None if args.json else 2))
     if args.to == "minari" and stats.get("env_spec") is None:

@@ -1,59 +1,5 @@
-"""The conversion job: every format read -> every format written, through the episode model.
-
-One dispatch on (source format, target) in :func:`convert_path`:
-
-=========================  ==========================  ==========================================
-source                     ``to="rows"``/``"episodes"``  ``to="minari"``
-=========================  ==========================  ==========================================
-``rows`` (RLlib rows)      rows: layout change          :mod:`.convert_dataset` (one unit)
-                           (:mod:`.relayout`);
-                           episodes: units (below)
-``episodes`` (msgpack)     units (below)                :mod:`.convert_dataset`
-``sample_batches``         units (below)                :mod:`.convert_dataset`
-(old stack)
-``minari``, ``d4rl``       :mod:`.convert_dataset`      :mod:`.convert_dataset`
-=========================  ==========================  ==========================================
-
-Rows input with ``to="rows"`` is a layout change, file by file, done by
-:func:`~offline_prelearner.jobs.relayout.relayout_rows`: the same rows with their tensor columns
-in ``layout`` (``"fast"`` to read them 10-100x faster). Minari and D4RL inputs, and Minari
-output, are whole datasets (:mod:`.convert_dataset`). Everything else runs here.
-
-**What round-trips.** ``a -> b -> a`` gives the same episodes (ids compared as strings; lengths,
-observations, actions, rewards, flags, ``t_started``, extras exactly) for rows, episodes and
-Minari, except where a format has no place for a value: Minari keeps no agent / module ids and
-no infos, and has no "not done" (a fragment comes back truncated); its ids, ``t_started`` and
-extras ride in parts of the episode group Minari ignores (:mod:`..io.datasets.minari_write`).
-Infos (none in the data the tests use): msgpack records keep them; rows keep the step infos as
-JSON text, not the reset info (``infos[0]``), which reads back as ``{}``. Old-stack and D4RL data
-are input only (nothing writes them).
-
-:func:`convert_path` reads the files under a path in name order with the source format's reader
-(old-stack: episodes cut across batches and files continue), joins the fragments of each episode
-(:func:`~offline_prelearner.episodes.stitch.stitch_fragments`), decides what happens to episodes
-that never end within the data, and writes the episodes, ``stats.json`` and ``_manifest.json``.
-
-**A commit** (:mod:`.commit`). Everything is written into a hidden staging folder beside
-``out_dir`` and moved into place when the job succeeds; the manifest, written last, lists every
-output file (rows, bytes, sha256), the inputs (sizes, mtimes), the config and the version. A
-non-empty ``out_dir`` is refused unless ``overwrite=True`` (the old output is replaced only on
-success); a failed or interrupted job leaves ``out_dir`` as it was. Output (``out_dir``):
-
-* ``to="rows"``: ``rows-<unit>-<k>.parquet`` in RLlib's recorder row layout plus ``t``
-  (:func:`~offline_prelearner.io.writers.episodes_to_rows`; tensor columns in ``layout``, RLlib's
-  by default so that RLlib reads the result), at most ``rows_per_file`` rows per
-  file, never cutting an episode. Episodes whose columns differ (MultiAgentBatch policies with other
-  observation shapes or extra columns) go to separate files.
-* ``to="episodes"``: ``episodes-<unit>-<k>.parquet`` with one binary ``item`` column of msgpack
-  ``SingleAgentEpisode`` states (RLlib's ``output_write_episodes=True`` layout).
-* Episode ids are written as strings (``str(eps_id)``), as RLlib's new stack uses them.
-* Each file's schema metadata carries the source's env spec and spaces, or ``env_id``'s
-  (:mod:`.dataset_info`), for a later ``convert --to minari``; msgpack records carry the spaces.
-* ``quarantine/quarantine.parquet`` under ``on_invalid="quarantine"``, if anything was refused.
-* ``stats.json``: records read / rejected (by reason), rows (steps) in / out / rejected (by
-  reason), episodes written, fragments kept or rejected, files written, units, seconds. Every
-  step is accounted for: ``rows_in == rows_out + sum(rows_rejected) + rows_duplicate``
-  (``balanced``). Counts are summed from the unit records, once per unit.
+"""The per-file conversion job: rows, msgpack episodes and old-stack data to rows or episodes,
+one unit of work per input file (what a resume reuses).
 
 **Units** (what a resume reuses). Unit ``k`` is input file ``k`` and the episodes it *owns*: an
 episode (key ``(eps_id, agent_id)``) belongs to the unit of the first file holding a fragment of it,
@@ -98,163 +44,71 @@ import os
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .._version import __version__
-from ..config import ReadConfig, check_on_invalid
-from ..episodes.ledger import EpisodeBatch, Ledger
-from ..episodes.stitch import settle_open_episodes, stitch_fragments
-from ..errors import ConfigError, DataError, UnsupportedFormatError, Where
-from ..io.fast_tensor import Layout, check_layout
-from ..io.quarantine import write_quarantine
-from ..io.readers import make_reader
-from ..io.readers.rows import RowsReader
-from ..io.readers.sample_batches import DonesRule, SampleBatchesReader
-from ..io.sources import (
-    check_one_format,
-    detect_format,
-    expand_paths,
-    is_empty_parquet,
-    read_table,
-)
-from .commit import (
-    STATS_FILE,
+from ..._version import __version__
+from ...episodes.ledger import EpisodeBatch, Ledger
+from ...episodes.stitch import settle_open_episodes, stitch_fragments
+from ...errors import DataError, Where
+from ...io.quarantine import write_quarantine
+from ...io.readers import make_reader
+from ...io.readers.rows import RowsReader
+from ...io.readers.sample_batches import SampleBatchesReader
+from ...io.sources import is_empty_parquet, read_table
+from ..commit import (
     Staging,
-    check_out_apart,
     file_sha256,
     input_identity,
     output_storage,
     write_parquet_atomic,
 )
-from .convert_tables import episode_tables, rows_tables
-from .dataset_info import DatasetInfo, info_from_env_id, info_of_files
+from ..dataset_info import DatasetInfo, info_from_env_id, info_of_files
+from .config import ConvertConfig
+from .tables import episode_tables, rows_tables
 
-__all__ = ["STATS_FILE", "UNIT_FORMATS", "convert_path"]
+__all__ = ["UNIT_FORMATS", "convert_by_file"]
 
 #: Source formats converted file by file here (to rows / episodes).
 UNIT_FORMATS = ("sample_batches", "rows", "episodes")
 
-Target = Literal["rows", "episodes", "minari"]
 Progress = Callable[[int, int, str, int], None]  # (files done, files, file, steps so far)
 _QUARANTINE = "quarantine"
 
 
-def convert_path(
+def convert_by_file(
     path: str | os.PathLike[str],
-    to: Target,
     out_dir: str | os.PathLike[str],
-    read_config: ReadConfig | None = None,
-    on_invalid: str | None = None,
-    progress: Progress | None = None,
-    *,
-    fragments: Literal["keep", "reject"] = "keep",
-    dones: DonesRule = "auto",
-    rows_per_file: int = 100_000,
-    episodes_per_file: int = 1_000,
-    overwrite: bool = False,
-    resume: bool = False,
-    dataset_id: str | None = None,
-    layout: Layout = "rllib",
-    env_id: str | None = None,
+    config: ConvertConfig,
+    files: list[str],
+    progress: Progress | None,
+    overwrite: bool,
+    resume: bool,
+    start: float,
 ) -> dict[str, Any]:
-    """Converts the data under ``path`` to ``to``; commits it to ``out_dir`` and returns the stats.
-
-    Args:
-        path: A file, a directory (recursive, name order) or a glob of data files: rows or
-            msgpack episodes Parquet, old-stack JSON lines (or Parquet with one SampleBatch per
-            row), a Minari dataset (folder or id) or a D4RL HDF5 file.
-        to: ``"rows"``, ``"episodes"`` or ``"minari"`` (see the module docstring).
-        out_dir: Must be absent or empty unless ``overwrite``; the job's output appears there
-            whole, or not at all.
-        read_config: Reader options (``legacy_pickle``, ``schema``, ``limits``...). Its
-            ``format`` is ``"auto"`` by default (detected from the files).
-        on_invalid: Overrides ``read_config.on_invalid``; with ``"quarantine"`` refused data goes
-            to ``out_dir/quarantine/quarantine.parquet``.
-        progress: Called after each file with (files done, files, file, steps read so far).
-        fragments: What to do with episodes that never end within the data.
-        dones: How a legacy ``dones`` column is read (see
-            :mod:`~offline_prelearner.io.readers.sample_batches`).
-        overwrite: Replace a non-empty ``out_dir`` once this job has succeeded.
-        resume: Reuse the units an interrupted or failed run of the same job committed (see the
-            module docstring); refused with one line if that run had another config.
-        dataset_id: ``to="minari"``: the Minari id written (see
-            :func:`~offline_prelearner.jobs.convert_dataset.convert_dataset`).
-        layout: How ``to="rows"`` writes per-step arrays: ``"rllib"`` (Ray's tensor extension,
-            which RLlib reads) or ``"fast"`` (:mod:`~offline_prelearner.io.fast_tensor`).
-        env_id: A gymnasium env id whose registered spec is written with the data (Minari's
-            ``env_spec``; rows / episodes file metadata); without it, the source's, if any.
-
-    A Minari dataset or D4RL file as input, or ``to="minari"``, is converted by
-    :func:`~offline_prelearner.jobs.convert_dataset.convert_dataset`.
-
-    Raises:
-        CommitError: ``out_dir`` is not empty (without ``overwrite``), is or lies inside an
-            input folder, another job is writing it, or ``resume`` finds nothing to resume or a
-            job with another config.
-        OSError: A write failed for want of room (ENOSPC, EDQUOT, EFBIG), naming ``out_dir``.
-    """
-    check_out_apart(out_dir, os.fspath(path))  # before anything is read
-    start = time.perf_counter()
-    from .convert_dataset import convert_dataset, wants_dataset_job
-
-    if wants_dataset_job(path, to, read_config):  # Minari / D4RL in, or Minari out
-        return convert_dataset(
-            path, to, out_dir, read_config, on_invalid, progress, fragments=fragments,
-            rows_per_file=rows_per_file, episodes_per_file=episodes_per_file,
-            dataset_id=dataset_id, overwrite=overwrite, resume=resume, env_id=env_id,
-            layout=layout, dones=dones,
-        )  # fmt: skip
-    job = _Job.check(to, fragments, dones, rows_per_file, episodes_per_file, layout, env_id)
-    read = read_config or ReadConfig(format="auto")
-    if on_invalid is not None:
-        read = replace(read, on_invalid=check_on_invalid(on_invalid))
-    files = expand_paths(os.fspath(path))
-    check_one_format(files)
-    fmt = read.format if read.format != "auto" else detect_format(files)
-    if fmt == "rows" and to == "rows":
-        if env_id is not None:
-            raise ConfigError(
-                "env_id: rows -> rows rewrites the tensor layout of the same files and adds "
-                "nothing; give env_id when converting to minari or episodes"
-            )
-        from .relayout import relayout_rows
-
-        def rows_progress(i: int, n: int, name: str, rows: int) -> None:
-            if progress is not None:
-                progress(i, n, name, rows)
-
-        parquet = [f for f in files if f.endswith(".parquet")]  # not a job's stats.json
-        return relayout_rows(
-            parquet, out_dir, job.layout, rows_progress, overwrite=overwrite, resume=resume
-        )
-    if fmt == "auto":
-        fmt = "sample_batches"
-    if fmt not in UNIT_FORMATS:
-        raise UnsupportedFormatError(
-            f"convert reads {', '.join(UNIT_FORMATS)}, minari and d4rl data; {files[0]!r} is "
-            f"{fmt!r} data"
-        )
-    if fmt != "sample_batches":
-        files = [f for f in files if f.endswith(".parquet")]  # not a job's stats.json
-    job = replace(job, read=replace(read, format=fmt))
+    """Converts ``files`` (``config.read.format``: one of :data:`UNIT_FORMATS`) to rows or
+    episodes, a unit per file, committed to ``out_dir``; returns the stats. Called by
+    :func:`~.path.convert` once the format is known; ``start`` is when that job started."""
+    env_id = config.env_id
     info = info_from_env_id(env_id) if env_id is not None else DatasetInfo()
     info = info.or_else(info_of_files(files))
     out = Path(out_dir)
     inputs = [input_identity(f) for f in files]
-    staging = Staging(out, job.describe(inputs), overwrite=overwrite, resume=resume, files_dir="")
+    job = _describe(config, inputs)
+    staging = Staging(out, job, overwrite=overwrite, resume=resume, files_dir="")
     # The job owns --out until it is committed or failed (commit.OutLock).
     with staging, output_storage(out):
-        return _convert_units(job, staging, path, files, inputs, fmt, info, progress, start)
+        fmt = config.read.format
+        return _convert_units(config, staging, path, files, inputs, fmt, info, progress, start)
 
 
 def _convert_units(
-    job: _Job,
+    job: ConvertConfig,
     staging: Staging,
     path: str | os.PathLike[str],
     files: list[str],
@@ -305,84 +159,45 @@ def _convert_units(
         "units": len(records),
         "units_reused": reused,
         "env_spec": info.env_id,
+        **({"layout": job.layout} if to == "rows" else {}),
         "seconds": round(seconds, 4),
         "steps_per_s": round(tot["rows_kept"] / seconds, 1) if seconds > 0 else None,
     }
-    staging.commit(stats, data, {"to": to, "quarantine": [] if qfile is None else [qfile]})
+    extra: dict[str, Any] = {"to": to, "quarantine": [] if qfile is None else [qfile]}
+    if to == "rows":  # the layout the rows were written in, as a rows -> rows convert records it
+        extra["layout"] = job.layout
+    staging.commit(stats, data, extra)
     return stats
 
 
 # ====================================================================== the job
-@dataclass(frozen=True)
-class _Job:
-    """The settled arguments of one conversion: what a unit needs, and what a resume compares."""
-
-    to: Target
-    fragments: Literal["keep", "reject"]
-    dones: DonesRule
-    rows_per_file: int
-    episodes_per_file: int
-    layout: Layout = "rllib"
-    env_id: str | None = None
-    read: ReadConfig = dataclasses.field(default_factory=ReadConfig)
-
-    @classmethod
-    def check(
-        cls,
-        to: Any,
-        fragments: Any,
-        dones: Any,
-        rows_per_file: Any,
-        episodes_per_file: Any,
-        layout: Any = "rllib",
-        env_id: Any = None,
-    ) -> _Job:
-        if to not in ("rows", "episodes"):
-            raise ConfigError(f"to must be 'rows' or 'episodes', found {to!r}")
-        if fragments not in ("keep", "reject"):
-            raise ConfigError(f"fragments must be 'keep' or 'reject', found {fragments!r}")
-        if dones not in ("auto", "terminated", "truncated"):
-            raise ConfigError(f"dones must be 'auto', 'terminated' or 'truncated', found {dones!r}")
-        for name, value in (
-            ("rows_per_file", rows_per_file),
-            ("episodes_per_file", episodes_per_file),
-        ):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer, found {value!r}")
-        try:
-            layout = check_layout(layout)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-        if env_id is not None and not isinstance(env_id, str):
-            raise ConfigError(f"env_id must be a gymnasium env id, found {env_id!r}")
-        return cls(to, fragments, dones, rows_per_file, episodes_per_file, layout, env_id)
-
-    def describe(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        """The staging's job description (its ``config`` is what a resume must match)."""
-        read = {f.name: getattr(self.read, f.name) for f in dataclasses.fields(self.read)}
-        schema = read["schema"]
-        if schema is not None and hasattr(schema, "to_dict"):
-            read["schema"] = schema.to_dict()
-        read["limits"] = dataclasses.asdict(self.read.limits)
-        config = {
-            "job": "convert",
-            "to": self.to,
-            "fragments": self.fragments,
-            "dones": self.dones,
-            "rows_per_file": self.rows_per_file,
-            "episodes_per_file": self.episodes_per_file,
-            **({"layout": self.layout} if self.layout != "rllib" else {}),
-            **({"env_id": self.env_id} if self.env_id is not None else {}),
-            "read": read,
-        }
-        return {
-            "version": __version__,
-            "format": self.read.format,
-            "prelearner": None,
-            "engine": "local",
-            "config": json.loads(json.dumps(config, default=str)),  # as a resume reads it back
-            "inputs": inputs,
-        }
+def _describe(job: ConvertConfig, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The staging's job description (its ``config`` is what a resume must match: the same keys
+    as before the settings were a :class:`ConvertConfig`, so a staged run resumes)."""
+    read = {f.name: getattr(job.read, f.name) for f in dataclasses.fields(job.read)}
+    schema = read["schema"]
+    if schema is not None and hasattr(schema, "to_dict"):
+        read["schema"] = schema.to_dict()
+    read["limits"] = dataclasses.asdict(job.read.limits)
+    config = {
+        "job": "convert",
+        "to": job.to,
+        "fragments": job.fragments,
+        "dones": job.dones,
+        "rows_per_file": job.rows_per_file,
+        "episodes_per_file": job.episodes_per_file,
+        **({"layout": job.layout} if job.layout != "rllib" else {}),
+        **({"env_id": job.env_id} if job.env_id is not None else {}),
+        "read": read,
+    }
+    return {
+        "version": __version__,
+        "format": job.read.format,
+        "prelearner": None,
+        "engine": "local",
+        "config": json.loads(json.dumps(config, default=str)),  # as a resume reads it back
+        "inputs": inputs,
+    }
 
 
 # ====================================================================== resume
@@ -512,7 +327,7 @@ def _ends_open(frags: list[tuple[int, int, bool]]) -> bool:
 
 
 def _run_units(
-    job: _Job,
+    job: ConvertConfig,
     staging: Staging,
     inputs: list[dict[str, Any]],
     reused: list[dict[str, Any]],
@@ -617,7 +432,11 @@ def _reader_idle(reader: Any) -> bool:
 
 
 def _commit_unit(
-    job: _Job, staging: Staging, unit: _Unit, inputs: list[dict[str, Any]], info: DatasetInfo
+    job: ConvertConfig,
+    staging: Staging,
+    unit: _Unit,
+    inputs: list[dict[str, Any]],
+    info: DatasetInfo,
 ) -> dict[str, Any]:
     """Stitches a unit's episodes, writes its files, then its record (the unit commit)."""
     batch = stitch_fragments(unit.batch, job.read.on_invalid)

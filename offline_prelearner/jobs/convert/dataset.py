@@ -1,6 +1,6 @@
 """Converting whole datasets: Minari / D4RL in, and Minari out (``convert --to minari``).
 
-:func:`convert_dataset` is what :func:`~offline_prelearner.jobs.convert.convert_path` hands over
+:func:`convert_dataset` is what :func:`~.path.convert` hands over
 to when the input is a Minari dataset or a D4RL file, or the target is ``"minari"``. It reads
 every file in order with the format's reader (one reader, so readers that carry state across
 files -- old-stack batches -- work too), joins fragments, validates and de-duplicates like
@@ -43,31 +43,30 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from .._version import __version__
-from ..config import ReadConfig, ValidateConfig, check_on_invalid
-from ..episodes.episode import Episode
-from ..episodes.ledger import EpisodeBatch
-from ..episodes.stitch import settle_open_episodes, stitch_fragments
-from ..episodes.validate import Deduplicator, Validator
-from ..errors import ConfigError
-from ..io.datasets.minari_write import infer_obs_space, infer_space, write_minari_dataset
-from ..io.fast_tensor import Layout, check_layout
-from ..io.readers import make_reader
-from ..io.readers.sample_batches import DonesRule, SampleBatchesReader
-from ..io.sources import WHOLE_FILE_FORMATS, detect_format, expand_paths, read_table
-from .commit import Staging, input_identity, output_storage, write_parquet_atomic
-from .convert_tables import episode_tables, rows_tables
-from .dataset_info import (
+from ..._version import __version__
+from ...config import ReadConfig, ValidateConfig
+from ...episodes.episode import Episode
+from ...episodes.ledger import EpisodeBatch
+from ...episodes.stitch import settle_open_episodes, stitch_fragments
+from ...episodes.validate import Deduplicator, Validator
+from ...errors import ConfigError
+from ...io.datasets.minari_write import infer_obs_space, infer_space, write_minari_dataset
+from ...io.readers import make_reader
+from ...io.readers.sample_batches import DonesRule, SampleBatchesReader
+from ...io.sources import WHOLE_FILE_FORMATS, detect_format, expand_paths, read_table
+from ..commit import Staging, input_identity, output_storage, write_parquet_atomic
+from ..dataset_info import (
     DatasetInfo,
     env_spaces,
     info_from_env_id,
     info_of_files,
     with_env_spaces,
 )
+from .config import ConvertConfig
+from .tables import episode_tables, rows_tables
 
-__all__ = ["DATASET_TARGETS", "convert_dataset", "wants_dataset_job"]
+__all__ = ["convert_dataset", "wants_dataset_job"]
 
-DATASET_TARGETS = ("rows", "episodes", "minari")
 Progress = Callable[[int, int, str, int], None]
 
 
@@ -93,48 +92,36 @@ def _format(path: str | os.PathLike[str], read: ReadConfig | None) -> str | None
 
 def convert_dataset(
     path: str | os.PathLike[str],
-    to: str,
     out_dir: str | os.PathLike[str],
-    read_config: ReadConfig | None = None,
-    on_invalid: str | None = None,
+    config: ConvertConfig,
     progress: Progress | None = None,
     *,
-    fragments: str = "keep",
-    rows_per_file: int = 100_000,
-    episodes_per_file: int = 1_000,
-    dataset_id: str | None = None,
     overwrite: bool = False,
     resume: bool = False,
-    env_id: str | None = None,
-    layout: Layout = "rllib",
-    dones: DonesRule = "auto",
 ) -> dict[str, Any]:
-    """Converts the dataset at ``path`` to ``to`` in ``out_dir``; returns the stats.
+    """Converts the dataset at ``path`` as ``config`` says, in ``out_dir``; returns the stats.
 
-    ``dataset_id`` (``to="minari"``): the id written in the metadata; default
+    ``config.dataset_id`` (``to="minari"``): the id written in the metadata; default
     ``<parent folder>/<folder>`` of ``out_dir`` (``--out ROOT/ns/name-v0`` -> ``ns/name-v0``).
-    ``env_id``: the env spec written, from gymnasium's registry (see the module docstring).
-    ``layout``: the tensor layout of ``to="rows"``. ``dones``: how old-stack input's legacy
-    ``dones`` is read (:mod:`~offline_prelearner.io.readers.sample_batches`).
+    ``config.env_id``: the env spec written, from gymnasium's registry (see the module
+    docstring). ``config.layout``: the tensor layout of ``to="rows"``. ``config.dones``: how
+    old-stack input's legacy ``dones`` is read (:mod:`~...io.readers.sample_batches`).
     """
     start = time.perf_counter()
-    if to not in DATASET_TARGETS:
-        raise ConfigError(f"to must be one of {list(DATASET_TARGETS)}, found {to!r}")
-    if fragments not in ("keep", "reject"):
-        raise ConfigError(f"fragments must be 'keep' or 'reject', found {fragments!r}")
+    to, fragments, dataset_id, env_id = (
+        config.to,
+        config.fragments,
+        config.dataset_id,
+        config.env_id,
+    )
+    layout, dones = config.layout, config.dones
     if resume:
         raise ConfigError(
             "--resume: a conversion from or to Minari / D4RL is one unit of work, nothing "
             "partial is kept; run without --resume"
         )
-    try:
-        layout = check_layout(layout)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
     given = info_from_env_id(env_id) if env_id is not None else DatasetInfo()
-    read = read_config or ReadConfig(format="auto")
-    if on_invalid is not None:
-        read = replace(read, on_invalid=check_on_invalid(on_invalid))
+    read = config.read
     files = expand_paths(os.fspath(path))
     read = replace(read, format=_format(path, read) or detect_format(files))
     if read.format in ("rows", "episodes"):
@@ -167,8 +154,7 @@ def convert_dataset(
             n_fragments = settle_open_episodes(batch, fragments, read.on_invalid)
             episodes = batch.episodes
             info = _info(files, reader, given, episodes)
-            written = _write(staging.path, to, episodes, info, dataset_id,
-                             rows_per_file, episodes_per_file, layout)  # fmt: skip
+            written = _write(staging.path, config, episodes, info, dataset_id)
         except BaseException:
             staging.discard()
             raise
@@ -193,13 +179,15 @@ def convert_dataset(
             "episodes_rejected": dict(sorted(led.episodes_rejected.items())),
             "balanced": led.balanced(),
             "dataset_id": dataset_id,
+            **({"layout": layout} if to == "rows" else {}),
             "env_spec": info.env_id,
             "units": 1,
             "units_reused": 0,
             "seconds": round(seconds, 4),
             "steps_per_s": round(sum(batch.source_rows) / seconds, 1) if seconds > 0 else None,
         }
-        staging.commit(stats, written, {"to": to})
+        # The layout the rows were written in, as a rows -> rows convert records it.
+        staging.commit(stats, written, {"to": to, **({"layout": layout} if to == "rows" else {})})
     return stats
 
 
@@ -250,14 +238,12 @@ def _info(
 
 def _write(
     root: Path,
-    to: str,
+    config: ConvertConfig,
     episodes: list[Episode],
     info: DatasetInfo,
     dataset_id: str | None,
-    rows_per_file: int,
-    episodes_per_file: int,
-    layout: Layout,
 ) -> list[dict[str, Any]]:
+    to = config.to
     if to == "minari":
         obs_space, act_space = _spaces(info, episodes)
         write_minari_dataset(
@@ -273,9 +259,9 @@ def _write(
     for ep in episodes:
         ep.id = str(ep.id)
     tables = (
-        rows_tables(episodes, rows_per_file, layout, info)
+        rows_tables(episodes, config.rows_per_file, config.layout, info)
         if to == "rows"
-        else episode_tables(episodes, episodes_per_file, info)
+        else episode_tables(episodes, config.episodes_per_file, info)
     )
     return [
         write_parquet_atomic(root, f"{to}-00000-{k:05d}.parquet", table)

@@ -13,14 +13,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..episodes import columns as C
-from ..episodes.episode import Episode
-from ..errors import UnsupportedFormatError
-from ..io.codec import packb
-from ..io.fast_tensor import Layout
-from ..io.readers.episodes import ITEM
-from ..io.writers import episodes_to_rows
-from .dataset_info import DatasetInfo
+from ...episodes import columns as C
+from ...episodes.episode import Episode
+from ...errors import UnsupportedFormatError
+from ...io.codec import packb
+from ...io.fast_tensor import Layout
+from ...io.readers.episodes import ITEM
+from ...io.writers import episodes_to_rows
+from ..dataset_info import DatasetInfo
 
 __all__ = ["episode_tables", "rows_tables"]
 
