@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..config import check_float
 from ..errors import ConfigError, DataError, EmptyBufferError, Where
 from .batch import SampleBatch
 from .changes import Change, Placements
@@ -280,10 +281,5 @@ class MixInReplayBuffer(EpisodeReplayBuffer):
 
 
 def _ratio(value: object) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float, np.integer, np.floating))
-        or not 0.0 <= float(value) <= 1.0
-    ):
-        raise ConfigError(f"replay_ratio must be a number in [0, 1], found {value!r}")
-    return float(value)
+    v = value.item() if isinstance(value, np.generic) else value
+    return float(check_float("replay_ratio", v, 0.0, 1.0))  # the rule buffer.replay_ratio follows

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ConfigError, EmptyBufferError
+from ..config import MAX_STEPS, check_float, check_int
+from ..errors import EmptyBufferError
 
 __all__ = ["RateLimitExceeded", "SampleToInsertRatio"]
 
@@ -67,19 +68,13 @@ class SampleToInsertRatio:
     burst: int = 0
 
     def __post_init__(self) -> None:
-        r = self.max_samples_per_insert
-        if (
-            isinstance(r, bool)
-            or not isinstance(r, (int, float, np.integer, np.floating))
-            or not math.isfinite(r)
-            or r <= 0
-        ):
-            raise ConfigError(f"max_samples_per_insert must be a finite number > 0, found {r!r}")
+        r, b = (
+            v.item() if isinstance(v, np.generic) else v
+            for v in (self.max_samples_per_insert, self.burst)
+        )
+        r = check_float("max_samples_per_insert", r, 0.0, 1e12, lo_open=True)
         object.__setattr__(self, "max_samples_per_insert", float(r))
-        b = self.burst
-        if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 0:
-            raise ConfigError(f"burst must be an int >= 0, found {b!r}")
-        object.__setattr__(self, "burst", int(b))
+        object.__setattr__(self, "burst", check_int("burst", b, 0, MAX_STEPS))
 
     def allowed(self, samples_drawn: int, timesteps_added: int, learning_starts: int) -> int:
         """Rows that may still be drawn (never negative)."""

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import MAX_TRAIN_BATCH, check_int
+from ..config import MAX_STEPS, MAX_TRAIN_BATCH, check_int
 from ..episodes import columns as C
 from ..episodes.episode import Episode
 from ..episodes.episode_columns import EpisodeColumns
@@ -74,12 +74,7 @@ class EpisodeReplayBuffer:
         eviction: Reservoir | None = None,
         rate_limit: SampleToInsertRatio | None = None,
     ) -> None:
-        if (
-            isinstance(learning_starts, bool)
-            or not isinstance(learning_starts, int)
-            or (learning_starts < 0)
-        ):
-            raise ConfigError(f"learning_starts must be an int >= 0, found {learning_starts!r}")
+        check_int("learning_starts", learning_starts, 0, MAX_STEPS)  # buffer.learning_starts
         if eviction is not None and not isinstance(eviction, Reservoir):
             raise ConfigError(
                 f"eviction must be None (FIFO) or a Reservoir, found {type(eviction).__name__}"

@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from ..config import MAX_SEED, check_float, check_int
 from ..episodes.episode import Episode
 from ..errors import ConfigError, DataError, EpisodeValidationError, Where
 from .obs_columns import same_obs
@@ -79,18 +80,9 @@ class Reservoir:
     headroom: float = 0.1
 
     def __post_init__(self) -> None:
-        s = self.seed
-        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 0 <= s < 2**63:
-            raise ConfigError(f"seed must be an int in [0, 2**63), found {s!r}")
-        object.__setattr__(self, "seed", int(s))
-        h = self.headroom
-        if (
-            isinstance(h, bool)
-            or not isinstance(h, (int, float, np.integer, np.floating))
-            or not 0.0 <= float(h) <= 0.9
-        ):
-            raise ConfigError(f"headroom must be a number in [0, 0.9], found {h!r}")
-        object.__setattr__(self, "headroom", float(h))
+        s, h = (v.item() if isinstance(v, np.generic) else v for v in (self.seed, self.headroom))
+        object.__setattr__(self, "seed", check_int("seed", s, 0, MAX_SEED))
+        object.__setattr__(self, "headroom", float(check_float("headroom", h, 0.0, 0.9)))
 
     def budget(self, capacity: int) -> int:
         """Slots the reservoir may hold in a ring of ``capacity`` slots."""

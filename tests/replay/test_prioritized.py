@@ -442,7 +442,8 @@ def test_tampered_sampler_state_is_an_error(mutate, match):
         ({"eps": 0.0}, "eps must be a finite number > 0"),
         ({"eps": "1e-6"}, "eps must be a number"),
         ({"stratified": 1}, "stratified"),
-        ({"alpha": 200.0, "eps": 1e-6}, "underflows"),
+        ({"alpha": 10.0, "eps": 1e-40}, "underflows"),
+        ({"alpha": 200.0}, "alpha"),
     ],
 )
 def test_bad_configuration(kwargs, match):

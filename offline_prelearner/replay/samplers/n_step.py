@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...config import check_n_step
+from ...config import check_float, check_n_step
 from ...episodes import columns as C
 from ...errors import ConfigError
 from ..batch import SampleBatch
@@ -45,10 +45,7 @@ class NStep:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "n", check_n_step("n", self.n))  # the rule sample.n_step follows
-        g = self.gamma
-        if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0.0 <= g <= 1.0:
-            raise ConfigError(f"gamma must be a number in [0, 1], found {g!r}")
-        object.__setattr__(self, "gamma", float(g))
+        object.__setattr__(self, "gamma", check_float("gamma", self.gamma, 0.0, 1.0))
 
     @property
     def bounds(self) -> tuple[int, int]:

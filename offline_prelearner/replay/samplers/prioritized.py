@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from ...config import check_eps
+from ...config import check_bool, check_eps, check_float
 from ...errors import ConfigError, DataError, EmptyBufferError, Where
 from ..segment_tree import MinTree, SumTree, write_unique, write_where_positive
 from .base import SamplerState, ValidStarts
@@ -58,11 +58,9 @@ class Prioritized:
     def __init__(
         self, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6, stratified: bool = True
     ) -> None:
-        self._alpha = _number("alpha", alpha, lo=0.0)
+        self._alpha = _number("alpha", alpha)
         self._eps = check_eps("eps", eps, self._alpha)  # the rule buffer.eps follows
-        if not isinstance(stratified, bool):
-            raise ConfigError(f"stratified must be true or false, found {stratified!r}")
-        self._stratified = stratified
+        self._stratified = check_bool("stratified", stratified)
         self.beta = beta  # validated by the property
         self._sum: SumTree | None = None
         self._min: MinTree | None = None
@@ -91,7 +89,7 @@ class Prioritized:
 
     @beta.setter
     def beta(self, value: float) -> None:
-        self._beta = _number("beta", value, lo=0.0)
+        self._beta = _number("beta", value)
 
     def __repr__(self) -> str:
         # The configuration a checkpoint must match. ``beta`` is left out on purpose: it is a
@@ -304,12 +302,7 @@ class Prioritized:
         return self._sum, self._min
 
 
-def _number(name: str, value: float, *, lo: float, strict: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ConfigError(f"{name} must be a number, found {value!r}")
-    v = float(value)
-    if not math.isfinite(v) or v < lo or (strict and v == lo):
-        raise ConfigError(
-            f"{name} must be a finite number {'>' if strict else '>='} {lo}, found {v}"
-        )
-    return v
+def _number(name: str, value: float) -> float:
+    """The rule ``buffer.alpha`` / ``buffer.beta`` follow (numpy scalars accepted)."""
+    v = value.item() if isinstance(value, np.generic) else value
+    return float(check_float(name, v, 0.0, 10.0))

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...config import MAX_SEQ_LEN, check_int
 from ...episodes import columns as C
-from ...errors import ConfigError
 from ..batch import SampleBatch
 from ..obs_columns import obs_names, output_names
 from .transition import stack_index
@@ -46,9 +46,8 @@ class Sequence:
     def __post_init__(self) -> None:
         for name, lo in (("length", 1), ("burn_in", 0)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-                raise ConfigError(f"{name} must be an int >= {lo}, found {v!r}")
-            object.__setattr__(self, name, int(v))
+            v = v.item() if isinstance(v, np.integer) else v
+            object.__setattr__(self, name, check_int(name, v, lo, MAX_SEQ_LEN))
 
     @property
     def width(self) -> int:

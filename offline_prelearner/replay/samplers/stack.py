@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...config import check_int
+from ...config import MAX_FRAME_STACK, check_int
 from ...errors import ConfigError
 from .base import SampleUnit
 from .transition import Transition
@@ -37,7 +37,7 @@ class FrameStack:
 
     def __post_init__(self) -> None:
         k = int(self.k) if isinstance(self.k, np.integer) else self.k
-        object.__setattr__(self, "k", check_int("k", k, 1, 2**31 - 1))
+        object.__setattr__(self, "k", check_int("k", k, 1, MAX_FRAME_STACK))
         if not isinstance(self.unit, SampleUnit):
             raise ConfigError(
                 f"unit must implement the SampleUnit protocol, found {type(self.unit).__name__}"
