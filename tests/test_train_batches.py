@@ -1,6 +1,6 @@
-"""Learner batches cut from Ray Data's blocks (``jobs/pipeline.train_batches``): every row once,
-in order, in batches of exactly ``train_batch_size`` rows but the last; a batch inside one block
-is a view of it, not a copy."""
+"""Learner batches cut from Ray Data's blocks (``jobs/learner_stream.train_batches``): every row
+once, in order, in batches of exactly ``train_batch_size`` rows but the last; a batch inside one
+block is a view of it, not a copy."""
 
 from __future__ import annotations
 
