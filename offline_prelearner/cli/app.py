@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ..jobs import interrupts
+from ..jobs import interrupts, ray_session
 from .cmd_convert import add_convert
 from .cmd_inspect import add_inspect
 from .cmd_process import add_process
@@ -67,7 +67,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.verbose:
         # Read by Ray Data when it sets up its loggers (on import): INFO lines stay in its files.
         os.environ.setdefault("RAY_DATA_LOG_LEVEL", "ERROR")
-    from ..jobs import ray_session
     from ..replay.memory import for_worker_process
 
     for_worker_process()  # the CLI's process runs our jobs: see replay/memory.py
