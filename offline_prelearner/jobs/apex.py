@@ -81,7 +81,8 @@ class ShardFeeder(OfflinePreLearner):
     """A prelearner whose buffers are replay shards: ``add_to_buffers`` sends episodes to the
     :class:`ShardedReplayBuffer` of their module and waits for it; ``sample`` draws nothing.
     A batch the reader built as :class:`EpisodeColumns` goes to the shards as columns, without
-    an object per episode, when :meth:`columns_module` allows it.
+    an object per episode, when :meth:`columns_module` allows it (one module, and
+    ``postprocess_columns`` keeps the columns).
 
     ``shards`` maps module ids to clients; :func:`feed_shards` binds it on a subclass made for
     the job (Ray pickles that class, clients included, into the map_batches actors).
@@ -116,12 +117,11 @@ class ShardFeeder(OfflinePreLearner):
 
     def columns_module(self, columns: EpisodeColumns) -> str | None:
         """The one module all of a batch's columnar episodes belong to, when they may go to the
-        shards as columns (no episode hook overridden, no episode connector), else None."""
-        hooks = ("postprocess_episodes", "module_of", "add_to_buffers")
-        if len(self.connectors) or any(
-            getattr(type(self), h) is not getattr(ShardFeeder, h) for h in hooks
-        ):
-            return None
+        shards as columns (:meth:`postprocess_columns` keeps them columns), else None."""
+        kept = self.postprocess_columns(columns)
+        return None if kept is None else self._one_module(kept)
+
+    def _one_module(self, columns: EpisodeColumns) -> str | None:
         mods = set(columns.modules)
         if len(mods) != 1:
             return None
@@ -142,7 +142,8 @@ class ShardFeeder(OfflinePreLearner):
         episodes = self.validate(self.map_to_episodes(batch))
         self.ledger += episodes.ledger
         cols = episodes.columns
-        module = None if cols is None or not len(cols) else self.columns_module(cols)
+        cols = None if cols is None or not len(cols) else self.postprocess_columns(cols)
+        module = None if cols is None else self._one_module(cols)
         if cols is not None and module is not None:  # no object per episode on this path
             self._send(module, cols, len(cols), int(cols.length.sum()))
             self._wait()
