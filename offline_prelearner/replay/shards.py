@@ -61,14 +61,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..config import PreLearnerConfig
+from ..config import MAX_CONCURRENCY, PreLearnerConfig, check_float, check_int
 from ..episodes import columns as C
 from ..episodes.episode import Episode
 from ..episodes.episode_columns import EpisodeColumns
 from ..errors import ConfigError, EmptyBufferError
 from . import checkpoint
 from .batch import SampleBatch
-from .replay_buffer import INDICES
+from .replay_buffer import INDICES, _batch_size
 from .replay_shard import ReplayShard, ShardInfo, ShardSample
 from .sharding import (
     compact,
@@ -158,16 +158,9 @@ class ShardedReplayBuffer:
         prefetch: int = 0,
     ) -> None:
         cfg = PreLearnerConfig.coerce(config)
-        if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
-            raise ConfigError(f"num_shards must be an int >= 1, found {num_shards!r}")
-        if (
-            isinstance(max_in_flight, bool)
-            or not isinstance(max_in_flight, int)
-            or max_in_flight < 1
-        ):
-            raise ConfigError(f"max_in_flight must be an int >= 1, found {max_in_flight!r}")
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise ConfigError(f"prefetch must be an int >= 0, found {prefetch!r}")
+        check_int("num_shards", num_shards, 1, MAX_CONCURRENCY)
+        check_int("max_in_flight", max_in_flight, 1, MAX_CONCURRENCY)
+        check_int("prefetch", prefetch, 0, MAX_CONCURRENCY)
         b = cfg.buffer
         self.config = cfg
         self.num_shards = num_shards
@@ -232,9 +225,7 @@ class ShardedReplayBuffer:
 
     @beta.setter
     def beta(self, value: float) -> None:
-        if isinstance(value, bool) or not (isinstance(value, (int, float)) and value >= 0):
-            raise ConfigError(f"beta must be a number >= 0, found {value!r}")
-        self._beta = float(value)
+        self._beta = float(check_float("beta", value, 0.0, 10.0))  # the rule of buffer.beta
 
     # ------------------------------------------------------------------ adding
     def add(self, episodes: Episode | Iterable[Episode] | EpisodeColumns) -> np.ndarray:
@@ -276,11 +267,7 @@ class ShardedReplayBuffer:
         ``learning_starts`` timesteps were added over all shards, while nothing is sampleable,
         or when the rate limit refuses (``RateLimitExceeded``).
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
-            raise ConfigError(f"batch_size must be an int >= 1, found {batch_size!r}")
-        if batch_size < 1:
-            raise ConfigError(f"batch_size must be an int >= 1, found {batch_size!r}")
-        n = int(batch_size)
+        n = _batch_size(batch_size)
         self._reap(timeout=0.0)
         if self._ahead and self._ahead[0].n != n:
             self._ahead.clear()  # drawn for another batch size: dropped

@@ -121,10 +121,6 @@ class NStep:
         return SampleBatch._trusted(out)
 
 
-def _is_int(v: object) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-
-
 class FixedNStepTable:
     """The fixed-``n`` fast path of :class:`NStep`: per stored step, the n-step return, the
     number of steps taken and how the window ends (inside, terminated, truncated), computed once (a
