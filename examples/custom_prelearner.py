@@ -1,15 +1,9 @@
-"""A custom prelearner that overrides one hook, run in-process and as the Ray Data batch job.
+"""A custom prelearner, run in-process and as the Ray Data batch job (run it from the repo root).
 
-Run from the repository root::
-
-    python examples/custom_prelearner.py
-
-``ShapedReward`` adds a per-step ``shaped_rewards`` column (1 minus the pole angle's share of
-CartPole's +-0.2095 rad limit) to every episode before it enters the buffer, and every sampled row
-carries it. It makes that change twice: on episode objects (``postprocess_episodes``) and on the
-columns the rows reader gives (``postprocess_columns``, the fast path: no object per episode). A
-prelearner that changes episodes says what it does on columns, or returns None there to take the
-episode path. The batch job names the class by import path, as the CLI does::
+``ShapedReward`` adds a ``shaped_rewards`` column (1 minus the pole angle's share of CartPole's
+limit) to every episode before the buffer, on episode objects (``postprocess_episodes``) and on
+the columns the rows reader gives (``postprocess_columns``: the fast path, no object per episode;
+return None there to take the episode path). The batch job names the class by import path::
 
     offline-prelearner process datasets/cartpole-v1/rows --out /tmp/out \
         --prelearner custom_prelearner:ShapedReward     # with examples/ on PYTHONPATH
@@ -50,8 +44,7 @@ class ShapedReward(op.OfflinePreLearner):
         columns = super().postprocess_columns(columns)  # None: a connector wants episodes
         if columns is None:
             return None
-        # Each episode's observations (length + 1 each, in order); the ones after each step are
-        # all but every episode's first. Extras are indexed like actions: write at its step rows.
+        # Observations after each step: all but every episode's first. Extras go at step rows.
         obs = columns.observations()
         first = np.cumsum(columns.length + 1) - (columns.length + 1)
         after = np.delete(obs, first, axis=0)

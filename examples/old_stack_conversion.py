@@ -70,8 +70,8 @@ def main() -> int:
             f"(legacy_pickle=True)"
         )
 
-        # The converted rows are real episodes now: 3-step returns work on old-stack data.
-        prelearner = op.OfflinePreLearner(n_step=3, train_batch_size=64, seed=0)
+        # The converted rows are real episodes now: 3-step returns, cut at each episode's end.
+        prelearner = op.OfflinePreLearner(n_step=3, sample_all=True, train_batch_size=64, seed=0)
         table = pq.read_table([str(out / "rows" / f) for f in as_rows["files_written"]])
         sample = next(iter(prelearner(table)))
         print(

@@ -20,6 +20,7 @@ sequence) and a ``module_id`` column; :meth:`MultiAgentBatch.from_rows
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
@@ -42,11 +43,11 @@ from .replay.samplers import Prioritized
 from .replay.samplers.base import SampleUnit
 from .replay.samplers.in_order import InOrder
 
-__all__ = ["OfflinePreLearner", "StatsSink"]
+__all__ = ["OfflinePreLearner"]
 
-#: Receives ``(actor_key, stats)`` after every batch; the batch job passes one that reports to a
-#: Ray actor. ``stats`` is cumulative for this prelearner.
-StatsSink = Callable[[str, dict[str, Any]], None]
+#: The hooks that change episodes on the episode path; :meth:`OfflinePreLearner.postprocess_columns`
+#: is their columnar twin (see :meth:`OfflinePreLearner.__init_subclass__`).
+EPISODE_HOOKS = ("postprocess_episodes", "module_of", "add_to_buffers")
 
 
 class OfflinePreLearner:
@@ -54,20 +55,16 @@ class OfflinePreLearner:
 
     Args:
         config: A :class:`PreLearnerConfig`, a dict, a JSON/YAML path, or None for defaults.
-        stats_sink: Optional ``(key, stats)`` callback after each batch (the batch job's).
         **updates: Field updates applied to ``config`` (``n_step=3``, ``buffer.kind=...``).
     """
 
     def __init__(
         self,
         config: PreLearnerConfig | Mapping[str, Any] | str | None = None,
-        *,
-        stats_sink: StatsSink | None = None,
         **updates: Any,
     ) -> None:
         cfg = PreLearnerConfig.coerce(config)
         self.config = cfg.with_updates(updates) if updates else cfg
-        self.stats_sink = stats_sink
         self.key = f"prelearner-{id(self):x}-{time.time_ns()}"
         #: The file the batch being processed comes from, when the job knows it (the batch job
         #: sets it before each call); readers name it in their errors.
@@ -84,6 +81,28 @@ class OfflinePreLearner:
         self.counters = {"batches": 0, "samples": 0, "fragments_added": 0, "not_ready": 0}
         self._pending: dict[tuple[Any, Any], list[Episode]] = {}  # sample_all: open fragments
         self._agent_to_module = self._mapping_fn()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass that changes episodes and says nothing of columns keeps its change.
+
+        Rows input reaches the buffers as columns through :meth:`postprocess_columns`. A class
+        that overrides an episode hook (``postprocess_episodes``, ``module_of``,
+        ``add_to_buffers``) but not ``postprocess_columns`` beside it (one written before that
+        hook existed, or a subclass of a class that defines both) would have its change skipped
+        there; it takes the episode path instead (correct, slower), and a ``FutureWarning`` at
+        its definition says how to keep the fast path.
+        """
+        super().__init_subclass__(**kwargs)
+        own = [h for h in EPISODE_HOOKS if h in cls.__dict__]
+        if own and "postprocess_columns" not in cls.__dict__:
+            warnings.warn(
+                f"{cls.__qualname__} overrides {', '.join(own)} but not postprocess_columns: "
+                "it takes the slower episode path for every batch; define postprocess_columns "
+                "(the same change on columns, or return None to keep the episode path)",
+                FutureWarning,
+                stacklevel=2,
+            )
+            cls.postprocess_columns = _episode_path  # type: ignore[method-assign]
 
     # ================================================================== building blocks (hooks)
     def build_reader(self) -> Reader:
@@ -253,8 +272,6 @@ class OfflinePreLearner:
         result = self.run_connectors(result)
         self.counters["batches"] += 1
         self.counters["samples"] += sum(len(b) for b in result.policy_batches.values())
-        if self.stats_sink is not None:
-            self.stats_sink(self.key, self.stats())
         yield from self.to_output(result)
 
     # ================================================================== feedback and stats
@@ -332,3 +349,8 @@ class OfflinePreLearner:
             else:
                 done.append(ep)
         return done
+
+
+def _episode_path(self: OfflinePreLearner, columns: EpisodeColumns) -> None:
+    """The columnar hook of a subclass that changes episodes only: take the episode path."""
+    return None

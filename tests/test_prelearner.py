@@ -117,6 +117,35 @@ def test_a_subclass_overrides_one_hook() -> None:
     assert (out["rewards"] == 0.25).all()
 
 
+def test_a_subclass_that_changes_episodes_only_keeps_its_change_and_is_told() -> None:
+    """A subclass written before ``postprocess_columns`` (an episode hook, no columnar twin) is
+    warned at its definition and takes the episode path: its change reaches every sample, on
+    rows input too, where the columnar path would have skipped it."""
+    with pytest.warns(
+        FutureWarning, match="overrides postprocess_episodes but not postprocess_col"
+    ):
+
+        class Clipped(OfflinePreLearner):
+            def postprocess_episodes(self, episodes):
+                for ep in episodes:
+                    ep.rewards = np.clip(ep.rewards, 0, 0.25)
+                return episodes
+
+    assert Clipped.postprocess_columns(Clipped(), None) is None  # the episode path, every batch
+    out = run_all(Clipped(train_batch_size=64), ROWS[:1])[0]
+    assert (out["rewards"] == 0.25).all()
+
+    with pytest.warns(FutureWarning, match="overrides module_of"):
+
+        class Routed(Clipped):  # its parent's columnar hook knows nothing of this routing
+            def module_of(self, episode):
+                return "elsewhere"
+
+    assert set(next(iter(Routed(train_batch_size=8)(pq.read_table(ROWS[0]))))["module_id"]) == {
+        "elsewhere"
+    }
+
+
 def _example(name: str):
     spec = importlib.util.spec_from_file_location(name, REPO / "examples" / f"{name}.py")
     assert spec is not None and spec.loader is not None

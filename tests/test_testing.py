@@ -179,12 +179,15 @@ class GlobalRandomness(OfflinePreLearner):
 
 
 class ForgetsColumns(OfflinePreLearner):
-    """Changes episodes and says nothing of columns: a batch read as columns skips the change."""
+    """Changes episodes, and its columnar hook forgets to: a batch read as columns skips it."""
 
     def postprocess_episodes(self, episodes: list[Episode]) -> list[Episode]:
         for ep in episodes:
             ep.rewards = np.clip(ep.rewards, 0, 0.25)
         return episodes
+
+    def postprocess_columns(self, columns: Any) -> Any:
+        return columns
 
 
 class NeedsMoreThanConfig(OfflinePreLearner):

@@ -94,6 +94,11 @@ class ShardFeeder(OfflinePreLearner):
         super().__init__(config, **kw)
         self.counters.update(dict.fromkeys(_COUNTS, 0))
 
+    def postprocess_columns(self, columns: EpisodeColumns) -> EpisodeColumns | None:
+        """The base columns, unchanged: ``__call__`` sends them to the shards itself (and
+        ``add_to_buffers`` below is the episode path's sender)."""
+        return super().postprocess_columns(columns)
+
     def add_to_buffers(self, episodes: list[Episode]) -> None:
         by_module: dict[str, list[Episode]] = {}
         for ep in episodes:
@@ -150,8 +155,6 @@ class ShardFeeder(OfflinePreLearner):
         else:
             self.add_to_buffers(self.postprocess_episodes(episodes.episodes))
         self.counters["batches"] += 1
-        if self.stats_sink is not None:
-            self.stats_sink(self.key, self.stats())
         row = {k: np.array([self.counters[k] - before[k]], np.int64) for k in _COUNTS}
         yield {"ledger": np.array([json.dumps(episodes.ledger.to_dict())]), **row}
 
