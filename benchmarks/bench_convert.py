@@ -22,9 +22,9 @@ from pathlib import Path
 from offline_prelearner.config import ReadConfig
 from offline_prelearner.episodes.ledger import EpisodeBatch
 from offline_prelearner.episodes.stitch import stitch_fragments
+from offline_prelearner.io.formats.rows.writer import episodes_to_rows
 from offline_prelearner.io.readers import make_reader
 from offline_prelearner.io.sources import expand_paths, read_table
-from offline_prelearner.io.writers import episodes_to_rows
 from offline_prelearner.jobs.convert import convert_path
 
 ROWS = Path(__file__).resolve().parents[1] / "datasets" / "cartpole-v1" / "rows"

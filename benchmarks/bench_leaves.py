@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from offline_prelearner.config import ReadConfig
-from offline_prelearner.io.readers.rows import RowsReader
+from offline_prelearner.io.formats.rows.reader import RowsReader
 from offline_prelearner.replay import EpisodeReplayBuffer
 from offline_prelearner.replay.samplers import Transition, Uniform
 

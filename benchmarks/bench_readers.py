@@ -45,8 +45,8 @@ import pyarrow as pa
 
 from offline_prelearner.config import ReadConfig
 from offline_prelearner.episodes.ledger import Ledger
+from offline_prelearner.io.formats.rows.writer import columns_to_table
 from offline_prelearner.io.readers import make_reader
-from offline_prelearner.io.writers import columns_to_table
 
 HERE = Path(__file__).resolve().parent
 

@@ -31,7 +31,7 @@ import pyarrow.json as pajson
 from offline_prelearner.config import ReadConfig
 from offline_prelearner.episodes.ledger import EpisodeBatch
 from offline_prelearner.episodes.stitch import stitch_fragments
-from offline_prelearner.io.readers.sample_batches import SampleBatchesReader
+from offline_prelearner.io.formats.sample_batches.reader import SampleBatchesReader
 
 HERE = Path(__file__).resolve().parent
 MAP, READ_MAP = "cartpole_sample_batches.map", "cartpole_sample_batches.read_map"

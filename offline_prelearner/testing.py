@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from .connectors.base import Connector, ConnectorContext
 from .episodes.episode import Episode
-from .io.writers import episodes_to_rows
+from .io.formats.rows.writer import episodes_to_rows
 from .prelearner import OfflinePreLearner
 from .replay.batch import MODULE_ID, SampleBatch
 from .replay.replay_buffer import EpisodeReplayBuffer

@@ -19,7 +19,7 @@ from hypothesis.extra import numpy as hnp
 
 import offline_prelearner as op
 from offline_prelearner.cli import main
-from offline_prelearner.io.arrow_columns import ColumnValueError, column_to_numpy, is_tensor_field
+from offline_prelearner.io.arrow_numpy import ColumnValueError, column_to_numpy, is_tensor_field
 
 ROWS = Path(__file__).resolve().parent.parent / "datasets" / "cartpole-v1" / "rows"
 DTYPES = [np.uint8, np.int16, np.int32, np.int64, np.float16, np.float32, np.float64, np.bool_]

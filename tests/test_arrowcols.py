@@ -1,4 +1,4 @@
-"""Column conversion (io/arrow_columns) and the row readers' frames (io/readers/frame), each
+"""Column conversion (io/arrow_numpy) and the row readers' frames (io/formats/rows/frame), each
 vectorized operation checked against a plain-loop reference."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from offline_prelearner.errors import SchemaError
-from offline_prelearner.io.arrow_columns import (
+from offline_prelearner.io.arrow_numpy import (
     ColumnValueError,
     column_to_numpy,
     decode_cells,
@@ -28,7 +28,7 @@ from offline_prelearner.io.arrow_columns import (
     to_numpy,
 )
 from offline_prelearner.io.codec import pack_array
-from offline_prelearner.io.readers.frame import (
+from offline_prelearner.io.formats.rows.frame import (
     ColumnBatch,
     Groups,
     Keys,
@@ -309,7 +309,7 @@ def test_decode_rllib_compressed_column(shared_data: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# frames (io/readers/frame.py)
+# frames (io/formats/rows/frame.py)
 # ---------------------------------------------------------------------------------------------
 def reference_factorize(values: list[Any]) -> tuple[list[int], list[Any]]:
     seen: dict[Any, int] = {}

@@ -299,7 +299,7 @@ def test_process_says_which_episodes_never_ended(tmp_path: Path, capsys) -> None
     """50 rows, the last episode without a done flag: ``sample_all`` writes the 40 steps of the
     complete episodes, and the console says why 10 are missing (never silently)."""
     from offline_prelearner.episodes.episode import Episode
-    from offline_prelearner.io.writers import episodes_to_rows
+    from offline_prelearner.io.formats.rows.writer import episodes_to_rows
 
     rng = np.random.default_rng(0)
     eps = [

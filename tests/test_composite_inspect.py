@@ -25,7 +25,7 @@ from test_minari_composite import minari_episodes
 from offline_prelearner.cli import main
 from offline_prelearner.episodes import observations as O
 from offline_prelearner.episodes.episode import Episode
-from offline_prelearner.io.writers import TENSOR_EXTENSION_NAME, episodes_to_rows
+from offline_prelearner.io.formats.rows.writer import TENSOR_EXTENSION_NAME, episodes_to_rows
 
 GOAL = {
     "observation": ("float32", (4,)),

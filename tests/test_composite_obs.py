@@ -20,7 +20,7 @@ from offline_prelearner.config import ReadConfig
 from offline_prelearner.episodes import observations as O
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import DataError
-from offline_prelearner.io.readers.rows import RowsReader
+from offline_prelearner.io.formats.rows.reader import RowsReader
 
 Leaf = tuple[str, tuple[int, ...]]  # dtype, shape per step
 

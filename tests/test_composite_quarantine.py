@@ -23,9 +23,9 @@ from offline_prelearner.config import ReadConfig, ValidateConfig
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.ledger import Rejection
 from offline_prelearner.errors import EpisodeValidationError, SchemaError, Where
+from offline_prelearner.io.formats.rows.writer import episodes_to_rows
 from offline_prelearner.io.leaf_spaces import leaf_spaces, read_leaf_space
 from offline_prelearner.io.quarantine import write_quarantine
-from offline_prelearner.io.writers import episodes_to_rows
 from offline_prelearner.jobs.inspection import inspect_path
 
 # quarantine of composite episodes -----------------------------------------------------------------

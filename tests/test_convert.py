@@ -17,9 +17,9 @@ from offline_prelearner.cli import main
 from offline_prelearner.config import ReadConfig
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import DataError, DecodeError
-from offline_prelearner.io.readers.episodes import EpisodesReader
-from offline_prelearner.io.readers.rows import RowsReader
-from offline_prelearner.io.readers.sample_batches import SampleBatchesReader
+from offline_prelearner.io.formats.episodes.reader import EpisodesReader
+from offline_prelearner.io.formats.rows.reader import RowsReader
+from offline_prelearner.io.formats.sample_batches.reader import SampleBatchesReader
 from offline_prelearner.jobs.commit import STATS_FILE
 from offline_prelearner.jobs.convert import convert_path
 

@@ -29,8 +29,8 @@ from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.ledger import EpisodeBatch
 from offline_prelearner.episodes.stitch import stitch_fragments
 from offline_prelearner.errors import ConfigError, UnsupportedFormatError
+from offline_prelearner.io.formats.sample_batches.reader import SampleBatchesReader
 from offline_prelearner.io.readers import make_reader
-from offline_prelearner.io.readers.sample_batches import SampleBatchesReader
 from offline_prelearner.io.sources import detect_format, expand_paths, read_table
 from offline_prelearner.jobs.convert import convert_path
 
@@ -350,7 +350,7 @@ def test_fragments_and_t_started(tmp_path: Path) -> None:
     Minari truncated (Minari has no "not done")."""
     import pyarrow.parquet as pq
 
-    from offline_prelearner.io.writers import episodes_to_rows
+    from offline_prelearner.io.formats.rows.writer import episodes_to_rows
 
     base = read_episodes(ROWS)[:4]
     late = base[0].slice(3)  # steps 3.. of a terminated episode

@@ -25,7 +25,7 @@ from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.validate import Validator
 from offline_prelearner.errors import EpisodeValidationError
 from offline_prelearner.io.codec import packb, unpackb
-from offline_prelearner.io.readers.episodes import EpisodesReader, episodes_to_table
+from offline_prelearner.io.formats.episodes.reader import EpisodesReader, episodes_to_table
 
 OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 ACT = gym.spaces.Discrete(2)

@@ -184,8 +184,8 @@ def test_split_observations_are_the_assembled_ones(
 def test_rows_reader_hands_over_split_observations_and_the_buffer_stores_the_same() -> None:
     """Real recorded rows in episode order become split observations; the buffer filled from
     them holds exactly what it holds when filled from the episode objects."""
+    from offline_prelearner.config import ReadConfig
     from offline_prelearner.io.readers import make_reader
-    from offline_prelearner.io.readers.base import ReadConfig
     from offline_prelearner.replay.replay_buffer import EpisodeReplayBuffer
     from offline_prelearner.replay.samplers import Transition, Uniform
 

@@ -16,15 +16,15 @@ from hypothesis.extra import numpy as hnp
 
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import SchemaError
-from offline_prelearner.io.arrow_columns import ColumnValueError, column_to_numpy
+from offline_prelearner.io.arrow_numpy import ColumnValueError, column_to_numpy
 from offline_prelearner.io.fast_tensor import (
     FAST_TENSOR_NAME,
     FastTensorType,
     fixed_binary_column,
     tensor_spec,
 )
-from offline_prelearner.io.readers.rows import RowsReader
-from offline_prelearner.io.writers import columns_to_table, episodes_to_rows
+from offline_prelearner.io.formats.rows.reader import RowsReader
+from offline_prelearner.io.formats.rows.writer import columns_to_table, episodes_to_rows
 
 
 def _parquet(table: pa.Table) -> pa.Table:

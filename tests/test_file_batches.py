@@ -250,9 +250,10 @@ def test_learner_batches_are_whole_train_batches_however_large(
     train batch 4 MB, past 1.5x a 1 MiB ``block_mb``, where Ray Data cuts an output block into
     pieces (it did, before); the learner stream keeps each whole, and its last batch
     alone may be short."""
-    from offline_prelearner.episodes.episode import Episode
-    from offline_prelearner.io.writers import episodes_to_rows
     from offline_prelearner.jobs.learner_stream import build_dataset, iter_learner_batches
+
+    from offline_prelearner.episodes.episode import Episode
+    from offline_prelearner.io.formats.rows.writer import episodes_to_rows
 
     rng = np.random.default_rng(3)
     eps = [
@@ -368,9 +369,10 @@ def test_two_actors_read_their_own_groups_without_read_ahead(
     """With two actors the group a task brings is not known in advance: each actor reads its own
     groups (no read-ahead) and together they emit every transition once (files of whole
     episodes, ``sample_all``)."""
-    from offline_prelearner.episodes.episode import Episode
-    from offline_prelearner.io.writers import episodes_to_rows
     from offline_prelearner.jobs.learner_stream import build_dataset
+
+    from offline_prelearner.episodes.episode import Episode
+    from offline_prelearner.io.formats.rows.writer import episodes_to_rows
 
     rng = np.random.default_rng(5)
     for f in range(6):

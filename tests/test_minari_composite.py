@@ -167,7 +167,7 @@ def test_writer_infers_a_dict_space_from_leaves(tmp_path: Path) -> None:
     import minari
     from gymnasium import spaces
 
-    from offline_prelearner.io.datasets.minari_write import write_minari_dataset
+    from offline_prelearner.io.formats.minari.writer import write_minari_dataset
 
     rng = np.random.default_rng(0)
     eps = [

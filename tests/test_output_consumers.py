@@ -171,7 +171,7 @@ def test_ray_data_numpy_batches_hold_numbers(default_out: Path, ray_local: Any) 
 def test_ray_data_reads_the_fast_layout_as_tensors_once_the_package_is_imported(
     tmp_path: Path, ray_local: Any
 ) -> None:
-    from offline_prelearner.io.writers import columns_to_table
+    from offline_prelearner.io.formats.rows.writer import columns_to_table
 
     frames = np.arange(5 * 84 * 84 * 4, dtype=np.uint8).reshape(5, 84, 84, 4)
     pq.write_table(columns_to_table({"obs": frames}, layout="fast"), tmp_path / "f.parquet")
@@ -221,7 +221,7 @@ def test_read_samples_columns_files_and_errors(default_out: Path, tmp_path: Path
 
 
 def test_fast_layout_extension_is_registered_on_import(tmp_path: Path) -> None:
-    from offline_prelearner.io.writers import columns_to_table
+    from offline_prelearner.io.formats.rows.writer import columns_to_table
 
     frames = np.arange(3 * 84 * 84 * 4, dtype=np.uint8).reshape(3, 84, 84, 4)
     assert frames[0].nbytes >= FAST_MIN_CELL_BYTES

@@ -15,7 +15,7 @@ from offline_prelearner.cli import main
 from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.io.fast_tensor import FastTensorType
-from offline_prelearner.io.writers import episodes_to_rows
+from offline_prelearner.io.formats.rows.writer import episodes_to_rows
 from offline_prelearner.jobs.convert import convert_path
 from offline_prelearner.prelearner import OfflinePreLearner
 

@@ -13,8 +13,8 @@ from fixtures.make_minari import D4RL_VARIANTS, D4RLCase, load_ground_truth
 from offline_prelearner.config import ReadConfig, ValidateConfig
 from offline_prelearner.episodes.ledger import EpisodeBatch
 from offline_prelearner.errors import ConfigError, EpisodeValidationError, SchemaError
+from offline_prelearner.io.formats.d4rl.reader import D4RLReader
 from offline_prelearner.io.readers import make_reader
-from offline_prelearner.io.readers.d4rl import D4RLReader
 from offline_prelearner.io.sources import detect_format, read_table
 from offline_prelearner.jobs.inspection import inspect_path
 

@@ -12,7 +12,7 @@ import pytest
 
 from offline_prelearner.config import ReadConfig
 from offline_prelearner.errors import EpisodeValidationError, SchemaError
-from offline_prelearner.io.readers.d4rl import D4RLReader
+from offline_prelearner.io.formats.d4rl.reader import D4RLReader
 from offline_prelearner.io.sources import detect_format, read_table
 
 h5py = pytest.importorskip("h5py")

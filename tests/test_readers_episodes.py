@@ -31,13 +31,13 @@ from offline_prelearner.config import DecodeLimits, ReadConfig
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import DataError, DecodeError, SchemaError
 from offline_prelearner.io.codec import packb
-from offline_prelearner.io.readers import make_reader
-from offline_prelearner.io.readers.episodes import (
+from offline_prelearner.io.formats.episodes.reader import (
     ITEM,
     EpisodesReader,
     decode_episode,
     episodes_to_table,
 )
+from offline_prelearner.io.readers import make_reader
 from offline_prelearner.spaces import space_to_dict
 
 RLLIB_FILE = "cartpole-v1_episodes_msgpack.parquet"
@@ -278,7 +278,7 @@ def test_rllib_layout_takes_the_fast_path(
     rllib_table: pa.Table, monkeypatch: Any, make_episode: Any
 ) -> None:
     """A guard for the speed: uniform RLlib records never reach the per-record general path."""
-    import offline_prelearner.io.readers.episodes as module
+    import offline_prelearner.io.formats.episodes.reader as module
 
     general: list[bytes] = []
     real = module.decode_episode
@@ -410,7 +410,7 @@ def test_sliced_chunked_and_large_binary_columns(make_episode: Any) -> None:
 
 def test_more_layouts_than_the_scanner_learns(make_episode: Any, monkeypatch: Any) -> None:
     """Twelve layouts in one batch (other extras): eight are learned, the rest are walked."""
-    import offline_prelearner.io.readers.episodes as module
+    import offline_prelearner.io.formats.episodes.reader as module
 
     eps = [make_episode(3 + k % 4, id=f"e{k}", seed=k, extras=(f"x{k % 12}",)) for k in range(40)]
     items = [pack_rllib(rllib_state(e)) for e in eps]

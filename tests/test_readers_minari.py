@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 from fixtures import sessions
 from fixtures.make_minari import BACKENDS, MinariCase, load_ground_truth
+from offline_prelearner.jobs.units import plan_units
 
 from offline_prelearner.cli import main
 from offline_prelearner.config import PreLearnerConfig, ReadConfig
@@ -21,12 +22,11 @@ from offline_prelearner.errors import (
     SchemaError,
     UnsupportedFormatError,
 )
-from offline_prelearner.io.datasets.minari import METADATA_KEY, datasets_root, find_data_dir
+from offline_prelearner.io.formats.minari.dataset import METADATA_KEY, datasets_root, find_data_dir
+from offline_prelearner.io.formats.minari.reader import MinariReader
 from offline_prelearner.io.readers import available_formats, make_reader
-from offline_prelearner.io.readers.minari import MinariReader
 from offline_prelearner.io.sources import detect_format, expand_paths, read_table
 from offline_prelearner.jobs.inspection import inspect_path
-from offline_prelearner.jobs.units import plan_units
 
 LEAF_DATASETS = [
     "cartpole/random-v0",

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from offline_prelearner.config import ReadConfig
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import DecodeError, EpisodeValidationError, SchemaError
-from offline_prelearner.io.arrow_columns import column_to_numpy
-from offline_prelearner.io.readers.rows import RowsReader
+from offline_prelearner.io.arrow_numpy import column_to_numpy
+from offline_prelearner.io.formats.rows.reader import RowsReader
 
 SETTINGS = settings(
     max_examples=60,

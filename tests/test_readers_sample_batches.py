@@ -23,8 +23,8 @@ from offline_prelearner.config import ReadConfig
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.stitch import stitch_fragments
 from offline_prelearner.errors import DataError, DecodeError
+from offline_prelearner.io.formats.sample_batches.reader import SampleBatchesReader
 from offline_prelearner.io.readers import make_reader
-from offline_prelearner.io.readers.sample_batches import SampleBatchesReader
 
 UNCOMPRESSED = "cartpole-v1_old_stack_json_uncompressed.json"
 COMPRESSED = "cartpole-v1_old_stack_json_compressed.json"

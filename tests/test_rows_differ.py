@@ -10,8 +10,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import offline_prelearner.io.readers.frame as B
-from offline_prelearner.io.readers.frame import rows_differ
+import offline_prelearner.io.formats.rows.frame as B
+from offline_prelearner.io.formats.rows.frame import rows_differ
 
 
 def ref(a, b):

@@ -23,7 +23,7 @@ from offline_prelearner.config import ReadConfig
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.ledger import EpisodeBatch
 from offline_prelearner.errors import EpisodeValidationError
-from offline_prelearner.io.readers.rows import RowsReader
+from offline_prelearner.io.formats.rows.reader import RowsReader
 from offline_prelearner.prelearner import OfflinePreLearner
 
 SETTINGS = settings(

@@ -24,8 +24,8 @@ from offline_prelearner.config import ReadConfig
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.ledger import Ledger
 from offline_prelearner.errors import ConfigError, EpisodeValidationError, SchemaError
-from offline_prelearner.io.arrow_columns import column_to_numpy
-from offline_prelearner.io.readers.rows import RowsReader
+from offline_prelearner.io.arrow_numpy import column_to_numpy
+from offline_prelearner.io.formats.rows.reader import RowsReader
 from offline_prelearner.io.schema import ColumnSchema, detect_schema, load_schema, nearest_preset
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -23,8 +23,8 @@ from offline_prelearner.episodes.validate import (
     Validator,
 )
 from offline_prelearner.errors import ConfigError, EpisodeValidationError
+from offline_prelearner.io.formats.rows.writer import episodes_to_rows
 from offline_prelearner.io.quarantine import quarantine_rows, write_quarantine
-from offline_prelearner.io.writers import episodes_to_rows
 
 
 def make_episode(

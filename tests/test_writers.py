@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import SchemaError
-from offline_prelearner.io.writers import episodes_to_rows, tensor_field, write_rows
+from offline_prelearner.io.formats.rows.writer import episodes_to_rows, tensor_field, write_rows
 
 RLLIB_COLUMNS = [
     "eps_id",
@@ -324,7 +324,7 @@ def test_tensor_field_metadata_is_json_shape() -> None:
 
 
 def read_back_with_rows_reader(path: str) -> dict[Any, Episode]:
-    pytest.importorskip("offline_prelearner.io.readers.rows")
+    pytest.importorskip("offline_prelearner.io.formats.rows.reader")
     from offline_prelearner.config import ReadConfig
     from offline_prelearner.io.readers import make_reader
 

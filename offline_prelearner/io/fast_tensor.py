@@ -18,14 +18,14 @@ Importing this module (and so ``offline_prelearner``) registers the extension wi
 :class:`FastTensorType`: files read after that give ``FastTensorArray`` columns, whose
 ``to_numpy()`` is the ``[n, *shape]`` array. Without the registration (plain pyarrow, Ray
 workers that never imported the package) the column is ``fixed_size_binary`` with the metadata
-kept on the field; :mod:`~offline_prelearner.io.arrow_columns` reads both forms. Other tools
+kept on the field; :mod:`~offline_prelearner.io.arrow_numpy` reads both forms. Other tools
 (pandas, polars, Hugging Face ``datasets``, RLlib) see bytes: that is why the writers' default
 layout, ``"auto"``, keeps this layout for large cells only (:data:`FAST_MIN_CELL_BYTES`) and
 writes small arrays as plain nested ``fixed_size_list`` columns (``"lists"``), which every one of
 those tools reads as numbers.
 
 Nulls have no place in the layout: writing refuses object columns, and reading a null cell is a
-:class:`~offline_prelearner.io.arrow_columns.ColumnValueError` naming the column and row.
+:class:`~offline_prelearner.io.arrow_numpy.ColumnValueError` naming the column and row.
 """
 
 from __future__ import annotations

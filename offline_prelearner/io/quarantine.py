@@ -1,10 +1,10 @@
 """Quarantine: what was refused under ``on_invalid="quarantine"``, with the reasons, as Parquet.
 
 A :class:`~offline_prelearner.episodes.ledger.Rejection` keeps either the input rows a reader
-refused (written as they came) or the episode validation refused after it was built (written as
-rows in the recorder layout, :func:`~.writers.episodes_to_rows`). Every row gets two more columns:
-``_reject_reason`` (the error's reason, e.g. ``nan_reward``) and ``_reject_message`` (the whole
-message, naming file, column, episode and step). Tables of different columns are concatenated
+refused (written as they came) or the episode validation refused after it was built (written as rows
+in the recorder layout, :func:`~.formats.rows.writer.episodes_to_rows`). Every row gets two more
+columns: ``_reject_reason`` (the error's reason, e.g. ``nan_reward``) and ``_reject_message`` (the
+whole message, naming file, column, episode and step). Tables of different columns are concatenated
 with permissive promotion (missing columns are null).
 
 A refused episode with composite observations (gymnasium Dict / Tuple) is written with one
@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..episodes.ledger import Rejection
+from .formats.rows.writer import episodes_to_rows
 from .leaf_spaces import with_leaf_spaces
-from .writers import episodes_to_rows
 
 __all__ = ["quarantine_rows", "quarantine_table", "write_quarantine"]
 

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import UnsupportedFormatError
-from .arrow_columns import column_to_numpy
+from .arrow_numpy import column_to_numpy
 from .manifest import MANIFEST_FILE, Manifest
 from .parquet_guard import open_parquet
 

@@ -35,7 +35,7 @@ any table with ``obs`` but no ``new_obs``) declares ``"next_obs_from": "next_row
   (never raised; a 1-row truncated episode is then rejected whole, also ``next_obs_unknown``);
 * **open** (neither flag: the batch or file ends mid-episode): ``L - 1`` steps and the last row is
   held by the reader until its next observation arrives with the episode's next rows (see
-  :mod:`~offline_prelearner.io.readers.rows`).
+  :mod:`~offline_prelearner.io.formats.rows.reader`).
 
 The default, ``"next_obs_from": null`` (or absent), reads the next observation from the column
 mapped to ``new_obs``.

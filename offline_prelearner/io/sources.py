@@ -11,7 +11,8 @@ files its manifest lists and nothing else, so each command reads the folder anot
 
 Minari datasets (a dataset folder, its ``data`` folder, or a dataset id resolved as Minari does)
 expand to their data files in episode order, are detected as ``minari`` and read as step tables
-(:mod:`.datasets.minari`); ``.hdf5``/``.h5`` files are D4RL files (``d4rl``, :mod:`.datasets.d4rl`).
+(:mod:`.formats.minari.dataset`); ``.hdf5``/``.h5`` files are D4RL files (``d4rl``,
+:mod:`.formats.d4rl.dataset`).
 Both are read whole (a file is a unit of episodes, never cut into batches).
 """
 
@@ -31,8 +32,8 @@ import pyarrow.parquet as pq
 
 from ..config import DEFAULT_LIMITS, DecodeLimits
 from ..errors import DataError, UnsupportedFormatError, Where, shown
-from .datasets.d4rl import is_d4rl_file, read_d4rl_file
-from .datasets.minari import (
+from .formats.d4rl.dataset import is_d4rl_file, read_d4rl_file
+from .formats.minari.dataset import (
     data_dir_of,
     find_data_dir,
     is_minari_file,

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from ..errors import ConfigError
-from ..io.datasets.minari import space_from_minari, space_to_minari
+from ..io.formats.minari.dataset import space_from_minari, space_to_minari
 
 __all__ = [
     "META_KEY",

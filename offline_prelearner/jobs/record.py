@@ -161,8 +161,8 @@ def write_recording(
     ``layout`` lays out rows data's array columns (RLlib's by default: a recording is a dataset
     RLlib may read; ``"fast"`` for our readers only).
     """
-    from ..io.readers.episodes import episodes_to_table
-    from ..io.writers import episodes_to_rows
+    from ..io.formats.episodes.reader import episodes_to_table
+    from ..io.formats.rows.writer import episodes_to_rows
 
     os.makedirs(out_dir, exist_ok=True)
     if fmt == "rows":

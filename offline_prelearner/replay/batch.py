@@ -26,7 +26,7 @@ def _numpy_columns(rows: Any) -> dict[str, np.ndarray]:
     if isinstance(rows, Mapping):
         return {k: np.asarray(v) for k, v in rows.items()}
     if hasattr(rows, "column_names") and hasattr(rows, "column"):  # pyarrow.Table
-        from ..io.arrow_columns import column_to_numpy
+        from ..io.arrow_numpy import column_to_numpy
 
         return {name: column_to_numpy(rows, name) for name in rows.column_names}
     if hasattr(rows, "columns") and hasattr(rows, "to_numpy"):  # pandas.DataFrame

@@ -56,10 +56,10 @@ from ..._version import __version__
 from ...episodes.ledger import EpisodeBatch, Ledger
 from ...episodes.stitch import settle_open_episodes, stitch_fragments
 from ...errors import DataError, Where
+from ...io.formats.rows.reader import RowsReader
+from ...io.formats.sample_batches.reader import SampleBatchesReader
 from ...io.quarantine import write_quarantine
 from ...io.readers import make_reader
-from ...io.readers.rows import RowsReader
-from ...io.readers.sample_batches import SampleBatchesReader
 from ...io.sources import is_empty_parquet, read_table
 from ..commit import (
     Staging,

@@ -8,7 +8,7 @@ from typing import Literal
 from ...config import ReadConfig, check_choice, check_int
 from ...errors import ConfigError, shown
 from ...io.fast_tensor import Layout, check_layout
-from ...io.readers.sample_batches import DonesRule
+from ...io.formats.sample_batches.reader import DonesRule
 
 __all__ = ["TARGETS", "ConvertConfig", "Target"]
 

@@ -9,7 +9,7 @@ files -- old-stack batches -- work too), joins fragments, validates and de-dupli
 * ``to="rows"``: ``rows-00000-<k>.parquet`` (RLlib's recorder layout plus ``t``),
 * ``to="episodes"``: ``episodes-00000-<k>.parquet`` (msgpack ``SingleAgentEpisode`` records),
 * ``to="minari"``: a Minari dataset, ``data/metadata.json`` + ``data/main_data.hdf5``
-  (:mod:`~offline_prelearner.io.datasets.minari_write`); ``minari.load_dataset(dataset_id)``
+  (:mod:`~offline_prelearner.io.formats.minari.writer`); ``minari.load_dataset(dataset_id)``
   opens it when ``out_dir`` is ``$MINARI_DATASETS_PATH/<dataset_id>``, and
   ``minari.MinariDataset(out_dir + "/data")`` from anywhere.
 
@@ -50,9 +50,9 @@ from ...episodes.ledger import EpisodeBatch
 from ...episodes.stitch import settle_open_episodes, stitch_fragments
 from ...episodes.validate import Deduplicator, Validator
 from ...errors import ConfigError
-from ...io.datasets.minari_write import infer_obs_space, infer_space, write_minari_dataset
+from ...io.formats.minari.writer import infer_obs_space, infer_space, write_minari_dataset
+from ...io.formats.sample_batches.reader import DonesRule, SampleBatchesReader
 from ...io.readers import make_reader
-from ...io.readers.sample_batches import DonesRule, SampleBatchesReader
 from ...io.sources import WHOLE_FILE_FORMATS, detect_format, expand_paths, read_table
 from ..commit import Staging, input_identity, output_storage, write_parquet_atomic
 from ..dataset_info import (
@@ -105,7 +105,7 @@ def convert_dataset(
     ``<parent folder>/<folder>`` of ``out_dir`` (``--out ROOT/ns/name-v0`` -> ``ns/name-v0``).
     ``config.env_id``: the env spec written, from gymnasium's registry (see the module
     docstring). ``config.layout``: the tensor layout of ``to="rows"``. ``config.dones``: how
-    old-stack input's legacy ``dones`` is read (:mod:`~...io.readers.sample_batches`).
+    old-stack input's legacy ``dones`` is read (:mod:`~...io.formats.sample_batches.reader`).
     """
     start = time.perf_counter()
     to, fragments, dataset_id, env_id = (

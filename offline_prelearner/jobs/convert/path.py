@@ -25,7 +25,7 @@ output, are whole datasets (:mod:`.dataset`). Everything else runs file by file
 observations, actions, rewards, flags, ``t_started``, extras exactly) for rows, episodes and
 Minari, except where a format has no place for a value: Minari keeps no agent / module ids and
 no infos, and has no "not done" (a fragment comes back truncated); its ids, ``t_started`` and
-extras ride in parts of the episode group Minari ignores (:mod:`...io.datasets.minari_write`).
+extras ride in parts of the episode group Minari ignores (:mod:`...io.formats.minari.writer`).
 Infos (none in the data the tests use): msgpack records keep them; rows keep the step infos as
 JSON text, not the reset info (``infos[0]``), which reads back as ``{}``. Old-stack and D4RL data
 are input only (nothing writes them).
@@ -42,8 +42,8 @@ non-empty ``out_dir`` is refused unless ``overwrite=True`` (the old output is re
 success); a failed or interrupted job leaves ``out_dir`` as it was. Output (``out_dir``):
 
 * ``to="rows"``: ``rows-<unit>-<k>.parquet`` in RLlib's recorder row layout plus ``t``
-  (:func:`~offline_prelearner.io.writers.episodes_to_rows`; tensor columns in ``layout``, RLlib's
-  by default so that RLlib reads the result), at most ``rows_per_file`` rows per
+  (:func:`~offline_prelearner.io.formats.rows.writer.episodes_to_rows`; tensor columns in
+  ``layout``, RLlib's by default so that RLlib reads the result), at most ``rows_per_file`` rows per
   file, never cutting an episode. Episodes whose columns differ (MultiAgentBatch policies with other
   observation shapes or extra columns) go to separate files.
 * ``to="episodes"``: ``episodes-<unit>-<k>.parquet`` with one binary ``item`` column of msgpack
@@ -69,7 +69,7 @@ from typing import Any, Literal
 from ...config import ReadConfig, check_on_invalid
 from ...errors import ConfigError, UnsupportedFormatError
 from ...io.fast_tensor import Layout
-from ...io.readers.sample_batches import DonesRule
+from ...io.formats.sample_batches.reader import DonesRule
 from ...io.sources import check_one_format, detect_format, expand_paths
 from ..commit import check_out_apart
 from .by_file import UNIT_FORMATS, Progress, convert_by_file
@@ -117,7 +117,7 @@ def convert_path(
         progress: Called after each file with (files done, files, file, steps read so far).
         fragments: What to do with episodes that never end within the data.
         dones: How a legacy ``dones`` column is read (see
-            :mod:`~offline_prelearner.io.readers.sample_batches`).
+            :mod:`~offline_prelearner.io.formats.sample_batches.reader`).
         overwrite: Replace a non-empty ``out_dir`` once this job has succeeded.
         resume: Reuse the units an interrupted or failed run of the same job committed (see the
             module docstring); refused with one line if that run had another config.

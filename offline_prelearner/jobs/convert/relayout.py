@@ -29,11 +29,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..._version import __version__
-from ...io.arrow_columns import TENSOR_EXTENSIONS, column_to_numpy, is_tensor_field
+from ...io.arrow_numpy import TENSOR_EXTENSIONS, column_to_numpy, is_tensor_field
 from ...io.fast_tensor import FAST_TENSOR_NAME, Layout, check_layout
 from ...io.fast_tensor import parquet_dictionary_columns as dictionary
+from ...io.formats.rows.writer import columns_to_table
 from ...io.parquet_guard import open_parquet
-from ...io.writers import columns_to_table
 from ..commit import Staging, file_sha256, input_identity, output_storage
 from ..file_batches import READ_ROWS, has_list_cells
 

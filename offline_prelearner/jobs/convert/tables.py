@@ -3,7 +3,7 @@ and msgpack episode records (RLlib's ``output_write_episodes=True`` layout).
 
 Both carry the dataset's env spec and spaces in the schema metadata
 (:mod:`.dataset_info`). Python loops are per episode (grouping by layout, one msgpack record
-each); columns are built by :func:`~offline_prelearner.io.writers.episodes_to_rows`.
+each); columns are built by :func:`~offline_prelearner.io.formats.rows.writer.episodes_to_rows`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from ...episodes.episode import Episode
 from ...errors import UnsupportedFormatError
 from ...io.codec import packb
 from ...io.fast_tensor import Layout
-from ...io.readers.episodes import ITEM
-from ...io.writers import episodes_to_rows
+from ...io.formats.episodes.reader import ITEM
+from ...io.formats.rows.writer import episodes_to_rows
 from ..dataset_info import DatasetInfo
 
 __all__ = ["episode_tables", "rows_tables"]

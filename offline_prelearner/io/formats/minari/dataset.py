@@ -42,9 +42,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...episodes.observations import nest
-from ...errors import DataError, SchemaError, UnsupportedFormatError, Where
-from .optional import import_h5py
+from ....episodes.observations import nest
+from ....errors import DataError, SchemaError, UnsupportedFormatError, Where
+from ...optional import import_h5py
 
 __all__ = [
     "EXTRAS_KEY",

@@ -53,13 +53,13 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 
-from ...config import ReadConfig
-from ...episodes import columns as C
-from ...episodes.ledger import EpisodeBatch
-from ...errors import ConfigError, DataError, DecodeError, Where
-from ..schema import load_schema
-from .rows import RowsReader
-from .sample_records import BadRecord, Parsed, Part, _Decoder, arrow_parts, object_parts
+from ....config import ReadConfig
+from ....episodes import columns as C
+from ....episodes.ledger import EpisodeBatch
+from ....errors import ConfigError, DataError, DecodeError, Where
+from ...schema import load_schema
+from ..rows.reader import RowsReader
+from .records import BadRecord, Parsed, Part, _Decoder, arrow_parts, object_parts
 
 __all__ = ["DonesRule", "SampleBatchesReader"]
 
@@ -135,7 +135,7 @@ class SampleBatchesReader:
         """
         path = os.fspath(path)
         if path.endswith((".parquet", ".pq")):
-            from ..sources import read_table
+            from ...sources import read_table
 
             return self.read(read_table(path), source=path)
         with open(path, "rb") as fh:
@@ -264,7 +264,7 @@ def _arrow_json(data: bytes) -> pa.Table | None:
         table = pajson.read_json(pa.BufferReader(data))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-    from .sample_records import unwrap_table
+    from .records import unwrap_table
 
     table = unwrap_table(table)
     for f in table.schema:

@@ -5,8 +5,8 @@ Each cell of the binary column ``item`` holds one episode: msgpack (with msgpack
 
 Decoding runs on two paths that give the same episodes:
 
-* the fast path (:mod:`.msgpack.decoder`) learns a dataset's record layouts by walking one record
-  of each (:mod:`.msgpack.scanner`), matches them against the whole batch with numpy, and decodes
+* the fast path (:mod:`.decoder`) learns a dataset's record layouts by walking one record
+  of each (:mod:`.scanner`), matches them against the whole batch with numpy, and decodes
   every per-step list of the batch at once, after checking byte for byte that each element has
   the layout of its template and that lengths, flags and ``t`` are consistent;
 * the general path, :func:`decode_episode` = :func:`~offline_prelearner.io.codec.unpackb` +
@@ -28,15 +28,15 @@ from typing import Any, TypeAlias
 import numpy as np
 import pyarrow as pa
 
-from ...config import DEFAULT_LIMITS, DecodeLimits, ReadConfig
-from ...episodes.episode import Episode
-from ...episodes.ledger import EpisodeBatch
-from ...errors import DataError, DecodeError, SchemaError, Where
-from ...spaces import space_from_dict
-from ..codec import packb, unpackb
-from .msgpack.decoder import decode_batch
-from .msgpack.layout import Fallback
-from .msgpack.scanner import EpisodeScanner
+from ....config import DEFAULT_LIMITS, DecodeLimits, ReadConfig
+from ....episodes.episode import Episode
+from ....episodes.ledger import EpisodeBatch
+from ....errors import DataError, DecodeError, SchemaError, Where
+from ....spaces import space_from_dict
+from ...codec import packb, unpackb
+from .decoder import decode_batch
+from .layout import Fallback
+from .scanner import EpisodeScanner
 
 __all__ = ["ITEM", "EpisodesReader", "decode_episode", "episodes_to_table"]
 

@@ -1,20 +1,19 @@
 """Reader for Minari datasets (format ``minari``): step tables -> episodes, as Minari gives them.
 
-Input is a step table (:func:`~offline_prelearner.io.datasets.minari.read_minari_file`: Minari's
-arrow layout plus ``episode_id``, the dataset's metadata in the schema). Each run of rows with one
-``episode_id`` is one episode, exactly as ``MinariDataset.iterate_episodes()`` returns it: the id,
-``T + 1`` observations (the last one included), ``T`` actions and rewards (the padding row
-dropped), and the flags of the last step -- ``terminated`` from ``terminations``, ``truncated``
-from ``truncations``. Where Minari has both set (a terminal on a time limit's last step), the
-episode is terminated (what bootstrapping needs; our episodes, like RLlib's, are one or the
-other). An episode with neither flag is a not-done fragment. JPEG-encoded image leaves are decoded
-with Pillow (imported on first use). Infos are not read. A dataset our ``convert`` wrote gives
-back the source's episode ids, ``t_started`` and extras (attrs ``source_id`` / ``t_started`` and
-datasets ``extras/<name>`` of an episode group, which Minari ignores;
-:mod:`..datasets.minari_write`); any other dataset, Minari's ids and no extras.
+Input is a step table (:func:`~.dataset.read_minari_file`: Minari's arrow layout plus
+``episode_id``, the dataset's metadata in the schema). Each run of rows with one ``episode_id`` is
+one episode, exactly as ``MinariDataset.iterate_episodes()`` returns it: the id, ``T + 1``
+observations (the last one included), ``T`` actions and rewards (the padding row dropped), and the
+flags of the last step -- ``terminated`` from ``terminations``, ``truncated`` from ``truncations``.
+Where Minari has both set (a terminal on a time limit's last step), the episode is terminated (what
+bootstrapping needs; our episodes, like RLlib's, are one or the other). An episode with neither flag
+is a not-done fragment. JPEG-encoded image leaves are decoded with Pillow (imported on first use).
+Infos are not read. A dataset our ``convert`` wrote gives back the source's episode ids,
+``t_started`` and extras (attrs ``source_id`` / ``t_started`` and datasets ``extras/<name>`` of an
+episode group, which Minari ignores; :mod:`.writer`); any other dataset, Minari's ids and no extras.
 
 **Composite observations** (Dict / Tuple spaces, nested): struct columns (the hdf5 backend's
-nested groups arrive as the same struct, :mod:`..datasets.minari`) become the flat
+nested groups arrive as the same struct, :mod:`.dataset`) become the flat
 ``{leaf path: [T + 1, ...]}`` maps of :mod:`offline_prelearner.episodes.observations`, each leaf
 shaped and typed by its space; such episodes are built as objects (views of the batch's leaf
 arrays), one per episode.
@@ -40,12 +39,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ...config import ReadConfig
-from ...episodes.episode_columns import EpisodeColumns
-from ...episodes.ledger import EpisodeBatch
-from ...episodes.validate import Miss, SpaceCheck
-from ...errors import DataError, DecodeError, EpisodeValidationError, SchemaError, Where
-from ..datasets.minari import (
+from ....config import ReadConfig
+from ....episodes.episode_columns import EpisodeColumns
+from ....episodes.ledger import EpisodeBatch
+from ....episodes.validate import Miss, SpaceCheck
+from ....errors import DataError, DecodeError, EpisodeValidationError, SchemaError, Where
+from ...optional import import_pil_image
+from ..composite import add_leaf_episodes
+from .dataset import (
     EXTRAS_KEY,
     METADATA_KEY,
     ORIGIN_KEY,
@@ -55,9 +56,8 @@ from ..datasets.minari import (
     leaf_shape_dtype,
     space_from_minari,
 )
-from ..datasets.optional import import_pil_image
 
-__all__ = ["MinariReader", "add_leaf_episodes", "decode_jpeg_column"]
+__all__ = ["MinariReader", "decode_jpeg_column"]
 
 
 class MinariReader:
@@ -218,20 +218,6 @@ class MinariReader:
                     reason="out_of_space",
                 )
         return sorted(found.items())
-
-
-def add_leaf_episodes(
-    out: EpisodeBatch, cols: EpisodeColumns, leaves: dict[str, np.ndarray]
-) -> None:
-    """Episodes with composite observations into ``out``, one object each: ``cols`` gives the
-    table (offsets, flags, ids) and the step columns, ``leaves`` the observations as
-    ``{leaf path: [rows, ...]}`` indexed by ``cols.obs_at`` (``cols.obs`` is not used). Each
-    episode holds views of the leaf arrays. Per-episode Python work: an
-    :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns` holds one plain
-    observation array, so composite episodes travel as objects (as the rows reader's do)."""
-    out.episodes.extend(cols.episodes(leaves))
-    out.source_rows.extend(cols.length.tolist())
-    out.sync()
 
 
 def _flags(table: pa.Table, name: str) -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ...errors import UnsupportedFormatError
+from ..errors import UnsupportedFormatError
 
 __all__ = ["MINARI_EXTRA", "import_h5py", "import_pil_image"]
 

@@ -1,7 +1,7 @@
 """A frame's columns as the rows reader uses them: :class:`RowColumns` (every canonical column
 converted to numpy, in frame row order), the conversions of single columns (ids, infos, id codes)
 and the helpers that say what is wrong with a column (file, column, episode, batch row).
-See :mod:`.rows`."""
+See :mod:`.reader`."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from ...episodes import columns as C
-from ...errors import DataError, SchemaError, Where
-from ..arrow_columns import ColumnValueError
+from ....episodes import columns as C
+from ....errors import DataError, SchemaError, Where
+from ...arrow_numpy import ColumnValueError
 from .frame import ColumnBatch, factorize
 
 __all__ = ["RowColumns", "factorize_column", "ids_column", "infos_column", "locate", "type_error"]

@@ -19,8 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...errors import DataError, EpisodeValidationError, SchemaError, Where
-from ..arrow_columns import column_to_numpy, from_numpy, to_numpy
+from ....errors import DataError, EpisodeValidationError, SchemaError, Where
+from ...arrow_numpy import column_to_numpy, from_numpy, to_numpy
 
 __all__ = [
     "ColumnBatch",

@@ -41,10 +41,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from ...episodes.episode import Episode
-from ...errors import ConfigError, UnsupportedFormatError, shown
-from .minari import _ID, space_to_minari
-from .optional import import_h5py
+from ....episodes.episode import Episode
+from ....errors import ConfigError, UnsupportedFormatError, shown
+from ...optional import import_h5py
+from .dataset import _ID, space_to_minari
 
 __all__ = ["MINARI_WRITE_VERSION", "infer_obs_space", "infer_space", "write_minari_dataset"]
 

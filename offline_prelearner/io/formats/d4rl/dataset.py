@@ -14,7 +14,7 @@ by key, nested), with each leaf's step shape under ``shapes["observations.<leaf 
 :func:`read_d4rl_file` returns those columns as an Arrow table (``fixed_size_list`` for
 multi-dimensional ones, flattened row-major; boolean ones as ``uint8`` 0/1, zero-copy both ways)
 whose schema metadata ``d4rl`` records each column's step shape;
-:class:`~offline_prelearner.io.readers.d4rl.D4RLReader` splits it into episodes.
+:class:`~offline_prelearner.io.formats.d4rl.reader.D4RLReader` splits it into episodes.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ...errors import DataError, SchemaError, Where
-from .minari import struct_of
-from .optional import import_h5py
+from ....errors import DataError, SchemaError, Where
+from ...optional import import_h5py
+from ..minari.dataset import struct_of
 
 __all__ = ["D4RL_COLUMNS", "D4RL_REQUIRED", "METADATA_KEY", "is_d4rl_file", "read_d4rl_file"]
 

@@ -1,7 +1,7 @@
 """Reader for D4RL HDF5 files (format ``d4rl``): flat transitions -> episodes.
 
-Input: a table from :func:`~offline_prelearner.io.datasets.d4rl.read_d4rl_file` (a whole file;
-rows in recording order). Episodes:
+Input: a table from :func:`~offline_prelearner.io.formats.d4rl.dataset.read_d4rl_file` (a whole
+file; rows in recording order). Episodes:
 
 * **Ends.** An episode ends after a row with ``terminals`` (terminated) or ``timeouts``
   (truncated: a time limit); a row with both is terminated (what bootstrapping needs).
@@ -23,7 +23,7 @@ rows in recording order). Episodes:
   observation inside an episode refuses that episode (reason ``discontinuous``), unless
   ``ReadConfig.check_continuity`` is off.
 
-**Composite observations** (``observations/<key>`` groups, nested; :mod:`..datasets.d4rl`):
+**Composite observations** (``observations/<key>`` groups, nested; :mod:`.dataset`):
 the leaves ride through the steps above as one record array (one field per leaf path; the
 continuity check compares whole rows, every leaf) and episodes get ``{leaf path: array}``
 observations, built as objects.
@@ -40,13 +40,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ...config import ReadConfig
-from ...episodes.episode_columns import EpisodeColumns
-from ...episodes.ledger import EpisodeBatch
-from ...errors import DataError, EpisodeValidationError, SchemaError, Where
-from ..datasets.d4rl import METADATA_KEY
-from .composite import records, split_records
-from .minari import add_leaf_episodes
+from ....config import ReadConfig
+from ....episodes.episode_columns import EpisodeColumns
+from ....episodes.ledger import EpisodeBatch
+from ....errors import DataError, EpisodeValidationError, SchemaError, Where
+from ..composite import add_leaf_episodes, records, split_records
+from .dataset import METADATA_KEY
 
 __all__ = ["D4RLReader", "split_d4rl"]
 

@@ -1,4 +1,14 @@
-"""Readers by format name, each loaded on first use.
+"""Readers by format name, each loaded on first use. Each turns a batch into episodes.
+
+A reader is any object with ``read(batch, source=None) -> EpisodeBatch`` (see
+:class:`~.formats.base.Reader`), built from a :class:`~offline_prelearner.config.ReadConfig`.
+``batch`` is an Arrow table or a dict of numpy columns (both Ray Data batch formats); ``source``
+names the file, for error messages.
+
+Built-in formats, one folder each under :mod:`.formats`: ``rows`` (one transition per row),
+``episodes`` (msgpack episode records in an ``item`` column), ``sample_batches`` (RLlib's
+old-stack SampleBatch / MultiAgentBatch records), ``minari`` (Minari datasets, any backend) and
+``d4rl`` (D4RL HDF5 files). Register more with :func:`register_reader`.
 
 The registry maps a format name to a small function that imports its reader and returns the
 factory (Minari's storage registry, ``"hdf5": get_hdf5_storage``), so this module never imports
@@ -18,13 +28,15 @@ from typing import Any, TypeAlias
 
 import pyarrow as pa
 
-from ...config import ReadConfig
-from ...episodes.ledger import EpisodeBatch
-from ...errors import UnsupportedFormatError
-from .base import Batch, Reader
+from ..config import ReadConfig
+from ..episodes.ledger import EpisodeBatch
+from ..errors import UnsupportedFormatError
+from .formats.base import Batch, Reader
 
 __all__ = [
     "AutoReader",
+    "Batch",
+    "Reader",
     "ReaderFactory",
     "available_formats",
     "detect_batch_format",
@@ -37,31 +49,31 @@ ReaderFactory: TypeAlias = Callable[[ReadConfig], Reader]
 
 
 def _rows() -> ReaderFactory:
-    from .rows import RowsReader
+    from .formats.rows.reader import RowsReader
 
     return RowsReader
 
 
 def _episodes() -> ReaderFactory:
-    from .episodes import EpisodesReader
+    from .formats.episodes.reader import EpisodesReader
 
     return EpisodesReader
 
 
 def _sample_batches() -> ReaderFactory:
-    from .sample_batches import SampleBatchesReader
+    from .formats.sample_batches.reader import SampleBatchesReader
 
     return SampleBatchesReader
 
 
 def _minari() -> ReaderFactory:
-    from .minari import MinariReader
+    from .formats.minari.reader import MinariReader
 
     return MinariReader
 
 
 def _d4rl() -> ReaderFactory:
-    from .d4rl import D4RLReader
+    from .formats.d4rl.reader import D4RLReader
 
     return D4RLReader
 

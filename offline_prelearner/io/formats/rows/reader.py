@@ -73,7 +73,7 @@ is emitted, but read each episode's rows in one stream (the batch job's units do
 episode reach one prelearner, in file order).
 
 Struct ``obs`` / ``new_obs`` columns (gymnasium Dict / Tuple spaces, nested) are read leaf by leaf
-(:mod:`.composite`) and give episodes whose observations are ``{leaf path: array}`` maps.
+(:mod:`..composite`) and give episodes whose observations are ``{leaf path: array}`` maps.
 
 Unmapped columns become per-step ``Episode.extras``; a mapped ``infos`` column becomes
 ``Episode.infos = [{}] + row infos``. Under ``on_invalid="skip"``/``"quarantine"`` a bad episode is
@@ -91,15 +91,15 @@ from typing import Any, cast
 import numpy as np
 import pyarrow as pa
 
-from ...config import ReadConfig
-from ...episodes import columns as C
-from ...episodes.episode import Episode
-from ...episodes.episode_columns import EpisodeColumns
-from ...episodes.ledger import EpisodeBatch
-from ...errors import ConfigError, DataError, EpisodeValidationError, SchemaError, Where
-from ..arrow_columns import ColumnValueError, decode_cells
-from ..schema import load_schema
-from .composite import is_struct, records, split_records, struct_leaves
+from ....config import ReadConfig
+from ....episodes import columns as C
+from ....episodes.episode import Episode
+from ....episodes.episode_columns import EpisodeColumns
+from ....episodes.ledger import EpisodeBatch
+from ....errors import ConfigError, DataError, EpisodeValidationError, SchemaError, Where
+from ...arrow_numpy import ColumnValueError, decode_cells
+from ...schema import load_schema
+from ..composite import is_struct, records, split_records, struct_leaves
 from .duplicates import find_duplicates
 from .frame import (
     ColumnBatch,
@@ -110,7 +110,7 @@ from .frame import (
     factorize,
     rows_differ,
 )
-from .row_columns import RowColumns, factorize_column, ids_column, infos_column, locate, type_error
+from .row_arrays import RowColumns, factorize_column, ids_column, infos_column, locate, type_error
 
 __all__ = ["RowsReader"]
 
@@ -317,7 +317,7 @@ class RowsReader:
 
     def _observations(self, frame: ColumnBatch, field: str, source: str | None) -> np.ndarray:
         """``obs`` / ``new_obs``: numeric, or a struct column (Dict / Tuple space) as a record
-        array of its leaves (:mod:`.composite`)."""
+        array of its leaves (:mod:`..composite`)."""
         col = self.schema.column(field) or field
         raw = frame.raw(col)
         if self.schema.codec(col) is None and is_struct(raw):

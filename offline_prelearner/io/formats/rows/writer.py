@@ -18,7 +18,7 @@ Edges:
 * Ids are written as strings (``str(id)``); ``agent_id`` / ``module_id`` columns have Arrow type
   ``null`` when every episode has ``None`` there, as RLlib's single-agent files do.
 * Per-step values with one or more dimensions (CartPole's ``obs`` of shape ``(4,)``) are laid out
-  by ``layout`` (:data:`~.fast_tensor.LAYOUTS`):
+  by ``layout`` (:data:`~...fast_tensor.LAYOUTS`):
 
   - ``"rllib"`` (the default here): Ray Data's fixed-shape tensor layout, written without
     importing Ray: a ``large_list<element>`` column of the flattened values whose field metadata
@@ -27,16 +27,16 @@ Edges:
   - ``"lists"``: plain nested ``fixed_size_list`` (``fixed_size_list<float>[4]``; an 8x8 grid is a
     list of 8 lists of 8), no extension: pandas, polars (``Array``), Hugging Face ``datasets`` and
     torch (through numpy) read numbers with the shape kept, without this library.
-  - ``"fast"``: the fast tensor layout (:mod:`.fast_tensor`: ``fixed_size_binary`` cells, dtype
+  - ``"fast"``: the fast tensor layout (:mod:`...fast_tensor`: ``fixed_size_binary`` cells, dtype
     and shape in the field metadata), which Parquet reads 10-30x faster for image-sized cells and
     only this library reads as arrays.
   - ``"auto"``: per column, ``"fast"`` for cells of at least
-    :data:`~.fast_tensor.FAST_MIN_CELL_BYTES` bytes, ``"lists"`` below (what ``process`` writes).
+    :data:`~...fast_tensor.FAST_MIN_CELL_BYTES` bytes, ``"lists"`` below (what ``process`` writes).
 * A composite observation (gymnasium Dict / Tuple, nested; a ``{leaf path: array}`` map, see
   :mod:`~offline_prelearner.episodes.observations`) is written as one column per leaf,
   ``obs.<path>`` and ``new_obs.<path>`` (``obs.goal.pos``, ``obs.pair.0``), each laid out as a
   plain column would be: the names the prelearner's output uses. Each leaf's space goes in its
-  field metadata with :func:`~.leaf_spaces.with_leaf_spaces` when the space is known. All
+  field metadata with :func:`~...leaf_spaces.with_leaf_spaces` when the space is known. All
   episodes must have the same leaves (``SchemaError`` otherwise).
 * All episodes must agree on the per-step shape of each column (``SchemaError`` otherwise); dtypes
   that differ are promoted with numpy's rules (int32 and int64 actions give int64).
@@ -54,11 +54,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..episodes import columns as C
-from ..episodes import observations as O
-from ..episodes.episode import Episode
-from ..errors import SchemaError, Where
-from .fast_tensor import (
+from ....episodes import columns as C
+from ....episodes import observations as O
+from ....episodes.episode import Episode
+from ....errors import SchemaError, Where
+from ...fast_tensor import (
     Layout,
     cell_layout,
     check_layout,

@@ -1,4 +1,4 @@
-"""Old-stack records -> flat per-step columns (what :mod:`.sample_batches` builds episodes from).
+"""Old-stack records -> flat per-step columns (what :mod:`.reader` builds episodes from).
 
 A *record* is one ``SampleBatch`` or ``MultiAgentBatch`` as RLlib's old ``JsonWriter`` wrote it:
 one JSON object per line, columns as lists (one value per step), or a whole column compressed into
@@ -28,10 +28,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...config import DecodeLimits
-from ...errors import DataError, DecodeError, SchemaError, Where
-from ..arrow_columns import ColumnValueError, to_numpy
-from ..codec import legacy_unpack
+from ....config import DecodeLimits
+from ....errors import DataError, DecodeError, SchemaError, Where
+from ...arrow_numpy import ColumnValueError, to_numpy
+from ...codec import legacy_unpack
 
 __all__ = ["BadRecord", "Parsed", "Part", "arrow_parts", "object_parts", "parse_record"]
 

@@ -1,0 +1,8 @@
+"""Format ``rows``: one transition per row (RLlib's recorder layout).
+
+* :mod:`.reader` -- :class:`~.reader.RowsReader`: rows -> episodes;
+* :mod:`.frame` -- a batch's columns grouped by episode, in step order;
+* :mod:`.row_arrays` -- the per-row arrays the reader builds episodes from;
+* :mod:`.duplicates` -- rows seen twice, found and counted;
+* :mod:`.writer` -- episodes -> rows, as Arrow and Parquet.
+"""
