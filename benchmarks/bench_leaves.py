@@ -20,7 +20,8 @@ import pyarrow as pa
 from offline_prelearner.config import ReadConfig
 from offline_prelearner.io.formats.rows.reader import RowsReader
 from offline_prelearner.replay import EpisodeReplayBuffer
-from offline_prelearner.replay.samplers import Transition, Uniform
+from offline_prelearner.replay.samplers import Uniform
+from offline_prelearner.replay.units import Transition
 
 WIDTH, EP_LEN, BATCH = 16, 200, 256
 

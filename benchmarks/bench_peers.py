@@ -135,8 +135,8 @@ def blocks(fn: Any, calls: int = CALLS, n_blocks: int = BLOCKS) -> C.Timing:
 def run_ours(D: ModuleType, only: set[str], repeats: int) -> list[dict[str, Any]]:
     from offline_prelearner.replay.prioritized import PrioritizedEpisodeReplayBuffer
     from offline_prelearner.replay.replay_buffer import EpisodeReplayBuffer
-    from offline_prelearner.replay.samplers import NStep
     from offline_prelearner.replay.samplers.prioritized import Prioritized
+    from offline_prelearner.replay.units import NStep
 
     d = D.make_vector_dataset()
     eps = episodes_of(D, d)
@@ -231,7 +231,7 @@ def run_ours_pixels(D: ModuleType, sampling: Any) -> list[dict[str, Any]]:
     new_obs ``[32, 4, 84, 84]``, frames before an episode's start repeat its first)."""
     from offline_prelearner.episodes.episode import Episode
     from offline_prelearner.replay.replay_buffer import EpisodeReplayBuffer
-    from offline_prelearner.replay.samplers import FrameStack
+    from offline_prelearner.replay.units import FrameStack
 
     p = D.make_pixel_dataset()
     eps = []

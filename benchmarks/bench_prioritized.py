@@ -92,9 +92,9 @@ def td_errors(count: int, seed: int = 1) -> np.ndarray:
 def ours(args: argparse.Namespace) -> list[dict[str, Any]]:
     from offline_prelearner.episodes.episode import Episode
     from offline_prelearner.replay.prioritized import PrioritizedEpisodeReplayBuffer
-    from offline_prelearner.replay.samplers import NStep
     from offline_prelearner.replay.samplers.prioritized import Prioritized
-    from offline_prelearner.replay.segment_tree import SumTree
+    from offline_prelearner.replay.samplers.segment_tree import SumTree
+    from offline_prelearner.replay.units import NStep
 
     steps = args.timesteps
     raw = cartpole_like(steps)

@@ -37,7 +37,7 @@ from offline_prelearner.replay import (
     MultiAgentEpisodeReplayBuffer,
     Reservoir,
 )
-from offline_prelearner.replay.samplers import FrameStack, NStep, Sequence, Transition
+from offline_prelearner.replay.units import FrameStack, NStep, Sequence, Transition
 
 RLLIB_PYTHON = os.environ.get("RLLIB_PYTHON") or str(
     Path(

@@ -95,7 +95,8 @@ def main() -> None:
     from offline_prelearner.episodes.episode_columns import EpisodeColumns
     from offline_prelearner.replay.prioritized import PrioritizedEpisodeReplayBuffer
     from offline_prelearner.replay.samplers.prioritized import Prioritized
-    from offline_prelearner.replay.shards import ShardedReplayBuffer, shard_of
+    from offline_prelearner.replay.shards import ShardedReplayBuffer
+    from offline_prelearner.replay.shards.routing import shard_of
 
     C.log("loading episodes")
     chunks = load_chunks(data, 100_000 if args.quick else None)

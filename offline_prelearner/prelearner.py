@@ -39,9 +39,9 @@ from .plugins import import_object
 from .replay.batch import MultiAgentBatch, SampleBatch
 from .replay.build import build_buffer, build_unit
 from .replay.replay_buffer import EpisodeReplayBuffer
-from .replay.samplers import Prioritized
-from .replay.samplers.base import SampleUnit
 from .replay.samplers.in_order import InOrder
+from .replay.samplers.prioritized import Prioritized
+from .replay.units.base import SampleUnit
 
 __all__ = ["OfflinePreLearner"]
 

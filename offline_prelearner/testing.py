@@ -41,8 +41,9 @@ from .io.formats.rows.writer import episodes_to_rows
 from .prelearner import OfflinePreLearner
 from .replay.batch import MODULE_ID, SampleBatch
 from .replay.replay_buffer import EpisodeReplayBuffer
-from .replay.samplers.base import Sampler, SampleUnit
-from .replay.samplers.transition import Transition
+from .replay.samplers.base import Sampler
+from .replay.units.base import SampleUnit
+from .replay.units.transition import Transition
 
 
 def _pickle_roundtrip(obj: Any) -> Any:

@@ -176,8 +176,8 @@ def test_nest_rebuilds_the_dicts() -> None:
 
 def _buffer_samples(eps: list[Episode], capacity: int, frames: int | None = None) -> Any:
     from offline_prelearner.replay import EpisodeReplayBuffer
-    from offline_prelearner.replay.samplers import FrameStack, Transition
     from offline_prelearner.replay.samplers.in_order import InOrder
+    from offline_prelearner.replay.units import FrameStack, Transition
 
     unit: Any = Transition() if frames is None else FrameStack(frames, Transition())
     buf = EpisodeReplayBuffer(capacity, InOrder(), unit, seed=0)
@@ -286,7 +286,7 @@ def test_the_prelearner_writes_a_column_per_leaf_and_the_learner_gets_nested_dic
 
 
 def _units() -> list[Any]:
-    from offline_prelearner.replay.samplers import FrameStack, NStep, Sequence, Transition
+    from offline_prelearner.replay.units import FrameStack, NStep, Sequence, Transition
 
     return [
         Transition(),
@@ -367,7 +367,7 @@ def test_each_leaf_column_carries_its_space_in_the_field_metadata() -> None:
 
 
 def test_composite_episodes_travel_to_shards_as_themselves() -> None:
-    from offline_prelearner.replay.sharding import to_columns
+    from offline_prelearner.replay.shards.routing import to_columns
 
     space = {"observation": ("float32", (3,))}
     (ep,) = _episodes(space, [3], seed=7)

@@ -30,7 +30,8 @@ from offline_prelearner.config import (
 from offline_prelearner.episodes.ledger import EpisodeBatch
 from offline_prelearner.errors import ConfigError
 from offline_prelearner.replay.build import build_buffer
-from offline_prelearner.replay.samplers import NStep, Prioritized
+from offline_prelearner.replay.samplers import Prioritized
+from offline_prelearner.replay.units import NStep
 
 
 def _accepts(make: Any) -> bool:

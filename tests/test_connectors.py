@@ -37,7 +37,7 @@ from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import ConfigError, DataError, EpisodeValidationError, SchemaError
 from offline_prelearner.replay import EpisodeReplayBuffer
 from offline_prelearner.replay.batch import SampleBatch
-from offline_prelearner.replay.samplers import FrameStack, Sequence, Transition
+from offline_prelearner.replay.units import FrameStack, Sequence, Transition
 
 SETTINGS = settings(max_examples=60, deadline=None)
 CTX = ConnectorContext()

@@ -187,7 +187,8 @@ def test_rows_reader_hands_over_split_observations_and_the_buffer_stores_the_sam
     from offline_prelearner.config import ReadConfig
     from offline_prelearner.io.readers import make_reader
     from offline_prelearner.replay.replay_buffer import EpisodeReplayBuffer
-    from offline_prelearner.replay.samplers import Transition, Uniform
+    from offline_prelearner.replay.samplers import Uniform
+    from offline_prelearner.replay.units import Transition
 
     table = pq.read_table(sorted((REPO / "datasets/cartpole-v1/rows").glob("*.parquet"))[0])
     batch = make_reader(ReadConfig()).read(table)

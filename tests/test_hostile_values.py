@@ -37,7 +37,7 @@ from offline_prelearner.config import (
 )
 from offline_prelearner.errors import ConfigError, Where, shown
 from offline_prelearner.replay.replay_buffer import EpisodeReplayBuffer
-from offline_prelearner.replay.storage import EpisodeStorage
+from offline_prelearner.replay.storage.ring import EpisodeStorage
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS = sorted((REPO / "datasets" / "cartpole-v1" / "rows").glob("*.parquet"))

@@ -21,7 +21,8 @@ from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.ledger import EpisodeBatch
 from offline_prelearner.prelearner import OfflinePreLearner
 from offline_prelearner.replay.batch import MultiAgentBatch, SampleBatch
-from offline_prelearner.replay.samplers import NStep, Prioritized, Sequence, Uniform
+from offline_prelearner.replay.samplers import Prioritized, Uniform
+from offline_prelearner.replay.units import NStep, Sequence
 
 
 # =============================================================================================

@@ -23,7 +23,7 @@ from ..config import check_bool, check_float, check_int
 from ..episodes import columns as C
 from ..errors import ConfigError, DataError, SchemaError, Where
 from ..replay.batch import SampleBatch
-from ..replay.samplers.sequence import SEQ_LENS
+from ..replay.units.sequence import SEQ_LENS
 from .base import Connector, ConnectorContext
 from .stats import RunningMeanStd
 

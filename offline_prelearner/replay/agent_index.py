@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .storage import EpisodeStorage, normalize_id
+from .storage.ring import EpisodeStorage, normalize_id
 
 __all__ = ["Names", "agent_key", "decode", "encode", "episode_code", "merge"]
 

@@ -1,7 +1,7 @@
 """The one definition of "the buffer a config describes": its sample unit and its buffer.
 
 :class:`~offline_prelearner.prelearner.OfflinePreLearner` (whose ``build_unit`` /
-``build_buffer`` hooks call these) and :class:`~offline_prelearner.replay.shards.ReplayShard`
+``build_buffer`` hooks call these) and :class:`~offline_prelearner.replay.shards.shard.ReplayShard`
 both build their buffers here, so a prelearner's buffer and a shard's buffer for the same config
 are the same kind, with the same unit, rate limit and eviction.
 
@@ -20,13 +20,13 @@ from .mixin import MixInReplayBuffer
 from .rate_limit import SampleToInsertRatio
 from .replay_buffer import EpisodeReplayBuffer
 from .reservoir import Reservoir
-from .samplers.base import SampleUnit
-from .samplers.n_step import NStep
 from .samplers.prioritized import Prioritized
-from .samplers.sequence import Sequence
-from .samplers.stack import FrameStack
-from .samplers.transition import Transition
 from .samplers.uniform import Uniform
+from .units.base import SampleUnit
+from .units.n_step import NStep
+from .units.sequence import Sequence
+from .units.stack import FrameStack
+from .units.transition import Transition
 
 __all__ = ["build_buffer", "build_unit"]
 

@@ -49,11 +49,12 @@ import numpy.typing as npt
 from ..config import check_float
 from ..errors import ConfigError, DataError, EmptyBufferError, Where
 from .batch import SampleBatch
-from .changes import Change, Placements
 from .rate_limit import SampleToInsertRatio
 from .replay_buffer import EpisodeReplayBuffer, _batch_size, expand_changes
 from .reservoir import Reservoir
-from .samplers.base import Sampler, SampleUnit, UpdatableSampler, ValidStarts, ranges
+from .samplers.base import Sampler, UpdatableSampler, ValidStarts, ranges
+from .storage.changes import Change, Placements
+from .units.base import SampleUnit
 
 __all__ = ["MixInReplayBuffer"]
 

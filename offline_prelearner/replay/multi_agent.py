@@ -48,9 +48,10 @@ from .agent_index import Names, agent_key, decode, encode, episode_code, merge
 from .batch import MultiAgentBatch, SampleBatch
 from .mixin import MixInReplayBuffer
 from .replay_buffer import INDICES, EpisodeReplayBuffer, _batch_size
-from .samplers.base import SampleUnit, UpdatableSampler, ranges
+from .samplers.base import UpdatableSampler, ranges
 from .samplers.uniform import Uniform
-from .storage import normalize_id
+from .storage.ring import normalize_id
+from .units.base import SampleUnit
 
 __all__ = ["AGENT_ID", "DEFAULT_MODULE_ID", "MultiAgentEpisodeReplayBuffer"]
 

@@ -22,8 +22,9 @@ import numpy.typing as npt
 
 from ..errors import ConfigError
 from .replay_buffer import EpisodeReplayBuffer
-from .samplers.base import SampleUnit, UpdatableSampler
+from .samplers.base import UpdatableSampler
 from .samplers.prioritized import Prioritized
+from .units.base import SampleUnit
 
 __all__ = ["PrioritizedEpisodeReplayBuffer"]
 

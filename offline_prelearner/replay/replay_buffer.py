@@ -31,11 +31,12 @@ from . import checkpoint
 from .batch import SampleBatch
 from .rate_limit import SampleToInsertRatio
 from .reservoir import Reservoir
-from .samplers.base import Sampler, SampleUnit, StepTable, ValidStarts, ranges
+from .samplers.base import Sampler, ValidStarts, ranges
 from .samplers.prioritized import Prioritized
-from .samplers.transition import Transition, ones
 from .samplers.uniform import Uniform
-from .storage import Change, EpisodeStorage, Placements
+from .storage.ring import Change, EpisodeStorage, Placements
+from .units.base import SampleUnit, StepTable, ones
+from .units.transition import Transition
 
 __all__ = ["INDICES", "EpisodeReplayBuffer"]
 

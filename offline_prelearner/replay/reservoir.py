@@ -27,7 +27,7 @@ holds the episodes with the smallest keys that fit. Streaming, that is one numbe
   a refused or evicted episode is refused too (its key is >= the threshold), and re-sending an
   evicted episode does not bring it back.
 
-**Where they are stored.** The ring of :mod:`.storage` writes only at its head, so admitted
+**Where they are stored.** The ring of :mod:`.storage.ring` writes only at its head, so admitted
 episodes go to the head, and evicted ones leave holes behind it. The budget is ``capacity``
 less a ``headroom`` fraction; when the head reaches the end of the ring, the held episodes are
 *compacted* to its start (one vectorized, chunked gather per column, in place) and writing goes on
@@ -54,9 +54,9 @@ import numpy as np
 from ..config import MAX_SEED, check_float, check_int
 from ..episodes.episode import Episode
 from ..errors import ConfigError, DataError, EpisodeValidationError, Where
-from .obs_columns import same_obs
 from .samplers.base import ranges
-from .storage import Change, EpisodeStorage, normalize_id
+from .storage.obs_leaves import same_obs
+from .storage.ring import Change, EpisodeStorage, normalize_id
 
 __all__ = ["Reservoir", "ReservoirStorage"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from offline_prelearner.replay import kernels
+from offline_prelearner.replay.samplers import kernels
 
 BACKENDS = [
     "numpy",

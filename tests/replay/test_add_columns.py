@@ -21,7 +21,7 @@ from test_add_many import assert_same, buffers, sequential_add, streams
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.episode_columns import EpisodeColumns
 from offline_prelearner.errors import EpisodeValidationError
-from offline_prelearner.replay.placement import layout as _layout
+from offline_prelearner.replay.storage.placement import layout as _layout
 
 columns_of = EpisodeColumns.from_episodes
 

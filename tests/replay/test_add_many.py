@@ -21,7 +21,7 @@ from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import EpisodeValidationError
 from offline_prelearner.replay import EpisodeReplayBuffer
 from offline_prelearner.replay.samplers import Uniform
-from offline_prelearner.replay.storage import Change, EpisodeStorage, Placements
+from offline_prelearner.replay.storage.ring import Change, EpisodeStorage, Placements
 
 
 class Recorder(Uniform):

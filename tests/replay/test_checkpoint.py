@@ -10,7 +10,7 @@ import pytest
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import ConfigError, DecodeError
 from offline_prelearner.replay import EpisodeReplayBuffer
-from offline_prelearner.replay.samplers import FrameStack, NStep, Sequence, Transition
+from offline_prelearner.replay.units import FrameStack, NStep, Sequence, Transition
 
 
 def episodes(n=30, seed=0, ids="str", prefix="ep"):

@@ -38,7 +38,8 @@ from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import ConfigError, DataError, DecodeError, EmptyBufferError
 from offline_prelearner.replay import EpisodeReplayBuffer, MixInReplayBuffer, Reservoir
 from offline_prelearner.replay.prioritized import PrioritizedEpisodeReplayBuffer as PER
-from offline_prelearner.replay.samplers import NStep, Prioritized, Transition
+from offline_prelearner.replay.samplers import Prioritized
+from offline_prelearner.replay.units import NStep, Transition
 
 REPO = Path(__file__).resolve().parents[2]
 KILLS = int(os.environ.get("OFFLINE_PRELEARNER_CKPT_KILLS", "15"))

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import EpisodeValidationError
 from offline_prelearner.replay import EpisodeReplayBuffer
-from offline_prelearner.replay.samplers import NStep
-from offline_prelearner.replay.samplers.n_step import FixedNStepTable
+from offline_prelearner.replay.units import NStep
+from offline_prelearner.replay.units.n_step import FixedNStepTable
 
 
 def assert_same_as_range_path(buf: EpisodeReplayBuffer) -> None:

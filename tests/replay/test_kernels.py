@@ -19,11 +19,11 @@ from buffer_helpers import make_episode as _make_episode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from offline_prelearner.replay import kernels
 from offline_prelearner.replay.prioritized import PrioritizedEpisodeReplayBuffer
-from offline_prelearner.replay.samplers import NStep
+from offline_prelearner.replay.samplers import kernels
 from offline_prelearner.replay.samplers.prioritized import Prioritized
-from offline_prelearner.replay.segment_tree import MinTree, SumTree, write_unique
+from offline_prelearner.replay.samplers.segment_tree import MinTree, SumTree, write_unique
+from offline_prelearner.replay.units import NStep
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="numba is unavailable")
 
@@ -60,7 +60,7 @@ def test_unknown_backend_is_an_error():
 
 def test_environment_turns_numba_off_without_importing_it():
     code = (
-        "import sys; from offline_prelearner.replay import kernels, segment_tree;"
+        "import sys; from offline_prelearner.replay.samplers import kernels, segment_tree;"
         "t = segment_tree.SumTree(4); t.update([1], [1.0]); t.find_prefixsum([0.5]);"
         "print(kernels.backend(), kernels.available(), t._kernels is None, 'numba' in sys.modules)"
     )

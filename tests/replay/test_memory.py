@@ -1,6 +1,6 @@
-"""Memory for the buffer's large columns (``replay/memory.py``): zero-filled, writable arrays in
-their own anonymous mapping above LARGE, numpy's below; numpy's huge-page advice turned off in
-our worker processes unless the user chose."""
+"""Memory for the buffer's large columns (``replay/storage/memory.py``): zero-filled, writable
+arrays in their own anonymous mapping above LARGE, numpy's below; numpy's huge-page advice turned
+off in our worker processes unless the user chose."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from offline_prelearner.replay.memory import LARGE, zeroed
+from offline_prelearner.replay.storage.memory import LARGE, zeroed
 
 
 def test_large_columns_are_their_own_zeroed_writable_mapping() -> None:
@@ -40,7 +40,7 @@ def test_small_and_object_columns_are_plain_numpy() -> None:
 def _hugepage_after(env: dict[str, str]) -> str:
     code = (
         "import numpy as np\n"
-        "from offline_prelearner.replay.memory import small_pages_for_numpy\n"
+        "from offline_prelearner.replay.storage.memory import small_pages_for_numpy\n"
         "off = small_pages_for_numpy()\n"
         "print(off, np._core.multiarray._get_madvise_hugepage())\n"
     )
@@ -61,7 +61,7 @@ def test_numpy_huge_pages_off_unless_the_user_chose() -> None:
 _FAULTS = """
 import resource, sys
 import numpy as np
-from offline_prelearner.replay.memory import reuse_freed_heap
+from offline_prelearner.replay.storage.memory import reuse_freed_heap
 if sys.argv[1] == "1":
     assert reuse_freed_heap()
 def faults(n=8):
@@ -98,7 +98,7 @@ def test_freed_heap_is_reused_not_faulted_in_again() -> None:
 
 
 def test_a_users_own_glibc_tuning_is_left_alone(monkeypatch) -> None:
-    from offline_prelearner.replay.memory import reuse_freed_heap
+    from offline_prelearner.replay.storage.memory import reuse_freed_heap
 
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
     assert reuse_freed_heap() is False
@@ -107,7 +107,7 @@ def test_a_users_own_glibc_tuning_is_left_alone(monkeypatch) -> None:
 _AHEAD = """
 import resource, sys, time
 import numpy as np
-from offline_prelearner.replay.memory import fault_in_ahead, zeroed
+from offline_prelearner.replay.storage.memory import fault_in_ahead, zeroed
 ring = zeroed((4000, 84, 84, 4), np.uint8)  # 113 MB
 ring[1000:1010] = 9  # written before: the helper must leave these bytes as they are
 if sys.argv[1] == "1":
@@ -148,7 +148,7 @@ def test_a_forked_child_faults_in_with_its_own_helper() -> None:
     (otherwise its jobs would wait forever, holding their arrays)."""
     if not hasattr(os, "fork"):
         return
-    from offline_prelearner.replay.memory import _FaultIn, fault_in_ahead, zeroed
+    from offline_prelearner.replay.storage.memory import _FaultIn, fault_in_ahead, zeroed
 
     ring = zeroed((600, 84, 84, 4), np.uint8)
     fault_in_ahead(ring, 0, 10)

@@ -20,14 +20,8 @@ from offline_prelearner.replay import (
     Reservoir,
     SampleToInsertRatio,
 )
-from offline_prelearner.replay.samplers import (
-    FrameStack,
-    NStep,
-    Prioritized,
-    Sequence,
-    Transition,
-    Uniform,
-)
+from offline_prelearner.replay.samplers import Prioritized, Uniform
+from offline_prelearner.replay.units import FrameStack, NStep, Sequence, Transition
 
 
 def window(unit) -> int:

@@ -25,7 +25,8 @@ from offline_prelearner.replay import (
 )
 from offline_prelearner.replay.agent_index import merge as _merge
 from offline_prelearner.replay.batch import MultiAgentBatch
-from offline_prelearner.replay.samplers import NStep, Prioritized, Transition, Uniform
+from offline_prelearner.replay.samplers import Prioritized, Uniform
+from offline_prelearner.replay.units import NStep, Transition
 
 
 def shared_or_solo(agent, episode):

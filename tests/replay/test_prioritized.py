@@ -21,11 +21,12 @@ from hypothesis import strategies as st
 
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import ConfigError, DataError, EmptyBufferError
-from offline_prelearner.replay import EpisodeReplayBuffer, kernels
+from offline_prelearner.replay import EpisodeReplayBuffer
 from offline_prelearner.replay.prioritized import PrioritizedEpisodeReplayBuffer
-from offline_prelearner.replay.samplers import NStep, Transition
+from offline_prelearner.replay.samplers import kernels
 from offline_prelearner.replay.samplers.prioritized import Prioritized
 from offline_prelearner.replay.samplers.uniform import Uniform
+from offline_prelearner.replay.units import NStep, Transition
 
 
 # Every test here runs on both backends: numba's compiled loops and the numpy fallback.

@@ -17,7 +17,7 @@ from offline_prelearner.replay import (
     RateLimitExceeded,
     SampleToInsertRatio,
 )
-from offline_prelearner.replay.samplers import Sequence
+from offline_prelearner.replay.units import Sequence
 
 
 def allowed_ref(ratio: str, burst: int, added: int, drawn: int, starts: int) -> int:

@@ -13,15 +13,8 @@ from hypothesis import strategies as st
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import ConfigError, EmptyBufferError, EpisodeValidationError
 from offline_prelearner.replay import INDICES, EpisodeReplayBuffer
-from offline_prelearner.replay.samplers import (
-    FrameStack,
-    NStep,
-    Sampler,
-    Sequence,
-    Transition,
-    Uniform,
-    ValidStarts,
-)
+from offline_prelearner.replay.samplers import Sampler, Uniform, ValidStarts
+from offline_prelearner.replay.units import FrameStack, NStep, Sequence, Transition
 
 
 def chi_square_critical(df: int, z: float = 3.09) -> float:

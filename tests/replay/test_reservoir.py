@@ -21,7 +21,8 @@ from offline_prelearner.replay import (
     EpisodeReplayBuffer,
     Reservoir,
 )
-from offline_prelearner.replay.samplers import NStep, Prioritized, Sequence, Transition
+from offline_prelearner.replay.samplers import Prioritized
+from offline_prelearner.replay.units import NStep, Sequence, Transition
 
 
 # ---------------------------------------------------------------------- plain references

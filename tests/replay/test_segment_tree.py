@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from offline_prelearner.errors import DataError
-from offline_prelearner.replay import kernels
-from offline_prelearner.replay.segment_tree import MinTree, SumTree, write_where_positive
+from offline_prelearner.replay.samplers import kernels
+from offline_prelearner.replay.samplers.segment_tree import MinTree, SumTree, write_where_positive
 
 
 # Every test here runs on both backends: numba's compiled loops and the numpy fallback.

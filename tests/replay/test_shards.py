@@ -24,7 +24,8 @@ from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.episode_columns import EpisodeColumns
 from offline_prelearner.errors import ConfigError, DataError, EmptyBufferError
 from offline_prelearner.prelearner import OfflinePreLearner
-from offline_prelearner.replay.sharding import (
+from offline_prelearner.replay.shards import ReplayShard, ShardedReplayBuffer
+from offline_prelearner.replay.shards.routing import (
     compact,
     decode_handles,
     encode_handles,
@@ -34,7 +35,6 @@ from offline_prelearner.replay.sharding import (
     split_counts,
     to_columns,
 )
-from offline_prelearner.replay.shards import ReplayShard, ShardedReplayBuffer
 
 M64 = (1 << 64) - 1
 
@@ -79,7 +79,7 @@ def test_shard_of_matches_a_plain_reference(eids: list[Any], n: int) -> None:
 def test_shard_of_is_the_same_in_another_process() -> None:
     eids = [0, 1, 2**40, -5, "a", "eps-7f3c", "ünï"]
     code = (
-        "from offline_prelearner.replay.sharding import shard_of;"
+        "from offline_prelearner.replay.shards.routing import shard_of;"
         f"print(shard_of({eids!r}, 7).tolist())"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}

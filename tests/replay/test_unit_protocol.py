@@ -12,10 +12,10 @@ from buffer_helpers import make_episode
 from offline_prelearner.errors import ConfigError
 from offline_prelearner.replay import EpisodeReplayBuffer
 from offline_prelearner.replay.batch import SampleBatch
-from offline_prelearner.replay.samplers import NStep, Transition
-from offline_prelearner.replay.samplers.n_step import FixedNStepTable
-from offline_prelearner.replay.samplers.stack import FrameStack
-from offline_prelearner.replay.storage import EpisodeStorage
+from offline_prelearner.replay.storage.ring import EpisodeStorage
+from offline_prelearner.replay.units import NStep, Transition
+from offline_prelearner.replay.units.n_step import FixedNStepTable
+from offline_prelearner.replay.units.stack import FrameStack
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import ConfigError
 from offline_prelearner.replay import EpisodeReplayBuffer
 from offline_prelearner.replay.batch import MultiAgentBatch, SampleBatch
-from offline_prelearner.replay.samplers import FrameStack, NStep, Sequence, Transition
+from offline_prelearner.replay.units import FrameStack, NStep, Sequence, Transition
 
 SETTINGS = settings(max_examples=40, deadline=None)
 

@@ -1,24 +1,25 @@
-"""Samplers (which steps are drawn) and sample units (what each step expands into)."""
+"""Samplers: which valid start slots a batch draws.
 
-from .base import Sampler, SamplerState, SampleUnit, UpdatableSampler, ValidStarts, ranges
-from .n_step import NStep
+* :mod:`.base` -- the :class:`Sampler` protocol and its vocabulary (slots, rows, valid starts);
+* :mod:`.uniform`, :mod:`.prioritized` (on the :mod:`.segment_tree` sum and min trees, whose
+  compiled loops are :mod:`.kernels`), :mod:`.in_order`.
+
+What each drawn slot expands into is a sample unit: :mod:`offline_prelearner.replay.units`.
+"""
+
+from .base import Sampler, SamplerState, UpdatableSampler, ValidStarts, ranges
+from .in_order import InOrder
 from .prioritized import Prioritized
-from .sequence import LOSS_MASK, SEQ_LENS, Sequence
-from .stack import FrameStack
-from .transition import Transition
+from .segment_tree import MinTree, SumTree
 from .uniform import Uniform
 
 __all__ = [
-    "LOSS_MASK",
-    "SEQ_LENS",
-    "FrameStack",
-    "NStep",
+    "InOrder",
+    "MinTree",
     "Prioritized",
-    "SampleUnit",
     "Sampler",
     "SamplerState",
-    "Sequence",
-    "Transition",
+    "SumTree",
     "Uniform",
     "UpdatableSampler",
     "ValidStarts",

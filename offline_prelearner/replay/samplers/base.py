@@ -1,6 +1,6 @@
-"""The two plug points of replay: a :class:`Sampler` chooses WHICH steps, a :class:`SampleUnit`
-says WHAT each chosen step expands into (one transition, an n-step transition, a sequence, a frame
-stack). Any sampler works with any unit; the buffer (``replay/replay_buffer.py``) composes them.
+"""The sampler protocol: a :class:`Sampler` chooses WHICH steps; a sample unit
+(:mod:`offline_prelearner.replay.units.base`) says WHAT each chosen step expands into. Any sampler
+works with any unit; the buffer (``replay/replay_buffer.py``) composes them.
 
 Vocabulary shared by every sampler and unit:
 
@@ -38,14 +38,11 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import numpy as np
 
 if TYPE_CHECKING:
-    from ..batch import SampleBatch
-    from ..storage import EpisodeStorage
+    from ..storage.ring import EpisodeStorage
 
 __all__ = [
-    "SampleUnit",
     "Sampler",
     "SamplerState",
-    "StepTable",
     "UpdatableSampler",
     "ValidStarts",
     "ranges",
@@ -135,59 +132,3 @@ class UpdatableSampler(Sampler, Protocol):
     def update_priorities(
         self, storage: EpisodeStorage, handles: np.ndarray, priorities: np.ndarray
     ) -> int: ...
-
-
-class StepTable(Protocol):
-    """A per-slot cache a unit keeps in step with the buffer's valid starts (NStep's n-step
-    returns, precomputed at add time so that a draw only gathers).
-
-    The buffer feeds it the slots that become valid starts (``on_add``, the same slots its sampler
-    gets), and again the ``refresh_from(first)`` slots before a placement's new starts (their
-    windows may have changed when a fragment joined); ``rebuild`` after a restore. ``expand``
-    gives what the unit's own ``expand`` would.
-    """
-
-    def refresh_from(self, first: np.ndarray) -> np.ndarray: ...
-
-    def on_add(self, storage: EpisodeStorage, slots: np.ndarray) -> None: ...
-
-    def rebuild(self, storage: EpisodeStorage, slots: np.ndarray) -> None: ...
-
-    def expand(
-        self, slots: np.ndarray, rows: np.ndarray, storage: EpisodeStorage
-    ) -> SampleBatch: ...
-
-
-@runtime_checkable
-class SampleUnit(Protocol):
-    """What one chosen start step expands into.
-
-    ``valid_starts(lengths, done)`` is vectorized over episodes: for each episode of ``lengths[i]``
-    stored steps (``done[i]``: terminated or truncated) how many of its first steps may start a
-    sample. For a finished episode that is usually every step; for an unfinished one only the steps
-    whose whole window is stored (the rest become valid when the episode continues).
-
-    ``expand(slots, rows, storage, rng, frames=None)`` gathers the batch for those start slots
-    (``rows`` are their table rows) with index arrays, no per-sample loop; ``rng`` is for units
-    that draw something per sample (an n-step range). With ``frames=k`` every observation column
-    comes back as the stack of the last ``k`` observations (``[B, k, *obs_shape]``, older frames
-    clipped at the episode's first slot: :func:`~.transition.stack_index`); that is how
-    :class:`~.stack.FrameStack` stacks frames over any unit.
-
-    ``step_table()`` is the unit's per-slot cache (a :class:`StepTable`) the buffer keeps and
-    draws from instead of ``expand``, or None (the usual answer): a fresh one per call, since
-    each buffer holds its own.
-    """
-
-    def valid_starts(self, lengths: np.ndarray, done: np.ndarray) -> np.ndarray: ...
-
-    def expand(
-        self,
-        slots: np.ndarray,
-        rows: np.ndarray,
-        storage: EpisodeStorage,
-        rng: np.random.Generator,
-        frames: int | None = None,
-    ) -> SampleBatch: ...
-
-    def step_table(self) -> StepTable | None: ...

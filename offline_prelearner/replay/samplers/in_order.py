@@ -9,7 +9,7 @@ import numpy as np
 from .base import SamplerState, ValidStarts
 
 if TYPE_CHECKING:
-    from ..storage import EpisodeStorage
+    from ..storage.ring import EpisodeStorage
 
 __all__ = ["InOrder"]
 

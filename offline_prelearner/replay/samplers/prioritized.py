@@ -36,11 +36,11 @@ import numpy.typing as npt
 
 from ...config import check_bool, check_eps, check_float
 from ...errors import ConfigError, DataError, EmptyBufferError, Where
-from ..segment_tree import MinTree, SumTree, write_unique, write_where_positive
 from .base import SamplerState, ValidStarts
+from .segment_tree import MinTree, SumTree, write_unique, write_where_positive
 
 if TYPE_CHECKING:
-    from ..storage import EpisodeStorage
+    from ..storage.ring import EpisodeStorage
 
 __all__ = ["Prioritized"]
 

@@ -1,7 +1,7 @@
 """How replay data spreads over shards: routing, global handles, the split of a batch over
 shards, global importance weights, and episodes packed as columns for the trip to a shard.
 
-Plain numpy, no Ray: :mod:`.shards` (the client, which talks to Ray) and :mod:`.replay_shard`
+Plain numpy, no Ray: :mod:`.sharded_buffer` (the client, which talks to Ray) and :mod:`.shard`
 (what each shard actor runs) use these, and each is tested on its own, the math against plain
 references. Episodes travel as :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns`
 (what the rows reader builds).
@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..episodes.episode import Episode
-from ..episodes.episode_columns import EpisodeColumns
-from .table import normalize_id
+from ...episodes.episode import Episode
+from ...episodes.episode_columns import EpisodeColumns
+from ..storage.table import normalize_id
 
 __all__ = [
     "compact",

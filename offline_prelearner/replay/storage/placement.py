@@ -15,7 +15,7 @@ stretch of one that fits before the end of the ring with one copy per column:
   wrap the ring (the ordinary ``add`` handles it).
 
 It never touches the storage: the storage enters what was placed in its table and counters and
-moves its head (:meth:`~.storage.EpisodeStorage.add_many`). Where the columns of a run come from
+moves its head (:meth:`~.ring.EpisodeStorage.add_many`). Where the columns of a run come from
 is an :class:`EpisodeSource`: :class:`ListedEpisodes` or :class:`SharedColumns`.
 """
 
@@ -27,10 +27,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..episodes.episode import Episode
-from ..episodes.episode_columns import EpisodeColumns
+from ...episodes.episode import Episode
+from ...episodes.episode_columns import EpisodeColumns
 from .memory import fault_in_ahead
-from .obs_columns import obs_items
+from .obs_leaves import obs_items
 from .table import normalize_id
 
 __all__ = [
@@ -189,7 +189,7 @@ class Placed:
 class RunPlacement:
     """Finds runs of new episodes and writes them into a ring of ``capacity`` slots together.
 
-    Held by an :class:`~.storage.EpisodeStorage`, which passes in what it holds (keys, accepted
+    Held by an :class:`~.ring.EpisodeStorage`, which passes in what it holds (keys, accepted
     layouts, the ring's columns and head) and records what comes back; see the module docstring.
     """
 

@@ -1,9 +1,9 @@
 """Transition: each sampled step expands into one ``(obs, action, reward, new_obs)`` transition.
 
-Also home of the gathering helpers the other units share. Every unit accepts ``frames``: with
-``frames = k`` observations come back stacked, ``[B, k, *obs_shape]``, the last ``k``
-observations up to and including the step, repeating the episode's first stored frame where the
-episode is younger than ``k`` (see :class:`~offline_prelearner.replay.samplers.stack.FrameStack`).
+Every unit accepts ``frames``: with ``frames = k`` observations come back stacked,
+``[B, k, *obs_shape]``, the last ``k`` observations up to and including the step, repeating the
+episode's first stored frame where the episode is younger than ``k`` (see
+:class:`~offline_prelearner.replay.units.stack.FrameStack`).
 """
 
 from __future__ import annotations
@@ -15,52 +15,13 @@ import numpy as np
 
 from ...episodes import columns as C
 from ..batch import SampleBatch
-from ..obs_columns import obs_names, output_names
+from ..storage.obs_leaves import obs_names, output_names
+from .base import episode_columns, ones, stack_index
 
 if TYPE_CHECKING:
-    from ..storage import EpisodeStorage
+    from ..storage.ring import EpisodeStorage
 
-__all__ = ["Transition", "episode_columns", "ones", "stack_index"]
-
-
-def stack_index(idx: np.ndarray, first: np.ndarray, frames: int) -> np.ndarray:
-    """Slots of the ``frames`` observations ending at ``idx`` (``[..., frames]``), clipped at
-    ``first`` (the episode's first slot, broadcastable to ``idx``): frames before the episode's
-    start repeat its first frame."""
-    back = np.arange(1 - frames, 1, dtype=np.int64)
-    return np.maximum(idx[..., None] + back, np.asarray(first)[..., None])
-
-
-def episode_columns(
-    storage: EpisodeStorage, slots: np.ndarray, rows: np.ndarray
-) -> dict[str, np.ndarray]:
-    """Columns every unit copies at the start step: actions, rewards, extras (by their own
-    names), ``eps_id`` and ``t``."""
-    cols = storage.columns
-    out = {
-        C.ACTIONS: cols["actions"].take(slots, axis=0),
-        C.REWARDS: cols["rewards"].take(slots),
-    }
-    for name in storage.extra_names:
-        out[name] = cols["extras/" + name].take(slots, axis=0)
-    out[C.EPS_ID] = storage.ids.take(rows)
-    out[C.T] = storage.last_and_t_base()[1].take(rows) + slots
-    return out
-
-
-def ones(n: int, dtype: type) -> np.ndarray:
-    """A read-only array of ``n`` ones, shared between calls (a constant column)."""
-    key = (n, np.dtype(dtype))
-    arr = _ONES.get(key)
-    if arr is None:
-        if len(_ONES) > 64:
-            _ONES.clear()
-        arr = _ONES[key] = np.ones(n, dtype)
-        arr.flags.writeable = False
-    return arr
-
-
-_ONES: dict[tuple[int, np.dtype], np.ndarray] = {}
+__all__ = ["Transition"]
 
 
 @dataclass(frozen=True)

@@ -39,13 +39,13 @@ from typing import Any
 
 import numpy as np
 
-from ..config import MAX_STEPS, check_int
-from ..episodes.episode import Episode
-from ..episodes.episode_columns import EpisodeColumns
-from ..errors import ConfigError, DataError, EpisodeValidationError, Where
+from ...config import MAX_STEPS, check_int
+from ...episodes.episode import Episode
+from ...episodes.episode_columns import EpisodeColumns
+from ...errors import ConfigError, DataError, EpisodeValidationError, Where
 from .changes import Change, Placements
 from .memory import zeroed
-from .obs_columns import obs_items, obs_names, read_obs, same_obs
+from .obs_leaves import obs_items, obs_names, read_obs, same_obs
 from .placement import (
     EpisodeSource,
     ListedEpisodes,

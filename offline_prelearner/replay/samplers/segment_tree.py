@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import DataError, Where
+from ...errors import DataError, Where
 from . import kernels
 
 __all__ = ["MinTree", "SumTree", "last_writes", "write_unique", "write_where_positive"]

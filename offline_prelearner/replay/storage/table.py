@@ -1,4 +1,4 @@
-"""The episode table of :class:`~offline_prelearner.replay.storage.EpisodeStorage`.
+"""The episode table of :class:`~offline_prelearner.replay.storage.ring.EpisodeStorage`.
 
 One record per *placement* of an episode in the ring (start slot, length, ``t_started``, flags,
 alive, id -- normalized by :func:`normalize_id`), kept in placement order in growable numpy
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import EpisodeValidationError, Where
+from ...errors import EpisodeValidationError, Where
 
 __all__ = ["EpisodeTable", "normalize_id"]
 

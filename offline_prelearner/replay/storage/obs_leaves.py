@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..episodes import columns as C
-from ..episodes import observations as O
+from ...episodes import columns as C
+from ...episodes import observations as O
 
 __all__ = ["obs_items", "obs_names", "output_names", "read_obs", "same_obs"]
 

@@ -11,8 +11,8 @@ replay across processes episodes stream into replay *shards* -- Ray actors, each
     shards.flush()                           # sends what waits, waits for what is in flight
     shards.save("ckpt/"); shards.close()
 
-:mod:`offline_prelearner.jobs.apex` feeds shards from a Ray Data job. :class:`ReplayShard` is the
-plain class each actor runs (usable without Ray, in a test or a notebook).
+:mod:`offline_prelearner.jobs.stream.apex` feeds shards from a Ray Data job. :class:`ReplayShard` is
+the plain class each actor runs (usable without Ray, in a test or a notebook).
 
 Semantics at the edges:
 
@@ -61,16 +61,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..config import MAX_CONCURRENCY, PreLearnerConfig, check_float, check_int
-from ..episodes import columns as C
-from ..episodes.episode import Episode
-from ..episodes.episode_columns import EpisodeColumns
-from ..errors import ConfigError, EmptyBufferError
-from . import checkpoint
-from .batch import SampleBatch
-from .replay_buffer import INDICES, _batch_size
-from .replay_shard import ReplayShard, ShardInfo, ShardSample
-from .sharding import (
+from ...config import MAX_CONCURRENCY, PreLearnerConfig, check_float, check_int
+from ...episodes import columns as C
+from ...episodes.episode import Episode
+from ...episodes.episode_columns import EpisodeColumns
+from ...errors import ConfigError, EmptyBufferError
+from .. import checkpoint
+from ..batch import SampleBatch
+from ..replay_buffer import INDICES, _batch_size
+from .routing import (
     compact,
     decode_handles,
     encode_handles,
@@ -79,6 +78,7 @@ from .sharding import (
     split_counts,
     to_columns,
 )
+from .shard import ReplayShard, ShardInfo, ShardSample
 
 __all__ = [
     "ReplayShard",

@@ -24,11 +24,11 @@ import numpy as np
 from ...config import MAX_SEQ_LEN, check_int
 from ...episodes import columns as C
 from ..batch import SampleBatch
-from ..obs_columns import obs_names, output_names
-from .transition import stack_index
+from ..storage.obs_leaves import obs_names, output_names
+from .base import stack_index
 
 if TYPE_CHECKING:
-    from ..storage import EpisodeStorage
+    from ..storage.ring import EpisodeStorage
 
 __all__ = ["LOSS_MASK", "SEQ_LENS", "Sequence"]
 

@@ -12,7 +12,7 @@ process compiles only if no earlier one did; ``nogil=True``: a Ray actor's other
 meanwhile).
 
 **Same results on both backends, bit for bit.** The numpy path (in :mod:`.segment_tree` and
-:mod:`.samplers.prioritized`) is the fallback when numba cannot be imported, and the reference the
+:mod:`.prioritized`) is the fallback when numba cannot be imported, and the reference the
 tests hold the kernels to. Every kernel does exactly the float operations of its numpy equivalent,
 in the same order (a parent is ``left + right`` of its two children, recomputed, never
 incremented; a descent subtracts the left child's sum when it goes right), so the trees, the drawn

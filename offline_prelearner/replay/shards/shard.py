@@ -1,10 +1,11 @@
 """One replay shard: :class:`ReplayShard`, the plain class each shard actor of
-:class:`~.shards.ShardedReplayBuffer` runs (usable without Ray, in a test or a notebook), and the
-records it answers with (:class:`ShardInfo`, :class:`ShardSample`).
+:class:`~.sharded_buffer.ShardedReplayBuffer` runs (usable without Ray, in a test or a notebook),
+and the records it answers with (:class:`ShardInfo`, :class:`ShardSample`).
 
-A shard owns one buffer built from the config as a prelearner's is (:func:`~.build.build_buffer`),
-adds the episodes routed to it (:mod:`.sharding`), draws its part of each batch with local handles,
-applies priority updates meant for it, and reports its sampling mass with every reply.
+A shard owns one buffer built from the config as a prelearner's is
+(:func:`~offline_prelearner.replay.build.build_buffer`), adds the episodes routed to it
+(:mod:`.routing`), draws its part of each batch with local handles, applies priority updates meant
+for it, and reports its sampling mass with every reply.
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..config import PreLearnerConfig
-from ..episodes.episode import Episode
-from ..episodes.episode_columns import EpisodeColumns
-from ..errors import ConfigError, DataError, EmptyBufferError, Where
-from . import checkpoint
-from .build import build_buffer
-from .replay_buffer import INDICES, EpisodeReplayBuffer
-from .samplers.prioritized import Prioritized
+from ...config import PreLearnerConfig
+from ...episodes.episode import Episode
+from ...episodes.episode_columns import EpisodeColumns
+from ...errors import ConfigError, DataError, EmptyBufferError, Where
+from .. import checkpoint
+from ..build import build_buffer
+from ..replay_buffer import INDICES, EpisodeReplayBuffer
+from ..samplers.prioritized import Prioritized
 
 __all__ = ["ReplayShard", "ShardInfo", "ShardSample"]
 
@@ -179,7 +180,8 @@ class ReplayShard:
         return out
 
     def save(self, path: str | Path, save_id: str | None = None) -> Path:
-        """Writes the buffer's checkpoint (see :mod:`.checkpoint`), tagged with shard/save id."""
+        """Writes the buffer's checkpoint (see :mod:`offline_prelearner.replay.checkpoint`), tagged
+        with shard/save id."""
         state = self.buffer.get_state()
         meta = {**state["meta"], "shard": {"shard": self.shard, "save_id": save_id}}
         return checkpoint.write(path, meta, state["arrays"])

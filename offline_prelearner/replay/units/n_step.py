@@ -27,11 +27,11 @@ from ...config import check_float, check_n_step
 from ...episodes import columns as C
 from ...errors import ConfigError
 from ..batch import SampleBatch
-from ..obs_columns import obs_names, output_names
-from .transition import episode_columns, stack_index
+from ..storage.obs_leaves import obs_names, output_names
+from .base import episode_columns, stack_index
 
 if TYPE_CHECKING:
-    from ..storage import EpisodeStorage
+    from ..storage.ring import EpisodeStorage
 
 __all__ = ["FixedNStepTable", "NStep"]
 

@@ -23,7 +23,7 @@ from .transition import Transition
 
 if TYPE_CHECKING:
     from ..batch import SampleBatch
-    from ..storage import EpisodeStorage
+    from ..storage.ring import EpisodeStorage
 
 __all__ = ["FrameStack"]
 

@@ -1,0 +1,118 @@
+"""The sample-unit protocol: a :class:`SampleUnit` says WHAT each step a sampler chose expands
+into (one transition, an n-step transition, a sequence, a frame stack), and a :class:`StepTable`
+is the per-slot cache a unit may keep; plus the gathering helpers the units share.
+
+Slots, rows and valid starts are the words of :mod:`offline_prelearner.replay.samplers.base`. A unit
+reads the storage (:mod:`offline_prelearner.replay.storage`) and hands out a
+:class:`~offline_prelearner.replay.batch.SampleBatch`; it never knows which sampler drew the slots.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import numpy as np
+
+from ...episodes import columns as C
+
+if TYPE_CHECKING:
+    from ..batch import SampleBatch
+    from ..storage.ring import EpisodeStorage
+
+__all__ = ["SampleUnit", "StepTable", "episode_columns", "ones", "stack_index"]
+
+
+class StepTable(Protocol):
+    """A per-slot cache a unit keeps in step with the buffer's valid starts (NStep's n-step
+    returns, precomputed at add time so that a draw only gathers).
+
+    The buffer feeds it the slots that become valid starts (``on_add``, the same slots its sampler
+    gets), and again the ``refresh_from(first)`` slots before a placement's new starts (their
+    windows may have changed when a fragment joined); ``rebuild`` after a restore. ``expand``
+    gives what the unit's own ``expand`` would.
+    """
+
+    def refresh_from(self, first: np.ndarray) -> np.ndarray: ...
+
+    def on_add(self, storage: EpisodeStorage, slots: np.ndarray) -> None: ...
+
+    def rebuild(self, storage: EpisodeStorage, slots: np.ndarray) -> None: ...
+
+    def expand(
+        self, slots: np.ndarray, rows: np.ndarray, storage: EpisodeStorage
+    ) -> SampleBatch: ...
+
+
+@runtime_checkable
+class SampleUnit(Protocol):
+    """What one chosen start step expands into.
+
+    ``valid_starts(lengths, done)`` is vectorized over episodes: for each episode of ``lengths[i]``
+    stored steps (``done[i]``: terminated or truncated) how many of its first steps may start a
+    sample. For a finished episode that is usually every step; for an unfinished one only the steps
+    whose whole window is stored (the rest become valid when the episode continues).
+
+    ``expand(slots, rows, storage, rng, frames=None)`` gathers the batch for those start slots
+    (``rows`` are their table rows) with index arrays, no per-sample loop; ``rng`` is for units
+    that draw something per sample (an n-step range). With ``frames=k`` every observation column
+    comes back as the stack of the last ``k`` observations (``[B, k, *obs_shape]``, older frames
+    clipped at the episode's first slot: :func:`stack_index`); that is how
+    :class:`~.stack.FrameStack` stacks frames over any unit.
+
+    ``step_table()`` is the unit's per-slot cache (a :class:`StepTable`) the buffer keeps and
+    draws from instead of ``expand``, or None (the usual answer): a fresh one per call, since
+    each buffer holds its own.
+    """
+
+    def valid_starts(self, lengths: np.ndarray, done: np.ndarray) -> np.ndarray: ...
+
+    def expand(
+        self,
+        slots: np.ndarray,
+        rows: np.ndarray,
+        storage: EpisodeStorage,
+        rng: np.random.Generator,
+        frames: int | None = None,
+    ) -> SampleBatch: ...
+
+    def step_table(self) -> StepTable | None: ...
+
+
+def stack_index(idx: np.ndarray, first: np.ndarray, frames: int) -> np.ndarray:
+    """Slots of the ``frames`` observations ending at ``idx`` (``[..., frames]``), clipped at
+    ``first`` (the episode's first slot, broadcastable to ``idx``): frames before the episode's
+    start repeat its first frame."""
+    back = np.arange(1 - frames, 1, dtype=np.int64)
+    return np.maximum(idx[..., None] + back, np.asarray(first)[..., None])
+
+
+def episode_columns(
+    storage: EpisodeStorage, slots: np.ndarray, rows: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Columns every unit copies at the start step: actions, rewards, extras (by their own
+    names), ``eps_id`` and ``t``."""
+    cols = storage.columns
+    out = {
+        C.ACTIONS: cols["actions"].take(slots, axis=0),
+        C.REWARDS: cols["rewards"].take(slots),
+    }
+    for name in storage.extra_names:
+        out[name] = cols["extras/" + name].take(slots, axis=0)
+    out[C.EPS_ID] = storage.ids.take(rows)
+    out[C.T] = storage.last_and_t_base()[1].take(rows) + slots
+    return out
+
+
+def ones(n: int, dtype: type) -> np.ndarray:
+    """A read-only array of ``n`` ones, shared between calls (a constant column)."""
+    key = (n, np.dtype(dtype))
+    arr = _ONES.get(key)
+    if arr is None:
+        if len(_ONES) > 64:
+            _ONES.clear()
+        arr = _ONES[key] = np.ones(n, dtype)
+        arr.flags.writeable = False
+    return arr
+
+
+_ONES: dict[tuple[int, np.dtype], np.ndarray] = {}
