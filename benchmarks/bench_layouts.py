@@ -42,9 +42,9 @@ import pyarrow.parquet as pq
 from _common import emit, log, record, time_repeats
 
 from offline_prelearner.episodes.episode import Episode
-from offline_prelearner.io.arrow_numpy import column_to_numpy
+from offline_prelearner.io.arrow_columns import column_to_numpy
 from offline_prelearner.io.fast_tensor import parquet_dictionary_columns
-from offline_prelearner.io.formats.rows.writer import columns_to_table, write_rows
+from offline_prelearner.io.writers import columns_to_table, write_rows
 
 LAYOUTS = ("lists", "fast", "rllib")
 #: (name, dtype, per-row shape): cell sizes from CartPole's obs to Atari frame stacks.
@@ -124,9 +124,8 @@ def _run_child_peak(args: list[str]) -> None:
         def fn() -> object:
             return _read(args[1])
     else:  # process
-        from offline_prelearner.jobs.batch_job import run_pipeline
-
         from offline_prelearner.config import PreLearnerConfig
+        from offline_prelearner.jobs.batch.batch_job import run_pipeline
 
         src, layout, out_dir, capacity = args[1], args[2], args[3], int(args[4])
         config = PreLearnerConfig().with_updates({"buffer.capacity": capacity, "sample_all": True})
@@ -227,9 +226,8 @@ def _episodes(kind: str, steps: int) -> list[Episode]:
 
 
 def bench_process(cartpole_rows: int, pixel_rows: int, repeats: int) -> None:
-    from offline_prelearner.jobs.batch_job import run_pipeline
-
     from offline_prelearner.config import PreLearnerConfig
+    from offline_prelearner.jobs.batch.batch_job import run_pipeline
 
     with tempfile.TemporaryDirectory(prefix="bench-layouts-") as tmp:
         for kind, rows, in_layout in (

@@ -275,19 +275,24 @@ def total_rows(files: list[Path]) -> int:
 
 
 def pipeline_module() -> Any:
-    """The jobs of the package imported, as one namespace: ``offline_prelearner.jobs.batch_job``
-    and ``jobs.learner_stream`` since the jobs hub was cut at its seams, ``jobs.pipeline`` since
-    the package was grouped by the data flow, ``offline_prelearner.pipeline`` in older code
+    """The jobs of the package imported, as one namespace: ``jobs.batch.batch_job`` and
+    ``jobs.stream.learner_stream`` since the jobs were grouped in rooms, ``jobs.batch_job`` and
+    ``jobs.learner_stream`` since the jobs hub was cut at its seams, ``jobs.pipeline`` since the
+    package was grouped by the data flow, ``offline_prelearner.pipeline`` in older code
     (``--baseline-ref``)."""
     import importlib
     import types
 
-    try:
-        batch = importlib.import_module("offline_prelearner.jobs.batch_job")
-        stream = importlib.import_module("offline_prelearner.jobs.learner_stream")
-        return types.SimpleNamespace(**{**vars(batch), **vars(stream)})
-    except ModuleNotFoundError:
-        pass
+    for batch_name, stream_name in (
+        ("jobs.batch.batch_job", "jobs.stream.learner_stream"),
+        ("jobs.batch_job", "jobs.learner_stream"),
+    ):
+        try:
+            batch = importlib.import_module(f"offline_prelearner.{batch_name}")
+            stream = importlib.import_module(f"offline_prelearner.{stream_name}")
+            return types.SimpleNamespace(**{**vars(batch), **vars(stream)})
+        except ModuleNotFoundError:
+            pass
     try:
         return importlib.import_module("offline_prelearner.jobs.pipeline")
     except ModuleNotFoundError:

@@ -18,8 +18,8 @@ The public API, grouped by stage (everything is also importable from its module)
 """
 
 # isort: off
-# First, so that a Ctrl-C while the CLI imports the rest is one line (jobs/interrupts.py).
-from .jobs import interrupts as _interrupts  # noqa: F401
+# First, so that a Ctrl-C while the CLI imports the rest is one line (jobs/session/interrupts.py).
+from .jobs.session import interrupts as _interrupts  # noqa: F401
 
 # isort: on
 from typing import TYPE_CHECKING, Any
@@ -57,13 +57,12 @@ from .replay import (
     ShardedReplayBuffer,
 )
 from .replay.batch import MultiAgentBatch, SampleBatch
-from .replay.samplers import Prioritized, Uniform
-from .replay.units import FrameStack, NStep, Sequence, Transition
+from .replay.samplers import FrameStack, NStep, Prioritized, Sequence, Transition, Uniform
 
 if TYPE_CHECKING:  # the Ray jobs: loaded on first use (see __getattr__); typed for checkers
-    from .jobs.apex import FeedStats, feed_shards, start_feed
-    from .jobs.batch_job import run_pipeline
-    from .jobs.learner_stream import iter_learner_batches, split_learner_batches
+    from .jobs.batch.batch_job import run_pipeline
+    from .jobs.stream.apex import FeedStats, feed_shards, start_feed
+    from .jobs.stream.learner_stream import iter_learner_batches, split_learner_batches
 
 
 __all__ = [  # noqa: RUF022  (grouped by stage, like the docstring)
@@ -135,15 +134,15 @@ __all__ = [  # noqa: RUF022  (grouped by stage, like the docstring)
 def __getattr__(name: str) -> Any:
     # Ray is imported only by the jobs; importing the package stays light.
     if name == "run_pipeline":
-        from .jobs.batch_job import run_pipeline
+        from .jobs.batch.batch_job import run_pipeline
 
         return run_pipeline
     if name in ("iter_learner_batches", "split_learner_batches"):
-        from .jobs import learner_stream
+        from .jobs.stream import learner_stream
 
         return getattr(learner_stream, name)
     if name in ("feed_shards", "start_feed", "FeedStats"):
-        from .jobs import apex
+        from .jobs.stream import apex
 
         return getattr(apex, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,7 +16,7 @@ from conftest import episodes_to_columns, make_episode, to_table
 
 from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.errors import ConfigError, EmptyBufferError
-from offline_prelearner.jobs.apex import FeedStats, ShardFeeder, feed_shards, start_feed
+from offline_prelearner.jobs.stream.apex import FeedStats, ShardFeeder, feed_shards, start_feed
 from offline_prelearner.replay.shards import ShardedReplayBuffer
 
 pytestmark = [pytest.mark.ray]

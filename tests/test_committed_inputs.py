@@ -23,9 +23,9 @@ from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.errors import DataError, UnsupportedFormatError
 from offline_prelearner.io.manifest import MANIFEST_FILE, verify_checksums
 from offline_prelearner.io.sources import check_one_format, detect_format, expand_paths
+from offline_prelearner.jobs.batch.units import plan_units
 from offline_prelearner.jobs.commit import iter_manifest_files
 from offline_prelearner.jobs.file_batches import iter_file_batches, read_groups
-from offline_prelearner.jobs.units import plan_units
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS = REPO / "datasets" / "cartpole-v1" / "rows"
@@ -414,8 +414,8 @@ def test_zero_row_parquet_among_old_stack_files_in_convert(
 def test_zero_row_parquet_and_a_committed_folder_on_the_ray_engine_and_learner_stream(
     ray_local: Any, with_empty: Path, tmp_path: Path
 ) -> None:
-    from offline_prelearner.jobs.batch_job import run_pipeline
-    from offline_prelearner.jobs.learner_stream import iter_learner_batches
+    from offline_prelearner.jobs.batch.batch_job import run_pipeline
+    from offline_prelearner.jobs.stream.learner_stream import iter_learner_batches
 
     (with_empty / "stats.json").write_text("{}")  # metadata of a committed folder: not data
     _manifest(with_empty, sorted(p.name for p in with_empty.glob("*.parquet")))

@@ -24,7 +24,7 @@ from test_convert import assert_same_episodes, read_back
 from offline_prelearner.cli import main
 from offline_prelearner.config import ReadConfig
 from offline_prelearner.errors import DataError, DecodeError
-from offline_prelearner.io.formats.sample_batches.reader import SampleBatchesReader
+from offline_prelearner.io.readers.sample_batches import SampleBatchesReader
 from offline_prelearner.jobs.commit import MANIFEST_FILE, STATS_FILE, CommitError, staging_path
 from offline_prelearner.jobs.convert import convert_path
 
@@ -530,7 +530,7 @@ def test_every_conversion_commits_inside_the_commit_point(
     """A signal during the manifest write and the move into place waits for their end, and the
     job counts as committed from then on (a Ctrl-C after it exits 0): every job that stages its
     output, convert's three kinds included, passes ``Staging.commit``'s commit point."""
-    from offline_prelearner.jobs import interrupts
+    from offline_prelearner.jobs.session import interrupts
 
     previous = interrupts.install()
     try:

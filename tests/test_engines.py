@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from offline_prelearner.config import PreLearnerConfig
-from offline_prelearner.jobs.batch_job import choose_engine, run_pipeline
-from offline_prelearner.jobs.units import plan_units
+from offline_prelearner.jobs.batch.batch_job import choose_engine, run_pipeline
+from offline_prelearner.jobs.batch.units import plan_units
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -74,6 +74,6 @@ def test_auto_is_local_for_small_inputs_and_ray_for_big_or_clustered(
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     assert choose_engine("auto", cfg, plan) == "local"
     assert choose_engine("auto", cfg.with_updates({"address": "auto"}), plan) == "ray"
-    monkeypatch.setattr("offline_prelearner.jobs.batch_job.LOCAL_ENGINE_MAX_BYTES", 1000)
+    monkeypatch.setattr("offline_prelearner.jobs.batch.batch_job.LOCAL_ENGINE_MAX_BYTES", 1000)
     assert choose_engine("auto", cfg, plan) == "ray"
     assert choose_engine("local", cfg.with_updates({"address": "auto"}), plan) == "local"

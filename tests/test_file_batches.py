@@ -154,7 +154,7 @@ def test_read_mode_is_checked() -> None:
 def test_learner_stream_reads_in_its_actor_what_ray_data_would_read(
     ray_local: Any, n_step: int
 ) -> None:
-    from offline_prelearner.jobs.learner_stream import build_dataset, reads_in_actor
+    from offline_prelearner.jobs.stream.learner_stream import build_dataset, reads_in_actor
 
     def transitions(read: str) -> list[tuple[Any, ...]]:
         grouped = read == "group"  # Ray Data's read, rows grouped by episode (a shuffle)
@@ -182,7 +182,7 @@ def test_learner_stream_reads_in_its_actor_what_ray_data_would_read(
 
 @pytest.mark.ray
 def test_learner_stream_error_names_the_file(ray_local: Any, tmp_path: Path) -> None:
-    from offline_prelearner.jobs.learner_stream import iter_learner_batches
+    from offline_prelearner.jobs.stream.learner_stream import iter_learner_batches
 
     table = pq.read_table(sorted(ROWS.glob("*.parquet"))[0])
     bad = table.set_column(
@@ -250,10 +250,9 @@ def test_learner_batches_are_whole_train_batches_however_large(
     train batch 4 MB, past 1.5x a 1 MiB ``block_mb``, where Ray Data cuts an output block into
     pieces (it did, before); the learner stream keeps each whole, and its last batch
     alone may be short."""
-    from offline_prelearner.jobs.learner_stream import build_dataset, iter_learner_batches
-
     from offline_prelearner.episodes.episode import Episode
-    from offline_prelearner.io.formats.rows.writer import episodes_to_rows
+    from offline_prelearner.io.writers import episodes_to_rows
+    from offline_prelearner.jobs.stream.learner_stream import build_dataset, iter_learner_batches
 
     rng = np.random.default_rng(3)
     eps = [
@@ -369,10 +368,9 @@ def test_two_actors_read_their_own_groups_without_read_ahead(
     """With two actors the group a task brings is not known in advance: each actor reads its own
     groups (no read-ahead) and together they emit every transition once (files of whole
     episodes, ``sample_all``)."""
-    from offline_prelearner.jobs.learner_stream import build_dataset
-
     from offline_prelearner.episodes.episode import Episode
-    from offline_prelearner.io.formats.rows.writer import episodes_to_rows
+    from offline_prelearner.io.writers import episodes_to_rows
+    from offline_prelearner.jobs.stream.learner_stream import build_dataset
 
     rng = np.random.default_rng(5)
     for f in range(6):

@@ -43,7 +43,7 @@ import pytest
 from conftest import to_table
 
 from offline_prelearner.io.manifest import Manifest, verify_checksums
-from offline_prelearner.jobs.batch_job import run_pipeline
+from offline_prelearner.jobs.batch.batch_job import run_pipeline
 from offline_prelearner.jobs.commit import OutLock, lock_path, staging_path
 from offline_prelearner.prelearner import OfflinePreLearner
 

@@ -13,7 +13,7 @@ import pytest
 
 from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.errors import ConfigError
-from offline_prelearner.jobs.learner_stream import LearnerStream, split_learner_batches
+from offline_prelearner.jobs.stream.learner_stream import LearnerStream, split_learner_batches
 from offline_prelearner.replay.batch import MultiAgentBatch
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -101,7 +101,7 @@ def test_the_learner_stream_takes_no_stats_sink() -> None:
     Ape-X feed keeps its own counters): it is gone, not silently accepted."""
     import inspect
 
-    from offline_prelearner.jobs import learner_stream
+    from offline_prelearner.jobs.stream import learner_stream
 
     assert "stats_sink" not in inspect.signature(learner_stream.build_dataset).parameters
     for actor in (learner_stream.OfflinePreLearnerActor, learner_stream.ReadingPreLearnerActor):

@@ -74,7 +74,7 @@ from offline_prelearner.io.samples import read_samples
 from offline_prelearner.io.sources import read_table
 from offline_prelearner.jobs.file_batches import iter_file_batches, parquet_chunks
 from offline_prelearner.jobs.convert.relayout import relayout_rows
-from offline_prelearner.jobs.units import plan_units
+from offline_prelearner.jobs.batch.units import plan_units
 
 readers = {
     "read_table": lambda: read_table(path),
@@ -197,8 +197,8 @@ def test_the_shipped_rllib_files_pass(shared_data: Path) -> None:
 def test_limits_come_from_the_config(tmp_path: Path) -> None:
     """``read.limits`` reaches the readers: a 1 MB row-group limit refuses the pixel rows in
     planning (the driver) and in the unit's read; the default takes them."""
+    from offline_prelearner.jobs.batch.units import plan_units
     from offline_prelearner.jobs.file_batches import parquet_chunks
-    from offline_prelearner.jobs.units import plan_units
 
     pixels = str(_pixel_rows(tmp_path / "pixels.parquet", n=64))
     tight = PreLearnerConfig().with_updates(
@@ -293,7 +293,7 @@ _DRIFT = [
 
 
 def _outcome(path: Path, out: Path, engine: str) -> dict[str, Any]:
-    from offline_prelearner.jobs.batch_job import run_pipeline
+    from offline_prelearner.jobs.batch.batch_job import run_pipeline
 
     try:
         res = run_pipeline(str(path), PreLearnerConfig(), out_dir=out, engine=engine)
@@ -331,7 +331,7 @@ def test_both_engines_give_the_same_answer(ray_local: Any, tmp_path: Path, make:
 def test_ray_data_reader_never_opens_a_bomb(ray_local: Any, tmp_path: Path) -> None:
     """The learner stream's Ray Data read (``group_by_episode``) checks the footers on the
     driver before ``read_parquet``, and so does the stream whose actors read their files."""
-    from offline_prelearner.jobs.learner_stream import _read, iter_learner_batches
+    from offline_prelearner.jobs.stream.learner_stream import _read, iter_learner_batches
 
     bomb = str(mc.parquet_dictionary_bomb(tmp_path))
     good = str(sorted((REPO / "datasets/cartpole-v1/rows").glob("*.parquet"))[0])

@@ -14,8 +14,8 @@ import pytest
 from offline_prelearner.cli import main
 from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.errors import ConfigError
-from offline_prelearner.jobs.batch_job import run_pipeline
-from offline_prelearner.jobs.learner_stream import iter_learner_batches
+from offline_prelearner.jobs.batch.batch_job import run_pipeline
+from offline_prelearner.jobs.stream.learner_stream import iter_learner_batches
 from offline_prelearner.prelearner import OfflinePreLearner
 from offline_prelearner.replay.batch import MultiAgentBatch
 
@@ -269,7 +269,7 @@ def test_bad_config_fails_before_ray_starts(tmp_path: Path) -> None:
 
 
 def test_footer_readers_scale_with_the_number_of_files() -> None:
-    from offline_prelearner.jobs.learner_stream import footer_readers
+    from offline_prelearner.jobs.stream.learner_stream import footer_readers
 
     cfg = PreLearnerConfig()
     assert [footer_readers(cfg, n) for n in (1, 10, 11, 95, 320, 10_000)] == [1, 1, 2, 10, 32, 32]
@@ -283,7 +283,7 @@ def test_read_sets_footer_actors_only_for_the_call_and_respects_the_user(
 ) -> None:
     import ray
 
-    from offline_prelearner.jobs.learner_stream import FOOTER_ACTORS_ENV, _read
+    from offline_prelearner.jobs.stream.learner_stream import FOOTER_ACTORS_ENV, _read
 
     seen: list[str | None] = []
     real = ray.data.read_parquet
@@ -305,7 +305,7 @@ def test_read_sets_footer_actors_only_for_the_call_and_respects_the_user(
 def test_arrow_blocks_match_what_ray_builds_from_the_dicts(ray_local: Any) -> None:
     from ray.data.block import BlockAccessor
 
-    from offline_prelearner.jobs.learner_stream import to_arrow_block
+    from offline_prelearner.jobs.stream.learner_stream import to_arrow_block
 
     table = pq.read_table(sorted(ROWS.glob("*.parquet")))
     pre = OfflinePreLearner(PreLearnerConfig().with_updates({"read.format": "rows", "n_step": 3}))
@@ -323,7 +323,7 @@ def test_an_address_where_no_cluster_listens_fails_in_seconds() -> None:
     import socket
     import time
 
-    from offline_prelearner.jobs.ray_session import check_cluster_address
+    from offline_prelearner.jobs.session.ray_session import check_cluster_address
 
     with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
         s.bind(("127.0.0.1", 0))
@@ -345,7 +345,7 @@ def test_an_address_where_no_cluster_listens_fails_in_seconds() -> None:
 def test_datasets_carry_their_settings_and_leave_the_callers_context_alone(ray_local: Any) -> None:
     import ray
 
-    from offline_prelearner.jobs.learner_stream import build_dataset
+    from offline_prelearner.jobs.stream.learner_stream import build_dataset
 
     ctx = ray.data.DataContext.get_current()
     before = (ctx.execution_options.preserve_order, ctx.target_max_block_size)

@@ -379,7 +379,7 @@ def test_an_address_that_does_not_answer_is_one_line_in_seconds(
 # ============================================================================ where Python swallows
 _SWALLOWED = """
 import os, signal, subprocess, threading, time
-from offline_prelearner.jobs import interrupts
+from offline_prelearner.jobs.session import interrupts
 interrupts.install()
 os.register_at_fork(after_in_parent=lambda: time.sleep(0.6))  # as logging's fork hook runs
 threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()

@@ -11,7 +11,6 @@ import pyarrow as pa
 import pytest
 from fixtures import sessions
 from fixtures.make_minari import BACKENDS, MinariCase, load_ground_truth
-from offline_prelearner.jobs.units import plan_units
 
 from offline_prelearner.cli import main
 from offline_prelearner.config import PreLearnerConfig, ReadConfig
@@ -22,10 +21,11 @@ from offline_prelearner.errors import (
     SchemaError,
     UnsupportedFormatError,
 )
-from offline_prelearner.io.formats.minari.dataset import METADATA_KEY, datasets_root, find_data_dir
-from offline_prelearner.io.formats.minari.reader import MinariReader
+from offline_prelearner.io.datasets.minari import METADATA_KEY, datasets_root, find_data_dir
 from offline_prelearner.io.readers import available_formats, make_reader
+from offline_prelearner.io.readers.minari import MinariReader
 from offline_prelearner.io.sources import detect_format, expand_paths, read_table
+from offline_prelearner.jobs.batch.units import plan_units
 from offline_prelearner.jobs.inspection import inspect_path
 
 LEAF_DATASETS = [
@@ -297,7 +297,7 @@ def test_the_learner_stream_reads_minari_in_its_actor(
 ) -> None:
     """``iter_learner_batches`` on a Minari folder: every step once (``sample_all``), the actors
     reading the episode files themselves (gathered into batches, never cut)."""
-    from offline_prelearner.jobs.learner_stream import iter_learner_batches
+    from offline_prelearner.jobs.stream.learner_stream import iter_learner_batches
 
     case = minari_cases[f"{LEAF_DATASETS[0]}@{backend}"]
     meta, _ = load_ground_truth(case.truth)

@@ -1,6 +1,6 @@
-"""Learner batches cut from Ray Data's blocks (``jobs/learner_stream.train_batches``): every row
-once, in order, in batches of exactly ``train_batch_size`` rows but the last; a batch inside one
-block is a view of it, not a copy."""
+"""Learner batches cut from Ray Data's blocks (``jobs/stream/learner_stream.train_batches``):
+every row once, in order, in batches of exactly ``train_batch_size`` rows but the last; a batch
+inside one block is a view of it, not a copy."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from offline_prelearner.jobs.learner_stream import train_batches
+from offline_prelearner.jobs.stream.learner_stream import train_batches
 
 
 def _blocks(sizes: list[int]) -> list[dict[str, np.ndarray]]:

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ..jobs import interrupts, ray_session
+from ..jobs.session import interrupts, ray_session
 from .cmd_convert import add_convert
 from .cmd_inspect import add_inspect
 from .cmd_process import add_process
@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs ``offline-prelearner``; returns its exit status.
 
-    SIGINT and SIGTERM take one path whatever the job is doing (:mod:`~..jobs.interrupts`):
+    SIGINT and SIGTERM take one path whatever the job is doing (:mod:`~..jobs.session.interrupts`):
     before the commit, one line and exit 130 / 143 with nothing committed; during the commit, the
     commit finishes and the job exits 0; after it, nothing changes the exit status.
 
@@ -60,16 +60,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     once Ray was involved it ends the process itself after its cleanup (``os._exit``: Ray's
     threads and exit hooks cannot turn a finished job into a crash or a late signal into a
     traceback), keeping its signal handler to the end; an interrupted job leaves its local Ray
-    instance to the watchdog (:mod:`~..jobs.reaper`) instead of a shutdown that waits. With
+    instance to the watchdog (:mod:`~..jobs.session.reaper`) instead of a shutdown that waits. With
     ``argv`` (a test, a notebook) it returns, and gives the signal handlers back.
     """
     args = build_parser().parse_args(argv)
     if not args.verbose:
         # Read by Ray Data when it sets up its loggers (on import): INFO lines stay in its files.
         os.environ.setdefault("RAY_DATA_LOG_LEVEL", "ERROR")
-    from ..replay.storage.memory import for_worker_process
+    from ..replay.memory import for_worker_process
 
-    for_worker_process()  # the CLI's process runs our jobs: see replay/storage/memory.py
+    for_worker_process()  # the CLI's process runs our jobs: see replay/memory.py
     ray_session.VERBOSE = args.verbose
     program = argv is None
     previous = interrupts.install(

@@ -87,7 +87,7 @@ def parse_set(items: list[str]) -> dict[str, Any]:
 
 def process(args: argparse.Namespace) -> int:
     """Runs the batch job on ``args.path`` into ``args.out``; prints the summary. Returns 0."""
-    from ..jobs.batch_job import run_pipeline
+    from ..jobs.batch.batch_job import run_pipeline
 
     config = PreLearnerConfig.load(args.config) if args.config else PreLearnerConfig()
     updates = parse_set(args.set or [])

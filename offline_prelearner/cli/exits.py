@@ -2,7 +2,7 @@
 
 0 done; 2 bad data, config or arguments (our errors, with the file, column, episode and row);
 3 the job's own I/O failed or a Ray worker was lost for good; 128 + N interrupted by signal N
-(:mod:`~..jobs.interrupts`). Every failure names what was committed (nothing)
+(:mod:`~..jobs.session.interrupts`). Every failure names what was committed (nothing)
 and what ``--resume`` may reuse.
 """
 
@@ -19,8 +19,8 @@ import time
 from typing import NoReturn
 
 from ..errors import DataError, OfflinePrelearnerError, cut
-from ..jobs import interrupts
-from ..jobs.ray_session import ray_log_dir, shutdown_ray
+from ..jobs.session import interrupts
+from ..jobs.session.ray_session import ray_log_dir, shutdown_ray
 
 __all__ = ["exit_now", "interrupted", "report_interrupt", "run_command", "shutdown"]
 
@@ -97,7 +97,7 @@ def interrupted() -> bool:
 
 
 def report_interrupt(args: argparse.Namespace, signum: int | None = None) -> int:
-    """Writes the interrupt's one line (once: the watch of :mod:`~..jobs.interrupts` may be
+    """Writes the interrupt's one line (once: the watch of :mod:`~..jobs.session.interrupts` may be
     writing it for a main thread stuck in native code); returns the exit status, 128 + the
     signal."""
     signum = signum or interrupts.received() or signal.SIGINT

@@ -1,15 +1,36 @@
-"""Jobs: what the command line runs, and the Ray wiring under it.
+"""Jobs: what the command line runs, and the Ray wiring under it, in three rooms.
 
-* :mod:`.ray_session` -- the Ray session: start or join, mute, check the address, shut down;
-* :mod:`.preflight` -- what every job does first: files, format, spaces, the prelearner class;
-* :mod:`.batch_job` -- the batch job (local engine and Ray engine) and its commit;
-* :mod:`.learner_stream` -- prelearner actors streaming train batches to learners;
-* :mod:`.units` -- units of work a retry can redo: plan, read, run, write;
-* :mod:`.commit` -- stage, move into place, write the manifest last;
-* :mod:`.convert` -- every format to every format, resumable by unit;
-* :mod:`.inspection` -- read, check and count a dataset without writing it;
-* :mod:`.record` -- record episodes from a gymnasium env;
-* :mod:`.apex` -- feed replay shards from a Ray Data job (Ape-X).
+* :mod:`.session` -- the Ray session: start or join, mute, check the cluster, signals, shut down;
+* :mod:`.batch` -- the batch job: plan units of work, run them on an engine, commit;
+* :mod:`.stream` -- the learner stream: prelearner actors, train batches, splits (and Ape-X);
+* :mod:`.convert` -- every format to every format, resumable by unit.
+
+Shared by them: :mod:`.preflight` (what every job does first: files, format, spaces, the
+prelearner class), :mod:`.commit` (stage, move into place, write the manifest last; the batch
+job and ``convert`` commit the same way), :mod:`.file_batches` (Parquet read in batches, by the
+batch job's units, the stream's actors and ``convert``), :mod:`.dataset_info` (a dataset's
+spaces and ids, for preflight and ``convert``). Two jobs stand alone: :mod:`.inspection` (read,
+check and count a dataset without writing it) and :mod:`.record` (record a gymnasium env).
 
 The command line that drives them is :mod:`offline_prelearner.cli`.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: Modules reachable as attributes of ``jobs`` (``from offline_prelearner.jobs import
+#: batch_job``), as before the jobs were grouped in rooms: the public API names them as the
+#: modules defining ``run_pipeline``, ``iter_learner_batches`` and ``feed_shards``.
+_MOVED = {
+    "batch_job": ".batch.batch_job",
+    "learner_stream": ".stream.learner_stream",
+    "apex": ".stream.apex",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        return importlib.import_module(_MOVED[name], __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

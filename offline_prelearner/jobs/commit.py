@@ -56,7 +56,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..io.manifest import DATASET, MANIFEST_FILE, SAMPLES, Manifest
-from .interrupts import commit_point
+from .session.interrupts import commit_point
 
 try:  # POSIX; elsewhere a job does not lock its --out (one job per --out is then the user's)
     import fcntl

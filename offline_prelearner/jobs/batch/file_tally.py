@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..episodes.ledger import Rejection
+from ...episodes.ledger import Rejection
 
 __all__ = ["FileTally", "per_file"]
 

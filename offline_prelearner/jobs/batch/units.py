@@ -49,17 +49,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..config import DEFAULT_LIMITS, DecodeLimits, PreLearnerConfig
-from ..errors import DataError
-from ..io.fast_tensor import Layout, parquet_dictionary_columns
-from ..io.formats.rows.writer import columns_to_table
-from ..io.parquet_guard import check_drift, open_parquet
-from ..io.quarantine import quarantine_table
-from ..io.schema import load_schema
-from ..io.sources import WHOLE_FILE_FORMATS, read_table
-from ..prelearner import OfflinePreLearner
-from .commit import QUARANTINE, CommitError, file_sha256, write_json_atomic
-from .file_batches import concat_tables, parquet_chunks
+from ...config import DEFAULT_LIMITS, DecodeLimits, PreLearnerConfig
+from ...errors import DataError
+from ...io.fast_tensor import Layout, parquet_dictionary_columns
+from ...io.parquet_guard import check_drift, open_parquet
+from ...io.quarantine import quarantine_table
+from ...io.schema import load_schema
+from ...io.sources import WHOLE_FILE_FORMATS, read_table
+from ...io.writers import columns_to_table
+from ...prelearner import OfflinePreLearner
+from ..commit import QUARANTINE, CommitError, file_sha256, write_json_atomic
+from ..file_batches import concat_tables, parquet_chunks
 from .file_tally import FileTally
 
 __all__ = [

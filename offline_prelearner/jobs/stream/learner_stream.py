@@ -24,15 +24,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..config import PreLearnerConfig, check_int
-from ..io.leaf_spaces import with_leaf_spaces
-from ..io.parquet_guard import check_files
-from ..prelearner import OfflinePreLearner
-from ..replay.batch import MultiAgentBatch
-from ..replay.storage.memory import for_worker_process
-from .file_batches import ReadAhead, read_groups
-from .preflight import prepare
-from .ray_session import data_context, import_ray, init_ray, worker_env
+from ...config import PreLearnerConfig, check_int
+from ...io.leaf_spaces import with_leaf_spaces
+from ...io.parquet_guard import check_files
+from ...prelearner import OfflinePreLearner
+from ...replay.batch import MultiAgentBatch
+from ...replay.memory import for_worker_process
+from ..file_batches import ReadAhead, read_groups
+from ..preflight import prepare
+from ..session.ray_session import data_context, import_ray, init_ray, worker_env
 
 __all__ = [
     "LearnerStream",
@@ -64,7 +64,7 @@ class OfflinePreLearnerActor:
         prelearner: type[OfflinePreLearner],
         config: PreLearnerConfig,
     ) -> None:
-        for_worker_process()  # see replay/storage/memory.py
+        for_worker_process()  # see replay/memory.py
         self.prelearner = prelearner(config)
         self.obs_space = config.validate.observation_space
 
@@ -195,7 +195,7 @@ def _map(
         )
     elif rc.group_by_episode:
         ds = _read(ray, files, config)
-        from ..io.schema import load_schema
+        from ...io.schema import load_schema
 
         eps_col = load_schema(config.read.schema).column("eps_id") or "eps_id"
         ds = ds.groupby(eps_col).map_groups(

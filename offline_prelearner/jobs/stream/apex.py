@@ -9,7 +9,7 @@
         shards.update_priorities(batch["indices"], td_errors(batch))
     stats = feed.result()                                     # FeedStats; stats.balanced()
 
-The job is the learner stream of :mod:`offline_prelearner.jobs.learner_stream` (same reading,
+The job is the learner stream of :mod:`offline_prelearner.jobs.stream.learner_stream` (same reading,
 format detection, ``ray.*`` settings, validation and de-duplication) with :class:`ShardFeeder` as
 the prelearner: instead of buffering and sampling, it sends each batch's episodes to the shards
 of their module and returns one row of counters per batch, which :func:`feed_shards` sums. Every
@@ -37,15 +37,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..config import PreLearnerConfig
-from ..episodes.episode import Episode
-from ..episodes.episode_columns import EpisodeColumns
-from ..episodes.ledger import Ledger
-from ..errors import ConfigError
-from ..io.readers import Batch
-from ..prelearner import OfflinePreLearner
-from ..replay.batch import MultiAgentBatch
-from ..replay.shards.sharded_buffer import ShardedReplayBuffer
+from ...config import PreLearnerConfig
+from ...episodes.episode import Episode
+from ...episodes.episode_columns import EpisodeColumns
+from ...episodes.ledger import Ledger
+from ...errors import ConfigError
+from ...io.readers import Batch
+from ...prelearner import OfflinePreLearner
+from ...replay.batch import MultiAgentBatch
+from ...replay.shards import ShardedReplayBuffer
 from .learner_stream import build_dataset
 
 __all__ = ["FeedStats", "ShardFeeder", "feed_shards", "start_feed"]

@@ -30,13 +30,13 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from .._version import __version__
-from ..config import PreLearnerConfig
-from ..episodes.ledger import Ledger
-from ..errors import ConfigError, OfflinePrelearnerError, error_from_dict, error_to_dict
-from ..io.fast_tensor import Layout, check_layout
-from ..replay.storage.memory import for_worker_process
-from .commit import (
+from ..._version import __version__
+from ...config import PreLearnerConfig
+from ...episodes.ledger import Ledger
+from ...errors import ConfigError, OfflinePrelearnerError, error_from_dict, error_to_dict
+from ...io.fast_tensor import Layout, check_layout
+from ...replay.memory import for_worker_process
+from ..commit import (
     QUARANTINE,
     Staging,
     check_out_apart,
@@ -45,9 +45,9 @@ from .commit import (
     output_storage,
     staging_path,
 )
+from ..preflight import prepare
+from ..session.ray_session import data_context, import_ray, init_ray, worker_env
 from .file_tally import per_file
-from .preflight import prepare
-from .ray_session import data_context, import_ray, init_ray, worker_env
 from .units import Plan, UnitJob, plan_units, run_unit, unit_key
 
 __all__ = ["JobFailed", "PipelineResult", "choose_engine", "run_pipeline"]
@@ -371,7 +371,7 @@ def _run_units(batch: dict[str, np.ndarray], job: UnitJob) -> dict[str, np.ndarr
     needs the error itself (its class gives the exit code, its location the one line). So does
     an OSError (a full disk: errno, message and file), which the CLI answers in one line, exit 3.
     """
-    for_worker_process()  # see replay/storage/memory.py
+    for_worker_process()  # see replay/memory.py
     recs = []
     for k in batch["unit"]:
         try:
@@ -430,7 +430,7 @@ def _run_on_ray(
             if rec["unit"] not in seen:  # a unit counts once, whatever Ray retried
                 seen.add(rec["unit"])
                 finished(rec)
-    except KeyboardInterrupt:  # Ctrl-C (jobs/interrupts.py): no wait, the CLI's path is its own
+    except KeyboardInterrupt:  # Ctrl-C (session/interrupts.py): no wait, the CLI's path is its own
         _close(rows)
         raise
     except BaseException:

@@ -1,0 +1,5 @@
+"""The learner stream: prelearner actors that read their own files and hand learners train batches.
+
+* :mod:`.learner_stream` -- the actors, the train batches, the splits per learner;
+* :mod:`.apex` -- the same stream feeding replay shards (Ape-X).
+"""
