@@ -175,7 +175,7 @@ def test_compressed_without_legacy_pickle_says_how(shared_data: Path) -> None:
 
 
 def test_registered() -> None:
-    from offline_prelearner.io.readers import sample_batches  # noqa: F401
+    from offline_prelearner.io.formats.sample_batches import reader  # noqa: F401
 
     assert isinstance(make_reader(ReadConfig(format="sample_batches")), SampleBatchesReader)
 
