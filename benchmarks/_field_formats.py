@@ -2,7 +2,7 @@
 
 Synthetic CartPole-sized data (float32 observations of 4, int64 actions, 200-step episodes,
 ``--quick``: 20,000 steps, else 1,000,000) written in each layout under a temporary folder:
-hdf5 with :func:`~offline_prelearner.io.datasets.minari_write.write_minari_dataset`, arrow and
+hdf5 with :func:`~offline_prelearner.io.formats.minari.writer.write_minari_dataset`, arrow and
 parquet as Minari 0.5.4 writes them (a folder per episode, ``part-0.<fmt>``, T + 1 rows with the
 step columns padded; see tests/fixtures/MINARI_NOTES.md), D4RL as one flat HDF5 file.
 
@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from offline_prelearner.config import ReadConfig
 from offline_prelearner.episodes.episode import Episode
-from offline_prelearner.io.datasets.minari_write import write_minari_dataset
+from offline_prelearner.io.formats.minari.writer import write_minari_dataset
 from offline_prelearner.io.readers import make_reader
 from offline_prelearner.io.sources import expand_paths, read_table
 

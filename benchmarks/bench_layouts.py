@@ -42,9 +42,9 @@ import pyarrow.parquet as pq
 from _common import emit, log, record, time_repeats
 
 from offline_prelearner.episodes.episode import Episode
-from offline_prelearner.io.arrow_columns import column_to_numpy
+from offline_prelearner.io.arrow_numpy import column_to_numpy
 from offline_prelearner.io.fast_tensor import parquet_dictionary_columns
-from offline_prelearner.io.writers import columns_to_table, write_rows
+from offline_prelearner.io.formats.rows.writer import columns_to_table, write_rows
 
 LAYOUTS = ("lists", "fast", "rllib")
 #: (name, dtype, per-row shape): cell sizes from CartPole's obs to Atari frame stacks.

@@ -57,7 +57,8 @@ from .replay import (
     ShardedReplayBuffer,
 )
 from .replay.batch import MultiAgentBatch, SampleBatch
-from .replay.samplers import FrameStack, NStep, Prioritized, Sequence, Transition, Uniform
+from .replay.samplers import Prioritized, Uniform
+from .replay.units import FrameStack, NStep, Sequence, Transition
 
 if TYPE_CHECKING:  # the Ray jobs: loaded on first use (see __getattr__); typed for checkers
     from .jobs.batch.batch_job import run_pipeline

@@ -24,7 +24,7 @@ from test_convert import assert_same_episodes, read_back
 from offline_prelearner.cli import main
 from offline_prelearner.config import ReadConfig
 from offline_prelearner.errors import DataError, DecodeError
-from offline_prelearner.io.readers.sample_batches import SampleBatchesReader
+from offline_prelearner.io.formats.sample_batches.reader import SampleBatchesReader
 from offline_prelearner.jobs.commit import MANIFEST_FILE, STATS_FILE, CommitError, staging_path
 from offline_prelearner.jobs.convert import convert_path
 

@@ -251,7 +251,7 @@ def test_learner_batches_are_whole_train_batches_however_large(
     pieces (it did, before); the learner stream keeps each whole, and its last batch
     alone may be short."""
     from offline_prelearner.episodes.episode import Episode
-    from offline_prelearner.io.writers import episodes_to_rows
+    from offline_prelearner.io.formats.rows.writer import episodes_to_rows
     from offline_prelearner.jobs.stream.learner_stream import build_dataset, iter_learner_batches
 
     rng = np.random.default_rng(3)
@@ -369,7 +369,7 @@ def test_two_actors_read_their_own_groups_without_read_ahead(
     groups (no read-ahead) and together they emit every transition once (files of whole
     episodes, ``sample_all``)."""
     from offline_prelearner.episodes.episode import Episode
-    from offline_prelearner.io.writers import episodes_to_rows
+    from offline_prelearner.io.formats.rows.writer import episodes_to_rows
     from offline_prelearner.jobs.stream.learner_stream import build_dataset
 
     rng = np.random.default_rng(5)

@@ -21,9 +21,9 @@ from offline_prelearner.errors import (
     SchemaError,
     UnsupportedFormatError,
 )
-from offline_prelearner.io.datasets.minari import METADATA_KEY, datasets_root, find_data_dir
+from offline_prelearner.io.formats.minari.dataset import METADATA_KEY, datasets_root, find_data_dir
+from offline_prelearner.io.formats.minari.reader import MinariReader
 from offline_prelearner.io.readers import available_formats, make_reader
-from offline_prelearner.io.readers.minari import MinariReader
 from offline_prelearner.io.sources import detect_format, expand_paths, read_table
 from offline_prelearner.jobs.batch.units import plan_units
 from offline_prelearner.jobs.inspection import inspect_path

@@ -67,9 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.verbose:
         # Read by Ray Data when it sets up its loggers (on import): INFO lines stay in its files.
         os.environ.setdefault("RAY_DATA_LOG_LEVEL", "ERROR")
-    from ..replay.memory import for_worker_process
+    from ..replay.storage.memory import for_worker_process
 
-    for_worker_process()  # the CLI's process runs our jobs: see replay/memory.py
+    for_worker_process()  # the CLI's process runs our jobs: see replay/storage/memory.py
     ray_session.VERBOSE = args.verbose
     program = argv is None
     previous = interrupts.install(

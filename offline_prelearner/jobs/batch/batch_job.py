@@ -35,7 +35,7 @@ from ...config import PreLearnerConfig
 from ...episodes.ledger import Ledger
 from ...errors import ConfigError, OfflinePrelearnerError, error_from_dict, error_to_dict
 from ...io.fast_tensor import Layout, check_layout
-from ...replay.memory import for_worker_process
+from ...replay.storage.memory import for_worker_process
 from ..commit import (
     QUARANTINE,
     Staging,
@@ -371,7 +371,7 @@ def _run_units(batch: dict[str, np.ndarray], job: UnitJob) -> dict[str, np.ndarr
     needs the error itself (its class gives the exit code, its location the one line). So does
     an OSError (a full disk: errno, message and file), which the CLI answers in one line, exit 3.
     """
-    for_worker_process()  # see replay/memory.py
+    for_worker_process()  # see replay/storage/memory.py
     recs = []
     for k in batch["unit"]:
         try:

@@ -56,7 +56,7 @@ from ...io.parquet_guard import check_drift, open_parquet
 from ...io.quarantine import quarantine_table
 from ...io.schema import load_schema
 from ...io.sources import WHOLE_FILE_FORMATS, read_table
-from ...io.writers import columns_to_table
+from ...io.formats.rows.writer import columns_to_table
 from ...prelearner import OfflinePreLearner
 from ..commit import QUARANTINE, CommitError, file_sha256, write_json_atomic
 from ..file_batches import concat_tables, parquet_chunks

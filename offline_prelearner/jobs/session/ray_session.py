@@ -7,7 +7,7 @@ console output is muted unless :data:`VERBOSE`; the caller's SIGTERM handler sur
 its log folder. :func:`data_context` and :func:`worker_env` are the settings both jobs hand Ray
 Data (:mod:`.batch_job`, :mod:`.learner_stream`).
 
-Ray is imported only in ``jobs/`` (here, and the modules that drive it) and ``replay/shards.py``,
+Ray is imported only in ``jobs/`` (here, and the modules that drive it) and ``replay/shards/``,
 and only when a job runs: importing this module imports no Ray.
 """
 

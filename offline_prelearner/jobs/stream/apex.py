@@ -45,7 +45,7 @@ from ...errors import ConfigError
 from ...io.readers import Batch
 from ...prelearner import OfflinePreLearner
 from ...replay.batch import MultiAgentBatch
-from ...replay.shards import ShardedReplayBuffer
+from ...replay.shards.sharded_buffer import ShardedReplayBuffer
 from .learner_stream import build_dataset
 
 __all__ = ["FeedStats", "ShardFeeder", "feed_shards", "start_feed"]

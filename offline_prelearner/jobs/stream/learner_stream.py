@@ -29,7 +29,7 @@ from ...io.leaf_spaces import with_leaf_spaces
 from ...io.parquet_guard import check_files
 from ...prelearner import OfflinePreLearner
 from ...replay.batch import MultiAgentBatch
-from ...replay.memory import for_worker_process
+from ...replay.storage.memory import for_worker_process
 from ..file_batches import ReadAhead, read_groups
 from ..preflight import prepare
 from ..session.ray_session import data_context, import_ray, init_ray, worker_env
@@ -64,7 +64,7 @@ class OfflinePreLearnerActor:
         prelearner: type[OfflinePreLearner],
         config: PreLearnerConfig,
     ) -> None:
-        for_worker_process()  # see replay/memory.py
+        for_worker_process()  # see replay/storage/memory.py
         self.prelearner = prelearner(config)
         self.obs_space = config.validate.observation_space
 
