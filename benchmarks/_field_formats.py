@@ -155,7 +155,7 @@ def _raw(layout: str, files: list[str]) -> Callable[[], Any]:
 def _ours(files: list[str], fmt: str, batch_rows: int = 4096) -> Callable[[], Any]:
     """Every file through ``read_table`` and the reader; Minari's small episode files batched
     up to ``batch_rows`` rows first, as the batch job's units do
-    (``jobs/batch/units.read_unit``)."""
+    (``jobs/batch/run.read_unit``)."""
 
     def run() -> int:
         reader = make_reader(ReadConfig(format=fmt))

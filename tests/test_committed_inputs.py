@@ -23,7 +23,7 @@ from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.errors import DataError, UnsupportedFormatError
 from offline_prelearner.io.manifest import MANIFEST_FILE, verify_checksums
 from offline_prelearner.io.sources import check_one_format, detect_format, expand_paths
-from offline_prelearner.jobs.batch.units import plan_units
+from offline_prelearner.jobs.batch.plan import plan_units
 from offline_prelearner.jobs.commit import iter_manifest_files
 from offline_prelearner.jobs.file_batches import iter_file_batches, read_groups
 

@@ -25,8 +25,9 @@ from offline_prelearner.cli import main
 from offline_prelearner.config import ReadConfig
 from offline_prelearner.errors import DataError, DecodeError
 from offline_prelearner.io.formats.sample_batches.reader import SampleBatchesReader
-from offline_prelearner.jobs.commit import MANIFEST_FILE, STATS_FILE, CommitError, staging_path
+from offline_prelearner.jobs.commit import MANIFEST_FILE, STATS_FILE
 from offline_prelearner.jobs.convert import convert_path
+from offline_prelearner.jobs.ownership import CommitError, staging_path
 
 REPO = Path(__file__).resolve().parents[1]
 PLAIN = "cartpole-v1_old_stack_json_uncompressed.json"

@@ -16,8 +16,8 @@ from offline_prelearner.config import ReadConfig
 from offline_prelearner.episodes.ledger import EpisodeBatch
 from offline_prelearner.io.readers import make_reader
 from offline_prelearner.io.sources import detect_format, expand_paths, read_table
-from offline_prelearner.jobs.commit import CommitError
 from offline_prelearner.jobs.convert import convert_path
+from offline_prelearner.jobs.ownership import CommitError
 
 
 @pytest.fixture(scope="session")

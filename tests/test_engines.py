@@ -12,7 +12,7 @@ import pytest
 
 from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.jobs.batch.batch_job import choose_engine, run_pipeline
-from offline_prelearner.jobs.batch.units import plan_units
+from offline_prelearner.jobs.batch.plan import plan_units
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -44,7 +44,7 @@ from conftest import to_table
 
 from offline_prelearner.io.manifest import Manifest, verify_checksums
 from offline_prelearner.jobs.batch.batch_job import run_pipeline
-from offline_prelearner.jobs.commit import OutLock, lock_path, staging_path
+from offline_prelearner.jobs.ownership import OutLock, lock_path, staging_path
 from offline_prelearner.prelearner import OfflinePreLearner
 
 REPO = Path(__file__).resolve().parents[1]
@@ -262,7 +262,7 @@ def test_a_held_lock_refuses_a_job_and_a_killed_holder_leaves_none(
     out = tmp_path / "out"
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time; from offline_prelearner.jobs.commit import OutLock; "
+         "import sys, time; from offline_prelearner.jobs.ownership import OutLock; "
          "OutLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(600)",
          str(out)],
         cwd=REPO, stdout=subprocess.PIPE, text=True,

@@ -74,7 +74,7 @@ from offline_prelearner.io.samples import read_samples
 from offline_prelearner.io.sources import read_table
 from offline_prelearner.jobs.file_batches import iter_file_batches, parquet_chunks
 from offline_prelearner.jobs.convert.relayout import relayout_rows
-from offline_prelearner.jobs.batch.units import plan_units
+from offline_prelearner.jobs.batch.plan import plan_units
 
 readers = {
     "read_table": lambda: read_table(path),
@@ -197,7 +197,7 @@ def test_the_shipped_rllib_files_pass(shared_data: Path) -> None:
 def test_limits_come_from_the_config(tmp_path: Path) -> None:
     """``read.limits`` reaches the readers: a 1 MB row-group limit refuses the pixel rows in
     planning (the driver) and in the unit's read; the default takes them."""
-    from offline_prelearner.jobs.batch.units import plan_units
+    from offline_prelearner.jobs.batch.plan import plan_units
     from offline_prelearner.jobs.file_batches import parquet_chunks
 
     pixels = str(_pixel_rows(tmp_path / "pixels.parquet", n=64))

@@ -25,7 +25,7 @@ from offline_prelearner.io.formats.minari.dataset import METADATA_KEY, datasets_
 from offline_prelearner.io.formats.minari.reader import MinariReader
 from offline_prelearner.io.readers import available_formats, make_reader
 from offline_prelearner.io.sources import detect_format, expand_paths, read_table
-from offline_prelearner.jobs.batch.units import plan_units
+from offline_prelearner.jobs.batch.plan import plan_units
 from offline_prelearner.jobs.inspection import inspect_path
 
 LEAF_DATASETS = [

@@ -4,9 +4,9 @@
 
     result = run_pipeline("datasets/cartpole-v1/rows", config, out_dir="out/")   # a commit
 
-:func:`run_pipeline` plans self-contained units of work (:mod:`.units`), runs them in-process
+:func:`run_pipeline` plans self-contained units of work (:mod:`.plan`), runs them in-process
 (``engine="local"``) or as Ray Data tasks that Ray retries when a worker dies (``engine="ray"``),
-and commits the output (:mod:`.commit`): staged, counted from the unit records, checked against
+and commits the output (:mod:`..commit`): staged, counted from the unit records, checked against
 the input's row count, moved into place whole. Same input and config, same output, whatever Ray
 retried or a ``resume`` reused.
 """
@@ -36,19 +36,13 @@ from ...episodes.ledger import Ledger
 from ...errors import ConfigError, OfflinePrelearnerError, error_from_dict, error_to_dict
 from ...io.fast_tensor import Layout, check_layout
 from ...replay.storage.memory import for_worker_process
-from ..commit import (
-    QUARANTINE,
-    Staging,
-    check_out_apart,
-    file_sha256,
-    input_fingerprint,
-    output_storage,
-    staging_path,
-)
+from ..commit import QUARANTINE, Staging, file_sha256, input_fingerprint
+from ..ownership import check_out_apart, output_storage, staging_path
 from ..preflight import prepare
 from ..session.ray_session import data_context, import_ray, init_ray, worker_env
 from .file_tally import per_file
-from .units import Plan, UnitJob, plan_units, run_unit, unit_key
+from .plan import Plan, plan_units, unit_key
+from .run import UnitJob, run_unit
 
 __all__ = ["JobFailed", "PipelineResult", "choose_engine", "run_pipeline"]
 
@@ -194,7 +188,7 @@ def run_pipeline(
 ) -> PipelineResult:
     """Runs the batch job: ``out_dir/samples/*.parquet``, ``stats.json``, ``_manifest.json``.
 
-    The job is a commit (:mod:`.commit`): units of work (:mod:`.units`) write into a staging
+    The job is a commit (:mod:`..commit`): units of work (:mod:`.run`) write into a staging
     folder beside ``out_dir``, which is moved into place only when every unit succeeded and the
     counts add up. A failed or interrupted job changes nothing at ``out_dir``; ``resume=True``
     reuses the units it finished. Without ``out_dir`` the job runs and counts, and keeps nothing.
@@ -213,7 +207,7 @@ def run_pipeline(
             several times faster for large cells, as arrays by this library only) or ``"rllib"``
             (Ray's tensor extension, which RLlib and Ray Data read as tensors).
 
-    The job owns ``out_dir`` for its whole life (:class:`~.commit.OutLock`, taken before any
+    The job owns ``out_dir`` for its whole life (:class:`~..ownership.OutLock`, taken before any
     input is read); with ``on_invalid="quarantine"`` the refused rows are committed with the
     samples (``quarantine/``, the manifest's ``quarantine`` list, ``stats["quarantine_files"]``).
 
@@ -233,7 +227,7 @@ def run_pipeline(
     staging = Staging(out, {}, overwrite=overwrite, resume=resume)
     try:
         # The job owns --out from here to its end: a second job into it is refused in one
-        # line, before either reads anything (commit.OutLock).
+        # line, before either reads anything (ownership.OutLock).
         with staging, output_storage(out):
             return _run_job(path, config, staging, out_dir, prelearner, engine, progress, layout)
     finally:

@@ -1,6 +1,6 @@
 """Per-file accounting of the batch job: each input file's rows read, rejected and duplicate.
 
-A unit reads several files and its chunks may span them (:func:`~.units.read_unit`), while the
+A unit reads several files and its chunks may span them (:func:`~.run.read_unit`), while the
 prelearner's ledger counts per chunk. :class:`FileTally` turns each chunk's outcome into counts
 per file: rows read from the chunk's file index of each row; a rejection to the file(s) holding
 its episode's rows in the chunk (else the file of its row, else the chunk's first file);

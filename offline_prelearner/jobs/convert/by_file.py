@@ -61,14 +61,9 @@ from ...io.formats.sample_batches.reader import SampleBatchesReader
 from ...io.quarantine import write_quarantine
 from ...io.readers import make_reader
 from ...io.sources import is_empty_parquet, read_table
-from ..commit import (
-    Staging,
-    file_sha256,
-    input_identity,
-    output_storage,
-    write_parquet_atomic,
-)
+from ..commit import Staging, file_sha256, input_identity, write_parquet_atomic
 from ..dataset_info import DatasetInfo, info_from_env_id, info_of_files
+from ..ownership import output_storage
 from .config import ConvertConfig
 from .tables import episode_tables, rows_tables
 
@@ -101,7 +96,7 @@ def convert_by_file(
     inputs = [input_identity(f) for f in files]
     job = _describe(config, inputs)
     staging = Staging(out, job, overwrite=overwrite, resume=resume, files_dir="")
-    # The job owns --out until it is committed or failed (commit.OutLock).
+    # The job owns --out until it is committed or failed (ownership.OutLock).
     with staging, output_storage(out):
         fmt = config.read.format
         return _convert_units(config, staging, path, files, inputs, fmt, info, progress, start)

@@ -54,7 +54,7 @@ from ...io.formats.minari.writer import infer_obs_space, infer_space, write_mina
 from ...io.formats.sample_batches.reader import DonesRule, SampleBatchesReader
 from ...io.readers import make_reader
 from ...io.sources import WHOLE_FILE_FORMATS, detect_format, expand_paths, read_table
-from ..commit import Staging, input_identity, output_storage, write_parquet_atomic
+from ..commit import Staging, input_identity, write_parquet_atomic
 from ..dataset_info import (
     DatasetInfo,
     env_spaces,
@@ -62,6 +62,7 @@ from ..dataset_info import (
     info_of_files,
     with_env_spaces,
 )
+from ..ownership import output_storage
 from .config import ConvertConfig
 from .tables import episode_tables, rows_tables
 
@@ -146,7 +147,7 @@ def convert_dataset(
         },
         "inputs": inputs,
     }
-    # The job owns --out until it is committed or failed (commit.OutLock).
+    # The job owns --out until it is committed or failed (ownership.OutLock).
     with Staging(out, job, overwrite=overwrite, files_dir="") as staging, output_storage(out):
         staging.open()
         try:

@@ -71,7 +71,7 @@ from ...errors import ConfigError, UnsupportedFormatError
 from ...io.fast_tensor import Layout
 from ...io.formats.sample_batches.reader import DonesRule
 from ...io.sources import check_one_format, detect_format, expand_paths
-from ..commit import check_out_apart
+from ..ownership import check_out_apart
 from .by_file import UNIT_FORMATS, Progress, convert_by_file
 from .config import ConvertConfig, Target
 from .dataset import convert_dataset, wants_dataset_job

@@ -5,7 +5,7 @@ there) or starts a local instance that a watchdog (:mod:`.reaper`) ends with thi
 console output is muted unless :data:`VERBOSE`; the caller's SIGTERM handler survives
 ``ray.init``. :func:`shutdown_ray` ends what :func:`init_ray` started, :func:`ray_log_dir` names
 its log folder. :func:`data_context` and :func:`worker_env` are the settings both jobs hand Ray
-Data (:mod:`.batch_job`, :mod:`.learner_stream`).
+Data (:mod:`..batch.batch_job`, :mod:`..stream.learner_stream`).
 
 Ray is imported only in ``jobs/`` (here, and the modules that drive it) and ``replay/shards/``,
 and only when a job runs: importing this module imports no Ray.
