@@ -6,8 +6,9 @@
 * :mod:`.convert` -- every format to every format, resumable by unit.
 
 Shared by them: :mod:`.preflight` (what every job does first: files, format, spaces, the
-prelearner class), :mod:`.commit` (stage, move into place, write the manifest last; the batch
-job and ``convert`` commit the same way), :mod:`.file_batches` (Parquet read in batches, by the
+prelearner class), :mod:`.ownership` (a job's claim on ``--out``: its lock, its id),
+:mod:`.commit` (stage, verify, move into place, write the manifest last; the batch job and
+``convert`` commit the same way), :mod:`.file_batches` (Parquet read in batches, by the
 batch job's units, the stream's actors and ``convert``), :mod:`.dataset_info` (a dataset's
 spaces and ids, for preflight and ``convert``). Two jobs stand alone: :mod:`.inspection` (read,
 check and count a dataset without writing it) and :mod:`.record` (record a gymnasium env).
