@@ -1,5 +1,8 @@
 """Shared fixtures and helpers for the whole test suite.
 
+* ``REPO``, ``TESTS``, ``DATASETS`` -- the repository root, this folder and the shipped datasets:
+  the one place a test finds a file of the repository, whatever folder the test sits in
+  (``from conftest import REPO``).
 * ``shared_data`` -- the folder of files RLlib 2.60 wrote (``shared/data/rllib-2.60`` next to the
   repository, or ``$OFFLINE_PRELEARNER_SHARED_DATA``); tests using it skip when it is absent.
 * ``make_episode(...)`` -- an episode factory with distinct, recognisable observations (also a
@@ -27,6 +30,9 @@ from hypothesis import strategies as st
 
 from offline_prelearner.episodes.episode import Episode
 
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+DATASETS = REPO / "datasets"
 SHARED_DATA_ENV = "OFFLINE_PRELEARNER_SHARED_DATA"
 
 
@@ -35,7 +41,7 @@ def shared_data_dir() -> Path:
     env = os.environ.get(SHARED_DATA_ENV)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "shared" / "data" / "rllib-2.60"
+    return REPO.parent / "shared" / "data" / "rllib-2.60"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -252,6 +258,11 @@ def to_table(columns: dict[str, np.ndarray], tensor: str = "list") -> pa.Table:
 # ---------------------------------------------------------------------------------------------
 # Ray
 # ---------------------------------------------------------------------------------------------
+def folders_of_tests() -> list[Path]:
+    """``tests/`` and every folder below it that holds test modules (imported by basename)."""
+    return [TESTS, *sorted({p.parent for p in TESTS.glob("*/**/test_*.py")})]
+
+
 @pytest.fixture(scope="session")
 def ray_local() -> Iterator[Any]:
     """A local Ray instance for the whole session (4 logical CPUs, no dashboard).
@@ -263,9 +274,9 @@ def ray_local() -> Iterator[Any]:
     started = not ray.is_initialized()
     if started:
         # Workers unpickle functions defined in test modules by module name: let them import
-        # tests/ (and conftest) like the driver does.
+        # tests/ (conftest) and each folder of test modules like the driver does.
         path = os.pathsep.join(
-            p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p
+            p for p in (*map(str, folders_of_tests()), os.environ.get("PYTHONPATH")) if p
         )
         ray.init(
             num_cpus=4,  # logical: the prelearner actor holds one, reads and writes need more
@@ -284,7 +295,5 @@ def rllib_python() -> Path:
     ``<repo>/.bench/rllib-venv``). Tests that need it skip when it is absent."""
     if os.environ.get("RLLIB_PYTHON"):
         return Path(os.environ["RLLIB_PYTHON"])
-    venv = os.environ.get("OFFLINE_PRELEARNER_RLLIB_VENV") or str(
-        Path(__file__).resolve().parents[1] / ".bench" / "rllib-venv"
-    )
+    venv = os.environ.get("OFFLINE_PRELEARNER_RLLIB_VENV") or str(REPO / ".bench" / "rllib-venv")
     return Path(venv) / "bin" / "python"

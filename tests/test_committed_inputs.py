@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import REPO
 
 from offline_prelearner.cli import main
 from offline_prelearner.config import PreLearnerConfig
@@ -27,7 +28,6 @@ from offline_prelearner.jobs.batch.plan import plan_units
 from offline_prelearner.jobs.commit import iter_manifest_files
 from offline_prelearner.jobs.file_batches import iter_file_batches, read_groups
 
-REPO = Path(__file__).resolve().parents[1]
 ROWS = REPO / "datasets" / "cartpole-v1" / "rows"
 OLD_STACK = "cartpole-v1_old_stack_json_uncompressed.json"
 

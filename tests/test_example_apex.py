@@ -6,12 +6,11 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "examples" / "apex_learner_loop.py"
+SCRIPT = REPO / "examples" / "apex_learner_loop.py"
 
 
 def number(pattern: str, text: str) -> float:
@@ -30,7 +29,7 @@ def test_apex_learner_loop() -> None:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # its own local Ray
     proc = subprocess.run(
         [sys.executable, str(SCRIPT)],
-        cwd=ROOT,
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=300,

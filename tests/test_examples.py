@@ -13,15 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_DATA_ENV, shared_data_dir
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import REPO, SHARED_DATA_ENV, shared_data_dir
 
 
 def run_example(name: str, env: dict[str, str] | None = None, timeout: int = 240) -> str:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / name)],
-        cwd=ROOT,
+        [sys.executable, str(REPO / "examples" / name)],
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -44,7 +42,7 @@ def test_examples_use_only_the_public_api() -> None:
 
     import offline_prelearner as op
 
-    for path in sorted((ROOT / "examples").glob("*.py")):
+    for path in sorted((REPO / "examples").glob("*.py")):
         tree = ast.parse(path.read_text())
         aliases = set()
         for node in ast.walk(tree):
@@ -64,7 +62,7 @@ def test_examples_use_only_the_public_api() -> None:
 
 
 def test_examples_are_short() -> None:
-    scripts = sorted((ROOT / "examples").glob("*.py"))
+    scripts = sorted((REPO / "examples").glob("*.py"))
     assert {p.name for p in scripts} >= {
         "batch_job.py",
         "custom_prelearner.py",

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import REPO
 
 from offline_prelearner import cli
 from offline_prelearner.config import (
@@ -39,7 +40,6 @@ from offline_prelearner.errors import ConfigError, Where, shown
 from offline_prelearner.replay.replay_buffer import EpisodeReplayBuffer
 from offline_prelearner.replay.storage.ring import EpisodeStorage
 
-REPO = Path(__file__).resolve().parents[1]
 ROWS = sorted((REPO / "datasets" / "cartpole-v1" / "rows").glob("*.parquet"))
 
 #: What a hostile input may cost at most (issue 20's "done when").

@@ -22,12 +22,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import REPO
 
 import offline_prelearner as op
 from offline_prelearner.cli import main
 from offline_prelearner.io.fast_tensor import FAST_MIN_CELL_BYTES
 
-ROWS = Path(__file__).resolve().parent.parent / "datasets" / "cartpole-v1" / "rows"
+ROWS = REPO / "datasets" / "cartpole-v1" / "rows"
 
 
 def _process(out: Path, *argv: str) -> Path:

@@ -11,13 +11,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import REPO
 
 from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.errors import ConfigError, EpisodeValidationError
 from offline_prelearner.prelearner import OfflinePreLearner
 from offline_prelearner.replay.batch import MultiAgentBatch
 
-REPO = Path(__file__).resolve().parents[1]
 ROWS = sorted((REPO / "datasets/cartpole-v1/rows").glob("*.parquet"))
 EPISODES = sorted((REPO / "datasets/cartpole-v1/episodes").glob("*.parquet"))
 REQUIRED = {
@@ -226,7 +226,7 @@ def test_same_seed_same_samples() -> None:
 
 def test_a_record_batch_is_taken_like_a_table() -> None:
     """pyarrow's own batch type (what ``ParquetFile.iter_batches`` yields) goes in as it is."""
-    rows = Path(__file__).resolve().parents[1] / "datasets/cartpole-v1/rows"
+    rows = REPO / "datasets/cartpole-v1/rows"
     rb = next(pq.ParquetFile(sorted(rows.glob("*.parquet"))[0]).iter_batches(batch_size=500))
     a = list(OfflinePreLearner(sample_all=True)(rb))
     b = list(OfflinePreLearner(sample_all=True)(pa.Table.from_batches([rb])))

@@ -7,12 +7,11 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
+README = (REPO / "README.md").read_text()
 
 
 def python_block(section: str) -> str:
@@ -24,7 +23,7 @@ def python_block(section: str) -> str:
 
 def run(code: str) -> str:
     proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=240
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=240
     )
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-4000:]}"
     return proc.stdout
@@ -46,4 +45,4 @@ def test_replay_example_runs() -> None:
 @pytest.mark.parametrize("doc", ["docs/ARCHITECTURE.md", "docs/PERFORMANCE.md", "LICENSE"])
 def test_the_files_the_readme_names_exist(doc: str) -> None:
     assert f"`{doc}`" in README
-    assert (ROOT / doc).is_file()
+    assert (REPO / doc).is_file()

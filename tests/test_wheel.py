@@ -29,8 +29,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "offline_prelearner"
 
 

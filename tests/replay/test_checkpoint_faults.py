@@ -27,10 +27,10 @@ import sys
 import textwrap
 import time
 import uuid
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -41,7 +41,6 @@ from offline_prelearner.replay.prioritized import PrioritizedEpisodeReplayBuffer
 from offline_prelearner.replay.samplers import Prioritized
 from offline_prelearner.replay.units import NStep, Transition
 
-REPO = Path(__file__).resolve().parents[2]
 KILLS = int(os.environ.get("OFFLINE_PRELEARNER_CKPT_KILLS", "15"))
 
 # ---------------------------------------------------------------------------------------------

@@ -8,14 +8,13 @@ the shipped CartPole rows read twice in one batch, and through the OfflinePreLea
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import episodes_to_columns, make_episode, random_episodes, to_table
+from conftest import REPO, episodes_to_columns, make_episode, random_episodes, to_table
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +30,6 @@ SETTINGS = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-REPO = Path(__file__).resolve().parents[1]
 ROWS = sorted((REPO / "datasets/cartpole-v1/rows").glob("*.parquet"))
 KEY_COLS = ("eps_id", "agent_id", "t")
 

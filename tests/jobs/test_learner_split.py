@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pickle
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import REPO
 
 from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.errors import ConfigError
@@ -18,7 +18,7 @@ from offline_prelearner.replay.batch import MultiAgentBatch
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-ROWS = Path(__file__).resolve().parents[1] / "datasets/cartpole-v1/rows"
+ROWS = REPO / "datasets/cartpole-v1/rows"
 SAMPLE_ALL = {"sample_all": True, "batch_size": 500}
 
 

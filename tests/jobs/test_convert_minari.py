@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import REPO
 from fixtures import sessions
 from fixtures.make_minari import BACKENDS, D4RLCase, MinariCase, load_ground_truth
 
@@ -189,7 +190,7 @@ def test_per_file_rows_record_their_layout(tmp_path: Path) -> None:
     """The per-file job (msgpack episodes -> rows) records the layout it wrote too."""
     from offline_prelearner.jobs.convert import ConvertConfig, convert
 
-    episodes = Path(__file__).parent.parent / "datasets" / "cartpole-v1" / "episodes"
+    episodes = REPO / "datasets" / "cartpole-v1" / "episodes"
     stats = convert(episodes, tmp_path / "o", ConvertConfig("rows", layout="fast"))
     assert stats["format"] == "episodes" and stats["layout"] == "fast"
     assert json.loads((tmp_path / "o" / "_manifest.json").read_text())["layout"] == "fast"

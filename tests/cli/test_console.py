@@ -19,10 +19,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import REPO
 
 pytestmark = [pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[1]
 ROWS = REPO / "datasets/cartpole-v1/rows"
 CLI = [sys.executable, "-m", "offline_prelearner"]
 

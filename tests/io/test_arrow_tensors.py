@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import REPO
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -21,7 +22,7 @@ import offline_prelearner as op
 from offline_prelearner.cli import main
 from offline_prelearner.io.arrow_numpy import ColumnValueError, column_to_numpy, is_tensor_field
 
-ROWS = Path(__file__).resolve().parent.parent / "datasets" / "cartpole-v1" / "rows"
+ROWS = REPO / "datasets" / "cartpole-v1" / "rows"
 DTYPES = [np.uint8, np.int16, np.int32, np.int64, np.float16, np.float32, np.float64, np.bool_]
 
 

@@ -40,14 +40,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import to_table
+from conftest import REPO, to_table
 
 from offline_prelearner.io.manifest import Manifest, verify_checksums
 from offline_prelearner.jobs.batch.batch_job import run_pipeline
 from offline_prelearner.jobs.ownership import OutLock, lock_path, staging_path
 from offline_prelearner.prelearner import OfflinePreLearner
 
-REPO = Path(__file__).resolve().parents[1]
 UNIT_MIN_ROWS_ENV = "OFFLINE_PRELEARNER_UNIT_MIN_ROWS"
 TIMEOUT = 180.0
 

@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import REPO
 
 import offline_prelearner as op
 from offline_prelearner.config import ReadConfig
 from offline_prelearner.errors import ConfigError
 from offline_prelearner.jobs.convert import ConvertConfig, convert, convert_path
 
-EPISODES = Path(__file__).parent.parent / "datasets" / "cartpole-v1" / "episodes"
+EPISODES = REPO / "datasets" / "cartpole-v1" / "episodes"
 
 
 def test_defaults_read_auto_and_write_rllib_rows() -> None:

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import REPO
 from corpus import make_corpus as mc
 
 from offline_prelearner.config import DEFAULT_LIMITS, PreLearnerConfig
@@ -30,7 +31,6 @@ from offline_prelearner.io.parquet_guard import (
     open_parquet,
 )
 
-REPO = Path(__file__).resolve().parents[1]
 BOMBS = {
     "parquet_dictionary_bomb": "max_parquet_expansion",
     "parquet_page_bomb": "max_parquet_expansion",

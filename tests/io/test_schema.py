@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import REPO
 
 from offline_prelearner.episodes.columns import CANONICAL_FIELDS
 from offline_prelearner.errors import ConfigError, DecodeError, SchemaError
@@ -37,7 +38,7 @@ RLLIB_ROW_COLUMNS = [
 def test_presets_exist_and_load() -> None:
     # The presets are the package data offline_prelearner.schemas: the repository's schemas/
     # folder (mapped in pyproject.toml), file for file; the wheel test checks an installed wheel.
-    repo = Path(__file__).resolve().parents[1] / "schemas"
+    repo = REPO / "schemas"
     assert sorted(available_schemas()) == sorted(p.stem for p in repo.glob("*.json"))
     for p in repo.glob("*.json"):
         assert (schemas_dir() / p.name).read_text(encoding="utf-8") == p.read_text("utf-8")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import shared_data_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,8 +32,7 @@ RLLIB_COLUMNS = [
 
 
 def rllib_data_dir() -> Path:
-    env = os.environ.get("OFFLINE_PRELEARNER_SHARED_DATA")
-    path = Path(env) if env else Path(__file__).resolve().parents[2] / "shared/data/rllib-2.60"
+    path = shared_data_dir()
     if not path.is_dir():
         pytest.skip(f"RLlib 2.60 data not found at {path} (set OFFLINE_PRELEARNER_SHARED_DATA)")
     return path
@@ -380,10 +379,7 @@ def test_ray_reads_obs_as_tensor_column_like_rllib_file(ray_local: Any, tmp_path
     batch = ds.take_batch(8, batch_format="numpy")
     assert batch["obs"].shape == (8, 4)
     np.testing.assert_array_equal(batch["obs"][:5], eps[0].observations[:-1])
-    ref_dir = os.environ.get("OFFLINE_PRELEARNER_SHARED_DATA") or str(
-        Path(__file__).resolve().parents[2] / "shared/data/rllib-2.60"
-    )
-    ref = Path(ref_dir) / "cartpole-v1_rows_uncompressed.parquet"
+    ref = shared_data_dir() / "cartpole-v1_rows_uncompressed.parquet"
     if ref.exists():  # RLlib's own file reads back as the same tensor type
         ref_type = ray_local.data.read_parquet(str(ref)).schema().base_schema.field("obs").type
         assert ref_type == obs_type

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import REPO
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,6 @@ from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.errors import ConfigError, DataError
 from offline_prelearner.jobs.file_batches import iter_file_batches, prefetch
 
-REPO = Path(__file__).resolve().parents[1]
 ROWS = REPO / "datasets/cartpole-v1/rows"
 
 

@@ -34,12 +34,12 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import REPO
 
 import offline_prelearner as op
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[1]
 ROWS = REPO / "datasets/cartpole-v1/rows"
 ROWS_IN = 5000  # rows in the shipped CartPole dataset
 CLUSTER_CPUS = 2

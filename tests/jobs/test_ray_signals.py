@@ -48,12 +48,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from conftest import REPO
 
 from offline_prelearner.jobs.commit import file_sha256
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-SHIPPED = Path(__file__).resolve().parents[1] / "datasets" / "cartpole-v1-heuristic" / "rows"
+SHIPPED = REPO / "datasets" / "cartpole-v1-heuristic" / "rows"
 COPIES = 66  # x 3,000 shipped rows
 N_FILES = 10
 TRIES_ENV = "OFFLINE_PRELEARNER_SIGNAL_TRIES"

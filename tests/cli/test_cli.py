@@ -13,10 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import REPO
 
 from offline_prelearner.cli import build_parser, main
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

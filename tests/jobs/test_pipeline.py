@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from conftest import REPO
 
 from offline_prelearner.cli import main
 from offline_prelearner.config import PreLearnerConfig
@@ -21,7 +22,6 @@ from offline_prelearner.replay.batch import MultiAgentBatch
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[1]
 ROWS = REPO / "datasets/cartpole-v1/rows"
 EPISODES = REPO / "datasets/cartpole-v1/episodes"
 

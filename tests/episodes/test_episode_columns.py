@@ -10,12 +10,12 @@ exactly what its object path emits, on real recorded rows.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from conftest import REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_validate_batch import episode, outcome, validate_configs
@@ -27,7 +27,6 @@ from offline_prelearner.episodes.ledger import EpisodeBatch, Ledger
 from offline_prelearner.episodes.validate import Deduplicator, Validator
 from offline_prelearner.prelearner import OfflinePreLearner
 
-REPO = Path(__file__).resolve().parents[1]
 #: The kinds of test_validate_batch that keep one column layout (a reader's batch has one).
 SAME_LAYOUT = [
     "good", "good", "good", "good", "short", "empty", "bad_t", "open", "nan_reward",

@@ -9,6 +9,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import REPO
 
 from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.jobs.batch.batch_job import choose_engine, run_pipeline
@@ -16,7 +17,6 @@ from offline_prelearner.jobs.batch.plan import plan_units
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[1]
 SHIPPED = [
     "datasets/cartpole-v1/rows",
     "datasets/cartpole-v1/episodes",

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import REPO
 from test_convert import assert_same_episodes, read_back
 
 from offline_prelearner.cli import main
@@ -29,7 +30,6 @@ from offline_prelearner.jobs.commit import MANIFEST_FILE, STATS_FILE
 from offline_prelearner.jobs.convert import convert_path
 from offline_prelearner.jobs.ownership import CommitError, staging_path
 
-REPO = Path(__file__).resolve().parents[1]
 PLAIN = "cartpole-v1_old_stack_json_uncompressed.json"
 PACKED = "cartpole-v1_old_stack_json_compressed.json"
 BAD_LINE = "{not json\n"

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import REPO
 
 from offline_prelearner.cli import main
 from offline_prelearner.config import ReadConfig
@@ -37,7 +38,7 @@ from offline_prelearner.jobs.convert import convert_path
 pytest.importorskip("h5py")
 minari = pytest.importorskip("minari")
 
-ROWS = Path(__file__).resolve().parents[1] / "datasets" / "cartpole-v1" / "rows"
+ROWS = REPO / "datasets" / "cartpole-v1" / "rows"
 TARGETS = ["rows", "episodes", "minari"]
 ROUND_TRIP = ["rows", "episodes", "minari"]
 ONE_WAY = ["old_stack", "d4rl"]
