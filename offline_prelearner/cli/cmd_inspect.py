@@ -106,6 +106,9 @@ def _print_report(d: dict[str, Any]) -> None:
 
 
 def inspect(args: argparse.Namespace) -> int:
+    """The ``inspect`` sub-command: reads the input as a job would, prints what it found (or JSON
+    with ``--json``) and returns the exit code. Raises :class:`ConfigError` for ``--on-invalid
+    quarantine`` without a ``--quarantine-dir`` folder."""
     from ..config import ValidateConfig
     from ..jobs.inspection import inspect_path
 

@@ -43,6 +43,8 @@ class JobProgress:
         self.rows = 0
 
     def __call__(self, rows: int, total: int | None, samples: int) -> None:
+        """Reports progress: redraws the bar on a terminal, else writes one line every ``interval``
+        seconds; nothing when disabled."""
         if not self.enabled:
             return
         if self.tty:

@@ -58,6 +58,8 @@ def add_common(p: argparse.ArgumentParser, on_invalid: str | None, on_invalid_he
 
 
 def add_layout(p: argparse.ArgumentParser, default: str, why: str) -> None:
+    """Adds ``--layout`` (the layout of array columns written) to ``p``, with ``default`` and the
+    reason for that default (``why``) in its help."""
     p.add_argument(
         "--layout",
         choices=["auto", "lists", "fast", "rllib"],
@@ -71,6 +73,7 @@ def add_layout(p: argparse.ArgumentParser, default: str, why: str) -> None:
 
 
 def add_commit_flags(p: argparse.ArgumentParser) -> None:
+    """Adds ``--overwrite`` and ``--resume`` (how a job treats a non-empty ``--out``) to ``p``."""
     p.add_argument(
         "--overwrite",
         action="store_true",
@@ -88,6 +91,7 @@ class OneLineParser(argparse.ArgumentParser):
     """An argument error is one line (``prog: error: ...``, exit 2), not argparse's usage block."""
 
     def error(self, message: str) -> NoReturn:
+        """Exits with status 2 after one line naming the error and pointing at ``--help``."""
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 

@@ -152,6 +152,8 @@ class PreLearnerConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PreLearnerConfig:
+        """The config :meth:`to_dict` wrote (sections as dicts or section objects). Raises
+        :class:`ConfigError` naming any unknown section, or a field a section does not accept."""
         unknown = set(d) - _field_names(cls)
         if unknown:
             raise ConfigError(

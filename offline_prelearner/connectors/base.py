@@ -142,6 +142,7 @@ class ConnectorPipeline:
     # ------------------------------------------------------------------ editing
     @property
     def names(self) -> list[str]:
+        """The connectors' names, in pipeline order."""
         return [_name_of(c) for c in self._items]
 
     def _check_new(self, c: Connector) -> None:
@@ -162,6 +163,8 @@ class ConnectorPipeline:
             ) from None
 
     def append(self, connector: Connector) -> None:
+        """Adds ``connector`` at the end. Raises :class:`ConfigError` if it is not a connector or
+        its name is taken."""
         self._check_new(connector)
         self._items.append(connector)
 
@@ -193,6 +196,8 @@ class ConnectorPipeline:
         return {_name_of(c): s for c in self._items if (s := c.get_state())}
 
     def set_state(self, state: Mapping[str, Mapping[str, Any]]) -> None:
+        """Restores what :meth:`get_state` returned: each named connector gets its own state. Raises
+        :class:`ConfigError` for a name not in the pipeline."""
         unknown = sorted(set(state) - set(self.names))
         if unknown:
             raise ConfigError(f"state for connectors {unknown} not in the pipeline {self.names}")

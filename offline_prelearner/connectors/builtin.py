@@ -136,6 +136,8 @@ class NormalizeObservations(Connector):
         return 2 if SEQ_LENS in batch else 1
 
     def __call__(self, batch: SampleBatch, ctx: ConnectorContext) -> SampleBatch:
+        """Updates the module's statistics from the batch's real rows (unless ``update=False``) and
+        returns a copy with ``columns`` normalised."""
         x = _column(batch, self.columns[0], self.name)
         lead = self._lead(x, batch, ctx)
         stats = self.stats_for(ctx.module_id)
@@ -169,6 +171,8 @@ class NormalizeObservations(Connector):
         return {k: v.get_state() for k, v in self.stats.items() if v.count}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restores per-module statistics from :meth:`get_state`'s ``{module id: statistics}``;
+        raises :class:`ConfigError` for any other shape."""
         stats = {}
         for key, sub in state.items():
             if not isinstance(sub, Mapping):
@@ -207,6 +211,8 @@ class FlattenObservations(Connector):
         self.columns = _columns_arg(columns)
 
     def __call__(self, batch: SampleBatch, ctx: ConnectorContext) -> SampleBatch:
+        """A copy of ``batch`` with each of ``columns`` flattened after its row axis (after the row
+        and time axes in sequence batches)."""
         lead = 2 if SEQ_LENS in batch else 1
         out = _copy(batch)
         for name in self.columns:
@@ -268,6 +274,8 @@ class OneHotActions(Connector):
         return int(space.n), int(space.start)
 
     def __call__(self, batch: SampleBatch, ctx: ConnectorContext) -> SampleBatch:
+        """A copy of ``batch`` with the one-hot actions added (or written over ``actions``); raises
+        :class:`DataError` for an action out of range."""
         n, start = self._range(ctx)
         a = _column(batch, C.ACTIONS, self.name)
         real = _real_mask(batch)
@@ -349,6 +357,8 @@ class CastDtypes(Connector):
         return f"CastDtypes({ {k: str(v) for k, v in self.mapping.items()} })"
 
     def __call__(self, batch: SampleBatch, ctx: ConnectorContext) -> SampleBatch:
+        """A copy of ``batch`` with each mapped column cast to its dtype (no copy where the dtype
+        already matches)."""
         out = _copy(batch)
         for col, dtype in self.mapping.items():
             out.set_trusted(col, _column(batch, col, self.name).astype(dtype, copy=False))

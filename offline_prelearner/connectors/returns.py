@@ -177,6 +177,8 @@ class DiscountedReturns(Connector):
 
     @property
     def partial_column(self) -> str:
+        """Name of the bool column that marks the steps of episodes not done
+        (``incomplete="mark"``)."""
         return self.column + "_partial"
 
     def __repr__(self) -> str:
@@ -188,6 +190,8 @@ class DiscountedReturns(Connector):
     def on_episodes(
         self, episodes: list[Episode], ctx: ConnectorContext = DEFAULT_CONTEXT
     ) -> list[Episode]:
+        """The episodes with the discounted returns column added; raises
+        :class:`EpisodeValidationError` for a not-done episode under ``incomplete="raise"``."""
         if not episodes:
             return episodes
         if self.incomplete == "raise":
@@ -287,6 +291,8 @@ class GAE(Connector):
     def on_episodes(
         self, episodes: list[Episode], ctx: ConnectorContext = DEFAULT_CONTEXT
     ) -> list[Episode]:
+        """The episodes with ``advantages`` and ``value_targets`` added; episodes without the value
+        column follow ``missing`` (see the class docstring)."""
         if not episodes:
             return episodes
         has = [self.value_column in ep.extras for ep in episodes]

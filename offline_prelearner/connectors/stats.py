@@ -34,6 +34,7 @@ class RunningMeanStd:
 
     @property
     def shape(self) -> tuple[int, ...] | None:
+        """Shape of one feature vector, or None before the first update."""
         return None if self.mean is None else self.mean.shape
 
     def update(self, x: np.ndarray, column: str = "obs") -> None:
@@ -79,11 +80,15 @@ class RunningMeanStd:
             self.merge_moments(other.count, other.mean, other.var)
 
     def get_state(self) -> dict[str, Any]:
+        """``{"count", "mean", "var"}`` as copies (only ``count`` while empty), for
+        :meth:`set_state`."""
         if self.mean is None or self.var is None:
             return {"count": 0}
         return {"count": int(self.count), "mean": self.mean.copy(), "var": self.var.copy()}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restores what :meth:`get_state` returned; raises :class:`ConfigError` naming what is
+        missing or misshapen."""
         try:
             count = int(state["count"])
             if count == 0:

@@ -197,10 +197,12 @@ class Episode:
 
     @property
     def is_done(self) -> bool:
+        """True when the episode ended: terminated or truncated."""
         return self.terminated or self.truncated
 
     @property
     def total_reward(self) -> float:
+        """Sum of the rewards (accumulated in float64)."""
         return float(self.rewards.sum(dtype=np.float64))
 
     def __repr__(self) -> str:

@@ -95,10 +95,12 @@ class EpisodeColumns:
 
     @property
     def t_end(self) -> np.ndarray:
+        """Per episode, the env step after its last step (``t_started + length``)."""
         return self.t_started + self.length
 
     @property
     def done(self) -> np.ndarray:
+        """Per episode, whether it ended (terminated or truncated)."""
         return self.terminated | self.truncated
 
     # ------------------------------------------------------------------ objects

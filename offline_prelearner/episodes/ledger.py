@@ -54,6 +54,7 @@ class Rejection:
 
     @property
     def reason(self) -> str:
+        """The short reason code of the error (``"missing_column"``, ``"nan"``...)."""
         return self.error.reason
 
 
@@ -76,6 +77,7 @@ class Ledger:
     rows_held: int = 0
 
     def balanced(self) -> bool:
+        """Whether every input row is accounted for: kept, rejected for a reason, or a duplicate."""
         return (
             self.rows_in == self.rows_kept + sum(self.rows_rejected.values()) + self.rows_duplicate
         )
@@ -108,6 +110,7 @@ class Ledger:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The counters as a JSON-able dict (rejections sorted by reason)."""
         out: dict[str, Any] = {
             "rows_in": self.rows_in,
             "rows_kept": self.rows_kept,
@@ -204,6 +207,7 @@ class EpisodeBatch:
         return held if cols is None else held + list(zip(cols.ids, cols.agents, strict=True))
 
     def add(self, episode: Episode, source_rows: int) -> None:
+        """Adds a kept episode built from ``source_rows`` input rows and counts it in the ledger."""
         self.episodes.append(episode)
         self.source_rows.append(source_rows)
         self.ledger.rows_kept += source_rows

@@ -39,6 +39,7 @@ SEP = "."
 
 
 def is_composite(obs: Any) -> bool:
+    """Whether ``obs`` is a dict observation (nested parts) rather than one array."""
     return isinstance(obs, Mapping)
 
 

@@ -268,6 +268,8 @@ class RestrictedUnpickler(pickle.Unpickler):
         self._limit = limits.max_array_bytes
 
     def find_class(self, module: str, name: str) -> Any:
+        """The class a pickle names, if it is on the allow-list (numpy arrays and plain builtins);
+        any other raises :class:`DecodeError` (reason ``refused_pickle``)."""
         if module == "__builtin__":  # protocol 2 names builtins the Python 2 way
             module = "builtins"
         if (module, name) not in _ALLOWED_GLOBALS:

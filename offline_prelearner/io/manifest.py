@@ -71,6 +71,7 @@ class Manifest:
 
     @property
     def path(self) -> str:
+        """Path of the manifest file in ``folder``."""
         return os.path.join(self.folder, MANIFEST_FILE)
 
     @classmethod

@@ -135,6 +135,8 @@ class AutoReader:
         self.reader: Reader | None = None
 
     def read(self, batch: Batch, source: str | None = None) -> EpisodeBatch:
+        """Episodes of ``batch``, read by the reader of the format detected from the first batch's
+        column names."""
         if self.reader is None:
             if isinstance(batch, pa.Table | pa.RecordBatch):
                 names = list(batch.column_names)

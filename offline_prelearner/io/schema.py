@@ -334,10 +334,14 @@ class ColumnSchema:
         return out
 
     def to_json(self) -> str:
+        """The schema as indented JSON, in the layout :meth:`from_dict` reads."""
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], origin: str = "schema") -> ColumnSchema:
+        """The schema a JSON object describes; ``origin`` names it in errors. Raises
+        :class:`ConfigError` for unknown keys, a missing ``name`` or ``columns``, or a bad column.
+        """
         if not isinstance(d, Mapping):
             raise ConfigError(f"{origin}: a schema must be a JSON object, found {type(d).__name__}")
         unknown = sorted(set(d) - set(_JSON_KEYS))

@@ -359,6 +359,7 @@ class Staging:
 
     # ------------------------------------------------------------------ units
     def record_path(self, unit: int) -> Path:
+        """Path of unit ``unit``'s record in the staging folder."""
         return self.units / f"unit-{unit:05d}.json"
 
     def write_record(self, unit: int, record: dict[str, Any]) -> None:

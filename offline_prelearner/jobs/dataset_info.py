@@ -80,6 +80,8 @@ class DatasetInfo:
 
     @classmethod
     def from_metadata(cls, meta: dict[bytes, bytes] | None) -> DatasetInfo:
+        """The info stored in Parquet metadata under ``META_KEY``, or an empty info when there is
+        none."""
         raw = (meta or {}).get(META_KEY)
         if raw is None:
             return cls()

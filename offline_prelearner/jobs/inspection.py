@@ -48,6 +48,8 @@ class InspectReport:
     per_file: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as a JSON-able dict: the ledger, episode length and return statistics, and the
+        files read."""
         eps = self.batch.episodes
         led = self.batch.ledger
         lens = np.array([len(e) for e in eps], dtype=np.int64)

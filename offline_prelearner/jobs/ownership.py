@@ -169,6 +169,7 @@ class OutLock:
 
     @property
     def held(self) -> bool:
+        """Whether this process holds the lock."""
         return self._fd is not None
 
     def acquire(self) -> None:

@@ -59,6 +59,8 @@ HEURISTICS: dict[str, Policy] = {
 
 @dataclass
 class Recording:
+    """Episodes recorded from a Gymnasium environment, with its spaces and how they were made."""
+
     episodes: list[Episode]
     observation_space: gym.Space[Any]
     action_space: gym.Space[Any]

@@ -45,13 +45,16 @@ class Names:
         self.eps[i], self.agents[i], self.code[i] = eid, agent, code
 
     def get(self, serials: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Episode ids and agent ids of ``serials``."""
         i = serials - self.off
         return self.eps.take(i), self.agents.take(i)
 
     def codes(self, serials: np.ndarray) -> np.ndarray:
+        """Episode-id codes of ``serials``."""
         return self.code.take(serials - self.off)
 
     def rebuild(self, st: EpisodeStorage) -> None:
+        """Starts over from the live episodes of ``st`` (after a restore)."""
         self.__init__()  # type: ignore[misc]
         first = st.table.base + st.table.lo
         for row in np.flatnonzero(st.alive).tolist():
@@ -60,6 +63,7 @@ class Names:
 
 
 def agent_key(agent: Any) -> int | str | None:
+    """The agent id as stored: None stays None, any other id is normalized."""
     return None if agent is None else normalize_id(agent)
 
 
@@ -81,11 +85,13 @@ def _dec1(s: str) -> int | str | None:
 
 
 def decode(sid: Any) -> tuple[Any, Any]:
+    """``(episode id, agent id)`` of a key made by :func:`encode`."""
     n, _, rest = str(sid).partition(":")
     return _dec1(rest[: int(n)]), _dec1(rest[int(n) :])
 
 
 def episode_code(s: str) -> int:
+    """A 63-bit non-negative code of an encoded episode id (blake2b), stable across processes."""
     digest = hashlib.blake2b(s.encode("utf-8", "surrogatepass"), digest_size=8).digest()
     return int.from_bytes(digest, "little") >> 1
 

@@ -109,15 +109,19 @@ class SampleBatch:
     __hash__ = None  # type: ignore[assignment]
 
     def keys(self) -> KeysView[str]:
+        """The column names."""
         return self._cols.keys()
 
     def values(self) -> ValuesView[np.ndarray]:
+        """The column arrays."""
         return self._cols.values()
 
     def items(self) -> ItemsView[str, np.ndarray]:
+        """``(name, array)`` pairs of the columns."""
         return self._cols.items()
 
     def get(self, key: str, default: Any = None) -> Any:
+        """Column ``key``, or ``default`` when there is none."""
         return self._cols.get(key, default)
 
     def to_dict(self) -> dict[str, np.ndarray]:
@@ -126,6 +130,7 @@ class SampleBatch:
 
     @property
     def num_rows(self) -> int:
+        """Number of rows (as ``len``)."""
         return len(self)
 
     def __repr__(self) -> str:

@@ -10,7 +10,7 @@ Layout of ``<dir>/``::
 
 **One rename commits.** A save writes a new generation folder beside the current one, flushes
 every file and the folder to disk, writes the new manifest to a temporary name, flushes it, and
-``os.replace``\\ s it onto ``manifest.json`` -- the only step that changes what the directory
+``os.replace``-s it onto ``manifest.json`` -- the only step that changes what the directory
 holds. A death before that rename leaves the old manifest (and the old generation, untouched);
 a death after it leaves the new one. Generations not named by the manifest are deleted after the
 commit, by this save or, if it died, by the next save or load. Why this and not a directory swap:

@@ -104,6 +104,7 @@ class MixInReplayBuffer(EpisodeReplayBuffer):
 
     @property
     def replay_ratio(self) -> float:
+        """Share of replayed rows in a sample, ``replayed / (replayed + new)``."""
         return self._ratio
 
     # ------------------------------------------------------------------ tracking new steps
@@ -237,6 +238,7 @@ class MixInReplayBuffer(EpisodeReplayBuffer):
         return out
 
     def get_state(self) -> dict[str, Any]:
+        """The buffer's state plus which stored steps were already handed out as new."""
         state = super().get_state()
         _, old, _ = self._split()
         seen = np.full(self.storage.num_rows, -1, np.int64)
@@ -254,6 +256,8 @@ class MixInReplayBuffer(EpisodeReplayBuffer):
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
+        """Restores :meth:`get_state`'s state; raises :class:`ConfigError` for a state not of a
+        mix-in buffer or saved with another ``replay_ratio``."""
         mix = state["meta"].get("mixin")
         if not isinstance(mix, dict):
             raise ConfigError("state is not of a MixInReplayBuffer (no 'mixin' section)")

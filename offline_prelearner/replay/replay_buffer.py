@@ -118,6 +118,7 @@ class EpisodeReplayBuffer:
 
     @property
     def capacity(self) -> int:
+        """Slots of storage: timesteps plus one final observation per episode."""
         return self.storage.capacity
 
     def __len__(self) -> int:

@@ -101,6 +101,7 @@ class Reservoir:
         return (int.from_bytes(digest, "little") >> 11) * 2.0**-53
 
     def make_storage(self, capacity: int) -> ReservoirStorage:
+        """A :class:`ReservoirStorage` of ``capacity`` slots that follows this policy."""
         return ReservoirStorage(capacity, self)
 
 
@@ -124,6 +125,8 @@ class ReservoirStorage(EpisodeStorage):
 
     # ------------------------------------------------------------------ adding
     def add(self, episode: Episode) -> Change:
+        """Admits ``episode`` if its key is below the threshold (evicting the largest keys while
+        over budget), or extends it if held; returns what changed."""
         key = normalize_id(episode.id)
         idx = self.table.index_of(key)
         if not self.columns:
@@ -269,11 +272,14 @@ class ReservoirStorage(EpisodeStorage):
 
     # ------------------------------------------------------------------ state
     def get_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The storage's state plus the policy and the current admission threshold."""
         meta, arrays = super().get_state()
         meta["reservoir"] = {"policy": repr(self.policy), "threshold": self.threshold}
         return meta, arrays
 
     def set_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        """Restores :meth:`get_state`'s state; raises :class:`ConfigError` if it was saved under
+        another policy and a corrupt-checkpoint error for a bad threshold."""
         res = meta.get("reservoir")
         if not isinstance(res, dict) or res.get("policy") != repr(self.policy):
             found = res.get("policy") if isinstance(res, dict) else "FIFO eviction"

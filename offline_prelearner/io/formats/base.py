@@ -28,4 +28,6 @@ class Reader(Protocol):
 
     config: ReadConfig
 
-    def read(self, batch: Batch, source: str | None = None) -> EpisodeBatch: ...
+    def read(self, batch: Batch, source: str | None = None) -> EpisodeBatch:
+        """Episodes from one input ``batch`` (a table or dict of columns); ``source`` names the file
+        in errors."""

@@ -194,6 +194,15 @@ def run_pipeline(
     reuses the units it finished. Without ``out_dir`` the job runs and counts, and keeps nothing.
 
     Args:
+        path: A data file, a folder of them (recursive, name order), a glob, or a list of
+            these; the format is ``config.read.format`` (``"auto"``: detected from the files).
+        config: The prelearner config (default ``PreLearnerConfig()``): reading, validation,
+            connectors, the buffer and the batch size.
+        out_dir: Where the job commits its output; absent or empty unless ``overwrite``.
+            ``None`` runs the job and keeps nothing.
+        prelearner: The prelearner each unit runs: a subclass of
+            :class:`~offline_prelearner.OfflinePreLearner` or ``"package.module:Class"``;
+            default ``config.prelearner``, else the base class.
         engine: ``auto`` (in-process for small inputs without a cluster, else Ray), ``local`` or
             ``ray``. Both run the same units and write the same bytes.
         overwrite: Replace a non-empty ``out_dir`` when the job succeeds (else refused).

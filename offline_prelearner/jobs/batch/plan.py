@@ -62,6 +62,7 @@ class InputFile:
 
     @classmethod
     def stat(cls, path: str) -> InputFile:
+        """The file's size and modification time (no schema read)."""
         return cls.checked(path)[0]
 
     @classmethod
@@ -88,6 +89,7 @@ class InputFile:
         return cls(path, st.st_size, st.st_mtime_ns, rows), schema
 
     def to_dict(self) -> dict[str, Any]:
+        """The file as a JSON-able dict (a unit record's inputs)."""
         return dataclasses.asdict(self)
 
 
@@ -110,6 +112,8 @@ class Part:
 
 @dataclass(frozen=True)
 class Unit:
+    """One unit of work: its number and the parts of files whose rows it reads."""
+
     index: int
     parts: tuple[Part, ...]
 
@@ -124,6 +128,7 @@ class Plan:
     whole_files: bool = False  # each file is read as one table (Minari, D4RL)
 
     def unit_inputs(self, unit: Unit) -> list[dict[str, Any]]:
+        """The input files a unit reads from, as dicts, in file order."""
         return [self.files[i].to_dict() for i in sorted({p.file for p in unit.parts})]
 
 

@@ -118,6 +118,8 @@ def convert_path(
         fragments: What to do with episodes that never end within the data.
         dones: How a legacy ``dones`` column is read (see
             :mod:`~offline_prelearner.io.formats.sample_batches.reader`).
+        rows_per_file: ``to="rows"``: at most this many rows per file (an episode is never cut).
+        episodes_per_file: ``to="episodes"``: at most this many episodes per file.
         overwrite: Replace a non-empty ``out_dir`` once this job has succeeded.
         resume: Reuse the units an interrupted or failed run of the same job committed (see the
             module docstring); refused with one line if that run had another config.

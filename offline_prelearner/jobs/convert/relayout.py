@@ -128,6 +128,8 @@ def relayout_rows(
         out_dir: Must be absent or empty unless ``overwrite`` (see :mod:`.commit`).
         layout: ``"fast"`` or ``"rllib"``.
         progress: Called as each file is done with (files done, files, file, rows so far).
+        overwrite: Replace a non-empty ``out_dir`` once this job has succeeded.
+        resume: Reuse the files an interrupted or failed run of the same job committed.
         workers: Processes rewriting files at once (default ``min(2, cpus, files)``; 1 runs in
             this process).
 

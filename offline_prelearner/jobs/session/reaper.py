@@ -46,7 +46,7 @@ def supported() -> bool:
 
 
 def _table() -> dict[int, tuple[int, int, str]]:
-    """pid -> (parent pid, start time in clock ticks, state) for every process."""
+    """For every process: its pid -> (parent pid, start time in clock ticks, state)."""
     out = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -97,6 +97,7 @@ class Instance:
         return table
 
     def alive(self) -> list[int]:
+        """Pids of the followed processes still running (same start time, not a zombie)."""
         table = self.follow()
         return [
             pid

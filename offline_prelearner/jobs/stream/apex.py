@@ -72,6 +72,7 @@ class FeedStats:
         return self.ledger.balanced() and routed == self.ledger.fragments
 
     def to_dict(self) -> dict[str, Any]:
+        """The counters as a JSON-able dict, with the wall time and whether the ledger balances."""
         out = {"ledger": self.ledger.to_dict(), "batches": self.batches}
         out.update({k: getattr(self, k) for k in _COUNTS})
         return {**out, "wall_seconds": self.wall_seconds, "balanced": self.balanced()}
@@ -100,6 +101,7 @@ class ShardFeeder(OfflinePreLearner):
         return super().postprocess_columns(columns)
 
     def add_to_buffers(self, episodes: list[Episode]) -> None:
+        """Sends the episodes to the shards of their modules and waits for them to be held."""
         by_module: dict[str, list[Episode]] = {}
         for ep in episodes:
             by_module.setdefault(self.module_of(ep), []).append(ep)
@@ -139,6 +141,7 @@ class ShardFeeder(OfflinePreLearner):
         )
 
     def sample(self) -> MultiAgentBatch:
+        """An empty batch: a feeder's samples are drawn from the shards by the learners."""
         return MultiAgentBatch({}, env_steps=0)
 
     def __call__(self, batch: Batch) -> Iterator[dict[str, np.ndarray]]:

@@ -109,15 +109,20 @@ class Sampler(Protocol):
         batch_size: int,
         rng: np.random.Generator,
         valid: ValidStarts,
-    ) -> tuple[np.ndarray, dict[str, np.ndarray]]: ...
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """``(slots, info)`` for ``batch_size`` draws among ``valid`` (see the class docstring)."""
 
-    def on_add(self, storage: EpisodeStorage, slots: np.ndarray) -> None: ...
+    def on_add(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
+        """Learns that ``slots`` became valid starts."""
 
-    def on_evict(self, storage: EpisodeStorage, slots: np.ndarray) -> None: ...
+    def on_evict(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
+        """Learns that ``slots`` no longer hold data."""
 
-    def state(self) -> SamplerState: ...
+    def state(self) -> SamplerState:
+        """The sampler's state as arrays and numbers, for a checkpoint."""
 
-    def set_state(self, state: SamplerState) -> None: ...
+    def set_state(self, state: SamplerState) -> None:
+        """Restores what :meth:`state` returned."""
 
 
 @runtime_checkable
@@ -131,4 +136,5 @@ class UpdatableSampler(Sampler, Protocol):
 
     def update_priorities(
         self, storage: EpisodeStorage, handles: np.ndarray, priorities: np.ndarray
-    ) -> int: ...
+    ) -> int:
+        """Sets the priorities of the samples ``handles`` names; returns how many were current."""

@@ -31,18 +31,23 @@ class InOrder:
         rng: np.random.Generator,
         valid: ValidStarts,
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The first ``batch_size`` valid starts, episodes in placement (ring) order; no weights."""
         order = np.argsort(valid.first, kind="stable")  # table rows in ring (placement) order
         slots = valid.__class__(valid.first[order], valid.count[order], valid.version).slots()
         return slots[:batch_size], {}
 
     def on_add(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
+        """Nothing to learn: the order comes from the valid starts."""
         pass
 
     def on_evict(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
+        """Nothing to forget: the order comes from the valid starts."""
         pass
 
     def state(self) -> SamplerState:
+        """An empty state: the sampler keeps nothing."""
         return {}
 
     def set_state(self, state: SamplerState) -> None:
+        """Nothing to restore."""
         pass

@@ -72,14 +72,17 @@ class Prioritized:
     # alpha, eps and stratified are fixed: the stored priorities mean something only under them.
     @property
     def alpha(self) -> float:
+        """Priority exponent: a slot is drawn with probability ``p_i**alpha / sum p**alpha``."""
         return self._alpha
 
     @property
     def eps(self) -> float:
+        """Added to every priority, so no slot's chance is zero."""
         return self._eps
 
     @property
     def stratified(self) -> bool:
+        """Whether draws are stratified (one per equal slice of the total mass)."""
         return self._stratified
 
     @property

@@ -74,6 +74,8 @@ class Uniform:
         rng: np.random.Generator,
         valid: ValidStarts,
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """``batch_size`` valid starts drawn uniformly with replacement, and their table rows in
+        ``info``."""
         if valid is not self._valid:
             self._prepare(valid)
         # floor(U[0, 1) * total) is uniform on 0..total - 1 up to 2**-53 (and never total: the
@@ -102,7 +104,9 @@ class Uniform:
         """Nothing to do."""
 
     def state(self) -> SamplerState:
+        """An empty state: draws come only from the buffer's generator."""
         return {}
 
     def set_state(self, state: SamplerState) -> None:
+        """Forgets the cached valid starts."""
         self._valid = None

@@ -91,6 +91,7 @@ class ReplayShard:
 
     @property
     def prioritized(self) -> bool:
+        """Whether the shard's buffer samples by priority."""
         return isinstance(self.buffer.sampler, Prioritized)
 
     def info(self) -> ShardInfo:

@@ -88,7 +88,8 @@ def write_episode(
 class EpisodeSource(Protocol):
     """Where a run's columns come from: episode objects or shared columns."""
 
-    def episode(self, i: int) -> Episode: ...
+    def episode(self, i: int) -> Episode:
+        """Episode ``i`` as an object."""
 
     def write_observations(self, dest: np.ndarray, lo: int, hi: int) -> None:
         """Writes episodes ``lo:hi``'s observations (``T + 1`` each), concatenated, into
@@ -107,9 +108,11 @@ class ListedEpisodes:
         self.eps = eps
 
     def episode(self, i: int) -> Episode:
+        """Episode ``i`` of the list."""
         return self.eps[i]
 
     def write_observations(self, dest: np.ndarray, lo: int, hi: int) -> None:
+        """Writes episodes ``lo:hi``'s observations into ``dest``, one copy per frame."""
         at = 0
         for e in self.eps[lo:hi]:  # one copy per frame, episode by episode
             n = len(e.observations)
@@ -117,6 +120,8 @@ class ListedEpisodes:
             at += n
 
     def steps(self, column: str, lo: int, hi: int) -> np.ndarray:
+        """Episodes ``lo:hi``'s steps of ``column`` (``actions``, ``rewards`` or ``extras/<name>``),
+        concatenated."""
         part = self.eps[lo:hi]
         if column == "actions":
             return np.concatenate([e.actions for e in part])
@@ -133,12 +138,17 @@ class SharedColumns:
         self.cols = cols
 
     def episode(self, i: int) -> Episode:
+        """Episode ``i`` as an object (views of the shared columns)."""
         return self.cols.episode(i)
 
     def write_observations(self, dest: np.ndarray, lo: int, hi: int) -> None:
+        """Writes episodes ``lo:hi``'s observations into ``dest``, as the shared columns lay them
+        out."""
         self.cols.write_observations(dest, lo, hi)
 
     def steps(self, column: str, lo: int, hi: int) -> np.ndarray:
+        """Episodes ``lo:hi``'s steps of ``column`` (``actions``, ``rewards`` or ``extras/<name>``),
+        one gather."""
         c = self.cols
         arr = {"actions": c.actions, "rewards": c.rewards}.get(column)
         if arr is None:
@@ -222,7 +232,7 @@ class RunPlacement:
     def column_run(self, cols: EpisodeColumns, i: int, held: Container[Any]) -> Run | None:
         """The longest run of episodes from ``i`` of shared columns that ``add`` would each store
         fresh (ids not held, distinct, shorter than the ring), or None if episode ``i`` is not
-        one. (Shared columns have one layout: the caller checks it once.)"""
+        one; shared columns have one layout, which the caller checks once."""
         too_long = np.flatnonzero(cols.length[i:] >= self.capacity)
         stop = len(cols) if len(too_long) == 0 else i + int(too_long[0])
         keys = self._fresh_keys(held, cols.ids[i:stop])

@@ -78,13 +78,16 @@ class EpisodeTable:
 
     # ------------------------------------------------------------------ window views
     def view(self, field: str) -> np.ndarray:
+        """The live window of column ``field`` (a view)."""
         return self.cols[field][self.lo : self.hi]
 
     @property
     def num_rows(self) -> int:
+        """Records in the window, dead ones included."""
         return self.hi - self.lo
 
     def index_of(self, key: int | str) -> int | None:
+        """Index of the record of episode ``key``, or None if it has none."""
         serial = self.where.get(key)
         return None if serial is None else serial - self.base
 
@@ -182,6 +185,7 @@ class EpisodeTable:
         return out
 
     def update(self, idx: int, *, length: int, terminated: bool, truncated: bool) -> None:
+        """Sets record ``idx``'s length and end flags (the episode grew or ended)."""
         c = self.cols
         c["length"][idx], c["terminated"][idx], c["truncated"][idx] = length, terminated, truncated
         self.version += 1
@@ -243,12 +247,14 @@ class EpisodeTable:
         return last, t_base
 
     def handles(self, slots: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Handles of ``slots`` in table ``rows``: the row's serial and the slot in one int64."""
         serial = np.add(rows, self.base + self.lo, dtype=np.int64)
         serial <<= _SLOT_BITS
         serial |= slots
         return serial
 
     def is_current(self, serials: np.ndarray) -> np.ndarray:
+        """Per serial: whether its record is in the window and alive."""
         idx = np.asarray(serials, dtype=np.int64) - self.base
         inside = (idx >= self.lo) & (idx < self.hi)
         if inside.all():  # the usual case: a gather, no masking
@@ -258,6 +264,8 @@ class EpisodeTable:
         return current
 
     def resolve(self, handles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(slots, current)`` of ``handles``: the slot each names and whether its record still
+        stands."""
         handles = np.asarray(handles, dtype=np.int64)
         return handles & _SLOT_MASK, self.is_current(handles >> _SLOT_BITS)
 
@@ -280,6 +288,8 @@ class EpisodeTable:
         return self.base + self.lo, arrays
 
     def set_state(self, first_serial: int, arrays: dict[str, Any]) -> None:
+        """Restores :meth:`get_state`'s arrays with ``first_serial``; raises :class:`ValueError` if
+        the columns' lengths differ."""
         n = len(arrays["start"])
         for f in (*_NUMERIC, "ids_kind", "ids_int", "ids_str"):
             if len(arrays[f]) != n:

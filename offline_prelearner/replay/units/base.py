@@ -32,15 +32,17 @@ class StepTable(Protocol):
     gives what the unit's own ``expand`` would.
     """
 
-    def refresh_from(self, first: np.ndarray) -> np.ndarray: ...
+    def refresh_from(self, first: np.ndarray) -> np.ndarray:
+        """Slots from which windows are recomputed, given each new placement's ``first`` slot."""
 
-    def on_add(self, storage: EpisodeStorage, slots: np.ndarray) -> None: ...
+    def on_add(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
+        """Fills the cache for ``slots``, which just became valid starts."""
 
-    def rebuild(self, storage: EpisodeStorage, slots: np.ndarray) -> None: ...
+    def rebuild(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
+        """Refills the cache for ``slots`` (after a restore)."""
 
-    def expand(
-        self, slots: np.ndarray, rows: np.ndarray, storage: EpisodeStorage
-    ) -> SampleBatch: ...
+    def expand(self, slots: np.ndarray, rows: np.ndarray, storage: EpisodeStorage) -> SampleBatch:
+        """The batch for start ``slots`` in table ``rows``, from the cache."""
 
 
 @runtime_checkable
@@ -64,7 +66,8 @@ class SampleUnit(Protocol):
     each buffer holds its own.
     """
 
-    def valid_starts(self, lengths: np.ndarray, done: np.ndarray) -> np.ndarray: ...
+    def valid_starts(self, lengths: np.ndarray, done: np.ndarray) -> np.ndarray:
+        """Per episode, how many of its first steps may start a sample (see the class docstring)."""
 
     def expand(
         self,
@@ -73,9 +76,11 @@ class SampleUnit(Protocol):
         storage: EpisodeStorage,
         rng: np.random.Generator,
         frames: int | None = None,
-    ) -> SampleBatch: ...
+    ) -> SampleBatch:
+        """The batch for start ``slots`` (see the class docstring)."""
 
-    def step_table(self) -> StepTable | None: ...
+    def step_table(self) -> StepTable | None:
+        """The unit's per-slot cache, or None (see the class docstring)."""
 
 
 def stack_index(idx: np.ndarray, first: np.ndarray, frames: int) -> np.ndarray:

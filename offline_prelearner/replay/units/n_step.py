@@ -53,6 +53,8 @@ class NStep:
         return self.n if isinstance(self.n, tuple) else (self.n, self.n)
 
     def valid_starts(self, lengths: np.ndarray, done: np.ndarray) -> np.ndarray:
+        """Per episode, the steps whose longest window is stored (every step once the episode is
+        done)."""
         lengths = np.asarray(lengths, dtype=np.int64)
         hi = self.bounds[1]
         return np.where(done, lengths, np.maximum(lengths - hi + 1, 0))
@@ -72,6 +74,8 @@ class NStep:
         rng: np.random.Generator,
         frames: int | None = None,
     ) -> SampleBatch:
+        """The n-step transitions from ``slots``, with ``n`` drawn per sample from the range when it
+        is one."""
         lo, hi = self.bounds
         b = len(slots)
         last = storage.last_and_t_base()[0].take(rows)

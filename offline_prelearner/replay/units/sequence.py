@@ -51,9 +51,12 @@ class Sequence:
 
     @property
     def width(self) -> int:
+        """Steps per sample: ``burn_in + length``."""
         return self.burn_in + self.length
 
     def valid_starts(self, lengths: np.ndarray, done: np.ndarray) -> np.ndarray:
+        """Per episode, the steps whose whole sequence is stored (every step once the episode is
+        done)."""
         lengths = np.asarray(lengths, dtype=np.int64)
         return np.where(done, lengths, np.maximum(lengths - self.length + 1, 0))
 
@@ -69,6 +72,8 @@ class Sequence:
         rng: np.random.Generator,
         frames: int | None = None,
     ) -> SampleBatch:
+        """The sequences from ``slots`` (with burn-in before them); ``seq_lens`` counts the real
+        steps, the rest is padding."""
         start = storage.starts.take(rows)
         length = storage.lengths.take(rows)
         k = slots - start

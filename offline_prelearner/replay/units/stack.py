@@ -44,6 +44,7 @@ class FrameStack:
             )
 
     def valid_starts(self, lengths: np.ndarray, done: np.ndarray) -> np.ndarray:
+        """The wrapped unit's valid starts: stacking needs no more steps."""
         return self.unit.valid_starts(lengths, done)
 
     def step_table(self) -> None:
@@ -58,6 +59,8 @@ class FrameStack:
         rng: np.random.Generator,
         frames: int | None = None,
     ) -> SampleBatch:
+        """The wrapped unit's batch with every observation column a stack of ``frames``
+        observations."""
         if frames is not None:
             raise ConfigError("FrameStack stacks frames itself; wrap the inner unit once")
         return self.unit.expand(slots, rows, storage, rng, frames=self.k)

@@ -34,6 +34,7 @@ class Transition:
     """
 
     def valid_starts(self, lengths: np.ndarray, done: np.ndarray) -> np.ndarray:
+        """Every stored step may start a transition."""
         return np.asarray(lengths, dtype=np.int64)
 
     def step_table(self) -> None:
@@ -48,6 +49,7 @@ class Transition:
         rng: np.random.Generator,
         frames: int | None = None,
     ) -> SampleBatch:
+        """One-step transitions from ``slots`` (``frames``: observations as stacks)."""
         last = slots == storage.last_and_t_base()[0].take(rows)
         out = episode_columns(storage, slots, rows)
         if frames is not None:  # obs and new_obs share k - 1 frames: gather k + 1 once

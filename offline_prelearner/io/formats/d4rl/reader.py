@@ -59,6 +59,8 @@ class D4RLReader:
         self.ends_from_next_obs = 0
 
     def read(self, batch: Any, source: str | None = None) -> EpisodeBatch:
+        """Episodes of a whole D4RL file as ``io.sources.read_table`` gives it; raises
+        :class:`SchemaError` for anything without the D4RL metadata."""
         if isinstance(batch, pa.RecordBatch):
             batch = pa.Table.from_batches([batch])
         if not isinstance(batch, pa.Table) or METADATA_KEY not in (batch.schema.metadata or {}):

@@ -169,6 +169,8 @@ _INT_STRUCTS = {c: struct.Struct(f) for c, f in _INT_FORMATS.items()}
 # header-level walking
 # --------------------------------------------------------------------------------------------
 def map_len(buf: bytes, pos: int) -> tuple[int, int]:
+    """``(entries, position after the header)`` of the msgpack map header at ``buf[pos]``; raises
+    :class:`ValueError` if none is there."""
     c = buf[pos]
     if 0x80 <= c <= 0x8F:
         return c & 0x0F, pos + 1
@@ -180,6 +182,8 @@ def map_len(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def array_len(buf: bytes, pos: int) -> tuple[int, int]:
+    """``(items, position after the header)`` of the msgpack array header at ``buf[pos]``; raises
+    :class:`ValueError` if none is there."""
     c = buf[pos]
     if 0x90 <= c <= 0x9F:
         return c & 0x0F, pos + 1
@@ -219,6 +223,7 @@ def scalar(buf: bytes, pos: int) -> tuple[Any, int]:
 
 
 def is_container(c: int) -> bool:
+    """Whether msgpack type byte ``c`` starts a map or an array."""
     return 0x80 <= c <= 0x9F or 0xDC <= c <= 0xDF
 
 

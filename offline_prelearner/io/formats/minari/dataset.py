@@ -171,6 +171,7 @@ class MinariMetadata:
     eval_env_spec: str | None = None
 
     def to_json(self) -> str:
+        """The metadata as JSON, for the Arrow schema metadata of each step table."""
         return json.dumps(self.__dict__)
 
     @classmethod
@@ -350,6 +351,7 @@ def _dict_keys(space: dict[str, Any]) -> list[str]:
 
 
 def is_composite(space: dict[str, Any]) -> bool:
+    """Whether a Minari space dict is a Dict or Tuple space (with nested parts)."""
     return space.get("type") in ("Dict", "Tuple")
 
 

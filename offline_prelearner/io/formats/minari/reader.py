@@ -80,6 +80,8 @@ class MinariReader:
         return None if self.metadata is None else space_from_minari(self.metadata.action_space)
 
     def read(self, batch: Any, source: str | None = None) -> EpisodeBatch:
+        """Episodes of one Minari step table as ``io.sources.read_table`` gives it; raises
+        :class:`SchemaError` for a table without the Minari metadata."""
         if isinstance(batch, pa.RecordBatch):
             batch = pa.Table.from_batches([batch])
         if not isinstance(batch, pa.Table) or METADATA_KEY not in (batch.schema.metadata or {}):

@@ -185,7 +185,7 @@ def rows_differ(
     ib: np.ndarray | None = None,
     where: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Per ``i``: does row ``a[ia[i]]`` differ in value from ``b[ib[i]]``? (NaN == NaN, 0 == -0.)
+    """Per ``i``: does row ``a[ia[i]]`` differ in value from ``b[ib[i]]`` (NaN == NaN, 0 == -0)?
 
     ``ia`` / ``ib`` default to all rows in order (then both sides are read as views, no copy).
     Only rows where ``where`` (bool, one per ``i``) is true are compared; the others come out
@@ -305,6 +305,8 @@ class Groups:
 
     @classmethod
     def of(cls, codes: np.ndarray, t: np.ndarray | None, rows: np.ndarray, keys: Keys) -> Groups:
+        """Groups the rows of a frame by episode ``codes`` (in ``t`` order within an episode when
+        ``t`` is given); ``rows`` are their batch rows, ``keys`` their ids."""
         m = len(codes)
         perm = order_rows(codes, t)
         sc = codes if perm is None else codes[perm]
@@ -329,10 +331,12 @@ class Groups:
 
     @property
     def first(self) -> np.ndarray:
+        """Frame row of each episode's first position."""
         return self.starts if self.perm is None else self.perm[self.starts]
 
     @property
     def last(self) -> np.ndarray:
+        """Frame row of each episode's last position."""
         return self.ends - 1 if self.perm is None else self.perm[self.ends - 1]
 
 
@@ -344,6 +348,8 @@ class Verdicts:
         self.bad: dict[int, DataError] = {}
 
     def record(self, e: int, err: DataError) -> None:
+        """Keeps the first error of episode ``e``, or raises it at once under
+        ``on_invalid="raise"``."""
         if self.raise_now:
             raise err
         self.bad.setdefault(e, err)

@@ -104,6 +104,8 @@ def ids_column(values: np.ndarray) -> np.ndarray:
 def factorize_column(
     frame: ColumnBatch, col: str, source: str | None
 ) -> tuple[np.ndarray, list[Any]]:
+    """``(codes, values)`` of column ``col``: an int code per row and the distinct values; a column
+    that cannot be factorized raises :class:`SchemaError` naming the file and column."""
     try:
         return factorize(frame.raw(col))
     except SchemaError as e:
@@ -139,6 +141,8 @@ def locate(
 def type_error(
     arr: np.ndarray, col: str, field: str, kinds: str, codec: str | None, source: str | None
 ) -> ColumnValueError:
+    """The error for column ``col`` (field ``field``) holding values not of ``kinds``, with an
+    example value and, for encoded cells read without a codec, a hint."""
     want = {"biuf": "numbers or bools", "iu": "integers", "b": "true/false flags"}.get(kinds, kinds)
     sample = next((v for v in arr[:1000].tolist() if v is not None), None) if len(arr) else None
     found = "strings" if isinstance(sample, str) else f"dtype {arr.dtype}"

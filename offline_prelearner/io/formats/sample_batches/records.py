@@ -63,6 +63,9 @@ class BadRecord:
 
 @dataclass
 class Parsed:
+    """What parsing a file's records gave: the column parts of the good records, the records refused
+    whole, and how many records were read."""
+
     parts: list[Part] = field(default_factory=list)
     bad: list[BadRecord] = field(default_factory=list)
     num_records: int = 0
