@@ -8,6 +8,8 @@ import mmap
 import os
 import subprocess
 import sys
+import threading
+from typing import Any
 
 import numpy as np
 
@@ -105,14 +107,21 @@ def test_a_users_own_glibc_tuning_is_left_alone(monkeypatch) -> None:
 
 
 _AHEAD = """
-import resource, sys, time
+import resource, sys, threading
 import numpy as np
-from offline_prelearner.replay.storage.memory import fault_in_ahead, zeroed
+from offline_prelearner.replay.storage.memory import _FaultIn, fault_in_ahead, zeroed
 ring = zeroed((4000, 84, 84, 4), np.uint8)  # 113 MB
 ring[1000:1010] = 9  # written before: the helper must leave these bytes as they are
 if sys.argv[1] == "1":
     fault_in_ahead(ring, 0, 3000)
-    time.sleep(1.0)  # the helper thread's work (~30 ms on 3 GB/s)
+    done = threading.Event()
+    class Marker:  # a job of no pages after it: the helper drops it once the range is done
+        def __del__(self):
+            done.set()
+    helper = _FaultIn.get()
+    if helper is not None:
+        helper.jobs.put((Marker(), 0, 0))
+        assert done.wait(60), "the helper thread did not finish"
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 ring[:3000] += 1
 print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, int(ring[1005, 0, 0, 0]),
@@ -143,6 +152,20 @@ def test_pages_faulted_in_ahead_keep_their_bytes_and_spare_the_writer() -> None:
     assert faults < pages // 10 and (kept, last, beyond) == (10, 1, 0)
 
 
+def _drained(helper: Any, timeout: float = 60) -> bool:
+    """Whether ``helper``'s thread finishes the jobs queued so far within ``timeout`` seconds:
+    it takes jobs in order and drops each when done, so a marker job of no pages queued last is
+    dropped (its ``__del__`` runs) once the jobs before it are done."""
+    done = threading.Event()
+
+    class Marker:
+        def __del__(self) -> None:
+            done.set()
+
+    helper.jobs.put((Marker(), 0, 0))
+    return done.wait(timeout)
+
+
 def test_a_forked_child_faults_in_with_its_own_helper() -> None:
     """After ``fork`` the helper thread exists only in the parent; the child starts its own
     (otherwise its jobs would wait forever, holding their arrays)."""
@@ -163,10 +186,7 @@ def test_a_forked_child_faults_in_with_its_own_helper() -> None:
         try:
             fault_in_ahead(ring, 10, 20)
             child = _FaultIn.get()
-            import time
-
-            time.sleep(0.5)
-            code = 0 if child is not parent and child.jobs.empty() else 1
+            code = 0 if child is not parent and _drained(child) else 1
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
