@@ -348,41 +348,75 @@ def _null_rows(arr: pa.Array) -> np.ndarray:
 
 
 def _convert(arr: pa.Array, shape: _Meta = None) -> np.ndarray:
+    """One Arrow array as numpy: by its fast-tensor spec, its extension type, the shape the
+    column's metadata gave (``shape``), or else its plain Arrow type."""
     t = arr.type
     if isinstance(t, FastTensorType):
-        try:
-            shape = t.spec
-        except ValueError as e:
-            raise _Bad(str(e), "bad_type", None) from None
+        shape = _fast_tensor_spec(t)
     if isinstance(shape, TensorSpec):
-        if arr.null_count:
-            rows = _null_rows(arr)
-            raise _Bad(
-                f"null cell at row {rows[0]} in a fast tensor column (the layout has no nulls)",
-                "null_value",
-                rows,
-            )
-        return fixed_binary_to_numpy(arr, shape)
+        return _fast_tensor(arr, shape)
     if isinstance(t, pa.BaseExtensionType):
-        ext = t.extension_name
-        if ext in TENSOR_EXTENSIONS:
-            ext_shape = getattr(t, "shape", None)
-            if ext_shape is None:
-                ext_shape = _parse_shape(t.__arrow_ext_serialize__(), ext)
-            return _tensor(arr.storage, tuple(ext_shape))
-        if ext == _VARIABLE_TENSOR:
-            return _variable_tensor(arr.storage)
-        if isinstance(t, pa.FixedShapeTensorType):
-            return _fixed_shape_tensor(arr.storage, tuple(t.shape), t.permutation)
-        if ext == _ARROW_VARIABLE:
-            return _variable_tensor(arr.storage, _type_permutation(t))
-        return _convert(arr.storage, shape)
-    if isinstance(shape, _VariableShape):
-        if not pa.types.is_struct(t):
-            raise _Bad(f"{_ARROW_VARIABLE} storage must be a struct, found {t}", "bad_type", None)
-        return _variable_tensor(arr, shape.permutation)
+        return _extension(arr, shape)
     if shape is not None:
-        return _tensor(arr, shape)
+        return _shaped_by_metadata(arr, shape)
+    return _plain(arr)
+
+
+def _fast_tensor_spec(t: FastTensorType) -> TensorSpec:
+    """The shape and dtype a fast tensor type declares; a malformed one is a ``bad_type``."""
+    try:
+        return t.spec
+    except ValueError as e:
+        raise _Bad(str(e), "bad_type", None) from None
+
+
+def _fast_tensor(arr: pa.Array, spec: TensorSpec) -> np.ndarray:
+    """Fixed-size binary cells as ``[n, *spec.shape]``; the layout has no nulls."""
+    if arr.null_count:
+        rows = _null_rows(arr)
+        raise _Bad(
+            f"null cell at row {rows[0]} in a fast tensor column (the layout has no nulls)",
+            "null_value",
+            rows,
+        )
+    return fixed_binary_to_numpy(arr, spec)
+
+
+def _extension(arr: pa.Array, shape: _Meta) -> np.ndarray:
+    """An extension array: Ray's and Arrow's tensor types by their shape, any other extension by
+    its storage."""
+    t = arr.type
+    ext = t.extension_name
+    if ext in TENSOR_EXTENSIONS:
+        ext_shape = getattr(t, "shape", None)
+        if ext_shape is None:
+            ext_shape = _parse_shape(t.__arrow_ext_serialize__(), ext)
+        return _tensor(arr.storage, tuple(ext_shape))
+    if ext == _VARIABLE_TENSOR:
+        return _variable_tensor(arr.storage)
+    if isinstance(t, pa.FixedShapeTensorType):
+        return _fixed_shape_tensor(arr.storage, tuple(t.shape), t.permutation)
+    if ext == _ARROW_VARIABLE:
+        return _variable_tensor(arr.storage, _type_permutation(t))
+    return _convert(arr.storage, shape)
+
+
+def _shaped_by_metadata(arr: pa.Array, shape: tuple[int, ...] | _VariableShape) -> np.ndarray:
+    """An extension's storage read as the shape the column's metadata gave: variable-shape
+    tensors (a struct) or fixed ``[n, *shape]`` tensors."""
+    if isinstance(shape, _VariableShape):
+        if not pa.types.is_struct(arr.type):
+            raise _Bad(
+                f"{_ARROW_VARIABLE} storage must be a struct, found {arr.type}", "bad_type", None
+            )
+        return _variable_tensor(arr, shape.permutation)
+    return _tensor(arr, shape)
+
+
+def _plain(arr: pa.Array) -> np.ndarray:
+    """An array of a plain Arrow type: lists as ``[n, L, ...]``, numbers and bools without
+    nulls, anything else as Python objects (nulls as None)."""
+    t = arr.type
     if pa.types.is_dictionary(t):
         return _convert(arr.dictionary_decode())
     if pa.types.is_null(t):
