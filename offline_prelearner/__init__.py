@@ -27,10 +27,11 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__ as __version__
 from .config import PreLearnerConfig, ReadConfig, ValidateConfig
 from .connectors import Connector, ConnectorPipeline, build_pipeline, register_connector
+from .episodes.dedupe import Deduplicator
 from .episodes.episode import Episode
 from .episodes.episode_columns import EpisodeColumns
 from .episodes.ledger import EpisodeBatch, Ledger
-from .episodes.validate import Deduplicator, Validator
+from .episodes.validate import Validator
 from .errors import (
     ConfigError,
     DataError,

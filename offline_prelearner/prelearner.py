@@ -29,10 +29,11 @@ import numpy as np
 from .config import PreLearnerConfig
 from .connectors.base import ConnectorContext, ConnectorPipeline
 from .connectors.registry import build_pipeline
+from .episodes.dedupe import Deduplicator
 from .episodes.episode import Episode
 from .episodes.episode_columns import EpisodeColumns
 from .episodes.ledger import EpisodeBatch, Ledger, Rejection
-from .episodes.validate import Deduplicator, Validator
+from .episodes.validate import Validator
 from .errors import ConfigError, EmptyBufferError
 from .io.readers import Batch, Reader, make_reader
 from .plugins import import_object

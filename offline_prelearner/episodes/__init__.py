@@ -4,7 +4,8 @@ stitching of fragments, and the ledger that accounts for every input row.
 * :mod:`.columns` -- canonical column names (RLlib's);
 * :mod:`.episode` -- :class:`~.episode.Episode`: one agent's trajectory as numpy columns;
 * :mod:`.episode_columns` -- many episodes as shared columns (what readers build);
-* :mod:`.validate` -- :class:`~.validate.Validator` and :class:`~.validate.Deduplicator`;
+* :mod:`.validate` -- :class:`~.validate.Validator`, the checks on each episode;
+* :mod:`.dedupe` -- :class:`~.dedupe.Deduplicator`: episodes already seen are dropped;
 * :mod:`.stitch` -- fragments of one episode joined across batches;
 * :mod:`.ledger` -- :class:`~.ledger.EpisodeBatch` and :class:`~.ledger.Ledger`: rows in =
   rows kept + rejected + duplicate.

@@ -19,9 +19,10 @@ import numpy as np
 from ..config import ReadConfig, ValidateConfig
 from ..episodes import columns as C
 from ..episodes import observations as O
+from ..episodes.dedupe import Deduplicator
 from ..episodes.ledger import EpisodeBatch
 from ..episodes.stitch import stitch_fragments
-from ..episodes.validate import Deduplicator, Validator
+from ..episodes.validate import Validator
 from ..errors import DataError, Where
 from ..io.quarantine import write_quarantine
 from ..io.readers import make_reader

@@ -21,10 +21,11 @@ from hypothesis import strategies as st
 from test_validate_batch import episode, outcome, validate_configs
 
 from offline_prelearner.config import PreLearnerConfig, ValidateConfig
+from offline_prelearner.episodes.dedupe import Deduplicator
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.episode_columns import EpisodeColumns
 from offline_prelearner.episodes.ledger import EpisodeBatch, Ledger
-from offline_prelearner.episodes.validate import Deduplicator, Validator
+from offline_prelearner.episodes.validate import Validator
 from offline_prelearner.prelearner import OfflinePreLearner
 
 #: The kinds of test_validate_batch that keep one column layout (a reader's batch has one).

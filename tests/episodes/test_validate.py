@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from offline_prelearner.episodes.dedupe import Deduplicator
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.ledger import EpisodeBatch, Ledger
 from offline_prelearner.episodes.validate import (
-    Deduplicator,
     OddDataWarning,
     ValidateConfig,
     Validator,

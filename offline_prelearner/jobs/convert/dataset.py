@@ -45,10 +45,11 @@ import numpy as np
 
 from ..._version import __version__
 from ...config import ReadConfig, ValidateConfig
+from ...episodes.dedupe import Deduplicator
 from ...episodes.episode import Episode
 from ...episodes.ledger import EpisodeBatch
 from ...episodes.stitch import settle_open_episodes, stitch_fragments
-from ...episodes.validate import Deduplicator, Validator
+from ...episodes.validate import Validator
 from ...errors import ConfigError
 from ...io.formats.minari.writer import infer_obs_space, infer_space, write_minari_dataset
 from ...io.formats.sample_batches.reader import DonesRule, SampleBatchesReader

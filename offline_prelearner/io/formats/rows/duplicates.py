@@ -3,7 +3,7 @@
 Both copies of an episode can land in one batch: two files holding the same episode merged by
 Ray Data into one batch, a file written (or listed) twice. The rows reader drops the extra copies
 before it builds episodes and counts them as duplicates, as the
-:class:`~offline_prelearner.episodes.validate.Deduplicator` counts copies that arrive in separate
+:class:`~offline_prelearner.episodes.dedupe.Deduplicator` counts copies that arrive in separate
 batches. Two rows are *copies* when every column the episode is built from is equal: obs, new_obs,
 actions, rewards, both flags, every extra column, module id and infos (columns the schema ignores
 do not count). Values compare as in :func:`~.frame.rows_differ` (bytes first; NaN equals NaN).

@@ -1,0 +1,77 @@
+"""De-duplication, the stage after validation: episodes whose steps were already seen are dropped.
+
+:class:`Deduplicator` removes them with ``EpisodeBatch.keep_only`` and counts them in the ledger
+(``rows_duplicate``, ``episodes_duplicate``), so the batch's ledger still balances. Copies of rows
+*within* one batch of the rows format are the rows reader's (:mod:`offline_prelearner.io.formats.
+rows.duplicates`); this stage sees episodes, across batches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import MAX_STEPS, check_int
+from .episode import Episode
+from .ledger import EpisodeBatch
+
+__all__ = ["Deduplicator"]
+
+
+class Deduplicator:
+    """Drops episodes whose steps were already seen; keep one per pipeline (e.g. in a Ray actor).
+
+    An episode is keyed by ``(id, agent_id)``. It is a duplicate when its key was seen before
+    (earlier in the batch or in an earlier batch) and it starts before the end of what was seen
+    (``t_started < t_end_seen``): an exact copy, or a fragment overlapping one already kept. A later
+    fragment of the same episode (``t_started >= t_end_seen``) is kept and extends ``t_end_seen``.
+
+    Edges: fragments must arrive in ``t`` order; an earlier fragment arriving after a later one
+    counts as a duplicate. Zero-length episodes cover no step and are never duplicates.
+
+    Memory is one dict entry per key. With ``max_ids`` the oldest keys (by first sight) are
+    forgotten beyond that many, FIFO; a forgotten episode that comes back is kept again.
+    """
+
+    def __init__(self, max_ids: int | None = None) -> None:
+        check_int("max_ids", max_ids, 1, MAX_STEPS, none_ok=True)
+        self.max_ids = max_ids
+        self._t_end: dict[tuple[Any, Any], int] = {}
+
+    def __len__(self) -> int:
+        """Number of keys remembered."""
+        return len(self._t_end)
+
+    def is_duplicate(self, ep: Episode) -> bool:
+        """Whether ``ep`` overlaps what was seen; remembers it when it does not."""
+        return self._seen((ep.id, ep.agent_id), ep.t_started, ep.t_end)
+
+    def _seen(self, key: tuple[Any, Any], t_started: int, t_end: int) -> bool:
+        seen = self._t_end.get(key)
+        if seen is not None:
+            if t_started < seen:
+                return True
+            self._t_end[key] = max(seen, t_end)
+            return False
+        self._t_end[key] = t_end
+        if self.max_ids is not None and len(self._t_end) > self.max_ids:
+            del self._t_end[next(iter(self._t_end))]
+        return False
+
+    def dedupe(self, batch: EpisodeBatch) -> EpisodeBatch:
+        """Removes duplicates from ``batch`` and counts them (rows and episodes); returns it."""
+        cols = batch.columns
+        if cols is not None:  # the same walk over plain values, no objects built
+            seen = self._seen
+            spans = zip(
+                zip(cols.ids, cols.agents, strict=True),
+                cols.t_started.tolist(),
+                cols.t_end.tolist(),
+                strict=True,
+            )
+            keep = [not seen(key, t0, t1) for key, t0, t1 in spans]
+        else:
+            keep = [not self.is_duplicate(ep) for ep in batch.episodes]
+        _, dropped_rows = batch.keep_only(keep)
+        batch.ledger.rows_duplicate += sum(dropped_rows)
+        batch.ledger.episodes_duplicate += len(dropped_rows)
+        return batch
