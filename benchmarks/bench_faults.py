@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-STEPS, COPIES, ROWS_PER_FILE = 100_000, 4, 20_000  # as tests/test_faults.py: 400k rows, 20 units
+# as tests/jobs/test_faults.py: 400k rows, 20 units
+STEPS, COPIES, ROWS_PER_FILE = 100_000, 4, 20_000
 UNIT_TITLE = "_run_units"
 TIMEOUT = 300.0
 

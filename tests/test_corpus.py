@@ -425,10 +425,10 @@ CASES: list[Case] = [
     refuse("non-utf8-out", "good_rows", "process {in} --out {tmp}/out\udcff --engine local --json",
            "--out", "out\\xff'", "not valid UTF-8"),
     # issue 20: Parquet bombs ------------------------------------------------------------------
-    # Refused from the footer before anything is decoded (tests/test_parquet_guard.py measures
+    # Refused from the footer before anything is decoded (tests/io/test_parquet_guard.py measures
     # each refusal's time and peak memory in a subprocess); counted per file under skip. Then
     # files of one input whose columns disagree: refused in planning, the same on both engines
-    # (tests/test_parquet_guard.py runs these makers through --engine ray as well).
+    # (tests/io/test_parquet_guard.py runs these makers through --engine ray as well).
     data_refusal("parquet-dictionary-bomb", "parquet_dictionary_bomb", PROCESS,
                  "dictionary-bomb.parquet", "'eps_id'", "200,000 rows", "max_parquet_expansion"),
     data_refusal("parquet-page-bomb", "parquet_page_bomb", PROCESS,

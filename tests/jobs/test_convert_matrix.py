@@ -118,7 +118,7 @@ def _write_minari_source(root: Path, episodes: list[Episode]) -> Path:
             algorithm_name="random",
             author="offline_prelearner tests",
             author_email="tests@example.invalid",
-            code_permalink="https://example.invalid/tests/test_convert_matrix.py",
+            code_permalink="https://example.invalid/tests/jobs/test_convert_matrix.py",
             description="CartPole rows, written by Minari",
         )
     return root / "cartpole" / "source-v0"
