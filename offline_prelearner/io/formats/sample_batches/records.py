@@ -192,6 +192,10 @@ def _record_arrays(
     return out, n
 
 
+_PolicyRecords: TypeAlias = dict[str | None, list[tuple[int, dict[str, Any], int]]]
+"""Per policy id: ``(record index, column arrays, steps)`` of each record that parsed."""
+
+
 def object_parts(
     records: list[tuple[int, Any]],
     decode: _Decoder,
@@ -200,7 +204,23 @@ def object_parts(
 ) -> Parsed:
     """Parsed objects ``(record index, obj | DataError)`` -> parts (per record / column loops)."""
     res = Parsed(num_records=len(records))
-    per_policy: dict[str | None, list[tuple[int, dict[str, Any], int]]] = {}
+    per_policy = _parse_records(records, decode, where_of, text_of, res.bad)
+    bad_idx = _refuse_odd_records(per_policy, where_of, text_of, res.bad)
+    res.parts.extend(_policy_parts(per_policy, bad_idx))
+    res.bad.sort(key=lambda b: b.index)
+    return res
+
+
+def _parse_records(
+    records: list[tuple[int, Any]],
+    decode: _Decoder,
+    where_of: Callable[[int], Where],
+    text_of: Callable[[int], str | None],
+    bad: list[BadRecord],
+) -> _PolicyRecords:
+    """Each record's column arrays, grouped by policy; a record that fails to parse or decode is
+    appended to ``bad`` (a disabled legacy pickle is raised: it refuses the whole input)."""
+    per_policy: _PolicyRecords = {}
     for idx, obj in records:
         where = where_of(idx)
         try:
@@ -210,36 +230,55 @@ def object_parts(
         except DecodeError as e:
             if e.reason == "legacy_pickle_disabled":
                 raise
-            res.bad.append(BadRecord(idx, e, _guess_rows(obj), text_of(idx)))
+            bad.append(BadRecord(idx, e, _guess_rows(obj), text_of(idx)))
             continue
         except DataError as e:
-            res.bad.append(BadRecord(idx, e, _guess_rows(obj), text_of(idx)))
+            bad.append(BadRecord(idx, e, _guess_rows(obj), text_of(idx)))
             continue
         for pid, arrays, n in pols:
             per_policy.setdefault(pid, []).append((idx, arrays, n))
+    return per_policy
+
+
+def _refuse_odd_records(
+    per_policy: _PolicyRecords,
+    where_of: Callable[[int], Where],
+    text_of: Callable[[int], str | None],
+    bad: list[BadRecord],
+) -> set[int]:
+    """Refuses each record whose columns or step shapes differ from the most common ones of its
+    policy: appends it to ``bad`` with the steps it held over all policies, and returns the
+    indices refused."""
     bad_idx: set[int] = set()
+    refused: list[BadRecord] = []
     for pid, recs in per_policy.items():
         sig = Counter(_signature(a) for _, a, _ in recs).most_common(1)[0][0]
         for idx, arrays, _ in recs:
             if _signature(arrays) != sig and idx not in bad_idx:
                 bad_idx.add(idx)
-                res.bad.append(
+                refused.append(
                     BadRecord(idx, _differ(arrays, sig, pid, where_of(idx)), 0, text_of(idx))
                 )
     rows_of = Counter[int]()
     for recs in per_policy.values():
         for idx, _, n in recs:
             rows_of[idx] += n
-    for b in res.bad:
-        if b.index in bad_idx:
-            b.rows = rows_of[b.index]
+    for b in refused:
+        b.rows = rows_of[b.index]
+    bad.extend(refused)
+    return bad_idx
+
+
+def _policy_parts(per_policy: _PolicyRecords, bad_idx: set[int]) -> list[Part]:
+    """One part per policy: the columns of its records not refused, concatenated, with the
+    record index of each step."""
+    parts = []
     for pid, recs in per_policy.items():
         good = [(i, a, n) for i, a, n in recs if i not in bad_idx]
         if not good:
             continue
-        names = list(good[0][1])
         cols: dict[str, Any] = {}
-        for name in names:
+        for name in good[0][1]:
             if name == "infos":
                 cols[name] = _objects([x for _, a, _ in good for x in a[name]])
             else:
@@ -247,9 +286,8 @@ def object_parts(
         rec = np.repeat(
             np.array([i for i, _, _ in good], np.int64), np.array([n for _, _, n in good])
         )
-        res.parts.append(Part(pid, cols, rec))
-    res.bad.sort(key=lambda b: b.index)
-    return res
+        parts.append(Part(pid, cols, rec))
+    return parts
 
 
 def _signature(arrays: dict[str, Any]) -> tuple[Any, ...]:
@@ -357,6 +395,42 @@ def arrow_parts(
     if n_rec == 0:
         return res
     bad: dict[int, DataError] = {}
+    kinds, known = _record_kinds(table, where_of, bad)
+    policies = _policy_columns(table, kinds)
+    if known.any() and not policies:
+        for i in np.flatnonzero(known).tolist():
+            bad[i] = SchemaError(
+                "MultiAgentBatch record without readable 'policy_batches'",
+                where_of(i).merged(Where(column="policy_batches")),
+                reason="bad_record",
+            )
+    steps = np.zeros(n_rec, np.int64)
+    prepared = []
+    for pid, cols, present in policies:
+        lengths, decoded = _lengths(cols, present, decode, where_of, bad)
+        ref = "obs" if "obs" in lengths else next(iter(lengths), None)
+        if ref is None:
+            continue
+        n = lengths[ref]
+        steps[present] += np.maximum(n[present], 0)
+        _refuse_unequal_lengths(pid, lengths, ref, present, where_of, bad)
+        prepared.append((pid, cols, present, n, decoded))
+    while True:  # each pass refuses the records a failing column names; few passes
+        parts = _flatten(prepared, bad, n_rec, where_of)
+        if parts is not None:
+            break
+    res.parts = parts
+    for i, e in sorted(bad.items()):
+        res.bad.append(BadRecord(i, e, int(steps[i]), _row_text(table, i)))
+    return res
+
+
+def _record_kinds(
+    table: pa.Table, where_of: Callable[[int], Where], bad: dict[int, DataError]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's record ``type`` and whether it is one this reader knows; a row with no type
+    or an unknown one is refused into ``bad``."""
+    n_rec = table.num_rows
     if "type" in table.column_names:
         kinds = np.asarray(table.column("type").to_numpy(zero_copy_only=False), dtype=object)
     else:
@@ -377,52 +451,41 @@ def arrow_parts(
                 reason="unknown_type",
             )
         bad[i] = err
-    policies = _policy_columns(table, kinds)
-    if known.any() and not policies:
-        for i in np.flatnonzero(known).tolist():
-            bad[i] = SchemaError(
-                "MultiAgentBatch record without readable 'policy_batches'",
-                where_of(i).merged(Where(column="policy_batches")),
-                reason="bad_record",
-            )
-    steps = np.zeros(n_rec, np.int64)
-    prepared = []
-    for pid, cols, present in policies:
-        lengths, decoded = _lengths(cols, present, decode, where_of, bad)
-        ref = "obs" if "obs" in lengths else next(iter(lengths), None)
-        if ref is None:
-            continue
-        n = lengths[ref]
-        steps[present] += np.maximum(n[present], 0)
-        for name, ln in lengths.items():
-            for i in np.flatnonzero(present & (ln != n)).tolist():
-                if i in bad:
-                    continue
-                w = where_of(i).merged(Where(column=name))
-                if ln[i] < 0 or n[i] < 0:
-                    missing = name if ln[i] < 0 else ref
-                    pol = "" if pid is None else f" of policy {pid!r}"
-                    bad[i] = SchemaError(
-                        f"record{pol} lacks column {missing!r}, which the other records have",
-                        w.merged(Where(column=missing)),
-                        reason="columns_differ",
-                    )
-                else:
-                    bad[i] = SchemaError(
-                        f"column {name!r} has {ln[i]} values but {ref!r} has {n[i]}; every "
-                        "column of a batch holds one value per step",
-                        w,
-                        reason="unequal_lengths",
-                    )
-        prepared.append((pid, cols, present, n, decoded))
-    while True:  # each pass refuses the records a failing column names; few passes
-        parts = _flatten(prepared, bad, n_rec, where_of)
-        if parts is not None:
-            break
-    res.parts = parts
-    for i, e in sorted(bad.items()):
-        res.bad.append(BadRecord(i, e, int(steps[i]), _row_text(table, i)))
-    return res
+    return kinds, known
+
+
+def _refuse_unequal_lengths(
+    pid: str | None,
+    lengths: dict[str, np.ndarray],
+    ref: str,
+    present: np.ndarray,
+    where_of: Callable[[int], Where],
+    bad: dict[int, DataError],
+) -> None:
+    """Refuses into ``bad`` each record of policy ``pid`` whose columns do not all hold as many
+    values as column ``ref`` (a length below 0: the column is missing). Records already refused
+    keep their first error."""
+    n = lengths[ref]
+    for name, ln in lengths.items():
+        for i in np.flatnonzero(present & (ln != n)).tolist():
+            if i in bad:
+                continue
+            w = where_of(i).merged(Where(column=name))
+            if ln[i] < 0 or n[i] < 0:
+                missing = name if ln[i] < 0 else ref
+                pol = "" if pid is None else f" of policy {pid!r}"
+                bad[i] = SchemaError(
+                    f"record{pol} lacks column {missing!r}, which the other records have",
+                    w.merged(Where(column=missing)),
+                    reason="columns_differ",
+                )
+            else:
+                bad[i] = SchemaError(
+                    f"column {name!r} has {ln[i]} values but {ref!r} has {n[i]}; every "
+                    "column of a batch holds one value per step",
+                    w,
+                    reason="unequal_lengths",
+                )
 
 
 def _flatten(
