@@ -135,6 +135,18 @@ class ColumnSchema:
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"schema name must be a non-empty string, found {self.name!r}")
         where = f"schema {self.name!r}"
+        cols = self._checked_columns(where)
+        comp = self._checked_compression(where)
+        required = self._checked_required(where, cols)
+        self._check_next_obs(where, cols)
+        object.__setattr__(self, "columns", MappingProxyType(cols))
+        object.__setattr__(self, "compression", MappingProxyType(comp))
+        object.__setattr__(self, "required", required)
+        object.__setattr__(self, "ignore", tuple(self.ignore))
+
+    def _checked_columns(self, where: str) -> dict[str, str | None]:
+        """Every canonical field's column (None where unmapped); refuses unknown fields, names
+        that are not non-empty strings, and a column mapped to two fields."""
         if not isinstance(self.columns, Mapping):
             raise ConfigError(f"{where}: columns must be a mapping, found {type(self.columns)}")
         unknown = [f for f in self.columns if f not in CANONICAL_FIELDS]
@@ -157,22 +169,38 @@ class ColumnSchema:
             if c in seen:
                 raise ConfigError(f"{where}: column {c!r} is mapped to both {seen[c]!r} and {f!r}")
             seen[c] = f
+        return cols
+
+    def _checked_compression(self, where: str) -> dict[str, str]:
+        """The compression map as a dict; refuses a codec not in ``CODECS``."""
         comp = dict(self.compression)
         for c, codec in comp.items():
             if codec not in CODECS:
                 raise ConfigError(
                     f"{where}: compression[{c!r}] must be one of {list(CODECS)}, found {codec!r}"
                 )
+        return comp
+
+    def _checked_required(self, where: str, cols: dict[str, str | None]) -> tuple[str, ...]:
+        """The required fields as a tuple; refuses one that is not canonical or maps to no
+        column (``terminateds`` may come from ``dones``), and a ``dones`` that is not an
+        unmapped column name."""
         required = tuple(self.required)
         for f in required:
             if f not in CANONICAL_FIELDS:
                 raise ConfigError(f"{where}: required field {f!r} is not a canonical field")
             if cols[f] is None and not (f == TERMINATEDS and self.dones):
                 raise ConfigError(f"{where}: field {f!r} is required but mapped to no column")
-        if self.dones is not None and (not isinstance(self.dones, str) or self.dones in seen):
+        mapped = {c for c in cols.values() if c is not None}
+        if self.dones is not None and (not isinstance(self.dones, str) or self.dones in mapped):
             raise ConfigError(
                 f"{where}: dones must be an unmapped column name, found {self.dones!r}"
             )
+        return required
+
+    def _check_next_obs(self, where: str, cols: dict[str, str | None]) -> None:
+        """Refuses a ``next_obs_from`` other than null or ``"next_row"``, and ``"next_row"``
+        beside a mapped ``new_obs`` column."""
         if self.next_obs_from not in (None, NEXT_ROW):
             raise ConfigError(
                 f"{where}: next_obs_from must be null (the new_obs column) or {NEXT_ROW!r} (the "
@@ -183,10 +211,6 @@ class ColumnSchema:
                 f"{where}: next_obs_from is {NEXT_ROW!r} but new_obs is mapped to column "
                 f"{cols[NEW_OBS]!r}; map new_obs to null, or drop next_obs_from"
             )
-        object.__setattr__(self, "columns", MappingProxyType(cols))
-        object.__setattr__(self, "compression", MappingProxyType(comp))
-        object.__setattr__(self, "required", required)
-        object.__setattr__(self, "ignore", tuple(self.ignore))
 
     def __hash__(self) -> int:
         return hash(self.to_json())
