@@ -117,7 +117,13 @@ class OfflinePrelearnerError(Exception):
 
 
 class DataError(OfflinePrelearnerError, ValueError):
-    """The input data is wrong. ``where`` says where; ``reason`` is a stable tag for counters."""
+    """The input data is wrong. ``where`` says where; ``reason`` is a stable tag for counters.
+
+    Args:
+        message: What is wrong, naming the field, what was expected and what was found.
+        where: Where in the data (file, column, episode, row, step); default: unknown.
+        reason: A stable tag for counters and quarantine rows; default: the class's ``reason``.
+    """
 
     reason = "invalid_data"
 

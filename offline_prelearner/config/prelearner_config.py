@@ -62,6 +62,22 @@ class PreLearnerConfig:
     The defaults read RLlib-recorded row data with no configuration. ``with_updates({"n_step": 3,
     "buffer.kind": "prioritized"})`` sets fields by flat name (a name found in several sections,
     like ``on_invalid``, is set in all of them) or by ``section.field``.
+
+    Attributes:
+        read: How input batches become episodes (default: the format detected).
+        validate: What is checked, and the invalid-data policy (default: fragments admitted,
+            ``on_invalid`` as ``read``'s).
+        buffer: The replay buffer each module gets.
+        sample: What is sampled from the buffers, and how much.
+        modules: How episodes are routed to modules.
+        ray: Ray Data settings of the jobs.
+        connectors: Connector specs, in the order they run.
+        seed: Seeds the buffers' generators; None draws a fresh seed.
+        prelearner: ``"package.module:Class"`` of a custom prelearner, for the batch job.
+
+    Raises:
+        ConfigError: A section or field is unknown or out of range (each section checks its
+            own fields).
     """
 
     read: ReadConfig = field(default_factory=lambda: ReadConfig(format="auto"))

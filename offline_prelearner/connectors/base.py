@@ -104,7 +104,14 @@ def _name_of(c: Connector) -> str:
 
 
 class ConnectorPipeline:
-    """An ordered list of connectors with unique names; both hooks run them in order."""
+    """An ordered list of connectors with unique names; both hooks run them in order.
+
+    Args:
+        connectors: The connectors, in the order they run.
+
+    Raises:
+        ConfigError: An item is not a connector, or two share a name.
+    """
 
     def __init__(self, connectors: Iterable[Connector] = ()) -> None:
         self._items: list[Connector] = []

@@ -83,7 +83,14 @@ _REGISTRY: dict[str, Callable[[], type[Connector]]] = {
 def register_connector(name: str) -> Callable[[C], C]:
     """Class decorator: ``@register_connector("my_thing")`` makes the spec ``"my_thing"`` build
     that class; the class's default ``name`` becomes ``name`` unless it sets its own. A name
-    registered again is replaced."""
+    registered again is replaced.
+
+    Args:
+        name: The spec name that builds the class.
+
+    Returns:
+        The decorator, which registers the class and returns it.
+    """
 
     def deco(cls: C) -> C:
         if not (isinstance(cls, type) and issubclass(cls, Connector)):
@@ -137,7 +144,20 @@ def build_connector(spec: ConnectorSpec) -> Connector:
 
 
 def build_pipeline(specs: ConnectorPipeline | Iterable[ConnectorSpec] | None) -> ConnectorPipeline:
-    """A pipeline from a list of specs (``None``: empty); a pipeline is returned as is."""
+    """A pipeline from a list of specs (``None``: empty); a pipeline is returned as is.
+
+    Args:
+        specs: A :class:`ConnectorPipeline`, an iterable of connector specs (a registered
+            name, ``{"name": ..., **kwargs}``, ``"package.module:Class"`` or a connector), or
+            None.
+
+    Returns:
+        The pipeline, its connectors in the order of ``specs``.
+
+    Raises:
+        ConfigError: ``specs`` is one spec rather than a list, a spec names no connector, or
+            two connectors share a name.
+    """
     if specs is None:
         return ConnectorPipeline()
     if isinstance(specs, ConnectorPipeline):

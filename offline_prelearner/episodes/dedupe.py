@@ -30,6 +30,9 @@ class Deduplicator:
 
     Memory is one dict entry per key. With ``max_ids`` the oldest keys (by first sight) are
     forgotten beyond that many, FIFO; a forgotten episode that comes back is kept again.
+
+    Args:
+        max_ids: Most keys remembered (the oldest forgotten first); None remembers all.
     """
 
     def __init__(self, max_ids: int | None = None) -> None:

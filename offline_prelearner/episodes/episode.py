@@ -48,7 +48,26 @@ def _fail(msg: str, episode_id: Any, **where: Any) -> EpisodeValidationError:
 
 
 class Episode:
-    """One agent's trajectory as numpy columns. See the module docstring for the layout."""
+    """One agent's trajectory as numpy columns. See the module docstring for the layout.
+
+    Args:
+        id: The episode id (an int or a string); with ``agent_id`` it keys de-duplication.
+        observations: ``[T + 1, ...]``: the observation before each step and the one after the
+            last; a dict of such arrays for composite observations.
+        actions: ``[T, ...]``, one per step.
+        rewards: ``[T]``, one per step.
+        terminated: The episode ended in a terminal state.
+        truncated: The episode was cut (a time limit); never both with ``terminated``.
+        agent_id: The agent, in multi-agent data; None otherwise.
+        module_id: The module (policy) that learns from it; None: the default module.
+        t_started: Env step of ``observations[0]`` (above 0 for a fragment of a longer episode).
+        infos: ``T + 1`` info dicts (the reset info first), or None.
+        extras: Further ``[T, ...]`` per-step columns by name (``action_logp``, values...).
+
+    Raises:
+        EpisodeValidationError: The lengths disagree, a column has the wrong dtype,
+            ``t_started`` is negative, or both ``terminated`` and ``truncated`` are set.
+    """
 
     __slots__ = (
         "actions",

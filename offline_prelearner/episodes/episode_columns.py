@@ -49,6 +49,24 @@ class EpisodeColumns:
     episode of the batch through the checking :class:`Episode` constructor): lengths match,
     ``terminated & truncated`` is never set, ``t_started >= 0``, one dtype and step shape per
     column. ``infos`` are not held here (a batch with infos is built as objects).
+
+    Attributes:
+        obs: All observations: ``[rows + episodes, ...]`` in episode order, or one per step
+            with split observations (see the module docstring).
+        actions: ``[rows, ...]``, the steps of every episode in episode order.
+        rewards: ``[rows]``, like ``actions``.
+        extras: Further per-step columns, like ``actions``.
+        obs_at: Per episode, the index of its first observation in the assembled ``obs``.
+        step_at: Per episode, the index of its first step in ``actions``.
+        length: Per episode, its number of steps.
+        t_started: Per episode, the env step of its first observation.
+        terminated: Per episode, whether it ended in a terminal state.
+        truncated: Per episode, whether it was cut.
+        ids: Per episode, its id.
+        agents: Per episode, its agent id (None in single-agent data).
+        modules: Per episode, its module id (None: the default module).
+        last_obs: With split observations, per episode the observation after its last step;
+            else None.
     """
 
     obs: np.ndarray

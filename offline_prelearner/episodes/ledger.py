@@ -60,7 +60,19 @@ class Rejection:
 
 @dataclass
 class Ledger:
-    """Counters over input rows and episodes. Add with ``+=``; check with :meth:`balanced`."""
+    """Counters over input rows and episodes. Add with ``+=``; check with :meth:`balanced`.
+
+    Attributes:
+        rows_in: Input rows read.
+        rows_kept: Rows of the episodes kept.
+        rows_duplicate: Rows dropped as duplicates.
+        rows_rejected: Rows refused, by reason tag.
+        episodes_kept: Episodes kept.
+        episodes_duplicate: Episodes dropped as duplicates.
+        episodes_rejected: Episodes refused, by reason tag.
+        fragments: Pieces of episodes kept (see the comment on the field).
+        rows_held: Rows a reader holds for its next batch (see the comment on the field).
+    """
 
     rows_in: int = 0
     rows_kept: int = 0
@@ -138,6 +150,12 @@ class EpisodeBatch:
     :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns`) instead of objects;
     stages that work on columns use them, and the first access to :attr:`episodes` builds the
     objects (after which :attr:`columns` is None and the list is the one truth).
+
+    Args:
+        episodes: The episodes kept (default: none).
+        source_rows: Input rows each episode was built from, one per episode (default: none).
+        ledger: The counters so far (default: a new :class:`Ledger`).
+        rejections: The episodes or rows refused so far, with their errors.
     """
 
     def __init__(

@@ -89,7 +89,14 @@ _REGISTRY: dict[str, Callable[[], ReaderFactory]] = {
 
 def register_reader(name: str) -> Callable[[Any], Any]:
     """Class decorator: ``@register_reader("myformat")`` makes ``format="myformat"`` build the
-    class (any ``factory(config) -> Reader``). A name registered again is replaced."""
+    class (any ``factory(config) -> Reader``). A name registered again is replaced.
+
+    Args:
+        name: The ``format`` name that selects the class.
+
+    Returns:
+        The decorator, which registers the class and returns it unchanged.
+    """
 
     def deco(factory: Any) -> Any:
         _REGISTRY[name] = lambda: factory
@@ -104,7 +111,17 @@ def available_formats() -> list[str]:
 
 
 def make_reader(config: ReadConfig) -> Reader:
-    """The reader registered for ``config.format`` (``"auto"``: an :class:`AutoReader`)."""
+    """The reader registered for ``config.format`` (``"auto"``: an :class:`AutoReader`).
+
+    Args:
+        config: The read section; ``config.format`` names the reader.
+
+    Returns:
+        A fresh reader built with ``config``.
+
+    Raises:
+        UnsupportedFormatError: No reader is registered under ``config.format``.
+    """
     if config.format == "auto":
         return AutoReader(config)
     try:

@@ -446,6 +446,17 @@ def load_schema(spec: ColumnSchema | str | os.PathLike[str] | None = None) -> Co
 
     A string naming an existing file, or ending in ``.json``, is read as a path; any other string
     is a preset name.
+
+    Args:
+        spec: A :class:`ColumnSchema` (returned as is), ``None`` for RLlib's new-stack names, a
+            preset name (see ``schemas/``) or the path of a schema JSON file.
+
+    Returns:
+        The schema.
+
+    Raises:
+        ConfigError: An unknown preset, a path that does not exist, or a file that is not a
+            valid schema.
     """
     if isinstance(spec, ColumnSchema):
         return spec

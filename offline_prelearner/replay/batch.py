@@ -46,6 +46,13 @@ class SampleBatch:
 
     Columns are checked to agree on their row count when set. Everything that is not a column
     (e.g. the sampler's info) lives in ``info``.
+
+    Args:
+        columns: Columns by name (array-likes, converted with ``np.asarray``).
+        **kw: More columns, by keyword.
+
+    Raises:
+        ValueError: A column is a scalar, or its row count differs from the others'.
     """
 
     __slots__ = ("_cols", "info")
@@ -179,7 +186,12 @@ class SampleBatch:
 
 
 class MultiAgentBatch:
-    """``{module_id: SampleBatch}`` plus the number of env steps the samples came from."""
+    """``{module_id: SampleBatch}`` plus the number of env steps the samples came from.
+
+    Args:
+        policy_batches: ``{module_id: SampleBatch}`` (copied into a new dict).
+        env_steps: Env steps the samples came from.
+    """
 
     __slots__ = ("env_steps", "policy_batches")
 

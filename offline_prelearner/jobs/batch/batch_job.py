@@ -220,6 +220,10 @@ def run_pipeline(
     input is read); with ``on_invalid="quarantine"`` the refused rows are committed with the
     samples (``quarantine/``, the manifest's ``quarantine`` list, ``stats["quarantine_files"]``).
 
+    Returns:
+        A :class:`PipelineResult`: ``out_dir``, the sample files written and the job's stats
+        (also in ``stats.json``).
+
     Raises:
         CommitError: ``out_dir`` is an input folder, lies inside one or holds an input; another
             job is writing it; it is not empty (without ``overwrite``); ``resume`` finds nothing

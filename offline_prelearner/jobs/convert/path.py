@@ -130,6 +130,9 @@ def convert_path(
         env_id: A gymnasium env id whose registered spec is written with the data (Minari's
             ``env_spec``; rows / episodes file metadata); without it, the source's, if any.
 
+    Returns:
+        The job's stats (also written to ``out_dir/stats.json``).
+
     A Minari dataset or D4RL file as input, or ``to="minari"``, is converted by
     :func:`~.dataset.convert_dataset`.
 

@@ -56,7 +56,17 @@ _COUNTS = ("episodes_sent", "timesteps_sent", "episodes_unrouted", "timesteps_un
 
 @dataclass
 class FeedStats:
-    """What a feed did, summed over its batches."""
+    """What a feed did, summed over its batches.
+
+    Attributes:
+        ledger: The summed ledger of the batches read.
+        batches: Input batches read.
+        episodes_sent: Episodes sent to shards.
+        timesteps_sent: Timesteps sent to shards.
+        episodes_unrouted: Kept episodes of a module that has no shards.
+        timesteps_unrouted: Their timesteps.
+        wall_seconds: Time the feed took.
+    """
 
     ledger: Ledger = field(default_factory=Ledger)
     batches: int = 0
@@ -182,6 +192,20 @@ def feed_shards(
 
     ``config`` is the job's (reading, validation, ``ray.*``); ``sample.num_samples`` is ignored
     (there are no samples to cap) and ``sample.sample_all`` is refused.
+
+    Args:
+        path: A data file, a folder of them (recursive, name order), a glob, or a list of
+            these; the format is ``config.read.format`` (``"auto"``: detected from the files).
+        config: The job's config (default ``PreLearnerConfig()``): reading, validation and
+            ``ray.*``.
+        shards: One :class:`ShardedReplayBuffer` client, or ``{module_id: client}``.
+
+    Returns:
+        The :class:`FeedStats` summed over the batches read.
+
+    Raises:
+        ConfigError: ``sample.sample_all`` is set, or the config or files are refused before Ray
+            runs.
     """
     clients = _clients(shards)
     out = _run_feed(path, config, clients)
@@ -224,6 +248,14 @@ def start_feed(
     Returns a :class:`concurrent.futures.Future`: ``done()``, ``result()`` (which raises the
     job's error, if any). The feed's thread only iterates the job's counters; it never calls
     ``shards`` (copies of them live in the job's actors), so the learner keeps them to itself.
+
+    Args:
+        path: As for :func:`feed_shards`.
+        config: As for :func:`feed_shards`.
+        shards: As for :func:`feed_shards`.
+
+    Returns:
+        A future of the feed's :class:`FeedStats`.
     """
     clients = _clients(shards)
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="feed_shards")

@@ -263,7 +263,23 @@ def iter_learner_batches(
     """Streams ``MultiAgentBatch`` objects of ``sample.train_batch_size`` rows (the stream's last
     may be shorter) from the job, for a learner: what one update trains on, as RLlib's learners
     take ``train_batch_size_per_learner``. Ray Data hands over blocks of whatever size its
-    operators made; they are re-cut here (a slice, no copy, where a batch lies in one block)."""
+    operators made; they are re-cut here (a slice, no copy, where a batch lies in one block).
+
+    Args:
+        path: A data file, a folder of them (recursive, name order), a glob, or a list of
+            these; the format is ``config.read.format`` (``"auto"``: detected from the files).
+        config: The job's config (default ``PreLearnerConfig()``): reading, validation,
+            connectors, the buffer, sampling and ``ray.*``.
+        prelearner: The prelearner each task runs: a subclass of
+            :class:`~offline_prelearner.OfflinePreLearner` or ``"package.module:Class"``;
+            default ``config.prelearner``, else the base class.
+
+    Yields:
+        ``MultiAgentBatch`` objects of ``sample.train_batch_size`` rows.
+
+    Raises:
+        ConfigError: The config, the files or the prelearner are refused before Ray runs.
+    """
     config = config or PreLearnerConfig()
     ds = build_dataset(path, config, prelearner=prelearner)
     blocks = ds.iter_batches(batch_format="numpy", batch_size=None)
@@ -350,6 +366,26 @@ def split_learner_batches(
     the blocks are shared out finely; it costs a stage (bench_learners.py: ~1.4-2x the time of
     the split without it on 2 CPUs), so it is off by default. Either way each share yields
     batches of ``sample.train_batch_size`` rows, cut from the blocks it was handed.
+
+    Args:
+        path: A data file, a folder of them (recursive, name order), a glob, or a list of
+            these; the format is ``config.read.format`` (``"auto"``: detected from the files).
+        config: The job's config (default ``PreLearnerConfig()``): reading, validation,
+            connectors, the buffer, sampling and ``ray.*``.
+        num_learners: How many shares (one per learner), at least 1.
+        equal: Give every share the same number of rows, dropping up to ``num_learners - 1``.
+        batch_rows: Re-cut the output into blocks of this many rows before the split; None
+            keeps the blocks as the job made them.
+        prelearner: The prelearner each task runs: a subclass of
+            :class:`~offline_prelearner.OfflinePreLearner` or ``"package.module:Class"``;
+            default ``config.prelearner``, else the base class.
+
+    Returns:
+        ``num_learners`` :class:`LearnerStream` objects, to be iterated at the same time.
+
+    Raises:
+        ConfigError: A setting is out of range, or the config, the files or the prelearner are
+            refused before Ray runs.
     """
     check_int("num_learners", num_learners, 1, 2**20)
     check_int("batch_rows", batch_rows, 1, 2**40, none_ok=True)

@@ -38,7 +38,16 @@ __all__ = ["FixedNStepTable", "NStep"]
 
 @dataclass(frozen=True)
 class NStep:
-    """n-step transitions with discount ``gamma``; ``n`` an int or an inclusive ``(lo, hi)``."""
+    """n-step transitions with discount ``gamma``; ``n`` an int or an inclusive ``(lo, hi)``.
+
+    Attributes:
+        n: Steps per transition, an int in ``[1, MAX_N_STEP]`` or an inclusive ``(lo, hi)``
+            range drawn per sample; a window stops at its episode's end.
+        gamma: Discount in ``[0, 1]``.
+
+    Raises:
+        ConfigError: ``n`` or ``gamma`` out of range.
+    """
 
     n: int | tuple[int, int] = 1
     gamma: float = 0.99

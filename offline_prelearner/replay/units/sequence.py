@@ -38,7 +38,16 @@ SEQ_LENS = "seq_lens"
 
 @dataclass(frozen=True)
 class Sequence:
-    """Windows of ``burn_in + length`` steps; see the module docstring for the exact layout."""
+    """Windows of ``burn_in + length`` steps; see the module docstring for the exact layout.
+
+    Attributes:
+        length: Steps trained on per sequence, in ``[1, MAX_SEQ_LEN]``.
+        burn_in: Steps before them that only warm up a recurrent state (fewer at an episode's
+            start), in ``[0, MAX_SEQ_LEN]``.
+
+    Raises:
+        ConfigError: ``length`` or ``burn_in`` out of range.
+    """
 
     length: int
     burn_in: int = 0

@@ -30,7 +30,17 @@ __all__ = ["FrameStack"]
 
 @dataclass(frozen=True)
 class FrameStack:
-    """``k`` stacked observations around the samples of ``unit``."""
+    """``k`` stacked observations around the samples of ``unit``.
+
+    Attributes:
+        k: Observations per stack, in ``[1, MAX_FRAME_STACK]``; frames before an episode's
+            start repeat its first frame.
+        unit: What each start expands into (default :class:`Transition`); any
+            :class:`SampleUnit`.
+
+    Raises:
+        ConfigError: ``k`` out of range, or ``unit`` not a :class:`SampleUnit`.
+    """
 
     k: int
     unit: SampleUnit = field(default_factory=Transition)
