@@ -38,7 +38,8 @@ A batch (an Arrow table or a dict of numpy columns) becomes episodes in a handfu
 **Streams.** The reader keeps state across calls (it lives in a Ray actor). Without ``t``, an
 episode that ended not done continues in a later batch: ``t_started`` counts on and (with
 ``check_continuity``) its first ``obs`` must equal the last ``new_obs`` seen. Only pending episodes
-are kept (key -> next t and last observation); done episodes leave. Fragments read by *different*
+are kept (key -> next t and last observation; :mod:`.open_episodes` keeps them, and the held
+rows below); done episodes leave. Fragments read by *different*
 readers cannot be stitched here: give the data a ``t`` column (the buffer stitches by ``t``).
 
 **Rows with observations only** (schema ``"next_obs_from": "next_row"``, presets ``lerobot`` and
@@ -96,7 +97,7 @@ from ....episodes import columns as C
 from ....episodes.episode import Episode
 from ....episodes.episode_columns import EpisodeColumns
 from ....episodes.ledger import EpisodeBatch
-from ....errors import ConfigError, DataError, EpisodeValidationError, SchemaError, Where
+from ....errors import ConfigError, DataError, EpisodeValidationError, Where
 from ...arrow_numpy import ColumnValueError, decode_cells
 from ...schema import load_schema
 from ..composite import is_struct, records, split_records, struct_leaves
@@ -110,13 +111,12 @@ from .frame import (
     factorize,
     rows_differ,
 )
+from .open_episodes import OpenEpisodes
 from .row_arrays import RowColumns, factorize_column, ids_column, infos_column, locate, type_error
 
 __all__ = ["RowsReader"]
 
 _NEEDED = (C.OBS, C.NEW_OBS, C.ACTIONS, C.REWARDS)
-_POISONED = "rejected"  # pending marker: an earlier fragment of this episode was rejected
-_HELD = "held"  # pending marker (next_row): the episode's last row waits for the next batch
 
 
 class RowsReader:
@@ -136,26 +136,17 @@ class RowsReader:
             )
         required = tuple(dict.fromkeys((*schema.required, *needed)))
         self.schema = dataclasses.replace(schema, required=required)
-        # (episode id, agent id) -> (next t, last obs) | _POISONED. Used only without `t`.
-        self._pending: dict[tuple[Any, Any], Any] = {}
+        #: What the stream leaves open between batches: pending episodes, held rows.
+        self._open = OpenEpisodes(self.schema.column(C.OBS))
         self._split_next: dict[str, int] = {}  # source -> number of its open episode (no eps_id)
         #: Columns recognised as RLlib's packed layout (``output_compress_columns``) in the data.
         self.detected_packed: list[str] = []
-        # next_row only: the last rows of episodes open at the end of the last batch (an Arrow
-        # table or a dict of numpy columns, as the batches come), and their keys.
-        self._held: pa.Table | dict[str, np.ndarray] | None = None
-        self._held_keys: list[tuple[Any, Any]] = []
-        # per held row: (its file, its row there, whether its episode has no fragment yet)
-        self._held_from: list[tuple[str | None, int | None, bool]] = []
-        self._carried_from: list[tuple[str | None, int | None, bool]] = []  # during a read
 
     @property
     def pending(self) -> Mapping[tuple[Any, Any], Any]:
         """Episodes that ended not done, awaiting their continuation (a copy). With
         ``next_obs_from: next_row`` this includes every episode whose last row is held."""
-        out: dict[tuple[Any, Any], Any] = {k: _HELD for k in self._held_keys}
-        out.update(self._pending)
-        return out
+        return self._open.pending
 
     # ------------------------------------------------------------------ entry point
     def read(
@@ -171,15 +162,13 @@ class RowsReader:
         # A configuration problem, not bad data: raised under every policy.
         self.schema.check_codecs(self.config.legacy_pickle, frame.names, source)
         carried = 0
-        if self._held is not None:  # next_row: held rows lead this batch (counted down here)
+        if self._open.holds_rows:  # next_row: held rows lead this batch (counted down here)
             try:
                 self.schema.check(frame.names, source)  # a batch refused: held rows stay held
-                frame, carried = self._carry_in(frame, source), len(self._held_keys)
+                frame, carried = self._open.carry_in(frame, source)
             except DataError as e:
                 self._reject(out, e, frame, np.arange(frame.num_rows))
                 return out
-            self._carried_from = self._held_from
-            self._held, self._held_keys, self._held_from = None, [], []
             out.ledger.rows_held -= carried
             out.sync()
         # Batch row of each frame row; rows carried from the previous batch are negative.
@@ -208,45 +197,6 @@ class RowsReader:
         frame, cols, rows, gr = self._drop_duplicates(out, frame, cols, rows, codes, keys)
         self._build(out, frame, cols, rows, gr, source)
         return out
-
-    def _carry_in(self, frame: ColumnBatch, source: str | None) -> ColumnBatch:
-        """The held rows followed by ``frame``'s rows, as one frame (same columns needed)."""
-        held = self._held
-        assert held is not None
-        names = list(held.column_names) if isinstance(held, pa.Table) else list(held)
-        if sorted(names) != sorted(frame.names):
-            raise SchemaError(
-                f"this batch's columns {frame.names} differ from the previous batch's {names}, "
-                "whose open episodes' last rows wait for their next observation here (rows "
-                "without a next-observation column)",
-                Where(file=source),
-                reason="missing_columns",
-            )
-        if isinstance(frame.raw(names[0]), np.ndarray):  # numpy batches
-            if isinstance(held, pa.Table):
-                hb = ColumnBatch(held, source)
-                held = {k: hb.to_numpy(k) for k in names}
-            return ColumnBatch(
-                {k: np.concatenate([held[k], frame.raw(k)]) for k in frame.names}, source
-            )
-        if not isinstance(held, pa.Table):
-            held = ColumnBatch(held, source).take(np.arange(len(self._held_keys)))
-        table = pa.Table.from_arrays([frame.raw(k) for k in frame.names], names=frame.names)
-        if held.column_names != frame.names:
-            held = held.select(frame.names)
-        try:
-            if held.schema.equals(table.schema):  # the usual case: no promotion to work out
-                joined = pa.concat_tables([held, table])
-            else:
-                joined = pa.concat_tables([held, table], promote_options="permissive")
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
-            raise SchemaError(
-                f"this batch's column types differ from the previous batch's, whose open "
-                f"episodes' last rows wait for their next observation here: {e}",
-                Where(file=source),
-                reason="bad_type",
-            ) from None
-        return ColumnBatch(joined, source)
 
     # ------------------------------------------------------------------ packed columns
     def _detect_packed(self, batch: pa.Table | Mapping[str, np.ndarray]) -> None:
@@ -412,9 +362,9 @@ class RowsReader:
             if self.schema.present(C.T, frame.names) is None:  # streams are tracked without t
                 key = (eid, keys.agents[code])
                 if self._ends_done(frame, int(members[-1]), source):
-                    self._pending.pop(key, None)
+                    self._open.close(key)
                 else:
-                    self._pending[key] = _POISONED
+                    self._open.poison(key)
 
     def _ends_done(self, frame: ColumnBatch, row: int, source: str | None) -> bool:
         """Whether ``row`` carries a done flag (False when the flags themselves are unreadable)."""
@@ -459,8 +409,8 @@ class RowsReader:
     ) -> None:
         v = Verdicts(gr, source, raise_now=self.config.on_invalid == "raise")
         t_started = self._check(gr, c, v, frame.names)
-        if c.t is None and self._pending:
-            self._continue(gr, c, v, t_started)
+        if c.t is None and self._open.has_pending:
+            self._open.resume(gr, c.obs, v, t_started, self.config.check_continuity)
         g, n_ep, last = gr.g, len(gr.starts), gr.last
         term = c.term[last]
         length = gr.ends - gr.starts
@@ -508,7 +458,7 @@ class RowsReader:
         if cut is not None:
             self._cut_last_rows(out, frame, cols, gr, rows, good, source)
         if c.t is None:
-            self._track(cols, good)
+            self._open.track(cols, good)
 
     def _cut_last_rows(
         self,
@@ -543,17 +493,9 @@ class RowsReader:
             )
             out.reject(err, 1, episodes=int(cols.length[e] == 0), policy="skip")
         hold = np.flatnonzero(good & ~cols.done)
-        came: list[tuple[str | None, int | None, bool]] = []
-        carried = self._carried_from
-        for e in hold.tolist():  # at most one or two per batch
-            r, alone = int(rows[int(gr.last[e])]), bool(cols.length[e] == 0)
-            if r < 0:  # a carried row held again: its origin, alone if it was and still is
-                file, row, was_alone = carried[r + len(carried)]
-                came.append((file, row, was_alone and alone))
-            else:
-                came.append((source, r, alone))
-        self._hold(frame, gr.last[hold], [(gr.ids[e], gr.agents[e]) for e in hold.tolist()])
-        self._held_from = came
+        members = gr.last[hold]
+        keys = [(gr.ids[e], gr.agents[e]) for e in hold.tolist()]
+        self._open.hold(frame, members, keys, rows[members], cols.length[hold] == 0, source)
         out.ledger.rows_held += len(hold)
         out.sync()
 
@@ -567,32 +509,7 @@ class RowsReader:
         The fragments before it were handed over already (they end at its observation). The
         reader then holds nothing; its episodes are no longer pending.
         """
-        out = EpisodeBatch()
-        obs_col = self.schema.column(C.OBS)
-        for key, (file, row, alone) in zip(self._held_keys, self._held_from, strict=True):
-            err = DataError(
-                "the data ends before this open episode's next row: its last row's obs closes "
-                "the episode's last fragment, its action and reward are not used",
-                Where(file=file, column=obs_col, episode_id=key[0], row=row),
-                reason="next_obs_unknown",
-            )
-            out.reject(err, 1, episodes=int(alone), policy="skip")
-            self._pending.pop(key, None)
-        out.ledger.rows_held -= len(self._held_keys)
-        out.sync()
-        self._held, self._held_keys, self._held_from = None, [], []
-        return out
-
-    def _hold(self, frame: ColumnBatch, members: np.ndarray, keys: list[tuple[Any, Any]]) -> None:
-        """Keeps ``members`` (frame rows) to lead the next batch (in the batch's own form)."""
-        if not len(members):
-            self._held, self._held_keys = None, []
-            return
-        if isinstance(frame.raw(frame.names[0]), np.ndarray):
-            self._held = {k: frame.raw(k)[members] for k in frame.names}
-        else:
-            self._held = frame.take(members)
-        self._held_keys = keys
+        return self._open.finish()
 
     @staticmethod
     def _constructs(cols: EpisodeColumns, e: int) -> bool:
@@ -647,21 +564,6 @@ class RowsReader:
         out.episodes.extend(kept)
         out.source_rows.extend(sizes)
         out.sync()
-
-    def _track(self, cols: EpisodeColumns, good: np.ndarray) -> None:
-        """Streams without ``t``: not-done episodes wait for their continuation (next t, last
-        observation; poisoned if rejected); done ones leave."""
-        pending, done = self._pending, cols.done
-        if pending:
-            keys = dict(zip(zip(cols.ids, cols.agents, strict=True), done.tolist(), strict=True))
-            for key in [k for k in pending if keys.get(k)]:
-                del pending[key]
-        for e in np.flatnonzero(~done).tolist():  # at most one or two per batch
-            key = (cols.ids[e], cols.agents[e])
-            if not good[e]:
-                pending[key] = _POISONED
-            else:
-                pending[key] = (int(cols.t_end[e]), cols.final_obs(e).copy())
 
     def _check(self, gr: Groups, c: RowColumns, v: Verdicts, names: list[str]) -> np.ndarray:
         """Row-level contracts, vectorized; returns ``t_started`` per episode."""
@@ -730,37 +632,6 @@ class RowsReader:
                 reason="discontinuous",
             )
         return t_started
-
-    def _continue(self, gr: Groups, c: RowColumns, v: Verdicts, t_started: np.ndarray) -> None:
-        """Episodes that continue a not-done fragment of an earlier batch (no ``t`` column)."""
-        obs_col = self.schema.column(C.OBS)
-        for e, key in enumerate(zip(gr.ids, gr.agents, strict=True)):  # per episode
-            prev = self._pending.get(key)
-            if prev is None:
-                continue
-            at = gr.starts[e : e + 1]
-            if isinstance(prev, str):  # _POISONED
-                v.flag(
-                    at,
-                    "an earlier fragment of this episode was rejected; its later rows "
-                    "cannot be placed",
-                    None,
-                    reason="after_rejected",
-                )
-                continue
-            t_started[e] = prev[0]
-            first = int(gr.first[e])
-            if (
-                self.config.check_continuity
-                and rows_differ(c.obs[first : first + 1], prev[1][None])[0]
-            ):
-                v.flag(
-                    at,
-                    "first row's obs differs from the last new_obs of this episode's "
-                    "fragment in an earlier batch (batches out of order?)",
-                    obs_col,
-                    reason="discontinuous",
-                )
 
 
 #: ``base64(lz4 frame)`` starts with these characters (the frame magic 04 22 4D 18).
