@@ -1,7 +1,7 @@
 """Shared fixtures and helpers for the whole test suite.
 
-* ``REPO``, ``TESTS``, ``DATASETS`` -- the repository root, this folder and the shipped datasets:
-  the one place a test finds a file of the repository, whatever folder the test sits in
+* ``REPO``, ``TESTS`` -- the repository root and this folder: the one place a test finds a file
+  of the repository (``REPO / "datasets"``, ``"examples"``...), whatever folder the test sits in
   (``from conftest import REPO``).
 * ``shared_data`` -- the folder of files RLlib 2.60 wrote (``shared/data/rllib-2.60`` next to the
   repository, or ``$OFFLINE_PRELEARNER_SHARED_DATA``); tests using it skip when it is absent.
@@ -32,7 +32,6 @@ from offline_prelearner.episodes.episode import Episode
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
-DATASETS = REPO / "datasets"
 SHARED_DATA_ENV = "OFFLINE_PRELEARNER_SHARED_DATA"
 
 
