@@ -107,7 +107,7 @@ MAX_STEPS_HELP = (
 
 
 #: The ``Examples:`` epilog of each command's ``--help`` (key ``""``: the top level). Every line
-#: after the prompt parses with :func:`build_parser` (tests/test_cli.py holds them to that).
+#: after the prompt parses with :func:`build_parser` (tests/cli/test_cli.py holds them to that).
 _EXAMPLES: dict[str, list[str]] = {
     "": [
         "record CartPole-v1 --steps 5000 --out data/cp --policy heuristic --seed 0",
