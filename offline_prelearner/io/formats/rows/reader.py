@@ -98,9 +98,10 @@ from ....episodes.episode import Episode
 from ....episodes.episode_columns import EpisodeColumns
 from ....episodes.ledger import EpisodeBatch
 from ....errors import ConfigError, DataError, EpisodeValidationError, Where
-from ...arrow_numpy import ColumnValueError, decode_cells
-from ...schema import load_schema
-from ..composite import is_struct, records, split_records, struct_leaves
+from ...arrow_numpy import ColumnValueError
+from ...schema import ColumnSchema, load_schema
+from ..composite import split_records
+from .decode import RowDecoder
 from .duplicates import find_duplicates
 from .frame import (
     ColumnBatch,
@@ -112,7 +113,7 @@ from .frame import (
     rows_differ,
 )
 from .open_episodes import OpenEpisodes
-from .row_arrays import RowColumns, factorize_column, ids_column, infos_column, locate, type_error
+from .row_arrays import RowColumns, factorize_column, locate
 
 __all__ = ["RowsReader"]
 
@@ -135,12 +136,24 @@ class RowsReader:
                 f"reader needs {list(needed)}"
             )
         required = tuple(dict.fromkeys((*schema.required, *needed)))
-        self.schema = dataclasses.replace(schema, required=required)
+        #: Reads the batches' columns into arrays (and owns the schema, which learns packed
+        #: columns from the data).
+        self._decoder = RowDecoder(
+            dataclasses.replace(schema, required=required), self.config.limits, self._next_row
+        )
         #: What the stream leaves open between batches: pending episodes, held rows.
         self._open = OpenEpisodes(self.schema.column(C.OBS))
         self._split_next: dict[str, int] = {}  # source -> number of its open episode (no eps_id)
-        #: Columns recognised as RLlib's packed layout (``output_compress_columns``) in the data.
-        self.detected_packed: list[str] = []
+
+    @property
+    def schema(self) -> ColumnSchema:
+        """The column mapping in use (with the packed columns recognised in the data so far)."""
+        return self._decoder.schema
+
+    @property
+    def detected_packed(self) -> list[str]:
+        """Columns recognised as RLlib's packed layout (``output_compress_columns``) in the data."""
+        return self._decoder.detected_packed
 
     @property
     def pending(self) -> Mapping[tuple[Any, Any], Any]:
@@ -158,7 +171,7 @@ class RowsReader:
         out.ledger.rows_in += frame.num_rows
         if frame.num_rows == 0:
             return out
-        self._detect_packed(batch)
+        self._decoder.detect_packed(batch)
         # A configuration problem, not bad data: raised under every policy.
         self.schema.check_codecs(self.config.legacy_pickle, frame.names, source)
         carried = 0
@@ -183,7 +196,7 @@ class RowsReader:
         codes = keys.codes
         while True:  # each pass drops every episode a failing column names; few passes
             try:
-                cols = self._convert(frame, source)
+                cols = self._decoder.columns(frame, source)
                 break
             except ColumnValueError as e:
                 if e.rows is None or len(e.rows) == 0:
@@ -198,29 +211,11 @@ class RowsReader:
         self._build(out, frame, cols, rows, gr, source)
         return out
 
-    # ------------------------------------------------------------------ packed columns
-    def _detect_packed(self, batch: pa.Table | Mapping[str, np.ndarray]) -> None:
-        """Declares the observation columns that hold RLlib's packed cells as ``legacy_pickle``.
-
-        RLlib records with ``output_compress_columns=[obs, new_obs]`` by default: those cells are
-        ``base64(lz4_frame(pickle))`` text. Recognised from the data, not guessed from a name: the
-        column is text where an observation is expected, and its first cell starts with the
-        base64 of the lz4 frame magic. Decoding still needs the user's ``legacy_pickle``.
-        """
-        for field_name in (C.OBS, C.NEW_OBS):
-            col = self.schema.column(field_name)
-            if col is None or col in self.schema.compression or col not in _names(batch):
-                continue
-            if _is_packed(batch[col]):
-                compression = {**self.schema.compression, col: "legacy_pickle"}
-                self.schema = dataclasses.replace(self.schema, compression=compression)
-                self.detected_packed.append(col)
-
     # ------------------------------------------------------------------ columns
     def _keys(self, frame: ColumnBatch, source: str | None) -> Keys:
         eps_col = self.schema.present(C.EPS_ID, frame.names)
         if eps_col is None:  # no episode id: split at the done flags, in row order
-            term, trunc = self._flags(frame, source)
+            term, trunc = self._decoder.flags(frame, source)
             done = term | trunc
             seg = np.zeros(len(done), np.int64)
             np.cumsum(done[:-1], out=seg[1:])
@@ -237,98 +232,6 @@ class RowsReader:
         codes, combined = factorize(ecodes * len(aids) + acodes)
         na = len(aids)
         return Keys(codes, [eids[c // na] for c in combined], [aids[c % na] for c in combined])
-
-    def _array(self, frame: ColumnBatch, col: str, source: str | None) -> np.ndarray:
-        codec = self.schema.codec(col)
-        if codec is None:
-            return frame.to_numpy(col)
-        # Compressed cells are separate blobs: decoding is per cell by nature.
-        return decode_cells(frame.cells(col), codec, col, source, self.config.limits)
-
-    def _numeric(
-        self,
-        frame: ColumnBatch,
-        field: str,
-        source: str | None,
-        kinds: str = "biuf",
-        scalar: bool = False,
-    ) -> np.ndarray:
-        col = self.schema.column(field) or field  # mapped: checked in __init__
-        arr = self._array(frame, col, source)
-        if arr.dtype.kind not in kinds:
-            raise type_error(arr, col, field, kinds, self.schema.codec(col), source)
-        if scalar and arr.ndim != 1:
-            raise ColumnValueError(
-                f"column {col!r} must hold one scalar per row, found rows of shape {arr.shape[1:]}",
-                Where(file=source, column=col),
-                reason="bad_shape",
-            )
-        return arr
-
-    def _observations(self, frame: ColumnBatch, field: str, source: str | None) -> np.ndarray:
-        """``obs`` / ``new_obs``: numeric, or a struct column (Dict / Tuple space) as a record
-        array of its leaves (:mod:`..composite`)."""
-        col = self.schema.column(field) or field
-        raw = frame.raw(col)
-        if self.schema.codec(col) is None and is_struct(raw):
-            return records(struct_leaves(raw, col, source))
-        return self._numeric(frame, field, source)
-
-    def _flag(self, frame: ColumnBatch, col: str | None, source: str | None) -> np.ndarray:
-        if col is None:
-            return np.zeros(frame.num_rows, bool)
-        arr = self._array(frame, col, source)
-        if arr.dtype.kind not in "biuf" or arr.ndim != 1:
-            raise type_error(arr, col, col, "b", None, source)
-        if arr.dtype.kind == "b":
-            return arr
-        bad = np.flatnonzero((arr != 0) & (arr != 1))
-        if len(bad):
-            raise ColumnValueError(
-                f"column {col!r} must hold true/false (or 0/1), found "
-                f"{arr[bad[0]]!r} at row {bad[0]}",
-                Where(file=source, column=col, row=int(bad[0])),
-                reason="bad_flag",
-                rows=bad,
-            )
-        return arr != 0
-
-    def _flags(self, frame: ColumnBatch, source: str | None) -> tuple[np.ndarray, np.ndarray]:
-        term_col = self.schema.present(C.TERMINATEDS, frame.names)
-        if term_col is None and self.schema.dones in frame.names:
-            term_col = self.schema.dones  # legacy `dones`: read as terminateds, as RLlib did
-        trunc_col = self.schema.present(C.TRUNCATEDS, frame.names)
-        return self._flag(frame, term_col, source), self._flag(frame, trunc_col, source)
-
-    def _convert(self, frame: ColumnBatch, source: str | None) -> RowColumns:
-        s = self.schema
-        obs = self._observations(frame, C.OBS, source)
-        # next_row: each row's own obs stands in (the same array, no copy); what is really the
-        # next observation is settled by position in _build (the next row's obs is the next).
-        new_obs = obs if self._next_row else self._observations(frame, C.NEW_OBS, source)
-        if obs.shape[1:] != new_obs.shape[1:] or obs.dtype.names != new_obs.dtype.names:
-            raise ColumnValueError(
-                f"column {s.column(C.NEW_OBS)!r} rows have shape {new_obs.shape[1:]} but "
-                f"{s.column(C.OBS)!r} rows have {obs.shape[1:]}",
-                Where(file=source, column=s.column(C.NEW_OBS)),
-                reason="bad_shape",
-            )
-        term, trunc = self._flags(frame, source)
-        t_col = s.present(C.T, frame.names)
-        mod_col = s.present(C.MODULE_ID, frame.names)
-        info_col = s.present(C.INFOS, frame.names)
-        return RowColumns(
-            obs=obs,
-            new_obs=new_obs,
-            actions=self._numeric(frame, C.ACTIONS, source),
-            rewards=self._numeric(frame, C.REWARDS, source, kinds="biuf", scalar=True),
-            term=term,
-            trunc=trunc,
-            t=self._numeric(frame, C.T, source, kinds="iu", scalar=True) if t_col else None,
-            module=ids_column(frame.to_numpy(mod_col)) if mod_col else None,
-            infos=infos_column(frame.pylist(info_col), info_col, source) if info_col else None,
-            extras={c: self._array(frame, c, source) for c in s.extras(frame.names)},
-        )
 
     # ------------------------------------------------------------------ rejection
     def _reject(
@@ -369,7 +272,7 @@ class RowsReader:
     def _ends_done(self, frame: ColumnBatch, row: int, source: str | None) -> bool:
         """Whether ``row`` carries a done flag (False when the flags themselves are unreadable)."""
         try:
-            term, trunc = self._flags(frame, source)
+            term, trunc = self._decoder.flags(frame, source)
         except DataError:
             return False
         return bool(term[row] or trunc[row])
@@ -632,27 +535,3 @@ class RowsReader:
                 reason="discontinuous",
             )
         return t_started
-
-
-#: ``base64(lz4 frame)`` starts with these characters (the frame magic 04 22 4D 18).
-_PACKED_PREFIX = "BCJNG"
-
-
-def _names(batch: pa.Table | pa.RecordBatch | Mapping[str, Any]) -> list[str]:
-    if isinstance(batch, pa.Table | pa.RecordBatch):
-        return list(batch.column_names)
-    return list(batch.keys())
-
-
-def _is_packed(column: Any) -> bool:
-    """Text cells whose first non-null value is base64 of an lz4 frame."""
-    if isinstance(column, pa.ChunkedArray | pa.Array):
-        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-            return False
-        valid = column.drop_null()
-        return len(valid) > 0 and str(valid[0].as_py()).startswith(_PACKED_PREFIX)
-    arr = np.asarray(column)
-    if arr.dtype.kind not in "OU" or not len(arr):
-        return False
-    first = next((v for v in arr if v is not None), None)
-    return isinstance(first, str) and first.startswith(_PACKED_PREFIX)
