@@ -1,0 +1,471 @@
+"""Where files live: one path layer over local disks and object stores.
+
+Every path the project takes (inputs, ``--out``, ``--quarantine-dir``, ``--config``, checkpoints)
+may be a local path, ``file://...``, ``s3://bucket/key``, ``gs://bucket/key``,
+``az://container/path`` or ``abfs[s]://container@account.dfs.core.windows.net/path``.
+:func:`locate` turns it into a :class:`Location`: a ``pyarrow.fs`` filesystem and the path in
+it. S3, GCS and Azure Blob are pyarrow's native filesystems (what Ray Data reads with); another
+scheme that fsspec knows goes through ``pyarrow.fs.PyFileSystem(FSSpecHandler(...))``.
+
+Credentials and endpoints come from each store's standard chain, never from our flags:
+
+* S3: ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``, else the AWS
+  SDK's own chain (``AWS_PROFILE``, ``~/.aws``, instance roles); ``AWS_ENDPOINT_URL_S3`` or
+  ``AWS_ENDPOINT_URL`` for a non-AWS server (MinIO, SeaweedFS); ``AWS_REGION`` or
+  ``AWS_DEFAULT_REGION``.
+* GCS: application-default credentials; ``STORAGE_EMULATOR_HOST`` for an emulator.
+* Azure: ``AZURE_STORAGE_CONNECTION_STRING``, or ``AZURE_STORAGE_ACCOUNT_NAME`` (the account
+  of ``az://``) with ``AZURE_STORAGE_ACCOUNT_KEY`` (else Azure's default credential chain).
+
+A store that cannot be reached answers within seconds (``OFFLINE_PRELEARNER_STORE_TIMEOUT``,
+default 10 s per request, 3 attempts), and :func:`storage_error` says what failed in one line:
+no such bucket, access denied, endpoint down.
+
+Listing is recursive and in name order on every store, as on a local disk; object stores have no
+folders, so a "folder" is a prefix and an empty one does not exist.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import pyarrow.fs as pafs
+
+from ..errors import OfflinePrelearnerError
+
+__all__ = [
+    "REMOTE_SCHEMES",
+    "Location",
+    "StorageError",
+    "is_remote",
+    "locate",
+    "storage_error",
+]
+
+#: Schemes served by pyarrow's own filesystems; any other ``scheme://`` goes through fsspec.
+REMOTE_SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "abfss")
+#: Seconds a store request may take before it counts as failed (env overrides).
+TIMEOUT_ENV = "OFFLINE_PRELEARNER_STORE_TIMEOUT"
+_URI = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+
+
+class StorageError(OfflinePrelearnerError, OSError):
+    """A store refused or could not answer: no such bucket, denied, unreachable. One line."""
+
+
+def is_remote(path: str | os.PathLike[str] | Location) -> bool:
+    """Whether ``path`` names an object store (or any non-local scheme), not the local disk."""
+    if isinstance(path, Location):
+        return not path.local
+    m = _URI.match(os.fspath(path))
+    return m is not None and m.group(1).lower() != "file"
+
+
+@dataclass(frozen=True)
+class Location:
+    """A file or folder on a store: the filesystem, the path in it, and how to write it back.
+
+    Attributes:
+        fs: The ``pyarrow.fs`` filesystem (``LocalFileSystem`` for local paths).
+        path: The path inside ``fs``: an absolute local path, or ``bucket/key`` on a store.
+        scheme: ``""`` for local paths, else the URI's scheme (``s3``, ``gs``, ``az`` ...).
+        authority: What the URI carries besides the bucket (an Azure account), else ``""``.
+    """
+
+    fs: pafs.FileSystem
+    path: str
+    scheme: str = ""
+    authority: str = ""
+
+    # ------------------------------------------------------------------ names
+    @property
+    def local(self) -> bool:
+        """Whether this is the local disk (where a rename is atomic)."""
+        return not self.scheme
+
+    @property
+    def uri(self) -> str:
+        """The path as a user writes it: a local path, or ``scheme://bucket/key``."""
+        if self.local:
+            return self.path
+        if self.scheme in ("abfs", "abfss") and self.authority:
+            container, _, rest = self.path.partition("/")
+            return f"{self.scheme}://{container}@{self.authority}/{rest}".rstrip("/")
+        return f"{self.scheme}://{self.path}"
+
+    def __str__(self) -> str:
+        return self.uri
+
+    def __fspath__(self) -> str:
+        """Local paths only: code that opens a store path with ``open()`` is a bug."""
+        if not self.local:
+            raise TypeError(f"{self.uri} is not a local path; open it through its filesystem")
+        return self.path
+
+    @property
+    def name(self) -> str:
+        """The last component (a file's name, a prefix's last part)."""
+        return posixpath.basename(self.path.rstrip("/"))
+
+    @property
+    def parent(self) -> Location:
+        """The folder (prefix) holding this one."""
+        parent = (
+            posixpath.dirname(self.path.rstrip("/"))
+            if not self.local
+            else os.path.dirname(self.path)
+        )
+        return Location(self.fs, parent, self.scheme, self.authority)
+
+    def join(self, *names: str) -> Location:
+        """This location with ``names`` appended (``/`` on stores, ``os.sep`` locally)."""
+        join = os.path.join if self.local else posixpath.join
+        return Location(self.fs, join(self.path, *names), self.scheme, self.authority)
+
+    def with_path(self, path: str) -> Location:
+        """Another path on the same store (a listing's entry)."""
+        return Location(self.fs, path, self.scheme, self.authority)
+
+    # ------------------------------------------------------------------ questions
+    def info(self) -> pafs.FileInfo:
+        """The store's answer for this path (type, size, mtime); errors as :class:`StorageError`."""
+        try:
+            return self.fs.get_file_info(self.path)
+        except OSError as e:
+            raise storage_error(e, self) from None
+
+    def exists(self) -> bool:
+        """Whether a file or a non-empty prefix (a folder) is here."""
+        return self.info().type != pafs.FileType.NotFound
+
+    def missing(self) -> str:
+        """Why nothing is here, in words: ``no such bucket`` (or container) or ``not found``."""
+        if self.local:
+            return "not found"
+        bucket = self.path.split("/", 1)[0]
+        if self.with_path(bucket).info().type == pafs.FileType.NotFound:
+            return (
+                "no such container" if self.scheme in ("az", "abfs", "abfss") else "no such bucket"
+            )
+        return "not found"
+
+    def is_dir(self) -> bool:
+        """Whether this is a folder (on a store: a prefix that holds something, or a bucket)."""
+        return self.info().type == pafs.FileType.Directory
+
+    def is_file(self) -> bool:
+        """Whether this is a file (an object)."""
+        return self.info().type == pafs.FileType.File
+
+    def size(self) -> int:
+        """The file's size in bytes."""
+        return int(self.info().size or 0)
+
+    def walk(self) -> list[Location]:
+        """Every file under this folder, recursively, in name order (as ``sorted(os.walk)``)."""
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.path, recursive=True))
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise storage_error(e, self) from None
+        files = sorted(i.path for i in infos if i.type == pafs.FileType.File)
+        return [self.with_path(p) for p in files]
+
+    def children(self) -> list[tuple[Location, bool]]:
+        """The entries directly in this folder, in name order, each with whether it is a folder."""
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.path, recursive=False))
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise storage_error(e, self) from None
+        return sorted(
+            ((self.with_path(i.path), i.type == pafs.FileType.Directory) for i in infos),
+            key=lambda e: e[0].path,
+        )
+
+    def glob(self, pattern: str) -> list[Location]:
+        """Files under this folder whose path relative to it matches ``pattern`` (``*`` stays in
+        one component, ``**`` spans folders), in name order: the same on every store."""
+        regex = _glob_regex(pattern)
+        base = self.path.rstrip("/") + "/"
+        return [f for f in self.walk() if regex.fullmatch(f.path[len(base) :])]
+
+    # ------------------------------------------------------------------ bytes
+    def open_input_file(self) -> Any:
+        """A random-access file (Parquet footers, HDF5)."""
+        try:
+            return self.fs.open_input_file(self.path)
+        except OSError as e:
+            raise storage_error(e, self) from None
+
+    def open_input_stream(self) -> Any:
+        """A sequential stream (JSON lines, msgpack)."""
+        try:
+            return self.fs.open_input_stream(self.path)
+        except OSError as e:
+            raise storage_error(e, self) from None
+
+    def open_output_stream(self) -> Any:
+        """A new file (on a store: an object, visible whole once the stream closes)."""
+        if self.local:
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        return self.fs.open_output_stream(self.path)
+
+    def read_bytes(self, limit: int | None = None) -> bytes:
+        """The file's bytes; at most ``limit + 1`` are read: a caller can refuse a larger file."""
+        with self.open_input_stream() as f:
+            return bytes(f.read() if limit is None else f.read(limit + 1))
+
+    def write_bytes(self, data: bytes) -> None:
+        """Writes the whole file (an object put on a store: all or nothing)."""
+        with self.open_output_stream() as f:
+            f.write(data)
+
+    def delete(self) -> None:
+        """Removes this file; a missing file is no error."""
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.delete_file(self.path)
+
+    def delete_tree(self) -> None:
+        """Removes this folder and everything under it; a missing folder is no error."""
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.delete_dir(self.path)
+
+    def makedirs(self) -> None:
+        """Creates the folder (a no-op on object stores, where prefixes need no creation)."""
+        if self.local:
+            os.makedirs(self.path, exist_ok=True)
+
+
+def locate(path: str | os.PathLike[str] | Location) -> Location:
+    """The :class:`Location` of ``path``: a local path, ``file://``, or a store URI.
+
+    Args:
+        path: What the user wrote (a relative local path is made absolute).
+
+    Returns:
+        The filesystem and the path in it; filesystems are shared per store and credentials.
+
+    Raises:
+        StorageError: An unknown scheme, a URI without a bucket, a store library missing.
+    """
+    if isinstance(path, Location):
+        return path
+    text = os.fspath(path)
+    m = _URI.match(text)
+    if m is None:
+        return Location(_local(), os.path.abspath(text))
+    scheme = m.group(1).lower()
+    parts = urlsplit(text)
+    if scheme == "file":
+        return Location(_local(), os.path.abspath(unquote(parts.path)))
+    bucket, key = parts.netloc, parts.path.lstrip("/")
+    authority = ""
+    if scheme in ("abfs", "abfss") and "@" in bucket:
+        bucket, authority = bucket.split("@", 1)
+    if not bucket:
+        raise StorageError(f"{text}: no bucket or container in the path")
+    full = f"{bucket}/{key}".rstrip("/") if key else bucket
+    return Location(_filesystem(scheme, authority), full, scheme, authority)
+
+
+def storage_error(e: BaseException, where: Location | str) -> StorageError:
+    """One line for a store's failure: which path, and what went wrong in words."""
+    uri = where.uri if isinstance(where, Location) else where
+    text = " ".join(str(e).split())
+    low = text.lower()
+    if "signature" in low or "invalidaccesskeyid" in low or "authenticationfailed" in low:
+        what = "wrong credentials (the store refused the key or its signature)"
+    elif "access_denied" in low or "accessdenied" in low or "forbidden" in low or "403" in low:
+        what = "access denied (check the store's credentials)"
+    elif "nosuchbucket" in low or "no_such_bucket" in low or "bucket does not exist" in low:
+        what = "no such bucket"
+    elif "containernotfound" in low or "container does not exist" in low:
+        what = "no such container"
+    elif "network_connection" in low or "could not connect" in low or "resolve" in low:
+        what = "the store cannot be reached (check the endpoint and the network)"
+    elif isinstance(e, FileNotFoundError) or "not found" in low or "does not exist" in low:
+        what = "not found"
+    else:
+        what = text.split(". ")[0][:300]
+    return StorageError(f"{uri}: {what}")
+
+
+# ============================================================================================
+# Filesystems, one per store and settings, built on first use.
+# ============================================================================================
+_FILESYSTEMS: dict[tuple[str, ...], pafs.FileSystem] = {}
+_LOCK = threading.Lock()
+
+
+def _local() -> pafs.FileSystem:
+    return _cached(("file",), pafs.LocalFileSystem)
+
+
+def _cached(key: tuple[str, ...], make: Any) -> pafs.FileSystem:
+    with _LOCK:
+        fs = _FILESYSTEMS.get(key)
+        if fs is None:
+            fs = _FILESYSTEMS[key] = make()
+        return fs
+
+
+def _timeout() -> float:
+    try:
+        return max(0.5, float(os.environ.get(TIMEOUT_ENV, "10")))
+    except ValueError:
+        return 10.0
+
+
+def _filesystem(scheme: str, authority: str) -> pafs.FileSystem:
+    if scheme == "s3":
+        return _cached(("s3", *_s3_settings()), _s3)
+    if scheme in ("gs", "gcs"):
+        return _cached(("gs", os.environ.get("STORAGE_EMULATOR_HOST", "")), _gcs)
+    if scheme in ("az", "abfs", "abfss"):
+        account = authority.split(".", 1)[0] if authority else ""
+        return _cached(("az", account, *_azure_settings()), lambda: _azure(account))
+    return _cached((scheme,), lambda: _fsspec(scheme))
+
+
+def _s3_settings() -> tuple[str, ...]:
+    env = os.environ
+    return (
+        env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or "",
+        env.get("AWS_ACCESS_KEY_ID", ""),
+        env.get("AWS_SECRET_ACCESS_KEY", ""),
+        env.get("AWS_SESSION_TOKEN", ""),
+        env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "",
+        env.get("AWS_PROFILE", ""),
+        str(_timeout()),
+    )
+
+
+def _s3() -> pafs.FileSystem:
+    endpoint, key, secret, token, region, _, _ = _s3_settings()
+    kw: dict[str, Any] = {
+        "connect_timeout": _timeout(),
+        "request_timeout": _timeout(),
+        "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=3),
+    }
+    if endpoint:
+        url = urlsplit(endpoint)
+        kw["endpoint_override"] = url.netloc or url.path
+        kw["scheme"] = url.scheme or "https"
+        kw["region"] = region or "us-east-1"  # a custom server takes any region
+    elif region:
+        kw["region"] = region
+    if key and secret:
+        kw.update(access_key=key, secret_key=secret)
+        if token:
+            kw["session_token"] = token
+    return pafs.S3FileSystem(**kw)
+
+
+def _gcs() -> pafs.FileSystem:
+    host = os.environ.get("STORAGE_EMULATOR_HOST", "")
+    kw: dict[str, Any] = {"retry_time_limit": _timedelta(_timeout() * 3)}
+    if host:
+        url = urlsplit(host if "://" in host else f"http://{host}")
+        kw.update(endpoint_override=url.netloc, scheme=url.scheme, anonymous=True)
+    return pafs.GcsFileSystem(**kw)
+
+
+def _timedelta(seconds: float) -> Any:
+    """A ``datetime.timedelta`` (GCS's retry limit takes one)."""
+    import datetime
+
+    return datetime.timedelta(seconds=seconds)
+
+
+def _azure_settings() -> tuple[str, ...]:
+    env = os.environ
+    return (
+        env.get("AZURE_STORAGE_CONNECTION_STRING", ""),
+        env.get("AZURE_STORAGE_ACCOUNT_NAME", ""),
+        env.get("AZURE_STORAGE_ACCOUNT_KEY", ""),
+    )
+
+
+def _azure(account: str) -> pafs.FileSystem:
+    conn, name, key = _azure_settings()
+    fields = dict(
+        part.split("=", 1) for part in conn.split(";") if "=" in part
+    )  # AccountName=...;AccountKey=...;BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1
+    account = account or fields.get("AccountName", "") or name
+    if not account:
+        raise StorageError(
+            "az:// needs an account: set AZURE_STORAGE_ACCOUNT_NAME (or "
+            "AZURE_STORAGE_CONNECTION_STRING), or write abfs://container@account.dfs.core.windows.net/"
+        )
+    kw: dict[str, Any] = {"account_name": account}
+    secret = fields.get("AccountKey", "") or key
+    if secret:
+        kw["account_key"] = secret
+    endpoint = fields.get("BlobEndpoint", "")
+    if endpoint:  # an emulator (Azurite) or a sovereign cloud
+        url = urlsplit(endpoint)
+        kw.update(
+            blob_storage_authority=url.netloc,
+            blob_storage_scheme=url.scheme,
+            dfs_storage_authority=url.netloc,
+            dfs_storage_scheme=url.scheme,
+        )
+    return pafs.AzureFileSystem(**kw)
+
+
+def _fsspec(scheme: str) -> pafs.FileSystem:
+    try:
+        import fsspec
+    except ImportError:
+        raise StorageError(
+            f"{scheme}:// needs fsspec and its {scheme} filesystem: pip install fsspec"
+        ) from None
+    try:
+        fs = fsspec.filesystem(scheme)
+    except (ImportError, ValueError) as e:
+        raise StorageError(f"{scheme}:// is not a store this install can open: {e}") from None
+    return pafs.PyFileSystem(pafs.FSSpecHandler(fs))
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """A regex for ``pattern`` over ``/``-separated relative paths: ``**`` spans folders,
+    ``*``, ``?`` and ``[...]`` stay within one (as :func:`glob.glob` with ``recursive=True``)."""
+    parts = pattern.split("/")
+    regex = ""
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if part == "**":
+            regex += ".*" if last else "(?:[^/]+/)*"
+        else:
+            regex += _component_regex(part) + ("" if last else "/")
+    return re.compile(regex)
+
+
+def _component_regex(part: str) -> str:
+    out, i = [], 0
+    while i < len(part):
+        c = part[i]
+        close = part.find("]", i + 2) if c == "[" else -1
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif close != -1:
+            body = part[i + 1 : close]
+            body = "^" + body[1:] if body.startswith("!") else body
+            out.append("[" + body.replace("\\", "\\\\") + "]")
+            i = close
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
