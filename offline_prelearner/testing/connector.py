@@ -1,0 +1,156 @@
+"""The connector contract: a connector keeps the rows, leaves its inputs alone and round-trips.
+
+:func:`check_connector` runs every check below on a factory of fresh connectors;
+:class:`ConnectorContract` runs them as pytest tests.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..connectors.base import Connector, ConnectorContext
+from ..episodes.episode import Episode
+from ..replay.batch import SampleBatch
+from .contract import ContractError, diff_columns, pickle_roundtrip, require, snapshot
+from .examples import example_episodes, example_sample_batch
+
+__all__ = [
+    "ConnectorContract",
+    "ConnectorFactory",
+    "check_connector",
+    "check_connector_pickles",
+    "check_connector_rows_and_inputs",
+    "check_connector_state",
+    "connector_input",
+]
+
+
+ConnectorFactory = Callable[[], Connector]
+
+
+def _episode_snapshot(episodes: list[Episode]) -> list[dict[str, Any]]:
+    return [
+        {
+            "obs": ep.observations.copy(),
+            "actions": ep.actions.copy(),
+            "rewards": ep.rewards.copy(),
+            "flags": (ep.terminated, ep.truncated, ep.t_started),
+            **{f"extra:{k}": v.copy() for k, v in ep.extras.items()},
+        }
+        for ep in episodes
+    ]
+
+
+def _episode_state(ep: Episode) -> dict[str, Any]:
+    return _episode_snapshot([ep])[0]
+
+
+def connector_input(
+    factory: ConnectorFactory,
+    episodes: list[Episode] | None = None,
+    batch_size: int = 32,
+) -> tuple[SampleBatch, ConnectorContext]:
+    """A sampled batch of episodes that went through a fresh connector's ``on_episodes`` (so
+    columns it adds there are present), and a context with a seeded generator."""
+    eps = factory().on_episodes(list(example_episodes() if episodes is None else episodes))
+    return example_sample_batch(batch_size, episodes=eps), _context()
+
+
+def _context() -> ConnectorContext:
+    return ConnectorContext(module_id="default_policy", rng=np.random.default_rng(0))
+
+
+def _apply(c: Connector, batch: SampleBatch) -> SampleBatch:
+    out = c(batch, _context())
+    require(isinstance(out, SampleBatch), f"the connector returned {type(out).__name__}")
+    return out
+
+
+def check_connector_rows_and_inputs(
+    factory: ConnectorFactory, batch: SampleBatch, episodes: list[Episode] | None = None
+) -> None:
+    """Returns a SampleBatch of as many rows; changes neither its input batch nor (in
+    ``on_episodes``) its input episodes."""
+    eps = list(example_episodes() if episodes is None else episodes)
+    before_eps = _episode_snapshot(eps)
+    out_eps = factory().on_episodes(eps)
+    require(isinstance(out_eps, list), f"on_episodes returned {type(out_eps).__name__}")
+    require(all(isinstance(e, Episode) for e in out_eps), "on_episodes returned non-Episodes")
+    for i, (ep, snap) in enumerate(zip(eps, before_eps, strict=True)):
+        diff = diff_columns(snap, _episode_state(ep))
+        require(not diff, f"on_episodes changed input episode {i} ({ep.id!r}) in place: {diff}")
+    before, n = snapshot(batch.to_dict()), len(batch)
+    out = _apply(factory(), batch)
+    require(len(out) == n, f"{n} rows in, {len(out)} out")
+    diff = diff_columns(before, batch.to_dict())
+    require(not diff, f"the connector changed its input batch in place: columns {diff}")
+
+
+def check_connector_state(factory: ConnectorFactory, batch: SampleBatch) -> None:
+    """The connector is deterministic given the context's generator, and ``get_state()`` after a
+    batch, given to a fresh connector, makes it act the same."""
+    diff = diff_columns(_apply(factory(), batch).to_dict(), _apply(factory(), batch).to_dict())
+    require(not diff, f"two fresh connectors differ in columns {diff} (hidden randomness?)")
+    a = factory()
+    _apply(a, batch)
+    state = a.get_state()
+    require(isinstance(state, Mapping), f"get_state() returned {type(state).__name__}")
+    b = factory()
+    b.set_state(pickle_roundtrip(state))
+    diff = diff_columns(_apply(copy.deepcopy(a), batch).to_dict(), _apply(b, batch).to_dict())
+    require(not diff, f"a connector restored from get_state() differs in columns {diff}")
+
+
+def check_connector_pickles(factory: ConnectorFactory, batch: SampleBatch) -> None:
+    """The connector pickles (Ray ships it inside the prelearner's config) and its copy acts
+    the same."""
+    c = factory()
+    try:
+        c2 = pickle_roundtrip(c)
+    except Exception as e:
+        raise ContractError(f"{c!r} does not pickle ({type(e).__name__}: {e})") from None
+    diff = diff_columns(_apply(c, batch).to_dict(), _apply(c2, batch).to_dict())
+    require(not diff, f"the unpickled connector differs in columns {diff}")
+
+
+def check_connector(factory: ConnectorFactory, episodes: list[Episode] | None = None) -> list[str]:
+    """Runs every connector check on :func:`connector_input`; returns their names."""
+    batch, _ = connector_input(factory, episodes)
+    check_connector_rows_and_inputs(factory, batch, episodes)
+    check_connector_state(factory, batch)
+    check_connector_pickles(factory, batch)
+    return ["check_connector_rows_and_inputs", "check_connector_state", "check_connector_pickles"]
+
+
+class ConnectorContract:
+    """pytest mixin: override :meth:`make_connector` (and :meth:`make_episodes`)."""
+
+    def make_connector(self) -> Connector:
+        """A fresh connector; override it (the default raises)."""
+        raise NotImplementedError("override make_connector() to return a fresh connector")
+
+    def make_episodes(self) -> list[Episode]:
+        """The episodes the connector sees in ``on_episodes``; default :func:`example_episodes`."""
+        return example_episodes()
+
+    def make_batch(self) -> SampleBatch:
+        """A sampled batch of :meth:`make_episodes` after a fresh connector's ``on_episodes``."""
+        return connector_input(self.make_connector, self.make_episodes())[0]
+
+    def test_rows_and_inputs(self) -> None:
+        """Runs :func:`check_connector_rows_and_inputs`."""
+        check_connector_rows_and_inputs(
+            self.make_connector, self.make_batch(), self.make_episodes()
+        )
+
+    def test_state_round_trip(self) -> None:
+        """Runs :func:`check_connector_state`."""
+        check_connector_state(self.make_connector, self.make_batch())
+
+    def test_pickles(self) -> None:
+        """Runs :func:`check_connector_pickles`."""
+        check_connector_pickles(self.make_connector, self.make_batch())
