@@ -178,6 +178,10 @@ class Validator:
     (``t_started < 0``), ``not_done``, ``nan_reward``, ``obs_shape`` / ``obs_dtype`` (against the
     first episode this validator accepted, in this batch or an earlier one, and the observation
     space), ``nan_obs``, ``out_of_space`` (observations, then actions).
+
+    Args:
+        config: The checks to run and the policy for a failure (``on_invalid``); None: the
+            defaults (every check, ``raise``).
     """
 
     def __init__(self, config: ValidateConfig | None = None) -> None:
