@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..errors import DataError, Where
+from .stores import is_remote, locate
 
 __all__ = [
     "MANIFEST_FILE",
@@ -72,7 +73,7 @@ class Manifest:
     @property
     def path(self) -> str:
         """Path of the manifest file in ``folder``."""
-        return os.path.join(self.folder, MANIFEST_FILE)
+        return _join(self.folder, MANIFEST_FILE)
 
     @classmethod
     def read(cls, folder: str | os.PathLike[str]) -> Manifest:
@@ -83,10 +84,16 @@ class Manifest:
                 a file outside its folder; the error names the manifest.
         """
         folder = os.fspath(folder)
-        path = os.path.join(folder, MANIFEST_FILE)
+        remote = is_remote(folder)
+        if remote:
+            folder = folder.rstrip("/")
+        path = _join(folder, MANIFEST_FILE)
         try:
-            with open(path, "rb") as fh:
-                data = json.loads(fh.read())
+            if remote:
+                data = json.loads(locate(path).read_bytes())
+            else:
+                with open(path, "rb") as fh:
+                    data = json.loads(fh.read())
         except ValueError as e:
             raise _bad(path, f"is not JSON ({str(e).splitlines()[0]})") from None
         if not isinstance(data, dict) or not isinstance(data.get("files"), list):
@@ -97,7 +104,8 @@ class Manifest:
         content = data.get("content")
         if content not in (SAMPLES, DATASET):
             content = SAMPLES if files_dir == SAMPLES else DATASET  # manifests before "content"
-        base = os.path.join(folder, files_dir, "") if files_dir else os.path.join(folder, "")
+        base = _join(folder, files_dir, "") if files_dir else _join(folder, "")
+        sep = "/" if remote else os.sep
         files = []
         for entry in data["files"]:
             name = entry.get("name") if isinstance(entry, dict) else None
@@ -106,7 +114,7 @@ class Manifest:
             sha = entry.get("sha256")
             files.append(
                 ManifestFile(
-                    base + (name if os.sep == "/" else name.replace("/", os.sep)),
+                    base + (name if sep == "/" else name.replace("/", sep)),
                     _int_or_none(entry.get("rows")),
                     _int_or_none(entry.get("bytes")),
                     sha if isinstance(sha, str) else None,
@@ -122,10 +130,11 @@ class Manifest:
             DataError: A listed file's size differs from the recorded one (``reason`` =
                 ``"manifest_mismatch"``).
         """
+        sizes = _store_sizes(self.folder) if is_remote(self.folder) else None
         for f in self.files:
             try:
-                size = os.stat(f.path).st_size
-            except FileNotFoundError:
+                size = os.stat(f.path).st_size if sizes is None else sizes[f.path]
+            except (FileNotFoundError, KeyError):
                 raise FileNotFoundError(
                     f"{f.path!r} is listed in {self.path!r} but missing: the folder changed "
                     "after its job committed it; restore the file or run that job again"
@@ -160,7 +169,7 @@ def verify_checksums(folder: str | os.PathLike[str]) -> list[str]:
         if f.sha256 is None:
             continue
         h = hashlib.sha256()
-        with open(f.path, "rb") as fh:
+        with locate(f.path).open_input_stream() if is_remote(f.path) else open(f.path, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
         if h.hexdigest() != f.sha256:
@@ -171,6 +180,34 @@ def verify_checksums(folder: str | os.PathLike[str]) -> list[str]:
                 reason="manifest_mismatch",
             )
     return paths
+
+
+def _join(folder: str, *names: str) -> str:
+    """``os.path.join`` for local folders, ``/`` for a store's URI."""
+    if is_remote(folder):
+        return "/".join((folder.rstrip("/"), *names))
+    return os.path.join(folder, *names)
+
+
+def _store_sizes(folder: str) -> dict[str, int]:
+    """The size of every file under a store's folder, by URI (one listing, not a request per
+    file)."""
+    import pyarrow.fs as pafs
+
+    from .stores import storage_error
+
+    loc = locate(folder)
+    try:
+        infos = loc.fs.get_file_info(pafs.FileSelector(loc.path, recursive=True))
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        raise storage_error(e, loc) from None
+    return {
+        loc.with_path(i.path).uri: int(i.size or 0)
+        for i in infos
+        if i.type == pafs.FileType.File
+    }
 
 
 def _inside(name: str) -> bool:

@@ -30,14 +30,17 @@ import functools
 import json
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..config import DEFAULT_LIMITS, DecodeLimits
 from ..errors import DataError, Where
+from .stores import input_file, is_remote, locate
 
 __all__ = [
     "SMALL_FILE_BYTES",
@@ -233,7 +236,7 @@ def _dictionary_bytes_at(path: str, rg: int, name: str) -> int | None:
     group, summed from its dictionary and indices (what the footer already bounds); None where
     it cannot be read that way (prefix-coded, nested)."""
     try:
-        reader = pq.ParquetFile(path, read_dictionary=[name], pre_buffer=False)
+        reader = pq.ParquetFile(input_file(path), read_dictionary=[name], pre_buffer=False)
         col = reader.read_row_group(rg, columns=[name], use_threads=False).column(0)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, KeyError):
         return None
@@ -265,15 +268,27 @@ def open_parquet(
         DataError: A footer beyond ``limits`` (see :func:`check_parquet`).
         OSError, pyarrow.ArrowInvalid: The file cannot be opened or is not Parquet.
     """
-    st = os.stat(path)
-    size = st.st_size if size is None else size
+    if is_remote(path):
+        loc = locate(path)
+        info = loc.info()
+        if info.type != pafs.FileType.File:
+            raise FileNotFoundError(f"{path}: not found")
+        size = int(info.size or 0) if size is None else size
+        source: Any = loc.path
+        fs: pafs.FileSystem | None = loc.fs
+        key = (path, size, int(info.mtime_ns or 0), limits)
+    else:
+        st = os.stat(path)
+        size = st.st_size if size is None else size
+        source, fs = path, None
+        key = (os.path.abspath(path), size, st.st_mtime_ns, limits)
     pf = pq.ParquetFile(
-        path,
+        source,
+        filesystem=fs,
         pre_buffer=pre_buffer,
         thrift_string_size_limit=max(1 << 10, min(_THRIFT_STRING_MAX, size)),
         thrift_container_size_limit=max(1 << 10, min(_THRIFT_CONTAINER_MAX, size)),
     )
-    key = (os.path.abspath(path), size, st.st_mtime_ns, limits)
     if key not in _PASSED:
         check_parquet(path, pf, size, limits)
         if len(_PASSED) >= _PASSED_MAX:

@@ -25,9 +25,10 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple, NoReturn, overload
+from typing import Any, NamedTuple, NoReturn, overload
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..config import DEFAULT_LIMITS, DecodeLimits
@@ -42,6 +43,7 @@ from .formats.minari.dataset import (
 )
 from .manifest import MANIFEST_FILE, SAMPLES, Manifest, ManifestFile
 from .parquet_guard import open_parquet
+from .stores import Location, StorageError, input_file, is_remote, locate
 
 __all__ = [
     "LISTING_REASONS",
@@ -109,6 +111,10 @@ def expand_paths(path: str | os.PathLike[str] | list[str]) -> list[str]:
     """
     if isinstance(path, list):
         return [f for p in path for f in expand_paths(p)]
+    if is_remote(path):
+        return _StoreListing().expand(os.fspath(path))
+    if os.fspath(path).lower().startswith("file://"):
+        path = locate(path).path  # file:///data/x is the local path /data/x
     data_dir = find_data_dir(path)
     if data_dir is not None:
         return minari_files(data_dir)
@@ -343,6 +349,163 @@ class _Listing:
         return files
 
 
+_GLOB_CHARS = ("*", "?", "[")
+
+
+class _StoreListing:
+    """:func:`expand_paths` on an object store (``s3://``, ``gs://``, ``az://`` ...): the same
+    rules as :class:`_Listing` (committed folders through their manifests, globs, name order,
+    ``.``/``_`` names skipped), over :class:`~.stores.Location` listings. Stores have no
+    symlinks; files are given back as URIs."""
+
+    def __init__(self) -> None:
+        self._manifests: dict[str, _Committed] = {}  # by folder URI
+        self._owner: dict[str, str | None] = {}  # folder URI -> committed folder holding it
+
+    def expand(self, text: str) -> list[str]:
+        loc = locate(text)
+        kind = loc.info().type
+        if kind == pafs.FileType.File:
+            files = self._named_file(loc)
+        elif kind == pafs.FileType.Directory:
+            files = self._folder(loc)
+        elif any(c in text for c in _GLOB_CHARS):
+            files = self._glob(loc)
+        else:
+            why = loc.missing()
+            if why != "not found":
+                raise StorageError(f"{loc.uri}: {why}")
+            files = []
+        if not files:
+            raise FileNotFoundError(f"no data files at {text!r} (a file, directory or glob)")
+        return files
+
+    # ------------------------------------------------------------------ committed folders
+    def _committed(self, folder: str) -> _Committed:
+        got = self._manifests.get(folder)
+        if got is None:
+            manifest = Manifest.read(folder)
+            if manifest.content == SAMPLES:
+                raise UnsupportedFormatError(
+                    f"{folder!r} holds the samples 'process' wrote (learner-ready rows with their "
+                    "n-step fields, not recorded experience), which process, inspect, convert and "
+                    "the learner stream do not read again: train on them as they are (the files "
+                    f"its {MANIFEST_FILE} lists), or give the dataset they were made from"
+                )
+            got = _Committed(manifest, {("", f.path): f for f in manifest.files})
+            self._manifests[folder] = got
+        return got
+
+    def _owner_of(self, folder: Location) -> str | None:
+        """The nearest committed folder holding ``folder`` (itself or an ancestor in its
+        bucket), as a URI."""
+        chain: list[str] = []
+        owner: str | None = None
+        d = folder
+        while True:
+            uri = d.uri.rstrip("/")
+            if uri in self._owner:
+                owner = self._owner[uri]
+                break
+            chain.append(uri)
+            if d.join(MANIFEST_FILE).is_file() and (len(chain) == 1 or self._is_job_manifest(uri)):
+                owner = uri
+                break
+            if "/" not in d.path.strip("/"):  # the bucket itself
+                break
+            d = d.parent
+        for c in chain:
+            self._owner[c] = owner
+        return owner
+
+    def _is_job_manifest(self, folder: str) -> bool:
+        try:
+            Manifest.read(folder)
+        except (DataError, OSError):
+            return False
+        return True
+
+    def _listed(self, owner: str, loc: Location, size: int) -> bool:
+        """Whether ``owner``'s manifest lists the file (checked of its recorded size)."""
+        committed = self._committed(owner)
+        entry = committed.listed.get(("", loc.uri))
+        if entry is None:
+            return False
+        committed.manifest.check_size(entry, size)
+        return True
+
+    # ------------------------------------------------------------------ the three kinds of path
+    def _named_file(self, loc: Location) -> list[str]:
+        if loc.name == MANIFEST_FILE:
+            return self._committed(loc.parent.uri).manifest.checked_paths()
+        owner = self._owner_of(loc.parent)
+        if owner is None:
+            return [loc.uri]
+        if not self._listed(owner, loc, loc.size()):
+            raise DataError(
+                f"not a data file of the committed folder {owner!r}: its {MANIFEST_FILE} does "
+                "not list it (give the folder to read its data files)",
+                Where(file=loc.uri),
+                reason="not_listed",
+            )
+        return [loc.uri]
+
+    def _folder(self, top: Location) -> list[str]:
+        owner = self._owner_of(top)
+        if owner is not None:
+            listed = self._committed(owner).manifest.checked_paths()
+            under = top.uri.rstrip("/") + "/"
+            return sorted(f for f in listed if owner == top.uri.rstrip("/") or f.startswith(under))
+        files = top.walk()
+        base = top.path.rstrip("/") + "/"
+        rel = [f.path[len(base) :] for f in files]
+        # Folders holding a manifest are read through it, whatever else lies under them.
+        committed = sorted(
+            {r[: -len(MANIFEST_FILE)] for r in rel if r.split("/")[-1] == MANIFEST_FILE
+             and all(_is_data_file_name(p) for p in r.split("/")[:-1])},
+            key=len,
+        )  # fmt: skip
+        roots: list[str] = []
+        for c in committed:
+            if not any(c.startswith(r) for r in roots):
+                roots.append(c)
+        out: list[str] = []
+        for r in roots:
+            out.extend(self._committed(top.join(r.rstrip("/")).uri).manifest.checked_paths())
+        for f, r in zip(files, rel, strict=True):
+            if any(r.startswith(root) for root in roots):
+                continue
+            if all(_is_data_file_name(p) for p in r.split("/")):
+                out.append(f.uri)
+        return sorted(out)
+
+    def _glob(self, loc: Location) -> list[str]:
+        parts = loc.path.split("/")
+        first = next(i for i, p in enumerate(parts) if any(c in p for c in _GLOB_CHARS))
+        if first == 0:
+            raise StorageError(f"{loc.uri}: a glob in the bucket name is not supported")
+        base = loc.with_path("/".join(parts[:first]))
+        pattern = "/".join(parts[first:])
+        kind = base.info().type
+        if kind == pafs.FileType.NotFound:
+            why = base.missing()
+            if why != "not found":
+                raise StorageError(f"{base.uri}: {why}")
+            return []
+        out: set[str] = set()
+        for f in base.glob(pattern):
+            if f.name == MANIFEST_FILE:
+                out.update(self._committed(f.parent.uri).manifest.checked_paths())
+                continue
+            if not _is_data_file_name(f.name):
+                continue
+            owner = self._owner_of(f.parent)
+            if owner is not None and not self._listed(owner, f, f.size()):
+                continue
+            out.add(f.uri)
+        return sorted(out)
+
+
 def _dangling(link: str) -> NoReturn:
     raise FileNotFoundError(
         f"{link!r} is a symlink to a missing file ({os.readlink(link)!r}); restore its "
@@ -359,8 +522,25 @@ def _loop(link: str, back_to: str) -> NoReturn:
     )
 
 
+def _open_bytes(path: str) -> Any:
+    """A local file opened for reading bytes, or a store's file as a buffered stream."""
+    if is_remote(path):
+        import io
+
+        return io.BufferedReader(locate(path).open_input_file())
+    return open(path, "rb")
+
+
+def _metadata(path: str) -> pq.FileMetaData:
+    """A Parquet file's footer, on the local disk or a store."""
+    if is_remote(path):
+        loc = locate(path)
+        return pq.read_metadata(loc.path, filesystem=loc.fs)
+    return pq.read_metadata(path)
+
+
 def _sniff_json(path: str) -> str | None:
-    with open(path, "rb") as fh:
+    with _open_bytes(path) as fh:
         first = fh.readline(1 << 20).strip()
     if not first:
         return None
@@ -397,7 +577,7 @@ def is_empty_parquet(path: str) -> bool:
     if path.endswith(_JSON_EXT) or path.endswith((".hdf5", ".h5", ".arrow")):
         return False
     try:
-        return bool(pq.read_metadata(path).num_rows == 0)
+        return bool(_metadata(path).num_rows == 0)
     except (pa.ArrowInvalid, OSError):
         return False
 
@@ -456,7 +636,7 @@ def format_of(first: str, *, empty: str | None = "rows") -> str | None:
             )
         return fmt
     try:
-        meta = pq.read_metadata(first)
+        meta = _metadata(first)
         schema = meta.schema.to_arrow_schema()
     except (pa.ArrowInvalid, OSError) as e:
         raise UnsupportedFormatError(
@@ -491,7 +671,7 @@ def read_table(
         if path.endswith(_JSON_EXT):
             import pyarrow.json as pajson
 
-            return pajson.read_json(path)
+            return pajson.read_json(input_file(path))
         pf = open_parquet(path, limits)
         missing = [c for c in columns or () if c not in pf.schema_arrow.names]
         if missing:  # as pq.read_table has it (ParquetFile.read would leave them out)
@@ -511,7 +691,7 @@ def _first_bad_json_line(path: str) -> tuple[int, str] | None:
     """The first line of a JSON-lines file that is not an object, and what it is instead (only
     on the error path: pyarrow's reader names no line)."""
     try:
-        with open(path, "rb") as fh:
+        with _open_bytes(path) as fh:
             for n, raw in enumerate(fh, start=1):
                 if not raw.strip():
                     continue

@@ -33,7 +33,7 @@ import posixpath
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 import pyarrow.fs as pafs
@@ -44,6 +44,8 @@ __all__ = [
     "REMOTE_SCHEMES",
     "Location",
     "StorageError",
+    "file_stat",
+    "input_file",
     "is_remote",
     "locate",
     "storage_error",
@@ -276,6 +278,46 @@ def locate(path: str | os.PathLike[str] | Location) -> Location:
         raise StorageError(f"{text}: no bucket or container in the path")
     full = f"{bucket}/{key}".rstrip("/") if key else bucket
     return Location(_filesystem(scheme, authority), full, scheme, authority)
+
+
+def input_file(path: str | os.PathLike[str]) -> Any:
+    """What a reader opens: a local path as it is (readers open it their own fastest way), a
+    store's file (a URI) as a random-access file of its filesystem.
+
+    Raises:
+        StorageError: The store refused or could not answer.
+    """
+    text = os.fspath(path)
+    if not is_remote(text):
+        return locate(text).path if text.startswith("file://") else text
+    return locate(text).open_input_file()
+
+
+class FileStat(NamedTuple):
+    """A store's file's size and modification time, named as :func:`os.stat` names them."""
+
+    st_size: int
+    st_mtime_ns: int
+
+
+def file_stat(path: str | os.PathLike[str]) -> os.stat_result | FileStat:
+    """``os.stat`` of a local path; a store's file's size and modification time.
+
+    Raises:
+        FileNotFoundError: No such file (a store's is also a :class:`StorageError`).
+    """
+    text = os.fspath(path)
+    if not is_remote(text):
+        return os.stat(locate(text).path if text.startswith("file://") else text)
+    loc = locate(text)
+    info = loc.info()
+    if info.type != pafs.FileType.File:
+        raise _NotFound(f"{loc.uri}: {loc.missing()}")
+    return FileStat(int(info.size or 0), int(info.mtime_ns or 0))
+
+
+class _NotFound(StorageError, FileNotFoundError):
+    """A store's file that is not there (both a StorageError and a FileNotFoundError)."""
 
 
 def storage_error(e: BaseException, where: Location | str) -> StorageError:

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io.manifest import DATASET, MANIFEST_FILE, SAMPLES, Manifest
+from ..io.stores import file_stat, input_file, is_remote
 from .ownership import CommitError, OutLock, file_on_the_way, new_job_id, staging_path
 from .session.interrupts import commit_point
 
@@ -146,8 +147,9 @@ def input_fingerprint(path: str | os.PathLike[str]) -> str:
     the footer's statistics or sizes. The footer is hashed in 1 MiB blocks, never loaded whole,
     and a footer length that the file cannot hold is not followed."""
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
+    remote = is_remote(path)
+    with input_file(path) if remote else open(path, "rb") as fh:
+        size = fh.size() if remote else os.fstat(fh.fileno()).st_size
         if size >= 12:
             fh.seek(size - 8)
             tail = fh.read(8)
@@ -175,7 +177,7 @@ def input_fingerprint(path: str | os.PathLike[str]) -> str:
 
 def input_identity(path: str) -> dict[str, Any]:
     """An input file as a job records it: path, size, mtime and :func:`input_fingerprint`."""
-    st = os.stat(path)
+    st = file_stat(path)
     return {
         "path": path,
         "size": st.st_size,

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from ..errors import ConfigError
 from ..io.formats.minari.dataset import space_from_minari, space_to_minari
+from ..io.stores import input_file
 
 __all__ = [
     "META_KEY",
@@ -98,7 +99,7 @@ def info_of_files(files: list[str]) -> DatasetInfo:
     if first is None:
         return DatasetInfo()
     try:
-        return DatasetInfo.from_metadata(pq.read_schema(first).metadata)
+        return DatasetInfo.from_metadata(pq.read_schema(input_file(first)).metadata)
     except (OSError, ValueError):
         return DatasetInfo()  # the reader reports an unreadable file
 

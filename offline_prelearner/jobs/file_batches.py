@@ -32,6 +32,7 @@ from ..config import DEFAULT_LIMITS, DecodeLimits
 from ..errors import DataError, Where
 from ..io.parquet_guard import open_parquet
 from ..io.sources import is_minari_file, read_table
+from ..io.stores import input_file, is_remote
 
 __all__ = [
     "READ_ROWS",
@@ -111,7 +112,7 @@ def _file_chunks(
     whole-file formats (one table, never cut)."""
     if path.endswith((".parquet", ".pq")) and not is_minari_file(path):
         try:
-            rows = pq.ParquetFile(path).metadata.num_rows
+            rows = pq.ParquetFile(input_file(path)).metadata.num_rows
         except (pa.ArrowInvalid, OSError):
             rows = 0  # parquet_chunks names the problem
         size = _batch_rows(rows, step)
@@ -230,10 +231,10 @@ def _file_rows(path: str) -> int | None:
     """Rows of a Parquet or Arrow IPC file from its footer or header; None if unknown."""
     try:
         if path.endswith(".arrow"):
-            with pa.memory_map(path) as src:
+            with input_file(path) if is_remote(path) else pa.memory_map(path) as src:
                 return int(pa.ipc.open_file(src).count_rows())
         if path.endswith((".parquet", ".pq")):
-            return int(pq.ParquetFile(path).metadata.num_rows)
+            return int(pq.ParquetFile(input_file(path)).metadata.num_rows)
     except (pa.ArrowInvalid, OSError):
         return None
     return None

@@ -45,6 +45,7 @@ from ...errors import DataError
 from ...io.parquet_guard import check_drift, open_parquet
 from ...io.schema import load_schema
 from ...io.sources import WHOLE_FILE_FORMATS, read_table
+from ...io.stores import file_stat, input_file, is_remote
 
 #: The names of JSON-lines inputs (read whole, with pyarrow's JSON reader; no Parquet footer).
 JSON_EXT = (".json", ".jsonl", ".ndjson")
@@ -71,12 +72,12 @@ class InputFile:
     ) -> tuple[InputFile, pa.Schema | None]:
         """The file and, for Parquet, its schema from the footer, which is checked against
         ``limits`` (:mod:`~offline_prelearner.io.parquet_guard`: a DataError refuses a bomb)."""
-        st = os.stat(path)
+        st = file_stat(path)
         schema = None
         rows = None
         if path.endswith(".arrow"):  # Minari's arrow backend: one episode per file
             try:
-                with pa.memory_map(path) as src:
+                with _arrow_source(path) as src:
                     rows = pa.ipc.open_file(src).count_rows()
             except (pa.ArrowInvalid, OSError):
                 rows = None
@@ -197,7 +198,7 @@ def _check_inputs(
         except DataError:
             if config.read.on_invalid == "raise":
                 raise
-            st = os.stat(f)
+            st = file_stat(f)
             got, schema = InputFile(f, st.st_size, st.st_mtime_ns, None), None
             refused.add(i)
         inputs.append(got)
@@ -232,7 +233,7 @@ def plan_units(files: list[str], config: PreLearnerConfig, min_rows: int | None 
     # The columns of the first file that holds rows (an empty partition may hold none at all).
     first = next((f.path for f in inputs if f.rows != 0), files[0])
     try:
-        names = pq.read_schema(first).names if not first.endswith(JSON_EXT) else []
+        names = pq.read_schema(input_file(first)).names if not first.endswith(JSON_EXT) else []
     except (pa.ArrowInvalid, OSError):
         names = []
     keys = _key_columns(config, names)
@@ -300,3 +301,8 @@ def unit_key(plan: Plan, unit: Unit, fingerprints: tuple[str, ...]) -> str:
             ).encode()
         )
     return h.hexdigest()
+
+
+def _arrow_source(path: str) -> Any:
+    """An Arrow IPC file to read: memory-mapped on the local disk, opened on a store."""
+    return input_file(path) if is_remote(path) else pa.memory_map(path)
