@@ -14,6 +14,7 @@ retried or a ``resume`` reused.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import secrets
@@ -35,11 +36,13 @@ from ...config import PreLearnerConfig
 from ...episodes.ledger import Ledger
 from ...errors import ConfigError, OfflinePrelearnerError, error_from_dict, error_to_dict
 from ...io.fast_tensor import Layout, check_layout
+from ...io.stores import is_remote, locate
 from ...replay.storage.memory import for_worker_process
 from ..commit import QUARANTINE, Staging, file_sha256, input_fingerprint
-from ..ownership import check_out_apart, output_storage, staging_path
+from ..ownership import CommitError, check_out_apart, output_storage, staging_path
 from ..preflight import prepare
 from ..session.ray_session import data_context, import_ray, init_ray, worker_env
+from ..store_commit import StoreStaging, store_failure
 from .file_tally import per_file
 from .plan import Plan, plan_units, unit_key
 from .run import UnitJob, run_unit
@@ -153,11 +156,16 @@ def _job_description(
     }
 
 
-def _cap(staging: Staging, files: list[dict[str, Any]], cap: int | None) -> list[dict[str, Any]]:
+def _cap(
+    staging: Staging | StoreStaging, files: list[dict[str, Any]], cap: int | None
+) -> list[dict[str, Any]]:
     """``sample.num_samples``: the first ``cap`` samples in unit order; later files dropped, the
     file that crosses the cap cut (same result whatever ran when)."""
     if cap is None:
         return files
+    if isinstance(staging, StoreStaging):
+        with store_failure(staging.out):
+            return _cap_on_store(staging, files, cap)
     kept: list[dict[str, Any]] = []
     total = 0
     for f in files:
@@ -172,6 +180,56 @@ def _cap(staging: Staging, files: list[dict[str, Any]], cap: int | None) -> list
         kept.append(f)
         total += f["rows"]
     return kept
+
+
+def _cap_on_store(
+    staging: StoreStaging, files: list[dict[str, Any]], cap: int
+) -> list[dict[str, Any]]:
+    """:func:`_cap` on a store: the file that crosses the cap is written again (one PUT)."""
+    import pyarrow as pa
+
+    kept: list[dict[str, Any]] = []
+    total = 0
+    for f in files:
+        at = staging.samples.join(f["name"])
+        if total >= cap:
+            at.delete()
+            continue
+        if total + f["rows"] > cap:
+            with at.open_input_file() as src:
+                table = pq.read_table(src).slice(0, cap - total)
+            sink = pa.BufferOutputStream()
+            pq.write_table(table, sink)
+            data = sink.getvalue().to_pybytes()
+            at.write_bytes(data)
+            f = {
+                **f,
+                "rows": table.num_rows,
+                "bytes": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+            }
+        kept.append(f)
+        total += f["rows"]
+    return kept
+
+
+def _store_out_apart(out: str, inputs: str | os.PathLike[str] | list[Any]) -> None:
+    """:func:`check_out_apart` for a store's ``out``: not an input, not inside one, holding none
+    (compared as URIs)."""
+    where = locate(out)
+    for item in inputs if isinstance(inputs, list) else [inputs]:
+        text = os.fspath(item)
+        if not is_remote(text):
+            continue
+        loc = locate(text.split("*", 1)[0].rstrip("/"))
+        if loc.scheme != where.scheme:
+            continue
+        a, b = where.path.rstrip("/") + "/", loc.path.rstrip("/") + "/"
+        if a.startswith(b) or b.startswith(a):
+            raise CommitError(
+                f"--out {out!r} is, holds or lies inside the input {text!r}; choose an --out "
+                "outside the input"
+            )
 
 
 def run_pipeline(
@@ -232,6 +290,13 @@ def run_pipeline(
     """
     layout = check_layout(layout)
     config = config or PreLearnerConfig()
+    staging: Staging | StoreStaging
+    if out_dir is not None and is_remote(out_dir):
+        # An object store: no rename, no lock; the manifest is the commit (store_commit.py).
+        _store_out_apart(os.fspath(out_dir), path if isinstance(path, list) else os.fspath(path))
+        staging = StoreStaging(os.fspath(out_dir), {}, overwrite=overwrite, resume=resume)
+        with staging:  # probes the store: one line, exit 2, before anything is read
+            return _run_job(path, config, staging, out_dir, prelearner, engine, progress, layout)
     if out_dir is None:
         out = Path(tempfile.mkdtemp(prefix="offline-prelearner-dry-")) / "out"
     else:
@@ -252,7 +317,7 @@ def run_pipeline(
 def _run_job(
     path: str | os.PathLike[str] | list[str],
     config: PreLearnerConfig,
-    staging: Staging,
+    staging: Staging | StoreStaging,
     out_dir: str | os.PathLike[str] | None,
     prelearner: Any,
     engine: str,
@@ -269,7 +334,12 @@ def _run_job(
     # The inputs as they are now: a resume reuses a unit only if its key (its parts and the
     # size, mtime and content fingerprint of every file it reads) is the one planned now.
     fingerprints = tuple(input_fingerprint(f.path) for f in plan.files)
-    seed = config.seed if config.seed is not None else staged_seed(out, resume)
+    store = isinstance(staging, StoreStaging)
+    seed = config.seed
+    if seed is None and isinstance(staging, StoreStaging):
+        seed = (staging.staged_seed() if resume else None) or secrets.randbits(31)
+    elif seed is None:
+        seed = staged_seed(Path(out), resume)
     staging.job = _job_description(config, cls, plan, eng, seed, fingerprints, layout)
     kept = staging.open()
     todo = [u.index for u in plan.units if u.index not in kept]
@@ -285,6 +355,7 @@ def _run_job(
         layout=layout,
         job_id=staging.job_id,
         fingerprints=fingerprints,
+        attempt=staging.job_id if store else "",
     )
     records = dict(kept)
     known = [f.rows for f in plan.files]
@@ -333,7 +404,7 @@ def _run_job(
             "units_reused": len(kept),
             "samples_written": samples_out,
             "samples_rule": _samples_rule(config),
-            "quarantine_files": [str(out / f["name"]) for f in quarantined],
+            "quarantine_files": [_at(out, f["name"]) for f in quarantined],
             "rows_quarantined": sum(f["rows"] for f in quarantined),
             "wall_seconds": round(seconds, 3),
             "rows_per_second": round(stats["rows_in"] / seconds, 1) if seconds else None,
@@ -346,8 +417,15 @@ def _run_job(
     if out_dir is None:
         return PipelineResult(None, [], stats)
     staging.commit(stats, sample_files, {QUARANTINE: quarantined})  # holds the commit point
-    written = [str(out / "samples" / f["name"]) for f in sample_files]
+    written = [_at(out, "samples", f["name"]) for f in sample_files]
     return PipelineResult(os.fspath(out_dir), written, stats)
+
+
+def _at(out: Path | str, *names: str) -> str:
+    """A file of the output, as a path or a store's URI."""
+    if isinstance(out, Path):
+        return str(out.joinpath(*names))
+    return locate(out).join(*names).uri
 
 
 def staged_seed(out: Path, resume: bool) -> int:

@@ -33,10 +33,12 @@ from ...io.fast_tensor import Layout, parquet_dictionary_columns
 from ...io.formats.rows.writer import columns_to_table
 from ...io.quarantine import quarantine_table
 from ...io.sources import read_table
+from ...io.stores import Location, locate
 from ...prelearner import OfflinePreLearner
 from ..commit import QUARANTINE, file_sha256, write_json_atomic
 from ..file_batches import concat_tables, parquet_chunks
 from ..ownership import CommitError
+from ..store_commit import sha256_sink, store_failure, write_json
 from .file_tally import FileTally
 from .plan import JSON_EXT, Part, Plan, Unit, row_keys, unit_key
 
@@ -166,6 +168,10 @@ class UnitJob:
     job_id: str = ""
     #: Each input file's content fingerprint, in plan order (the units' keys: :func:`unit_key`).
     fingerprints: tuple[str, ...] = ()
+    #: On an object store (``samples_dir`` a URI), the job's id in its files' names: units write
+    #: their files under their final names (``part-<attempt>-<unit>-<k>.parquet``), no rename
+    #: (:mod:`~..store_commit`).
+    attempt: str = ""
 
 
 def run_unit(
@@ -175,14 +181,60 @@ def run_unit(
 
     ``on_chunk(rows, samples)`` is called after each input chunk (progress in one process).
     """
-    unit = job.plan.units[index]
     config = dataclasses.replace(job.config, seed=unit_seed(job.seed, index))
     pre = job.prelearner(config)
+    if job.attempt:
+        return _run_unit_on_store(job, index, config, pre, on_chunk)
     root = Path(job.units_dir).parent  # the staging folder
     writer = _UnitWriter(Path(job.samples_dir), index, job.layout)
     refused = None
     if config.read.on_invalid == "quarantine":
         refused = _UnitWriter(root / QUARANTINE, index, prefix=QUARANTINE)
+    record = _run(
+        job, index, config, pre, writer, refused, on_chunk, lambda: _check_owner(job, root)
+    )
+    write_json_atomic(Path(job.units_dir) / f"unit-{index:05d}.json", record)
+    return record
+
+
+def _run_unit_on_store(
+    job: UnitJob,
+    index: int,
+    config: PreLearnerConfig,
+    pre: OfflinePreLearner,
+    on_chunk: Callable[[int, int], None] | None,
+) -> dict[str, Any]:
+    """:func:`run_unit` on an object store: files under their final names, then the record
+    (a store's failure is an OSError: exit 3, nothing committed)."""
+    samples = locate(job.samples_dir)
+    units = locate(job.units_dir)
+    with store_failure(samples.parent.uri):
+        writer = _StoreUnitWriter(samples, index, job.attempt, job.layout)
+        refused = None
+        if config.read.on_invalid == "quarantine":
+            refused = _StoreUnitWriter(
+                samples.parent.join(QUARANTINE), index, job.attempt, prefix=QUARANTINE
+            )
+        record = _run(
+            job, index, config, pre, writer, refused, on_chunk, lambda: _check_store_owner(job)
+        )
+        write_json(units.join(f"unit-{index:05d}.json"), record)
+    return record
+
+
+def _run(
+    job: UnitJob,
+    index: int,
+    config: PreLearnerConfig,
+    pre: OfflinePreLearner,
+    writer: _UnitWriter | _StoreUnitWriter,
+    refused: _UnitWriter | _StoreUnitWriter | None,
+    on_chunk: Callable[[int, int], None] | None,
+    check_owner: Callable[[], None],
+) -> dict[str, Any]:
+    """Reads a unit's rows through ``pre``, writes what it yields (and what it refused, under
+    quarantine); returns the unit's record."""
+    unit = job.plan.units[index]
     paths = [f.path for f in job.plan.files]
     tally = FileTally(paths)
     skip = config.read.on_invalid != "raise"
@@ -222,7 +274,7 @@ def run_unit(
                     refused.write(table)
             if on_chunk is not None:
                 on_chunk(chunk.num_rows, writer.total - written)
-        _check_owner(job, root)
+        check_owner()
         files = writer.close()
         quarantined = refused.close() if refused is not None else []
     except BaseException:
@@ -242,7 +294,6 @@ def run_unit(
         "stats": stats,
         "per_file": tally.to_record(),
     }
-    write_json_atomic(Path(job.units_dir) / f"unit-{index:05d}.json", record)
     return record
 
 
@@ -258,6 +309,20 @@ def _check_owner(job: UnitJob, root: Path) -> None:
     if staged != job.job_id:
         raise CommitError(
             f"the staging folder {str(root)!r} no longer belongs to this job ({job.job_id}); "
+            "its unit wrote nothing"
+        )
+
+
+def _check_store_owner(job: UnitJob) -> None:
+    """On a store: the job's staging is still there (not committed, not discarded)."""
+    at = locate(job.units_dir).parent.join("job.json")
+    try:
+        staged = json.loads(at.read_bytes()).get("job_id")
+    except (OSError, ValueError, AttributeError):
+        staged = None
+    if staged != job.job_id:
+        raise CommitError(
+            f"the staging {at.parent.uri!r} no longer belongs to this job ({job.job_id}); "
             "its unit wrote nothing"
         )
 
@@ -367,3 +432,84 @@ class _UnitWriter:
             self.writer = None
         for p in self.folder.glob(f".{self.prefix}-{self.unit:05d}-*.tmp-{os.getpid()}"):
             p.unlink(missing_ok=True)
+
+
+class _StoreUnitWriter:
+    """A unit's output on an object store: ``<prefix>-<attempt>-<unit>-<k>.parquet`` written
+    straight under its final name (an object appears whole when its upload completes; a worker
+    killed mid-upload leaves none), hashed as it is written."""
+
+    def __init__(
+        self,
+        folder: Location,
+        unit: int,
+        attempt: str,
+        layout: Layout = "auto",
+        prefix: str = "part",
+    ) -> None:
+        self.folder = folder
+        self.layout = layout
+        self.unit = unit
+        self.attempt = attempt
+        self.prefix = prefix
+        self.writer: pq.ParquetWriter | None = None
+        self.sink: Any = None
+        self.schema: pa.Schema | None = None
+        self.files: list[dict[str, Any]] = []
+        self.opened: list[Location] = []
+        self.rows = 0
+        self.total = 0
+
+    def _name(self, k: int) -> str:
+        return f"{self.prefix}-{self.attempt}-{self.unit:05d}-{k:03d}.parquet"
+
+    def write(self, columns: Any) -> None:
+        table = (
+            columns
+            if isinstance(columns, pa.Table)
+            else columns_to_table(columns, layout=self.layout)
+        )
+        if not table.num_rows:
+            return
+        if self.writer is None or not table.schema.equals(self.schema, check_metadata=True):
+            self._finish()
+            at = self.folder.join(self._name(len(self.files)))
+            self.opened.append(at)
+            self.sink = sha256_sink(at.open_output_stream())
+            self.writer = pq.ParquetWriter(
+                self.sink, table.schema, use_dictionary=parquet_dictionary_columns(table.schema)
+            )
+            self.schema = table.schema
+        self.writer.write_table(table)
+        self.rows += table.num_rows
+        self.total += table.num_rows
+
+    def _finish(self) -> None:
+        if self.writer is None:
+            return
+        self.writer.close()
+        self.sink.close()  # the upload completes: the object is there, whole
+        self.files.append(
+            {
+                "name": self._name(len(self.files)),
+                "rows": self.rows,
+                "bytes": self.sink.bytes,
+                "sha256": self.sink.hash.hexdigest(),
+            }
+        )
+        self.writer, self.sink, self.rows = None, None, 0
+
+    def close(self) -> list[dict[str, Any]]:
+        self._finish()
+        return self.files
+
+    def abort(self) -> None:
+        with contextlib.suppress(Exception):  # the error that stopped the unit matters
+            if self.writer is not None:
+                self.writer.close()
+            if self.sink is not None:
+                self.sink.close()
+        self.writer = self.sink = None
+        for at in self.opened:  # never listed by a manifest; removed now rather than later
+            with contextlib.suppress(Exception):
+                at.delete()

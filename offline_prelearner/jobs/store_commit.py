@@ -1,0 +1,434 @@
+"""A job's commit on an object store, which has no rename: final names, unit records, manifest last.
+
+::
+
+    s3://bkt/out/_staging/<job>/job.json                 the job (id, config, inputs), written first
+    s3://bkt/out/_staging/<job>/units/unit-00003.json    one per finished unit of work
+    s3://bkt/out/samples/part-<job>-00003-000.parquet    a unit's files, under their final names
+    s3://bkt/out/quarantine/quarantine-<job>-00003-000.parquet
+    s3://bkt/out/_manifest.json                          the commit point: one PUT, written last
+    s3://bkt/out/stats.json                              after it (the manifest is the truth)
+
+A local disk renames a staging folder into place (:mod:`.commit`); an object store has no atomic
+rename (S3 and GCS copy and delete, Azure without a hierarchical namespace has none), so here the
+units write their files where they stay, named with the job's id (its *attempt*), and the job
+commits by writing ``_manifest.json`` last: an object appears whole or not at all, so before the
+manifest lands nothing is output, and after it readers read exactly what it lists
+(:class:`~offline_prelearner.io.manifest.Manifest`), never the presence of files. Names that start
+with ``_`` are never read as data.
+
+There is no lock on a store. Two jobs into one prefix are still safe without one: each job's
+files and records are its own (its id is in every name), the manifest that lands last wins and
+lists only its job's files, and a job deletes only (a) its own staging, after its commit, (b) the
+files the manifest it replaced listed, and (c) files of a job that has no staging left (one that
+committed and was replaced, or was discarded): a live job's staging exists before it writes any
+file, so no live job's file is ever deleted. A killed job's staging and files stay for
+``--resume`` (which adopts the newest staged job of the same config, as a local resume adopts the
+staging folder); they are never read as output.
+
+Failures: a store that cannot be written (no such bucket, denied, unreachable) is found by a
+probe write under ``_staging`` before anything is read (:class:`~..io.stores.StorageError`, exit
+2); a store failure after that is an ``OSError`` (EIO, exit 3) and nothing is committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ..io.manifest import DATASET, MANIFEST_FILE, SAMPLES
+from ..io.stores import Location, StorageError, locate
+from .ownership import CommitError, new_job_id
+from .session.interrupts import commit_point
+
+__all__ = ["STAGING_DIR", "StoreStaging", "store_failure", "write_json"]
+
+#: The prefix, inside ``--out``, of every job's staging (job file, unit records).
+STAGING_DIR = "_staging"
+_JOB_FILE = "job.json"
+_UNITS = "units"
+_STATS_FILE = "stats.json"
+_QUARANTINE = "quarantine"
+#: A file of some job's attempt: ``part-<job>-<unit>-<k>.parquet`` (or ``quarantine-...``).
+_ATTEMPT_FILE = re.compile(r"(?:part|quarantine)-(\d{8}T\d{6}-[0-9a-f]{16})-\d{5}-\d{3}\.parquet")
+
+
+def write_json(loc: Location, obj: Any) -> None:
+    """Writes JSON as one object (a PUT: whole or absent)."""
+    loc.write_bytes((json.dumps(obj, indent=2, default=str) + "\n").encode())
+
+
+def _read_json(loc: Location) -> Any:
+    """The JSON at ``loc``, or None when it is absent or not JSON."""
+    try:
+        return json.loads(loc.read_bytes())
+    except (FileNotFoundError, ValueError):
+        return None
+    except StorageError as e:
+        if "not found" in str(e).lower():
+            return None
+        raise
+
+
+@contextlib.contextmanager
+def store_failure(out: str) -> Iterator[None]:
+    """A store's failure once the job runs: an ``OSError`` (EIO) naming ``--out`` (exit 3, one
+    line at the CLI), not the ``StorageError`` of a bad store at the start (exit 2)."""
+    try:
+        yield
+    except CommitError:
+        raise
+    except OSError as e:
+        if isinstance(e, FileNotFoundError) and not isinstance(e, StorageError):
+            raise
+        text = " ".join(str(e).split())
+        raise OSError(
+            errno.EIO, f"a store failed while the job ran (--out {out}): {text}"
+        ) from None
+
+
+class StoreStaging:
+    """The staging of one job writing to ``out`` on an object store (see the module's text).
+
+    The same methods as :class:`~.commit.Staging` (which the batch job calls either way).
+
+    Args:
+        out: The prefix the job's result goes to (``--out``, a store URI).
+        job: What identifies the job (version, config, prelearner, inputs, ``unit_keys``).
+        overwrite: Replace a committed output on success (else refused up front).
+        resume: Adopt the newest staged job of the same config and keep its units.
+        files_dir: The folder, inside ``out``, of the data files (``"samples"``).
+    """
+
+    def __init__(
+        self,
+        out: str,
+        job: dict[str, Any],
+        overwrite: bool = False,
+        resume: bool = False,
+        files_dir: str = "samples",
+    ) -> None:
+        self.root = locate(out)
+        self.out = self.root.uri
+        self.job = job
+        self.overwrite = overwrite
+        self.resume = resume
+        self.files_dir = files_dir
+        self.samples = self.root.join(files_dir) if files_dir else self.root
+        self._set_job(new_job_id())
+        self._adopted = False
+        self._listing: list[Location] | None = None
+
+    def _set_job(self, job_id: str) -> None:
+        self.job_id = job_id
+        self.path = self.root.join(STAGING_DIR, job_id)
+        self.units = self.path.join(_UNITS)
+
+    def __enter__(self) -> StoreStaging:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    # ------------------------------------------------------------------ the start
+    def acquire(self) -> None:
+        """Probes the store with a small write under ``_staging`` (and its removal): no such
+        bucket, wrong credentials, denied or unreachable fail here in one line, before any input
+        is read (there is no lock on a store: see the module's text).
+
+        Raises:
+            StorageError: the store cannot be written.
+        """
+        probe = self.root.join(STAGING_DIR, f".probe-{self.job_id}")
+        try:
+            probe.write_bytes(b"")
+            probe.delete()
+        except StorageError:
+            raise
+        except OSError as e:
+            bucket = self.root.with_path(self.root.path.split("/", 1)[0])
+            with contextlib.suppress(OSError):
+                if not bucket.exists():
+                    raise StorageError(f"--out {self.out}: {self.root.missing()}") from None
+            text = " ".join(str(e).split())
+            raise StorageError(f"--out {self.out}: cannot write there ({text})") from None
+
+    def release(self) -> None:
+        """Nothing to release: a store has no lock."""
+
+    def staged_seed(self) -> int | None:
+        """The seed of the staged job a resume adopts (None: none to adopt)."""
+        staged = self._staged_jobs()
+        for _, job in staged:
+            if isinstance(job.get("seed"), int):
+                return int(job["seed"])
+        return None
+
+    def _staged_jobs(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every staged job's (id, job.json), newest first."""
+        found = []
+        for entry, is_dir in self.root.join(STAGING_DIR).children():
+            if not is_dir:
+                continue
+            job = _read_json(entry.join(_JOB_FILE))
+            if isinstance(job, dict) and job.get("job_id") == entry.name:
+                found.append((entry.name, job))
+        return sorted(found, key=lambda e: e[0], reverse=True)
+
+    # ------------------------------------------------------------------ opening
+    def open(self) -> dict[int, dict[str, Any]]:
+        """Checks ``out``, adopts a staged job to resume, writes this job's ``job.json`` (before
+        any unit writes a file); returns the reusable unit records.
+
+        Raises:
+            CommitError: ``out`` holds a committed output or other files without ``overwrite``;
+                ``resume`` finds nothing to resume or a staged job of another config.
+        """
+        with store_failure(self.out):
+            return self._open()
+
+    def _open(self) -> dict[int, dict[str, Any]]:
+        listing = self.root.walk()
+        base = self.root.path.rstrip("/") + "/"
+        foreign = [
+            f
+            for f in listing
+            if not f.path[len(base) :].startswith(STAGING_DIR + "/")
+            and _ATTEMPT_FILE.fullmatch(f.name) is None
+            and f.path[len(base) :] != _STATS_FILE
+        ]
+        if foreign and not self.overwrite:
+            raise CommitError(
+                f"--out {self.out!r} is not empty; pass --overwrite to replace it when this job "
+                "succeeds, or choose another prefix"
+            )
+        kept: dict[int, dict[str, Any]] = {}
+        if self.resume:
+            kept = self._resumable()
+        self._listing = listing
+        self.job["job_id"] = self.job_id
+        self.job.setdefault("started_at", time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        write_json(self.path.join(_JOB_FILE), self.job)
+        return kept
+
+    def _resumable(self) -> dict[int, dict[str, Any]]:
+        staged = self._staged_jobs()
+        if not staged:
+            raise CommitError(
+                f"--resume: no interrupted job to resume for --out {self.out!r} (nothing under "
+                f"{STAGING_DIR}/); run without --resume"
+            )
+        newest = staged[0][1]
+        for key in ("version", "config", "prelearner", "format", "layout", "seed"):
+            if newest.get(key) != self.job.get(key):
+                raise CommitError(
+                    f"--resume: the interrupted job had another {key}; run without --resume "
+                    "to start over"
+                )
+        self._set_job(staged[0][0])
+        self.job["started_at"] = newest.get("started_at")
+        self._adopted = True
+        files = {f.path: f for f in self.root.walk()}
+        kept: dict[int, dict[str, Any]] = {}
+        for p in self.units.walk():
+            rec = _read_json(p)
+            if not isinstance(rec, dict) or not isinstance(rec.get("unit"), int):
+                continue
+            if p.name == f"unit-{rec['unit']:05d}.json" and self._holds(rec, files):
+                kept[rec["unit"]] = rec
+        return kept
+
+    def _holds(self, rec: dict[str, Any], files: dict[str, Location]) -> bool:
+        """Like a local resume: this job's record, the same plan of the unit, its inputs
+        unchanged, its files present under their names with their recorded sizes."""
+        if rec.get("job_id") != self.job_id:
+            return False
+        want = {f["path"]: f for f in self.job.get("inputs", [])}
+        try:
+            keys = self.job.get("unit_keys")
+            if keys is not None and (
+                not 0 <= rec["unit"] < len(keys) or rec.get("plan") != keys[rec["unit"]]
+            ):
+                return False
+            for f in rec.get("inputs", []):
+                now = want.get(f["path"])
+                if now is None or (now["size"], now["mtime_ns"]) != (f["size"], f["mtime_ns"]):
+                    return False
+                if "fingerprint" in f and now.get("fingerprint") != f["fingerprint"]:
+                    return False
+            for loc, entry in self._entries(rec):
+                found = files.get(loc.path)
+                if found is None or found.size() != entry.get("bytes"):
+                    return False
+        except (KeyError, TypeError, ValueError):
+            return False
+        return True
+
+    def _entries(self, rec: dict[str, Any]) -> list[tuple[Location, dict[str, Any]]]:
+        return [
+            *((self.samples.join(_name(f)), f) for f in rec.get("files", [])),
+            *((self.root.join(_name(f)), f) for f in rec.get(_QUARANTINE, [])),
+        ]
+
+    # ------------------------------------------------------------------ units
+    def record_path(self, unit: int) -> Location:
+        """Where unit ``unit``'s record goes."""
+        return self.units.join(f"unit-{unit:05d}.json")
+
+    def drop_unit_files(self, unit: int) -> None:
+        """Removes what an unfinished attempt of this job at ``unit`` left (a resume only: a new
+        job's id is in no file yet)."""
+        if not self._adopted:
+            return
+        with store_failure(self.out):
+            mark = f"-{self.job_id}-{unit:05d}-"
+            for f in self._listing or []:
+                if mark in f.name and _ATTEMPT_FILE.fullmatch(f.name):
+                    f.delete()
+            self.record_path(unit).delete()
+
+    # ------------------------------------------------------------------ the job commit
+    def commit(
+        self,
+        stats: dict[str, Any],
+        files: list[dict[str, Any]],
+        extra: dict[str, Any] | None = None,
+    ) -> str:
+        """Checks the listed files, writes ``_manifest.json`` (the commit point), then
+        ``stats.json``; then deletes the replaced generation, this job's staging and files of
+        finished jobs that no manifest lists.
+
+        Raises:
+            CommitError: this job's staging is gone, or a listed file is missing or not of its
+                recorded size (nothing is committed).
+            OSError: the store failed (EIO; nothing is committed before the manifest).
+        """
+        extra = dict(extra or {})
+        with store_failure(self.out):
+            if not isinstance(_read_json(self.path.join(_JOB_FILE)), dict):
+                raise CommitError(
+                    f"the staging {self.path.uri!r} of this job is gone; nothing was committed"
+                )
+            listed = self._entries({"files": files, _QUARANTINE: extra.get(_QUARANTINE, [])})
+            sizes = {f.path: f for f in self.root.walk()}
+            for loc, entry in listed:
+                found = sizes.get(loc.path)
+                if found is None or found.size() != entry.get("bytes"):
+                    what = "is missing" if found is None else "is not the size its unit wrote"
+                    raise CommitError(
+                        f"the file {loc.uri!r} {what}: something outside this job deleted or "
+                        "wrote it; nothing was committed (--resume redoes its unit)"
+                    )
+            manifest_at = self.root.join(MANIFEST_FILE)
+            old = _read_json(manifest_at)
+            manifest = {
+                "complete": True,
+                "committed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "job_id": self.job_id,
+                **{k: self.job[k] for k in ("version", "format", "prelearner", "engine")},
+                "inputs": self.job["inputs"],
+                "files": files,
+                "samples_written": sum(f["rows"] for f in files),
+                "config": self.job["config"],
+                **extra,
+                "files_dir": self.files_dir,
+            }
+            manifest.setdefault("content", SAMPLES if self.files_dir == "samples" else DATASET)
+            with commit_point():  # a signal from here waits for the manifest: committed, exit 0
+                write_json(manifest_at, manifest)
+            write_json(self.root.join(_STATS_FILE), stats)
+            ours = {loc.path for loc, _ in listed}
+            if isinstance(old, dict) and old.get("job_id") != self.job_id:
+                self._delete_generation(old, ours)
+            self.path.delete_tree()
+            self.clean()
+        return self.out
+
+    def _delete_generation(self, old: dict[str, Any], ours: set[str]) -> None:
+        """Deletes the files of the manifest this job's manifest replaced."""
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            folder = self.root.join(old.get("files_dir", "samples") or "")
+            gone = [folder.join(_name(f)) for f in old.get("files", [])]
+            gone += [self.root.join(_name(f)) for f in old.get(_QUARANTINE, [])]
+            for loc in gone:
+                if loc.path not in ours:
+                    loc.delete()
+
+    def clean(self) -> None:
+        """Deletes the files of jobs that have no staging left and that the current manifest
+        does not list (a replaced generation whose deletion was cut short, a discarded job).
+        The listing comes first, the stagings and the manifest after: a job that commits in
+        between is seen committed, and a live job's staging exists before its first file."""
+        files = self.root.walk()
+        live = {job for job, _ in self._staged_jobs()}
+        manifest = _read_json(self.root.join(MANIFEST_FILE))
+        listed: set[str] = set()
+        if isinstance(manifest, dict):
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                folder = self.root.join(manifest.get("files_dir", "samples") or "")
+                listed = {folder.join(_name(f)).path for f in manifest.get("files", [])}
+                listed |= {self.root.join(_name(f)).path for f in manifest.get(_QUARANTINE, [])}
+        for f in files:
+            m = _ATTEMPT_FILE.fullmatch(f.name)
+            if m is not None and m.group(1) not in live and f.path not in listed:
+                f.delete()
+
+    def discard(self) -> None:
+        """Removes this job's staging and its files (a dry run)."""
+        with contextlib.suppress(OSError):
+            self.path.delete_tree()
+            self.clean()
+
+    def committed_units(self) -> int:
+        """Unit records of staged jobs: what a ``--resume`` may reuse."""
+        with contextlib.suppress(OSError):
+            staged = self._staged_jobs()
+            if staged:
+                return len(self.root.join(STAGING_DIR, staged[0][0], _UNITS).walk())
+        return 0
+
+
+def _name(entry: dict[str, Any]) -> str:
+    name = entry["name"]
+    if not isinstance(name, str) or not name or name.startswith("/") or ".." in name.split("/"):
+        raise ValueError(f"not a file name inside the output: {name!r}")
+    return name
+
+
+def sha256_sink(stream: Any) -> _HashingSink:
+    """A writable file over ``stream`` that hashes what passes (a store's file is never read
+    back to be hashed)."""
+    return _HashingSink(stream)
+
+
+class _HashingSink:
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.hash = hashlib.sha256()
+        self.bytes = 0
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data)
+        self.hash.update(view)
+        self.bytes += view.nbytes
+        self.stream.write(data)
+        return view.nbytes
+
+    def flush(self) -> None:
+        """Nothing: the object is uploaded as parts fill and completed on close."""
+
+    def tell(self) -> int:
+        return self.bytes
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.stream.close()
