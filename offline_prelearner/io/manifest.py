@@ -204,9 +204,7 @@ def _store_sizes(folder: str) -> dict[str, int]:
     except OSError as e:
         raise storage_error(e, loc) from None
     return {
-        loc.with_path(i.path).uri: int(i.size or 0)
-        for i in infos
-        if i.type == pafs.FileType.File
+        loc.with_path(i.path).uri: int(i.size or 0) for i in infos if i.type == pafs.FileType.File
     }
 
 

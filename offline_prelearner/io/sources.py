@@ -368,7 +368,8 @@ class _StoreListing:
         if kind == pafs.FileType.File:
             files = self._named_file(loc)
         elif kind == pafs.FileType.Directory:
-            files = self._folder(loc)
+            data_dir = _store_minari_dir(loc)
+            files = _store_minari_files(data_dir) if data_dir else self._folder(loc)
         elif any(c in text for c in _GLOB_CHARS):
             files = self._glob(loc)
         else:
@@ -504,6 +505,35 @@ class _StoreListing:
                 continue
             out.add(f.uri)
         return sorted(out)
+
+
+def _store_minari_dir(loc: Location) -> Location | None:
+    """A Minari dataset's ``data`` folder on a store (the dataset's folder or its ``data``)."""
+    for cand in (loc, loc.join("data")):
+        if cand.join("metadata.json").is_file():
+            return cand
+    return None
+
+
+def _store_minari_files(data_dir: Location) -> list[str]:
+    """A store's Minari dataset's data files (as :func:`minari_files`): ``main_data.hdf5``, or
+    the episode files in episode order."""
+    main = data_dir.join("main_data.hdf5")
+    if main.is_file():
+        return [main.uri]
+    eps = sorted(
+        (c for c, is_dir in data_dir.children() if is_dir and c.name.isdigit()),
+        key=lambda c: int(c.name),
+    )
+    files = [
+        f.uri
+        for ep in eps
+        for f in ep.walk()
+        if f.name.startswith("part-") and f.name.endswith((".arrow", ".parquet"))
+    ]
+    if not files:
+        raise FileNotFoundError(f"Minari dataset {data_dir.uri!r} holds no episode files")
+    return files
 
 
 def _dangling(link: str) -> NoReturn:

@@ -147,9 +147,8 @@ def input_fingerprint(path: str | os.PathLike[str]) -> str:
     the footer's statistics or sizes. The footer is hashed in 1 MiB blocks, never loaded whole,
     and a footer length that the file cannot hold is not followed."""
     h = hashlib.sha256()
-    remote = is_remote(path)
-    with input_file(path) if remote else open(path, "rb") as fh:
-        size = fh.size() if remote else os.fstat(fh.fileno()).st_size
+    with input_file(path) if is_remote(path) else open(path, "rb") as fh:
+        size = fh.seek(0, os.SEEK_END)  # a store's file (random access) or a local one
         if size >= 12:
             fh.seek(size - 8)
             tail = fh.read(8)

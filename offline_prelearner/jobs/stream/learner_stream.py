@@ -27,6 +27,7 @@ import pyarrow as pa
 from ...config import PreLearnerConfig, check_int
 from ...io.leaf_spaces import with_leaf_spaces
 from ...io.parquet_guard import check_files
+from ...io.stores import is_remote, locate
 from ...prelearner import OfflinePreLearner
 from ...replay.batch import MultiAgentBatch
 from ...replay.storage.memory import for_worker_process
@@ -240,18 +241,32 @@ def footer_readers(config: PreLearnerConfig, num_files: int) -> int:
 
 def _read(ray: Any, files: list[str], config: PreLearnerConfig) -> Any:
     """The read stage: JSON lines through pyarrow's reader, Parquet with sized footer reading."""
+    paths, kw = ray_read_args(files)
     if files[0].endswith((".json", ".jsonl", ".ndjson")):
-        return ray.data.read_json(files)  # pyarrow's JSON reader (newline-delimited); keeps types
+        return ray.data.read_json(paths, **kw)  # pyarrow's JSON reader (newline-delimited)
     # Ray Data's reader decodes on the workers whatever a footer claims: bombs and files that
     # disagree are refused here, on the driver, from the footers (io/parquet_guard.py).
     check_files(files, config.read.limits)
     if FOOTER_ACTORS_ENV in os.environ:  # the user's setting wins
-        return ray.data.read_parquet(files)
+        return ray.data.read_parquet(paths, **kw)
     os.environ[FOOTER_ACTORS_ENV] = str(footer_readers(config, len(files)))
     try:
-        return ray.data.read_parquet(files)
+        return ray.data.read_parquet(paths, **kw)
     finally:
         del os.environ[FOOTER_ACTORS_ENV]
+
+
+def ray_read_args(files: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """What Ray Data's readers take for ``files``: local paths as they are; a store's files as
+    paths in its filesystem, with ``filesystem=`` the one ``io.stores.locate`` built from
+    the store's settings (Ray's own resolution would not see a custom endpoint)."""
+    if not files or not is_remote(files[0]):
+        return files, {}
+    locs = [locate(f) for f in files]
+    fs = locs[0].fs
+    if any(loc.fs is not fs for loc in locs):  # inputs on several stores: Ray resolves each URI
+        return files, {}
+    return [loc.path for loc in locs], {"filesystem": fs}
 
 
 def iter_learner_batches(

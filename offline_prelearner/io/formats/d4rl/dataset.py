@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from ....errors import DataError, SchemaError, Where
 from ...optional import import_h5py
+from ...stores import input_file
 from ..minari.dataset import struct_of
 
 __all__ = ["D4RL_COLUMNS", "D4RL_REQUIRED", "METADATA_KEY", "is_d4rl_file", "read_d4rl_file"]
@@ -48,7 +49,7 @@ def read_d4rl_file(path: str) -> pa.Table:
     h5py = import_h5py(f"reading the D4RL file {path!r}")
     where = Where(file=path)
     try:
-        with h5py.File(path, "r") as f:
+        with h5py.File(input_file(path), "r") as f:  # a store's file: random access
             present = [k for k in D4RL_COLUMNS if k in f and _readable(h5py, f, k)]
             missing = [k for k in D4RL_REQUIRED if k not in present]
             if missing:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import re
 import time
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ import pyarrow.parquet as pq
 from ....episodes.observations import nest
 from ....errors import DataError, SchemaError, UnsupportedFormatError, Where
 from ...optional import import_h5py
+from ...stores import file_stat, input_file, is_remote, locate
 
 __all__ = [
     "EXTRAS_KEY",
@@ -129,7 +131,13 @@ def _data_dir_of(path: str) -> str | None:
 @lru_cache(maxsize=256)
 def _has_metadata(data_dir: str) -> bool:
     """Whether a folder holds metadata.json (cached: asked once per episode file)."""
+    if is_remote(data_dir):
+        return locate(data_dir).join("metadata.json").is_file()
     return os.path.isfile(os.path.join(data_dir, "metadata.json"))
+
+
+def _join(folder: str, name: str) -> str:
+    return f"{folder.rstrip('/')}/{name}" if is_remote(folder) else os.path.join(folder, name)
 
 
 def is_minari_file(path: str) -> bool:
@@ -222,8 +230,8 @@ def _metadata_and_json(data_dir: str) -> tuple[MinariMetadata, bytes]:
     hit = _checked.get(data_dir)
     if hit is not None and now - hit[0] < _RECHECK_S:
         return hit[1]
-    path = os.path.join(data_dir, "metadata.json")
-    got = _read_metadata(path, os.stat(path).st_mtime_ns)
+    path = _join(data_dir, "metadata.json")
+    got = _read_metadata(path, file_stat(path).st_mtime_ns)
     if len(_checked) > 256:
         _checked.clear()
     _checked[data_dir] = (now, got)
@@ -239,8 +247,11 @@ def _read_metadata(path: str, mtime_ns: int) -> tuple[MinariMetadata, bytes]:
 
 def _parse_metadata(path: str) -> MinariMetadata:
     try:
-        with open(path) as fh:
-            meta = json.load(fh)  # Python's json reads Minari's Infinity / -Infinity tokens
+        if is_remote(path):
+            meta = json.loads(locate(path).read_bytes())
+        else:
+            with open(path) as fh:
+                meta = json.load(fh)  # Python's json reads Minari's Infinity / -Infinity tokens
     except ValueError as e:
         raise SchemaError(f"Minari metadata is not JSON: {e}", Where(file=path)) from None
     missing = [k for k in ("data_format", "observation_space", "action_space") if k not in meta]
@@ -254,9 +265,10 @@ def _parse_metadata(path: str) -> MinariMetadata:
     def space(v: Any) -> dict[str, Any]:
         return json.loads(v) if isinstance(v, str) else dict(v)
 
+    folder = posixpath.dirname(path) if is_remote(path) else str(Path(path).parent)
     return MinariMetadata(
-        data_dir=str(Path(path).parent),
-        dataset_id=str(meta.get("dataset_id", Path(path).parent.parent.name)),
+        data_dir=folder,
+        dataset_id=str(meta.get("dataset_id", posixpath.basename(posixpath.dirname(folder)))),
         data_format=str(meta["data_format"]),
         observation_space=space(meta["observation_space"]),
         action_space=space(meta["action_space"]),
@@ -395,7 +407,7 @@ def read_minari_file(path: str) -> pa.Table:
 def _read_part(path: str) -> pa.Table:
     # One file, one thread: ParquetFile.read is ~5x cheaper than pq.read_table on Minari's small
     # episode files (no dataset discovery, no thread pool per file); OSFile beats a memory map.
-    with pa.OSFile(path) as source:
+    with input_file(path) if is_remote(path) else pa.OSFile(path) as source:
         if path.endswith(".arrow"):
             table = pa.ipc.open_file(source).read_all()
         else:  # an open file: no filesystem resolution per file; one row group: no pre-buffer
@@ -440,7 +452,7 @@ def _read_hdf5(path: str, meta: MinariMetadata) -> pa.Table:
     columns += [_H5Leaf(name, name, None, pad=True) for name in STEP_COLUMNS[1:]]
     rows: list[int] = []
     origin: dict[str, list[Any]] = {}  # minari id -> [source id or None, t_started]
-    with h5py.File(path, "r") as f:
+    with h5py.File(input_file(path), "r") as f:  # a store's file: random access
         names = sorted((k for k in f if k.startswith("episode_")), key=lambda k: int(k[8:]))
         extras = sorted(f[names[0]]["extras"]) if names and "extras" in f[names[0]] else []
         columns += [

@@ -58,6 +58,7 @@ from ....episodes import columns as C
 from ....episodes.ledger import EpisodeBatch
 from ....errors import ConfigError, DataError, DecodeError, Where
 from ...schema import load_schema
+from ...stores import is_remote, locate
 from ..rows.reader import RowsReader
 from .records import BadRecord, Parsed, Part, _Decoder, arrow_parts, object_parts
 
@@ -138,8 +139,11 @@ class SampleBatchesReader:
             from ...sources import read_table
 
             return self.read(read_table(path), source=path)
-        with open(path, "rb") as fh:
-            data = fh.read()
+        if is_remote(path):
+            data = locate(path).read_bytes()
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read()
         fast = _arrow_json(data)
         if fast is not None:
             return self.read(fast, source=path, first_line=1)
