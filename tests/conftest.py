@@ -12,13 +12,22 @@
 * ``episodes_to_columns(...)`` -- episodes as row columns (one transition per row) in RLlib's
   names, optionally with ``t``; ``to_table(...)`` turns such columns into an Arrow table.
 * ``ray_local`` -- a session-wide local Ray instance (1 CPU, no dashboard) for ``ray`` tests.
+* ``s3_store`` / ``azure_store`` -- a fresh, empty prefix on a real store (SeaweedFS's S3, Azurite)
+  as a URI (``s3://bucket/<test>-<n>``, ``az://container/<test>-<n>``), with the store's
+  variables set in ``os.environ`` for the test; ``.env`` holds them for what the test starts
+  (``subprocess.run(..., env={**os.environ, **store.env})``; Ray workers started before the test
+  do not see the test's environment: ``runtime_env={"env_vars": store.env}``). The servers
+  (``s3_server``, ``azure_server``, one per session, ``tests/stores.py``) skip the test, saying
+  what to install, where ``weed`` or Azurite is absent.
 
 Import the plain helpers with ``from conftest import make_episode, random_episodes``.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -296,3 +305,77 @@ def rllib_python() -> Path:
         return Path(os.environ["RLLIB_PYTHON"])
     venv = os.environ.get("OFFLINE_PRELEARNER_RLLIB_VENV") or str(REPO / ".bench" / "rllib-venv")
     return Path(venv) / "bin" / "python"
+
+
+# ---------------------------------------------------------------------------------------------
+# object stores (servers in tests/stores.py)
+# ---------------------------------------------------------------------------------------------
+class StoreURI(str):
+    """A store prefix's URI (a ``str``) that also carries ``env``: the variables a process
+    needs to reach the store (already set in this test's ``os.environ``)."""
+
+    env: dict[str, str]
+
+    def __new__(cls, uri: str, env: dict[str, str]) -> StoreURI:
+        self = super().__new__(cls, uri)
+        self.env = dict(env)
+        return self
+
+
+_STORE_PREFIXES = itertools.count()
+
+
+def _start_server(kind: type[Any], root: Path) -> Iterator[Any]:
+    from stores import ServerMissing
+
+    try:
+        server = kind(root)
+    except ServerMissing as e:
+        pytest.skip(str(e))
+    with server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """SeaweedFS's S3 gateway for the session (``tests/stores.py``'s ``SeaweedS3``)."""
+    from stores import SeaweedS3
+
+    yield from _start_server(SeaweedS3, tmp_path_factory.mktemp("seaweedfs"))
+
+
+@pytest.fixture(scope="session")
+def azure_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Azurite's blob service for the session (``tests/stores.py``'s ``AzuriteBlob``)."""
+    from stores import AzuriteBlob
+
+    yield from _start_server(AzuriteBlob, tmp_path_factory.mktemp("azurite"))
+
+
+def _store_prefix(request: pytest.FixtureRequest, scheme: str, bucket: str) -> str:
+    name = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:60]
+    return f"{scheme}://{bucket}/{name}-{next(_STORE_PREFIXES)}"
+
+
+@pytest.fixture
+def s3_store(
+    s3_server: Any, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> StoreURI:
+    """A fresh prefix ``s3://bucket/<test>-<n>`` on SeaweedFS, the AWS_* variables set."""
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    return StoreURI(_store_prefix(request, "s3", s3_server.bucket), s3_server.env)
+
+
+@pytest.fixture
+def azure_store(
+    azure_server: Any, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> StoreURI:
+    """A fresh prefix ``az://container/<test>-<n>`` on Azurite, the connection string set."""
+    for name in ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in azure_server.env.items():
+        monkeypatch.setenv(name, value)
+    return StoreURI(_store_prefix(request, "az", azure_server.container), azure_server.env)
