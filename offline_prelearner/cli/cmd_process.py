@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from ..config import PreLearnerConfig
@@ -85,14 +84,31 @@ def parse_set(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def _config_text(path: str) -> bytes:
+    """``--config``'s bytes from the local disk or a store (at most one byte over the limit the
+    config's parser refuses)."""
+    from ..config.files import MAX_CONFIG_BYTES
+    from ..io.stores import is_remote, locate
+
+    if is_remote(path):
+        return locate(path).read_bytes(MAX_CONFIG_BYTES)
+    with open(locate(path).path if path.startswith("file://") else path, "rb") as fh:
+        return fh.read(MAX_CONFIG_BYTES + 1)
+
+
 def process(args: argparse.Namespace) -> int:
     """Runs the batch job on ``args.path`` into ``args.out``; prints the summary. Returns 0."""
     from ..jobs.batch.batch_job import run_pipeline
 
-    config = PreLearnerConfig.load(args.config) if args.config else PreLearnerConfig()
+    config_text = _config_text(args.config) if args.config else None
+    config = (
+        PreLearnerConfig.loads(config_text, args.config)
+        if config_text is not None
+        else PreLearnerConfig()
+    )
     updates = parse_set(args.set or [])
     chosen = "sample_all" in updates or "sample.sample_all" in updates
-    if not chosen and not (args.config and "sample_all" in Path(args.config).read_text()):
+    if not chosen and not (config_text is not None and b"sample_all" in config_text):
         # The batch job prepares a dataset: every transition once (see the README's "What
         # sampling means"); `--set sample_all=false` samples from replay as RLlib does.
         updates["sample_all"] = True

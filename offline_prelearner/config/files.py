@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import ConfigError, shown
 
-__all__ = ["MAX_ALIAS_NODES", "MAX_CONFIG_BYTES", "dump_text", "read_mapping"]
+__all__ = ["MAX_ALIAS_NODES", "MAX_CONFIG_BYTES", "dump_text", "parse_mapping", "read_mapping"]
 
 
 def read_mapping(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -26,6 +26,19 @@ def read_mapping(path: str | os.PathLike[str]) -> dict[str, Any]:
     p = os.fspath(path)
     with open(p, "rb") as fh:
         raw = fh.read(MAX_CONFIG_BYTES + 1)  # a config is a few KiB: never read a huge file
+    return parse_mapping(raw, p)
+
+
+def parse_mapping(raw: bytes | str, p: str) -> dict[str, Any]:
+    """The mapping a config file's bytes hold (read by the caller, from a disk or a store; at
+    most ``MAX_CONFIG_BYTES + 1`` of them), ``p`` its name: JSON, or YAML where it ends in
+    ``.yaml``/``.yml``.
+
+    Raises:
+        ConfigError: As :func:`read_mapping`.
+    """
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8")
     if len(raw) > MAX_CONFIG_BYTES:
         raise ConfigError(
             f"config file {shown(p)} is larger than {MAX_CONFIG_BYTES} bytes (1 MiB); "

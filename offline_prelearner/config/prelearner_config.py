@@ -18,7 +18,7 @@ import gymnasium as gym
 from ..errors import ConfigError, shown
 from ..spaces import space_from_dict, space_to_dict
 from .checks import MAX_SEED, check_int
-from .files import dump_text, read_mapping
+from .files import dump_text, parse_mapping, read_mapping
 from .sections import (
     BufferConfig,
     DecodeLimits,
@@ -194,6 +194,27 @@ class PreLearnerConfig:
             return cls.from_dict(data)
         except ConfigError as e:
             raise ConfigError(f"config file {os.fspath(path)!r}: {e}") from None
+
+    @classmethod
+    def loads(cls, text: str | bytes, name: str) -> PreLearnerConfig:
+        """A config from the text of a JSON or YAML file that the caller read (from a store,
+        say: the config does not open stores), ``name`` its path (``.yaml``/``.yml``: YAML).
+
+        Args:
+            text: The file's content (at most ``MAX_CONFIG_BYTES``).
+            name: Where it came from, for the format and the errors.
+
+        Returns:
+            The config the text holds.
+
+        Raises:
+            ConfigError: The text does not parse, or holds an invalid config.
+        """
+        data = parse_mapping(text, name)
+        try:
+            return cls.from_dict(data)
+        except ConfigError as e:
+            raise ConfigError(f"config file {name!r}: {e}") from None
 
     @classmethod
     def coerce(cls, config: Any) -> PreLearnerConfig:
