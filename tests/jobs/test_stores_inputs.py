@@ -1,0 +1,189 @@
+"""Inputs on every store: ``process``, ``inspect``, ``convert`` and the listing read ``s3://`` and
+``az://`` prefixes (real SeaweedFS and Azurite servers, ``tests/stores.py``) exactly as the same
+files on the local disk: the same samples, the same numbers, committed folders through their
+manifests, globs in name order, and a bad store in one line with exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+from conftest import REPO
+
+from offline_prelearner.io.sources import expand_paths
+from offline_prelearner.io.stores import locate
+
+DATA = REPO / "datasets" / "cartpole-v1"
+STORES = ("s3_store", "azure_store")
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest) -> Any:
+    """A fresh prefix on each store (skips where its server cannot be installed)."""
+    return request.getfixturevalue(request.param)
+
+
+def upload(local: Path, uri: str) -> str:
+    """Copies a local file or folder to ``uri``; returns ``uri``."""
+    dest = locate(uri)
+    if local.is_file():
+        dest.write_bytes(local.read_bytes())
+    else:
+        pafs.copy_files(
+            str(local),
+            dest.path,
+            source_filesystem=pafs.LocalFileSystem(),
+            destination_filesystem=dest.fs,
+        )
+    return uri
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "offline_prelearner", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def samples(out: Path) -> list[Any]:
+    return [pq.read_table(f) for f in sorted((out / "samples").glob("*.parquet"))]
+
+
+def same_numbers(a: dict[str, Any], b: dict[str, Any]) -> None:
+    drop = ("path", "per_file", "seconds", "quarantine_file")
+    assert {k: v for k, v in a.items() if k not in drop} == {
+        k: v for k, v in b.items() if k not in drop
+    }
+    assert [{**f, "file": os.path.basename(f["file"])} for f in a["per_file"]] == [
+        {**f, "file": os.path.basename(f["file"])} for f in b["per_file"]
+    ]
+
+
+# ------------------------------------------------------------------ listing
+def test_listing_and_globs_as_on_disk(store: Any) -> None:
+    rows = upload(DATA / "rows", f"{store}/rows")
+    local = expand_paths(str(DATA / "rows"))
+    got = expand_paths(rows)
+    assert got == [f"{rows}/{os.path.basename(f)}" for f in local]
+    assert expand_paths(f"{rows}/*-0000[0-1].parquet") == got[:2]
+    assert expand_paths(f"{store}/**/*00003.parquet") == [got[3]]
+    assert expand_paths(got[2]) == [got[2]]
+    locate(f"{rows}/_SUCCESS").write_bytes(b"")
+    locate(f"{rows}/.hidden.parquet").write_bytes(b"x")
+    assert expand_paths(rows) == got
+    with pytest.raises(FileNotFoundError, match="no data files"):
+        expand_paths(f"{rows}/*.json")
+
+
+def test_committed_folder_read_through_its_manifest(store: Any, tmp_path: Path) -> None:
+    out = tmp_path / "episodes"
+    done = cli("convert", str(DATA / "rows"), "--to", "episodes", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    remote = upload(out, f"{store}/episodes")
+    locate(f"{remote}/stray.parquet").write_bytes((out / "stats.json").read_bytes())
+    listed = [f"{remote}/{os.path.basename(f)}" for f in expand_paths(str(out))]
+    assert expand_paths(remote) == listed
+    assert expand_paths(f"{remote}/*.parquet") == listed
+    with pytest.raises(Exception, match="does not list it"):
+        expand_paths(f"{remote}/stray.parquet")
+
+
+# ------------------------------------------------------------------ the commands
+def test_process_and_inspect_read_a_store_as_a_disk(store: Any, tmp_path: Path) -> None:
+    rows = upload(DATA / "rows", f"{store}/rows")
+    for src, out in ((str(DATA / "rows"), tmp_path / "local"), (rows, tmp_path / "remote")):
+        done = cli("process", src, "--out", str(out), "--engine", "local", env=store.env)
+        assert done.returncode == 0, done.stderr
+    a, b = samples(tmp_path / "local"), samples(tmp_path / "remote")
+    assert a and len(a) == len(b) and all(x.equals(y) for x, y in zip(a, b, strict=True))
+    shown = [cli("inspect", p, "--json", env=store.env) for p in (str(DATA / "rows"), rows)]
+    assert all(s.returncode == 0 for s in shown), shown[1].stderr
+    same_numbers(json.loads(shown[0].stdout), json.loads(shown[1].stdout))
+
+
+def test_convert_and_config_from_a_store(s3_store: Any, tmp_path: Path) -> None:
+    episodes = upload(DATA / "episodes", f"{s3_store}/episodes")
+    config = upload(_yaml(tmp_path), f"{s3_store}/c.yaml")
+    done = cli("convert", episodes, "--to", "rows", "--out", str(tmp_path / "r"), env=s3_store.env)
+    assert done.returncode == 0, done.stderr
+    local = cli("convert", str(DATA / "episodes"), "--to", "rows", "--out", str(tmp_path / "l"))
+    assert local.returncode == 0, local.stderr
+    a = [pq.read_table(f) for f in sorted((tmp_path / "l").glob("*.parquet"))]
+    b = [pq.read_table(f) for f in sorted((tmp_path / "r").glob("*.parquet"))]
+    assert a and len(a) == len(b) and all(x.equals(y) for x, y in zip(a, b, strict=True))
+    out = tmp_path / "p"
+    done = cli(
+        "process", episodes, "--config", config, "--out", str(out), "--engine", "local",
+        env=s3_store.env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def _yaml(tmp_path: Path) -> Path:
+    p = tmp_path / "c.yaml"
+    p.write_text("seed: 7\n")
+    return p
+
+
+@pytest.mark.ray
+def test_process_ray_engine_from_a_store(s3_store: Any, tmp_path: Path) -> None:
+    rows = upload(DATA / "rows", f"{s3_store}/rows")
+    for src, out in ((str(DATA / "rows"), tmp_path / "local"), (rows, tmp_path / "remote")):
+        done = cli("process", src, "--out", str(out), "--engine", "ray", env=s3_store.env)
+        assert done.returncode == 0, done.stderr
+    a, b = samples(tmp_path / "local"), samples(tmp_path / "remote")
+    assert a and len(a) == len(b) and all(x.equals(y) for x, y in zip(a, b, strict=True))
+
+
+# ------------------------------------------------------------------ whole-file formats
+def test_minari_and_d4rl_from_a_store(s3_store: Any, tmp_path_factory: Any) -> None:
+    from fixtures import sessions
+
+    from offline_prelearner.config import ValidateConfig
+    from offline_prelearner.jobs.inspection import inspect_path
+
+    ends_open = ValidateConfig(require_done=False)  # d4rl_open_end's last episode has no end
+
+    paths = [Path(sessions.d4rl_cases(tmp_path_factory)["d4rl_open_end"].path)]
+    backends: dict[str, Path] = {}
+    for case in sessions.minari_cases(tmp_path_factory).values():
+        if not case.features:
+            backends.setdefault(case.data_format, Path(case.path))
+    paths += backends.values()  # one plain dataset of each backend: hdf5, arrow, parquet
+    for n, local in enumerate(paths):
+        remote = upload(local, f"{s3_store}/{n}/{local.name}")
+        a, b = (inspect_path(p, validate=ends_open).to_dict() for p in (str(local), remote))
+        same_numbers(a, b)
+
+
+# ------------------------------------------------------------------ bad stores
+@pytest.mark.parametrize(
+    ("where", "env", "said"),
+    [
+        ("s3://no-such-bucket-q/x", {}, "no such bucket"),
+        ("{store}/nothing-here", {}, "no data files"),
+        ("{store}/rows", {"AWS_SECRET_ACCESS_KEY": "wrong"}, "credentials"),
+        ("{store}/rows", {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}, "cannot be reached"),
+    ],
+)
+def test_a_bad_store_is_one_line_and_exit_2(
+    s3_store: Any, where: str, env: dict[str, str], said: str
+) -> None:
+    upload(DATA / "rows", f"{s3_store}/rows")
+    t0 = time.monotonic()
+    done = cli("inspect", where.format(store=s3_store), env={**s3_store.env, **env})
+    assert done.returncode == 2, done.stderr
+    assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert time.monotonic() - t0 < 30
