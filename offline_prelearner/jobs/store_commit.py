@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..io.manifest import DATASET, MANIFEST_FILE, SAMPLES
-from ..io.stores import Location, StorageError, locate
+from ..io.stores import Location, StorageError, locate, storage_error
 from .ownership import CommitError, new_job_id
 from .session.interrupts import commit_point
 
@@ -146,19 +146,21 @@ class StoreStaging:
         Raises:
             StorageError: the store cannot be written.
         """
+        bucket = self.root.with_path(self.root.path.split("/", 1)[0])
+        try:
+            there = bucket.exists()
+        except StorageError as e:
+            raise StorageError(f"--out {self.out}: {str(e).split(': ', 1)[-1]}") from None
+        if not there:  # some stores make a bucket on the first write
+            raise StorageError(f"--out {self.out}: {self.root.missing()}")
         probe = self.root.join(STAGING_DIR, f".probe-{self.job_id}")
         try:
             probe.write_bytes(b"")
             probe.delete()
-        except StorageError:
-            raise
+        except StorageError as e:
+            raise StorageError(f"--out {e}") from None
         except OSError as e:
-            bucket = self.root.with_path(self.root.path.split("/", 1)[0])
-            with contextlib.suppress(OSError):
-                if not bucket.exists():
-                    raise StorageError(f"--out {self.out}: {self.root.missing()}") from None
-            text = " ".join(str(e).split())
-            raise StorageError(f"--out {self.out}: cannot write there ({text})") from None
+            raise StorageError(f"--out {storage_error(e, probe)} (a test write)") from None
 
     def release(self) -> None:
         """Nothing to release: a store has no lock."""
@@ -328,6 +330,12 @@ class StoreStaging:
                     )
             manifest_at = self.root.join(MANIFEST_FILE)
             old = _read_json(manifest_at)
+            if isinstance(old, dict) and not self.overwrite and old.get("job_id") != self.job_id:
+                self.discard()  # this job lost: its files are its own to remove
+                raise CommitError(
+                    f"another job committed to --out {self.out!r} while this one ran (job "
+                    f"{old.get('job_id')}); nothing was committed (pass --overwrite to replace it)"
+                )
             manifest = {
                 "complete": True,
                 "committed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -1,0 +1,327 @@
+"""Outputs on object stores, exactly once (issue 22): ``process --out s3://...`` and ``az://...``.
+
+Against real servers started by the fixtures (``s3_store``: SeaweedFS; ``azure_store``: Azurite;
+skipped, with the reason, where the server cannot be installed). A store has no rename and no
+lock: units write their files under their final names with the job's id, ``_manifest.json``
+written last is the commit (``offline_prelearner/jobs/store_commit.py``). Each test checks the
+store's whole listing, not only the manifest:
+
+* ``process --out s3://`` commits what the same job commits on the local disk (the same rows,
+  the same files in unit order), the manifest lists every file and only those; a second run is
+  refused, ``--overwrite`` leaves only the new generation;
+* the driver SIGKILLed mid-job (between uploads) then ``--resume``: the clean output, the units
+  it finished reused; SIGINT: exit 130, no manifest;
+* two jobs into one prefix, started together: the committed output is one clean run's, whole;
+* a bad store (no such bucket, wrong key, nothing listening): exit 2 in one line, before any
+  unit ran; a store that fails mid-job: exit 3, nothing committed;
+* Azurite (no rename at all there): write, commit, an interrupted job resumed.
+
+All runs use ``--engine local`` (in-process units: the kill and the signal reach the process that
+uploads); the Ray engine writes through the same unit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import REPO
+from test_job_ownership import write_dataset
+
+from offline_prelearner.io.stores import locate
+
+UNIT_ROWS = 2000
+N_FILES = 12
+TIMEOUT = 120
+
+
+# ============================================================================ helpers
+def _argv(data: Path | str, out: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "offline_prelearner", "process", str(data), "--out", out,
+            "--json", "--engine", "local", *extra]  # fmt: skip
+
+
+def _env(**more: str) -> dict[str, str]:
+    env = dict(os.environ)  # the store fixture set the store's variables here
+    env.pop("RAY_ADDRESS", None)
+    env["OFFLINE_PRELEARNER_UNIT_MIN_ROWS"] = str(UNIT_ROWS)
+    env.update(more)
+    return env
+
+
+def run(data: Path | str, out: str, *extra: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        _argv(data, out, *extra),
+        cwd=REPO,
+        env=_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
+def one_line(proc: subprocess.CompletedProcess[str], *words: str) -> str:
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert len(lines) == 1, proc.stderr
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    return lines[0]
+
+
+def listing(out: str) -> list[str]:
+    """Every object under the prefix, relative to it, in name order."""
+    root = locate(out)
+    base = root.path.rstrip("/") + "/"
+    return [f.path[len(base) :] for f in root.walk()]
+
+
+def manifest(out: str) -> dict[str, Any]:
+    m: dict[str, Any] = json.loads(locate(out).join("_manifest.json").read_bytes())
+    assert m["complete"] is True
+    return m
+
+
+def committed_table(out: str) -> pa.Table:
+    """The rows the manifest lists, read file by file from the store, sorted by episode and t."""
+    root = locate(out)
+    tables = []
+    for f in manifest(out)["files"]:
+        with root.join("samples", f["name"]).open_input_file() as src:
+            t = pq.read_table(src)
+        assert t.num_rows == f["rows"]
+        tables.append(t)
+    return _sorted(pa.concat_tables(tables))
+
+
+def _sorted(table: pa.Table) -> pa.Table:
+    keys = [c for c in ("eps_id", "t") if c in table.column_names]
+    return table.sort_by([(k, "ascending") for k in keys])
+
+
+def assert_clean_commit(out: str, reference: pa.Table, ref_rows: list[int]) -> dict[str, Any]:
+    """The manifest lists every data file and only those; nothing else but stats.json is left;
+    the rows are the local run's."""
+    m = manifest(out)
+    names = [f"samples/{f['name']}" for f in m["files"]]
+    assert listing(out) == sorted(["_manifest.json", "stats.json", *names])
+    assert [f["rows"] for f in m["files"]] == ref_rows
+    assert committed_table(out).equals(reference)
+    return m
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("stores-out") / "rows"
+    write_dataset(folder, N_FILES, UNIT_ROWS)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def local_run(data: Path) -> tuple[pa.Table, list[int]]:
+    """The same job on the local disk: its rows (sorted) and its files' row counts in order."""
+    out = data.parent / "local"
+    proc = run(data, str(out))
+    assert proc.returncode == 0, proc.stderr
+    m = json.loads((out / "_manifest.json").read_text())
+    table = pa.concat_tables(pq.read_table(out / "samples" / f["name"]) for f in m["files"])
+    return _sorted(table), [f["rows"] for f in m["files"]]
+
+
+def _wait_for_units(out: str, proc: subprocess.Popen[str], n: int) -> int:
+    """Polls the store until the job committed ``n`` unit records; returns how many it saw."""
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline and proc.poll() is None:
+        seen = sum(1 for p in listing(out) if "/units/unit-" in p)
+        if seen >= n:
+            return seen
+        time.sleep(0.02)
+    pytest.fail(f"the job ended or hung before {n} units: {proc.poll()}")
+
+
+# ============================================================================ S3
+def test_process_to_s3_commits_the_local_output(
+    s3_store: str, data: Path, local_run: tuple[pa.Table, list[int]]
+) -> None:
+    out = f"{s3_store}/out"
+    proc = run(data, out)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["out"] == out
+    m = assert_clean_commit(out, *local_run)
+    assert all(len(f["sha256"]) == 64 and f["bytes"] > 0 for f in m["files"])
+    assert all(m["job_id"] in f["name"] for f in m["files"])  # the attempt is in every name
+
+    again = run(data, out)  # a committed output is not replaced without --overwrite
+    assert again.returncode == 2
+    one_line(again, "not empty", "--overwrite")
+    assert manifest(out)["job_id"] == m["job_id"]
+
+    over = run(data, out, "--overwrite")
+    assert over.returncode == 0, over.stderr
+    m2 = assert_clean_commit(out, *local_run)  # only the new generation is left
+    assert m2["job_id"] != m["job_id"]
+
+
+def test_driver_killed_mid_job_then_resume(
+    s3_store: str, data: Path, local_run: tuple[pa.Table, list[int]]
+) -> None:
+    out = f"{s3_store}/out"
+    proc = subprocess.Popen(
+        _argv(data, out), cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        _wait_for_units(out, proc, 3)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.communicate(timeout=TIMEOUT)
+    assert "_manifest.json" not in listing(out)  # nothing committed
+    left = [p for p in listing(out) if p.startswith("samples/")]
+    assert left  # the finished units' files are there, listed by no manifest
+
+    resumed = run(data, out, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["units_reused"] >= 3
+    assert_clean_commit(out, *local_run)
+
+
+def test_sigint_is_130_and_commits_nothing(s3_store: str, data: Path) -> None:
+    out = f"{s3_store}/out"
+    proc = subprocess.Popen(
+        _argv(data, out), cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        _wait_for_units(out, proc, 1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    if proc.returncode == 0:  # the signal came after the commit point: a whole commit
+        manifest(out)
+        return
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert "_manifest.json" not in listing(out)
+
+
+def test_two_jobs_into_one_prefix_commit_one_clean_run(
+    s3_store: str, data: Path, local_run: tuple[pa.Table, list[int]]
+) -> None:
+    out = f"{s3_store}/out"
+    procs = [
+        subprocess.Popen(
+            _argv(data, out),
+            cwd=REPO,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    results = [(p.wait(TIMEOUT), *p.communicate()) for p in procs]
+    codes = sorted(rc for rc, _, _ in results)
+    assert codes[0] == 0, results  # at least one commits; the other commits first or fails
+    for rc, _, err in results:
+        if rc:
+            assert rc == 2 and "Traceback" not in err, err
+    m = manifest(out)
+    committed = [f"samples/{f['name']}" for f in m["files"]]
+    assert committed_table(out).equals(local_run[0])
+    # Files of the other job may be left (no manifest lists them); the next run cleans them.
+    left = [p for p in listing(out) if p.startswith("samples/") and p not in committed]
+    assert all(m["job_id"] not in p for p in left)
+    over = run(data, out, "--overwrite")
+    assert over.returncode == 0, over.stderr
+    assert_clean_commit(out, *local_run)
+
+
+def test_bad_stores_fail_in_one_line_before_any_unit(s3_store: str, data: Path) -> None:
+    bucket = s3_store.split("/")[2]
+    cases = [
+        (s3_store.replace(f"s3://{bucket}/", "s3://no-such-bucket-r/"), {}, "no such bucket"),
+        (f"{s3_store}/out", {"AWS_SECRET_ACCESS_KEY": "wrong"}, "--out"),
+        (f"{s3_store}/out", {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}, "cannot be reached"),
+    ]
+    for out, env, words in cases:
+        start = time.monotonic()
+        proc = run(data, out, **env)
+        assert proc.returncode == 2, (out, env, proc.stderr)
+        one_line(proc, words, "nothing was committed")
+        assert time.monotonic() - start < 60
+    assert listing(f"{s3_store}/out") == []  # no unit ran
+
+
+def test_a_store_failing_mid_job_is_exit_3_and_commits_nothing(s3_store: str, data: Path) -> None:
+    """The endpoint goes away once the job has started: the units' uploads fail."""
+    from offline_prelearner.jobs.batch.batch_job import run_pipeline
+    from offline_prelearner.jobs.store_commit import StoreStaging
+
+    out = f"{s3_store}/out"
+    real = StoreStaging.open
+    with pytest.MonkeyPatch.context() as mp:
+
+        def open_then_fail(self: StoreStaging) -> Any:
+            kept = real(self)
+            # From here nothing listens at the endpoint: the units' uploads fail.
+            mp.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+            return kept
+
+        mp.setattr(StoreStaging, "open", open_then_fail)
+        with pytest.raises(OSError) as e:
+            run_pipeline(str(data), out_dir=out, engine="local")
+    assert e.value.errno == 5 and "--out" in str(e.value), e.value  # EIO: exit 3 at the CLI
+    assert "_manifest.json" not in listing(out)
+    assert not [p for p in listing(out) if p.startswith("samples/")]
+
+
+# ============================================================================ Azure (Azurite)
+def _stopping_prelearner() -> type:
+    """A prelearner that fails once ``budget`` batches ran (an interrupted job, in-process)."""
+    from offline_prelearner import OfflinePreLearner
+
+    class Stopping(OfflinePreLearner):  # type: ignore[misc]
+        budget = 10**9
+
+        def __call__(self, batch: Any) -> Any:
+            if Stopping.budget <= 0:
+                raise RuntimeError("stopped by the test")
+            Stopping.budget -= 1
+            return super().__call__(batch)
+
+    return Stopping
+
+
+def test_azure_write_commit_resume(
+    azure_store: str, data: Path, local_run: tuple[pa.Table, list[int]]
+) -> None:
+    from offline_prelearner.config import PreLearnerConfig
+    from offline_prelearner.jobs.batch.batch_job import run_pipeline
+
+    config = PreLearnerConfig().with_updates({"sample_all": True, "seed": 7})
+    pre = _stopping_prelearner()
+    out = f"{azure_store}/out"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OFFLINE_PRELEARNER_UNIT_MIN_ROWS", str(UNIT_ROWS))
+        pre.budget = 4  # type: ignore[attr-defined]
+        with pytest.raises(RuntimeError, match="stopped by the test"):
+            run_pipeline(str(data), config, out_dir=out, engine="local", prelearner=pre)
+        assert "_manifest.json" not in listing(out)
+        assert any("/units/unit-" in p for p in listing(out))
+        pre.budget = 10**9  # type: ignore[attr-defined]
+        result = run_pipeline(
+            str(data), config, out_dir=out, engine="local", prelearner=pre, resume=True
+        )
+    assert result.stats["units_reused"] >= 1
+    assert_clean_commit(out, *local_run)
