@@ -37,6 +37,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import posixpath
 import re
 import time
 from collections.abc import Iterator
@@ -47,7 +48,7 @@ from ..io.stores import Location, StorageError, locate, storage_error
 from .ownership import CommitError, new_job_id
 from .session.interrupts import commit_point
 
-__all__ = ["STAGING_DIR", "StoreStaging", "store_failure", "write_json"]
+__all__ = ["STAGING_DIR", "StoreStaging", "attempt_name", "publish", "store_failure", "write_json"]
 
 #: The prefix, inside ``--out``, of every job's staging (job file, unit records).
 STAGING_DIR = "_staging"
@@ -56,7 +57,7 @@ _UNITS = "units"
 _STATS_FILE = "stats.json"
 _QUARANTINE = "quarantine"
 #: A file of some job's attempt: ``part-<job>-<unit>-<k>.parquet`` (or ``quarantine-...``).
-_ATTEMPT_FILE = re.compile(r"(?:part|quarantine)-(\d{8}T\d{6}-[0-9a-f]{16})-\d{5}-\d{3}\.parquet")
+_ATTEMPT_FILE = re.compile(r"[^/]*?-(\d{8}T\d{6}-[0-9a-f]{16})(?:[-.][^/]*)?")
 
 
 def write_json(loc: Location, obj: Any) -> None:
@@ -196,12 +197,17 @@ class StoreStaging:
         with store_failure(self.out):
             return self._open()
 
-    def _open(self) -> dict[int, dict[str, Any]]:
-        listing = self.root.walk()
+    def check_out(self) -> None:
+        """Refuses an ``out`` that holds a committed output or other files (not this project's
+        staging or a job's files) unless ``overwrite``.
+
+        Raises:
+            CommitError: ``out`` is not empty and ``overwrite`` is not given.
+        """
         base = self.root.path.rstrip("/") + "/"
         foreign = [
             f
-            for f in listing
+            for f in self.root.walk()
             if not f.path[len(base) :].startswith(STAGING_DIR + "/")
             and _ATTEMPT_FILE.fullmatch(f.name) is None
             and f.path[len(base) :] != _STATS_FILE
@@ -211,13 +217,24 @@ class StoreStaging:
                 f"--out {self.out!r} is not empty; pass --overwrite to replace it when this job "
                 "succeeds, or choose another prefix"
             )
+
+    def begin(self, job_id: str | None = None) -> None:
+        """Writes this job's ``job.json`` before it writes any file (``job_id``: its id)."""
+        if job_id is not None:
+            self._set_job(job_id)
+        self.job["job_id"] = self.job_id
+        self.job.setdefault("started_at", time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        with store_failure(self.out):
+            write_json(self.path.join(_JOB_FILE), self.job)
+
+    def _open(self) -> dict[int, dict[str, Any]]:
+        self.check_out()
+        listing = self.root.walk()
         kept: dict[int, dict[str, Any]] = {}
         if self.resume:
             kept = self._resumable()
         self._listing = listing
-        self.job["job_id"] = self.job_id
-        self.job.setdefault("started_at", time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        write_json(self.path.join(_JOB_FILE), self.job)
+        self.begin()
         return kept
 
     def _resumable(self) -> dict[int, dict[str, Any]]:
@@ -313,12 +330,34 @@ class StoreStaging:
             OSError: the store failed (EIO; nothing is committed before the manifest).
         """
         extra = dict(extra or {})
+        manifest = {
+            "complete": True,
+            "committed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "job_id": self.job_id,
+            **{k: self.job[k] for k in ("version", "format", "prelearner", "engine")},
+            "inputs": self.job["inputs"],
+            "files": files,
+            "samples_written": sum(f["rows"] for f in files),
+            "config": self.job["config"],
+            **extra,
+            "files_dir": self.files_dir,
+        }
+        manifest.setdefault("content", SAMPLES if self.files_dir == "samples" else DATASET)
+        return self.commit_manifest(manifest, stats)
+
+    def commit_manifest(self, manifest: dict[str, Any], stats: dict[str, Any]) -> str:
+        """:meth:`commit` of a manifest made elsewhere (its ``files`` under its ``files_dir``,
+        its ``quarantine`` under ``out``), this job's id in it."""
         with store_failure(self.out):
             if not isinstance(_read_json(self.path.join(_JOB_FILE)), dict):
                 raise CommitError(
                     f"the staging {self.path.uri!r} of this job is gone; nothing was committed"
                 )
-            listed = self._entries({"files": files, _QUARANTINE: extra.get(_QUARANTINE, [])})
+            folder = self.root.join(manifest.get("files_dir") or "")
+            listed = [
+                *((folder.join(_name(f)), f) for f in manifest.get("files", [])),
+                *((self.root.join(_name(f)), f) for f in manifest.get(_QUARANTINE) or []),
+            ]
             sizes = {f.path: f for f in self.root.walk()}
             for loc, entry in listed:
                 found = sizes.get(loc.path)
@@ -336,19 +375,7 @@ class StoreStaging:
                     f"another job committed to --out {self.out!r} while this one ran (job "
                     f"{old.get('job_id')}); nothing was committed (pass --overwrite to replace it)"
                 )
-            manifest = {
-                "complete": True,
-                "committed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "job_id": self.job_id,
-                **{k: self.job[k] for k in ("version", "format", "prelearner", "engine")},
-                "inputs": self.job["inputs"],
-                "files": files,
-                "samples_written": sum(f["rows"] for f in files),
-                "config": self.job["config"],
-                **extra,
-                "files_dir": self.files_dir,
-            }
-            manifest.setdefault("content", SAMPLES if self.files_dir == "samples" else DATASET)
+            manifest = {**manifest, "job_id": self.job_id}
             with commit_point():  # a signal from here waits for the manifest: committed, exit 0
                 write_json(manifest_at, manifest)
             write_json(self.root.join(_STATS_FILE), stats)
@@ -440,3 +467,53 @@ class _HashingSink:
         if not self.closed:
             self.closed = True
             self.stream.close()
+
+
+def attempt_name(name: str, job_id: str) -> str:
+    """``name`` with the job's id in it: ``rows-00000-00001.parquet`` ->
+    ``rows-<job>-00000-00001.parquet``, ``quarantine/quarantine.parquet`` ->
+    ``quarantine/quarantine-<job>.parquet``."""
+    folder, _, base = name.rpartition("/")
+    cut = min((i for i in (base.find("-"), base.find(".")) if i > 0), default=len(base))
+    named = f"{base[:cut]}-{job_id}{base[cut:]}"
+    return f"{folder}/{named}" if folder else named
+
+
+def publish(local: str, staging: StoreStaging) -> dict[str, Any]:
+    """Commits a job committed in the local folder ``local`` to ``staging``'s store: each file
+    its manifest lists uploaded under :func:`attempt_name` (the same bytes: the same sizes and
+    sha256), then the manifest with those names, last (:meth:`StoreStaging.commit_manifest`).
+    Other files of the folder (not data) are uploaded under their names first; returns the
+    stats."""
+    root = locate(local)
+    manifest = json.loads(root.join(MANIFEST_FILE).read_bytes())
+    stats = json.loads(root.join(_STATS_FILE).read_bytes())
+    job_id = manifest["job_id"]
+    staging.begin(job_id)
+    folder = manifest.get("files_dir") or ""
+    renamed: dict[str, list[dict[str, Any]]] = {"files": [], _QUARANTINE: []}
+    done: set[str] = {MANIFEST_FILE, _STATS_FILE}
+    with store_failure(staging.out):
+        for key, under in (("files", folder), (_QUARANTINE, "")):
+            for f in manifest.get(key) or []:
+                rel = posixpath.join(under, _name(f)) if under else _name(f)
+                name = attempt_name(_name(f), job_id)
+                src = root.join(*rel.split("/"))
+                dst = staging.root.join(
+                    *(posixpath.join(under, name) if under else name).split("/")
+                )
+                with src.open_input_stream() as fin, dst.open_output_stream() as fout:
+                    while block := fin.read(1 << 22):
+                        fout.write(block)
+                done.add(rel)
+                renamed[key].append({**f, "name": name})
+        base = root.path.rstrip("/") + "/"
+        for f in root.walk():
+            rel = f.path[len(base) :].replace("\\", "/")
+            if rel not in done:
+                staging.root.join(*rel.split("/")).write_bytes(f.read_bytes())
+    out = {**manifest, "files": renamed["files"]}
+    if manifest.get(_QUARANTINE) is not None:
+        out[_QUARANTINE] = renamed[_QUARANTINE]
+    staging.commit_manifest(out, stats)
+    return stats

@@ -325,3 +325,38 @@ def test_azure_write_commit_resume(
         )
     assert result.stats["units_reused"] >= 1
     assert_clean_commit(out, *local_run)
+
+
+# ============================================================================ convert
+def test_convert_to_s3_commits_the_local_output(
+    s3_store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``convert --out s3://``: the job commits locally (its own folder under the cache), then
+    its files go up under names with its id and the manifest last; --overwrite replaces it."""
+    from offline_prelearner.jobs.convert.path import convert_path
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    src = REPO / "datasets" / "cartpole-v1" / "episodes"
+    local = tmp_path / "local"
+    convert_path(str(src), "rows", str(local))
+    want = json.loads((local / "_manifest.json").read_text())
+    table = _sorted(pa.concat_tables(pq.read_table(local / f["name"]) for f in want["files"]))
+
+    out = f"{s3_store}/conv"
+    for overwrite in (False, True):
+        convert_path(str(src), "rows", out, overwrite=overwrite)
+        m = manifest(out)
+        assert [(f["rows"], f["sha256"]) for f in m["files"]] == [
+            (f["rows"], f["sha256"]) for f in want["files"]
+        ]  # the same bytes, under names with the job's id
+        assert all(m["job_id"] in f["name"] for f in m["files"])
+        assert listing(out) == sorted(
+            ["_manifest.json", "stats.json", *(f["name"] for f in m["files"])]
+        )
+        root = locate(out)
+        got = []
+        for f in m["files"]:
+            with root.join(f["name"]).open_input_file() as fh:
+                got.append(pq.read_table(fh))
+        assert _sorted(pa.concat_tables(got)).equals(table)
+    assert not list((tmp_path / "cache").rglob("*.parquet"))  # the local copy is gone

@@ -61,7 +61,9 @@ success); a failed or interrupted job leaves ``out_dir`` as it was. Output (``ou
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import time
 from dataclasses import replace
 from typing import Any, Literal
@@ -71,7 +73,9 @@ from ...errors import ConfigError, UnsupportedFormatError
 from ...io.fast_tensor import Layout
 from ...io.formats.sample_batches.reader import DonesRule
 from ...io.sources import check_one_format, detect_format, expand_paths
+from ...io.stores import is_remote
 from ..ownership import check_out_apart
+from ..store_commit import store_failure
 from .by_file import UNIT_FORMATS, Progress, convert_by_file
 from .config import ConvertConfig, Target
 from .dataset import convert_dataset, wants_dataset_job
@@ -179,6 +183,8 @@ def convert(
     Raises:
         CommitError: As :func:`convert_path` says.
     """
+    if is_remote(out_dir):  # an object store: converted locally, then published (no rename)
+        return _convert_to_store(path, os.fspath(out_dir), config, progress, overwrite, resume)
     check_out_apart(out_dir, os.fspath(path))  # before anything is read
     start = time.perf_counter()
     if wants_dataset_job(path, config.to, config.read):  # Minari / D4RL in, or Minari out
@@ -213,3 +219,36 @@ def convert(
         files = [f for f in files if f.endswith(".parquet")]  # not a job's stats.json
     config = replace(config, read=replace(read, format=fmt))
     return convert_by_file(path, out_dir, config, files, progress, overwrite, resume, start)
+
+
+def _convert_to_store(
+    path: str | os.PathLike[str],
+    out: str,
+    config: ConvertConfig,
+    progress: Progress | None,
+    overwrite: bool,
+    resume: bool,
+) -> dict[str, Any]:
+    """:func:`convert` into a store's prefix: the store is probed and ``out`` checked first (one
+    line, exit 2), the job commits into a local folder of its own (``--resume`` works there as on
+    disk), whose files are then uploaded under names with the job's id and committed by
+    ``_manifest.json``, written last (:func:`~..store_commit.publish`)."""
+    from ..store_commit import StoreStaging, publish
+
+    staging = StoreStaging(out, {}, overwrite=overwrite)
+    staging.acquire()
+    with store_failure(out):
+        staging.check_out()
+    twin = _local_twin(out)
+    stats = convert(path, twin, config, progress, overwrite=True, resume=resume)
+    publish(twin, staging)
+    shutil.rmtree(twin, ignore_errors=True)
+    return stats
+
+
+def _local_twin(out: str) -> str:
+    """The local folder a conversion into the store's ``out`` commits to first, the same for the
+    same ``out`` (so ``--resume`` finds its staging): under the user's cache folder."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    key = hashlib.sha256(out.encode()).hexdigest()[:16]
+    return os.path.join(cache, "offline-prelearner", "store-jobs", key, "out")
