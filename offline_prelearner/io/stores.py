@@ -31,6 +31,7 @@ import contextlib
 import os
 import posixpath
 import re
+import socket
 import threading
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -175,10 +176,13 @@ class Location:
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(self.path, recursive=True))
         except FileNotFoundError:
-            return []
+            infos = []
         except OSError as e:
             raise storage_error(e, self) from None
         files = sorted(i.path for i in infos if i.type == pafs.FileType.File)
+        if not files and not self.local and (why := self.missing()) != "not found":
+            # S3 refuses to list a missing bucket; Azure lists a missing container as empty
+            raise StorageError(f"{self.uri}: {why}")
         return [self.with_path(p) for p in files]
 
     def children(self) -> list[tuple[Location, bool]]:
@@ -220,7 +224,10 @@ class Location:
         """A new file (on a store: an object, visible whole once the stream closes)."""
         if self.local:
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        return self.fs.open_output_stream(self.path)
+        try:
+            return self.fs.open_output_stream(self.path)
+        except OSError as e:
+            raise self._write_error(e) from None
 
     def read_bytes(self, limit: int | None = None) -> bytes:
         """The file's bytes; at most ``limit + 1`` are read: a caller can refuse a larger file."""
@@ -229,18 +236,42 @@ class Location:
 
     def write_bytes(self, data: bytes) -> None:
         """Writes the whole file (an object put on a store: all or nothing)."""
-        with self.open_output_stream() as f:
-            f.write(data)
+        try:
+            with self.open_output_stream() as f:
+                f.write(data)
+        except StorageError:
+            raise
+        except OSError as e:  # a store may refuse only when the object is put (on close)
+            raise self._write_error(e) from None
+
+    def _write_error(self, e: OSError) -> StorageError:
+        """A failed write in words; a missing bucket (which some stores call an internal
+        error) is named as such."""
+        if not self.local:
+            with contextlib.suppress(StorageError):
+                if (why := self.missing()) != "not found":
+                    return StorageError(f"{self.uri}: {why}")
+        return storage_error(e, self)
 
     def delete(self) -> None:
         """Removes this file; a missing file is no error."""
-        with contextlib.suppress(FileNotFoundError):
+        if not self.local and self.info().type == pafs.FileType.NotFound:
+            return  # Azure retries a missing blob's deletion for seconds before saying so
+        try:
             self.fs.delete_file(self.path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise storage_error(e, self) from None
 
     def delete_tree(self) -> None:
         """Removes this folder and everything under it; a missing folder is no error."""
-        with contextlib.suppress(FileNotFoundError):
+        try:
             self.fs.delete_dir(self.path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise storage_error(e, self) from None
 
     def makedirs(self) -> None:
         """Creates the folder (a no-op on object stores, where prefixes need no creation)."""
@@ -456,6 +487,7 @@ def _azure(account: str) -> pafs.FileSystem:
     endpoint = fields.get("BlobEndpoint", "")
     if endpoint:  # an emulator (Azurite) or a sovereign cloud
         url = urlsplit(endpoint)
+        _reachable(endpoint)
         kw.update(
             blob_storage_authority=url.netloc,
             blob_storage_scheme=url.scheme,
@@ -463,6 +495,19 @@ def _azure(account: str) -> pafs.FileSystem:
             dfs_storage_scheme=url.scheme,
         )
     return pafs.AzureFileSystem(**kw)
+
+
+def _reachable(endpoint: str) -> None:
+    """Fails fast where nothing listens at ``endpoint``: Azure's client retries a refused
+    connection for seconds (no setting shortens it), S3's answers within the timeout."""
+    url = urlsplit(endpoint)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname or "", port), timeout=min(_timeout(), 3)).close()
+    except OSError:
+        raise StorageError(
+            f"{endpoint}: the store cannot be reached (check the endpoint and the network)"
+        ) from None
 
 
 def _fsspec(scheme: str) -> pafs.FileSystem:
