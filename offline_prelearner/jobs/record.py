@@ -19,11 +19,10 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import pyarrow.parquet as pq
 
 from ..episodes.episode import Episode
 from ..errors import ConfigError
-from ..io.fast_tensor import Layout, parquet_dictionary_columns
+from ..io.fast_tensor import Layout
 
 __all__ = ["HEURISTICS", "Recording", "record_env", "write_recording"]
 
@@ -158,15 +157,19 @@ def write_recording(
 ) -> list[str]:
     """Writes ``rec`` under ``out_dir`` as ``fmt`` ('rows' | 'episodes'); returns the files written.
 
+    ``out_dir`` may be a store's prefix (``s3://bucket/prefix``): each file is one object.
     ``rows_per_file`` > 0 splits rows data into files of that many rows, cutting through episodes
     as RLlib's recorder does (readers join them again); episodes data is split by whole episodes.
     ``layout`` lays out rows data's array columns (RLlib's by default: a recording is a dataset
     RLlib may read; ``"fast"`` for our readers only).
     """
     from ..io.formats.episodes.reader import episodes_to_table
-    from ..io.formats.rows.writer import episodes_to_rows
+    from ..io.formats.rows.writer import episodes_to_rows, write_parquet
+    from ..io.stores import is_remote, locate
 
-    os.makedirs(out_dir, exist_ok=True)
+    remote = is_remote(out_dir)
+    if not remote:
+        os.makedirs(out_dir, exist_ok=True)
     if fmt == "rows":
         table = episodes_to_rows(rec.episodes, with_t=True, layout=layout)
     elif fmt == "episodes":
@@ -176,9 +179,8 @@ def write_recording(
     per_file = rows_per_file if fmt == "rows" and rows_per_file > 0 else table.num_rows
     n_files = max(1, math.ceil(table.num_rows / max(per_file, 1)))
     paths = []
-    dictionary = parquet_dictionary_columns(table.schema)
     for k in range(n_files):
-        path = os.path.join(os.fspath(out_dir), f"{rec.env_id.lower()}-{fmt}-{k:05d}.parquet")
-        pq.write_table(table.slice(k * per_file, per_file), path, use_dictionary=dictionary)
-        paths.append(path)
+        name = f"{rec.env_id.lower()}-{fmt}-{k:05d}.parquet"
+        path = locate(out_dir).join(name).uri if remote else os.path.join(os.fspath(out_dir), name)
+        paths.append(write_parquet(table.slice(k * per_file, per_file), path))
     return paths

@@ -355,14 +355,36 @@ def write_rows(
     with_t: bool = True,
     layout: Layout = "rllib",
 ) -> str:
-    """Writes :func:`episodes_to_rows` to one Parquet file (parent folders are created).
+    """Writes :func:`episodes_to_rows` to one Parquet file (parent folders are created); on an
+    object store (a URI) as one object, whole once written.
 
     Returns the path written.
     """
+    table = episodes_to_rows(episodes, with_t=with_t, layout=layout)
+    return write_parquet(table, path)
+
+
+def write_parquet(table: pa.Table, path: str | os.PathLike[str]) -> str:
+    """Writes ``table`` as one Parquet file at ``path``, a local path (parent folders are
+    created) or a store's URI (one object); returns the path as given.
+
+    Raises:
+        StorageError: The store refused the write (denied, no such bucket, unreachable).
+    """
+    from ...stores import is_remote, locate, storage_error
+
     path = os.fspath(path)
+    dictionary = parquet_dictionary_columns(table.schema)
+    if is_remote(path):
+        at = locate(path)
+        try:
+            with at.open_output_stream() as sink:
+                pq.write_table(table, sink, use_dictionary=dictionary)
+        except OSError as e:
+            raise storage_error(e, at) from None
+        return path
     parent = os.path.dirname(path)
     if parent:
         os.makedirs(parent, exist_ok=True)
-    table = episodes_to_rows(episodes, with_t=with_t, layout=layout)
-    pq.write_table(table, path, use_dictionary=parquet_dictionary_columns(table.schema))
+    pq.write_table(table, path, use_dictionary=dictionary)
     return path
