@@ -73,9 +73,12 @@ PATTERNS = [
 
 
 def python_glob(root: Path, pattern: str) -> list[str]:
-    """What :func:`glob.glob` finds (files only), relative, in name order."""
+    """What :func:`glob.glob` finds (files only, each once: ``**/**`` lists a file twice there),
+    relative, in name order."""
     found = glob.glob(str(root / pattern), recursive=True)
-    return sorted(os.path.relpath(p, root).replace(os.sep, "/") for p in found if os.path.isfile(p))
+    return sorted(
+        {os.path.relpath(p, root).replace(os.sep, "/") for p in found if os.path.isfile(p)}
+    )
 
 
 def test_walk_and_glob_match_the_local_tree(store: str, tmp_path: Path) -> None:
