@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import io
 import json
 import os
 import re
@@ -54,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, DataError, DecodeError, Where
+from ..io.stores import Location, StorageError, is_remote, locate, storage_error
 
 try:  # POSIX; elsewhere saves and loads do not lock (one process per checkpoint)
     import fcntl
@@ -85,9 +87,12 @@ def _ours(name: str) -> bool:
     return name == LOCK or bool(_GEN.fullmatch(name)) or bool(_TMP_MANIFEST.fullmatch(name))
 
 
-def write(path: str | Path, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Path:
+def write(path: str | Path, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Path | str:
     """Writes ``meta`` (JSON-able) and ``arrays`` (numpy, no object dtype) to directory ``path``,
-    committing with one atomic rename of the manifest (see the module docstring)."""
+    committing with one atomic rename of the manifest (see the module docstring); on an object
+    store (a URI), with one PUT of the manifest (:func:`_write_store`). Returns the path."""
+    if is_remote(path):
+        return _write_store(locate(path), meta, arrays)
     dest = Path(path)
     if dest.exists() and not _is_checkpoint_dir(dest):
         raise ConfigError(
@@ -148,6 +153,8 @@ def write(path: str | Path, meta: dict[str, Any], arrays: dict[str, np.ndarray])
 def read(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Reads and verifies a checkpoint directory; returns ``(meta, arrays)``. Leftovers of a
     save that died are deleted first where the directory is writable and no one else holds it."""
+    if is_remote(path):
+        return _read_store(locate(path))
     root = Path(path)
     mpath = root / MANIFEST
     ours = root.is_dir() and _is_checkpoint_dir(root)
@@ -188,7 +195,7 @@ def restore(
         set_state(before)
         if isinstance(exc, ConfigError):
             raise
-        mpath = Path(path) / MANIFEST
+        mpath = locate(path).join(MANIFEST).uri if is_remote(path) else Path(path) / MANIFEST
         if isinstance(exc, DataError):
             field = exc.where.column
             raise DataError(
@@ -264,7 +271,7 @@ def _read_array(root: Path, gen: str | None, name: str, entry: Any) -> np.ndarra
     return arr
 
 
-def _bad(message: str, path: Path, field: str | None = None) -> DecodeError:
+def _bad(message: str, path: Path | str, field: str | None = None) -> DecodeError:
     return DecodeError(
         f"corrupt checkpoint: {message}",
         Where(file=str(path), column=field),
@@ -371,3 +378,115 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# ---------------------------------------------------------------------- on an object store
+def _write_store(dest: Location, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> str:
+    """:func:`write` on a store, where nothing renames: the arrays go to a new generation
+    ``g-<hex>/`` (objects no manifest names are never read), then ``manifest.json`` is written
+    whole in one PUT (the commit point), then the generation the old manifest named is deleted.
+    There are no locks on a store: of two saves at once, the manifest written last wins, whole;
+    a generation a dead save left stays until you remove it (no manifest names it)."""
+    try:
+        if (
+            dest.exists()
+            and not dest.join(MANIFEST).exists()
+            and any(not _ours(loc.name) for loc, _ in dest.children())
+        ):
+            raise ConfigError(
+                f"checkpoint path {dest.uri!r} exists and is not a checkpoint; refusing to "
+                "replace it"
+            )
+        try:
+            old = json.loads(dest.join(MANIFEST).read_bytes())
+        except (StorageError, ValueError):
+            old = None
+        gen = f"g-{uuid.uuid4().hex}"
+        entries = {}
+        for i, (name, arr) in enumerate(arrays.items()):
+            arr = np.asarray(arr)
+            if arr.dtype.hasobject:
+                raise TypeError(f"array {name!r} has object dtype; checkpoints hold no pickles")
+            buf = io.BytesIO()
+            np.save(buf, arr, allow_pickle=False)
+            data = buf.getvalue()
+            fname = f"a{i:04d}.npy"
+            dest.join(gen, fname).write_bytes(data)
+            entries[name] = {
+                "file": f"{gen}/{fname}",
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "dtype": arr.dtype.str,
+                "shape": list(arr.shape),
+                "bytes": len(data),
+            }
+        manifest = {"format": FORMAT, "generation": gen, "meta": meta, "arrays": entries}
+        dest.join(MANIFEST).write_bytes(json.dumps(manifest, indent=1, sort_keys=True).encode())
+        before = old.get("generation") if isinstance(old, dict) else None
+        if isinstance(before, str) and _GEN.fullmatch(before) and before != gen:
+            dest.join(before).delete_tree()
+    except StorageError:
+        raise
+    except OSError as e:
+        raise storage_error(e, dest) from None
+    return dest.uri
+
+
+def _read_store(root: Location) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """:func:`read` on a store: the manifest, then every array it names, checked as on disk
+    (size, SHA-256, dtype, shape) before anything is returned."""
+    mpath = root.join(MANIFEST)
+    try:
+        raw = mpath.read_bytes()
+    except StorageError as e:
+        if "not found" not in str(e):
+            raise
+        raise _bad(f"no {MANIFEST} in {root.uri!r}: not a checkpoint", mpath.uri) from None
+    try:
+        manifest = json.loads(raw)
+    except ValueError as e:
+        raise _bad(f"manifest is not valid JSON ({e})", mpath.uri) from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+        raise _bad(f"manifest format is {found!r}, expected {FORMAT!r}", mpath.uri)
+    entries, meta = manifest.get("arrays"), manifest.get("meta")
+    gen = manifest.get("generation")
+    if not isinstance(entries, dict) or not isinstance(meta, dict):
+        raise _bad("manifest lacks its 'arrays' or 'meta' section", mpath.uri)
+    if not (isinstance(gen, str) and _GEN.fullmatch(gen)):
+        raise _bad(f"manifest names generation {gen!r}, expected 'g-<32 hex digits>'", mpath.uri)
+    arrays = {}
+    for name, entry in entries.items():
+        try:
+            fname = str(entry["file"])
+            sha, size = str(entry["sha256"]), int(entry["bytes"])
+            dtype, shape = str(entry["dtype"]), tuple(int(s) for s in entry["shape"])
+        except (KeyError, TypeError, ValueError):
+            raise _bad(f"manifest entry of array {name!r} is malformed", mpath.uri) from None
+        parts = fname.split("/")
+        at = root.join(*parts)
+        if len(parts) != 2 or parts[0] != gen or not _V1_ARRAY.fullmatch(parts[1]):
+            raise _bad(f"array {name!r}: file {fname!r} is missing", at.uri)
+        try:
+            data = at.read_bytes(size)
+        except StorageError:
+            raise _bad(f"array {name!r}: file {fname!r} is missing", at.uri) from None
+        if len(data) != size:
+            raise _bad(
+                f"array {name!r}: file has {len(data)} bytes or more, the manifest says {size} "
+                "(truncated or altered)",
+                at.uri,
+            )
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise _bad(f"array {name!r}: SHA-256 differs from the manifest (file altered)", at.uri)
+        try:
+            arr = np.load(io.BytesIO(data), allow_pickle=False)
+        except (ValueError, OSError, EOFError) as e:
+            raise _bad(f"array {name!r} cannot be read: {e}", at.uri) from None
+        if arr.dtype.str != dtype or arr.shape != shape:
+            raise _bad(
+                f"array {name!r} is {arr.dtype.str}{list(arr.shape)}, the manifest says "
+                f"{dtype}{list(shape)}",
+                at.uri,
+            )
+        arrays[name] = arr
+    return meta, arrays

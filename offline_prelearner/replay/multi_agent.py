@@ -362,7 +362,7 @@ class MultiAgentEpisodeReplayBuffer:
             names.compactions = buf.storage.counters.get("compactions", 0)
         self.rng.bit_generator.state = meta["rng"]
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path) -> Path | str:
         """Writes one checkpoint directory for all modules, atomically (see :mod:`.checkpoint`)."""
         state = self.get_state()
         return checkpoint.write(path, state["meta"], state["arrays"])

@@ -417,7 +417,7 @@ class EpisodeReplayBuffer:
         if self._step_table is not None:
             self._step_table.rebuild(self.storage, self.valid_starts().slots())
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path) -> Path | str:
         """Writes a checkpoint directory atomically (see :mod:`.checkpoint`); returns its path."""
         state = self.get_state()
         return checkpoint.write(path, state["meta"], state["arrays"])

@@ -180,7 +180,7 @@ class ReplayShard:
             out["priority_updates_stale"] = sampler.updates_stale
         return out
 
-    def save(self, path: str | Path, save_id: str | None = None) -> Path:
+    def save(self, path: str | Path, save_id: str | None = None) -> Path | str:
         """Writes the buffer's checkpoint (see :mod:`offline_prelearner.replay.checkpoint`), tagged
         with shard/save id."""
         state = self.buffer.get_state()
