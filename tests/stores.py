@@ -40,6 +40,8 @@ AZURITE_KEY = (
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 )
 S3_KEY, S3_SECRET = "testkey", "testsecret"
+#: A second S3 identity that may read and list but not write (permission-denied tests).
+S3_READER_KEY, S3_READER_SECRET = "readerkey", "readersecret"
 
 
 class ServerMissing(RuntimeError):
@@ -233,6 +235,15 @@ class SeaweedS3(Server):
             "AWS_EC2_METADATA_DISABLED": "true",
         }
 
+    @property
+    def reader_env(self) -> dict[str, str]:
+        """:attr:`env` with the read-only identity's keys: a write is denied."""
+        return {
+            **self.env,
+            "AWS_ACCESS_KEY_ID": S3_READER_KEY,
+            "AWS_SECRET_ACCESS_KEY": S3_READER_SECRET,
+        }
+
     def command(self) -> list[str]:
         config = self.root / "identities.json"
         config.write_text(
@@ -243,7 +254,14 @@ class SeaweedS3(Server):
                             "name": "admin",
                             "credentials": [{"accessKey": S3_KEY, "secretKey": S3_SECRET}],
                             "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-                        }
+                        },
+                        {
+                            "name": "reader",
+                            "credentials": [
+                                {"accessKey": S3_READER_KEY, "secretKey": S3_READER_SECRET}
+                            ],
+                            "actions": ["Read", "List"],
+                        },
                     ]
                 }
             )

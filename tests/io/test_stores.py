@@ -232,6 +232,18 @@ def test_wrong_credentials(
         quick(call, "credentials|denied")
 
 
+def test_write_denied(
+    s3_store: str, s3_server: Any, monkeypatch: pytest.MonkeyPatch, quick: Any
+) -> None:
+    """An identity that may read but not write: reading works, a write fails in one line."""
+    locate(s3_store).join("x").write_bytes(b"x")
+    for name, value in s3_server.reader_env.items():
+        monkeypatch.setenv(name, value)
+    assert locate(s3_store).join("x").read_bytes() == b"x"
+    quick(lambda: locate(s3_store).join("y").write_bytes(b"y"), "denied|credentials")
+    quick(lambda: locate(s3_store).join("x").delete(), "denied|credentials")
+
+
 @pytest.mark.parametrize("kind", ["s3", "azure"])
 def test_endpoint_down(
     kind: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, quick: Any
