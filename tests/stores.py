@@ -177,6 +177,11 @@ def _http_answers(url: str) -> bool:
 def find_weed() -> str:
     """The ``weed`` binary, or :class:`ServerMissing` saying what to install."""
     env = os.environ.get("OFFLINE_PRELEARNER_WEED")
+    if env and not os.access(env, os.X_OK):
+        raise ServerMissing(
+            f"$OFFLINE_PRELEARNER_WEED is {env!r}, not an executable"
+            " (unset it to use the installed one)"
+        )
     beside = Path(sys.executable).parent / "weed"
     for candidate in (env, str(beside) if beside.exists() else None, shutil.which("weed")):
         if candidate:
@@ -190,6 +195,11 @@ def find_weed() -> str:
 def find_azurite() -> list[str]:
     """The command that starts Azurite's blob service, or :class:`ServerMissing`."""
     env = os.environ.get("OFFLINE_PRELEARNER_AZURITE")
+    if env and not os.access(env, os.X_OK):
+        raise ServerMissing(
+            f"$OFFLINE_PRELEARNER_AZURITE is {env!r}, not an executable"
+            " (unset it to use the installed one)"
+        )
     local = REPO / ".ci" / "node_modules" / ".bin" / "azurite-blob"
     found = env or (str(local) if local.exists() else None) or shutil.which("azurite-blob")
     if not found:
