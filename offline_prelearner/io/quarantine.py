@@ -47,14 +47,21 @@ def write_quarantine(
     """Writes quarantined rows, with ``_reject_reason`` and ``_reject_message``, to Parquet.
 
     ``observation_space`` (a composite one) puts each leaf column's space in its field metadata;
-    without it the leaf columns are written all the same, without spaces. Returns the path
-    written, or None when nothing was quarantined.
+    without it the leaf columns are written all the same, without spaces. ``out_dir`` may be a
+    store's prefix (``s3://bucket/prefix``). Returns the path written, or None when nothing was
+    quarantined.
     """
     table = quarantine_table(rejections, observation_space)
     if table is None:
         return None
+    from .formats.rows.writer import write_parquet
+    from .stores import is_remote, locate
+
+    name = f"quarantine-{uuid.uuid4().hex[:12]}.parquet"
+    if is_remote(out_dir):  # a store's prefix: one object, written whole
+        return write_parquet(table, locate(out_dir).join(name).uri)
     os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(os.fspath(out_dir), f"quarantine-{uuid.uuid4().hex[:12]}.parquet")
+    path = os.path.join(os.fspath(out_dir), name)
     pq.write_table(table, path)
     return path
 

@@ -389,3 +389,35 @@ def test_replay_checkpoint_on_a_store(store: str, request: pytest.FixtureRequest
     locate(uri).join(second, "a0000.npy").write_bytes(b"\x93NUMPY altered")
     with pytest.raises(DecodeError, match="'obs'"):
         checkpoint.read(uri)
+
+
+# ============================================================================ quarantine
+def test_quarantine_on_a_store(s3_store: str, tmp_path: Path) -> None:
+    """``process --on-invalid quarantine --out s3://``: the refused rows are committed with the
+    samples (named with the job's id, listed under ``quarantine``); ``inspect --quarantine-dir
+    s3://`` writes its file there."""
+    from test_job_ownership import _nan_in
+
+    data = tmp_path / "bad"
+    write_dataset(data, 3, UNIT_ROWS, edits=_nan_in(1))
+    out = f"{s3_store}/out"
+    proc = run(data, out, "--on-invalid", "quarantine")
+    assert proc.returncode == 0, proc.stderr
+    m = manifest(out)
+    (q,) = m["quarantine"]
+    assert q["name"].startswith(f"quarantine/quarantine-{m['job_id']}-") and q["rows"] >= 1
+    names = [f"samples/{f['name']}" for f in m["files"]]
+    assert listing(out) == sorted(["_manifest.json", "stats.json", q["name"], *names])
+    stats = json.loads(locate(out).join("stats.json").read_bytes())
+    assert stats["quarantine_files"] == [f"{out}/{q['name']}"]
+
+    qdir = f"{s3_store}/inspect-q"
+    ins = subprocess.run(
+        [sys.executable, "-m", "offline_prelearner", "inspect", str(data / "rows-00001.parquet"),
+         "--on-invalid", "quarantine", "--quarantine-dir", qdir],
+        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=TIMEOUT,
+    )  # fmt: skip
+    assert ins.returncode == 0, ins.stderr
+    (written,) = listing(qdir)
+    with locate(qdir).join(written).open_input_file() as fh:
+        assert pq.read_table(fh).num_rows >= 1
