@@ -54,6 +54,7 @@ __all__ = [
 
 #: Schemes served by pyarrow's own filesystems; any other ``scheme://`` goes through fsspec.
 REMOTE_SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "abfss")
+_AZURE = ("az", "abfs", "abfss")
 #: Seconds a store request may take before it counts as failed (env overrides).
 TIMEOUT_ENV = "OFFLINE_PRELEARNER_STORE_TIMEOUT"
 _URI = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
@@ -255,7 +256,7 @@ class Location:
 
     def delete(self) -> None:
         """Removes this file; a missing file is no error."""
-        if not self.local and self.info().type == pafs.FileType.NotFound:
+        if self.scheme in _AZURE and self.info().type == pafs.FileType.NotFound:
             return  # Azure retries a missing blob's deletion for seconds before saying so
         try:
             self.fs.delete_file(self.path)
