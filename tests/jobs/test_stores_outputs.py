@@ -421,3 +421,80 @@ def test_quarantine_on_a_store(s3_store: str, tmp_path: Path) -> None:
     (written,) = listing(qdir)
     with locate(qdir).join(written).open_input_file() as fh:
         assert pq.read_table(fh).num_rows >= 1
+
+
+# ============================================================================ Ray: a worker dies
+def _descendants(pid: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = Path(f"/proc/{d}/stat").read_text()
+            except OSError:
+                continue
+            kids.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(d))
+    found, todo = [], [pid]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            found.append(c)
+            todo.append(c)
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_unit_worker_killed_on_ray_then_clean_or_exit_3(s3_store: str, tmp_path: Path) -> None:
+    """SIGKILL a Ray worker while it runs a unit that uploads to S3: Ray redoes the unit (the
+    same names, the same bytes) and the output is a clean run's, or the job exits 3 with nothing
+    committed and ``--resume`` finishes it."""
+    rows = 20_000
+    data = tmp_path / "big"
+    write_dataset(data, 6, rows)
+    local = tmp_path / "local"
+    env = {"OFFLINE_PRELEARNER_UNIT_MIN_ROWS": str(rows)}
+    assert run(data, str(local), **env).returncode == 0
+    m = json.loads((local / "_manifest.json").read_text())
+    ref = _sorted(
+        pa.concat_tables(pq.read_table(local / "samples" / f["name"]) for f in m["files"])
+    )
+    ref_rows = [f["rows"] for f in m["files"]]
+
+    out = f"{s3_store}/out"
+    argv = [a if a != "local" else "ray" for a in _argv(data, out)]
+    proc = subprocess.Popen(
+        argv, cwd=REPO, env=_env(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    killed = None
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while killed is None and proc.poll() is None and time.monotonic() < deadline:
+            for pid in _descendants(proc.pid):
+                if "_run_units" in _cmdline(pid):
+                    time.sleep(0.3)  # into the unit: reading, writing, uploading
+                    os.kill(pid, signal.SIGKILL)
+                    killed = pid
+                    break
+            time.sleep(0.05)
+        _, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert killed is not None, "no unit worker seen"
+    assert "Traceback" not in err, err
+    if proc.returncode == 0:
+        assert_clean_commit(out, ref, ref_rows)
+        return
+    assert proc.returncode == 3, err
+    assert "_manifest.json" not in listing(out)
+    resumed = run(data, out, "--resume", **env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert_clean_commit(out, ref, ref_rows)
