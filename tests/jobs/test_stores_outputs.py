@@ -247,9 +247,12 @@ def test_two_jobs_into_one_prefix_commit_one_clean_run(
     assert_clean_commit(out, *local_run)
 
 
-def test_bad_stores_fail_in_one_line_before_any_unit(s3_store: str, data: Path) -> None:
+def test_bad_stores_fail_in_one_line_before_any_unit(
+    s3_store: str, s3_server: Any, data: Path
+) -> None:
     bucket = s3_store.split("/")[2]
     cases = [
+        (f"{s3_store}/out", s3_server.reader_env, "denied"),  # may read, may not write
         (s3_store.replace(f"s3://{bucket}/", "s3://no-such-bucket-r/"), {}, "no such bucket"),
         (f"{s3_store}/out", {"AWS_SECRET_ACCESS_KEY": "wrong"}, "--out"),
         (f"{s3_store}/out", {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}, "cannot be reached"),
