@@ -58,6 +58,19 @@ _STATS_FILE = "stats.json"
 _QUARANTINE = "quarantine"
 #: A file of some job's attempt: ``part-<job>-<unit>-<k>.parquet`` (or ``quarantine-...``).
 _ATTEMPT_FILE = re.compile(r"[^/]*?-(\d{8}T\d{6}-[0-9a-f]{16})(?:[-.][^/]*)?")
+#: A folder named by a job's id: the generation of a dataset whose file names are fixed
+#: (Minari's ``data/main_data.hdf5``), written as ``<job>/data/main_data.hdf5``.
+_JOB_ID = re.compile(r"\d{8}T\d{6}-[0-9a-f]{16}")
+
+
+def _attempt_of(rel: str) -> str | None:
+    """The job whose file ``rel`` (a path inside ``--out``) is, from its name or its first
+    folder; None for a file of no job (the user's, ``stats.json``, the manifest)."""
+    first, _, _ = rel.partition("/")
+    if "/" in rel and _JOB_ID.fullmatch(first):
+        return first
+    m = _ATTEMPT_FILE.fullmatch(rel.rsplit("/", 1)[-1])
+    return m.group(1) if m is not None else None
 
 
 def write_json(loc: Location, obj: Any) -> None:
@@ -209,7 +222,7 @@ class StoreStaging:
             f
             for f in self.root.walk()
             if not f.path[len(base) :].startswith(STAGING_DIR + "/")
-            and _ATTEMPT_FILE.fullmatch(f.name) is None
+            and _attempt_of(f.path[len(base) :]) is None
             and f.path[len(base) :] != _STATS_FILE
         ]
         if foreign and not self.overwrite:
@@ -410,9 +423,13 @@ class StoreStaging:
                 folder = self.root.join(manifest.get("files_dir", "samples") or "")
                 listed = {folder.join(_name(f)).path for f in manifest.get("files", [])}
                 listed |= {self.root.join(_name(f)).path for f in manifest.get(_QUARANTINE, [])}
+        base = self.root.path.rstrip("/") + "/"
         for f in files:
-            m = _ATTEMPT_FILE.fullmatch(f.name)
-            if m is not None and m.group(1) not in live and f.path not in listed:
+            rel = f.path[len(base) :]
+            if rel.startswith(STAGING_DIR + "/"):
+                continue
+            job = _attempt_of(rel)
+            if job is not None and job not in live and f.path not in listed:
                 f.delete()
 
     def discard(self) -> None:
@@ -482,7 +499,9 @@ def attempt_name(name: str, job_id: str) -> str:
 def publish(local: str, staging: StoreStaging) -> dict[str, Any]:
     """Commits a job committed in the local folder ``local`` to ``staging``'s store: each file
     its manifest lists uploaded under :func:`attempt_name` (the same bytes: the same sizes and
-    sha256), then the manifest with those names, last (:meth:`StoreStaging.commit_manifest`).
+    sha256) -- or, for a layout of fixed names in folders (Minari's), under a folder named by
+    the job, the manifest's ``files_dir`` -- then the manifest, last
+    (:meth:`StoreStaging.commit_manifest`).
     Other files of the folder (not data) are uploaded under their names first; returns the
     stats."""
     root = locate(local)
@@ -491,17 +510,20 @@ def publish(local: str, staging: StoreStaging) -> dict[str, Any]:
     job_id = manifest["job_id"]
     staging.begin(job_id)
     folder = manifest.get("files_dir") or ""
+    # Names in folders (Minari's data/main_data.hdf5) are the layout's own: the generation goes
+    # under a folder named by the job instead of into the names.
+    nested = not folder and any("/" in _name(f) for f in manifest.get("files", []))
     renamed: dict[str, list[dict[str, Any]]] = {"files": [], _QUARANTINE: []}
     done: set[str] = {MANIFEST_FILE, _STATS_FILE}
     with store_failure(staging.out):
         for key, under in (("files", folder), (_QUARANTINE, "")):
             for f in manifest.get(key) or []:
                 rel = posixpath.join(under, _name(f)) if under else _name(f)
-                name = attempt_name(_name(f), job_id)
+                keep = nested and key == "files"
+                name = _name(f) if keep else attempt_name(_name(f), job_id)
+                there = posixpath.join(job_id if keep else under, name)
                 src = root.join(*rel.split("/"))
-                dst = staging.root.join(
-                    *(posixpath.join(under, name) if under else name).split("/")
-                )
+                dst = staging.root.join(*there.strip("/").split("/"))
                 with src.open_input_stream() as fin, dst.open_output_stream() as fout:
                     while block := fin.read(1 << 22):
                         fout.write(block)
@@ -513,6 +535,8 @@ def publish(local: str, staging: StoreStaging) -> dict[str, Any]:
             if rel not in done:
                 staging.root.join(*rel.split("/")).write_bytes(f.read_bytes())
     out = {**manifest, "files": renamed["files"]}
+    if nested:
+        out["files_dir"] = job_id
     if manifest.get(_QUARANTINE) is not None:
         out[_QUARANTINE] = renamed[_QUARANTINE]
     staging.commit_manifest(out, stats)

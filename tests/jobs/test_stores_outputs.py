@@ -365,6 +365,30 @@ def test_convert_to_s3_commits_the_local_output(
     assert not list((tmp_path / "cache").rglob("*.parquet"))  # the local copy is gone
 
 
+def test_convert_to_minari_on_s3_keeps_minari_names(
+    s3_store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Minari's file names are its layout's: the generation goes under a folder named by the
+    job (the manifest's files_dir); --overwrite leaves only the new one."""
+    from offline_prelearner.jobs.convert.config import ConvertConfig
+    from offline_prelearner.jobs.convert.path import convert
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    src = REPO / "datasets" / "cartpole-v1" / "episodes"
+    out = f"{s3_store}/minari"
+    config = ConvertConfig(to="minari", env_id="CartPole-v1")
+    for overwrite in (False, True):
+        stats = convert(str(src), out, config, overwrite=overwrite)
+        m = manifest(out)
+        assert m["files_dir"] == m["job_id"]
+        assert [f["name"] for f in m["files"]] == ["data/main_data.hdf5", "data/metadata.json"]
+        assert listing(out) == sorted(
+            ["_manifest.json", "stats.json", *(f"{m['job_id']}/{f['name']}" for f in m["files"])]
+        )
+        assert stats["dataset_id"] == f"{s3_store.rsplit('/', 1)[-1]}/minari"
+    assert not [p for p in (tmp_path / "cache").rglob("*") if not p.is_dir()]
+
+
 # ============================================================================ replay checkpoints
 @pytest.mark.parametrize("store", ["s3_store", "azure_store"])
 def test_replay_checkpoint_on_a_store(store: str, request: pytest.FixtureRequest) -> None:

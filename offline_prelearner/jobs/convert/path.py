@@ -61,6 +61,7 @@ success); a failed or interrupted job leaves ``out_dir`` as it was. Output (``ou
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -236,6 +237,9 @@ def _convert_to_store(
     from ..store_commit import StoreStaging, publish
 
     staging = StoreStaging(out, {}, overwrite=overwrite)
+    if config.to == "minari" and config.dataset_id is None:  # named after --out, as on disk
+        name, parent = staging.root.name, staging.root.parent.name
+        config = replace(config, dataset_id=f"{parent}/{name}" if len(parent) >= 2 else name)
     staging.acquire()
     with store_failure(out):
         staging.check_out()
@@ -243,6 +247,8 @@ def _convert_to_store(
     stats = convert(path, twin, config, progress, overwrite=True, resume=resume)
     publish(twin, staging)
     shutil.rmtree(twin, ignore_errors=True)
+    with contextlib.suppress(OSError):  # its folder, if nothing else is in it
+        os.rmdir(os.path.dirname(twin))
     return stats
 
 
