@@ -111,22 +111,10 @@ def expand_paths(path: str | os.PathLike[str] | list[str]) -> list[str]:
     """
     if isinstance(path, list):
         return [f for p in path for f in expand_paths(p)]
-    if is_remote(path):
-        return _StoreListing().expand(os.fspath(path))
-    if os.fspath(path).lower().startswith("file://"):
-        path = locate(path).path  # file:///data/x is the local path /data/x
-    data_dir = find_data_dir(path)
-    if data_dir is not None:
-        return minari_files(data_dir)
     text = os.fspath(path)
-    p = Path(text)
-    listing = _Listing()
-    if p.is_file():
-        files = listing.named_file(str(p))
-    elif p.is_dir():
-        files = listing.folder(str(p))
-    else:
-        files = listing.matches(glob.glob(text, recursive=True))
+    if text.lower().startswith("file://"):
+        text = locate(text).path  # file:///data/x is the local path /data/x
+    files = _Listing().expand(text)
     if not files:
         raise FileNotFoundError(f"no data files at {text!r} (a file, directory or glob)")
     _check_names(files)
@@ -151,38 +139,75 @@ def _check_names(files: list[str]) -> None:
 
 class _Committed(NamedTuple):
     manifest: Manifest
-    listed: dict[tuple[str, str], ManifestFile]  # (absolute folder, name) -> its entry
+    listed: dict[tuple[str, str], ManifestFile]  # (folder's URI, name) -> its entry
+
+
+_GLOB_CHARS = ("*", "?", "[")
 
 
 class _Listing:
-    """One expansion of a path: the committed folders met (each manifest read and checked once).
+    """One expansion of a path, on the local disk or a store: the committed folders met (each
+    manifest read and checked once).
 
-    Paths keep the form they were given in (relative stays relative); they are compared as
-    (absolute folder, name), the folder made absolute once per folder (not per file: listing a
-    committed folder of 2,000 files costs about what the stat of each does).
+    Paths keep the form they were given in (relative stays relative; a store's are URIs); they
+    are compared as (the folder's :class:`~.stores.Location` URI, name), the folder located once
+    per folder (not per file: listing a committed folder of 2,000 files costs about what the stat
+    of each does). The rules are the same on every store; only walking a folder differs
+    (:meth:`_walk`): the local disk has symlinks, a store lists a prefix in one request.
     """
 
     def __init__(self) -> None:
         self._cwd = os.getcwd()
-        self._abs: dict[str, str] = {}  # folder as written -> absolute
-        self._owner: dict[str, str | None] = {}  # absolute folder -> committed folder holding it
-        self._given: dict[str, str] = {}  # absolute committed folder -> as the input names it
-        self._manifests: dict[str, _Committed] = {}  # by absolute folder
+        self._locs: dict[str, Location] = {}  # folder as written -> where it is
+        self._owner: dict[str, str | None] = {}  # folder URI -> committed folder holding it
+        self._given: dict[str, str] = {}  # committed folder URI -> as the input names it
+        self._manifests: dict[str, _Committed] = {}  # by folder URI
 
-    def _absdir(self, folder: str) -> str:
-        got = self._abs.get(folder)
+    def expand(self, text: str) -> list[str]:
+        """The data files of one path (a file, a folder, a glob or a Minari dataset)."""
+        loc = locate(text)
+        data_dir = find_data_dir(text) if loc.local else None  # a local id too
+        if data_dir is not None:
+            return minari_files(data_dir)
+        if loc.local:
+            p = Path(text)
+            kind = (
+                pafs.FileType.File
+                if p.is_file()
+                else pafs.FileType.Directory
+                if p.is_dir()
+                else pafs.FileType.NotFound
+            )
+        else:
+            kind = loc.info().type
+        if kind == pafs.FileType.File:
+            return self.named_file(text)
+        if kind == pafs.FileType.Directory:
+            data_dir = None if loc.local else find_data_dir(text)
+            return minari_files(data_dir) if data_dir is not None else self.folder(text)
+        if loc.local:
+            return self.matches([(f, _local_size(f)) for f in glob.glob(text, recursive=True)])
+        if any(c in text for c in _GLOB_CHARS):
+            return self.matches(_store_glob(loc))
+        why = loc.missing()
+        if why != "not found":
+            raise StorageError(f"{loc.uri}: {why}")
+        return []
+
+    def _loc(self, folder: str) -> Location:
+        got = self._locs.get(folder)
         if got is None:
-            got = self._abs[folder] = os.path.normpath(os.path.join(self._cwd, folder or "."))
+            got = self._locs[folder] = locate(folder or ".")
         return got
 
     def _key(self, file: str) -> tuple[str, str]:
         head, name = os.path.split(file)
-        return self._absdir(head), name
+        return self._loc(head).uri, name
 
     # ------------------------------------------------------------------ committed folders
     def _committed(self, folder: str) -> _Committed:
         """A committed folder's manifest (read once; refused if it holds samples)."""
-        key = self._absdir(folder)
+        key = self._loc(folder).uri
         got = self._manifests.get(key)
         if got is None:
             manifest = Manifest.read(folder)
@@ -198,40 +223,49 @@ class _Listing:
         return got
 
     def _all_files(self, folder: str) -> list[str]:
-        """Every file a committed folder lists, each checked (present, recorded size)."""
-        committed = self._committed(folder)
-        data_dir = find_data_dir(folder)  # a Minari dataset that a job committed: its own order
-        return minari_files(data_dir) if data_dir else committed.manifest.checked_paths()
+        """Every file a committed folder lists, each checked (present, recorded size); a
+        Minari dataset that a job committed gives its data files in its own order (on a store
+        its files lie under the job's ``files_dir``)."""
+        manifest = self._committed(folder).manifest
+        files_dir = manifest.data.get("files_dir") or ""
+        for where in dict.fromkeys((folder, _join(folder, files_dir) if files_dir else folder)):
+            data_dir = find_data_dir(where)
+            if data_dir is not None:
+                return minari_files(data_dir)
+        return manifest.checked_paths()
 
     def _owner_of(self, folder: str) -> str | None:
-        """The nearest committed folder holding ``folder`` (itself or an ancestor), written as
-        ``folder`` is (relative or absolute)."""
-        d = self._absdir(folder)
+        """The nearest committed folder holding ``folder`` (itself or an ancestor; on a store,
+        in its bucket), written as ``folder`` is (relative or absolute, or a URI)."""
+        d = self._loc(folder)
         chain = []
         owner: str | None = None
         while True:
-            if d in self._owner:
-                owner = self._owner[d]
+            if d.uri in self._owner:
+                owner = self._owner[d.uri]
                 break
-            chain.append(d)
-            if os.path.isfile(os.path.join(d, MANIFEST_FILE)) and (
-                len(chain) == 1 or self._is_job_manifest(d)
+            chain.append(d.uri)
+            if d.join(MANIFEST_FILE).is_file() and (
+                len(chain) == 1 or self._is_job_manifest(d.uri)
             ):
-                owner = d
+                owner = d.uri
                 break
-            parent = os.path.dirname(d)
-            if parent == d:
-                break
+            parent = d.parent
+            if parent.path == d.path or (not d.local and "/" not in d.path.strip("/")):
+                break  # the root, or the bucket
             d = parent
         for c in chain:
             self._owner[c] = owner
         if owner is None:
             return None
-        if owner == self._absdir(folder):
+        if owner == self._loc(folder).uri:
             return folder or "."
         given = self._given.get(owner)
         if given is None:
-            given = owner if os.path.isabs(folder) else os.path.relpath(owner, self._cwd)
+            local = not is_remote(owner)
+            given = (
+                owner if not local or os.path.isabs(folder) else os.path.relpath(owner, self._cwd)
+            )
             self._given[owner] = given
         return given
 
@@ -245,55 +279,51 @@ class _Listing:
             return False
         return True
 
+    def _listed(self, owner: str, file: str, size: int) -> bool:
+        """Whether ``owner``'s manifest lists ``file`` (then checked of its recorded size)."""
+        committed = self._committed(owner)
+        entry = committed.listed.get(self._key(file))
+        if entry is None:
+            return False
+        committed.manifest.check_size(entry, size)
+        return True
+
     # ------------------------------------------------------------------ the three kinds of path
     def named_file(self, file: str) -> list[str]:
         """A file named as the path: itself, unless a manifest says otherwise."""
-        folder = os.path.dirname(file)
-        if os.path.basename(file) == MANIFEST_FILE:
+        folder, name = os.path.split(file)
+        if name == MANIFEST_FILE:
             return self._all_files(folder or ".")
         owner = self._owner_of(folder)
         if owner is None:
             return [file]
-        committed = self._committed(owner)
-        entry = committed.listed.get(self._key(file))
-        if entry is None:
+        size = os.stat(file).st_size if not is_remote(file) else locate(file).size()
+        if not self._listed(owner, file, size):
             raise DataError(
                 f"not a data file of the committed folder {owner!r}: its {MANIFEST_FILE} does "
                 "not list it (give the folder to read its data files)",
                 Where(file=file),
                 reason="not_listed",
             )
-        committed.manifest.check_size(entry, os.stat(file).st_size)
         return [file]
 
-    def matches(self, found: list[str]) -> list[str]:
-        """A glob's matches: data files (a manifest's files for a matched manifest); matches
-        inside a committed folder only where its manifest lists them."""
+    def matches(self, found: list[tuple[str, int | None]]) -> list[str]:
+        """A glob's matches, each with its size (None: not a file): data files (a manifest's
+        files for a matched manifest); matches inside a committed folder only where its
+        manifest lists them."""
         out: set[str] = set()
-        for f in found:
+        for f, size in found:
+            if size is None:
+                continue  # not a file
             head, name = os.path.split(f)
-            try:
-                st = os.lstat(f)
-                if stat.S_ISLNK(st.st_mode):
-                    st = os.stat(f)
-            except FileNotFoundError:
-                if _is_data_file_name(name):
-                    _dangling(f)
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                continue
             if name == MANIFEST_FILE:
                 out.update(self._all_files(head or "."))
                 continue
             if not _is_data_file_name(name):
                 continue
             owner = self._owner_of(head)
-            if owner is not None:
-                committed = self._committed(owner)
-                entry = committed.listed.get(self._key(f))
-                if entry is None:
-                    continue  # not data: its committed folder's manifest does not list it
-                committed.manifest.check_size(entry, st.st_size)
+            if owner is not None and not self._listed(owner, f, size):
+                continue  # not data: its committed folder's manifest does not list it
             out.add(f)
         return sorted(out)
 
@@ -302,238 +332,129 @@ class _Listing:
         owner = self._owner_of(top)
         if owner is not None:
             listed = self._all_files(owner)
-            if self._absdir(owner) == self._absdir(top):
+            if self._loc(owner).uri == self._loc(top).uri:
                 return sorted(listed)
-            under = os.path.join(self._absdir(top), "")
-            return sorted(f for f in listed if os.path.join(self._key(f)[0], "").startswith(under))
-        files: list[str] = []
-        st = os.stat(top)
-        # Each folder to read with the folders above it (by device and inode: a symlinked one
-        # counts as its target) and the last symlink on its path (what a loop is blamed on).
-        stack: list[tuple[str, dict[tuple[int, int], str], str | None]] = [
-            (top, {(st.st_dev, st.st_ino): top}, None)
-        ]
-        while stack:
-            d, above, link = stack.pop()
-            with os.scandir(d) as it:
-                entries = list(it)
-            if any(e.name == MANIFEST_FILE and e.is_file() for e in entries):
-                files.extend(self._all_files(d))
-                continue
-            for e in entries:
-                if not _is_data_file_name(e.name):
-                    continue
-                try:
-                    is_dir, is_file = e.is_dir(), e.is_file()  # follow symlinks, as pyarrow does
-                except OSError as err:
-                    if err.errno != errno.ELOOP:
-                        raise
-                    _loop(e.path, e.path)
-                if is_dir:
-                    st = e.stat()
-                    key = (st.st_dev, st.st_ino)
-                    via = e.path if e.is_symlink() else link
-                    if key in above:
-                        _loop(via or e.path, above[key])
-                    stack.append((e.path, {**above, key: e.path}, via))
-                elif is_file:
-                    files.append(e.path)
-                elif e.is_symlink():
-                    try:
-                        os.stat(e.path)
-                    except OSError as err:
-                        if err.errno == errno.ELOOP:
-                            _loop(e.path, e.path)
-                    _dangling(e.path)
+            under = _join(self._loc(top).uri, "")
+            return sorted(f for f in listed if _join(self._key(f)[0], "").startswith(under))
+        files, committed = _walk(top)
+        for c in committed:
+            files.extend(self._all_files(c))
         files.sort()
         return files
 
 
-_GLOB_CHARS = ("*", "?", "[")
-
-
-class _StoreListing:
-    """:func:`expand_paths` on an object store (``s3://``, ``gs://``, ``az://`` ...): the same
-    rules as :class:`_Listing` (committed folders through their manifests, globs, name order,
-    ``.``/``_`` names skipped), over :class:`~.stores.Location` listings. Stores have no
-    symlinks; files are given back as URIs."""
-
-    def __init__(self) -> None:
-        self._manifests: dict[str, _Committed] = {}  # by folder URI
-        self._owner: dict[str, str | None] = {}  # folder URI -> committed folder holding it
-
-    def expand(self, text: str) -> list[str]:
-        loc = locate(text)
-        kind = loc.info().type
-        if kind == pafs.FileType.File:
-            files = self._named_file(loc)
-        elif kind == pafs.FileType.Directory:
-            data_dir = _store_minari_dir(loc)
-            files = _store_minari_files(data_dir) if data_dir else self._folder(loc)
-        elif any(c in text for c in _GLOB_CHARS):
-            files = self._glob(loc)
-        else:
-            why = loc.missing()
-            if why != "not found":
-                raise StorageError(f"{loc.uri}: {why}")
-            files = []
-        if not files:
-            raise FileNotFoundError(f"no data files at {text!r} (a file, directory or glob)")
-        return files
-
-    # ------------------------------------------------------------------ committed folders
-    def _committed(self, folder: str) -> _Committed:
-        got = self._manifests.get(folder)
-        if got is None:
-            manifest = Manifest.read(folder)
-            if manifest.content == SAMPLES:
-                raise UnsupportedFormatError(
-                    f"{folder!r} holds the samples 'process' wrote (learner-ready rows with their "
-                    "n-step fields, not recorded experience), which process, inspect, convert and "
-                    "the learner stream do not read again: train on them as they are (the files "
-                    f"its {MANIFEST_FILE} lists), or give the dataset they were made from"
-                )
-            got = _Committed(manifest, {("", f.path): f for f in manifest.files})
-            self._manifests[folder] = got
-        return got
-
-    def _owner_of(self, folder: Location) -> str | None:
-        """The nearest committed folder holding ``folder`` (itself or an ancestor in its
-        bucket), as a URI."""
-        chain: list[str] = []
-        owner: str | None = None
-        d = folder
-        while True:
-            uri = d.uri.rstrip("/")
-            if uri in self._owner:
-                owner = self._owner[uri]
-                break
-            chain.append(uri)
-            if d.join(MANIFEST_FILE).is_file() and (len(chain) == 1 or self._is_job_manifest(uri)):
-                owner = uri
-                break
-            if "/" not in d.path.strip("/"):  # the bucket itself
-                break
-            d = d.parent
-        for c in chain:
-            self._owner[c] = owner
-        return owner
-
-    def _is_job_manifest(self, folder: str) -> bool:
-        try:
-            Manifest.read(folder)
-        except (DataError, OSError):
-            return False
-        return True
-
-    def _listed(self, owner: str, loc: Location, size: int) -> bool:
-        """Whether ``owner``'s manifest lists the file (checked of its recorded size)."""
-        committed = self._committed(owner)
-        entry = committed.listed.get(("", loc.uri))
-        if entry is None:
-            return False
-        committed.manifest.check_size(entry, size)
-        return True
-
-    # ------------------------------------------------------------------ the three kinds of path
-    def _named_file(self, loc: Location) -> list[str]:
-        if loc.name == MANIFEST_FILE:
-            return self._committed(loc.parent.uri).manifest.checked_paths()
-        owner = self._owner_of(loc.parent)
-        if owner is None:
-            return [loc.uri]
-        if not self._listed(owner, loc, loc.size()):
-            raise DataError(
-                f"not a data file of the committed folder {owner!r}: its {MANIFEST_FILE} does "
-                "not list it (give the folder to read its data files)",
-                Where(file=loc.uri),
-                reason="not_listed",
-            )
-        return [loc.uri]
-
-    def _folder(self, top: Location) -> list[str]:
-        owner = self._owner_of(top)
-        if owner is not None:
-            listed = self._committed(owner).manifest.checked_paths()
-            under = top.uri.rstrip("/") + "/"
-            return sorted(f for f in listed if owner == top.uri.rstrip("/") or f.startswith(under))
-        files = top.walk()
-        base = top.path.rstrip("/") + "/"
-        rel = [f.path[len(base) :] for f in files]
-        # Folders holding a manifest are read through it, whatever else lies under them.
-        committed = sorted(
-            {r[: -len(MANIFEST_FILE)] for r in rel if r.split("/")[-1] == MANIFEST_FILE
-             and all(_is_data_file_name(p) for p in r.split("/")[:-1])},
-            key=len,
-        )  # fmt: skip
-        roots: list[str] = []
-        for c in committed:
-            if not any(c.startswith(r) for r in roots):
-                roots.append(c)
-        out: list[str] = []
-        for r in roots:
-            out.extend(self._committed(top.join(r.rstrip("/")).uri).manifest.checked_paths())
-        for f, r in zip(files, rel, strict=True):
-            if any(r.startswith(root) for root in roots):
-                continue
-            if all(_is_data_file_name(p) for p in r.split("/")):
-                out.append(f.uri)
-        return sorted(out)
-
-    def _glob(self, loc: Location) -> list[str]:
-        parts = loc.path.split("/")
-        first = next(i for i, p in enumerate(parts) if any(c in p for c in _GLOB_CHARS))
-        if first == 0:
-            raise StorageError(f"{loc.uri}: a glob in the bucket name is not supported")
-        base = loc.with_path("/".join(parts[:first]))
-        pattern = "/".join(parts[first:])
-        kind = base.info().type
-        if kind == pafs.FileType.NotFound:
-            why = base.missing()
-            if why != "not found":
-                raise StorageError(f"{base.uri}: {why}")
-            return []
-        out: set[str] = set()
-        for f in base.glob(pattern):
-            if f.name == MANIFEST_FILE:
-                out.update(self._committed(f.parent.uri).manifest.checked_paths())
-                continue
-            if not _is_data_file_name(f.name):
-                continue
-            owner = self._owner_of(f.parent)
-            if owner is not None and not self._listed(owner, f, f.size()):
-                continue
-            out.add(f.uri)
-        return sorted(out)
-
-
-def _store_minari_dir(loc: Location) -> Location | None:
-    """A Minari dataset's ``data`` folder on a store (the dataset's folder or its ``data``)."""
-    for cand in (loc, loc.join("data")):
-        if cand.join("metadata.json").is_file():
-            return cand
-    return None
-
-
-def _store_minari_files(data_dir: Location) -> list[str]:
-    """A store's Minari dataset's data files (as :func:`minari_files`): ``main_data.hdf5``, or
-    the episode files in episode order."""
-    main = data_dir.join("main_data.hdf5")
-    if main.is_file():
-        return [main.uri]
-    eps = sorted(
-        (c for c, is_dir in data_dir.children() if is_dir and c.name.isdigit()),
-        key=lambda c: int(c.name),
+def _join(folder: str, *names: str) -> str:
+    """``os.path.join`` for local folders, ``/`` for a store's URI."""
+    return (
+        "/".join((folder.rstrip("/"), *names))
+        if is_remote(folder)
+        else os.path.join(folder, *names)
     )
-    files = [
+
+
+def _local_size(f: str) -> int | None:
+    """A glob's local match's size (through a symlink), None for a folder or the like."""
+    try:
+        st = os.lstat(f)
+        if stat.S_ISLNK(st.st_mode):
+            st = os.stat(f)
+    except FileNotFoundError:
+        if _is_data_file_name(os.path.basename(f)):
+            _dangling(f)
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+def _store_glob(loc: Location) -> list[tuple[str, int | None]]:
+    """A store's glob's matching files (URIs) with their sizes, as :func:`glob.glob` matches."""
+    parts = loc.path.split("/")
+    first = next(i for i, p in enumerate(parts) if any(c in p for c in _GLOB_CHARS))
+    if first == 0:
+        raise StorageError(f"{loc.uri}: a glob in the bucket name is not supported")
+    base = loc.with_path("/".join(parts[:first]))
+    if base.info().type == pafs.FileType.NotFound:
+        why = base.missing()
+        if why != "not found":
+            raise StorageError(f"{base.uri}: {why}")
+        return []
+    return [(f.uri, f.size()) for f in base.glob("/".join(parts[first:]))]
+
+
+def _walk(top: str) -> tuple[list[str], list[str]]:
+    """A folder's data files (``.``/``_`` names skipped, files and folders) and the committed
+    folders under it (read through their manifests, whatever else lies under them)."""
+    if is_remote(top):
+        return _walk_store(locate(top))
+    return _walk_local(top)
+
+
+def _walk_store(top: Location) -> tuple[list[str], list[str]]:
+    """:func:`_walk` on a store: one listing of the prefix (a store has no symlinks)."""
+    files = top.walk()
+    base = top.path.rstrip("/") + "/"
+    rel = [f.path[len(base) :] for f in files]
+    committed = sorted(
+        {r[: -len(MANIFEST_FILE)] for r in rel if r.split("/")[-1] == MANIFEST_FILE
+         and all(_is_data_file_name(p) for p in r.split("/")[:-1])},
+        key=len,
+    )  # fmt: skip
+    roots: list[str] = []
+    for c in committed:
+        if not any(c.startswith(r) for r in roots):
+            roots.append(c)
+    data = [
         f.uri
-        for ep in eps
-        for f in ep.walk()
-        if f.name.startswith("part-") and f.name.endswith((".arrow", ".parquet"))
+        for f, r in zip(files, rel, strict=True)
+        if not any(r.startswith(root) for root in roots)
+        and all(_is_data_file_name(p) for p in r.split("/"))
     ]
-    if not files:
-        raise FileNotFoundError(f"Minari dataset {data_dir.uri!r} holds no episode files")
-    return files
+    return data, [top.join(r.rstrip("/")).uri for r in roots]
+
+
+def _walk_local(top: str) -> tuple[list[str], list[str]]:
+    """:func:`_walk` on the local disk, as pyarrow and Ray Data walk it: symlinked folders are
+    followed (a link leading back into a folder holding it is refused, naming the link)."""
+    files: list[str] = []
+    committed: list[str] = []
+    st = os.stat(top)
+    # Each folder to read with the folders above it (by device and inode: a symlinked one
+    # counts as its target) and the last symlink on its path (what a loop is blamed on).
+    stack: list[tuple[str, dict[tuple[int, int], str], str | None]] = [
+        (top, {(st.st_dev, st.st_ino): top}, None)
+    ]
+    while stack:
+        d, above, link = stack.pop()
+        with os.scandir(d) as it:
+            entries = list(it)
+        if any(e.name == MANIFEST_FILE and e.is_file() for e in entries):
+            committed.append(d)
+            continue
+        for e in entries:
+            if not _is_data_file_name(e.name):
+                continue
+            try:
+                is_dir, is_file = e.is_dir(), e.is_file()  # follow symlinks, as pyarrow does
+            except OSError as err:
+                if err.errno != errno.ELOOP:
+                    raise
+                _loop(e.path, e.path)
+            if is_dir:
+                st = e.stat()
+                key = (st.st_dev, st.st_ino)
+                via = e.path if e.is_symlink() else link
+                if key in above:
+                    _loop(via or e.path, above[key])
+                stack.append((e.path, {**above, key: e.path}, via))
+            elif is_file:
+                files.append(e.path)
+            elif e.is_symlink():
+                try:
+                    os.stat(e.path)
+                except OSError as err:
+                    if err.errno == errno.ELOOP:
+                        _loop(e.path, e.path)
+                _dangling(e.path)
+    return files, committed
 
 
 def _dangling(link: str) -> NoReturn:

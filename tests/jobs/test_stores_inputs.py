@@ -168,6 +168,27 @@ def test_minari_and_d4rl_from_a_store(s3_store: Any, tmp_path_factory: Any) -> N
         same_numbers(a, b)
 
 
+def test_minari_output_committed_to_s3_inspects_as_on_disk(
+    s3_store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Minari output committed to a store lists its data files through its manifest (under
+    the job's files_dir), not data/metadata.json: inspect reads the numbers the same output on
+    disk gives."""
+    from offline_prelearner.jobs.convert.config import ConvertConfig
+    from offline_prelearner.jobs.convert.path import convert
+    from offline_prelearner.jobs.inspection import inspect_path
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    config = ConvertConfig(to="minari", env_id="CartPole-v1")
+    local, remote = str(tmp_path / "minari"), f"{s3_store}/minari"
+    for out in (local, remote):
+        convert(str(DATA / "episodes"), out, config)
+    files = expand_paths(remote)
+    assert [f.rsplit("/", 1)[-1] for f in files] == ["main_data.hdf5"]
+    a, b = (inspect_path(p).to_dict() for p in (local, remote))
+    same_numbers(a, b)
+
+
 # ------------------------------------------------------------------ bad stores
 @pytest.mark.parametrize(
     ("where", "env", "said"),

@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 from ....episodes.observations import nest
 from ....errors import DataError, SchemaError, UnsupportedFormatError, Where
 from ...optional import import_h5py
-from ...stores import file_stat, input_file, is_remote, locate
+from ...stores import Location, file_stat, input_file, is_remote, locate
 
 __all__ = [
     "EXTRAS_KEY",
@@ -89,14 +89,22 @@ def datasets_root() -> Path:
     return Path(env) if env else Path(os.path.expanduser("~/.minari/datasets"))
 
 
-def _is_data_dir(p: Path) -> bool:
+def _is_data_dir(p: Path | Location) -> bool:
+    if isinstance(p, Location):  # a store: a prefix is a folder only where something lies under it
+        return p.join("metadata.json").is_file() and (
+            p.join(_HDF5).is_file() or any(d and c.name.isdigit() for c, d in p.children())
+        )
     return (p / "metadata.json").is_file() and (
         (p / _HDF5).is_file() or any(c.is_dir() and c.name.isdigit() for c in p.iterdir())
     )
 
 
-def find_data_dir(path_or_id: str | os.PathLike[str]) -> Path | None:
-    """The ``data`` folder of a Minari dataset given by folder or id; None if it is not one."""
+def find_data_dir(path_or_id: str | os.PathLike[str]) -> Path | Location | None:
+    """The ``data`` folder of a Minari dataset given by folder (on the local disk or a store: a
+    :class:`~...stores.Location` there) or id; None if it is not one."""
+    if is_remote(path_or_id):
+        loc = locate(path_or_id)
+        return next((c for c in (loc, loc.join("data")) if _is_data_dir(c)), None)
     p = Path(path_or_id)
     if p.is_dir():
         for cand in (p, p / "data"):
@@ -145,18 +153,31 @@ def is_minari_file(path: str) -> bool:
     return _data_dir_of(path) is not None
 
 
-def minari_files(data_dir: Path) -> list[str]:
-    """The data files of a dataset: ``main_data.hdf5``, or the episode files in id order."""
-    if (data_dir / _HDF5).is_file():
+def minari_files(data_dir: Path | Location) -> list[str]:
+    """The data files of a dataset: ``main_data.hdf5``, or the episode files in id order (a
+    store's as URIs)."""
+    if isinstance(data_dir, Location):
+        if data_dir.join(_HDF5).is_file():
+            return [data_dir.join(_HDF5).uri]
+        eps = sorted((c for c, d in data_dir.children() if d and c.name.isdigit()),
+                     key=lambda c: int(c.name))  # fmt: skip
+        files = [
+            f.uri
+            for ep in eps
+            for f in ep.walk()
+            if f.name.startswith("part-") and f.name.endswith((".arrow", ".parquet"))
+        ]
+    elif (data_dir / _HDF5).is_file():
         return [str(data_dir / _HDF5)]
-    eps = sorted((c for c in data_dir.iterdir() if c.is_dir() and c.name.isdigit()),
-                 key=lambda c: int(c.name))  # fmt: skip
-    files = [
-        str(f)
-        for ep in eps
-        for f in sorted(ep.glob("part-*"))
-        if f.suffix in (".arrow", ".parquet")
-    ]
+    else:
+        local = sorted((c for c in data_dir.iterdir() if c.is_dir() and c.name.isdigit()),
+                       key=lambda c: int(c.name))  # fmt: skip
+        files = [
+            str(f)
+            for ep in local
+            for f in sorted(ep.glob("part-*"))
+            if f.suffix in (".arrow", ".parquet")
+        ]
     if not files:
         raise FileNotFoundError(f"Minari dataset {str(data_dir)!r} holds no episode files")
     return files
