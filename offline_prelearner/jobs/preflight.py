@@ -1,5 +1,9 @@
-"""What both jobs do before any work starts: the files, the format, the spaces, the class.
+"""What both jobs do before any work starts: the config, the files, the format, the spaces, the
+class.
 
+:func:`job_config` makes the config an entry point was given (a config, a dict, or a file's path
+on the local disk or a store: the config is the leaf and opens no store, so the file is read
+here).
 :func:`prepare` lists the input files, fills in what depends on them (:func:`resolve_config`:
 the detected format, the spaces a ``convert`` declared) and builds the prelearner once, dry
 (:func:`prelearner_class`), so that a bad config fails here in one line, not in a Ray worker.
@@ -8,16 +12,52 @@ the detected format, the spaces a ``convert`` declared) and builds the prelearne
 from __future__ import annotations
 
 import os
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import fields, replace
 from typing import Any
 
 from ..config import PreLearnerConfig
 from ..errors import ConfigError
 from ..io.sources import check_one_format, detect_format, expand_paths
+from ..io.stores import is_remote, locate
 from ..plugins import import_object
 from ..prelearner import OfflinePreLearner
 
-__all__ = ["prelearner_class", "prepare", "resolve_config"]
+__all__ = ["ConfigLike", "job_config", "prelearner_class", "prepare", "resolve_config"]
+
+#: What the library's entry points take as ``config``.
+ConfigLike = PreLearnerConfig | Mapping[str, Any] | str | os.PathLike[str] | None
+
+
+def job_config(config: ConfigLike) -> PreLearnerConfig:
+    """The config an entry point (``run_pipeline``, ``iter_learner_batches``,
+    ``split_learner_batches``) was given, as a :class:`PreLearnerConfig`.
+
+    Args:
+        config: A config; None (the defaults); a dict, of sections (as
+            :meth:`~PreLearnerConfig.to_dict` writes) and/or fields by flat name or
+            ``section.field`` (``{"n_step": 3}``, as ``--set`` takes them); or the path of a JSON
+            or YAML file: local, ``file://`` or on a store (``s3://bucket/c.yaml``), read through
+            :mod:`~offline_prelearner.io.stores` (as the CLI's ``--config``).
+
+    Raises:
+        ConfigError: The config, the dict or the file is invalid (naming the file).
+        StorageError: The store refused or could not answer.
+    """
+    if isinstance(config, str | os.PathLike):
+        text = os.fspath(config)
+        if not is_remote(text):
+            return PreLearnerConfig.load(locate(text).path if "://" in text else text)
+        from ..config.files import MAX_CONFIG_BYTES
+
+        return PreLearnerConfig.loads(locate(text).read_bytes(MAX_CONFIG_BYTES), text)
+    if isinstance(config, Mapping):
+        sections = {f.name for f in fields(PreLearnerConfig)}
+        whole = {k: v for k, v in config.items() if k in sections}
+        updates = {k: v for k, v in config.items() if k not in sections}
+        base = PreLearnerConfig.from_dict(whole)
+        return base.with_updates(updates) if updates else base
+    return PreLearnerConfig.coerce(config)
 
 
 def resolve_config(config: PreLearnerConfig, files: list[str]) -> PreLearnerConfig:
@@ -63,13 +103,13 @@ def prelearner_class(config: PreLearnerConfig, cls: Any = None) -> type[OfflineP
 
 
 def prepare(
-    path: str | os.PathLike[str] | list[str], config: PreLearnerConfig, prelearner: Any = None
+    path: str | os.PathLike[str] | list[str], config: ConfigLike, prelearner: Any = None
 ) -> tuple[list[str], PreLearnerConfig, type[OfflinePreLearner]]:
-    """Everything that can fail before Ray starts: files, format, the class, and one dry
-    construction of the prelearner (connectors, buffers, reader), so a bad config is an error
-    here and not a stack trace from inside an actor."""
+    """Everything that can fail before Ray starts: the config (:func:`job_config`), files,
+    format, the class, and one dry construction of the prelearner (connectors, buffers, reader),
+    so a bad config is an error here and not a stack trace from inside an actor."""
     files = expand_paths(path if isinstance(path, list) else os.fspath(path))
-    config = resolve_config(config, files)
+    config = resolve_config(job_config(config), files)
     cls = prelearner_class(config, prelearner)
     cls(config)
     return files, config, cls

@@ -40,7 +40,7 @@ from ...io.stores import is_remote, locate
 from ...replay.storage.memory import for_worker_process
 from ..commit import QUARANTINE, Staging, file_sha256, input_fingerprint
 from ..ownership import CommitError, check_out_apart, output_storage, staging_path
-from ..preflight import prepare
+from ..preflight import ConfigLike, job_config, prepare
 from ..session.ray_session import data_context, import_ray, init_ray, worker_env
 from ..store_commit import StoreStaging, store_failure
 from .file_tally import per_file
@@ -234,7 +234,7 @@ def _store_out_apart(out: str, inputs: str | os.PathLike[str] | list[Any]) -> No
 
 def run_pipeline(
     path: str | os.PathLike[str] | list[str],
-    config: PreLearnerConfig | None = None,
+    config: ConfigLike = None,
     *,
     out_dir: str | os.PathLike[str] | None = None,
     prelearner: Any = None,
@@ -255,7 +255,9 @@ def run_pipeline(
         path: A data file, a folder of them (recursive, name order), a glob, or a list of
             these; the format is ``config.read.format`` (``"auto"``: detected from the files).
         config: The prelearner config (default ``PreLearnerConfig()``): reading, validation,
-            connectors, the buffer and the batch size.
+            connectors, the buffer and the batch size; or a dict of its sections or fields, or
+            a JSON/YAML file's path, local or on a store
+            (:func:`~offline_prelearner.jobs.preflight.job_config`).
         out_dir: Where the job commits its output; absent or empty unless ``overwrite``.
             ``None`` runs the job and keeps nothing.
         prelearner: The prelearner each unit runs: a subclass of
@@ -289,7 +291,7 @@ def run_pipeline(
         OSError: A write failed for want of room (ENOSPC, EDQUOT, EFBIG), naming ``out_dir``.
     """
     layout = check_layout(layout)
-    config = config or PreLearnerConfig()
+    config = job_config(config)
     staging: Staging | StoreStaging
     if out_dir is not None and is_remote(out_dir):
         # An object store: no rename, no lock; the manifest is the commit (store_commit.py).

@@ -32,7 +32,7 @@ from ...prelearner import OfflinePreLearner
 from ...replay.batch import MultiAgentBatch
 from ...replay.storage.memory import for_worker_process
 from ..file_batches import ReadAhead, read_groups
-from ..preflight import prepare
+from ..preflight import ConfigLike, job_config, prepare
 from ..session.ray_session import data_context, import_ray, init_ray, worker_env
 
 __all__ = [
@@ -271,7 +271,7 @@ def ray_read_args(files: list[str]) -> tuple[list[str], dict[str, Any]]:
 
 def iter_learner_batches(
     path: str | os.PathLike[str] | list[str],
-    config: PreLearnerConfig | None = None,
+    config: ConfigLike = None,
     *,
     prelearner: Any = None,
 ) -> Iterator[MultiAgentBatch]:
@@ -284,7 +284,9 @@ def iter_learner_batches(
         path: A data file, a folder of them (recursive, name order), a glob, or a list of
             these; the format is ``config.read.format`` (``"auto"``: detected from the files).
         config: The job's config (default ``PreLearnerConfig()``): reading, validation,
-            connectors, the buffer, sampling and ``ray.*``.
+            connectors, the buffer, sampling and ``ray.*``; or a dict of its sections or
+            fields (``{"n_step": 3}``), or a JSON/YAML file's path, local or on a store
+            (:func:`~offline_prelearner.jobs.preflight.job_config`).
         prelearner: The prelearner each task runs: a subclass of
             :class:`~offline_prelearner.OfflinePreLearner` or ``"package.module:Class"``;
             default ``config.prelearner``, else the base class.
@@ -295,7 +297,7 @@ def iter_learner_batches(
     Raises:
         ConfigError: The config, the files or the prelearner are refused before Ray runs.
     """
-    config = config or PreLearnerConfig()
+    config = job_config(config)
     ds = build_dataset(path, config, prelearner=prelearner)
     blocks = ds.iter_batches(batch_format="numpy", batch_size=None)
     for rows in train_batches(blocks, config.sample.train_batch_size):
@@ -358,7 +360,7 @@ class LearnerStream:
 
 def split_learner_batches(
     path: str | os.PathLike[str] | list[str],
-    config: PreLearnerConfig | None = None,
+    config: ConfigLike = None,
     num_learners: int = 2,
     *,
     equal: bool = False,
@@ -386,7 +388,9 @@ def split_learner_batches(
         path: A data file, a folder of them (recursive, name order), a glob, or a list of
             these; the format is ``config.read.format`` (``"auto"``: detected from the files).
         config: The job's config (default ``PreLearnerConfig()``): reading, validation,
-            connectors, the buffer, sampling and ``ray.*``.
+            connectors, the buffer, sampling and ``ray.*``; or a dict of its sections or
+            fields (``{"n_step": 3}``), or a JSON/YAML file's path, local or on a store
+            (:func:`~offline_prelearner.jobs.preflight.job_config`).
         num_learners: How many shares (one per learner), at least 1.
         equal: Give every share the same number of rows, dropping up to ``num_learners - 1``.
         batch_rows: Re-cut the output into blocks of this many rows before the split; None
@@ -404,7 +408,7 @@ def split_learner_batches(
     """
     check_int("num_learners", num_learners, 1, 2**20)
     check_int("batch_rows", batch_rows, 1, 2**40, none_ok=True)
-    config = config or PreLearnerConfig()
+    config = job_config(config)
     ds = build_dataset(path, config, prelearner=prelearner)
     if batch_rows is not None:
         ds = ds.repartition(target_num_rows_per_block=batch_rows)
