@@ -7,7 +7,10 @@ from one file to the next.
 
 Every command and library entry point lists its input through :func:`expand_paths`, the one
 listing: a folder that holds ``_manifest.json`` (what a job commits, :mod:`.manifest`) gives the
-files its manifest lists and nothing else, so each command reads the folder another wrote.
+files its manifest lists and nothing else, so each command reads the folder another wrote. The
+listing is one on every store (the local disk, ``s3://``, ``gs://``, ``az://``...: paths are
+:class:`~.stores.Location` objects): the same rules, globs and name order; a store's files are
+given as URIs, and only walking a folder differs (a store has no symlinks).
 
 Minari datasets (a dataset folder, its ``data`` folder, or a dataset id resolved as Minari does)
 expand to their data files in episode order, are detected as ``minari`` and read as step tables
