@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..errors import DataError, Where
-from .stores import is_remote, locate
+from .stores import is_remote, join_path, locate
 
 __all__ = [
     "MANIFEST_FILE",
@@ -73,7 +73,7 @@ class Manifest:
     @property
     def path(self) -> str:
         """Path of the manifest file in ``folder``."""
-        return _join(self.folder, MANIFEST_FILE)
+        return join_path(self.folder, MANIFEST_FILE)
 
     @classmethod
     def read(cls, folder: str | os.PathLike[str]) -> Manifest:
@@ -87,7 +87,7 @@ class Manifest:
         remote = is_remote(folder)
         if remote:
             folder = folder.rstrip("/")
-        path = _join(folder, MANIFEST_FILE)
+        path = join_path(folder, MANIFEST_FILE)
         try:
             if remote:
                 data = json.loads(locate(path).read_bytes())
@@ -104,7 +104,7 @@ class Manifest:
         content = data.get("content")
         if content not in (SAMPLES, DATASET):
             content = SAMPLES if files_dir == SAMPLES else DATASET  # manifests before "content"
-        base = _join(folder, files_dir, "") if files_dir else _join(folder, "")
+        base = join_path(folder, files_dir, "") if files_dir else join_path(folder, "")
         sep = "/" if remote else os.sep
         files = []
         for entry in data["files"]:
@@ -180,13 +180,6 @@ def verify_checksums(folder: str | os.PathLike[str]) -> list[str]:
                 reason="manifest_mismatch",
             )
     return paths
-
-
-def _join(folder: str, *names: str) -> str:
-    """``os.path.join`` for local folders, ``/`` for a store's URI."""
-    if is_remote(folder):
-        return "/".join((folder.rstrip("/"), *names))
-    return os.path.join(folder, *names)
 
 
 def _store_sizes(folder: str) -> dict[str, int]:

@@ -46,7 +46,7 @@ from .formats.minari.dataset import (
 )
 from .manifest import MANIFEST_FILE, SAMPLES, Manifest, ManifestFile
 from .parquet_guard import open_parquet
-from .stores import Location, StorageError, input_file, is_remote, locate
+from .stores import Location, StorageError, input_file, is_remote, join_path, locate
 
 __all__ = [
     "LISTING_REASONS",
@@ -231,7 +231,7 @@ class _Listing:
         its files lie under the job's ``files_dir``)."""
         manifest = self._committed(folder).manifest
         files_dir = manifest.data.get("files_dir") or ""
-        for where in dict.fromkeys((folder, _join(folder, files_dir) if files_dir else folder)):
+        for where in dict.fromkeys((folder, join_path(folder, files_dir) if files_dir else folder)):
             data_dir = find_data_dir(where)
             if data_dir is not None:
                 return minari_files(data_dir)
@@ -337,22 +337,13 @@ class _Listing:
             listed = self._all_files(owner)
             if self._loc(owner).uri == self._loc(top).uri:
                 return sorted(listed)
-            under = _join(self._loc(top).uri, "")
-            return sorted(f for f in listed if _join(self._key(f)[0], "").startswith(under))
+            under = join_path(self._loc(top).uri, "")
+            return sorted(f for f in listed if join_path(self._key(f)[0], "").startswith(under))
         files, committed = _walk(top)
         for c in committed:
             files.extend(self._all_files(c))
         files.sort()
         return files
-
-
-def _join(folder: str, *names: str) -> str:
-    """``os.path.join`` for local folders, ``/`` for a store's URI."""
-    return (
-        "/".join((folder.rstrip("/"), *names))
-        if is_remote(folder)
-        else os.path.join(folder, *names)
-    )
 
 
 def _local_size(f: str) -> int | None:

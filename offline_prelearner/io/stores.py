@@ -48,6 +48,7 @@ __all__ = [
     "file_stat",
     "input_file",
     "is_remote",
+    "join_path",
     "locate",
     "storage_error",
 ]
@@ -278,6 +279,14 @@ class Location:
         """Creates the folder (a no-op on object stores, where prefixes need no creation)."""
         if self.local:
             os.makedirs(self.path, exist_ok=True)
+
+
+def join_path(folder: str, *names: str) -> str:
+    """``os.path.join`` for a local folder, ``/`` for a store's URI: the path string of a file in
+    ``folder``, in the form the folder was given in (a local path stays relative)."""
+    if is_remote(folder):
+        return "/".join((folder.rstrip("/"), *names))
+    return os.path.join(folder, *names)
 
 
 def locate(path: str | os.PathLike[str] | Location) -> Location:

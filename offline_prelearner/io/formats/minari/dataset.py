@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 from ....episodes.observations import nest
 from ....errors import DataError, SchemaError, UnsupportedFormatError, Where
 from ...optional import import_h5py
-from ...stores import Location, file_stat, input_file, is_remote, locate
+from ...stores import Location, file_stat, input_file, is_remote, join_path, locate
 
 __all__ = [
     "EXTRAS_KEY",
@@ -142,10 +142,6 @@ def _has_metadata(data_dir: str) -> bool:
     if is_remote(data_dir):
         return locate(data_dir).join("metadata.json").is_file()
     return os.path.isfile(os.path.join(data_dir, "metadata.json"))
-
-
-def _join(folder: str, name: str) -> str:
-    return f"{folder.rstrip('/')}/{name}" if is_remote(folder) else os.path.join(folder, name)
 
 
 def is_minari_file(path: str) -> bool:
@@ -251,7 +247,7 @@ def _metadata_and_json(data_dir: str) -> tuple[MinariMetadata, bytes]:
     hit = _checked.get(data_dir)
     if hit is not None and now - hit[0] < _RECHECK_S:
         return hit[1]
-    path = _join(data_dir, "metadata.json")
+    path = join_path(data_dir, "metadata.json")
     got = _read_metadata(path, file_stat(path).st_mtime_ns)
     if len(_checked) > 256:
         _checked.clear()
