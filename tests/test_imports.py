@@ -11,7 +11,8 @@ Layers, from the bottom: ``episodes/`` -> ``io/`` -> ``replay/`` -> ``connectors
 ``spaces``, ``config`` and ``plugins`` are shared leaves every layer may import, and the leaves
 import nothing above them: ``errors`` nothing of the package, ``spaces`` only ``errors``,
 ``config`` (module or package) only ``errors`` and ``spaces`` -- wherever the import stands,
-inside a function too. Ray is imported only in ``jobs/`` and ``replay/shards/``.
+inside a function too. Ray is imported only in ``jobs/``, ``replay/shards/`` and ``rllib``;
+RLlib (``ray.rllib``) only in ``rllib``, which no module of the package imports.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ LEAVES = {
     "config": ("errors", "spaces"),
 }
 #: Where ``ray`` may be imported.
-RAY_ALLOWED = ("jobs", "replay.shards")
+RAY_ALLOWED = ("jobs", "replay.shards", "rllib")
+#: The one module that imports RLlib (the ``rllib`` extra); nothing in the package imports it.
+RLLIB_MODULE = "rllib"
 
 
 def _modules() -> dict[str, tuple[Path, bool]]:
@@ -241,7 +244,22 @@ def test_ray_is_imported_only_by_the_jobs_and_the_shards() -> None:
         for target, line in _imports(name):
             if target.split(".")[0] == "ray":
                 bad.append(f"{short}:{line} imports {target}")
-    assert not bad, "Ray imported outside jobs/ and replay/shards/:\n" + "\n".join(bad)
+    assert not bad, "Ray imported outside jobs/, replay/shards/ and rllib:\n" + "\n".join(bad)
+
+
+def test_rllib_is_imported_only_at_the_edge() -> None:
+    # RLlib only in offline_prelearner.rllib, and that module only on the user's request.
+    graph = import_graph()
+    assert f"{PKG}.{RLLIB_MODULE}" in MODULES
+    bad = []
+    for name in MODULES:
+        short = _short(name)
+        for target, line in _imports(name):
+            if (target == "ray.rllib" or target.startswith("ray.rllib.")) and short != RLLIB_MODULE:
+                bad.append(f"{short}:{line} imports {target}")
+        if f"{PKG}.{RLLIB_MODULE}" in graph[name]:
+            bad.append(f"{short}:{graph[name][f'{PKG}.{RLLIB_MODULE}']} imports {RLLIB_MODULE}")
+    assert not bad, "RLlib reached outside offline_prelearner.rllib:\n" + "\n".join(bad)
 
 
 @pytest.mark.parametrize("leaf", sorted(LEAVES))

@@ -1,0 +1,307 @@
+"""This project's prelearner inside RLlib's own training loop (the ``rllib`` extra).
+
+RLlib 2.60's offline algorithms (BC, MARWIL, CQL, ...) run a prelearner class in
+``Dataset.map_batches``: it turns each raw batch into episodes, runs the algorithm's learner
+connector pipeline on them (GAE for MARWIL, next observations for CQL, ...) and hands the
+flattened batch on to ``Learner.update``. :class:`RLlibPreLearner` is such a class, a subclass of
+RLlib's ``OfflinePreLearner`` (BC, MARWIL and CQL refuse any other), whose episodes come from this
+project's reader, validation, replay buffer and sample unit instead of RLlib's one-step episodes::
+
+    from offline_prelearner.rllib import RLlibPreLearner
+
+    config = (
+        BCConfig()
+        .environment("CartPole-v1")
+        .offline_data(
+            input_="datasets/cartpole-v1-heuristic/rows",
+            prelearner_class=RLlibPreLearner.configure({"validate": {"on_invalid": "skip"}}),
+        )
+    )
+
+What it reads from RLlib's config: ``input_read_episodes`` / ``input_read_sample_batches`` (the
+input format; rows otherwise), ``input_read_schema`` (column names, RLlib's keys),
+``train_batch_size_per_learner`` (samples per call), the algorithm's ``n_step`` and ``gamma``
+where it has them, ``prelearner_buffer_kwargs["capacity"]`` and RLlib's prioritized buffer class
+(with its ``alpha``/``beta``). ``input_compress_columns`` is not needed: packed cells are detected
+from the data, and RLlib's ``base64(lz4(pickle))`` cells are decoded only with
+``read.legacy_pickle=True`` in this project's config (RLlib names ``obs`` and ``new_obs`` there
+by default, so that setting cannot stand for the user's consent). This project's own config
+(:class:`~offline_prelearner.config.PreLearnerConfig` fields, flat, ``section.field`` or nested
+sections) comes from :meth:`RLlibPreLearner.configure` or from RLlib's free
+``learner_config_dict["offline_prelearner"]``, and wins over what RLlib's settings imply.
+(RLlib 2.60 has no ``prelearner_kwargs``: OfflineData builds the class with ``config``,
+``spaces``, ``module_spec`` and ``module_state`` only.)
+
+What it hands the learner connector, ``to_learner``:
+
+* ``"samples"`` (default): ``train_batch_size_per_learner`` transitions drawn from the buffer per
+  call, each as the one-step episode RLlib's own ``EpisodeReplayBuffer`` samples
+  (``observations=[o_t, o_t+n]``, the discounted n-step reward, ``n_step`` and ``weights`` in the
+  extra model outputs). With ``sample.sample_all`` every transition of the complete episodes once.
+* ``"episodes"``: the complete episodes of the batch, fragments of one episode that arrived in
+  earlier batches (or files) joined, each once: GAE (MARWIL) then runs over the real episode.
+
+This is the only module of the package that imports RLlib; ``import offline_prelearner`` does not
+import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from ray.rllib.offline.offline_prelearner import OfflinePreLearner as _RLlibOfflinePreLearner
+from ray.rllib.utils import flatten_dict
+
+from .config import PreLearnerConfig
+from .config.prelearner_config import SECTIONS
+from .episodes import columns as C
+from .episodes.episode import Episode
+from .errors import ConfigError
+from .prelearner import OfflinePreLearner
+
+__all__ = ["RLlibPreLearner", "config_from_rllib"]
+
+ToLearner = Literal["samples", "episodes"]
+
+#: The learner-connector output's columns that are the sample itself; the others a sample unit
+#: adds (``n_step``, ``weights``, a dataset's extras) travel as extra model outputs.
+_CORE = {C.OBS, C.NEW_OBS, C.ACTIONS, C.REWARDS, C.TERMINATEDS, C.TRUNCATEDS, C.EPS_ID, C.T}
+_NOT_SAMPLE = {"module_id", "agent_id", "batch_indexes", "infos"}
+
+
+class RLlibPreLearner(_RLlibOfflinePreLearner):
+    """RLlib's ``prelearner_class`` built on this project's prelearner; see the module docstring.
+
+    RLlib builds it (one per ``map_batches`` actor) with the keywords below; a user passes the
+    class, made with :meth:`configure` to carry this project's config.
+
+    Args:
+        config: RLlib's ``AlgorithmConfig``.
+        spaces: The observation and action spaces (RLlib's ``INPUT_ENV_SPACES``).
+        module_state: The RLModule's weights (the GAE connector runs the value function).
+        **kwargs: What RLlib passes besides (``module_spec``).
+    """
+
+    #: This project's config for the inner prelearner (set by :meth:`configure`).
+    prelearner_config: ClassVar[Mapping[str, Any] | None] = None
+    #: What the learner connector receives: ``"samples"`` or ``"episodes"`` (module docstring).
+    to_learner: ClassVar[ToLearner] = "samples"
+
+    def __init__(
+        self,
+        *,
+        config: Any,
+        spaces: tuple[Any, Any] | None = None,
+        module_state: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(config=config, spaces=spaces, module_state=module_state, **kwargs)
+        ours = self.prelearner_config
+        if ours is None:
+            ours = (getattr(config, "learner_config_dict", None) or {}).get("offline_prelearner")
+        #: This project's prelearner: reader, validation, buffers and sample unit.
+        self.prelearner = OfflinePreLearner(config_from_rllib(config, spaces, ours))
+
+    @classmethod
+    def configure(
+        cls,
+        config: Mapping[str, Any] | None = None,
+        *,
+        to_learner: ToLearner = "samples",
+    ) -> type[RLlibPreLearner]:
+        """A subclass that carries this project's config, to pass as ``prelearner_class``.
+
+        Args:
+            config: :class:`~offline_prelearner.config.PreLearnerConfig` fields: flat names
+                (``"on_invalid"``), ``"section.field"`` or nested sections
+                (``{"validate": {"on_invalid": "skip"}}``); they override what RLlib's settings
+                imply.
+            to_learner: ``"samples"`` or ``"episodes"`` (see the module docstring).
+
+        Returns:
+            The class (Ray pickles it by value: it is not importable by name).
+        """
+        if to_learner not in ("samples", "episodes"):
+            raise ConfigError(f"to_learner must be 'samples' or 'episodes', found {to_learner!r}")
+        if config is not None:
+            config_from_rllib(None, None, config)  # an unknown field fails here, not in an actor
+        name = f"{cls.__name__}_configured"
+        attrs = {
+            "prelearner_config": dict(config or {}),
+            "to_learner": to_learner,
+            "__module__": cls.__module__,
+            "__qualname__": name,
+        }
+        return type(name, (cls,), attrs)
+
+    # ------------------------------------------------------------------ the call
+    def __call__(self, batch: Mapping[str, Any]) -> Iterator[dict[str, Any]]:  # type: ignore[override]
+        """One raw batch -> the learner connector's flattened batch (RLlib's own output).
+
+        A generator (Ray Data takes one from ``map_batches``): it yields nothing while no
+        episode is ready (``to_learner="episodes"`` and every episode still open), so no empty
+        batch reaches a Learner.
+        """
+        episodes: list[Any] = list(self.rllib_episodes(batch))
+        if not episodes:
+            return
+        out = self._learner_connector(
+            rl_module=self._module,
+            batch={},
+            episodes=episodes,
+            shared_data={},
+            metrics=None,
+        )
+        for module_id in list(out):
+            if not self._should_module_be_updated(module_id, out):
+                del out[module_id]
+        if out:
+            yield flatten_dict(out)
+
+    def rllib_episodes(self, batch: Mapping[str, Any]) -> list[SingleAgentEpisode]:
+        """The episodes this call hands RLlib's learner connector (see ``to_learner``).
+
+        Args:
+            batch: One raw batch as Ray Data hands it (numpy columns).
+
+        Returns:
+            RLlib ``SingleAgentEpisode``s, numpy-backed.
+        """
+        inner = self.prelearner
+        if self.to_learner == "episodes":
+            kept = inner.validate(inner.map_to_episodes(batch))
+            inner._count_episodes(kept)
+            complete = inner._complete_episodes(kept.episodes)
+            return [_whole_episode(ep) for ep in complete if inner._trains(inner.module_of(ep))]
+        episodes: list[SingleAgentEpisode] = []
+        for rows in inner(batch):
+            episodes.extend(_sample_episodes(rows))
+        return episodes
+
+
+def config_from_rllib(
+    algo_config: Any, spaces: tuple[Any, Any] | None, ours: Mapping[str, Any] | None
+) -> PreLearnerConfig:
+    """This project's prelearner config from RLlib's offline settings, then ``ours`` on top.
+
+    Args:
+        algo_config: RLlib's ``AlgorithmConfig`` (None: this project's defaults only).
+        spaces: The observation and action spaces, or None.
+        ours: :class:`PreLearnerConfig` fields (flat, ``section.field`` or nested sections).
+
+    Returns:
+        The config for :class:`~offline_prelearner.prelearner.OfflinePreLearner`.
+
+    Raises:
+        ConfigError: A field this project does not know, or a ``prelearner_buffer_class`` it
+            has no counterpart for.
+    """
+    updates: dict[str, Any] = {}
+    if algo_config is not None:
+        updates.update(_rllib_updates(algo_config))
+    if spaces is not None and spaces[0] is not None:
+        updates["validate.observation_space"] = spaces[0]
+        updates["validate.action_space"] = spaces[1]
+    for key, value in (ours or {}).items():
+        if key in SECTIONS and isinstance(value, Mapping):
+            updates.update({f"{key}.{f}": v for f, v in value.items()})
+        else:
+            updates[key] = value
+    return PreLearnerConfig().with_updates(updates)
+
+
+def _rllib_updates(cfg: Any) -> dict[str, Any]:
+    """RLlib's offline settings as this project's config fields."""
+    up: dict[str, Any] = {}
+    if cfg.input_read_episodes:
+        up["read.format"] = "episodes"
+    elif cfg.input_read_sample_batches:
+        up["read.format"] = "sample_batches"
+    schema = dict(cfg.input_read_schema or {})
+    if schema:
+        from .io.schema import ColumnSchema, load_schema
+
+        base = load_schema(None).to_dict()
+        columns = dict(base.get("columns", {}))
+        columns.update({k: v for k, v in schema.items() if k in columns})
+        up["read.schema"] = ColumnSchema.from_dict(
+            {**base, "name": "rllib input_read_schema", "columns": columns}
+        )
+    up["sample.train_batch_size"] = int(cfg.train_batch_size_per_learner or 256)
+    n_step = getattr(cfg, "n_step", None)
+    if isinstance(n_step, int | tuple) and n_step != 1:
+        up["sample.n_step"] = n_step
+    gamma = getattr(cfg, "gamma", None)
+    if isinstance(gamma, float | int):
+        up["sample.gamma"] = float(gamma)
+    kwargs = dict(cfg.prelearner_buffer_kwargs or {})
+    if "capacity" in kwargs:
+        up["buffer.capacity"] = int(kwargs["capacity"])
+    buffer_class = cfg.prelearner_buffer_class
+    if buffer_class is not None:
+        name = getattr(buffer_class, "__name__", str(buffer_class))
+        if "Prioritized" in name:
+            up["buffer.kind"] = "prioritized"
+            for k in ("alpha", "beta"):
+                if k in kwargs:
+                    up[f"buffer.{k}"] = float(kwargs[k])
+        elif name != "EpisodeReplayBuffer":
+            raise ConfigError(
+                f"prelearner_buffer_class {name} has no counterpart here (EpisodeReplayBuffer "
+                "and PrioritizedEpisodeReplayBuffer map to buffer.kind uniform and prioritized); "
+                "set buffer.kind in RLlibPreLearner.configure instead"
+            )
+    seed = getattr(cfg, "seed", None)
+    if isinstance(seed, int):
+        up["seed"] = seed
+    return up
+
+
+def _whole_episode(ep: Episode) -> SingleAgentEpisode:
+    """One of this project's episodes as RLlib's, with its extras as extra model outputs."""
+    sa = SingleAgentEpisode(
+        id_=str(ep.id),
+        observations=list(ep.observations),
+        actions=list(ep.actions),
+        rewards=list(ep.rewards),
+        infos=[{} for _ in range(len(ep) + 1)],
+        terminated=bool(ep.terminated),
+        truncated=bool(ep.truncated),
+        extra_model_outputs={k: list(v) for k, v in (ep.extras or {}).items()},
+        len_lookback_buffer=0,
+    )
+    sa.to_numpy()
+    return sa
+
+
+def _sample_episodes(rows: Mapping[str, np.ndarray]) -> list[SingleAgentEpisode]:
+    """Sampled rows (one per transition) as the one-step episodes RLlib's buffer samples."""
+    obs, new_obs = rows[C.OBS], rows[C.NEW_OBS]
+    actions, rewards = rows[C.ACTIONS], rows[C.REWARDS]
+    term, trunc = rows[C.TERMINATEDS], rows[C.TRUNCATEDS]
+    ids = rows.get(C.EPS_ID)
+    ts = rows.get(C.T)
+    n = len(rewards)
+    extra = {k: v for k, v in rows.items() if k not in _CORE and k not in _NOT_SAMPLE}
+    extra.setdefault(C.N_STEP, np.ones(n, np.int64))
+    extra.setdefault(C.WEIGHTS, np.ones(n, np.float32))
+    out = []
+    for i in range(n):
+        sa = SingleAgentEpisode(
+            id_=str(ids[i]) if ids is not None else None,
+            observations=[obs[i], new_obs[i]],
+            actions=[actions[i]],
+            rewards=[rewards[i]],
+            infos=[{}, {}],
+            terminated=bool(term[i]),
+            truncated=bool(trunc[i]),
+            extra_model_outputs={k: [v[i]] for k, v in extra.items()},
+            t_started=int(ts[i]) if ts is not None else 0,
+            len_lookback_buffer=0,
+        )
+        sa.to_numpy()
+        out.append(sa)
+    return out
