@@ -19,7 +19,7 @@ every line says which), then times, one pair at a time:
 ``peak_mem_mb`` is the peak RSS of the measured command (``ru_maxrss`` of its process through a
 small launcher, so not inherited from this script); Ray's worker processes are not in it.
 
-``--kills N``: N runs of ``process --engine ray`` from S3 to S3 (CartPole rows recorded by
+``--kills N`` (run first): N runs of ``process --engine ray`` from S3 to S3 (CartPole rows recorded by
 ``record_env``, 12 files of 20k rows, one unit each) where one Ray worker running a unit
 (``ray::MapBatches(_run_units)``) is SIGKILLed once a random number of unit records is on the
 store; each run's committed output is compared with a clean run's (the manifest's rows and
@@ -27,7 +27,7 @@ sha256 per file, the multiset of ``(eps_id, t)``), or it must exit 3 with no ``_
 (then ``--resume`` finishes it and that output is compared). One line per run, then a summary.
 
     python benchmarks/bench_stores.py [--quick] [--data DIR] [--kills N] [--cartpole-files K]
-        [--pixel-files K] [--only process,learner,kills]
+        [--pixel-files K] [--only process,learner,kills] [--sets cartpole_rows,pixels_rows]
 """
 
 from __future__ import annotations
@@ -63,6 +63,11 @@ import resource, subprocess, sys
 code = subprocess.call(sys.argv[2:])
 open(sys.argv[1], "w").write(f"{code} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}")
 """
+
+
+#: SeaweedFS's volume count (``weed server`` defaults to 8 volumes of 64 MB here: 512 MB in all,
+#: too small for the pixel job's output, whose upload then fails with INTERNAL_FAILURE).
+VOLUMES = 200
 
 
 def load_stores() -> Any:
@@ -366,6 +371,7 @@ def main() -> None:
     ap.add_argument("--cartpole-files", type=int, default=None, help="(10 files; 2 --quick)")
     ap.add_argument("--pixel-files", type=int, default=None, help="(20 files; 2 --quick)")
     ap.add_argument("--only", default="process,learner,kills")
+    ap.add_argument("--sets", default="cartpole_rows,pixels_rows", help="which data sets")
     ap.add_argument("--learner-child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.learner_child:
@@ -380,7 +386,12 @@ def main() -> None:
     sets, source = datasets(args)
     SCRATCH.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="run-", dir=SCRATCH))
-    server = stores.SeaweedS3(work / "s3")
+
+    class Server(stores.SeaweedS3):
+        def command(self) -> list[str]:
+            return [*super().command(), f"-volume.max={VOLUMES}"]
+
+    server = Server(work / "s3")
     server.start()
     try:
         C.log(f"SeaweedFS S3 at {server.endpoint}")
@@ -392,8 +403,8 @@ def main() -> None:
             kills(args.kills, args.seed, f"s3://{bucket}", env, fs, bucket)
         common = {"data_source": source, "server": "SeaweedFS (weed server -s3, loopback)"}
         for name, files in sets.items():
-            if not ({"process", "learner"} & only):
-                break
+            if not ({"process", "learner"} & only) or name not in args.sets.split(","):
+                continue
             n = rows_of(files)
             up = upload(fs, files, f"{bucket}/{name}")
             C.log(f"{name}: {len(files)} files, {n} rows uploaded in {up:.1f} s")
