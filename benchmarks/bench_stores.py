@@ -19,10 +19,10 @@ every line says which), then times, one pair at a time:
 ``peak_mem_mb`` is the peak RSS of the measured command (``ru_maxrss`` of its process through a
 small launcher, so not inherited from this script); Ray's worker processes are not in it.
 
-``--kills N`` (run first): N runs of ``process --engine ray`` from S3 to S3 (CartPole rows recorded by
-``record_env``, 12 files of 20k rows, one unit each) where one Ray worker running a unit
-(``ray::MapBatches(_run_units)``) is SIGKILLed once a random number of unit records is on the
-store; each run's committed output is compared with a clean run's (the manifest's rows and
+``--kills N`` (run first): N runs of ``process --engine ray`` from S3 to S3 (CartPole rows
+recorded by ``record_env``, 12 files of 20k rows, one unit each) where one Ray worker running a
+unit (``ray::MapBatches(_run_units)``) is SIGKILLed once a random number of unit records is on
+the store; each run's committed output is compared with a clean run's (the manifest's rows and
 sha256 per file, the multiset of ``(eps_id, t)``), or it must exit 3 with no ``_manifest.json``
 (then ``--resume`` finishes it and that output is compared). One line per run, then a summary.
 
