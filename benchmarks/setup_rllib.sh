@@ -40,6 +40,7 @@ ready() {
 import sys
 import aiohttp, msgpack, msgpack_numpy, gymnasium, torch  # noqa: F401
 import ray, ray.rllib  # noqa: F401
+import offline_prelearner.rllib  # noqa: F401  (this checkout, editable: the tests in RLlib's loop)
 sys.exit(0 if ray.__version__ == sys.argv[1] else 1)
 EOF
 }
@@ -59,6 +60,10 @@ echo "[setup_rllib] installing $torch_spec"
 "${pip[@]}" "$torch_spec"
 echo "[setup_rllib] installing ray[rllib]==$ray_version ${extras[*]}"
 "${pip[@]}" "ray[rllib]==$ray_version" "${extras[@]}"
+# This checkout, editable, so that RLlib's loop can run offline_prelearner.rllib
+# (tests/test_rllib.py) and the package finds its schema presets; its other dependencies come too.
+echo "[setup_rllib] installing this checkout (editable)"
+"${pip[@]}" -e "$repo"
 if ! ready; then
     echo "[setup_rllib] $venv/bin/python still cannot import ray $ray_version / rllib / torch" >&2
     exit 1

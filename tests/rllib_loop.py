@@ -1,0 +1,236 @@
+"""RLlib's own training loop with offline_prelearner.rllib; run by tests/test_rllib.py.
+
+Runs under RLlib's interpreter (the venv benchmarks/setup_rllib.sh builds, with this checkout
+installed editable): ``python tests/rllib_loop.py CASE ARGS...``. The last line printed is the
+case's result as JSON; the test asserts on it.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+import sys
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pyarrow.parquet as pq
+
+
+def _ray() -> None:
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+
+
+def _spaces(env_id: str) -> tuple[Any, Any]:
+    env = gym.make(env_id)
+    return env.observation_space, env.action_space
+
+
+def _evaluate(algo: Any, episodes: int = 5) -> float:
+    """Greedy mean return of the learner's module on CartPole-v1, seeds 100..."""
+    import torch
+    from ray.rllib.core.columns import Columns
+
+    module = algo.learner_group._learner.module["default_policy"]
+    env = gym.make("CartPole-v1")
+    returns = []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=100 + i)
+        done, total = False, 0.0
+        while not done:
+            with torch.no_grad():
+                out = module.forward_inference({Columns.OBS: torch.as_tensor(obs[None])})
+            action = int(torch.argmax(out[Columns.ACTION_DIST_INPUTS][0]))
+            obs, reward, term, trunc, _ = env.step(action)
+            total += float(reward)
+            done = term or trunc
+        returns.append(total)
+    return float(np.mean(returns))
+
+
+def _losses(result: dict[str, Any]) -> dict[str, float]:
+    learner = result["learners"]["default_policy"]
+    return {k: float(v) for k, v in learner.items() if "loss" in k}
+
+
+def bc(data: str, iterations: str) -> dict[str, Any]:
+    """BC with RLlib's prelearner and with ours, same data, seed and iterations: the greedy
+    return evaluated after each of the last half of the iterations (one evaluation is noisy)."""
+    from ray.rllib.algorithms.bc import BCConfig
+
+    from offline_prelearner.rllib import RLlibPreLearner
+
+    _ray()
+    obs_space, act_space = _spaces("CartPole-v1")
+    n = int(iterations)
+    out: dict[str, Any] = {}
+    for side in ("rllib", "ours"):
+        config = (
+            BCConfig()
+            .environment(observation_space=obs_space, action_space=act_space)
+            .learners(num_learners=0)
+            .offline_data(
+                input_=[os.path.abspath(data)],
+                dataset_num_iters_per_learner=5,
+                map_batches_kwargs={"concurrency": 1},
+            )
+            .training(train_batch_size_per_learner=256, lr=1e-2)
+            .debugging(seed=0)
+        )
+        if side == "ours":
+            config = config.offline_data(prelearner_class=RLlibPreLearner.configure())
+        algo = config.build_algo()
+        returns = []
+        for i in range(n):
+            result = algo.train()
+            if i >= n // 2:
+                returns.append(_evaluate(algo))
+        out[side] = {"returns": returns, "losses": _losses(result)}
+        algo.stop()
+    return out
+
+
+def marwil_cql(cartpole: str, pendulum: str, iterations: str) -> dict[str, Any]:
+    """MARWIL on CartPole (GAE over the real episodes), CQL on Pendulum (3-step): losses."""
+    from ray.rllib.algorithms.cql import CQLConfig
+    from ray.rllib.algorithms.marwil import MARWILConfig
+
+    from offline_prelearner.rllib import RLlibPreLearner
+
+    _ray()
+    out: dict[str, Any] = {}
+    obs_space, act_space = _spaces("CartPole-v1")
+    marwil = (
+        MARWILConfig()
+        .environment(observation_space=obs_space, action_space=act_space)
+        .learners(num_learners=0)
+        .offline_data(
+            input_=[os.path.abspath(cartpole)],
+            dataset_num_iters_per_learner=2,
+            map_batches_kwargs={"concurrency": 1},
+            prelearner_class=RLlibPreLearner.configure(to_learner="episodes"),
+        )
+        .training(train_batch_size_per_learner=256, beta=1.0)
+        .debugging(seed=0)
+    )
+    obs_space, act_space = _spaces("Pendulum-v1")
+    cql = (
+        CQLConfig()
+        .environment(observation_space=obs_space, action_space=act_space)
+        .learners(num_learners=0)
+        .offline_data(
+            input_=[os.path.abspath(pendulum)],
+            dataset_num_iters_per_learner=2,
+            map_batches_kwargs={"concurrency": 1},
+            prelearner_class=RLlibPreLearner.configure(),
+        )
+        .training(train_batch_size_per_learner=128, n_step=3)
+        .debugging(seed=0)
+    )
+    for name, config in (("marwil", marwil), ("cql", cql)):
+        algo = config.build_algo()
+        losses = []
+        for _ in range(int(iterations)):
+            losses.append(_losses(algo.train()))
+        out[name] = losses
+        algo.stop()
+    return out
+
+
+def _prelearner(cls: Any, config: Any, env_id: str) -> Any:
+    """A prelearner as OfflineData builds one (config, spaces, module_spec), without Ray Data."""
+    spaces = _spaces(env_id)
+    spec = config.get_multi_rl_module_spec(spaces={"default_policy": spaces})
+    return cls(config=config, spaces=spaces, module_spec=spec)
+
+
+def _batches(path: str) -> list[dict[str, np.ndarray]]:
+    """Each file of a rows folder as one numpy batch, in name order (Ray Data's numpy layout)."""
+    out = []
+    for f in sorted(glob.glob(os.path.join(path, "*.parquet"))):
+        table = pq.read_table(f)
+        batch = {}
+        for name in table.column_names:
+            col = table.column(name).to_numpy(zero_copy_only=False)
+            if col.dtype == object and len(col) and isinstance(col[0], np.ndarray):
+                col = np.stack(col)
+            batch[name] = col
+        out.append(batch)
+    return out
+
+
+def learner_columns(pendulum: str, out_json: str) -> dict[str, Any]:
+    """CQL's learner batch (3-step) for every transition of the data, column by column, written
+    to ``out_json`` for the test to hold against the batch job's output."""
+    from ray.rllib.algorithms.cql import CQLConfig
+
+    from offline_prelearner.rllib import RLlibPreLearner
+
+    obs_space, act_space = _spaces("Pendulum-v1")
+    config = (
+        CQLConfig()
+        .environment(observation_space=obs_space, action_space=act_space)
+        .training(train_batch_size_per_learner=128, n_step=3, gamma=0.99)
+    )
+    cls = RLlibPreLearner.configure({"sample_all": True})
+    pre = _prelearner(cls, config, "Pendulum-v1")
+    cols: dict[str, list[np.ndarray]] = {}
+    for batch in _batches(pendulum):
+        for flat in pre(batch):
+            for key, value in flat.items():
+                cols.setdefault(key, []).append(np.asarray(value))
+    joined = {k: np.concatenate(v).tolist() for k, v in cols.items()}
+    with open(out_json, "w") as fh:
+        json.dump(joined, fh)
+    return {"columns": sorted(joined), "rows": len(next(iter(joined.values())))}
+
+
+def split_episode(path: str) -> dict[str, Any]:
+    """Rows of episodes cut across files: the episodes each prelearner hands the connector."""
+    from ray.rllib.algorithms.marwil import MARWILConfig
+    from ray.rllib.offline.offline_prelearner import OfflinePreLearner
+
+    from offline_prelearner.rllib import RLlibPreLearner
+
+    obs_space, act_space = _spaces("CartPole-v1")
+    config = (
+        MARWILConfig()
+        .environment(observation_space=obs_space, action_space=act_space)
+        .training(train_batch_size_per_learner=64)
+    )
+    rllib = _prelearner(OfflinePreLearner, config, "CartPole-v1")
+    cls = RLlibPreLearner.configure(to_learner="episodes")
+    ours, learner_side = (_prelearner(cls, config, "CartPole-v1") for _ in range(2))
+    out: dict[str, Any] = {"rllib": [], "ours": [], "ours_batch_rows": []}
+    for batch in _batches(path):
+        eps = rllib._map_to_episodes(batch)["episodes"]
+        out["rllib"] += [[e.id_, len(e)] for e in eps]
+        mine = ours.rllib_episodes(batch)
+        out["ours"] += [[e.id_, len(e), bool(e.is_terminated), bool(e.is_truncated)] for e in mine]
+        # What the Learner receives from the same batches (MARWIL's connectors, GAE included).
+        for flat in learner_side(batch):
+            adv = np.asarray(flat["default_policy/advantages"])
+            out["ours_batch_rows"].append([len(adv), bool(np.isfinite(adv).all())])
+    return out
+
+
+CASES = {
+    "bc": bc,
+    "marwil_cql": marwil_cql,
+    "learner_columns": learner_columns,
+    "split_episode": split_episode,
+}
+
+if __name__ == "__main__":
+    result = CASES[sys.argv[1]](*sys.argv[2:])
+
+    def _clean(x: Any) -> Any:
+        if isinstance(x, float) and not math.isfinite(x):
+            return repr(x)
+        return x
+
+    print(json.dumps(result, default=_clean))

@@ -1,0 +1,209 @@
+"""offline_prelearner.rllib inside RLlib's own loop (BC, MARWIL, CQL), against RLlib's prelearner.
+
+Each case runs ``tests/rllib_loop.py`` under RLlib's interpreter (the venv
+``benchmarks/setup_rllib.sh`` builds, which installs this checkout editable); without it the tests
+skip with that reason. Ray starts with 2 CPUs and one map_batches actor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import rllib_python
+
+REPO = Path(__file__).resolve().parents[1]
+RLLIB_PYTHON = rllib_python()
+LOOP = REPO / "tests" / "rllib_loop.py"
+
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not RLLIB_PYTHON.is_file(),
+        reason=f"no RLlib venv at {RLLIB_PYTHON} (benchmarks/setup_rllib.sh, or RLLIB_PYTHON)",
+    ),
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _rllib_venv_has_this_checkout() -> None:
+    """The RLlib venv imports offline_prelearner.rllib (setup_rllib.sh installs it editable)."""
+    proc = subprocess.run(
+        [str(RLLIB_PYTHON), "-c", "import offline_prelearner.rllib"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=120,
+    )
+    if proc.returncode:
+        pytest.skip(
+            f"{RLLIB_PYTHON} cannot import offline_prelearner.rllib (run "
+            f"benchmarks/setup_rllib.sh): {proc.stderr.strip().splitlines()[-1:]}"
+        )
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["RAY_DATA_LOG_LEVEL"] = "ERROR"
+    env["PYTHONWARNINGS"] = "ignore"
+    return env
+
+
+def _run(*args: str, timeout: int = 600) -> Any:
+    """A case of rllib_loop.py in RLlib's venv; its last line, as JSON."""
+    proc = subprocess.run(
+        [str(RLLIB_PYTHON), str(LOOP), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=_env(),
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _cli(*args: str) -> None:
+    proc = subprocess.run(
+        [str(RLLIB_PYTHON), "-m", "offline_prelearner", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=_env(),
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+@pytest.fixture(scope="module")
+def pendulum(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """1,000 Pendulum-v1 steps (5 episodes of 200) in files of 300 rows that cut episodes."""
+    out = tmp_path_factory.mktemp("pendulum") / "rows"
+    _cli(
+        "record", "Pendulum-v1", "--steps", "1000", "--out", str(out),
+        "--policy", "random", "--seed", "0", "--rows-per-file", "300",
+    )  # fmt: skip
+    return out
+
+
+def test_bc_trains_in_rllibs_loop_at_least_as_well_as_rllibs_prelearner() -> None:
+    # The heuristic CartPole set (6 episodes of 500 steps): cloning it can beat random (~22).
+    # 20 iterations of 5 updates (256 samples); the mean greedy return over the last 10.
+    got = _run("bc", "datasets/cartpole-v1-heuristic/rows", "20")
+    ours, rllib = np.mean(got["ours"]["returns"]), np.mean(got["rllib"]["returns"])
+    assert ours >= rllib, got
+    assert ours > 4 * 22, got
+    assert all(math.isfinite(v) for v in got["ours"]["losses"].values()), got
+
+
+def test_marwil_and_cql_train_with_finite_losses(pendulum: Path) -> None:
+    got = _run("marwil_cql", "datasets/cartpole-v1/rows", str(pendulum), "2")
+    for name in ("marwil", "cql"):
+        assert len(got[name]) == 2, got
+        for losses in got[name]:
+            assert losses, (name, got)
+            assert all(isinstance(v, float) and math.isfinite(v) for v in losses.values()), got
+
+
+def test_the_learner_batch_holds_the_batch_jobs_transitions(pendulum: Path, tmp_path: Path) -> None:
+    # CQL with n_step=3: every transition once (sample_all) through RLlib's learner connector,
+    # against `process --set n_step=3` on the same files, column by column (rows in any order).
+    learner_json = tmp_path / "learner.json"
+    _run("learner_columns", str(pendulum), str(learner_json))
+    learner = {
+        k.removeprefix("default_policy/"): np.asarray(v)
+        for k, v in json.loads(learner_json.read_text()).items()
+    }
+    _cli(
+        "process",
+        str(pendulum),
+        "--out",
+        str(tmp_path / "job"),
+        "--set",
+        "n_step=3",
+        "--set",
+        "gamma=0.99",
+    )
+    job_table = pa.concat_tables(
+        pq.read_table(f) for f in sorted((tmp_path / "job" / "samples").glob("*.parquet"))
+    )
+    job = {}
+    for name in ("obs", "new_obs", "actions", "rewards", "terminateds", "truncateds", "n_step"):
+        col = job_table.column(name).to_pylist()
+        job[name] = np.asarray(col)
+    assert len(job["rewards"]) == len(learner["rewards"]) == 1000
+
+    def order(cols: dict[str, np.ndarray]) -> np.ndarray:
+        keys = np.concatenate([cols["obs"], cols["actions"].reshape(len(cols["obs"]), -1)], 1)
+        return np.lexsort(keys.T[::-1])
+
+    a, b = order(job), order(learner)
+    for name, col in job.items():
+        np.testing.assert_allclose(
+            np.asarray(learner[name], np.float64)[b],
+            np.asarray(col, np.float64)[a],
+            rtol=1e-6,
+            err_msg=name,
+        )
+    assert set(np.unique(learner["n_step"])) <= {1, 2, 3}
+    assert (learner["n_step"] < 3).sum() == 2 * 5  # the last two steps of each of 5 episodes
+
+
+def test_rows_of_an_episode_cut_across_files(tmp_path: Path) -> None:
+    # Three CartPole episodes, the second cut in two files (as RLlib's recorder cuts them).
+    table = pq.read_table(REPO / "datasets/cartpole-v1/rows/cartpole-v1-rows-00000.parquet")
+    ids = table.column("eps_id").to_pylist()
+    first = list(dict.fromkeys(ids))[:3]
+    lengths = [ids.count(e) for e in first]
+    table = table.slice(0, sum(lengths))
+    cut = lengths[0] + lengths[1] // 2
+    pq.write_table(table.slice(0, cut), tmp_path / "part-0.parquet")
+    pq.write_table(table.slice(cut), tmp_path / "part-1.parquet")
+
+    got = _run("split_episode", str(tmp_path))
+    # RLlib's own prelearner: one one-step episode per row (its documented behaviour).
+    assert [n for _, n in got["rllib"]] == [1] * sum(lengths)
+    # Ours: the three real episodes, the cut one joined across the files, each once, done.
+    assert [(e, n) for e, n, _, _ in got["ours"]] == list(zip(first, lengths, strict=True))
+    assert all(term for *_, term, _ in got["ours"])
+    # And MARWIL's learner batch from the same files: the episodes of each call (+1 step each,
+    # RLlib's AddOneTsToEpisodesAndTruncate), advantages finite.
+    assert got["ours_batch_rows"] == [
+        [lengths[0] + 1, True],
+        [lengths[1] + lengths[2] + 2, True],
+    ]
+
+
+def test_the_readme_config_trains(tmp_path: Path) -> None:
+    # The "Inside RLlib" block of README.md, as a user copies it, one iteration.
+    readme = (REPO / "README.md").read_text()
+    m = re.search(r"^## Inside RLlib.*?^```python\n(.*?)^```$", readme, re.M | re.S)
+    assert m, "no python block under '## Inside RLlib' in README.md"
+    script = tmp_path / "readme_rllib.py"
+    script.write_text(
+        "import ray\nray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)\n"
+        + m.group(1).replace(
+            "prelearner_class=", 'map_batches_kwargs={"concurrency": 1}, prelearner_class='
+        )
+        + "print(sorted(algo.train()['learners']['default_policy']))\nalgo.stop()\n"
+    )
+    proc = subprocess.run(
+        [str(RLLIB_PYTHON), str(script)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=_env(),
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "policy_loss" in proc.stdout
