@@ -7,13 +7,16 @@ flattened batch on to ``Learner.update``. :class:`RLlibPreLearner` is such a cla
 RLlib's ``OfflinePreLearner`` (BC, MARWIL and CQL refuse any other), whose episodes come from this
 project's reader, validation, replay buffer and sample unit instead of RLlib's one-step episodes::
 
+    import gymnasium as gym
+    from ray.rllib.algorithms.bc import BCConfig
     from offline_prelearner.rllib import RLlibPreLearner
 
+    env = gym.make("CartPole-v1")
     config = (
         BCConfig()
-        .environment("CartPole-v1")
+        .environment(observation_space=env.observation_space, action_space=env.action_space)
         .offline_data(
-            input_="datasets/cartpole-v1-heuristic/rows",
+            input_=["datasets/cartpole-v1-heuristic/rows"],
             prelearner_class=RLlibPreLearner.configure({"validate": {"on_invalid": "skip"}}),
         )
     )
@@ -189,7 +192,8 @@ def config_from_rllib(
 
     Args:
         algo_config: RLlib's ``AlgorithmConfig`` (None: this project's defaults only).
-        spaces: The observation and action spaces, or None.
+        spaces: The spaces OfflineData passes (used only where the config has neither its own
+            spaces nor an env: with an env they are the vectorized env's).
         ours: :class:`PreLearnerConfig` fields (flat, ``section.field`` or nested sections).
 
     Returns:
@@ -202,9 +206,17 @@ def config_from_rllib(
     updates: dict[str, Any] = {}
     if algo_config is not None:
         updates.update(_rllib_updates(algo_config))
-    if spaces is not None and spaces[0] is not None:
-        updates["validate.observation_space"] = spaces[0]
-        updates["validate.action_space"] = spaces[1]
+    # The spaces data is checked against: the config's own (one env's spaces). The ``spaces``
+    # OfflineData passes are the env runner's vectorized ones (a (1, 3) Box for Pendulum) when
+    # the config names an env, so they are used only when they are all there is.
+    obs_space = getattr(algo_config, "observation_space", None)
+    act_space = getattr(algo_config, "action_space", None)
+    if obs_space is None and getattr(algo_config, "env", None) is None and spaces is not None:
+        obs_space, act_space = spaces
+    if obs_space is not None:
+        updates["validate.observation_space"] = obs_space
+    if act_space is not None:
+        updates["validate.action_space"] = act_space
     for key, value in (ours or {}).items():
         if key in SECTIONS and isinstance(value, Mapping):
             updates.update({f"{key}.{f}": v for f, v in value.items()})

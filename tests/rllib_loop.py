@@ -120,7 +120,8 @@ def marwil_cql(cartpole: str, pendulum: str, iterations: str) -> dict[str, Any]:
     obs_space, act_space = _spaces("Pendulum-v1")
     cql = (
         CQLConfig()
-        .environment(observation_space=obs_space, action_space=act_space)
+        .environment("Pendulum-v1")  # CQL's setup builds a local EnvRunner
+        .env_runners(num_env_runners=0)
         .learners(num_learners=0)
         .offline_data(
             input_=[os.path.abspath(pendulum)],
@@ -128,7 +129,7 @@ def marwil_cql(cartpole: str, pendulum: str, iterations: str) -> dict[str, Any]:
             map_batches_kwargs={"concurrency": 1},
             prelearner_class=RLlibPreLearner.configure(),
         )
-        .training(train_batch_size_per_learner=128, n_step=3)
+        .training(train_batch_size_per_learner=128, n_step=3, lr=None)
         .debugging(seed=0)
     )
     for name, config in (("marwil", marwil), ("cql", cql)):
