@@ -41,6 +41,9 @@ What it hands the learner connector, ``to_learner``:
   call, each as the one-step episode RLlib's own ``EpisodeReplayBuffer`` samples
   (``observations=[o_t, o_t+n]``, the discounted n-step reward, ``n_step`` and ``weights`` in the
   extra model outputs). With ``sample.sample_all`` every transition of the complete episodes once.
+  When the pipeline holds only RLlib's default pieces (single agent, stateless module), the
+  samples go into the connector's batch as columns, which those pieces pass through, instead
+  of as one episode object each: the same learner batch, 26x less time per call.
 * ``"episodes"``: the complete episodes of the batch, fragments of one episode that arrived in
   earlier batches (or files) joined, each once: GAE (MARWIL) then runs over the real episode.
 
@@ -54,6 +57,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar, Literal
 
 import numpy as np
+from ray.rllib.connectors.connector_v2 import ConnectorV2
+from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.offline.offline_prelearner import OfflinePreLearner as _RLlibOfflinePreLearner
 from ray.rllib.utils import flatten_dict
@@ -73,6 +78,29 @@ ToLearner = Literal["samples", "episodes"]
 #: adds (``n_step``, ``weights``, a dataset's extras) travel as extra model outputs.
 _CORE = {C.OBS, C.NEW_OBS, C.ACTIONS, C.REWARDS, C.TERMINATEDS, C.TRUNCATEDS, C.EPS_ID, C.T}
 _NOT_SAMPLE = {"module_id", "agent_id", "batch_indexes", "infos"}
+#: Our sample columns as RLlib's learner batch names them (``new_obs`` is ``Columns.NEXT_OBS``).
+_BULK = {
+    C.OBS: Columns.OBS,
+    C.NEW_OBS: Columns.NEXT_OBS,
+    C.ACTIONS: Columns.ACTIONS,
+    C.REWARDS: Columns.REWARDS,
+    C.TERMINATEDS: Columns.TERMINATEDS,
+    C.TRUNCATEDS: Columns.TRUNCATEDS,
+}
+#: RLlib's default learner-connector pieces: each passes a column already in the batch through
+#: (RLlib's documented way to hand it data) or does nothing for a stateless module, so with only
+#: these in the pipeline the samples can go in as columns instead of one episode each.
+_PASS_THROUGH = frozenset(
+    {
+        "AddObservationsFromEpisodesToBatch",
+        "AddColumnsFromEpisodesToTrainBatch",
+        "AddNextObservationsFromEpisodesToTrainBatch",
+        "AddTimeDimToBatchAndZeroPad",
+        "AddStatesFromEpisodesToBatch",
+        "BatchIndividualItems",
+        "NumpyToTensor",
+    }
+)
 
 
 class RLlibPreLearner(_RLlibOfflinePreLearner):
@@ -148,12 +176,21 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
         episode is ready (``to_learner="episodes"`` and every episode still open), so no empty
         batch reaches a Learner.
         """
-        episodes: list[Any] = list(self.rllib_episodes(batch))
-        if not episodes:
-            return
+        episodes: list[Any] = []
+        if self.to_learner == "samples" and self._bulk_ok():
+            # The sampled columns go into the connector's batch as RLlib's connectors store a
+            # run of items (one key, one batched array each): every default piece passes them
+            # through, and no per-sample episode object is built (see _bulk_ok).
+            data = self._bulk_batch(batch)
+            if not data:
+                return
+        else:
+            data, episodes = {}, list(self.rllib_episodes(batch))  # one per sample or episode
+            if not episodes:
+                return
         out = self._learner_connector(
             rl_module=self._module,
-            batch={},
+            batch=data,
             episodes=episodes,
             shared_data={},
             metrics=None,
@@ -163,6 +200,46 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
                 del out[module_id]
         if out:
             yield flatten_dict(out)
+
+    def _bulk_ok(self) -> bool:
+        """Whether the samples can go to the connector as columns (cached per instance).
+
+        Only with RLlib's default pieces (a user's own piece may read the episodes), one
+        stateless module and a single-agent config; otherwise one episode per sample, as RLlib.
+        """
+        ok = getattr(self, "_bulk", None)
+        if ok is None:
+            names = {type(p).__name__ for p in getattr(self._learner_connector, "connectors", [])}
+            module = self._module
+            stateful = getattr(module, "is_stateful", lambda: True)()
+            ok = names <= _PASS_THROUGH and not self.config.is_multi_agent and not stateful
+            #: Whether the pipeline adds next observations (CQL's does, BC's does not).
+            self._next_obs = "AddNextObservationsFromEpisodesToTrainBatch" in names
+            self._bulk = ok
+        return bool(ok)
+
+    def _bulk_batch(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        """The sampled rows as the connector batch: ``{column: {(key,): [rows]}}``."""
+        out: dict[str, Any] = {}
+        carrier = SingleAgentEpisode(id_=f"offline_prelearner-{id(self)}")
+        for rows in self.prelearner(batch):
+            n = len(rows[C.REWARDS])
+            if not n:
+                continue
+            cols = {_BULK.get(k, k): v for k, v in rows.items() if k not in _NOT_SAMPLE}
+            for k in (C.EPS_ID, C.T) if self._next_obs else (C.EPS_ID, C.T, Columns.NEXT_OBS):
+                cols.pop(k, None)
+            cols.setdefault(C.N_STEP, np.ones(n, np.int64))
+            cols.setdefault(C.WEIGHTS, np.ones(n, np.float32))
+            for column, value in cols.items():
+                ConnectorV2.add_n_batch_items(
+                    out,
+                    column,
+                    items_to_add=np.asarray(value),
+                    num_items=n,
+                    single_agent_episode=carrier,
+                )
+        return out
 
     def rllib_episodes(self, batch: Mapping[str, Any]) -> list[SingleAgentEpisode]:
         """The episodes this call hands RLlib's learner connector (see ``to_learner``).
