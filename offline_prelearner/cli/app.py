@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 
 from ..jobs.session import interrupts, ray_session
@@ -64,6 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``argv`` (a test, a notebook) it returns, and gives the signal handlers back.
     """
     args = build_parser().parse_args(argv)
+    _our_warnings_in_one_line()
     if not args.verbose:
         # Read by Ray Data when it sets up its loggers (on import): INFO lines stay in its files.
         os.environ.setdefault("RAY_DATA_LOG_LEVEL", "ERROR")
@@ -87,3 +89,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if program and "ray" in sys.modules:
         exit_now(code)
     return code
+
+
+def _our_warnings_in_one_line() -> None:
+    """This package's warnings reach the console as ``offline-prelearner: warning: ...``, one
+    line each; other libraries' keep Python's format."""
+    shown = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], *rest: object, **kw: object) -> None:
+        if category.__module__.startswith("offline_prelearner"):
+            print(f"offline-prelearner: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, *rest, **kw)  # type: ignore[arg-type]
+
+    if getattr(shown, "__module__", None) != __name__:
+        warnings.showwarning = show

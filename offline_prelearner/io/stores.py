@@ -59,6 +59,8 @@ _AZURE = ("az", "abfs", "abfss")
 #: Seconds a store request may take before it counts as failed (env overrides).
 TIMEOUT_ENV = "OFFLINE_PRELEARNER_STORE_TIMEOUT"
 _URI = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+#: A store's "forbidden" answer; a bare "403" also stands in job ids and ports ("T024032").
+_HTTP_403 = re.compile(r"\bforbidden\b|(?:status|code|http)[^0-9a-z]{0,12}403\b")
 
 
 class StorageError(OfflinePrelearnerError, OSError):
@@ -368,7 +370,7 @@ def storage_error(e: BaseException, where: Location | str) -> StorageError:
     low = text.lower()
     if "signature" in low or "invalidaccesskeyid" in low or "authenticationfailed" in low:
         what = "wrong credentials (the store refused the key or its signature)"
-    elif "access_denied" in low or "accessdenied" in low or "forbidden" in low or "403" in low:
+    elif "access_denied" in low or "accessdenied" in low or _HTTP_403.search(low):
         what = "access denied (check the store's credentials)"
     elif "nosuchbucket" in low or "no_such_bucket" in low or "bucket does not exist" in low:
         what = "no such bucket"

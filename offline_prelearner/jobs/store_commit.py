@@ -40,6 +40,7 @@ import json
 import posixpath
 import re
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -48,7 +49,15 @@ from ..io.stores import Location, StorageError, locate, storage_error
 from .ownership import CommitError, new_job_id
 from .session.interrupts import commit_point
 
-__all__ = ["STAGING_DIR", "StoreStaging", "attempt_name", "publish", "store_failure", "write_json"]
+__all__ = [
+    "STAGING_DIR",
+    "CommittedWarning",
+    "StoreStaging",
+    "attempt_name",
+    "publish",
+    "store_failure",
+    "write_json",
+]
 
 #: The prefix, inside ``--out``, of every job's staging (job file, unit records).
 STAGING_DIR = "_staging"
@@ -61,6 +70,10 @@ _ATTEMPT_FILE = re.compile(r"[^/]*?-(\d{8}T\d{6}-[0-9a-f]{16})(?:[-.][^/]*)?")
 #: A folder named by a job's id: the generation of a dataset whose file names are fixed
 #: (Minari's ``data/main_data.hdf5``), written as ``<job>/data/main_data.hdf5``.
 _JOB_ID = re.compile(r"\d{8}T\d{6}-[0-9a-f]{16}")
+
+
+class CommittedWarning(UserWarning):
+    """The job committed, and a step after its commit point (stats, deletions) failed."""
 
 
 def _attempt_of(rel: str) -> str | None:
@@ -391,13 +404,32 @@ class StoreStaging:
             manifest = {**manifest, "job_id": self.job_id}
             with commit_point():  # a signal from here waits for the manifest: committed, exit 0
                 write_json(manifest_at, manifest)
-            write_json(self.root.join(_STATS_FILE), stats)
-            ours = {loc.path for loc, _ in listed}
-            if isinstance(old, dict) and old.get("job_id") != self.job_id:
-                self._delete_generation(old, ours)
-            self.path.delete_tree()
-            self.clean()
+        # Committed: what follows cannot change the output, so a store failing here is a warning
+        # (exit 0), never an exit 3 over a committed job; the next run cleans what is left.
+        self._after_commit(stats, old, {loc.path for loc, _ in listed})
         return self.out
+
+    def _after_commit(self, stats: dict[str, Any], old: Any, ours: set[str]) -> None:
+        """``stats.json``, then the replaced generation, this job's staging and strays deleted."""
+        steps: list[tuple[str, Any]] = [
+            ("writing stats.json", lambda: write_json(self.root.join(_STATS_FILE), stats)),
+            ("deleting the replaced generation", lambda: self._replaced(old, ours)),
+            ("deleting this job's staging", self.path.delete_tree),
+            ("deleting files no manifest lists", self.clean),
+        ]
+        for what, step in steps:
+            try:
+                step()
+            except OSError as e:
+                warnings.warn(
+                    f"{self.out}: committed; {what} failed ({e}): the next run into it cleans up",
+                    CommittedWarning,
+                    stacklevel=2,
+                )
+
+    def _replaced(self, old: Any, ours: set[str]) -> None:
+        if isinstance(old, dict) and old.get("job_id") != self.job_id:
+            self._delete_generation(old, ours)
 
     def _delete_generation(self, old: dict[str, Any], ours: set[str]) -> None:
         """Deletes the files of the manifest this job's manifest replaced."""

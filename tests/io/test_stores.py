@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from offline_prelearner.io.stores import StorageError, is_remote, locate
+from offline_prelearner.io.stores import StorageError, is_remote, locate, storage_error
 
 STORES = ["local", "s3", "azure"]
 _FRESH = itertools.count()
@@ -265,3 +265,21 @@ def test_endpoint_down(
 def test_unknown_scheme(quick: Any) -> None:
     quick(lambda: locate("nosuchscheme://bucket/key").exists(), "nosuchscheme")
     quick(lambda: locate("s3:///key"), "no bucket")
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("AWS Error ACCESS_DENIED during PutObject operation", "access denied"),
+        ("HTTP status 403 Forbidden", "access denied"),
+        ("AWS Error UNKNOWN (HTTP status 403) during HeadObject", "access denied"),
+        # A job id holds "403" (T024032): a timeout on its staging is not "access denied".
+        (
+            "When uploading part for key 'out/_staging/20261127T024032-0be835017dafbc72/job.json'"
+            " in bucket 'b': AWS Error NETWORK_CONNECTION during UploadPart: curlCode: 28, Timeout",
+            "cannot be reached",
+        ),
+    ],
+)
+def test_storage_error_names_what_failed(text: str, words: str) -> None:
+    assert words in str(storage_error(OSError(text), "s3://b/out"))

@@ -289,6 +289,35 @@ def test_a_store_failing_mid_job_is_exit_3_and_commits_nothing(s3_store: str, da
     assert not [p for p in listing(out) if p.startswith("samples/")]
 
 
+def test_a_store_failing_after_the_commit_point_is_a_warning_not_exit_3(
+    s3_store: str, data: Path
+) -> None:
+    """Once ``_manifest.json`` landed the job is committed: a store failing on what follows
+    (stats.json, deletions) is a one-line warning and the job succeeds. It was EIO, exit 3, over a
+    committed output (seen in CI, a loaded SeaweedFS failing the write after the manifest)."""
+    from offline_prelearner.jobs import store_commit
+    from offline_prelearner.jobs.batch.batch_job import run_pipeline
+
+    out = f"{s3_store}/out"
+    real = store_commit.write_json
+
+    def failing_stats(loc: Any, obj: Any) -> None:
+        if loc.name == "stats.json":
+            raise OSError(5, "the store went away")
+        real(loc, obj)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(store_commit, "write_json", failing_stats)
+        with pytest.warns(store_commit.CommittedWarning, match="committed; writing stats.json"):
+            run_pipeline(str(data), out_dir=out, engine="local")
+    names = listing(out)
+    assert "_manifest.json" in names and "stats.json" not in names
+    manifest = json.loads(locate(out).join("_manifest.json").read_bytes())
+    assert sorted(n for n in names if n.startswith("samples/")) == sorted(
+        f"samples/{f['name']}" for f in manifest["files"]
+    )
+
+
 # ============================================================================ Azure (Azurite)
 def _stopping_prelearner() -> type:
     """A prelearner that fails once ``budget`` batches ran (an interrupted job, in-process)."""
