@@ -219,11 +219,41 @@ def split_episode(path: str) -> dict[str, Any]:
     return out
 
 
+def packed(path: str) -> dict[str, Any]:
+    """BC for one iteration on RLlib's own packed recording (``obs``/``new_obs`` as
+    base64(lz4(pickle)) strings) with ``read.legacy_pickle`` opted in: the losses."""
+    from ray.rllib.algorithms.bc import BCConfig
+
+    from offline_prelearner.rllib import RLlibPreLearner
+
+    _ray()
+    obs_space, act_space = _spaces("CartPole-v1")
+    config = (
+        BCConfig()
+        .environment(observation_space=obs_space, action_space=act_space)
+        .learners(num_learners=0)
+        .offline_data(
+            input_=[os.path.abspath(path)],
+            dataset_num_iters_per_learner=2,
+            map_batches_kwargs={"concurrency": 1},
+            prelearner_class=RLlibPreLearner.configure({"read.legacy_pickle": True}),
+        )
+        .training(train_batch_size_per_learner=64)
+        .debugging(seed=0)
+    )
+    algo = config.build_algo()
+    result = algo.train()
+    algo.stop()
+    trained = result["learners"]["__all_modules__"]["num_env_steps_trained"]
+    return {"losses": _losses(result), "trained": float(trained)}
+
+
 CASES = {
     "bc": bc,
     "marwil_cql": marwil_cql,
     "learner_columns": learner_columns,
     "split_episode": split_episode,
+    "packed": packed,
 }
 
 if __name__ == "__main__":

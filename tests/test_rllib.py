@@ -184,6 +184,14 @@ def test_rows_of_an_episode_cut_across_files(tmp_path: Path) -> None:
     ]
 
 
+def test_rllibs_packed_recording_trains_with_the_legacy_pickle_opt_in(shared_data: Path) -> None:
+    # RLlib's own recorder with its default compression: obs/new_obs are base64(lz4(pickle))
+    # strings, decoded only with read.legacy_pickle (RLlib's settings are not taken as consent).
+    got = _run("packed", str(shared_data / "cartpole-v1_rows_compressed.parquet"))
+    assert got["trained"] == 2 * 64, got
+    assert got["losses"] and all(math.isfinite(v) for v in got["losses"].values()), got
+
+
 def test_the_readme_config_trains(tmp_path: Path) -> None:
     # The "Inside RLlib" block of README.md, as a user copies it, one iteration.
     readme = (REPO / "README.md").read_text()
