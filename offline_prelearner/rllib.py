@@ -43,7 +43,8 @@ What it hands the learner connector, ``to_learner``:
   extra model outputs). With ``sample.sample_all`` every transition of the complete episodes once.
   When the pipeline holds only RLlib's default pieces (single agent, stateless module), the
   samples go into the connector's batch as columns, which those pieces pass through, instead
-  of as one episode object each: the same learner batch, 26x less time per call.
+  of as one episode object each: the same learner batch, 17-30x less time per call
+  (benchmarks/README.md, "Inside RLlib").
 * ``"episodes"``: the complete episodes of the batch, fragments of one episode that arrived in
   earlier batches (or files) joined, each once: GAE (MARWIL) then runs over the real episode.
 

@@ -164,10 +164,17 @@ def _batches(path: str) -> list[dict[str, np.ndarray]]:
     return out
 
 
-def learner_columns(pendulum: str, out_json: str) -> dict[str, Any]:
+def learner_columns(pendulum: str, out_json: str, own_piece: str = "") -> dict[str, Any]:
     """CQL's learner batch (3-step) for every transition of the data, column by column, written
-    to ``out_json`` for the test to hold against the batch job's output."""
+    to ``out_json`` for the test to hold against the batch job's output; ``bulk``: whether the
+    samples went to the connector as columns (RLlib's default pieces only). ``own_piece``
+    non-empty: a user's own (pass-through) piece in the pipeline, so one episode per sample."""
     from ray.rllib.algorithms.cql import CQLConfig
+    from ray.rllib.connectors.connector_v2 import ConnectorV2
+
+    class OwnPiece(ConnectorV2):
+        def __call__(self, *, batch: Any, **kwargs: Any) -> Any:
+            return batch
 
     from offline_prelearner.rllib import RLlibPreLearner
 
@@ -177,6 +184,8 @@ def learner_columns(pendulum: str, out_json: str) -> dict[str, Any]:
         .environment(observation_space=obs_space, action_space=act_space)
         .training(train_batch_size_per_learner=128, n_step=3, gamma=0.99)
     )
+    if own_piece:
+        config = config.training(learner_connector=lambda *spaces: OwnPiece())
     cls = RLlibPreLearner.configure({"sample_all": True})
     pre = _prelearner(cls, config, "Pendulum-v1")
     cols: dict[str, list[np.ndarray]] = {}
@@ -187,7 +196,8 @@ def learner_columns(pendulum: str, out_json: str) -> dict[str, Any]:
     joined = {k: np.concatenate(v).tolist() for k, v in cols.items()}
     with open(out_json, "w") as fh:
         json.dump(joined, fh)
-    return {"columns": sorted(joined), "rows": len(next(iter(joined.values())))}
+    rows = len(next(iter(joined.values())))
+    return {"columns": sorted(joined), "rows": rows, "bulk": pre._bulk_ok()}
 
 
 def split_episode(path: str) -> dict[str, Any]:

@@ -115,11 +115,17 @@ def test_marwil_and_cql_train_with_finite_losses(pendulum: Path) -> None:
             assert all(isinstance(v, float) and math.isfinite(v) for v in losses.values()), got
 
 
-def test_the_learner_batch_holds_the_batch_jobs_transitions(pendulum: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("own_piece", [False, True], ids=["columns", "episode_per_sample"])
+def test_the_learner_batch_holds_the_batch_jobs_transitions(
+    pendulum: Path, tmp_path: Path, own_piece: bool
+) -> None:
     # CQL with n_step=3: every transition once (sample_all) through RLlib's learner connector,
     # against `process --set n_step=3` on the same files, column by column (rows in any order).
+    # With RLlib's default pieces only, the samples go in as columns; with a piece of the user's
+    # own in the pipeline, as one episode each (RLlib's way): the same batch either way.
     learner_json = tmp_path / "learner.json"
-    _run("learner_columns", str(pendulum), str(learner_json))
+    got = _run("learner_columns", str(pendulum), str(learner_json), "own" if own_piece else "")
+    assert got["bulk"] is not own_piece, got
     learner = {
         k.removeprefix("default_policy/"): np.asarray(v)
         for k, v in json.loads(learner_json.read_text()).items()
