@@ -28,10 +28,13 @@ where it has them, ``prelearner_buffer_kwargs["capacity"]`` and RLlib's prioriti
 (with its ``alpha``/``beta``). ``input_compress_columns`` is not needed: packed cells are detected
 from the data, and RLlib's ``base64(lz4(pickle))`` cells are decoded only with
 ``read.legacy_pickle=True`` in this project's config (RLlib names ``obs`` and ``new_obs`` there
-by default, so that setting cannot stand for the user's consent). This project's own config
-(:class:`~offline_prelearner.config.PreLearnerConfig` fields, flat, ``section.field`` or nested
-sections) comes from :meth:`RLlibPreLearner.configure` or from RLlib's free
-``learner_config_dict["offline_prelearner"]``, and wins over what RLlib's settings imply.
+by default, so that setting cannot stand for the user's consent). Minari and D4RL files come as
+``input_read_method="read_binary_files"`` with ``input_read_method_kwargs={"include_paths":
+True}`` and ``read.format`` ``"minari"`` or ``"d4rl"``: the prelearner reads the (local) paths.
+This project's own config (:class:`~offline_prelearner.config.PreLearnerConfig` fields, flat,
+``section.field`` or nested sections) comes from :meth:`RLlibPreLearner.configure` or from
+RLlib's free ``learner_config_dict["offline_prelearner"]``, and wins over what RLlib's settings
+imply.
 (RLlib 2.60 has no ``prelearner_kwargs``: OfflineData builds the class with ``config``,
 ``spaces``, ``module_spec`` and ``module_state`` only.)
 
@@ -223,7 +226,7 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
         """The sampled rows as the connector batch: ``{column: {(key,): [rows]}}``."""
         out: dict[str, Any] = {}
         carrier = SingleAgentEpisode(id_=f"offline_prelearner-{id(self)}")
-        for rows in self.prelearner(batch):
+        for rows in self.prelearner(_files_read(batch)):
             n = len(rows[C.REWARDS])
             if not n:
                 continue
@@ -253,12 +256,12 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
         """
         inner = self.prelearner
         if self.to_learner == "episodes":
-            kept = inner.validate(inner.map_to_episodes(batch))
+            kept = inner.validate(inner.map_to_episodes(_files_read(batch)))
             inner._count_episodes(kept)
             complete = inner._complete_episodes(kept.episodes)
             return [_whole_episode(ep) for ep in complete if inner._trains(inner.module_of(ep))]
         episodes: list[SingleAgentEpisode] = []
-        for rows in inner(batch):
+        for rows in inner(_files_read(batch)):
             episodes.extend(_sample_episodes(rows))
         return episodes
 
@@ -348,6 +351,22 @@ def _rllib_updates(cfg: Any) -> dict[str, Any]:
     if isinstance(seed, int):
         up["seed"] = seed
     return up
+
+
+def _files_read(batch: Mapping[str, Any]) -> Any:
+    """A batch of files from ``ray.data.read_binary_files(..., include_paths=True)`` (RLlib's
+    ``input_read_method="read_binary_files"``: the way a Minari or D4RL file reaches the
+    prelearner, as no Ray Data reader knows them) as the one table this project's reader reads
+    from their paths (``io.sources.read_table``: Minari and D4RL files as step tables); any
+    other batch as it is."""
+    if "path" not in batch or "bytes" not in batch:
+        return batch
+    import pyarrow as pa
+
+    from .io.sources import read_table
+
+    tables = [read_table(str(path)) for path in batch["path"]]
+    return pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
 
 
 def _whole_episode(ep: Episode) -> SingleAgentEpisode:

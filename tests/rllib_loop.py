@@ -258,12 +258,44 @@ def packed(path: str) -> dict[str, Any]:
     return {"losses": _losses(result), "trained": float(trained)}
 
 
+def minari(data_dir: str) -> dict[str, Any]:
+    """BC for one iteration on a Minari dataset (arrow backend, one file per episode), read by
+    Ray Data as binary files with their paths and by our reader from the paths."""
+    from ray.rllib.algorithms.bc import BCConfig
+
+    from offline_prelearner.rllib import RLlibPreLearner
+
+    _ray()
+    obs_space, act_space = _spaces("CartPole-v1")
+    config = (
+        BCConfig()
+        .environment(observation_space=obs_space, action_space=act_space)
+        .learners(num_learners=0)
+        .offline_data(
+            input_=[os.path.abspath(data_dir)],
+            input_read_method="read_binary_files",
+            input_read_method_kwargs={"include_paths": True, "file_extensions": ["arrow"]},
+            dataset_num_iters_per_learner=2,
+            map_batches_kwargs={"concurrency": 1},
+            prelearner_class=RLlibPreLearner.configure({"read.format": "minari"}),
+        )
+        .training(train_batch_size_per_learner=32)
+        .debugging(seed=0)
+    )
+    algo = config.build_algo()
+    result = algo.train()
+    algo.stop()
+    trained = result["learners"]["__all_modules__"]["num_env_steps_trained"]
+    return {"losses": _losses(result), "trained": float(trained)}
+
+
 CASES = {
     "bc": bc,
     "marwil_cql": marwil_cql,
     "learner_columns": learner_columns,
     "split_episode": split_episode,
     "packed": packed,
+    "minari": minari,
 }
 
 if __name__ == "__main__":

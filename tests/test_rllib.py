@@ -198,6 +198,19 @@ def test_rllibs_packed_recording_trains_with_the_legacy_pickle_opt_in(shared_dat
     assert got["losses"] and all(math.isfinite(v) for v in got["losses"].values()), got
 
 
+def test_a_minari_dataset_trains_inside_rllib(tmp_path: Path) -> None:
+    # No Ray Data reader knows Minari's files: RLlib reads them as binary files with their paths
+    # (input_read_method="read_binary_files") and our reader reads the paths (arrow backend,
+    # one file per episode; 12 CartPole episodes).
+    pytest.importorskip("minari")
+    from fixtures.make_minari import record_minari_dataset
+
+    case = record_minari_dataset(tmp_path, "cartpole/random-v0", "arrow", seed=0)
+    got = _run("minari", str(case.path / "data"))
+    assert got["trained"] == 2 * 32, got
+    assert got["losses"] and all(math.isfinite(v) for v in got["losses"].values()), got
+
+
 def test_the_readme_config_trains(tmp_path: Path) -> None:
     # The "Inside RLlib" block of README.md, as a user copies it, one iteration.
     readme = (REPO / "README.md").read_text()
