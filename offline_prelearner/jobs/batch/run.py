@@ -12,6 +12,7 @@ it.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
 import functools
@@ -360,7 +361,47 @@ def _located(
     return type(e)(message, where, reason=e.reason)
 
 
-class _UnitWriter:
+class _FileSplitter(abc.ABC):
+    """What both unit writers share: batches in, one Parquet file per run of one schema (a new
+    file whenever the schema changes), rows counted; where a file goes is the subclass's."""
+
+    layout: Layout
+    writer: pq.ParquetWriter | None
+    schema: pa.Schema | None
+    rows: int  # rows in the file being written
+    total: int  # rows written by this unit so far
+
+    def write(self, columns: Any) -> None:
+        """Appends a batch (an Arrow table or columns), starting a new file on a new schema."""
+        table = (
+            columns
+            if isinstance(columns, pa.Table)
+            else columns_to_table(columns, layout=self.layout)
+        )
+        if not table.num_rows:
+            return
+        if self.writer is None or not table.schema.equals(self.schema, check_metadata=True):
+            self._finish()
+            self.writer = self._open(table.schema)
+            self.schema = table.schema
+        self.writer.write_table(table)
+        self.rows += table.num_rows
+        self.total += table.num_rows
+
+    @abc.abstractmethod
+    def _open(self, schema: pa.Schema) -> pq.ParquetWriter:
+        """A writer for the next file (each writer says where it goes)."""
+
+    @abc.abstractmethod
+    def _finish(self) -> None:
+        """Ends the file being written, if any (each writer says what that takes)."""
+
+
+def _parquet_writer(where: Any, schema: pa.Schema) -> pq.ParquetWriter:
+    return pq.ParquetWriter(where, schema, use_dictionary=parquet_dictionary_columns(schema))
+
+
+class _UnitWriter(_FileSplitter):
     """A unit's output: ``<prefix>-<unit>-<k>.parquet`` (``part``: samples; ``quarantine``: the
     rows it refused), a new file whenever the schema changes, written under a temporary name and
     renamed when the unit ends."""
@@ -382,25 +423,10 @@ class _UnitWriter:
         name = f"{self.prefix}-{self.unit:05d}-{k:03d}.parquet"
         return self.folder / f".{name}.tmp-{os.getpid()}", self.folder / name
 
-    def write(self, columns: Any) -> None:
-        table = (
-            columns
-            if isinstance(columns, pa.Table)
-            else columns_to_table(columns, layout=self.layout)
-        )
-        if not table.num_rows:
-            return
-        if self.writer is None or not table.schema.equals(self.schema, check_metadata=True):
-            self._finish()
-            self.folder.mkdir(parents=True, exist_ok=True)
-            tmp, _ = self._tmp(len(self.done))
-            self.writer = pq.ParquetWriter(
-                tmp, table.schema, use_dictionary=parquet_dictionary_columns(table.schema)
-            )
-            self.schema = table.schema
-        self.writer.write_table(table)
-        self.rows += table.num_rows
-        self.total += table.num_rows
+    def _open(self, schema: pa.Schema) -> pq.ParquetWriter:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp, _ = self._tmp(len(self.done))
+        return _parquet_writer(tmp, schema)
 
     def _finish(self) -> None:
         if self.writer is None:
@@ -434,7 +460,7 @@ class _UnitWriter:
             p.unlink(missing_ok=True)
 
 
-class _StoreUnitWriter:
+class _StoreUnitWriter(_FileSplitter):
     """A unit's output on an object store: ``<prefix>-<attempt>-<unit>-<k>.parquet`` written
     straight under its final name (an object appears whole when its upload completes; a worker
     killed mid-upload leaves none), hashed as it is written."""
@@ -463,26 +489,11 @@ class _StoreUnitWriter:
     def _name(self, k: int) -> str:
         return f"{self.prefix}-{self.attempt}-{self.unit:05d}-{k:03d}.parquet"
 
-    def write(self, columns: Any) -> None:
-        table = (
-            columns
-            if isinstance(columns, pa.Table)
-            else columns_to_table(columns, layout=self.layout)
-        )
-        if not table.num_rows:
-            return
-        if self.writer is None or not table.schema.equals(self.schema, check_metadata=True):
-            self._finish()
-            at = self.folder.join(self._name(len(self.files)))
-            self.opened.append(at)
-            self.sink = sha256_sink(at.open_output_stream())
-            self.writer = pq.ParquetWriter(
-                self.sink, table.schema, use_dictionary=parquet_dictionary_columns(table.schema)
-            )
-            self.schema = table.schema
-        self.writer.write_table(table)
-        self.rows += table.num_rows
-        self.total += table.num_rows
+    def _open(self, schema: pa.Schema) -> pq.ParquetWriter:
+        at = self.folder.join(self._name(len(self.files)))
+        self.opened.append(at)
+        self.sink = sha256_sink(at.open_output_stream())
+        return _parquet_writer(self.sink, schema)
 
     def _finish(self) -> None:
         if self.writer is None:
