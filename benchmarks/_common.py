@@ -21,6 +21,15 @@ at least the keys in :data:`KEYS`::
   written: a coarse, never-decreasing figure for the whole process, reported for context only.
 * ``loadavg_1m`` is the machine's 1-minute load average when the line is written: figures taken
   while other work shares the cores are noisy (compare it with the number of cores).
+* The first line of a run is a **header** (:func:`header`): ``{"bench": "header", "impl":
+  "header", "cpu_model": ..., "nproc": ..., "loadavg": [1m, 5m, 15m], "commit": ..., "utc":
+  ...}`` -- the machine and the code the figures below it were taken on.
+* **Interleaved rounds** (:func:`alternate`, :func:`summarize_rounds`): two (or more) sides run
+  alternately, A B, B A, A B, ..., so a change of the machine's speed or load hits both; each
+  side's figure is the median over rounds (with min / max), and a ratio line carries both the
+  ratio of the medians and the median of the per-round ratios (each round's two sides ran
+  back to back). Ratios, not rates, carry a claim: on a shared VM rates move 1.5x within
+  seconds, the ratio of two sides measured in the same round much less.
 * An RLlib line that could not be measured is ``{"bench": ..., "impl": "rllib", "skipped":
   reason}``; a ratio line is ``{"bench": ..., "impl": "ratio", "ratio": ours / rllib}``
   (medians; also ``ratio_best`` and, where both sides measured CPU time, ``ratio_cpu``).
@@ -56,11 +65,14 @@ __all__ = [
     "MemoryPeak",
     "Timing",
     "add_common_args",
+    "alternate",
     "data_dir",
     "dataset_digest",
     "emit",
+    "header",
     "limited_tables",
     "log",
+    "machine",
     "markdown_table",
     "maxrss_mb",
     "measure_peak",
@@ -69,10 +81,14 @@ __all__ = [
     "record",
     "rllib_python",
     "run_rllib",
+    "summarize_rounds",
     "time_repeats",
 ]
 
 KEYS = ("bench", "impl", "throughput", "unit", "seconds", "peak_mem_mb", "n")
+#: ``impl`` of lines that are not one measurement (no :data:`KEYS` required): ratios, the header,
+#: fits (slopes, efficiencies) and descriptions of the data.
+NOT_MEASURED = frozenset({"ratio", "header", "fit", "data"})
 #: The repository (this file's folder's parent); ``.bench/`` in it is git-ignored scratch space.
 REPO = Path(__file__).resolve().parent.parent
 #: Where ``benchmarks/make_data.sh`` writes the datasets unless $OFFLINE_PRELEARNER_BENCH_DATA says.
@@ -342,7 +358,7 @@ def record(
 
 def emit(line: dict[str, Any]) -> dict[str, Any]:
     """Prints one JSON line to stdout (flushed) and returns it."""
-    if "skipped" not in line and line.get("impl") != "ratio":
+    if "skipped" not in line and line.get("impl") not in NOT_MEASURED:
         missing = [k for k in KEYS if k not in line]
         if missing:
             raise ValueError(f"benchmark line {line.get('bench')!r} lacks keys {missing}")
@@ -353,6 +369,177 @@ def emit(line: dict[str, Any]) -> dict[str, Any]:
 def log(message: str) -> None:
     """Progress for humans, on stderr (stdout is JSON lines only)."""
     print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- header, rounds
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name from ``/proc/cpuinfo`` (Linux), else ``platform.processor()``."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for row in fh:
+                if row.startswith("model name"):
+                    return row.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or None
+
+
+def _git_commit() -> str | None:
+    """The checkout's commit (short hash, ``+dirty`` when tracked files differ), or None."""
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "diff", "--quiet", "HEAD", "--", "offline_prelearner"],
+            cwd=REPO,
+            capture_output=True,
+            check=False,
+            timeout=10,
+        ).returncode
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return sha + ("+dirty" if dirty else "")
+
+
+def machine() -> dict[str, Any]:
+    """What the figures of a run depend on: CPU model, cores, load, Python, pyarrow, commit."""
+    import platform
+
+    return {
+        "cpu_model": cpu_model(),
+        "nproc": os.cpu_count(),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+        "pyarrow": pa.__version__,
+        "commit": _git_commit(),
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def header(script: str, **extra: Any) -> dict[str, Any]:
+    """The header line a run prints first: the script, its options, and :func:`machine`."""
+    return {"bench": "header", "impl": "header", "script": script, **machine(), **extra}
+
+
+Side = Callable[[int], list[dict[str, Any]]]
+
+
+def alternate(sides: Sequence[tuple[str, Side]], rounds: int) -> list[dict[str, Any]]:
+    """Runs every side once per round, the order reversed every other round (A B, B A, ...).
+
+    Args:
+        sides: ``(name, fn)`` pairs; ``fn(round)`` runs that side once and returns its JSON
+            lines (each with ``bench``, ``impl`` and, when measured, ``throughput``).
+        rounds: How many rounds (>= 1; 3 or more for a figure anyone quotes).
+
+    Returns:
+        Every side's lines in the order they ran, each tagged ``round`` (0-based), ``side``
+        and ``loadavg_1m`` (when the side did not set it).
+    """
+    out: list[dict[str, Any]] = []
+    for r in range(max(1, rounds)):
+        order = list(sides) if r % 2 == 0 else list(reversed(sides))
+        for name, fn in order:
+            log(f"round {r + 1}/{rounds}: {name}")
+            for line in fn(r):
+                line.setdefault("loadavg_1m", round(os.getloadavg()[0], 2))
+                out.append({**line, "round": r, "side": name})
+    return out
+
+
+def _spread(values: Sequence[float]) -> dict[str, Any]:
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def summarize_rounds(
+    lines: Sequence[dict[str, Any]],
+    pairs: Sequence[tuple[str, tuple[str, str], tuple[str, str]]] = (),
+) -> list[dict[str, Any]]:
+    """One line per ``(bench, impl)`` over the rounds, then one ratio line per pair.
+
+    Args:
+        lines: Lines tagged ``round`` (from :func:`alternate`); those without ``throughput``
+            (skipped, ratios) are passed through once.
+        pairs: ``(name, (bench_a, impl_a), (bench_b, impl_b))``: a ratio line ``a / b`` of
+            throughputs, for each pair both of whose sides were measured.
+
+    Returns:
+        Per ``(bench, impl)``: the last round's line with ``throughput`` / ``seconds`` the
+        medians over rounds, ``throughput_min`` / ``throughput_max``, ``throughput_rounds`` and
+        ``loadavg_rounds``, ``rounds``. Per pair: ``{"bench": name, "impl": "ratio", "ratio":
+        median_a / median_b, "ratio_median_of_rounds": median(a_r / b_r), "ratio_min",
+        "ratio_max", "ratio_rounds"}`` (per-round ratios use the rounds both sides ran in).
+    """
+    groups: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    out: list[dict[str, Any]] = []
+    seen: set[tuple[Any, Any]] = set()
+    for x in lines:
+        key = (x.get("bench"), x.get("impl"))
+        if "throughput" in x and x.get("impl") != "ratio":
+            groups.setdefault((x["bench"], x["impl"]), {})[int(x.get("round", 0))] = x
+        elif key not in seen:
+            seen.add(key)
+            out.append(x)
+    for by_round in groups.values():
+        xs = [by_round[r] for r in sorted(by_round)]
+        tp = [float(x["throughput"]) for x in xs]
+        secs = [float(x["seconds"]) for x in xs if x.get("seconds") is not None]
+        s = _spread(tp)
+        line = dict(xs[-1])
+        line.pop("round", None)
+        line.update(
+            throughput=round(s["median"], 1),
+            throughput_min=round(s["min"], 1),
+            throughput_max=round(s["max"], 1),
+            throughput_rounds=[round(v, 1) for v in tp],
+            rounds=len(xs),
+            loadavg_rounds=[x.get("loadavg_1m") for x in xs],
+        )
+        if secs:
+            line["seconds"] = round(statistics.median(secs), 6)
+        out.append(line)
+    for name, a, b in pairs:
+        ra, rb = groups.get(a), groups.get(b)
+        if not ra or not rb:
+            continue
+        med_a = statistics.median(float(x["throughput"]) for x in ra.values())
+        med_b = statistics.median(float(x["throughput"]) for x in rb.values())
+        both = sorted(set(ra) & set(rb))
+        per = [float(ra[r]["throughput"]) / float(rb[r]["throughput"]) for r in both]
+        ratio: dict[str, Any] = {
+            "bench": name,
+            "impl": "ratio",
+            "ratio": round(med_a / med_b, 3),
+            "of": [f"{a[0]}:{a[1]}", f"{b[0]}:{b[1]}"],
+            "throughput_a": round(med_a, 1),
+            "throughput_b": round(med_b, 1),
+            "unit": ra[max(ra)].get("unit"),
+        }
+        if per:
+            s = _spread(per)
+            ratio.update(
+                ratio_median_of_rounds=round(s["median"], 3),
+                ratio_min=round(s["min"], 3),
+                ratio_max=round(s["max"], 3),
+                ratio_rounds=[round(v, 3) for v in per],
+                rounds=len(per),
+            )
+        out.append(ratio)
+    return out
 
 
 # ----------------------------------------------------------------------------- the RLlib side
