@@ -14,6 +14,7 @@ The public API, grouped by stage (everything is also importable from its module)
     batches    SampleBatch, MultiAgentBatch
     run        PreLearnerConfig, OfflinePreLearner, run_pipeline, iter_learner_batches,
                split_learner_batches, convert_path, feed_shards, start_feed, FeedStats
+    look       report (one HTML page about a dataset; the ``report`` extra)
     errors     OfflinePrelearnerError and its subclasses
 """
 
@@ -60,6 +61,10 @@ from .replay import (
 from .replay.batch import MultiAgentBatch, SampleBatch
 from .replay.samplers import Prioritized, Uniform
 from .replay.units import FrameStack, NStep, Sequence, Transition
+
+# Bound here, not on first use: the subpackage of the same name, once anything imports it,
+# would be this attribute. It imports its one dependency (vl-convert-python) when it runs.
+from .report import report  # isort: skip
 
 if TYPE_CHECKING:  # the Ray jobs: loaded on first use (see __getattr__); typed for checkers
     from .jobs.batch.batch_job import run_pipeline
@@ -121,6 +126,8 @@ __all__ = [  # noqa: RUF022  (grouped by stage, like the docstring)
     "run_pipeline",
     "split_learner_batches",
     "start_feed",
+    # look (the page's charts need the report extra, imported when report runs)
+    "report",
     # errors
     "ConfigError",
     "DataError",

@@ -52,6 +52,7 @@ EXPECTED = {
     "feed_shards",
     "start_feed",
     "FeedStats",
+    "report",
     "ConfigError",
     "DataError",
     "DecodeError",
@@ -80,6 +81,15 @@ def test_importing_the_package_does_not_import_ray() -> None:
     code = "import sys, offline_prelearner; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_report_is_the_function_and_its_library_loads_when_it_runs() -> None:
+    code = "import sys, offline_prelearner; print('vl_convert' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    from offline_prelearner.report import build
+
+    assert op.report is build.report and callable(op.report)
 
 
 def test_lazy_exports_are_the_defining_modules_objects() -> None:

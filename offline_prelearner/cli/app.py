@@ -13,6 +13,7 @@ from .cmd_convert import add_convert
 from .cmd_inspect import add_inspect
 from .cmd_process import add_process
 from .cmd_record import add_record
+from .cmd_report import add_report
 from .exits import exit_now, interrupted, report_interrupt, run_command, shutdown
 from .options import OneLineParser, epilog, package_version
 
@@ -42,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         "named when a job fails)",
     )
     sub = p.add_subparsers(dest="command", required=True)
-    for add in (add_record, add_process, add_inspect, add_convert):
+    for add in (add_record, add_process, add_inspect, add_report, add_convert):
         add(sub)
     for command, parser in sub.choices.items():
         parser.formatter_class = argparse.RawDescriptionHelpFormatter

@@ -8,11 +8,11 @@ import os
 import sys
 from typing import Any
 
-from ..config import ReadConfig
+from ..config import ReadConfig, ValidateConfig
 from ..errors import ConfigError
 from .options import FORMAT_HELP, FORMATS, MAX_STEPS_HELP, add_common, out_path
 
-__all__ = ["add_inspect", "inspect"]
+__all__ = ["add_inspect", "add_reading", "inspect", "progress_bar", "reading"]
 
 
 def add_inspect(sub: Any) -> None:
@@ -24,30 +24,73 @@ def add_inspect(sub: Any) -> None:
         "what to do with rows that fail to read or validate (default: skip and count them in "
         "the report)",
     )
-    i.add_argument("--format", choices=FORMATS, default="auto", help=FORMAT_HELP)
-    i.add_argument("--max-episode-steps", type=int, default=None, help=MAX_STEPS_HELP)
-    i.add_argument(
+    add_reading(i)
+    i.add_argument("--json", action="store_true", help="print one JSON object")
+    i.set_defaults(func=inspect)
+
+
+def add_reading(p: argparse.ArgumentParser) -> None:
+    """What ``inspect`` and ``report`` take besides PATH, ``--legacy-pickle`` and
+    ``--on-invalid``: the format, schema, D4RL's step limit, the quarantine folder, fragments."""
+    p.add_argument("--format", choices=FORMATS, default="auto", help=FORMAT_HELP)
+    p.add_argument("--max-episode-steps", type=int, default=None, help=MAX_STEPS_HELP)
+    p.add_argument(
         "--schema",
         default=None,
         help="a preset name from schemas/ (rllib, rllib_compressed, d4rl, minari_transitions, "
         "...) or a schema JSON file (default: RLlib's column names)",
     )
-    i.add_argument(
+    p.add_argument(
         "--quarantine-dir",
         type=out_path,
         default=None,
         help="with --on-invalid quarantine: where rejected rows are written",
     )
-    i.add_argument(
+    p.add_argument(
         "--allow-fragments",
         action="store_true",
         help="keep episodes that never end within the data instead of rejecting them",
     )
-    i.add_argument("--json", action="store_true", help="print one JSON object")
-    i.set_defaults(func=inspect)
 
 
-def _progress(i: int, n: int, name: str) -> None:
+def reading(args: argparse.Namespace) -> tuple[ReadConfig, ValidateConfig]:
+    """The read and validate settings of ``inspect``'s (and ``report``'s) arguments.
+
+    Args:
+        args: The parsed arguments (:func:`add_reading`'s and :func:`add_common`'s).
+
+    Returns:
+        ``(read, validate)``.
+
+    Raises:
+        ConfigError: ``--on-invalid quarantine`` without a ``--quarantine-dir`` folder.
+    """
+    if args.on_invalid == "quarantine" and not args.quarantine_dir:
+        raise ConfigError(
+            "--on-invalid quarantine needs --quarantine-dir DIR for the rejected rows"
+        )
+    qdir = args.quarantine_dir
+    if qdir and os.path.exists(qdir) and not os.path.isdir(qdir):
+        raise ConfigError(f"--quarantine-dir {qdir!r} is a file; give a folder")
+    read = ReadConfig(
+        format=args.format,
+        schema=args.schema,
+        legacy_pickle=args.legacy_pickle,
+        on_invalid=args.on_invalid,
+        max_episode_steps=args.max_episode_steps,
+    )
+    validate = ValidateConfig(on_invalid=args.on_invalid, require_done=not args.allow_fragments)
+    return read, validate
+
+
+def progress_bar(i: int, n: int, name: str) -> None:
+    """``read i/n files (p%)`` on one line of a terminal's stderr (nothing when not a terminal).
+
+    Args:
+        i: Files read so far.
+        n: Files in all.
+        name: The file just read.
+    """
     if sys.stderr.isatty():
         sys.stderr.write(f"\r  read {i}/{n} files ({100 * i // n}%)   ")
         if i == n:
@@ -109,30 +152,15 @@ def inspect(args: argparse.Namespace) -> int:
     """The ``inspect`` sub-command: reads the input as a job would, prints what it found (or JSON
     with ``--json``) and returns the exit code. Raises :class:`ConfigError` for ``--on-invalid
     quarantine`` without a ``--quarantine-dir`` folder."""
-    from ..config import ValidateConfig
     from ..jobs.inspection import inspect_path
 
-    if args.on_invalid == "quarantine" and not args.quarantine_dir:
-        raise ConfigError(
-            "--on-invalid quarantine needs --quarantine-dir DIR for the rejected rows"
-        )
-    qdir = args.quarantine_dir
-    if qdir and os.path.exists(qdir) and not os.path.isdir(qdir):
-        raise ConfigError(f"--quarantine-dir {qdir!r} is a file; give a folder")
-    read = ReadConfig(
-        format=args.format,
-        schema=args.schema,
-        legacy_pickle=args.legacy_pickle,
-        on_invalid=args.on_invalid,
-        max_episode_steps=args.max_episode_steps,
-    )
-    validate = ValidateConfig(on_invalid=args.on_invalid, require_done=not args.allow_fragments)
+    read, validate = reading(args)
     report = inspect_path(
         args.path,
         read,
         validate,
         quarantine_dir=args.quarantine_dir,
-        progress=None if args.json else _progress,
+        progress=None if args.json else progress_bar,
     )
     d = report.to_dict()
     if args.json:

@@ -135,6 +135,11 @@ _EXAMPLES: dict[str, list[str]] = {
         "inspect hopper-medium-v0.hdf5 --max-episode-steps 1000",
         "inspect cartpole/random-v0",
     ],
+    "report": [
+        "report data/cp --out cp.html",
+        "report hopper-medium-v0.hdf5 --max-episode-steps 1000 --out hopper.html --png figs/",
+        "report data/ --on-invalid quarantine --quarantine-dir q/ --out data.html",
+    ],
     "convert": [
         "convert old/ --to rows --out new/",
         "convert pixels/ --to rows --layout fast --out pixels-fast/",

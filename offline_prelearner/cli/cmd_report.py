@@ -1,0 +1,81 @@
+"""``offline-prelearner report``: one HTML page about a dataset, to read before training."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from .cmd_inspect import add_reading, progress_bar, reading
+from .options import add_common, out_path
+
+__all__ = ["add_report", "report"]
+
+
+def add_report(sub: Any) -> None:
+    """The ``report`` parser, added to ``sub`` (the top parser's sub-commands).
+
+    Args:
+        sub: The top parser's sub-parsers.
+    """
+    r = sub.add_parser(
+        "report",
+        help="one self-contained HTML page about a dataset: summary, anomalies, charts, files",
+    )
+    add_common(
+        r,
+        "skip",
+        "what to do with rows that fail to read or validate (default: skip and count them on "
+        "the page)",
+    )
+    add_reading(r)
+    r.add_argument("--out", required=True, type=out_path, help="the HTML file to write")
+    r.add_argument(
+        "--png",
+        metavar="DIR",
+        type=out_path,
+        default=None,
+        help="also write each chart as DIR/<chart>.png (for a paper or an issue)",
+    )
+    r.set_defaults(func=report)
+
+
+def report(args: argparse.Namespace) -> int:
+    """The ``report`` sub-command: reads the input as ``inspect`` does, writes the page (and the
+    PNGs) and returns the exit code.
+
+    Args:
+        args: The parsed arguments.
+
+    Returns:
+        0, or 2 when every row was rejected (the page is written all the same).
+
+    Raises:
+        ConfigError: vl-convert-python is missing, or ``--on-invalid quarantine`` has no
+            ``--quarantine-dir``.
+    """
+    from ..report import report as write_report
+
+    read, validate = reading(args)
+    done = write_report(
+        args.path,
+        args.out,
+        read,
+        validate,
+        png_dir=args.png,
+        quarantine_dir=args.quarantine_dir,
+        progress=progress_bar,
+    )
+    d = done.summary
+    print(
+        f"wrote {done.out} ({d['episodes']} episodes, {len(done.charts)} charts, "
+        f"{len(done.anomalies)} anomalies) in {done.seconds:.1f} s"
+        + (f"; {len(done.pngs)} PNGs in {args.png}" if args.png else "")
+    )
+    if d["rows"] and not d["episodes"] and d["rejected"]:
+        print(
+            f"offline-prelearner report: error: every row was rejected ({d['rejected']})",
+            file=sys.stderr,
+        )
+        return 2
+    return 0

@@ -1,0 +1,159 @@
+"""``report``: ``inspect``'s reading and checks, then the statistics, charts and the page.
+
+The dataset is read, stitched, validated and de-duplicated by
+:func:`~offline_prelearner.jobs.inspection.inspect_path`, the code ``inspect`` runs, so the
+page's summary is ``inspect --json``'s dict and cannot differ from it. The kept episodes then
+pass once, a bounded chunk at a time, through the streaming accumulators (:mod:`.collect`).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import ReadConfig, ValidateConfig
+from ..errors import ConfigError
+from ..io.sources import expand_paths
+from ..jobs.inspection import inspect_path
+from .anomalies import anomalies
+from .collect import Collector, chunks
+from .frames import png_data_uri
+from .page import render
+from .sections import observation_rows, sections
+
+__all__ = ["REPORT_EXTRA", "ReportResult", "report"]
+
+#: What installs the report's one dependency.
+REPORT_EXTRA = "pip install 'offline-prelearner[report]'"
+
+
+def _vl_convert() -> Any:
+    try:
+        return importlib.import_module("vl_convert")
+    except ImportError:
+        raise ConfigError(
+            f"the report needs vl-convert-python, which is not installed: {REPORT_EXTRA}"
+        ) from None
+
+
+@functools.lru_cache(maxsize=1)
+def _javascript() -> str:
+    """Vega, Vega-Lite and vega-embed in one script (built once per process: ~1 s)."""
+    return str(_vl_convert().javascript_bundle())
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    """What :func:`report` wrote.
+
+    Attributes:
+        out: The HTML file.
+        summary: ``inspect --json``'s dict for the dataset (the page's summary).
+        anomalies: The sentences at the top of the page.
+        charts: The chart ids, in page order.
+        pngs: The PNG files written (``png_dir``), one per chart.
+        seconds: The whole report's time (``summary["seconds"]`` is the reading's).
+    """
+
+    out: Path
+    summary: dict[str, Any]
+    anomalies: list[str]
+    charts: list[str]
+    pngs: list[Path] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _spaces(path: str, validate: ValidateConfig, declared: tuple[Any, Any]) -> tuple[Any, Any]:
+    """The observation and action spaces to hold the data against: the config's, else the data's
+    own (a msgpack record's, a Minari dataset's, a ``convert``'s metadata)."""
+    from ..jobs.dataset_info import info_of_files
+
+    try:
+        info = info_of_files(expand_paths(path))
+        obs, act = info.observation_space, info.action_space
+    except Exception:  # an unreadable declaration is no declaration (as the jobs take it)
+        obs = act = None
+    obs = validate.observation_space or declared[0] or obs
+    act = validate.action_space or declared[1] or act
+    return obs, act
+
+
+def report(
+    path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    read: ReadConfig | None = None,
+    validate: ValidateConfig | None = None,
+    *,
+    png_dir: str | os.PathLike[str] | None = None,
+    quarantine_dir: str | os.PathLike[str] | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> ReportResult:
+    """Writes one self-contained HTML page about the dataset under ``path`` (no network fetch:
+    the scripts, the chart specs and their data are inline): the summary ``inspect`` gives, the
+    anomalies in words, episode lengths and returns (and their drift), actions, observations per
+    leaf and dimension, rewards, and the per-file accounting.
+
+    Args:
+        path: A file, a folder or a glob, in any format this package reads.
+        out: The HTML file to write (its folder is created).
+        read: How to read (format, schema, ``on_invalid``...), as for ``inspect``.
+        validate: How to validate, as for ``inspect`` (default: ``read.on_invalid``).
+        png_dir: Also write each chart as ``<chart id>.png`` into this folder.
+        quarantine_dir: With ``on_invalid="quarantine"``: where rejected rows go.
+        progress: ``progress(i, n, file)`` after each file read (``inspect``'s progress).
+
+    Returns:
+        What was written, and the summary.
+
+    Raises:
+        ConfigError: vl-convert-python is not installed (``pip install
+            'offline-prelearner[report]'``).
+        DataError: Bad input under ``on_invalid="raise"`` (naming file, column, episode, row).
+    """
+    start = time.perf_counter()
+    vlc = _vl_convert()  # before the reading: a missing extra is one line, at once
+    javascript = _javascript()
+    read = read or ReadConfig(format="auto")
+    validate = validate or ValidateConfig(on_invalid=read.on_invalid)
+    found = inspect_path(path, read, validate, quarantine_dir=quarantine_dir, progress=progress)
+    d = found.to_dict()
+    episodes = found.batch.episodes
+    obs_space, act_space = _spaces(os.fspath(path), validate, found.batch.declared_spaces)
+    c = Collector(len(episodes), obs_space, act_space)
+    for chunk in chunks(episodes):
+        c.add(chunk)
+    words = anomalies(d, c)
+    parts = sections(c)
+    frames = {
+        name: [png_data_uri(f) for f in leaf.frames]
+        for name, leaf in c.leaves.items()
+        if leaf.frames
+    }
+    d_page = {k: v for k, v in d.items() if k != "episode_stats"}
+    text = render(d_page, words, parts, observation_rows(c), frames, javascript)
+    target = Path(out)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    charts = [ch for s in parts for ch in s.charts]
+    pngs = []
+    if png_dir is not None:
+        folder = Path(png_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        for ch in charts:
+            png = folder / f"{ch.name}.png"
+            png.write_bytes(vlc.vegalite_to_png(ch.spec, scale=2))
+            pngs.append(png)
+    return ReportResult(
+        out=target,
+        summary=d_page,
+        anomalies=words,
+        charts=[ch.name for ch in charts],
+        pngs=pngs,
+        seconds=time.perf_counter() - start,
+    )

@@ -1,0 +1,267 @@
+"""What the report summarises of the kept episodes, gathered a chunk of episodes at a time.
+
+:class:`Collector` takes the episodes ``inspect`` kept (validated, de-duplicated), in chunks of
+bounded size (:func:`chunks`: a few MB of observations each), concatenates each chunk's columns
+once and feeds them to the streaming accumulators of :mod:`.stats`: per observation leaf and
+dimension, per action dimension (and the count of each discrete action), per-step rewards. Per
+episode it keeps two numbers (length, return) and a module code, as ``inspect`` itself does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from ..episodes import observations as O
+from ..episodes.episode import Episode
+from ..spaces import leaf_spaces
+from .stats import Moments, OutOfBounds, Sample
+
+__all__ = ["Collector", "LeafStats", "chunks", "is_image"]
+
+#: Observation bytes per chunk (its float64 copy is 8x that for uint8 frames).
+CHUNK_BYTES = 8 << 20
+#: The most episodes per chunk.
+CHUNK_EPISODES = 4096
+#: Dimensions of a leaf sampled for histograms (the moments cover every dimension).
+SAMPLED_DIMS = 16
+#: Distinct integer actions counted one by one; more than that and actions are continuous.
+MAX_DISCRETE = 256
+#: Sample frames shown per image leaf.
+FRAMES = 8
+
+
+def is_image(step_shape: tuple[int, ...]) -> bool:
+    """Whether a leaf of this per-step shape is an image: ``H x W`` or ``H x W x C`` (C in 1, 3,
+    4), both sides at least 8."""
+    if len(step_shape) == 3 and step_shape[2] not in (1, 3, 4):
+        return False
+    return len(step_shape) in (2, 3) and min(step_shape[:2]) >= 8
+
+
+def _bounds(space: gym.Space[Any] | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(low, high)`` of a Box or Discrete space, else None."""
+    if isinstance(space, gym.spaces.Box):
+        return np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
+    if isinstance(space, gym.spaces.Discrete):
+        return np.array([float(space.start)]), np.array([float(space.start + space.n - 1)])
+    return None
+
+
+@dataclass
+class LeafStats:
+    """One observation leaf (or the actions, or the rewards): its moments, sample and bounds.
+
+    Attributes:
+        name: ``obs``, ``obs.<leaf path>``, ``actions`` or ``rewards``.
+        shape: The per-step shape.
+        dtype: The dtype's name.
+        image: Whether the leaf holds frames (then its moments are per channel).
+        moments: Per dimension (per channel for frames).
+        sample: Up to :data:`SAMPLED_DIMS` dimensions of a sample of rows (None for frames).
+        space: The declared space, if any.
+        out_of_space: Values outside the declared space's bounds, per dimension.
+        frames: Sample frames (images only).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    image: bool = False
+    moments: Moments = field(default_factory=Moments)
+    sample: Sample | None = None
+    space: gym.Space[Any] | None = None
+    out_of_space: OutOfBounds | None = None
+    frames: list[np.ndarray] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, name: str, first: np.ndarray, space: gym.Space[Any] | None, seed: int) -> Any:
+        """The stats of a leaf whose first chunk is ``first`` (``[n, ...]``)."""
+        shape = tuple(first.shape[1:])
+        image = is_image(shape)
+        bounds = _bounds(space)
+        return cls(
+            name=name,
+            shape=shape,
+            dtype=str(first.dtype),
+            image=image,
+            sample=None if image else Sample(seed=seed),
+            space=space,
+            out_of_space=None if bounds is None else OutOfBounds(*bounds),
+        )
+
+    def update(self, x: np.ndarray) -> None:
+        """Adds a chunk ``[n, *shape]``."""
+        if self.image:
+            channels = self.shape[2] if len(self.shape) == 3 else 1
+            self.moments.update(x.reshape(-1, channels))
+        else:
+            flat = x.reshape(len(x), -1)
+            self.moments.update(flat)
+            assert self.sample is not None
+            self.sample.update(flat[:, :SAMPLED_DIMS])
+        if self.out_of_space is not None:
+            self.out_of_space.update(x)
+
+    @property
+    def out_of_space_total(self) -> int:
+        """Values outside the declared space, all dimensions together."""
+        oob = self.out_of_space
+        return 0 if oob is None or oob.count is None else int(oob.count.sum())
+
+
+def chunks(episodes: list[Episode]) -> Iterator[list[Episode]]:
+    """The episodes in order, a chunk of at most :data:`CHUNK_EPISODES` episodes or about
+    :data:`CHUNK_BYTES` of observations at a time."""
+    if not episodes:
+        return
+    per_step = max(
+        sum(a.nbytes // max(len(a), 1) for a in O.leaves(episodes[0].observations).values()), 1
+    )
+    lengths = np.fromiter((len(e) + 1 for e in episodes), np.int64, len(episodes))
+    room = max(CHUNK_BYTES // per_step, 1)  # observations per chunk
+    ends = np.cumsum(lengths)
+    lo = 0
+    while lo < len(episodes):
+        base = ends[lo - 1] if lo else 0
+        hi = int(np.searchsorted(ends, base + room, side="right"))
+        hi = min(max(hi, lo + 1), lo + CHUNK_EPISODES)
+        yield episodes[lo:hi]
+        lo = hi
+
+
+class Collector:
+    """Feeds chunks of kept episodes to the accumulators.
+
+    Args:
+        episodes: How many episodes will come (for the choice of sample frames).
+        observation_space: The declared observation space, if any.
+        action_space: The declared action space, if any.
+        seed: The samples' seed.
+    """
+
+    def __init__(
+        self,
+        episodes: int,
+        observation_space: gym.Space[Any] | None = None,
+        action_space: gym.Space[Any] | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.total = episodes
+        self.obs_spaces = {} if observation_space is None else leaf_spaces(observation_space)
+        self.action_space = action_space
+        self.seed = seed
+        self.leaves: dict[str, LeafStats] = {}
+        self.actions: LeafStats | None = None
+        self.rewards: LeafStats | None = None
+        self.action_counts: dict[float, int] | None = {}
+        self.lengths: list[np.ndarray] = []
+        self.returns: list[np.ndarray] = []
+        self.group_codes: list[np.ndarray] = []
+        self.groups: dict[str, int] = {}
+        self.seen = 0
+        self._frame_at = set(
+            np.linspace(0, max(episodes - 1, 0), min(FRAMES, episodes)).astype(int).tolist()
+        )
+
+    def add(self, chunk: list[Episode]) -> None:
+        """Adds a chunk of episodes (in episode order).
+
+        Args:
+            chunk: The episodes.
+        """
+        if not chunk:
+            return
+        self._per_episode(chunk)
+        self._observations(chunk)
+        actions = np.concatenate([e.actions for e in chunk])
+        rewards = np.concatenate([e.rewards for e in chunk])
+        if self.actions is None:
+            self.actions = LeafStats.start("actions", actions, self.action_space, self.seed + 1)
+            self.rewards = LeafStats.start("rewards", rewards, None, self.seed + 2)
+        self.actions.update(actions)
+        assert self.rewards is not None
+        self.rewards.update(rewards)
+        self._count_actions(actions)
+        self.seen += len(chunk)
+
+    def _per_episode(self, chunk: list[Episode]) -> None:
+        n = len(chunk)
+        self.lengths.append(np.fromiter((len(e) for e in chunk), np.int64, n))
+        self.returns.append(np.fromiter((e.total_reward for e in chunk), np.float64, n))
+        codes = np.empty(n, np.int64)
+        for i, e in enumerate(chunk):  # per episode (not per row): its module's code
+            key = e.module_id if e.module_id is not None else e.agent_id
+            label = "default" if key is None else str(key)
+            codes[i] = self.groups.setdefault(label, len(self.groups))
+        self.group_codes.append(codes)
+
+    def _observations(self, chunk: list[Episode]) -> None:
+        first = chunk[0].observations
+        for path in O.leaves(first):
+            arrays = [O.leaves(e.observations)[path] for e in chunk]
+            x = np.concatenate(arrays)
+            name = "obs" if path == "" else f"obs{O.SEP}{path}"
+            leaf = self.leaves.get(name)
+            if leaf is None:
+                leaf = LeafStats.start(name, x, self.obs_spaces.get(path), self.seed)
+                self.leaves[name] = leaf
+            leaf.update(x)
+            if leaf.image:
+                for k, a in enumerate(arrays):
+                    if self.seen + k in self._frame_at and len(leaf.frames) < FRAMES:
+                        leaf.frames.append(np.array(a[len(a) // 2]))
+
+    def _count_actions(self, actions: np.ndarray) -> None:
+        if self.action_counts is None:
+            return
+        if actions.ndim != 1 or actions.dtype.kind not in "iub":
+            self.action_counts = None
+            return
+        values, counts = np.unique(actions, return_counts=True)
+        for v, c in zip(values.tolist(), counts.tolist(), strict=True):  # distinct values only
+            self.action_counts[v] = self.action_counts.get(v, 0) + c
+        if len(self.action_counts) > MAX_DISCRETE:
+            self.action_counts = None
+
+    # ------------------------------------------------------------------ results
+    @property
+    def episode_lengths(self) -> np.ndarray:
+        """Every kept episode's length, in order."""
+        return np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64)
+
+    @property
+    def episode_returns(self) -> np.ndarray:
+        """Every kept episode's return, in order."""
+        return np.concatenate(self.returns) if self.returns else np.zeros(0)
+
+    @property
+    def episode_groups(self) -> np.ndarray:
+        """Every kept episode's module (or agent) code, an index into :attr:`group_names`."""
+        return np.concatenate(self.group_codes) if self.group_codes else np.zeros(0, np.int64)
+
+    @property
+    def group_names(self) -> list[str]:
+        """The modules (or agents) by code; ``["default"]`` for single-agent data."""
+        return list(self.groups)
+
+    @property
+    def discrete_actions(self) -> dict[int, int] | None:
+        """``{action: steps}`` for discrete actions (every action of a declared ``Discrete``
+        space listed, unused ones at 0), None for continuous ones."""
+        counts = self.action_counts
+        if counts is None or self.actions is None:
+            return None
+        space = self.action_space
+        if isinstance(space, gym.spaces.Discrete):
+            full = {int(space.start) + i: 0 for i in range(int(space.n))}
+            return {**full, **{int(k): v for k, v in counts.items()}}
+        if space is not None and not isinstance(space, gym.spaces.Discrete):
+            return None
+        if self.actions.dtype == "bool" or len(counts) <= 32:
+            return {int(k): v for k, v in sorted(counts.items())}
+        return None
