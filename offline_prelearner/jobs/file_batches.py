@@ -15,14 +15,18 @@ Batches hold about ``batch_size`` rows (:func:`iter_file_batches`): a file of at
 is cut into equal zero-copy slices nearest that size; smaller files (RLlib's recorder writes many;
 a batch each would sample far more often than the data warrants) are gathered into one batch;
 whole-file formats (Minari, D4RL: a file is whole episodes) are never cut. Each batch comes with
-its file when all its rows are from one file, so the readers' errors name it.
+its file when all its rows are from one file, so the readers' errors name it. A group may name
+part of a file (:class:`FilePiece`: runs of its rows), where several actors read rows without
+``t`` and an episode's rows are read by the range that owns it
+(:mod:`~offline_prelearner.jobs.stream.episode_ranges`).
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 import pyarrow as pa
@@ -36,6 +40,7 @@ from ..io.stores import input_file, is_remote
 
 __all__ = [
     "READ_ROWS",
+    "FilePiece",
     "ReadAhead",
     "concat_tables",
     "has_list_cells",
@@ -55,6 +60,44 @@ _WHOLE = 1 << 62
 #: 84x84x4 frames at once (~0.5 GB of levels in new pages) read 4.5-5.8k rows/s, 512 rows at a time
 #: 12.1k (in cache). The pieces are joined into the batch (chunks, not copies).
 READ_ROWS = 512
+
+
+@dataclass(frozen=True)
+class FilePiece:
+    """Part of a file: runs of its rows, read in file order.
+
+    Attributes:
+        path: The file.
+        runs: ``(start, stop)`` row ranges, sorted and not overlapping.
+    """
+
+    path: str
+    runs: tuple[tuple[int, int], ...]
+
+    @property
+    def rows(self) -> int:
+        """How many rows the piece holds."""
+        return sum(stop - start for start, stop in self.runs)
+
+    def select(self, chunks: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        """The piece's rows out of its file's tables (consecutive, from row 0); stops taking
+        tables after its last run, so a piece at a file's head reads only its first tables."""
+        runs, i, at = self.runs, 0, 0
+        for chunk in chunks:
+            if i >= len(runs):
+                return
+            end = at + chunk.num_rows
+            parts = []
+            while i < len(runs) and runs[i][0] < end:
+                lo, hi = max(runs[i][0], at), min(runs[i][1], end)
+                if hi > lo:
+                    parts.append(chunk.slice(lo - at, hi - lo))
+                if runs[i][1] > end:  # the run goes on in the next table
+                    break
+                i += 1
+            if parts:
+                yield parts[0] if len(parts) == 1 else concat_tables(parts)
+            at = end
 
 
 def has_list_cells(schema: pa.Schema) -> bool:
@@ -105,11 +148,18 @@ def parquet_chunks(
 
 
 def _file_chunks(
-    path: str, step: int, limits: DecodeLimits = DEFAULT_LIMITS
+    item: str | FilePiece, step: int, limits: DecodeLimits = DEFAULT_LIMITS
 ) -> tuple[bool, int, int, Iterator[pa.Table]]:
     """``(whole, rows, size, chunks)``: a file's tables of at most ``size`` rows, where ``size``
     cuts a file of at least half a batch into equal batches nearest ``step`` rows; ``whole`` for
-    whole-file formats (one table, never cut)."""
+    whole-file formats (one table, never cut). A piece: its rows only, batched as a file of
+    that many rows."""
+    if isinstance(item, FilePiece):
+        whole, _, size, chunks = _file_chunks(item.path, step, limits)
+        rows = item.rows
+        size = size if whole else _batch_rows(rows, step)
+        return whole, rows, size, item.select(chunks)
+    path = item
     if path.endswith((".parquet", ".pq")) and not is_minari_file(path):
         try:
             rows = pq.ParquetFile(input_file(path)).metadata.num_rows
@@ -137,10 +187,11 @@ def _batch_rows(rows: int, step: int) -> int:
 
 
 def iter_file_batches(
-    paths: list[str], batch_size: int | None, limits: DecodeLimits = DEFAULT_LIMITS
+    paths: Sequence[str | FilePiece], batch_size: int | None, limits: DecodeLimits = DEFAULT_LIMITS
 ) -> Iterator[tuple[pa.Table, str | None]]:
-    """``(table, file)`` batches of about ``batch_size`` rows over ``paths`` in order; ``file``
-    is None when a batch's rows come from more than one file. No ``batch_size``: a batch a file.
+    """``(table, file)`` batches of about ``batch_size`` rows over ``paths`` (files, or pieces
+    of files) in order; ``file`` is None when a batch's rows come from more than one file. No
+    ``batch_size``: a batch a file.
 
     A file of at least half a batch is cut into batches of equal size nearest ``batch_size``
     (5,016 rows at 4,096: one batch; 10,000: two of 5,000), so a batch is one file's rows, a
@@ -166,8 +217,9 @@ def iter_file_batches(
         n_held += chunk.num_rows
 
     half = 1 if step == _WHOLE else max(1, step // 2)
-    for path in paths:
-        whole, rows, size, chunks = _file_chunks(path, step, limits)
+    for item in paths:
+        path = item.path if isinstance(item, FilePiece) else item
+        whole, rows, size, chunks = _file_chunks(item, step, limits)
         if whole or rows < half:  # gathered with its neighbours, up to a batch
             for chunk in chunks:
                 hold(chunk, path)
@@ -305,7 +357,7 @@ class ReadAhead:
 
     def __init__(
         self,
-        groups: list[list[str]],
+        groups: Sequence[Sequence[str | FilePiece]],
         batch_size: int | None,
         ahead: bool = True,
         limits: DecodeLimits = DEFAULT_LIMITS,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,9 +31,10 @@ from ...io.stores import is_remote, locate
 from ...prelearner import OfflinePreLearner
 from ...replay.batch import MultiAgentBatch
 from ...replay.storage.memory import for_worker_process
-from ..file_batches import ReadAhead, read_groups
+from ..file_batches import FilePiece, ReadAhead, read_groups
 from ..preflight import ConfigLike, job_config, prepare
 from ..session.ray_session import data_context, import_ray, init_ray, worker_env
+from .episode_ranges import plan_ranges
 
 __all__ = [
     "LearnerStream",
@@ -90,7 +91,7 @@ class ReadingPreLearnerActor(OfflinePreLearnerActor):
         self,
         prelearner: type[OfflinePreLearner],
         config: PreLearnerConfig,
-        groups: list[list[str]] | None = None,
+        groups: Sequence[Sequence[str | FilePiece]] | None = None,
         read_ahead: bool = True,
     ) -> None:
         super().__init__(prelearner, config)
@@ -182,10 +183,13 @@ def _map(
         # ends); the actors hold the groups and read them, one task at a time each, in order.
         if config.read.on_invalid == "raise":  # bombs and drift: one line, no actor started
             check_files(files, config.read.limits)
-        groups = read_groups(files, rc.batch_size)
+        actors = rc.concurrency or 1
+        names = read_groups(files, rc.batch_size)
+        # Several actors and rows without t: each range reads the episodes it owns, whole.
+        plan = plan_ranges(names, config) if actors > 1 else None
+        groups: Sequence[Sequence[str | FilePiece]] = names if plan is None else plan
         items = [{"group": k} for k in range(len(groups))]
         tasks = ray.data.from_items(items, override_num_blocks=len(groups))
-        actors = rc.concurrency or 1
         ds = tasks.map_batches(
             ReadingPreLearnerActor,
             fn_constructor_kwargs={**kwargs, "groups": groups, "read_ahead": actors == 1},
