@@ -7,13 +7,18 @@ here).
 :func:`prepare` lists the input files, fills in what depends on them (:func:`resolve_config`:
 the detected format, the spaces a ``convert`` declared) and builds the prelearner once, dry
 (:func:`prelearner_class`), so that a bad config fails here in one line, not in a Ray worker.
+:class:`NodeCheck` asks every other node of a Ray cluster, before any unit starts, whether it
+sees the job's local inputs and its staging folder as the driver does (a path on one machine's
+disk is refused in one line, naming the path and the node).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
-from collections.abc import Mapping
-from dataclasses import fields, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ..config import PreLearnerConfig
@@ -23,7 +28,14 @@ from ..io.stores import is_remote, locate
 from ..plugins import import_object
 from ..prelearner import OfflinePreLearner
 
-__all__ = ["ConfigLike", "job_config", "prelearner_class", "prepare", "resolve_config"]
+__all__ = [
+    "ConfigLike",
+    "NodeCheck",
+    "job_config",
+    "prelearner_class",
+    "prepare",
+    "resolve_config",
+]
 
 #: What the library's entry points take as ``config``.
 ConfigLike = PreLearnerConfig | Mapping[str, Any] | str | os.PathLike[str] | None
@@ -113,3 +125,115 @@ def prepare(
     cls = prelearner_class(config, prelearner)
     cls(config)
     return files, config, cls
+
+
+# ====================================================================== on a cluster
+#: Seconds the nodes of a cluster get, all together, to answer :meth:`NodeCheck.run`; a node
+#: that has not answered by then is not judged (the job finds out what it can do).
+NODE_CHECK_SECONDS = 30.0
+
+_ELSEWHERE = (
+    "every node of a Ray cluster reads the inputs and writes --out itself: put them on an "
+    "object store (s3://, gs://, az://) or a shared filesystem mounted at the same path on "
+    "every node"
+)
+
+
+@dataclass(frozen=True)
+class NodeCheck:
+    """What every node of a cluster must see as the driver does, checked before any unit starts.
+
+    A local path names a file on the disk of the machine it is read on: a job whose inputs or
+    ``--out`` lie on the driver's own disk fails on every other node, unit by unit. The check
+    runs one tiny task on each other live node (pinned there, no CPU asked, all at once, at most
+    :data:`NODE_CHECK_SECONDS` in all) that looks at each local input (there, of the size it has
+    here: another file of the same name is not the input) and at the job's staging folder (its
+    ``job.json`` names this job: a folder of the same name on the node's own disk is not it).
+    Paths on an object store are the same everywhere and are not checked; neither is a
+    single-node cluster.
+
+    Args:
+        inputs: The job's input files as ``(path or URI, size in bytes)``.
+        staging: The job's staging folder on a local or shared disk (None: on an object store).
+        job_id: The id the staging folder's ``job.json`` holds.
+    """
+
+    inputs: Sequence[tuple[str, int]]
+    staging: str | None = None
+    job_id: str = ""
+
+    def run(self, timeout: float = NODE_CHECK_SECONDS) -> None:
+        """Runs the check on the Ray cluster this process is connected to.
+
+        Args:
+            timeout: Seconds the nodes get, all together, to answer.
+
+        Raises:
+            ConfigError: A node does not see an input or the staging folder as the driver does
+                (one line: the path, the node's id and address, what to do).
+        """
+        local = tuple((p, s) for p, s in self.inputs if not is_remote(p))
+        if not local and self.staging is None:
+            return
+        from .session.ray_session import import_ray
+
+        ray = import_ray()
+        alive = [n for n in ray.nodes() if n.get("Alive")]
+        here = ray.get_runtime_context().get_node_id()
+        others = [n for n in alive if n.get("NodeID") != here]
+        if len(alive) < 2 or not others:
+            return
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        check = NodeCheck(local, self.staging, self.job_id)
+        task = ray.remote(num_cpus=0, max_retries=0)(_missing_on_node)
+        refs = {
+            task.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+            ).remote(check): n
+            for n in others
+        }
+        ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        for ref in pending:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+        for ref in ready:
+            try:
+                missing = ray.get(ref)
+            except Exception:  # a node lost meanwhile: the job meets it as a lost node
+                continue
+            if missing is not None:
+                node = refs[ref]
+                where = f"Ray node {node['NodeID']} ({node.get('NodeManagerAddress', '?')})"
+                raise ConfigError(f"{missing} on {where}: {_ELSEWHERE}")
+
+    def missing(self) -> str | None:
+        """On a node: what it does not see as the driver does, in words, or None."""
+        for path, size in self.inputs:
+            try:
+                found = os.stat(path).st_size
+            except OSError as e:
+                return f"the input {path!r} cannot be read ({e.strerror or e})"
+            if found != size:
+                return (
+                    f"the input {path!r} is another file ({found} bytes there, {size} on the "
+                    "driver's node)"
+                )
+        if self.staging is None:
+            return None
+        try:
+            with open(os.path.join(self.staging, "job.json")) as fh:
+                staged = json.load(fh).get("job_id")
+        except (OSError, ValueError, AttributeError):
+            staged = None
+        if staged != self.job_id or not os.access(self.staging, os.W_OK):
+            return (
+                f"the job's staging folder {self.staging!r} (beside --out) is not the one the "
+                "driver made"
+            )
+        return None
+
+
+def _missing_on_node(check: NodeCheck) -> str | None:
+    """The task :meth:`NodeCheck.run` pins to each node."""
+    return check.missing()

@@ -40,12 +40,12 @@ from ...io.stores import is_remote, locate
 from ...replay.storage.memory import for_worker_process
 from ..commit import QUARANTINE, Staging, file_sha256, input_fingerprint
 from ..ownership import CommitError, check_out_apart, output_storage, staging_path
-from ..preflight import ConfigLike, job_config, prepare
+from ..preflight import ConfigLike, NodeCheck, job_config, prepare
 from ..session.ray_session import data_context, import_ray, init_ray, worker_env
 from ..store_commit import StoreStaging, store_failure
 from .file_tally import per_file
 from .plan import Plan, plan_units, unit_key
-from .run import UnitJob, run_unit
+from .run import UnitJob, run_unit, units_by_node
 
 __all__ = ["JobFailed", "PipelineResult", "choose_engine", "run_pipeline"]
 
@@ -414,6 +414,7 @@ def _run_job(
             "config": config.to_dict(),
         }
     )
+    stats["nodes"] = units_by_node(records.values())
     if eng == "ray":
         stats["ray_cluster"] = _cluster_info()
     if out_dir is None:
@@ -483,6 +484,8 @@ def _run_on_ray(
 ) -> None:
     ray = import_ray()
     init_ray(config)
+    staged = None if job.attempt else str(Path(job.units_dir).parent)  # a store: seen everywhere
+    NodeCheck([(f.path, f.size) for f in job.plan.files], staged, job.job_id).run()
     # A unit whose worker died is redone from scratch (same files), UNIT_RETRIES times: Ray Data's
     # map tasks default to max_retries=-1, which retries a unit that always kills its worker (out
     # of memory, a crash in native code) forever. Errors raised by our code are not retried.

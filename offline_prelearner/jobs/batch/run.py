@@ -7,7 +7,8 @@ the in-process engine and inside Ray Data, so the two write the same bytes. Unde
 ``on_invalid="quarantine"`` the rows it refused go to ``quarantine/quarantine-<unit>-<k>.parquet``
 the same way. A record carries the job's id and the unit's key (:func:`~.plan.unit_key`: its
 parts and the identity of every file they read), which is what a resume compares before reusing
-it.
+it, and the node that ran the unit (:func:`unit_node`; :func:`units_by_node` sums them up for
+``stats.json``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import dataclasses
 import functools
 import json
 import os
-from collections.abc import Callable, Iterator
+import socket
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -294,8 +297,48 @@ def _run(
         QUARANTINE: [{**f, "name": f"{QUARANTINE}/{f['name']}"} for f in quarantined],
         "stats": stats,
         "per_file": tally.to_record(),
+        "node": unit_node(),
     }
     return record
+
+
+def unit_node() -> dict[str, str]:
+    """Where this process runs, as a unit's record names it: the host's name, and in a Ray
+    worker (or a driver with Ray started) the Ray node's id and IP address.
+
+    Returns:
+        ``{"host": ...}``, plus ``"ray_node_id"`` and ``"ip"`` under Ray.
+    """
+    node = {"host": socket.gethostname()}
+    ray = sys.modules.get("ray")  # imported by the worker that runs the unit; never here
+    if ray is not None and ray.is_initialized():
+        node["ray_node_id"] = ray.get_runtime_context().get_node_id()
+        node["ip"] = ray.util.get_node_ip_address()
+    return node
+
+
+def units_by_node(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Which node ran which units (``stats.json["nodes"]``): one entry per node named by the
+    records (a record written before records named their node counts under a node of None).
+
+    Args:
+        records: Unit records (:func:`run_unit`), each counted once.
+
+    Returns:
+        ``[{"ray_node_id", "ip", "host", "units": [unit indices]}]``, in order of first unit.
+    """
+    nodes: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for rec in sorted(records, key=lambda r: int(r["unit"])):
+        node = rec.get("node")
+        if not isinstance(node, dict):
+            node = {}
+        key = tuple(node.get(k) for k in _NODE_KEYS)
+        entry = nodes.setdefault(key, {**dict(zip(_NODE_KEYS, key, strict=True)), "units": []})
+        entry["units"].append(int(rec["unit"]))
+    return list(nodes.values())
+
+
+_NODE_KEYS = ("ray_node_id", "ip", "host")
 
 
 def _check_owner(job: UnitJob, root: Path) -> None:

@@ -1,0 +1,194 @@
+"""The batch job on a cluster of separate nodes: units on every node, a node lost mid-job.
+
+A head node (no CPU) and two worker nodes (one CPU each) run on this machine as separate raylets
+(``ray start --head`` and two ``ray start --address=...``, :mod:`ray_nodes`). The CLI joins the
+cluster (``offline-prelearner process ... --address``) over 12 files of CartPole rows, one unit
+each (``OFFLINE_PRELEARNER_UNIT_MIN_ROWS``), ``sample_all`` so the output does not depend on the
+seed, and a clean ``--engine local`` run is the reference:
+
+* the units land on both worker nodes (``stats.json["nodes"]``: the node each unit record named,
+  against the node ids the raylets were started with), and the output equals the reference: the
+  manifest's files (name, rows, sha256) and the sample rows;
+* one worker node's raylet SIGKILLed once the first unit records are in the staging folder (the
+  node is gone: its workers and agents end with it): the job either exits 0 with the reference's
+  output, or exits 3 with one line on stderr and nothing committed (no ``--out``, no manifest).
+
+Every process the tests start is stopped by PID (:meth:`ray_nodes.LocalCluster.stop`, the CLI by
+its process group).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from conftest import REPO
+from ray_nodes import LocalCluster, clean_env, start_cluster
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+SOURCE = REPO / "datasets/cartpole-v1/rows"  # 5,000 rows, 5 files
+N_FILES = 12
+COPIES_PER_FILE = 2  # 10,000 rows a file, 120,000 in all: a unit takes ~0.5 s on a busy core
+JOB_TIMEOUT_S = 240.0
+
+
+# ============================================================================ data and runs
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """12 files, each 4 copies of the shipped CartPole rows under distinct episode ids."""
+    folder = tmp_path_factory.mktemp("multinode") / "rows"
+    folder.mkdir()
+    src = pa.concat_tables(pq.read_table(p) for p in sorted(SOURCE.glob("*.parquet")))
+    ids = src.column("eps_id")
+    for n in range(N_FILES):
+        copies = []
+        for k in range(COPIES_PER_FILE):
+            new_ids = pc.binary_join_element_wise(ids, pa.scalar(f"{n}-{k}"), "-")
+            copies.append(src.set_column(0, "eps_id", new_ids))
+        pq.write_table(pa.concat_tables(copies), folder / f"rows-{n:05d}.parquet")
+    return folder
+
+
+def _cli(data: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "offline_prelearner",
+        "process",
+        str(data),
+        "--out",
+        str(out),
+        "--set",
+        "sample_all=true",
+        "--json",
+        *extra,
+    ]
+
+
+def _env(cluster: LocalCluster | None = None) -> dict[str, str]:
+    env = {**clean_env(), "OFFLINE_PRELEARNER_UNIT_MIN_ROWS": "1"}  # one unit per file
+    return {**env, **(cluster.auth_env if cluster is not None else {})}
+
+
+def _run(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env=env, timeout=JOB_TIMEOUT_S, check=False
+    )
+
+
+def _files(out: Path) -> list[tuple[str, int, str]]:
+    manifest = json.loads((out / "_manifest.json").read_text())
+    return [(f["name"], f["rows"], f["sha256"]) for f in manifest["files"]]
+
+
+def _rows(out: Path) -> pa.Table:
+    return pa.concat_tables(pq.read_table(p) for p in sorted((out / "samples").glob("*.parquet")))
+
+
+@pytest.fixture(scope="module")
+def reference(dataset: Path) -> Path:
+    out = dataset.parent / "reference"
+    proc = _run(_cli(dataset, out, "--engine", "local"), _env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["units"] == N_FILES and stats["rows_in"] == N_FILES * COPIES_PER_FILE * 5000
+    # The local engine names its own host, and no Ray node.
+    assert [(n["ray_node_id"], len(n["units"])) for n in stats["nodes"]] == [(None, N_FILES)]
+    assert stats["nodes"][0]["host"]
+    return out
+
+
+def _assert_same_output(out: Path, reference: Path) -> None:
+    assert _files(out) == _files(reference)
+    assert _rows(out).equals(_rows(reference))
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    started = start_cluster([None, None])
+    try:
+        yield started
+    finally:
+        left = started.stop()
+        assert not left, f"processes of the test cluster still alive after stopping it: {left}"
+
+
+# ============================================================================ the tests
+def test_units_run_on_every_worker_node_and_the_output_is_a_clean_runs(
+    cluster: LocalCluster, dataset: Path, reference: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    proc = _run(_cli(dataset, out, "--address", cluster.address), _env(cluster))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stats: dict[str, Any] = json.loads((out / "stats.json").read_text())
+    assert stats["engine"] == "ray" and stats["ray_cluster"]["nodes"] == 3
+    by_node = {n["ray_node_id"]: n["units"] for n in stats["nodes"]}
+    workers = {cluster.node_ids["w0"], cluster.node_ids["w1"]}
+    assert set(by_node) == workers, (by_node, cluster.node_ids)  # both workers, not the head
+    assert sorted(u for units in by_node.values() for u in units) == list(range(N_FILES))
+    assert all(n["ip"] and n["host"] for n in stats["nodes"])
+    _assert_same_output(out, reference)
+
+
+@contextlib.contextmanager
+def _job(cmd: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """The CLI in a process group of its own; killed (the group) if still running at the end."""
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=err, env=env, start_new_session=True
+        )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_a_worker_node_killed_mid_job_gives_the_clean_output_or_exit_3(
+    cluster: LocalCluster, dataset: Path, reference: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    units = tmp_path / ".out.staging" / "units"
+    victim = cluster.nodes["w1"]
+    raylet = victim.raylet()
+    assert raylet is not None
+    cmd = _cli(dataset, out, "--address", cluster.address)
+    with _job(cmd, _env(cluster), tmp_path / "stderr.log") as proc:
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+        while not list(units.glob("unit-*.json")):
+            assert proc.poll() is None, (tmp_path / "stderr.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "no unit finished"
+            time.sleep(0.02)
+        os.kill(raylet[0], signal.SIGKILL)  # the node is lost, its workers with it
+        finished_before = len(list(units.glob("unit-*.json")))
+        assert proc.poll() is None, "the job ended before the node was lost"
+        proc.wait(timeout=JOB_TIMEOUT_S)
+    stderr = (tmp_path / "stderr.log").read_text()
+    assert finished_before < N_FILES
+    if proc.returncode == 0:
+        _assert_same_output(out, reference)
+        stats = json.loads((out / "stats.json").read_text())
+        assert sorted(u for n in stats["nodes"] for u in n["units"]) == list(range(N_FILES))
+    else:
+        assert proc.returncode == 3, stderr[-3000:]
+        lines = [ln for ln in stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("offline-prelearner process: error"), lines
+        assert not out.exists(), sorted(p.name for p in out.rglob("*"))
+    print(f"node lost after {finished_before} unit(s): exit {proc.returncode}")
