@@ -104,9 +104,10 @@ def test_each_range_reads_the_rows_it_owns_once_in_file_order(layout: Any) -> No
 
 
 # ------------------------------------------------------------------ files on disk
-def write_recording(folder: Path, seed: int, envs: int = 2) -> list[str]:
+def write_recording(folder: Path, seed: int, envs: int = 2, agents: bool = False) -> list[str]:
     """Rows without ``t`` as a recorder with ``envs`` environments writes them: fragments of the
-    envs' episodes interleave; one long episode spans three or more files; files of 30-90 rows."""
+    envs' episodes interleave; one long episode spans three or more files; files of 30-90 rows.
+    With ``agents`` the envs are agents of shared episode ids (keys: episode id and agent)."""
     rng = np.random.default_rng(seed)
     rows: list[pa.Table] = []
     streams = []
@@ -115,7 +116,12 @@ def write_recording(folder: Path, seed: int, envs: int = 2) -> list[str]:
         if e == 0:
             lengths.insert(2, 170)  # longer than three files
         eps = [
-            make_episode(n, id=f"env{e}-ep{k}", seed=seed * 100 + e * 10 + k)
+            make_episode(
+                n,
+                id=f"ep{k}" if agents else f"env{e}-ep{k}",
+                agent_id=f"a{e}" if agents else None,
+                seed=seed * 100 + e * 10 + k,
+            )
             for k, n in enumerate(lengths)
         ]
         streams.append(episodes_to_rows(eps, with_t=False, layout="fast"))
@@ -142,14 +148,14 @@ def write_recording(folder: Path, seed: int, envs: int = 2) -> list[str]:
 def reference_transitions(files: list[str]) -> Counter[tuple[Any, ...]]:
     """Every transition of every done episode, by a plain loop over the rows in file order."""
     table = pa.concat_tables([pq.read_table(f) for f in files])
-    ids = table.column("eps_id").to_pylist()
+    ids = list(zip(table["eps_id"].to_pylist(), table["agent_id"].to_pylist(), strict=True))
     obs = table.column("obs").to_pylist()  # the fast layout: a cell is the row's raw bytes
     done = np.logical_or(table.column("terminateds"), table.column("truncateds"))
     open_: dict[Any, list[tuple[Any, ...]]] = {}
     out: Counter[tuple[Any, ...]] = Counter()
     for i, eid in enumerate(ids):
         steps = open_.setdefault(eid, [])
-        steps.append((eid, len(steps), obs[i]))
+        steps.append((eid[0], len(steps), obs[i]))
         if done[i]:
             out.update(open_.pop(eid))
     return out
@@ -177,10 +183,14 @@ def run_ranges(groups: list[Any], config: PreLearnerConfig) -> list[dict[str, np
     return outputs
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_planned_ranges_give_the_episodes_of_one_reader(tmp_path: Path, seed: int) -> None:
-    files = write_recording(tmp_path, seed)
+@pytest.mark.parametrize(("seed", "agents"), [(0, False), (1, False), (2, False), (3, True)])
+def test_planned_ranges_give_the_episodes_of_one_reader(
+    tmp_path: Path, seed: int, agents: bool
+) -> None:
+    files = write_recording(tmp_path, seed, agents=agents)
     cfg = PreLearnerConfig().with_updates({"sample_all": True, "batch_size": 60})
+    if agents:  # a module per agent: one module's buffer takes one episode of an id at a time
+        cfg = cfg.with_updates({"modules.agent_to_module": {"a0": "m0", "a1": "m1"}})
     groups = read_groups(files, 60)
     plan = plan_ranges(groups, cfg.with_updates({"format": "rows"}))
     assert plan is not None and len(plan) == len(groups) >= 4

@@ -179,14 +179,22 @@ def plan_ranges(groups: list[list[str]], config: PreLearnerConfig) -> Plan | Non
 
 
 def _read_keys(path: str, keys: list[str], config: PreLearnerConfig) -> pa.Table | None:
-    """The key columns of one file (None if it lacks one of them)."""
+    """The key columns of one file (None if it lacks one of them); Parquet's string ids are read
+    as dictionaries (no string is built per row)."""
     if path.endswith((".parquet", ".pq")):
-        from ...io.parquet_guard import open_parquet
+        import pyarrow.parquet as pq
 
-        names = open_parquet(path, config.read.limits).schema_arrow.names
-        if not set(keys) <= set(names):
+        from ...io.parquet_guard import open_parquet
+        from ...io.stores import input_file
+
+        schema = open_parquet(path, config.read.limits).schema_arrow  # the footer's guard
+        if not set(keys) <= set(schema.names):
             return None
-        return read_table(path, keys, config.read.limits)
+        ids = [k for k in keys[:2] if pa.types.is_string(schema.field(k).type)]
+        try:
+            return pq.read_table(input_file(path), columns=keys, read_dictionary=ids)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
+            return read_table(path, keys, config.read.limits)  # names the file
     table = read_table(path, limits=config.read.limits)
     return table.select(keys) if set(keys) <= set(table.column_names) else None
 
@@ -225,11 +233,12 @@ def _keys_and_flags(
     """One integer key per row (episode id and agent id) and its done flag, over all files."""
     table = pa.concat_tables(tables, promote_options="permissive")
     names = table.column_names
-    codes, _ = factorize(table.column(schema.present(C.EPS_ID, names) or keys[0]))
+    codes, _ = _codes(table.column(schema.present(C.EPS_ID, names) or keys[0]))
     agent = schema.present(C.AGENT_ID, names)
     if agent is not None:
-        acodes, aids = factorize(table.column(agent))
-        codes, _ = factorize(codes * max(len(aids), 1) + acodes)
+        acodes, n_agents = _codes(table.column(agent))
+        if n_agents > 1:
+            codes = codes * n_agents + acodes
     done = np.zeros(table.num_rows, dtype=bool)
     term = schema.present(C.TERMINATEDS, names)
     if term is None and schema.dones in names:
@@ -238,6 +247,18 @@ def _keys_and_flags(
         if col is not None:
             done |= _flag(table.column(col))
     return codes, done
+
+
+def _codes(values: pa.ChunkedArray) -> tuple[np.ndarray, int]:
+    """Codes per row (equal values, equal codes; null a value of its own) and how many codes:
+    a dictionary column's indices into its files' unified dictionary, else hashed."""
+    if pa.types.is_dictionary(values.type):
+        values = values.unify_dictionaries()
+        n = len(values.chunk(0).dictionary) if values.num_chunks else 0
+        parts = [pc.fill_null(c.indices, n).to_numpy() for c in values.chunks]
+        return np.concatenate([np.zeros(0, np.int64), *parts]).astype(np.int64), n + 1
+    codes, uniq = factorize(values)
+    return codes, max(len(uniq), 1)
 
 
 def _flag(values: Any) -> np.ndarray:
