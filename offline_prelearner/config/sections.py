@@ -308,7 +308,9 @@ class RayConfig:
         concurrency: The batch job: units of work run at once (``None``: as many as the
             cluster's CPUs allow; units are self-contained, so any number is safe). The learner
             stream: OfflinePreLearner actors in ``map_batches`` (``None``: 1). Row data without
-            a ``t`` column must stay in file order there: use 1, or ``group_by_episode``.
+            a ``t`` column keeps its episodes whole on any number of actors that read their own
+            files (each range of files reads the episodes it owns); with ``read="ray"`` use 1,
+            or ``group_by_episode``.
         batch_size: Rows per ``map_batches`` batch (``None``: one block at a time).
         num_cpus: CPUs reserved per prelearner actor.
         group_by_episode: Group rows by ``eps_id`` with Ray Data (``groupby().map_groups``) so

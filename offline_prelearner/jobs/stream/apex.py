@@ -20,7 +20,9 @@ has no shards).
 Each feeder actor waits for its shard calls before returning a batch, so a shard's error (a
 fragment contradicting what it holds) fails the job at that batch, and nothing is in flight when
 the job ends. Fragments of one episode must reach their shard in order: with ``ray.concurrency >
-1`` set ``ray.group_by_episode``, as for the plain batch job. De-duplication is per feeder actor.
+1`` the feeders reading their own files read whole episodes of rows without ``t`` (see
+:mod:`.episode_ranges`); with ``ray.read="ray"`` set ``ray.group_by_episode``. De-duplication is
+per feeder actor.
 Batch-level connectors are not run (nothing is sampled here); episode-level ones are, before
 the episodes are sent.
 """
