@@ -59,6 +59,8 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
                 f"(UpdatableSampler), found {type(sampler).__name__}"
             )
         super().__init__(capacity, sampler, unit, seed=seed, learning_starts=learning_starts)
+        if isinstance(sampler, Prioritized):  # its trees now, as the capacity is known
+            sampler.reserve(self.capacity)
 
     def update_priorities(self, indices: npt.ArrayLike, priorities: npt.ArrayLike) -> int:
         """New priorities for sampled rows: ``indices`` is a sample's ``"indices"`` column,

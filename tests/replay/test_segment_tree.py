@@ -13,7 +13,12 @@ from hypothesis import strategies as st
 
 from offline_prelearner.errors import DataError
 from offline_prelearner.replay.samplers import kernels
-from offline_prelearner.replay.samplers.segment_tree import MinTree, SumTree, write_where_positive
+from offline_prelearner.replay.samplers.segment_tree import (
+    MinTree,
+    SumTree,
+    fill_constant,
+    write_where_positive,
+)
 
 
 # Every test here runs on both backends: numba's compiled loops and the numpy fallback.
@@ -382,3 +387,79 @@ def test_write_where_positive_matches_loop_reference(case, top_width):
     assert sums.total() == ref_total(leaves, top_width) and mins.min() == min(
         [v if v > 0 else math.inf for v in leaves]
     )
+
+
+@st.composite
+def fill_batches(draw):
+    """A capacity and batches of ``fill_constant`` writes: runs of consecutive slots that may wrap
+    around the end (a ring's new steps), overlapping runs and plain random slots (repeats)."""
+    capacity = draw(st.integers(1, 600))
+    batches = []
+    for _ in range(draw(st.integers(1, 5))):
+        parts = []
+        for _ in range(draw(st.integers(0, 4))):
+            if draw(st.booleans()):
+                start, length = draw(st.integers(0, capacity - 1)), draw(st.integers(0, capacity))
+                parts.append((start + np.arange(length)) % capacity)  # a run, maybe wrapping
+            else:
+                size = draw(st.integers(0, 40))
+                parts.append(
+                    np.array(
+                        draw(st.lists(st.integers(0, capacity - 1), min_size=size, max_size=size)),
+                        dtype=np.int64,
+                    )
+                )
+        idx = np.concatenate([np.zeros(0, np.int64), *parts]).astype(np.int64)
+        value = draw(dyadic)
+        if draw(st.booleans()):  # an eviction: 0 in the sum tree, +inf in the min tree
+            batches.append((idx, 0.0, math.inf))
+        else:
+            batches.append((idx, value, draw(st.floats(-1e9, 1e9, allow_nan=False))))
+    return capacity, batches
+
+
+@settings(max_examples=300, deadline=None)
+@given(fill_batches(), top_widths, st.data())
+def test_fill_constant_matches_loop_reference_and_a_fresh_build(case, top_width, data):
+    capacity, batches = case
+    sums, mins = SumTree(capacity, top_width=top_width), MinTree(capacity, top_width=top_width)
+    sum_leaves, min_leaves = [0.0] * capacity, [math.inf] * capacity
+    for idx, sum_value, min_value in batches:
+        if data.draw(st.booleans()):  # other writes in between, through the per-item path
+            upd = data.draw(st.lists(st.integers(0, capacity - 1), max_size=20))
+            vals = [float(k % 5) for k in range(len(upd))]
+            sums.update(upd, vals)
+            mins.update(upd, vals)
+            apply_updates(sum_leaves, upd, vals)
+            apply_updates(min_leaves, upd, vals)
+        fill_constant(sums, mins, idx, sum_value, min_value)
+        for i in idx.tolist():  # the reference: one write at a time
+            sum_leaves[i], min_leaves[i] = sum_value, min_value
+        assert sums.values().tolist() == sum_leaves
+        assert mins.values().tolist() == min_leaves
+        assert sums.total() == ref_total(sum_leaves, top_width)
+        assert mins.min() == min(min_leaves)
+    # Every stored node equals a from-scratch build of the same leaves, bit for bit.
+    for tree, kind in ((sums, SumTree), (mins, MinTree)):
+        fresh = kind(capacity, top_width=top_width)
+        fresh.set_state(tree.get_state())
+        assert (fresh._tree == tree._tree).all()
+
+
+def test_fill_constant_on_a_large_tree_touches_only_the_ancestors_of_its_runs():
+    n = 1_000_003
+    sums, mins = SumTree(n), MinTree(n)
+    rng = np.random.default_rng(3)
+    sums.update(np.arange(n), rng.random(n))
+    mins.update(np.arange(n), rng.random(n) + 0.5)
+    # Runs of new steps, one wrapping around the end of the ring, one overlapping another.
+    runs = [(n - 700, 1400), (12_345, 10_000), (500_000, 3), (12_000, 2_000)]
+    idx = np.concatenate([(a + np.arange(k)) % n for a, k in runs]).astype(np.int64)
+    fill_constant(sums, mins, idx, 2.0, 0.25)
+    leaves = sums.values()
+    assert (leaves[idx] == 2.0).all() and (mins.values()[idx] == 0.25).all()
+    for tree, kind in ((sums, SumTree), (mins, MinTree)):
+        fresh = kind(n)
+        fresh.set_state(tree.get_state())
+        assert (fresh._tree == tree._tree).all()
+    assert mins.min() == 0.25

@@ -130,9 +130,12 @@ def _cumsum(values: np.ndarray, out: np.ndarray) -> None:
 
 def _recompute(tree: np.ndarray, pos: np.ndarray, n: int, levels: int, is_min: bool) -> None:
     """Recomputes the ``levels`` ancestors of the ``n`` nodes ``pos[:n]`` (heap indices on one
-    level) from their children, level by level; ``pos`` is overwritten. Near the top, where a
-    level has few nodes compared with ``n``, it is recomputed whole instead (cheaper, and the same
-    result: every node is a function of its children)."""
+    level, any order, repeats allowed) from their children, level by level; ``pos`` is
+    overwritten. A parent equal to the one just before it is skipped, so sorted nodes (a run of
+    new steps) touch each ancestor once: a run of ``k`` leaves costs about ``2k`` node updates,
+    not ``k`` per level. Near the top, where a level has few nodes compared with the nodes left to
+    update, it is recomputed whole instead (cheaper, and the same result: every node is a function
+    of its children)."""
     level_width = 0
     if n > 0:
         level_width = 1
@@ -149,14 +152,19 @@ def _recompute(tree: np.ndarray, pos: np.ndarray, n: int, levels: int, is_min: b
                 else:
                     tree[node] = a + b
             continue
+        m = 0
         for k in range(n):
             node = pos[k] >> 1
-            pos[k] = node
+            if m > 0 and pos[m - 1] == node:
+                continue  # the same parent as the one just recomputed
+            pos[m] = node
+            m += 1
             a, b = tree[2 * node], tree[2 * node + 1]
             if is_min:
                 tree[node] = b if b < a else a
             else:
                 tree[node] = a + b
+        n = m
 
 
 def _write(
@@ -170,6 +178,33 @@ def _write(
         pos[k] = leaves[k] + size
         tree[pos[k]] = values[k]
     _recompute(tree, pos, n, levels, is_min)
+
+
+def _fill(
+    sums: np.ndarray,
+    mins: np.ndarray,
+    leaves: np.ndarray,
+    sum_value: float,
+    min_value: float,
+    size: int,
+    levels: int,
+) -> None:
+    """``sums[size + leaves[k]] = sum_value`` and ``mins[size + leaves[k]] = min_value`` for
+    every ``k`` (any order, repeats allowed: every write is the same value), then the ``levels``
+    stored levels above the leaves recomputed in both trees. The prioritized sampler's ``on_add``
+    (new steps at the maximum priority) and ``on_evict`` (0 and ``+inf``): one pass over the
+    leaves, and each ancestor recomputed once when the leaves are sorted (see
+    :func:`_recompute`)."""
+    n = leaves.size
+    pos = np.empty(n, dtype=np.int64)
+    for k in range(n):
+        p = leaves[k] + size
+        sums[p] = sum_value
+        mins[p] = min_value
+        pos[k] = p
+    if n:
+        _recompute(sums, pos.copy(), n, levels, False)
+        _recompute(mins, pos, n, levels, True)
 
 
 def _apply_priorities(
@@ -211,6 +246,7 @@ _LOOPS: dict[str, Callable[..., Any]] = {
     "find": _find,
     "cumsum": _cumsum,
     "write": _write,
+    "fill": _fill,
     "apply_priorities": _apply_priorities,
 }
 
@@ -239,7 +275,7 @@ def backend() -> str:
 
 
 def compiled(name: str | None = None) -> SimpleNamespace | None:
-    """The compiled kernels (``find``, ``cumsum``, ``write``, ``apply_priorities``) if the
+    """The compiled kernels (``find``, ``cumsum``, ``write``, ``fill``, ``apply_priorities``) if the
     backend ``name`` (default: the current one) is numba and numba is available, else ``None``
     (use the numpy path)."""
     return _load() if (name or _default) == "numba" else None

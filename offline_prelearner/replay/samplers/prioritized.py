@@ -37,7 +37,7 @@ import numpy.typing as npt
 from ...config import check_bool, check_eps, check_float
 from ...errors import ConfigError, DataError, EmptyBufferError, Where
 from .base import SamplerState, ValidStarts
-from .segment_tree import MinTree, SumTree, write_unique, write_where_positive
+from .segment_tree import MinTree, SumTree, fill_constant, write_where_positive
 
 if TYPE_CHECKING:
     from ..storage.ring import EpisodeStorage
@@ -118,6 +118,17 @@ class Prioritized:
         values = self._sum.get(slots)
         return values / total if total > 0 else values
 
+    def reserve(self, capacity: int) -> None:
+        """Creates the trees for a storage of ``capacity`` slots now rather than on the first
+        add (a prioritized buffer calls it when it is built, so the trees' memory -- 32 to 64
+        bytes per slot -- is taken then, and a second storage of another capacity is refused
+        then). Nothing happens if they exist for that capacity.
+
+        Raises:
+            ConfigError: the trees exist for another capacity.
+        """
+        self._trees(capacity)
+
     # ------------------------------------------------------------------ Sampler protocol
     def sample(
         self,
@@ -153,18 +164,16 @@ class Prioritized:
 
     def on_add(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
         """New valid starts: they enter at the maximum priority seen so far."""
-        slots = np.asarray(slots, dtype=np.int64)
         tree, mins = self._trees(storage.capacity)
-        idx = np.unique(slots)
-        vals = np.full(idx.shape, self.max_priority**self.alpha)
-        write_unique((tree, mins), idx, (vals, vals))
+        value = self.max_priority**self.alpha
+        fill_constant(tree, mins, np.asarray(slots, dtype=np.int64).ravel(), value, value)
 
     def on_evict(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
         """Slots that stopped being valid starts: never drawn again (until re-added)."""
         if self._sum is None or self._min is None:
             return
-        idx = np.unique(np.asarray(slots, dtype=np.int64))
-        write_unique((self._sum, self._min), idx, (np.zeros(idx.shape), np.full(idx.shape, np.inf)))
+        idx = np.asarray(slots, dtype=np.int64).ravel()
+        fill_constant(self._sum, self._min, idx, 0.0, math.inf)
 
     def update_priorities(
         self, storage: EpisodeStorage, handles: npt.ArrayLike, priorities: npt.ArrayLike

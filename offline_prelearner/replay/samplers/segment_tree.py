@@ -39,7 +39,14 @@ import numpy.typing as npt
 from ...errors import DataError, Where
 from . import kernels
 
-__all__ = ["MinTree", "SumTree", "last_writes", "write_unique", "write_where_positive"]
+__all__ = [
+    "MinTree",
+    "SumTree",
+    "fill_constant",
+    "last_writes",
+    "write_unique",
+    "write_where_positive",
+]
 
 ArrayLike = npt.ArrayLike
 IntArray = npt.NDArray[np.int64]
@@ -98,6 +105,54 @@ def write_unique(
             return
         pos = pos >> 1
         for tree in trees:
+            kids = tree._pairs.take(pos, axis=0)
+            tree._tree[pos] = tree._combine(kids[:, 0], kids[:, 1])
+
+
+def fill_constant(
+    sums: SumTree, mins: MinTree, indices: IntArray, sum_value: float, min_value: float
+) -> None:
+    """Writes ``sum_value`` into the sum tree and ``min_value`` into the min tree at every index,
+    then fixes the parents: new steps entering at one priority, or evicted ones leaving.
+
+    Unchecked: ``indices`` in range (any order, repeats allowed: every write is the same value,
+    so none can win over another), values admissible, both trees of one capacity and top width.
+    Each stored ancestor of the indices is recomputed once per tree when ``indices`` are sorted
+    (they are sorted here if not), so a run of ``k`` new steps costs about ``2k`` node updates
+    per tree rather than ``k`` per level.
+    """
+    if indices.size == 0:
+        return
+    jit = sums._kernels
+    if jit is not None:
+        jit.fill(
+            sums._tree,
+            mins._tree,
+            indices,
+            sum_value,
+            min_value,
+            sums._size,
+            sums._depth - sums._top,
+        )
+        sums._stale = mins._stale = True
+        return
+    if indices.size > 1 and not (indices[1:] >= indices[:-1]).all():
+        indices = np.sort(indices)
+    pos = indices + sums._size
+    sums._tree[pos] = sum_value
+    mins._tree[pos] = min_value
+    sums._stale = mins._stale = True
+    level = sums._depth
+    while level > sums._top:
+        level -= 1
+        pos = pos >> 1
+        if pos.size > 1:  # sorted: a parent shared by neighbours is recomputed once
+            pos = pos[np.concatenate(([True], pos[1:] != pos[:-1]))]
+        if (1 << level) <= 8 * pos.size:
+            sums._rebuild_levels(level)
+            mins._rebuild_levels(level)
+            return
+        for tree in (sums, mins):
             kids = tree._pairs.take(pos, axis=0)
             tree._tree[pos] = tree._combine(kids[:, 0], kids[:, 1])
 
@@ -180,7 +235,11 @@ class _SegmentTree(ABC):
         self._size = 1 << self._depth
         self._top = min(self._depth, int(top_width).bit_length() - 1)  # shallowest stored level
         self._width = 1 << self._top  # nodes on that level: heap indices width .. 2 * width - 1
-        self._tree = np.full(2 * self._size, self._neutral, dtype=np.float64)
+        # Zeros come from calloc: the pages of a sum tree are touched only where it is written.
+        if self._neutral == 0.0:
+            self._tree = np.zeros(2 * self._size, dtype=np.float64)
+        else:
+            self._tree = np.full(2 * self._size, self._neutral, dtype=np.float64)
         # Row p of this view is (tree[2p], tree[2p + 1]): the two children of node p.
         self._pairs = self._tree.reshape(self._size, 2)
         self._stale = True  # the summary of the top level needs recomputing
