@@ -64,7 +64,8 @@ def drift(values: np.ndarray) -> tuple[float, float] | None:
 def _counts(d: dict[str, Any]) -> list[str]:
     out = []
     if d["not_done"]:
-        out.append(f"{_n(d['not_done'], 'episode')} end without a done flag")
+        verb = "ends" if d["not_done"] == 1 else "end"
+        out.append(f"{_n(d['not_done'], 'episode')} {verb} without a done flag")
     for reason, rows in d["rejected"].items():
         eps = d["rejected_episodes"].get(reason, 0)
         out.append(f"{_n(rows, 'row')} rejected: {reason} ({_n(eps, 'episode')})")
@@ -85,8 +86,10 @@ def _leaf(leaf: LeafStats) -> list[str]:
     m = leaf.moments
     out = []
     const = np.flatnonzero(m.constant)
-    if len(const) and not leaf.image:
-        if len(const) == 1 or len(const) <= 4:
+    if len(const) and leaf.name == "rewards":
+        out.append(f"every reward is {_g(m.min[0])}")
+    elif len(const) and not leaf.image:
+        if len(const) <= 4:
             out += [f"{dim_name(leaf, d)} is constant ({_g(m.min[d])})" for d in const.tolist()]
         else:
             out.append(f"{leaf.name}: {len(const)} of {m.dims} dimensions are constant")

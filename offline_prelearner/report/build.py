@@ -69,16 +69,27 @@ class ReportResult:
     seconds: float = 0.0
 
 
-def _spaces(path: str, validate: ValidateConfig, declared: tuple[Any, Any]) -> tuple[Any, Any]:
-    """The observation and action spaces to hold the data against: the config's, else the data's
-    own (a msgpack record's, a Minari dataset's, a ``convert``'s metadata)."""
+def _declared(files: list[str]) -> tuple[Any, Any]:
+    """The spaces the files declare: a Minari dataset's metadata, or what ``convert`` wrote into
+    Parquet metadata; ``(None, None)`` where they declare none or it cannot be read."""
+    from ..io.formats.minari.dataset import data_dir_of, read_metadata, space_from_minari
     from ..jobs.dataset_info import info_of_files
 
     try:
-        info = info_of_files(expand_paths(path))
-        obs, act = info.observation_space, info.action_space
+        data_dir = data_dir_of(files[0]) if files else None
+        if data_dir is not None:
+            meta = read_metadata(data_dir)
+            return space_from_minari(meta.observation_space), space_from_minari(meta.action_space)
+        info = info_of_files(files)
+        return info.observation_space, info.action_space
     except Exception:  # an unreadable declaration is no declaration (as the jobs take it)
-        obs = act = None
+        return None, None
+
+
+def _spaces(path: str, validate: ValidateConfig, declared: tuple[Any, Any]) -> tuple[Any, Any]:
+    """The observation and action spaces to hold the data against: the config's, else the data's
+    own (a msgpack record's, a Minari dataset's, a ``convert``'s metadata)."""
+    obs, act = _declared(expand_paths(path))
     obs = validate.observation_space or declared[0] or obs
     act = validate.action_space or declared[1] or act
     return obs, act
@@ -102,7 +113,8 @@ def report(
     Args:
         path: A file, a folder or a glob, in any format this package reads.
         out: The HTML file to write (its folder is created).
-        read: How to read (format, schema, ``on_invalid``...), as for ``inspect``.
+        read: How to read (format, schema, ``on_invalid``...), as for ``inspect``; default:
+            detect the format, and skip (and count) what fails, as ``inspect`` does.
         validate: How to validate, as for ``inspect`` (default: ``read.on_invalid``).
         png_dir: Also write each chart as ``<chart id>.png`` into this folder.
         quarantine_dir: With ``on_invalid="quarantine"``: where rejected rows go.
@@ -119,7 +131,7 @@ def report(
     start = time.perf_counter()
     vlc = _vl_convert()  # before the reading: a missing extra is one line, at once
     javascript = _javascript()
-    read = read or ReadConfig(format="auto")
+    read = read or ReadConfig(format="auto", on_invalid="skip")
     validate = validate or ValidateConfig(on_invalid=read.on_invalid)
     found = inspect_path(path, read, validate, quarantine_dir=quarantine_dir, progress=progress)
     d = found.to_dict()

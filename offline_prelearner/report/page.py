@@ -97,7 +97,7 @@ _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1180px;color:#222}
 h1{font-size:22px;margin-bottom:4px} h2{margin-top:32px;border-bottom:1px solid #ddd}
 .path{color:#666;word-break:break-all}
-#anomalies li{color:#8a1f11} #anomalies.none li{color:#2a6b2a}
+#anomalies li{color:#8a1f11} p.none{color:#2a6b2a}
 dl#summary{display:grid;grid-template-columns:max-content auto;gap:2px 16px}
 dl#summary dt{color:#555} dl#summary dd{margin:0;font-variant-numeric:tabular-nums}
 .charts{display:flex;flex-wrap:wrap;gap:16px} figure{margin:0} figcaption{font-weight:600}
@@ -144,7 +144,7 @@ def _summary(d: dict[str, Any]) -> str:
 
 def _anomalies(items: list[str]) -> str:
     if not items:
-        return '<ul id="anomalies" class="none"><li>nothing odd found</li></ul>'
+        return '<ul id="anomalies"></ul><p class="none">Nothing odd found.</p>'
     return '<ul id="anomalies">' + "".join(f"<li>{_e(a)}</li>" for a in items) + "</ul>"
 
 

@@ -26,7 +26,7 @@ __all__ = ["Moments", "OutOfBounds", "Sample", "histogram", "thin"]
 def _as_2d(x: np.ndarray) -> np.ndarray:
     """``[n, ...]`` as ``[n, d]`` float64 (a scalar per value is one dimension)."""
     x = np.asarray(x)
-    return x.reshape(len(x), -1).astype(np.float64, copy=False)
+    return x.reshape(len(x), int(np.prod(x.shape[1:]))).astype(np.float64, copy=False)
 
 
 @dataclass
@@ -209,7 +209,7 @@ class OutOfBounds:
 
     def update(self, values: np.ndarray) -> None:
         """Counts a chunk ``[n, ...]`` (its trailing shape is the bounds')."""
-        x = np.asarray(values).reshape(len(values), -1)
+        x = _as_2d(values)
         low = np.broadcast_to(np.asarray(self.low, np.float64).reshape(-1), x.shape[1:])
         high = np.broadcast_to(np.asarray(self.high, np.float64).reshape(-1), x.shape[1:])
         out = ((x < low) | (x > high)).sum(axis=0)
