@@ -478,11 +478,12 @@ def summarize_rounds(
             throughputs, for each pair both of whose sides were measured.
 
     Returns:
-        Per ``(bench, impl)``: the last round's line with ``throughput`` / ``seconds`` the
-        medians over rounds, ``throughput_min`` / ``throughput_max``, ``throughput_rounds`` and
-        ``loadavg_rounds``, ``rounds``. Per pair: ``{"bench": name, "impl": "ratio", "ratio":
-        median_a / median_b, "ratio_median_of_rounds": median(a_r / b_r), "ratio_min",
-        "ratio_max", "ratio_rounds"}`` (per-round ratios use the rounds both sides ran in).
+        Per ``(bench, impl)``: the last round's line with ``throughput`` / ``seconds`` (and
+        every ``*_per_s`` extra all rounds have) the medians over rounds, ``throughput_min`` /
+        ``throughput_max``, ``throughput_rounds``, ``loadavg_rounds`` and ``rounds``. Per pair:
+        ``{"bench": name, "impl": "ratio", "ratio": median_a / median_b,
+        "ratio_median_of_rounds": median(a_r / b_r), "ratio_min", "ratio_max",
+        "ratio_rounds"}`` (per-round ratios use the rounds both sides ran in).
     """
     groups: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
     out: list[dict[str, Any]] = []
@@ -511,6 +512,10 @@ def summarize_rounds(
         )
         if secs:
             line["seconds"] = round(statistics.median(secs), 6)
+        for key in [k for k in line if k.endswith("_per_s")]:  # e.g. samples_per_s: medians too
+            vals = [x[key] for x in xs if isinstance(x.get(key), (int, float))]
+            if len(vals) == len(xs):
+                line[key] = round(statistics.median(vals), 1)
         out.append(line)
     for name, a, b in pairs:
         ra, rb = groups.get(a), groups.get(b)

@@ -64,8 +64,19 @@ Workloads (bench names; ``b<N>`` is the ``map_batches`` batch size in input rows
 Each line's ``n`` / ``throughput`` is input rows (episodes) per second of wall time;
 ``samples_per_s`` is learner-ready rows out per second. ``peak_mem_mb`` is the peak summed RSS of
 the session's Ray worker processes (``ray::*``, polled from ``/proc`` every 0.2 s), ``actor_rss_mb``
-the largest single worker; both include Ray's per-process baseline. RLlib runs first, in its own
-venv (``rllib_pipeline.py``), on a prefix of the files (``n`` says how many rows).
+the largest single worker; both include Ray's per-process baseline. RLlib runs in its own venv
+(``rllib_pipeline.py``), on a prefix of the files (``n`` says how many rows).
+
+What is counted: ``n`` / ``throughput`` are rows *read*; ``samples`` / ``samples_per_s`` rows
+*delivered* to the learner (the learner stream's defaults hand over one 256-row sample per
+4096-row input batch; ``e2e_sample_all`` and RLlib's row path deliver every row) or, for the
+batch job, samples *written*.
+
+Rounds (default ``--rounds 3``): RLlib's side and ours each run in their own process, alternating
+(RLlib, ours; ours, RLlib; ...), ``--repeats`` runs per side per round (default 1; ours after an
+untimed warm-up on the first file); each figure is the median over rounds with its min / max,
+and each ratio line gives the ratio of the medians and the median of the per-round ratios
+(``_common.summarize_rounds``). ``--rounds 1``: one pass, RLlib first, then ours in this process.
 
 Usage: ``python benchmarks/bench_pipeline.py [--data DIR] [--quick] [--repeats K] [--no-rllib]
 [--batch-sizes 4096,65536] [--only rows,episodes,pixels] [--variants e2e,e2e_job,...]
@@ -628,6 +639,10 @@ def run_side(
     cmd += ["--batch-sizes", ",".join(map(str, sizes)), "--repeats", str(repeats)]
     cmd += ["--variants", args.variants] if args.variants else []
     cmd += ["--quick"] * args.quick
+    if "pixels" in only:
+        cmd += ["--pixel-layouts", args.pixel_layouts]
+        cmd += ["--pixel-files", str(args.pixel_files)] if args.pixel_files else []
+        cmd += ["--pixel-fast-dir", args.pixel_fast_dir] if args.pixel_fast_dir else []
     # The working directory matters: Ray puts the driver's on its workers' sys.path, ahead of
     # PYTHONPATH, so a baseline started from the main checkout would import its package there.
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=root, check=False)
@@ -776,6 +791,101 @@ def extra_ratios(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def benches_of(only: list[str], sizes: list[int]) -> list[str]:
+    """The RLlib side's bench names for these workloads and batch sizes."""
+    benches = []
+    for s in sizes:
+        benches += [f"cartpole_rows.e2e.b{s}"] * ("rows" in only)
+        benches += [f"cartpole_episodes.e2e.b{EPISODE_BATCH_SIZES.get(s, s)}"] * (
+            "episodes" in only
+        )
+    benches += [f"pixels_rows.e2e.b{sizes[0]}"] * ("pixels" in only)
+    return benches
+
+
+def run_rllib_side(
+    args: argparse.Namespace,
+    data: Path,
+    only: list[str],
+    sizes: list[int],
+    repeats: int,
+    pixel_repeats: int,
+    benches: list[str],
+) -> list[dict[str, Any]]:
+    """RLlib's side, once, in the RLlib venv (``rllib_pipeline.py``); skipped lines without it."""
+    # --quick: RLlib's rows (and pixels) only (its start-up cost is most of a smoke run).
+    rllib_only = [w for w in only if w != "episodes" or not args.quick] or only
+    if "pixels" in rllib_only and "rllib" not in args.pixel_layouts.split(","):
+        rllib_only = [w for w in rllib_only if w != "pixels"]  # RLlib reads only its layout
+    if not rllib_only:
+        return []
+    rllib_args = ["--data", str(data), "--only", ",".join(rllib_only)]
+    rllib_args += ["--batch-sizes", ",".join(map(str, sizes))]
+    rllib_args += ["--files", str(args.rllib_files), "--repeats", str(repeats)]
+    rllib_args += ["--pixel-files", str(1 if args.quick else args.rllib_pixel_files)]
+    rllib_args += ["--pixel-repeats", str(pixel_repeats)]
+    rllib_args += ["--pixel-timeout", str(args.rllib_pixel_timeout)]
+    rllib_args += ["--quick"] * args.quick
+    return C.run_rllib(HERE / "rllib_pipeline.py", rllib_args, benches)
+
+
+def round_pairs(lines: list[dict[str, Any]]) -> list[tuple[str, tuple[str, str], tuple[str, str]]]:
+    """The ratios of an interleaved run: each of our ``e2e*`` lines against RLlib's ``e2e`` of
+    the same dataset and batch size, and against each floor of its own (same round)."""
+    have = {(x["bench"], x["impl"]) for x in lines if "throughput" in x}
+    pairs = []
+    for bench, impl in sorted(have):
+        parts = bench.split(".")
+        if impl != "ours" or len(parts) != 3 or not parts[1].startswith("e2e"):
+            continue
+        dataset, _, size = parts
+        rllib = (f"{dataset}.e2e.{size}", "rllib")
+        if rllib in have:
+            pairs.append((f"{bench}/rllib", (bench, "ours"), rllib))
+        for floor, tag in (("read_iter", "bare"), ("read_iter_sized", "bare_sized")):
+            if (f"{dataset}.{floor}.{size}", "ours") in have:
+                pairs.append(
+                    (f"{bench}/{tag}", (bench, "ours"), (f"{dataset}.{floor}.{size}", "ours"))
+                )
+        if (f"{dataset}.read_actor.{size}", "ours") in have:
+            pairs.append(
+                (f"{bench}/actor", (bench, "ours"), (f"{dataset}.read_actor.{size}", "ours"))
+            )
+    return pairs
+
+
+def interleaved(
+    args: argparse.Namespace,
+    data: Path,
+    only: list[str],
+    sizes: list[int],
+    benches: list[str],
+    t0: float,
+) -> int:
+    """``--rounds R`` (R >= 2): RLlib's side and ours, each in its own process, alternating
+    (RLlib, ours; ours, RLlib; ...); every figure is the median over rounds (min / max beside
+    it) and every ratio pairs the two sides of the same round (``_common.summarize_rounds``)."""
+    repeats = args.repeats or 1
+    sides: list[tuple[str, C.Side]] = []
+    if not args.no_rllib:
+        sides.append(
+            ("rllib", lambda _: run_rllib_side(args, data, only, sizes, repeats, repeats, benches))
+        )
+    sides.append(
+        ("ours", lambda _: run_side("ours", HERE.parent, "", data, args, only, sizes, repeats))
+    )
+    lines = C.alternate(sides, args.rounds)
+    summary = C.summarize_rounds(lines, round_pairs(lines))
+    for line in summary:
+        C.emit(line)
+    C.log("summary (medians over rounds)\n" + C.markdown_table(summary))
+    for x in summary:
+        if x.get("impl") == "ratio" and "ratio_rounds" in x:
+            C.log(f"{x['bench']}: {x['ratio']} (rounds {x['ratio_rounds']})")
+    C.log(f"done in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     C.add_common_args(parser)
@@ -845,10 +955,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rounds",
         type=int,
-        default=2,
-        help="with --baseline-ref: rounds of (baseline, ours), the order swapped every round "
-        "(each side runs --repeats per round in its own process; medians pool the rounds; "
-        "default 2)",
+        default=3,
+        help="rounds of (RLlib, ours) -- with --baseline-ref (baseline, ours) -- the order "
+        "swapped every round, each side in its own process, --repeats runs per round (default "
+        "1 with rounds); figures are medians over rounds, ratios pair the sides of each round "
+        "(default 3; 1: the old single pass, RLlib first, then ours in this process)",
     )
     # A side of a --baseline-ref run (a subprocess): its lines only, labelled --impl.
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -869,35 +980,30 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (1 if args.quick else DEFAULT_REPEATS)
     pixel_repeats = args.repeats or PIXEL_REPEATS
     pixel_files = args.pixel_files or (1 if args.quick else None)
-    rllib_pixel_files = 1 if args.quick else args.rllib_pixel_files
     extra = {"digest": C.dataset_digest(data), "quick": args.quick, "ray_num_cpus": 2}
     t0 = time.perf_counter()
+    if not args.child:
+        C.emit(C.header("bench_pipeline.py", argv=sys.argv[1:] if argv is None else argv))
     if args.child:  # one side of a --baseline-ref run: its lines only
         init_ray()
         if args.package_root:
             check_package(args.package_root)
-        bench_ours(data, args.quick, repeats, sizes, only, extra, variants, impl=args.impl)
+        if set(only) & {"rows", "episodes"}:
+            bench_ours(data, args.quick, repeats, sizes, only, extra, variants, impl=args.impl)
+        if "pixels" in only:
+            if not args.quick and not set(only) & {"rows", "episodes"}:
+                run_ours(C.parquet_files(data / "cartpole_rows")[:1], {"ray.batch_size": sizes[0]})
+            layouts = tuple(x for x in args.pixel_layouts.split(",") if x)
+            fast_dir = Path(args.pixel_fast_dir) if args.pixel_fast_dir else None
+            bench_pixels(data, pixel_files, repeats, sizes[0], extra, layouts, fast_dir)
         return 0
-    benches = []
-    for s in sizes:
-        benches += [f"cartpole_rows.e2e.b{s}"] * ("rows" in only)
-        benches += [f"cartpole_episodes.e2e.b{EPISODE_BATCH_SIZES.get(s, s)}"] * (
-            "episodes" in only
-        )
-    benches += [f"pixels_rows.e2e.b{sizes[0]}"] * ("pixels" in only)
+    if args.rounds >= 2 and not args.baseline_ref:
+        return interleaved(args, data, only, sizes, benches_of(only, sizes), t0)
+    benches = benches_of(only, sizes)
     if args.no_rllib:
         rllib = [{"bench": b, "impl": "rllib", "skipped": "--no-rllib"} for b in benches]
     else:
-        # --quick: RLlib's rows (and pixels) only (its start-up cost is most of a smoke run).
-        rllib_only = [w for w in only if w != "episodes" or not args.quick] or only
-        rllib_args = ["--data", str(data), "--only", ",".join(rllib_only)]
-        rllib_args += ["--batch-sizes", ",".join(map(str, sizes))]
-        rllib_args += ["--files", str(args.rllib_files), "--repeats", str(repeats)]
-        rllib_args += ["--pixel-files", str(rllib_pixel_files)]
-        rllib_args += ["--pixel-repeats", str(pixel_repeats)]
-        rllib_args += ["--pixel-timeout", str(args.rllib_pixel_timeout)]
-        rllib_args += ["--quick"] * args.quick
-        rllib = C.run_rllib(HERE / "rllib_pipeline.py", rllib_args, benches)
+        rllib = run_rllib_side(args, data, only, sizes, repeats, pixel_repeats, benches)
     lines = [C.emit(line) for line in rllib]
     jobs = [w for w in only if w in ("rows", "episodes")]
     if args.baseline_ref and jobs:
