@@ -254,3 +254,19 @@ def test_stream_on_two_and_three_actors_sees_the_episodes_of_one(
     assert seen[1] == expected
     assert seen[2] == expected
     assert seen[3] == expected
+
+
+def test_an_unreadable_file_is_the_readers_to_count_or_refuse(tmp_path: Path) -> None:
+    from offline_prelearner.errors import DataError
+
+    files = write_recording(tmp_path, 5)
+    Path(files[0]).write_bytes(b"not parquet at all")
+    Path(files[2]).write_bytes(b"not parquet either")
+    groups = read_groups(files, 60)
+    cfg = PreLearnerConfig().with_updates({"format": "rows", "on_invalid": "skip"})
+    plan = plan_ranges(groups, cfg)
+    assert plan is not None
+    for bad in (files[0], files[2]):  # read whole by their ranges: the reader rejects them
+        assert [bad] in [[i for i in g if i == bad] for g in plan]
+    with pytest.raises(DataError, match="part-000"):
+        plan_ranges(groups, cfg.with_updates({"on_invalid": "raise"}))

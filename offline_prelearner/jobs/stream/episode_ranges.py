@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 
 from ...config import PreLearnerConfig
 from ...episodes import columns as C
+from ...errors import DataError
 from ...io.formats.rows.frame import factorize
 from ...io.schema import ColumnSchema, load_schema
 from ...io.sources import read_table
@@ -162,10 +163,10 @@ def plan_ranges(groups: list[list[str]], config: PreLearnerConfig) -> Plan | Non
     if config.read.format != "rows" or len(groups) < 2:
         return None
     schema = load_schema(config.read.schema)
-    keys = _key_columns(schema, groups[0][0], config)
+    keys = _key_columns(schema, [f for g in groups for f in g], config)
     if keys is None:
         return None
-    tables = [_read_keys(f, keys, config) for g in groups for f in g]
+    tables = [_keys_or_none(f, keys, config) for g in groups for f in g]
     if any(t is None for t in tables):
         return None  # a file without those columns: the reader names it
     codes, done = _keys_and_flags([t for t in tables if t is not None], keys, schema)
@@ -178,6 +179,18 @@ def plan_ranges(groups: list[list[str]], config: PreLearnerConfig) -> Plan | Non
     return range_pieces(groups, counts, owner)
 
 
+def _keys_or_none(path: str, keys: list[str], config: PreLearnerConfig) -> pa.Table | None:
+    """:func:`_read_keys`; a file that cannot be read is, unless ``read.on_invalid="raise"``
+    (then its error, naming it, stops the job here), planned as a file of no rows: its range
+    reads it whole, and the reader rejects it and counts it as it would with one actor."""
+    try:
+        return _read_keys(path, keys, config)
+    except DataError:
+        if config.read.on_invalid == "raise":
+            raise
+        return pa.table({k: pa.array([], pa.null()) for k in keys})
+
+
 def _read_keys(path: str, keys: list[str], config: PreLearnerConfig) -> pa.Table | None:
     """The key columns of one file (None if it lacks one of them); Parquet's string ids are read
     as dictionaries (no string is built per row)."""
@@ -187,22 +200,24 @@ def _read_keys(path: str, keys: list[str], config: PreLearnerConfig) -> pa.Table
         from ...io.parquet_guard import open_parquet
         from ...io.stores import input_file
 
-        schema = open_parquet(path, config.read.limits).schema_arrow  # the footer's guard
-        if not set(keys) <= set(schema.names):
-            return None
-        ids = [k for k in keys[:2] if pa.types.is_string(schema.field(k).type)]
         try:
+            schema = open_parquet(path, config.read.limits).schema_arrow  # the footer's guard
+            if not set(keys) <= set(schema.names):
+                return None
+            ids = [k for k in keys[:2] if pa.types.is_string(schema.field(k).type)]
             return pq.read_table(input_file(path), columns=keys, read_dictionary=ids)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
-            return read_table(path, keys, config.read.limits)  # names the file
+            return read_table(path, keys, config.read.limits)  # a DataError naming the file
     table = read_table(path, limits=config.read.limits)
     return table.select(keys) if set(keys) <= set(table.column_names) else None
 
 
-def _key_columns(schema: ColumnSchema, path: str, config: PreLearnerConfig) -> list[str] | None:
+def _key_columns(
+    schema: ColumnSchema, files: list[str], config: PreLearnerConfig
+) -> list[str] | None:
     """The columns that say where episodes are (id, agent, flags), or None without an episode
-    id or with a ``t`` column (read from the first file's schema)."""
-    names = _column_names(path, config)
+    id or with a ``t`` column (read from the first readable file's schema)."""
+    names = next((n for n in (_column_names(f, config) for f in files) if n is not None), None)
     if names is None or schema.present(C.T, names) or not schema.present(C.EPS_ID, names):
         return None
     term = schema.present(C.TERMINATEDS, names)
@@ -218,12 +233,16 @@ def _key_columns(schema: ColumnSchema, path: str, config: PreLearnerConfig) -> l
 
 
 def _column_names(path: str, config: PreLearnerConfig) -> list[str] | None:
-    if path.endswith((".parquet", ".pq")):
-        from ...io.parquet_guard import open_parquet
+    """A file's columns; None for a file that is not rows or cannot be read (the reader says)."""
+    try:
+        if path.endswith((".parquet", ".pq")):
+            from ...io.parquet_guard import open_parquet
 
-        return list(open_parquet(path, config.read.limits).schema_arrow.names)
-    if path.endswith((".json", ".jsonl", ".ndjson")):
-        return list(read_table(path, limits=config.read.limits).column_names)
+            return list(open_parquet(path, config.read.limits).schema_arrow.names)
+        if path.endswith((".json", ".jsonl", ".ndjson")):
+            return list(read_table(path, limits=config.read.limits).column_names)
+    except (DataError, pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
+        return None
     return None
 
 
