@@ -10,7 +10,8 @@
 prelearner actors whose buffers fill as the data streams. Their state cannot survive a restart,
 so the actors are created with ``max_restarts=0``: a lost actor ends the stream with an error
 instead of silently dropping what it held. :func:`train_batches` cuts Ray Data's blocks into
-batches of ``sample.train_batch_size`` rows.
+batches of ``sample.train_batch_size`` rows. With several actors, rows without ``t`` are planned
+into file ranges that each read the episodes they own, whole (:mod:`.episode_ranges`).
 """
 
 from __future__ import annotations
