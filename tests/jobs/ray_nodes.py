@@ -5,11 +5,13 @@ a process group of its own, each a raylet of its own (the head with no CPU, so u
 the workers; each worker one CPU and a custom resource naming it). A worker may be given a
 folder it cannot see: it starts in a mount namespace of its own (``unshare --mount``) with an
 empty tmpfs mounted over that folder, as a node on another machine would find a path of the
-driver's disk (:func:`can_hide_folders` says whether this machine lets a test do that). Every process of a node carries ``OPL_TEST_NODE=<its mark>`` in its environment
-(Ray's workers inherit the raylet's), which is how :meth:`Node.pids` finds them, and how
-:meth:`LocalCluster.stop` kills exactly this cluster, by PID, never with ``ray stop`` (which would
-kill every Ray process on the machine). Clients need :attr:`LocalCluster.auth_env` (a private
-token: ``~/.ray`` is neither read nor written).
+driver's disk (:func:`can_hide_folders` says whether this machine lets a test do that).
+
+Every process of a node carries ``OPL_TEST_NODE=<its mark>`` in its environment (Ray's workers
+inherit the raylet's), which is how :meth:`Node.pids` finds them, and how
+:meth:`LocalCluster.stop` kills exactly this cluster, by PID, never with ``ray stop`` (which
+would kill every Ray process on the machine). Clients need :attr:`LocalCluster.auth_env` (a
+private token: ``~/.ray`` is neither read nor written).
 """
 
 from __future__ import annotations
@@ -226,7 +228,15 @@ def start_cluster(workers: list[Path | None], head_cpus: int = 0) -> LocalCluste
     """A head node (``head_cpus`` CPUs) and one worker node per entry of ``workers`` (one CPU
     and the resource ``w<k>`` each), which sees the entry's folder, if any, as an empty one.
     The caller stops it (:meth:`LocalCluster.stop`) in a ``finally``; a start that fails stops
-    what it started before it raises."""
+    what it started, and is tried once more (on a loaded machine ``ray start`` may give up
+    waiting for its own GCS: "Failed to get node info ... Deadline Exceeded")."""
+    try:
+        return _start_cluster(workers, head_cpus)
+    except RuntimeError:
+        return _start_cluster(workers, head_cpus)
+
+
+def _start_cluster(workers: list[Path | None], head_cpus: int) -> LocalCluster:
     # Unix socket paths are limited to ~107 bytes: a short directory under /tmp.
     temp_dir = tempfile.mkdtemp(prefix="opl-mn-", dir="/tmp")
     auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}

@@ -13,7 +13,9 @@ seed, and a clean ``--engine local`` run is the reference:
   node is gone: its workers and agents end with it): the job either exits 0 with the reference's
   output, or exits 3 with one line on stderr and nothing committed (no ``--out``, no manifest).
 
-Every process the tests start is stopped by PID (:meth:`ray_nodes.LocalCluster.stop`, the CLI by
+How records name their node (:func:`unit_node`, :func:`units_by_node`, records written before
+they did included) is checked in this process, without Ray. Every process the tests start is
+stopped by PID (:meth:`ray_nodes.LocalCluster.stop`, the CLI by
 its process group).
 """
 
@@ -37,7 +39,7 @@ import pytest
 from conftest import REPO
 from ray_nodes import LocalCluster, clean_env, start_cluster
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+from offline_prelearner.jobs.batch.run import unit_node, units_by_node
 
 SOURCE = REPO / "datasets/cartpole-v1/rows"  # 5,000 rows, 5 files
 N_FILES = 12
@@ -127,6 +129,8 @@ def cluster() -> Iterator[LocalCluster]:
 
 
 # ============================================================================ the tests
+@pytest.mark.ray
+@pytest.mark.slow
 def test_units_run_on_every_worker_node_and_the_output_is_a_clean_runs(
     cluster: LocalCluster, dataset: Path, reference: Path, tmp_path: Path
 ) -> None:
@@ -161,6 +165,8 @@ def _job(cmd: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.
             proc.stdout.close()
 
 
+@pytest.mark.ray
+@pytest.mark.slow
 def test_a_worker_node_killed_mid_job_gives_the_clean_output_or_exit_3(
     cluster: LocalCluster, dataset: Path, reference: Path, tmp_path: Path
 ) -> None:
@@ -192,3 +198,20 @@ def test_a_worker_node_killed_mid_job_gives_the_clean_output_or_exit_3(
         assert len(lines) == 1 and lines[0].startswith("offline-prelearner process: error"), lines
         assert not out.exists(), sorted(p.name for p in out.rglob("*"))
     print(f"node lost after {finished_before} unit(s): exit {proc.returncode}")
+
+
+def test_units_by_node_takes_records_with_and_without_a_node() -> None:
+    here = unit_node()  # no Ray in this process: the host alone
+    assert set(here) == {"host"} and here["host"]
+    a = {"ray_node_id": "a" * 56, "ip": "10.0.0.7", "host": "m1"}
+    records = [
+        {"unit": 2, "node": a},
+        {"unit": 0, "node": here},
+        {"unit": 1},  # written before records named their node (a --resume reuses it)
+        {"unit": 3, "node": a},
+    ]
+    assert units_by_node(records) == [
+        {"ray_node_id": None, "ip": None, "host": here["host"], "units": [0]},
+        {"ray_node_id": None, "ip": None, "host": None, "units": [1]},
+        {**a, "units": [2, 3]},
+    ]

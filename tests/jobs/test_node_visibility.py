@@ -12,8 +12,9 @@ joins the cluster:
   ``job.json`` tells it from the driver's): exit 2, one line naming the staging folder and the
   node.
 
-Without ``unshare`` and ``mount`` (not root, or a container that forbids them) the module is
-skipped, saying why. Every process started is stopped by PID in the end.
+Without ``unshare`` and ``mount`` (not root, or a container that forbids them) those tests are
+skipped, saying why. Every process started is stopped by PID in the end. What a node's task
+answers (:meth:`NodeCheck.missing`) is also checked here, in this process, without Ray.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ import pytest
 from conftest import REPO
 from ray_nodes import LocalCluster, can_hide_folders, clean_env, start_cluster
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+from offline_prelearner.jobs.commit import write_json_atomic
+from offline_prelearner.jobs.preflight import NodeCheck
 
 ROWS = REPO / "datasets/cartpole-v1/rows"
 JOB_TIMEOUT_S = 180.0
@@ -84,6 +86,8 @@ def _no_unit_ran(out: Path) -> None:
     assert not out.exists()
 
 
+@pytest.mark.ray
+@pytest.mark.slow
 def test_inputs_a_node_cannot_see_are_refused_before_any_unit(
     cluster: LocalCluster, folders: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -98,6 +102,8 @@ def test_inputs_a_node_cannot_see_are_refused_before_any_unit(
     _no_unit_ran(out)
 
 
+@pytest.mark.ray
+@pytest.mark.slow
 def test_an_out_a_node_cannot_see_is_refused_before_any_unit(
     cluster: LocalCluster, folders: tuple[Path, Path]
 ) -> None:
@@ -108,3 +114,38 @@ def test_an_out_a_node_cannot_see_is_refused_before_any_unit(
     assert f"Ray node {cluster.node_ids['w0']}" in line
     assert "object store" in line
     _no_unit_ran(out)
+
+
+# ============================================================================ what a node answers
+def test_a_node_that_sees_the_inputs_and_the_staging_answers_nothing(tmp_path: Path) -> None:
+    data = tmp_path / "a.parquet"
+    data.write_bytes(b"x" * 10)
+    staging = tmp_path / ".out.staging"
+    staging.mkdir()
+    write_json_atomic(staging / "job.json", {"job_id": "J1"})
+    assert (
+        NodeCheck([(str(data), 10), ("s3://bucket/b.parquet", 5)], str(staging), "J1").missing()
+        is None
+    )
+    assert NodeCheck([(str(data), 10)]).missing() is None  # --out on a store: not looked at
+
+
+@pytest.mark.parametrize(
+    ("case", "said"),
+    [
+        ("absent", "the input '{data}' cannot be read (No such file or directory)"),
+        ("resized", "the input '{data}' is another file (11 bytes there, 10 on the driver's node)"),
+        ("other_job", "the job's staging folder '{staging}' (beside --out) is not the one"),
+        ("no_staging", "the job's staging folder '{staging}' (beside --out) is not the one"),
+    ],
+)
+def test_a_node_names_what_it_does_not_see(tmp_path: Path, case: str, said: str) -> None:
+    data = tmp_path / "a.parquet"
+    staging = tmp_path / ".out.staging"
+    if case != "absent":
+        data.write_bytes(b"x" * (11 if case == "resized" else 10))
+    if case != "no_staging":
+        staging.mkdir()
+        write_json_atomic(staging / "job.json", {"job_id": "J2" if case == "other_job" else "J1"})
+    missing = NodeCheck([(str(data), 10)], str(staging), "J1").missing()
+    assert missing is not None and missing.startswith(said.format(data=data, staging=staging))
