@@ -8,6 +8,7 @@ pass once, a bounded chunk at a time, through the streaming accumulators (:mod:`
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import os
@@ -42,10 +43,41 @@ def _vl_convert() -> Any:
         ) from None
 
 
+#: Where the JavaScript bundle is kept between runs (building it takes 1-10 s; reading it, ms).
+CACHE_ENV = "OFFLINE_PRELEARNER_CACHE_DIR"
+
+
+def _cache_dir() -> Path:
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "offline_prelearner"
+
+
 @functools.lru_cache(maxsize=1)
 def _javascript() -> str:
-    """Vega, Vega-Lite and vega-embed in one script (built once per process: ~1 s)."""
-    return str(_vl_convert().javascript_bundle())
+    """Vega, Vega-Lite and vega-embed in one script: vl-convert builds it (1-10 s), once per
+    vl-convert version, into the cache folder (``$OFFLINE_PRELEARNER_CACHE_DIR``, default
+    ``~/.cache/offline_prelearner``); a folder that cannot be written is no cache."""
+    vlc = _vl_convert()
+    path = _cache_dir() / f"vega-bundle-vl-convert-{getattr(vlc, '__version__', 'unknown')}.js"
+    with contextlib.suppress(OSError):
+        text = path.read_text(encoding="utf-8")
+        if _BUNDLE_END in text[-500:]:
+            return text
+    text = str(vlc.javascript_bundle())
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)  # whole or absent: a reader never sees half a bundle
+    return text
+
+
+#: What vl-convert's bundle ends with (it sets the global the page calls); a cached file that
+#: does not is built again.
+_BUNDLE_END = "window.vegaEmbed="
 
 
 @dataclass(frozen=True)
