@@ -15,6 +15,8 @@ Playwright's Python API (never a browser Playwright downloads), offline.
   from (``yield from launch_or_skip(tmp_path_factory)``): the browser, or a skip with the
   reason. (A module fixture, not a ``tests/report/conftest.py``: a second plain ``conftest``
   module would take the name ``conftest`` from ``tests/conftest.py``, which tests import.)
+* ``text_width(page, selector)`` -- how wide the text was drawn (0: no font on the machine, the
+  page would show no words).
 * ``count_marks(page, chart)`` -- what vega drew in one chart's ``<svg>``: items per data mark
   (``g.role-mark`` groups: ``mark-rect`` -> ``path``, ``mark-symbol`` -> ``path``,
   ``mark-line`` -> one ``path`` per line, ``mark-rule`` -> ``line``, ``mark-text`` -> ``text``,
@@ -165,6 +167,7 @@ class HeadlessChromium:
         executable: the Chromium to run (``find_chromium()``).
         viewport: the pages' size in CSS pixels (width, height).
         profile_root: where the fresh profile folder goes (a temp folder by default).
+        env: the browser's environment (default: this process's).
     """
 
     def __init__(
@@ -173,8 +176,10 @@ class HeadlessChromium:
         *,
         viewport: tuple[int, int] = (1280, 800),
         profile_root: Path | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.executable = executable
+        self.env = env
         self.viewport = viewport
         self._profile_root = profile_root
         self._profile: str | None = None
@@ -192,6 +197,7 @@ class HeadlessChromium:
                 headless=True,
                 args=list(CHROMIUM_ARGS),
                 viewport={"width": self.viewport[0], "height": self.viewport[1]},
+                env=self.env,
             )
             self._context.route("**/*", self._route)
         except BaseException:
@@ -293,6 +299,29 @@ def launch_or_skip(factory: Any) -> Iterator[HeadlessChromium]:
     assert executable is not None
     with HeadlessChromium(executable, profile_root=factory.mktemp("chromium")) as browser:
         yield browser
+
+
+def text_width(page: LoadedPage, selector: str) -> float:
+    """The drawn width of the first ``selector``'s text in CSS pixels: 0 where Chromium has no
+    font to draw it with (a machine without any: ``apt-get install fonts-dejavu-core``).
+
+    Args:
+        page: an opened page.
+        selector: a CSS selector (an HTML element or an SVG ``text``).
+
+    Returns:
+        The width (0.0 where nothing matches).
+    """
+    return page.evaluate(
+        """(sel) => {
+            const el = document.querySelector(sel);
+            if (!el) return 0;
+            const range = document.createRange();
+            range.selectNodeContents(el);
+            return range.getBoundingClientRect().width;
+        }""",
+        selector,
+    )
 
 
 def count_marks(page: LoadedPage, chart: str) -> dict[str, int]:

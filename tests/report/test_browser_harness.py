@@ -6,6 +6,7 @@ each caught; the browser leaves no process behind."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from browser import (
     find_chromium,
     launch_or_skip,
     pids_naming,
+    text_width,
     why_no_browser,
 )
 
@@ -94,6 +96,7 @@ def test_a_vega_page_renders_offline_and_its_marks_are_counted(
     assert count_marks(loaded, "bars") == {"rect": 3, "rule": 1}
     assert count_marks(loaded, "line") == {"line": 1, "symbol": 10}
     assert count_marks(loaded, "absent") == {}
+    assert text_width(loaded, "div.chart svg text") > 0  # the axis labels are drawn
     loaded.page.screenshot(path=tmp_path / "page.png")
     assert (tmp_path / "page.png").stat().st_size > 1000
 
@@ -185,3 +188,25 @@ def test_why_no_browser_names_a_missing_executable(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv(CHROMIUM_ENV, "/nonexistent/chromium")
     assert find_chromium() is None
     assert why_no_browser() == f"${CHROMIUM_ENV}='/nonexistent/chromium' is not a file"
+
+
+def test_text_width_is_zero_without_any_font(tmp_path: Path) -> None:
+    """A machine with no font draws no words (the page still loads without an error): the
+    report's tests check ``text_width`` so that such a machine fails them instead."""
+    reason = why_no_browser()
+    if reason:
+        pytest.skip(f"browser test: {reason}")
+    executable = find_chromium()
+    assert executable is not None
+    conf = tmp_path / "fonts.conf"
+    conf.write_text(
+        '<?xml version="1.0"?><fontconfig>'
+        f"<dir>{tmp_path / 'no-fonts'}</dir><cachedir>{tmp_path / 'cache'}</cachedir>"
+        "</fontconfig>"
+    )
+    html = page(tmp_path, "<h1>Dataset report</h1>", ready(""))
+    env = {**os.environ, "FONTCONFIG_FILE": str(conf)}
+    with HeadlessChromium(executable, profile_root=tmp_path, env=env) as browser:
+        assert text_width(browser.open(html), "h1") == 0
+    with HeadlessChromium(executable, profile_root=tmp_path) as browser:
+        assert text_width(browser.open(html), "h1") > 50
