@@ -154,15 +154,26 @@ def _inspect(path: Path, args: tuple[str, ...]) -> subprocess.Popen[str]:
     )
 
 
-@pytest.fixture(scope="module")
-def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Made | str]:
-    """Every input's report and ``inspect --json``, or why it is absent (a skip's reason).
+def selected(request: pytest.FixtureRequest) -> list[Input]:
+    """The inputs the selected tests open (``-k shipped``: one), and always the shipped one."""
+    names = {"shipped"}
+    for item in request.session.items:
+        spec = getattr(item, "callspec", None)
+        if spec is not None and isinstance(spec.params.get("opened"), Input):
+            names.add(spec.params["opened"].name)
+    return [i for i in INPUTS if i.name in names]
 
-    The ``inspect`` subprocesses run side by side while the reports are made here (the CLI's
-    ``main`` in this process: the same code as the console script, one import)."""
+
+@pytest.fixture(scope="module")
+def made(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Made | str]:
+    """Every selected input's report and ``inspect --json``, or why it is absent (a skip's
+    reason). The ``inspect`` subprocesses run side by side while the reports are made here (the
+    CLI's ``main`` in this process: the same code as the console script, one import)."""
     root = tmp_path_factory.mktemp("report_inputs")
     paths: dict[str, Path | str] = {}
-    for i in INPUTS:
+    for i in selected(request):
         try:
             paths[i.name] = i.locate(root)
         except pytest.skip.Exception as e:
