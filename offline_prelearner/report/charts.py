@@ -140,5 +140,5 @@ def points(
     }
     if groups is not None:
         enc["color"] = {"field": "group", "type": "nominal", "title": "module"}
-    mark = {"type": "point", "filled": True, "size": 12}
+    mark = {"type": "point", "filled": True, "size": 40 if len(values) <= 300 else 12}
     return Chart(name, title, _spec(values, mark, enc), len(values))

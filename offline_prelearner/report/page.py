@@ -7,7 +7,9 @@ The page's contract, which the browser tests read:
 * the summary is ``<dl id="summary">`` with one ``<dd data-key="KEY">VALUE</dd>`` per number:
   KEY a key of ``inspect --json``'s dict (nested keys joined with dots: ``rejected.bad_order``,
   ``length.mean``), VALUE the value as JSON writes it (a plain number, floats as Python's repr,
-  ``true``/``false``), strings as they are (``format``, ``schema``);
+  ``true``/``false``), strings as they are (``format``, ``schema``); ``seconds`` is this run's
+  reading time (another ``inspect`` run takes its own), every other value is the same in any run;
+  a nested dict's keys appear only when it holds any (``rejected.*`` only for rejected rows);
 * the anomalies are ``<ul id="anomalies">``, one ``<li>`` each; the files ``<table id="per-file">``;
 * once every chart has rendered (every ``vegaEmbed`` promise resolved) the page sets
   ``window.reportReady = true``; a failure goes to ``console.error`` and ``window.reportError``.
