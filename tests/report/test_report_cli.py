@@ -238,3 +238,25 @@ def test_the_python_function(tmp_path: Path) -> None:
     assert done.out.is_file() and done.summary["episodes"] == 222
     assert done.charts[:3] == ["episode_length", "episode_return", "return_by_episode"]
     assert np.isclose(done.summary["length"]["mean"], 5000 / 222)
+
+
+def test_the_script_is_built_once_into_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from offline_prelearner.report import build
+
+    monkeypatch.setenv(build.CACHE_ENV, str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    import vl_convert
+
+    cached = tmp_path / "cache" / f"vega-bundle-vl-convert-{vl_convert.__version__}.js"
+    cached.write_text("half a bundle")  # not what vl-convert writes: built again
+    build._javascript.cache_clear()
+    try:
+        text = build._javascript()
+        assert "window.vegaEmbed=" in text[-500:] and cached.read_text() == text
+        build._javascript.cache_clear()
+        monkeypatch.setattr(vl_convert, "javascript_bundle", lambda: pytest.fail("not cached"))
+        assert build._javascript() == text  # read back, not built
+    finally:
+        build._javascript.cache_clear()
