@@ -32,6 +32,8 @@ from conftest import REPO, episodes_to_columns, make_episode, shared_data_dir, t
 
 from offline_prelearner.cli import main
 
+pytestmark = pytest.mark.slow
+
 SCREENSHOT_ENV = "OFFLINE_PRELEARNER_SCREENSHOT"
 SCREENSHOT_SIZE = (1280, 1600)  # the README's picture: 1280 wide, the first two screens
 # The numbers a person reads first (issue 25); `rejected.<reason>` is added for every reason
@@ -109,6 +111,17 @@ def _multi_agent(root: Path) -> Path:
     return path
 
 
+def _hostile(root: Path) -> Path:
+    """Rows with +inf and NaN in observations and a NaN reward (that episode is rejected)."""
+    episodes = [make_episode(8, id=f"e{k}", seed=k) for k in range(6)]
+    episodes[1].observations[3, 0] = np.inf
+    episodes[2].observations[2, 1] = np.nan
+    episodes[4].rewards[2] = np.nan
+    path = root / "hostile.parquet"
+    pq.write_table(to_table(episodes_to_columns(episodes)), path)
+    return path
+
+
 INPUTS = [
     Input("shipped", _shipped, odd=True),
     Input("rllib_rows_packed", _rllib("cartpole-v1_rows_compressed.parquet"), ("--legacy-pickle",)),
@@ -118,6 +131,7 @@ INPUTS = [
     Input("d4rl", _d4rl, odd=True),
     Input("multi_agent", _multi_agent, modules=3),
     Input("minari_images", _minari("images/jpeg-v0", "hdf5"), frames=True),
+    Input("hostile_values", _hostile, odd=True),
 ]
 BY_NAME = {i.name: i for i in INPUTS}
 
