@@ -163,6 +163,9 @@ class _Driver:
 class HeadlessChromium:
     """Debian's Chromium, headless and offline, for one ``with`` block.
 
+    Leaving the block closes the browser, waits up to ``grace_s`` for its processes to end, then
+    kills any left (by PID) and raises ``OrphanProcessError`` naming them.
+
     Args:
         executable: the Chromium to run (``find_chromium()``).
         viewport: the pages' size in CSS pixels (width, height).
@@ -186,6 +189,7 @@ class HeadlessChromium:
         self._playwright: Any = None
         self._context: Any = None
         self.pages: list[LoadedPage] = []
+        self.grace_s = 5.0
 
     def __enter__(self) -> HeadlessChromium:
         self._profile = tempfile.mkdtemp(prefix="op-chromium-", dir=self._profile_root)
@@ -268,11 +272,11 @@ class HeadlessChromium:
         if left:
             raise OrphanProcessError(f"Chromium processes left running after close: {left}")
 
-    def _reap(self, grace_s: float = 5.0) -> list[int]:
+    def _reap(self) -> list[int]:
         """Wait for this browser's processes to end; kill those still there; return them."""
         if not self._profile:
             return []
-        deadline = time.monotonic() + grace_s
+        deadline = time.monotonic() + self.grace_s
         while (left := self.pids) and time.monotonic() < deadline:
             time.sleep(0.05)
         for pid in left:

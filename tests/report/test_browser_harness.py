@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +18,7 @@ from browser import (
     CHROMIUM_ENV,
     HeadlessChromium,
     LoadedPage,
+    OrphanProcessError,
     charts,
     count_marks,
     find_chromium,
@@ -182,6 +186,24 @@ def test_no_process_is_left_after_the_browser_closes(tmp_path: Path) -> None:
         profile = browser._profile
     assert profile and pids_naming(profile) == []  # every process named its profile folder
     assert not Path(profile).exists()
+
+
+def test_a_process_left_behind_is_killed_and_reported(tmp_path: Path) -> None:
+    """The orphan check can fail: a process naming the profile folder outlives the browser."""
+    reason = why_no_browser()
+    if reason:
+        pytest.skip(f"browser test: {reason}")
+    executable = find_chromium()
+    assert executable is not None
+    browser = HeadlessChromium(executable, profile_root=tmp_path)
+    browser.grace_s = 0.5
+    orphan = pytest.raises(OrphanProcessError, match="left running after close")
+    with orphan as caught, browser:
+        assert browser._profile is not None
+        argv = [sys.executable, "-c", "import time; time.sleep(60)", browser._profile]
+        straggler = subprocess.Popen(argv)
+    assert str(straggler.pid) in str(caught.value)
+    assert straggler.wait(timeout=10) == -signal.SIGKILL
 
 
 def test_why_no_browser_names_a_missing_executable(monkeypatch: pytest.MonkeyPatch) -> None:
