@@ -146,7 +146,8 @@ def anomalies(d: dict[str, Any], c: Collector) -> list[str]:
     for leaf in c.leaves.values():
         out += _leaf(leaf)
     if c.actions is not None:
-        out += [s for s in _leaf(c.actions) if "is constant" not in s]
+        discrete = c.discrete_actions is not None  # "only one action" says it for those
+        out += [s for s in _leaf(c.actions) if not (discrete and "is constant" in s)]
     out += _actions(c)
     if c.rewards is not None:
         out += _leaf(c.rewards)

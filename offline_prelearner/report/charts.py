@@ -100,7 +100,7 @@ def bars(name: str, title: str, counts: Mapping[Any, float], x_title: str, y_tit
     Returns:
         The chart; one mark per category.
     """
-    values = [{"category": str(k), "value": v} for k, v in counts.items()]
+    values = [{"category": str(k), "value": _num(v)} for k, v in counts.items()]
     enc = {
         "x": {"field": "category", "type": "nominal", "sort": None, "title": x_title},
         "y": {"field": "value", "type": "quantitative", "title": y_title},

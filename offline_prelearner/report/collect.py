@@ -84,6 +84,8 @@ class LeafStats:
         shape = tuple(first.shape[1:])
         image = is_image(shape)
         bounds = _bounds(space)
+        if bounds is not None and bounds[0].size not in (1, int(np.prod(shape))):
+            bounds = None  # a space of another shape than the data's: nothing to hold it to
         return cls(
             name=name,
             shape=shape,

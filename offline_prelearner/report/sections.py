@@ -9,7 +9,7 @@ observation dimension), ``reward_step``, ``reward_episode``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -195,7 +195,18 @@ def sections(c: Collector) -> list[Section]:
     Returns:
         Episodes, actions, observations, rewards.
     """
-    return [_episodes(c), _actions(c), _observations(c), _rewards(c)]
+    out = [_episodes(c), _actions(c), _observations(c), _rewards(c)]
+    seen: set[str] = set()
+    for s in out:  # ids are unique in the page (two leaves whose names differ only in "." / "_")
+        for i, ch in enumerate(s.charts):
+            name, k = ch.name, 1
+            while name in seen:
+                k += 1
+                name = f"{ch.name}_{k}"
+            seen.add(name)
+            if name != ch.name:
+                s.charts[i] = replace(ch, name=name)
+    return out
 
 
 def _leaf_rows(leaf: LeafStats) -> list[dict[str, Any]]:
