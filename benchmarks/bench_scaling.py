@@ -21,9 +21,13 @@ CPU model, cores, load, commit):
   N. The two sizes give a line each: ``slope`` (the data-proportional rate, rows/s: the extra
   rows over the extra seconds) and ``intercept`` (the fixed cost, seconds: what a job of no
   rows would take), for the process wall time and for the job's own ``wall_seconds``.
+* ``scaling.fit.c<N>`` -- ``wall_slope`` / ``wall_intercept_s`` from the process wall times,
+  ``job_*`` from stats.json's ``wall_seconds``, ``units_*`` from its ``units`` phase.
 * ``scaling.efficiency`` -- the parallel efficiency of the data-proportional part:
-  ``slope(c=max) / (max * slope(c=1))``; and ``speedup`` of the whole job (wall, c=max against
-  the local engine).
+  ``efficiency`` = ``wall_slope(c=max) / (max * wall_slope(c=1))`` (``efficiency_units`` the same
+  from the ``units`` phase); ``speedup_vs_local`` of the whole job (wall, c=max against the local
+  engine); ``local_fraction_of_read_1thread``: the local engine's rate over pyarrow's 1-thread
+  read.
 
 ``--rounds R`` runs every configuration once per round, the order reversed every other round
 (``_common.alternate``); figures are medians over rounds with min / max.
@@ -246,7 +250,8 @@ def configurations(
 def fits(summary: list[dict[str, Any]], levels: list[int]) -> list[dict[str, Any]]:
     """Slope / intercept per concurrency measured at both sizes; efficiency and speed-up."""
     by = {x["bench"]: x for x in summary if "throughput" in x}
-    out, slopes = [], {}
+    out: list[dict[str, Any]] = []
+    slopes: dict[int, dict[str, Any]] = {}
     for c in sorted({levels[0], levels[-1]}):
         full, half = by.get(f"scaling.ray.c{c}"), by.get(f"scaling.ray.half.c{c}")
         if full is None or half is None or full["n"] == half["n"]:
@@ -254,21 +259,27 @@ def fits(summary: list[dict[str, Any]], levels: list[int]) -> list[dict[str, Any
         line: dict[str, Any] = {"bench": f"scaling.fit.c{c}", "impl": "fit", "concurrency": c}
         for key, f_s, h_s in (
             ("wall", full["seconds"], half["seconds"]),
-            ("job", _med_job(full), _med_job(half)),
+            ("job", full.get("job_seconds"), half.get("job_seconds")),
+            ("units", _units(full), _units(half)),
         ):
             if f_s is None or h_s is None or f_s <= h_s:
-                line[f"{key}_slope"] = None  # the larger job was not slower: noise dominates
+                line[f"{key}_slope"] = None  # not measured, or the larger job was not slower
                 continue
             slope = (full["n"] - half["n"]) / (f_s - h_s)
             line[f"{key}_slope"] = round(slope, 1)
             line[f"{key}_intercept_s"] = round(f_s - full["n"] / slope, 3)
         line["unit"] = "slope rows/s, intercept s"
-        slopes[c] = line.get("wall_slope")
+        slopes[c] = line
         out.append(line)
     lo, hi = levels[0], levels[-1]
     eff: dict[str, Any] = {"bench": "scaling.efficiency", "impl": "fit", "concurrency": hi}
-    if slopes.get(lo) and slopes.get(hi) and hi != lo:
-        eff["efficiency"] = round(slopes[hi] / (hi / lo * slopes[lo]), 3)
+    for key in ("wall", "units"):  # efficiency = slope(hi) / (hi / lo * slope(lo))
+        s_lo = slopes.get(lo, {}).get(f"{key}_slope")
+        s_hi = slopes.get(hi, {}).get(f"{key}_slope")
+        if s_lo and s_hi and hi != lo:
+            eff["efficiency" if key == "wall" else f"efficiency_{key}"] = round(
+                s_hi / (hi / lo * s_lo), 3
+            )
     local, top = by.get("scaling.local"), by.get(f"scaling.ray.c{hi}")
     if local and top:
         eff["speedup_vs_local"] = round(top["throughput"] / local["throughput"], 3)
@@ -279,8 +290,9 @@ def fits(summary: list[dict[str, Any]], levels: list[int]) -> list[dict[str, Any
     return out
 
 
-def _med_job(line: dict[str, Any]) -> float | None:
-    return line.get("job_seconds")
+def _units(line: dict[str, Any]) -> float | None:
+    """The ``units`` phase of stats.json (the units' own work), when the package writes it."""
+    return (line.get("phases") or {}).get("units")
 
 
 # ----------------------------------------------------------------------------- main
@@ -339,6 +351,12 @@ def main(argv: list[str] | None = None) -> int:
             if jobs_s:
                 line["job_seconds"] = round(statistics.median(jobs_s), 3)
                 line["job_seconds_rounds"] = jobs_s
+            phases = [x["phases"] for x in lines if x["bench"] == line["bench"] and x.get("phases")]
+            if phases:  # each phase's median over rounds
+                keys = dict.fromkeys(k for ph in phases for k in ph)
+                line["phases"] = {
+                    k: round(statistics.median(ph.get(k, 0.0) for ph in phases), 3) for k in keys
+                }
             C.emit(line)
         for line in fits(summary, levels):
             C.emit(line)
