@@ -232,3 +232,12 @@ def test_text_width_is_zero_without_any_font(tmp_path: Path) -> None:
         assert text_width(browser.open(html), "h1") == 0
     with HeadlessChromium(executable, profile_root=tmp_path) as browser:
         assert text_width(browser.open(html), "h1") > 50
+
+
+def test_why_no_browser_names_a_missing_playwright_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    import browser
+
+    monkeypatch.setattr(browser, "find_chromium", lambda: Path("chromium"))
+    monkeypatch.setattr(browser, "_playwright_driver", lambda: None)
+    monkeypatch.delenv(CHROMIUM_ENV, raising=False)
+    assert why_no_browser() == "Playwright's driver is not installed: pip install -e '.[test]'"

@@ -221,7 +221,7 @@ def chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HeadlessChrom
 
 @pytest.fixture
 def opened(
-    request: pytest.FixtureRequest, made: dict[str, Made | str], chromium: HeadlessChromium
+    request: pytest.FixtureRequest, chromium: HeadlessChromium, made: dict[str, Made | str]
 ) -> Iterator[tuple[Input, Made, LoadedPage]]:
     i: Input = request.param
     m = made[i.name]
@@ -343,8 +343,8 @@ def test_the_shipped_reports_numbers_are_the_datasets(made: dict[str, Made | str
     ids=["a wrong number", "a key inspect has not", "one mark too many"],
 )
 def test_a_tampered_page_fails_the_checks(
-    made: dict[str, Made | str],
     chromium: HeadlessChromium,
+    made: dict[str, Made | str],
     tmp_path: Path,
     old: str,
     new: str,
