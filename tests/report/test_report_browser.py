@@ -319,7 +319,9 @@ def test_the_report_opens_offline_with_every_chart_and_inspects_numbers(
         screenshot(page, Path(target), full=False)
 
 
-def test_the_shipped_reports_numbers_are_the_datasets(made: dict[str, Made | str]) -> None:
+def test_the_shipped_reports_numbers_are_the_datasets(
+    chromium: HeadlessChromium, made: dict[str, Made | str]
+) -> None:
     """The comparison above is not vacuous: the shipped dataset's numbers are known."""
     m = made["shipped"]
     assert isinstance(m, Made)
