@@ -178,10 +178,10 @@ class Collector:
         """
         if not chunk:
             return
-        self._per_episode(chunk)
-        self._observations(chunk)
         actions = np.concatenate([e.actions for e in chunk])
         rewards = np.concatenate([e.rewards for e in chunk])
+        self._per_episode(chunk, rewards)
+        self._observations(chunk)
         if self.actions is None:
             self.actions = LeafStats.start("actions", actions, self.action_space, self.seed + 1)
             self.rewards = LeafStats.start("rewards", rewards, None, self.seed + 2)
@@ -191,15 +191,24 @@ class Collector:
         self._count_actions(actions)
         self.seen += len(chunk)
 
-    def _per_episode(self, chunk: list[Episode]) -> None:
+    def _per_episode(self, chunk: list[Episode], rewards: np.ndarray) -> None:
         n = len(chunk)
-        self.lengths.append(np.fromiter((len(e) for e in chunk), np.int64, n))
-        self.returns.append(np.fromiter((e.total_reward for e in chunk), np.float64, n))
-        codes = np.empty(n, np.int64)
-        for i, e in enumerate(chunk):  # per episode (not per row): its module's code
-            key = e.module_id if e.module_id is not None else e.agent_id
-            label = "default" if key is None else str(key)
-            codes[i] = self.groups.setdefault(label, len(self.groups))
+        lengths = np.fromiter((len(e) for e in chunk), np.int64, n)
+        starts = np.cumsum(lengths) - lengths
+        returns = np.zeros(n)
+        has = lengths > 0
+        if rewards.size:  # each episode's sum, one vector op over the chunk's rewards
+            returns[has] = np.add.reduceat(rewards.astype(np.float64), starts[has])
+        self.lengths.append(lengths)
+        self.returns.append(returns)
+        codes = np.zeros(n, np.int64)
+        keys = [e.module_id if e.module_id is not None else e.agent_id for e in chunk]
+        if any(k is not None for k in keys) or self.groups:
+            if not self.groups and len(self.lengths) > 1:  # the chunks before: all "default"
+                self.groups["default"] = 0
+            for i, key in enumerate(keys):  # per episode (not per row): its module's code
+                label = "default" if key is None else str(key)
+                codes[i] = self.groups.setdefault(label, len(self.groups))
         self.group_codes.append(codes)
 
     def _observations(self, chunk: list[Episode]) -> None:
@@ -249,7 +258,7 @@ class Collector:
     @property
     def group_names(self) -> list[str]:
         """The modules (or agents) by code; ``["default"]`` for single-agent data."""
-        return list(self.groups)
+        return list(self.groups) or ["default"]
 
     @property
     def discrete_actions(self) -> dict[int, int] | None:

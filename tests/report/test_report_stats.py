@@ -252,3 +252,17 @@ def test_frames_are_pngs_of_the_frame() -> None:
     ):
         back = np.asarray(Image.open(io.BytesIO(to_png(frame))))
         assert np.array_equal(back, frame)
+
+
+def test_modules_keep_their_codes_across_chunks() -> None:
+    c = Collector(4)
+    c.add([make_episode(3, id=0), make_episode(3, id=1)])  # single-agent so far
+    c.add([make_episode(3, id=2, agent_id="a1"), make_episode(3, id=3)])
+    names = c.group_names
+    assert [names[k] for k in c.episode_groups.tolist()] == ["default", "default", "a1", "default"]
+
+
+def test_returns_equal_each_episodes_sum() -> None:
+    eps = [make_episode(n, id=i, seed=i) for i, n in enumerate([1, 7, 2, 30])]
+    c = _collect(eps)
+    np.testing.assert_allclose(c.episode_returns, [e.total_reward for e in eps], rtol=1e-12)
