@@ -234,6 +234,7 @@ def test_nothing_to_plan_with_t_or_one_range(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ the real stream on Ray
 @pytest.mark.ray
+@pytest.mark.slow  # three streams, each starting its actors: ~56 s on 2 busy cores
 def test_stream_on_two_and_three_actors_sees_the_episodes_of_one(
     ray_local: Any, tmp_path: Path
 ) -> None:
@@ -251,6 +252,7 @@ def test_stream_on_two_and_three_actors_sees_the_episodes_of_one(
             sb = b["default_policy"]
             outs.append({k: np.asarray(sb[k]) for k in ("eps_id", "t", "obs")})
         seen[actors] = transitions(outs)
+    # Without the plan, 3 actors lost 194 of these 390 transitions and made 75 wrong ones.
     assert seen[1] == expected
     assert seen[2] == expected
     assert seen[3] == expected
