@@ -28,7 +28,9 @@ than one range are sorted (:func:`episode_owners` is vectorized, no loop over ro
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -158,15 +160,17 @@ def plan_ranges(groups: list[list[str]], config: PreLearnerConfig) -> Plan | Non
         Per range, the files and parts of files its task reads, or None.
 
     Raises:
-        DataError: A file cannot be read (naming it).
+        DataError: A file cannot be read (naming it) under ``read.on_invalid="raise"``.
     """
     if config.read.format != "rows" or len(groups) < 2:
         return None
     schema = load_schema(config.read.schema)
-    keys = _key_columns(schema, [f for g in groups for f in g], config)
+    files = [f for g in groups for f in g]
+    keys = _key_columns(schema, files, config)
     if keys is None:
         return None
-    tables = [_keys_or_none(f, keys, config) for g in groups for f in g]
+    with ThreadPoolExecutor(max(1, min(8, os.cpu_count() or 1))) as pool:  # pyarrow frees the GIL
+        tables = list(pool.map(lambda f: _keys_or_none(f, keys, config), files))
     if any(t is None for t in tables):
         return None  # a file without those columns: the reader names it
     codes, done = _keys_and_flags([t for t in tables if t is not None], keys, schema)
