@@ -5,8 +5,8 @@ steps cut across ``--files`` files, ``--rows`` rows (default 5M; the generator o
 benchmarks) -- under ``$OFFLINE_PRELEARNER_BENCH_DATA/report_rows_<rows>`` (default
 ``<repo>/.bench/data``), then runs ``offline-prelearner inspect DATA --json`` and
 ``offline-prelearner report DATA --out page.html`` as separate processes, alternately (A B, B A,
-...), ``--repeats`` rounds. Each process's wall time and peak resident memory (``wait4``'s
-``ru_maxrss`` of that process alone) is one JSON line; the last lines are the medians and the
+...), ``--repeats`` rounds. Each process's wall time, CPU time and peak resident memory
+(``wait4``'s rusage of that process alone) is one JSON line; the last lines are the medians and the
 ratio report / inspect (of the medians, and the median of the per-round ratios: each round's two
 runs ran back to back).
 
@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import alternate, emit, header, log  # noqa: E402
+from _common import alternate, emit, header, log
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -82,7 +82,12 @@ def run(command: list[str], env: dict[str, str]) -> dict[str, Any]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({proc.returncode}): {err.strip()}")
-    return {"seconds": round(seconds, 3), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}
+    cpu = usage.ru_utime + usage.ru_stime  # steadier than wall time on a shared machine
+    return {
+        "seconds": round(seconds, 3),
+        "cpu_seconds": round(cpu, 3),
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+    }
 
 
 def main() -> None:
@@ -124,6 +129,7 @@ def main() -> None:
     for x in lines:
         by[x["impl"]].append(x)
     med = {k: statistics.median(x["seconds"] for x in v) for k, v in by.items()}
+    cpu = {k: statistics.median(x["cpu_seconds"] for x in v) for k, v in by.items()}
     rss = {k: max(x["peak_rss_mb"] for x in v) for k, v in by.items()}
     rounds = [r["seconds"] / i["seconds"] for i, r in zip(by["inspect"], by["report"], strict=True)]
     emit(
@@ -141,6 +147,9 @@ def main() -> None:
             "ratio": round(med["report"] / med["inspect"], 3),
             "ratio_median_of_rounds": round(statistics.median(rounds), 3),
             "ratio_rounds": [round(x, 3) for x in rounds],
+            "inspect_cpu_seconds": round(cpu["inspect"], 3),
+            "report_cpu_seconds": round(cpu["report"], 3),
+            "ratio_cpu": round(cpu["report"] / cpu["inspect"], 3),
             "inspect_peak_rss_mb": rss["inspect"],
             "report_peak_rss_mb": rss["report"],
             "page_mb": page_mb,
