@@ -28,10 +28,12 @@ reversed, so a change of the machine's speed hits every N):
 * ``pixels_rows.stream.a<N>/a1`` -- ratio lines (rows read per second), the scaling claim.
 
 On a machine with more cores pass ``--actors 1,2,4,8,16`` (and ``--num-cpus``); a 2-core
-machine measures 1 and 2.
+machine measures 1 and 2. make_data.sh's pixel files end at episode ends, so no rows are handed
+over there; ``--recut 3000`` rewrites them into files of 3,000 rows first, cut anywhere, so
+episodes cross the ranges and the hand-over is measured too (``file_pieces`` on the plan line).
 
     python benchmarks/bench_stream_actors.py [--actors 1,2] [--rounds 3] [--files K]
-        [--mode sample_all|sampled] [--num-cpus C] [--quick] [--data DIR]
+        [--mode sample_all|sampled] [--num-cpus C] [--recut ROWS] [--quick] [--data DIR]
 """
 
 from __future__ import annotations
@@ -67,10 +69,19 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=None, help="the first K pixel files only")
     parser.add_argument("--mode", choices=("sample_all", "sampled"), default="sample_all")
     parser.add_argument("--num-cpus", type=int, default=None, help="ray.init's num_cpus")
+    parser.add_argument(
+        "--recut",
+        type=int,
+        default=None,
+        help="rewrite the rows into files of this many rows first (episodes then cross files "
+        "and ranges, so ranges hand rows over); written once under .bench/",
+    )
     args = parser.parse_args()
     counts = [int(a) for a in args.actors.split(",")]
     files = [str(p) for p in C.parquet_files(C.data_dir(args.data) / "pixels_rows")]
     files = files[: 4 if args.quick else args.files or len(files)]
+    if args.recut:
+        files = recut(files, args.recut)
     rounds = 1 if args.quick else args.repeats or args.rounds
     import pyarrow.parquet as pq
 
@@ -119,6 +130,22 @@ def main() -> None:
     for line in C.summarize_rounds(lines, pairs):
         C.emit(line)
     ray.shutdown()
+
+
+def recut(files: list[str], rows: int) -> list[str]:
+    """The rows of ``files`` (in order) rewritten into files of ``rows`` rows, cut anywhere (an
+    episode crosses files), once, under ``.bench/``; their paths."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = C.REPO / ".bench" / f"pixels_rows_recut{rows}_{len(files)}"
+    if not (out / "_done").exists():
+        out.mkdir(parents=True, exist_ok=True)
+        table = pa.concat_tables([pq.read_table(f) for f in files])
+        for k, start in enumerate(range(0, table.num_rows, rows)):
+            pq.write_table(table.slice(start, rows), out / f"part-{k:05d}.parquet")
+        (out / "_done").write_text("")
+    return [str(p) for p in C.parquet_files(out)]
 
 
 def _line(bench: str, n: int, seconds: float, extra: dict[str, Any]) -> dict[str, Any]:
