@@ -155,10 +155,16 @@ def _file_chunks(
     whole-file formats (one table, never cut). A piece: its rows only, batched as a file of
     that many rows."""
     if isinstance(item, FilePiece):
-        whole, _, size, chunks = _file_chunks(item.path, step, limits)
-        rows = item.rows
-        size = size if whole else _batch_rows(rows, step)
-        return whole, rows, size, item.select(chunks)
+        path, rows = item.path, item.rows
+        size = _batch_rows(rows, step)
+        if path.endswith((".parquet", ".pq")) and not is_minari_file(path):
+            # Decoded in tables no longer than the piece's reach: a file's head (the rows of an
+            # episode handed to the range before) costs its rows, not the file's first batch.
+            reach = min(size, item.runs[-1][1]) if item.runs else 1
+            chunks = parquet_chunks(path, reach, use_threads=True, limits=limits)
+            return False, rows, size, item.select(chunks)
+        whole, _, size, chunks = _file_chunks(path, step, limits)
+        return whole, rows, size if whole else _batch_rows(rows, step), item.select(chunks)
     path = item
     if path.endswith((".parquet", ".pq")) and not is_minari_file(path):
         try:

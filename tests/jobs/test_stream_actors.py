@@ -272,3 +272,20 @@ def test_an_unreadable_file_is_the_readers_to_count_or_refuse(tmp_path: Path) ->
         assert [bad] in [[i for i in g if i == bad] for g in plan]
     with pytest.raises(DataError, match="part-000"):
         plan_ranges(groups, cfg.with_updates({"on_invalid": "raise"}))
+
+
+@pytest.mark.parametrize("layout", ["rllib", "fast"])  # list cells (read 512 rows at a time) or not
+@pytest.mark.parametrize(
+    "runs", [((0, 7),), ((7, 1300),), ((3, 5), (10, 20), (600, 1300)), ((0, 1300),)]
+)
+def test_a_file_piece_reads_its_rows(tmp_path: Path, layout: str, runs: Any) -> None:
+    table = episodes_to_rows(
+        [make_episode(100, id=f"e{k}", seed=k) for k in range(13)], with_t=False, layout=layout
+    )
+    path = str(tmp_path / "f.parquet")
+    pq.write_table(table, path, row_group_size=400)
+    piece = FilePiece(path, runs)
+    for size in (64, 4096):
+        got = pa.concat_tables([t for t, _ in iter_file_batches([piece], size)])
+        want = table.take(np.concatenate([np.arange(a, b) for a, b in runs]))
+        assert got.num_rows == piece.rows and got.equals(want.cast(got.schema))
