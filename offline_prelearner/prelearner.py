@@ -39,7 +39,7 @@ from .io.readers import Batch, Reader, make_reader
 from .plugins import import_object
 from .replay.batch import MultiAgentBatch, SampleBatch
 from .replay.build import build_buffer, build_unit
-from .replay.replay_buffer import EpisodeReplayBuffer
+from .replay.replay_buffer import EpisodeReplayBuffer, sample_all_columns
 from .replay.samplers.in_order import InOrder
 from .replay.samplers.prioritized import Prioritized
 from .replay.units.base import SampleUnit
@@ -48,7 +48,7 @@ __all__ = ["OfflinePreLearner"]
 
 #: The hooks that change episodes on the episode path; :meth:`OfflinePreLearner.postprocess_columns`
 #: is their columnar twin (see :meth:`OfflinePreLearner.__init_subclass__`).
-EPISODE_HOOKS = ("postprocess_episodes", "module_of", "add_to_buffers")
+EPISODE_HOOKS = ("postprocess_episodes", "module_of", "add_to_buffers", "sample_all")
 
 
 class OfflinePreLearner:
@@ -214,7 +214,42 @@ class OfflinePreLearner:
         Not-done fragments wait (per episode id) until their episode ends, so no window is cut by
         a batch boundary; ``stats()["pending_fragments"]`` says how many are still open.
         """
-        complete = self._complete_episodes(episodes)
+        return self._sample_complete(self._complete_episodes(episodes))
+
+    def sample_all_columns(self, columns: EpisodeColumns) -> MultiAgentBatch:
+        """:meth:`sample_all` for a batch held as columns (what :meth:`postprocess_columns`
+        returned): the same samples in the same order, without an object per episode (only the
+        fragments of an episode cut across batches are kept as objects until it ends).
+
+        A subclass that overrides ``sample_all`` but not ``postprocess_columns`` keeps its
+        ``sample_all`` (see :meth:`__init_subclass__`).
+
+        Args:
+            columns: The batch's validated, de-duplicated episodes.
+
+        Returns:
+            Every valid transition (or sequence) of the episodes complete after this batch,
+            per trained module.
+        """
+        complete = self._complete_columns(columns)
+        if isinstance(complete, list):  # fragments that do not join as columns: objects
+            return self._sample_complete(complete)
+        out: dict[str, SampleBatch] = {}
+        if len(complete):
+            modules = self._modules_of(complete)
+            for module_id in dict.fromkeys(modules):
+                if not self._trains(module_id):
+                    continue
+                part = complete
+                if module_id != modules[0] or modules.count(module_id) != len(modules):
+                    part = complete.select(np.array([m == module_id for m in modules]))
+                batch = sample_all_columns(part, self.build_unit(), seed=self.config.seed)
+                if batch is not None:
+                    out[module_id] = batch
+        return MultiAgentBatch(out, env_steps=sum(len(b) for b in out.values()))
+
+    def _sample_complete(self, complete: list[Episode]) -> MultiAgentBatch:
+        """Every valid transition (or sequence) of complete episodes, per trained module."""
         by_module: dict[str, list[Episode]] = {}
         for ep in complete:
             by_module.setdefault(self.module_of(ep), []).append(ep)
@@ -260,11 +295,14 @@ class OfflinePreLearner:
         """One input batch -> zero or more output batches (one per trained module)."""
         episodes = self.validate(self.map_to_episodes(batch))
         self._count_episodes(episodes)
+        cols = episodes.columns
+        cols = None if cols is None else self.postprocess_columns(cols)
         if self.config.sample.sample_all:
-            result = self.sample_all(self.postprocess_episodes(episodes.episodes))
+            if cols is not None:
+                result = self.sample_all_columns(cols)
+            else:
+                result = self.sample_all(self.postprocess_episodes(episodes.episodes))
         else:
-            cols = episodes.columns
-            cols = None if cols is None else self.postprocess_columns(cols)
             if cols is not None:
                 self._add_columns(cols)
             else:
@@ -311,19 +349,23 @@ class OfflinePreLearner:
         self.last_rejections = episodes.rejections
         self.ledger.episodes_kept += len(fresh) - episodes.ledger.episodes_kept
 
-    def _add_columns(self, cols: EpisodeColumns) -> None:
-        """``add_to_buffers`` for episodes held as columns (the routing of the base
-        ``module_of``: module id, else the agent mapping, else the default module)."""
+    def _modules_of(self, cols: EpisodeColumns) -> list[str]:
+        """Each episode's module, by the base ``module_of``'s rule: module id, else the agent
+        mapping, else the default module."""
         default = self.config.modules.default_module
         fn = self._agent_to_module
         n = len(cols)
         if cols.modules.count(None) == n and (fn is None or cols.agents.count(None) == n):
-            modules = [default] * n  # the common case, without a walk over the episodes
-        else:
-            modules = [
-                str(m) if m is not None else str(fn(a)) if fn and a is not None else default
-                for m, a in zip(cols.modules, cols.agents, strict=True)
-            ]
+            return [default] * n  # the common case, without a walk over the episodes
+        return [
+            str(m) if m is not None else str(fn(a)) if fn and a is not None else default
+            for m, a in zip(cols.modules, cols.agents, strict=True)
+        ]
+
+    def _add_columns(self, cols: EpisodeColumns) -> None:
+        """``add_to_buffers`` for episodes held as columns (the routing of the base
+        ``module_of``: module id, else the agent mapping, else the default module)."""
+        modules = self._modules_of(cols)
         for module_id in dict.fromkeys(modules):
             part = cols
             if module_id != modules[0] or modules.count(module_id) != len(modules):
@@ -337,6 +379,41 @@ class OfflinePreLearner:
     def _trains(self, module_id: str) -> bool:
         wanted = self.config.modules.modules_to_train
         return wanted is None or module_id in wanted
+
+    def _complete_columns(self, cols: EpisodeColumns) -> EpisodeColumns | list[Episode]:
+        """:meth:`_complete_episodes` on columns: the episodes complete after this batch, in the
+        same order (a fragment that ends an open episode stands where it ended, joined with
+        the rest), as columns; as objects where the joined fragments cannot share the batch's
+        columns (other dtypes, infos). Only the fragments that open or end a pending episode
+        become objects."""
+        done = cols.done
+        pending = self._pending
+        special = set(np.flatnonzero(~done).tolist())
+        if pending:
+            keys = zip(cols.ids, cols.agents, strict=True)
+            special.update(i for i, key in enumerate(keys) if key in pending)
+        if not special:
+            return cols
+        joined: dict[int, Episode] = {}
+        for i in sorted(special):  # few: an episode cut at each edge of the batch
+            ep = cols.episode(i)
+            key = (ep.id, ep.agent_id)
+            pending.setdefault(key, []).append(ep)
+            if ep.is_done:
+                joined[i] = Episode.concat_fragments(pending.pop(key))
+        order = np.flatnonzero(done)
+        if not joined:
+            return cols.select(order)
+        at = np.fromiter(joined, np.int64, len(joined))
+        try:
+            tail = EpisodeColumns.from_episodes(
+                list(joined.values()), split=cols.last_obs is not None
+            )
+            both = EpisodeColumns.concat([cols, tail])
+        except (ValueError, KeyError, TypeError):
+            return [joined[i] if i in joined else cols.episode(i) for i in order.tolist()]
+        order[np.searchsorted(order, at)] = len(cols) + np.arange(len(at))
+        return both.select(order)
 
     def _complete_episodes(self, episodes: list[Episode]) -> list[Episode]:
         done: list[Episode] = []

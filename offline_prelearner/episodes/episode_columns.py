@@ -85,15 +85,33 @@ class EpisodeColumns:
     last_obs: np.ndarray | None = None  # set: split observations (see the module docstring)
 
     @classmethod
-    def from_episodes(cls, eps: list[Episode]) -> EpisodeColumns:
-        """``eps`` (one column layout, no infos, at least one) copied into shared columns."""
+    def from_episodes(cls, eps: list[Episode], *, split: bool = False) -> EpisodeColumns:
+        """``eps`` (one column layout, no infos, at least one) copied into shared columns.
+
+        Args:
+            eps: The episodes, in table order.
+            split: Hold split observations (one per step plus ``last_obs``, see the module
+                docstring) instead of the assembled ``[rows + episodes, ...]`` array.
+
+        Returns:
+            The episodes as columns.
+
+        Raises:
+            ValueError: an episode carries infos.
+        """
         if any(e.infos is not None for e in eps):
             raise ValueError("EpisodeColumns holds no infos; keep such episodes as objects")
         n = np.array([len(e.actions) for e in eps], np.int64)
         step_at = np.zeros(len(eps), np.int64)
         np.cumsum(n[:-1], out=step_at[1:])
+        if split:
+            obs = np.concatenate([e.observations[:-1] for e in eps])
+            last: np.ndarray | None = np.stack([e.observations[-1] for e in eps])
+        else:
+            obs, last = np.concatenate([e.observations for e in eps]), None
         return cls(
-            obs=np.concatenate([e.observations for e in eps]),
+            obs=obs,
+            last_obs=last,
             actions=np.concatenate([e.actions for e in eps]),
             rewards=np.concatenate([e.rewards for e in eps]),
             extras={k: np.concatenate([e.extras[k] for e in eps]) for k in eps[0].extras},
@@ -106,6 +124,57 @@ class EpisodeColumns:
             ids=[e.id for e in eps],
             agents=[e.agent_id for e in eps],
             modules=[e.module_id for e in eps],
+        )
+
+    @classmethod
+    def concat(cls, parts: list[EpisodeColumns]) -> EpisodeColumns:
+        """The episodes of ``parts`` as one table, in order (each array joined: one copy).
+
+        Every part must hold the same layout (assembled or split observations), the same
+        extra columns in the same order and the same dtypes (numpy would promote them, which a
+        buffer's ring does not): a ``ValueError`` otherwise.
+
+        Args:
+            parts: Columns to join, at least one.
+
+        Returns:
+            One table of every part's episodes.
+
+        Raises:
+            ValueError: the parts differ in layout, extra columns or dtypes.
+        """
+        first = parts[0]
+        if len(parts) == 1:
+            return first
+        split = first.last_obs is not None
+        for p in parts[1:]:
+            if (p.last_obs is not None) != split or list(p.extras) != list(first.extras):
+                raise ValueError("cannot join columns of different layouts or extra columns")
+            pairs = [(p.obs, first.obs), (p.actions, first.actions), (p.rewards, first.rewards)]
+            pairs += [(x, first.extras[k]) for k, x in p.extras.items()]
+            if any(a.dtype != b.dtype or a.shape[1:] != b.shape[1:] for a, b in pairs):
+                raise ValueError("cannot join columns of different dtypes or step shapes")
+        steps = np.cumsum([0] + [len(p.actions) for p in parts[:-1]])
+        places = np.cumsum([0] + [len(p.obs) + (len(p) if split else 0) for p in parts[:-1]])
+
+        def cat(get: Any) -> np.ndarray:
+            return np.concatenate([get(p) for p in parts])
+
+        return cls(
+            obs=cat(lambda p: p.obs),
+            actions=cat(lambda p: p.actions),
+            rewards=cat(lambda p: p.rewards),
+            extras={k: cat(lambda p, k=k: p.extras[k]) for k in first.extras},
+            obs_at=np.concatenate([p.obs_at + o for p, o in zip(parts, places, strict=True)]),
+            step_at=np.concatenate([p.step_at + o for p, o in zip(parts, steps, strict=True)]),
+            length=cat(lambda p: p.length),
+            t_started=cat(lambda p: p.t_started),
+            terminated=cat(lambda p: p.terminated),
+            truncated=cat(lambda p: p.truncated),
+            ids=[i for p in parts for i in p.ids],
+            agents=[a for p in parts for a in p.agents],
+            modules=[m for p in parts for m in p.modules],
+            last_obs=cat(lambda p: p.last_obs) if split else None,
         )
 
     def __len__(self) -> int:
@@ -199,6 +268,29 @@ class EpisodeColumns:
             (int(self.length[lo:hi].sum()) + hi - lo, *self.obs.shape[1:]), self.obs.dtype
         )
         self.write_observations(out, lo, hi)
+        return out
+
+    def gather_observations(self, episode: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """Observation ``k[i]`` of episode ``episode[i]`` for every ``i`` (``0 <= k <= length``:
+        ``k = length`` is the final observation), gathered into a new array, whatever the layout.
+
+        Args:
+            episode: Table indices, int64.
+            k: Observation positions within each episode, int64, as long as ``episode``.
+
+        Returns:
+            ``[len(k), *obs_shape]`` observations.
+        """
+        if self.last_obs is None:
+            return self.obs.take(self.obs_at.take(episode) + k, axis=0)
+        at = self.step_at.take(episode) + k
+        final = k == self.length.take(episode)
+        if not final.any():
+            return self.obs.take(at, axis=0)
+        out = self.obs.take(np.where(final, 0, at), axis=0) if len(self.obs) else None
+        if out is None:  # every episode is empty: final observations only
+            return self.last_obs.take(episode, axis=0)
+        out[final] = self.last_obs.take(episode[final], axis=0)
         return out
 
     def write_observations(self, dest: np.ndarray, lo: int = 0, hi: int | None = None) -> None:

@@ -147,7 +147,9 @@ class SampleBatch:
     def to_rows(self, module_id: Any) -> dict[str, np.ndarray]:
         """The columns plus a ``module_id`` column: one Ray Data / Arrow row per sample."""
         out = dict(self._cols)
-        out[MODULE_ID] = np.full(len(self), str(module_id), dtype=object)
+        ids = np.empty(len(self), dtype=object)
+        ids.fill(str(module_id))  # one str object shared (np.full makes one per row)
+        out[MODULE_ID] = ids
         return out
 
     def nested(self, name: str = "obs") -> dict[str, Any]:

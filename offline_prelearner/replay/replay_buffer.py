@@ -32,13 +32,15 @@ from .batch import SampleBatch
 from .rate_limit import SampleToInsertRatio
 from .reservoir import Reservoir
 from .samplers.base import Sampler, ValidStarts, ranges
+from .samplers.in_order import InOrder
 from .samplers.prioritized import Prioritized
 from .samplers.uniform import Uniform
 from .storage.ring import Change, EpisodeStorage, Placements
-from .units.base import SampleUnit, StepTable, ones
+from .storage.table import handles_of, normalize_id
+from .units.base import AllSteps, ExpandsAll, SampleUnit, StepTable, ones
 from .units.transition import Transition
 
-__all__ = ["INDICES", "EpisodeReplayBuffer"]
+__all__ = ["INDICES", "EpisodeReplayBuffer", "sample_all_columns"]
 
 #: The column of a sample holding handles for ``update_priorities``.
 INDICES = "indices"
@@ -427,6 +429,45 @@ class EpisodeReplayBuffer:
         every invariant of the ring (a :class:`DataError` names the manifest and the field);
         a failed load leaves the buffer as it was."""
         checkpoint.restore(path, self.get_state, self.set_state)
+
+
+def sample_all_columns(
+    columns: EpisodeColumns, unit: SampleUnit, *, seed: int | None = None
+) -> SampleBatch | None:
+    """Every valid transition (or sequence) of ``columns``' episodes, all of them done, once, in
+    table order: exactly what a fresh buffer holding just them gives for
+    ``sample(valid_starts().total)`` under :class:`~.samplers.in_order.InOrder` (the
+    ``sample_all`` rule), ``weights`` and ``indices`` included.
+
+    A unit that expands whole episodes from their columns (:class:`~.units.base.ExpandsAll`:
+    :class:`~.units.transition.Transition`, :class:`~.units.n_step.NStep` with an int ``n``)
+    does so, without the ring's copy of every column; any other unit, or episodes whose ids
+    repeat, go through such a buffer (which raises what it would raise).
+
+    Args:
+        columns: The episodes, every one done.
+        unit: What each step becomes.
+        seed: The buffer's seed (for a unit that draws per sample).
+
+    Returns:
+        The batch, or None when nothing is sampleable (no steps).
+    """
+    ids = [normalize_id(i) for i in columns.ids]
+    if isinstance(unit, ExpandsAll) and len(set(ids)) == len(ids):
+        steps = AllSteps(columns, ids)
+        if not len(steps):
+            return None
+        _batch_size(len(steps))
+        batch = unit.expand_all(steps)
+        if batch is not None:
+            batch.set_trusted(C.WEIGHTS, ones(len(steps), np.float32))
+            batch.set_trusted(INDICES, handles_of(steps.episode.copy(), steps.slots))
+            return batch
+    steps_held = int(columns.length.sum()) + len(columns)
+    buf = EpisodeReplayBuffer(steps_held + 1, InOrder(), unit, seed=seed)
+    buf.add_columns(columns)
+    total = buf.valid_starts().total
+    return buf.sample(total) if total else None
 
 
 def _batch_size(batch_size: object) -> int:

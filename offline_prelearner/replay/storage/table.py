@@ -21,7 +21,7 @@ import numpy as np
 
 from ...errors import EpisodeValidationError, Where
 
-__all__ = ["EpisodeTable", "normalize_id"]
+__all__ = ["EpisodeTable", "handles_of", "normalize_id"]
 
 _SLOT_BITS = 32
 _SLOT_MASK = (1 << _SLOT_BITS) - 1
@@ -52,6 +52,15 @@ def normalize_id(eid: Any) -> int | str:
     if isinstance(eid, bytes):
         return eid.decode("utf-8", "replace")
     return str(eid)
+
+
+def handles_of(serials: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """Opaque int64 handles: each placement serial and slot in one int64 (``serials`` is
+    consumed: shifted in place when it is already int64)."""
+    serial = np.asarray(serials, dtype=np.int64)
+    serial <<= _SLOT_BITS
+    serial |= slots
+    return serial
 
 
 def _empty(n: int) -> dict[str, np.ndarray]:
@@ -248,10 +257,7 @@ class EpisodeTable:
 
     def handles(self, slots: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Handles of ``slots`` in table ``rows``: the row's serial and the slot in one int64."""
-        serial = np.add(rows, self.base + self.lo, dtype=np.int64)
-        serial <<= _SLOT_BITS
-        serial |= slots
-        return serial
+        return handles_of(np.add(rows, self.base + self.lo, dtype=np.int64), slots)
 
     def is_current(self, serials: np.ndarray) -> np.ndarray:
         """Per serial: whether its record is in the window and alive."""

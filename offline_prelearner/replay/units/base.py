@@ -9,17 +9,26 @@ reads the storage (:mod:`offline_prelearner.replay.storage`) and hands out a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from ...episodes import columns as C
 
 if TYPE_CHECKING:
+    from ...episodes.episode_columns import EpisodeColumns
     from ..batch import SampleBatch
     from ..storage.ring import EpisodeStorage
 
-__all__ = ["SampleUnit", "StepTable", "episode_columns", "ones", "stack_index"]
+__all__ = [
+    "AllSteps",
+    "ExpandsAll",
+    "SampleUnit",
+    "StepTable",
+    "episode_columns",
+    "ones",
+    "stack_index",
+]
 
 
 class StepTable(Protocol):
@@ -81,6 +90,82 @@ class SampleUnit(Protocol):
 
     def step_table(self) -> StepTable | None:
         """The unit's per-slot cache, or None (see the class docstring)."""
+
+
+class AllSteps:
+    """Every step of every episode of an :class:`EpisodeColumns` (all of them done), in table
+    order: the index arrays a unit gathers with to expand them all at once
+    (:class:`ExpandsAll`).
+
+    Row ``i`` is step ``k[i]`` of episode ``episode[i]``; ``remaining[i]`` is the steps from it to
+    the episode's end (``>= 1``), ``steps`` its index into the step arrays (a slice when the
+    episodes lie contiguous there) and ``slots[i]`` the slot it would have in a fresh ring
+    holding just these episodes, placed in order (episode ``e`` starts at slot
+    ``sum(length[:e] + 1)``).
+
+    Args:
+        columns: The episodes, every one done.
+        ids: Their ids as the storage keeps them (:func:`~..storage.table.normalize_id`).
+    """
+
+    def __init__(self, columns: EpisodeColumns, ids: list[Any]) -> None:
+        length = columns.length
+        self.columns = columns
+        self.ids = np.empty(len(ids), object)
+        self.ids[:] = ids
+        self.rows = int(length.sum())
+        self.episode = np.repeat(np.arange(len(length), dtype=np.int64), length)
+        first = np.zeros(len(length), np.int64)  # each episode's first row
+        np.cumsum(length[:-1], out=first[1:])
+        self.k = np.arange(self.rows, dtype=np.int64) - first.take(self.episode)
+        self.remaining = length.take(self.episode) - self.k
+        self.slots = np.arange(self.rows, dtype=np.int64) + self.episode
+        self.steps = columns.step_rows()
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def step_values(self, values: np.ndarray) -> np.ndarray:
+        """A step column's values at every row (a new array)."""
+        if isinstance(self.steps, slice):
+            return values[self.steps].copy()
+        return values.take(self.steps, axis=0)
+
+    def step_index(self) -> np.ndarray:
+        """Every row's index into the step arrays, as an array."""
+        if isinstance(self.steps, slice):
+            return np.arange(self.steps.start, self.steps.stop, dtype=np.int64)
+        return self.steps
+
+    def observations(self, ahead: np.ndarray | int = 0) -> np.ndarray:
+        """Observation ``k + ahead`` of every row's episode (``ahead <= remaining``)."""
+        return self.columns.gather_observations(self.episode, self.k + ahead)
+
+    def common(self) -> dict[str, np.ndarray]:
+        """What :func:`episode_columns` gives a buffer's draw of these rows: actions, rewards,
+        extras (by their own names), ``eps_id`` and ``t``."""
+        c = self.columns
+        out = {C.ACTIONS: self.step_values(c.actions), C.REWARDS: self.step_values(c.rewards)}
+        for name, values in c.extras.items():
+            out[name] = self.step_values(values)
+        out[C.EPS_ID] = self.ids.take(self.episode)
+        out[C.T] = c.t_started.take(self.episode) + self.k
+        return out
+
+
+@runtime_checkable
+class ExpandsAll(Protocol):
+    """A sample unit that expands every step of whole episodes straight from their columns.
+
+    ``expand_all(steps)`` gives, row for row and dtype for dtype, what a fresh buffer holding
+    exactly those episodes (all done) gives for ``sample(total)`` under
+    :class:`~..samplers.in_order.InOrder` (the ``sample_all`` rule), without ``weights`` and
+    ``indices``; or None where it cannot (a unit that draws something per sample). A unit
+    without it is expanded through such a buffer.
+    """
+
+    def expand_all(self, steps: AllSteps) -> SampleBatch | None:
+        """Every row of ``steps`` expanded, or None (see the class docstring)."""
 
 
 def stack_index(idx: np.ndarray, first: np.ndarray, frames: int) -> np.ndarray:

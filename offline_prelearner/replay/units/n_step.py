@@ -28,7 +28,7 @@ from ...episodes import columns as C
 from ...errors import ConfigError
 from ..batch import SampleBatch
 from ..storage.obs_leaves import obs_names, output_names
-from .base import episode_columns, stack_index
+from .base import AllSteps, episode_columns, stack_index
 
 if TYPE_CHECKING:
     from ..storage.ring import EpisodeStorage
@@ -130,6 +130,37 @@ class NStep:
                 out[new_name] = obs_col.take(new_at, axis=0)
         out[C.TERMINATEDS] = storage.terminated.take(rows) & reached_end
         out[C.TRUNCATEDS] = storage.truncated.take(rows) & reached_end
+        out[C.N_STEP] = m.astype(np.int32)
+        return SampleBatch._trusted(out)
+
+    def expand_all(self, steps: AllSteps) -> SampleBatch | None:
+        """Every step of whole episodes as an n-step transition, straight from their columns:
+        what a buffer holding just them gives for the same steps drawn in order
+        (:class:`~.base.ExpandsAll`; :class:`FixedNStepTable`'s sums for an int ``n > 1``, in
+        its order). None for a range of ``n``, which draws per sample."""
+        if not isinstance(self.n, int):
+            return None
+        c, ep, n = steps.columns, steps.episode, self.n
+        out = steps.common()
+        m = np.minimum(n, steps.remaining)
+        reached = m == steps.remaining
+        rew = c.rewards
+        dtype = np.result_type(rew.dtype, np.float32)
+        ret = out[C.REWARDS]
+        if n > 1:
+            at = steps.step_index()
+            ret = ret.astype(np.float64)
+            for j in range(1, n):
+                r = rew.take(at + j, mode="clip")  # past the window: zeroed below
+                r[m <= j] = 0
+                ret += r * (self.gamma**j)
+        out[C.REWARDS] = ret.astype(dtype, copy=False)
+        out[C.OBS] = steps.observations()
+        out[C.NEW_OBS] = steps.observations(m)
+        term = c.terminated.take(ep) & reached
+        trunc = c.truncated.take(ep) & reached
+        out[C.TERMINATEDS] = term
+        out[C.TRUNCATEDS] = trunc & ~term if n > 1 else trunc
         out[C.N_STEP] = m.astype(np.int32)
         return SampleBatch._trusted(out)
 

@@ -16,7 +16,7 @@ import numpy as np
 from ...episodes import columns as C
 from ..batch import SampleBatch
 from ..storage.obs_leaves import obs_names, output_names
-from .base import episode_columns, ones, stack_index
+from .base import AllSteps, episode_columns, ones, stack_index
 
 if TYPE_CHECKING:
     from ..storage.ring import EpisodeStorage
@@ -66,4 +66,18 @@ class Transition:
         out[C.TERMINATEDS] = storage.terminated.take(rows) & last
         out[C.TRUNCATEDS] = storage.truncated.take(rows) & last
         out[C.N_STEP] = ones(len(slots), np.int32)
+        return SampleBatch._trusted(out)
+
+    def expand_all(self, steps: AllSteps) -> SampleBatch:
+        """Every step of whole episodes as a transition, straight from their columns: what
+        :meth:`expand` gives for the same steps drawn in order from a buffer holding just them
+        (:class:`~.base.ExpandsAll`)."""
+        c, ep = steps.columns, steps.episode
+        out = steps.common()
+        out[C.OBS] = steps.observations()
+        out[C.NEW_OBS] = steps.observations(1)
+        last = steps.remaining == 1
+        out[C.TERMINATEDS] = c.terminated.take(ep) & last
+        out[C.TRUNCATEDS] = c.truncated.take(ep) & last
+        out[C.N_STEP] = ones(len(steps), np.int32)
         return SampleBatch._trusted(out)

@@ -107,7 +107,9 @@ def tensor_field(name: str, value_type: pa.DataType, shape: tuple[int, ...]) -> 
 def _column(name: str, values: np.ndarray, layout: Layout = "rllib") -> tuple[pa.Field, pa.Array]:
     """One per-step column (``values`` is ``[rows, *shape]``) as an Arrow field and array."""
     if values.ndim == 1:
-        arr = pa.array(values)
+        arr = _object_strings(values) if values.dtype == object else None
+        if arr is None:
+            arr = pa.array(values)
         return pa.field(name, arr.type), arr
     if values.dtype.kind not in "biuf":
         raise SchemaError(
@@ -128,6 +130,17 @@ def _column(name: str, values: np.ndarray, layout: Layout = "rllib") -> tuple[pa
     flat_arr = pa.array(flat)
     fld = tensor_field(name, flat_arr.type, shape)
     return fld, pa.LargeListArray.from_arrays(offsets, flat_arr, type=fld.type)
+
+
+def _object_strings(values: np.ndarray) -> pa.Array | None:
+    """An object column of ``str`` (ids) as Arrow strings, as ``pa.array`` would infer them but
+    ~10x faster (inference visits every value twice); None when it holds anything else."""
+    if not len(values) or not isinstance(values[0], str):
+        return None
+    try:
+        return pa.array(values, type=pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
 
 
 def columns_to_table(columns: dict[str, np.ndarray], *, layout: Layout = "rllib") -> pa.Table:
