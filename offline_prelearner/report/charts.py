@@ -62,28 +62,41 @@ def _spec(values: list[dict[str, Any]], mark: dict[str, Any], encoding: dict[str
 def binned(
     name: str,
     title: str,
-    bins: list[tuple[float, float, int]],
+    bins: list[tuple[float, float, int]] | list[tuple[float, float, int, int]],
     x_title: str,
     y_title: str = "count",
+    groups: list[str] | None = None,
 ) -> Chart:
-    """A histogram of pre-binned data: one bar per ``(left, right, count)``.
+    """A histogram of pre-binned data: one bar per ``(left, right, count)``; with ``groups``,
+    bars stacked per ``(left, right, count, group code)``, one colour per group.
 
     Args:
         name: The chart id.
         title: The heading.
-        bins: The bins with data (:func:`~.stats.histogram`).
+        bins: The bins with data (:func:`~.stats.histogram`, :func:`~.stats.grouped_histogram`).
         x_title: The x axis' title.
         y_title: The y axis' title.
+        groups: The group names by code (multi-agent data: modules), or None.
 
     Returns:
-        The chart; one mark per bin.
+        The chart; one mark per bin (per bin and group).
     """
-    values = [{"from": _num(a), "to": _num(b), "count": c} for a, b, c in bins]
-    enc = {
+    values = [
+        {
+            "from": _num(b[0]),
+            "to": _num(b[1]),
+            "count": b[2],
+            **({} if groups is None else {"group": groups[b[3]]}),  # type: ignore[misc]
+        }
+        for b in bins
+    ]
+    enc: dict[str, Any] = {
         "x": {"field": "from", "type": "quantitative", "bin": {"binned": True}, "title": x_title},
         "x2": {"field": "to"},
         "y": {"field": "count", "type": "quantitative", "title": y_title},
     }
+    if groups is not None:
+        enc["color"] = {"field": "group", "type": "nominal", "title": "module"}
     return Chart(name, title, _spec(values, {"type": "bar"}, enc), len(values))
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from .anomalies import dim_name
 from .charts import Chart, bars, binned, chart_id, points
 from .collect import SAMPLED_DIMS, Collector, LeafStats
-from .stats import histogram, thin
+from .stats import grouped_histogram, histogram, thin
 
 __all__ = ["Section", "observation_rows", "sections"]
 
@@ -38,26 +38,35 @@ def _integer(a: np.ndarray) -> bool:
     return a.dtype.kind in "iub" or bool(a.size and np.all(a == np.round(a)))
 
 
-def _hist(name: str, title: str, values: np.ndarray, x_title: str, lo: float, hi: float) -> Chart:
-    return binned(name, title, histogram(values, lo, hi, integer=_integer(values)), x_title)
+def _hist(
+    name: str,
+    title: str,
+    values: np.ndarray,
+    x_title: str,
+    lo: float,
+    hi: float,
+    groups: tuple[np.ndarray, list[str]] | None = None,
+) -> Chart:
+    if groups is None:
+        return binned(name, title, histogram(values, lo, hi, integer=_integer(values)), x_title)
+    cells = grouped_histogram(values, groups[0], lo, hi, integer=_integer(values))
+    return binned(name, f"{title}, per module", cells, x_title, groups=groups[1])
 
 
 def _episodes(c: Collector) -> Section:
     lens, rets = c.episode_lengths, c.episode_returns
     charts = []
     if len(lens):
+        names = c.group_names
+        codes = c.episode_groups
+        per = (codes, names) if len(names) > 1 else None
         charts.append(
-            _hist("episode_length", "Episode length", lens, "steps", lens.min(), lens.max())
+            _hist("episode_length", "Episode length", lens, "steps", lens.min(), lens.max(), per)
         )
         finite = rets[np.isfinite(rets)]
         if finite.size:
-            charts.append(
-                _hist(
-                    "episode_return", "Episode return", rets, "return", finite.min(), finite.max()
-                )
-            )
-        names = c.group_names
-        codes = c.episode_groups
+            lo, hi = finite.min(), finite.max()
+            charts.append(_hist("episode_return", "Episode return", rets, "return", lo, hi, per))
         if len(names) > 1:
             xs, ys, gs = [], [], []
             for k, g in enumerate(names):  # per module: its own episodes, thinned

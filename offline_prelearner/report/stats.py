@@ -10,7 +10,8 @@ with numpy over the whole chunk (no Python loop per value):
 * :class:`Sample`: a seeded uniform sample of at most ``k`` rows (reservoir sampling, Algorithm R
   with the chunk's replacements drawn as one vector), the histograms' input.
 * :class:`OutOfBounds`: per dimension, how many values fall outside ``[low, high]``.
-* :func:`histogram`: fixed bins over a known range, the bins with data.
+* :func:`histogram`: fixed bins over a known range, the bins with data
+  (:func:`grouped_histogram`: per group, over the same bins).
 * :func:`thin`: a long per-episode series cut to at most ``n`` points (means of equal runs).
 """
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Moments", "OutOfBounds", "Sample", "histogram", "thin"]
+__all__ = ["Moments", "OutOfBounds", "Sample", "grouped_histogram", "histogram", "thin"]
 
 
 def _as_2d(x: np.ndarray) -> np.ndarray:
@@ -236,15 +237,57 @@ def histogram(
     v = v[np.isfinite(v)]
     if v.size == 0 or not (np.isfinite(lo) and np.isfinite(hi)):
         return []
-    if integer and hi - lo < bins:
-        edges = np.arange(np.floor(lo) - 0.5, np.ceil(hi) + 1.0, 1.0)
-    elif hi == lo:
-        edges = np.array([lo - 0.5, hi + 0.5])  # one value: one bin around it
-    else:
-        edges = np.linspace(lo, hi, bins + 1)
+    edges = _edges(lo, hi, bins, integer)
     counts, edges = np.histogram(np.clip(v, edges[0], edges[-1]), edges)
     keep = np.flatnonzero(counts)
     return [(float(edges[i]), float(edges[i + 1]), int(counts[i])) for i in keep.tolist()]
+
+
+def _edges(lo: float, hi: float, bins: int, integer: bool) -> np.ndarray:
+    if integer and hi - lo < bins:
+        return np.arange(np.floor(lo) - 0.5, np.ceil(hi) + 1.0, 1.0)
+    if hi == lo:
+        return np.array([lo - 0.5, hi + 0.5])  # one value: one bin around it
+    return np.linspace(lo, hi, bins + 1)
+
+
+def grouped_histogram(
+    values: np.ndarray,
+    codes: np.ndarray,
+    lo: float,
+    hi: float,
+    bins: int = 30,
+    *,
+    integer: bool = False,
+) -> list[tuple[float, float, int, int]]:
+    """:func:`histogram` per group, over the same bins: ``(left, right, count, group code)`` of
+    every (bin, group) that holds any value.
+
+    Args:
+        values: The values (non-finite ones are left out).
+        codes: Each value's group, an integer from 0.
+        lo: The range's lower end.
+        hi: Its upper end.
+        bins: The most bins.
+        integer: As for :func:`histogram`.
+
+    Returns:
+        The non-empty (bin, group) cells, by bin then group.
+    """
+    v = np.asarray(values, np.float64).reshape(-1)
+    ok = np.isfinite(v)
+    v, g = v[ok], np.asarray(codes, np.int64).reshape(-1)[ok]
+    if v.size == 0 or not (np.isfinite(lo) and np.isfinite(hi)):
+        return []
+    edges = _edges(lo, hi, bins, integer)
+    nb = len(edges) - 1
+    at = np.clip(np.searchsorted(edges, v, side="right") - 1, 0, nb - 1)  # last bin: closed
+    counts = np.bincount(at * (g.max() + 1) + g, minlength=nb * (g.max() + 1))
+    counts = counts.reshape(nb, g.max() + 1)
+    cells = np.argwhere(counts)
+    return [
+        (float(edges[b]), float(edges[b + 1]), int(counts[b, k]), int(k)) for b, k in cells.tolist()
+    ]
 
 
 def thin(y: np.ndarray, n: int = 2000) -> tuple[np.ndarray, np.ndarray]:

@@ -163,6 +163,9 @@ def test_multi_agent_rows_per_module(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert _report(data, out) == 0
     page = check_page(out, _inspect(data, capsys=capsys))
     assert 'data-chart="episodes_by_module" data-marks="2"' in page
+    specs_by = json.loads(re.search(r'id="report-specs">(.*?)</script>', page, re.S).group(1))
+    stacked = specs_by["episode_length"]["data"]["values"]  # one bar per (length, agent)
+    assert {v["group"] for v in stacked} == {"a0", "a1"} and sum(v["count"] for v in stacked) == 12
     specs = json.loads(re.search(r'id="report-specs">(.*?)</script>', page, re.S).group(1))
     groups = {v["group"] for v in specs["return_by_episode"]["data"]["values"]}
     assert groups == {"a0", "a1"}

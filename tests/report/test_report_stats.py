@@ -266,3 +266,28 @@ def test_returns_equal_each_episodes_sum() -> None:
     eps = [make_episode(n, id=i, seed=i) for i, n in enumerate([1, 7, 2, 30])]
     c = _collect(eps)
     np.testing.assert_allclose(c.episode_returns, [e.total_reward for e in eps], rtol=1e-12)
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 40), st.integers(0, 2)), min_size=1, max_size=80),
+    st.booleans(),
+)
+def test_grouped_histogram_counts_like_a_loop(pairs: list[tuple[int, int]], integer: bool) -> None:
+    from offline_prelearner.report.stats import grouped_histogram
+
+    v = np.array([p[0] for p in pairs], np.float64)
+    g = np.array([p[1] for p in pairs])
+    cells = grouped_histogram(v, g, v.min(), v.max(), bins=7, integer=integer)
+    for left, right, count, k in cells:
+        last = right == max(c[1] for c in cells)  # the last bin holds its right edge
+        held = [
+            x for x, c in pairs if c == k and left <= x and (x < right or (last and x == right))
+        ]
+        assert count == len(held) > 0
+    assert sum(c[2] for c in cells) == len(pairs)
+    # Summed over groups: the plain histogram.
+    plain = {(a, b): n for a, b, n in histogram(v, v.min(), v.max(), bins=7, integer=integer)}
+    summed: dict[tuple[float, float], int] = {}
+    for a, b, n, _ in cells:
+        summed[(a, b)] = summed.get((a, b), 0) + n
+    assert summed == plain
