@@ -131,6 +131,10 @@ def prepare(
 #: Seconds the nodes of a cluster get, all together, to answer :meth:`NodeCheck.run`; a node
 #: that has not answered by then is not judged (the job finds out what it can do).
 NODE_CHECK_SECONDS = 30.0
+#: Local inputs each node looks at, at most: the first, the last and others evenly between (a
+#: folder a node cannot see hides all of its files; 100k stats from every node at once would
+#: load a shared filesystem for nothing).
+NODE_CHECK_FILES = 64
 
 _ELSEWHERE = (
     "every node of a Ray cluster reads the inputs and writes --out itself: put them on an "
@@ -146,8 +150,9 @@ class NodeCheck:
     A local path names a file on the disk of the machine it is read on: a job whose inputs or
     ``--out`` lie on the driver's own disk fails on every other node, unit by unit. The check
     runs one tiny task on each other live node (pinned there, no CPU asked, all at once, at most
-    :data:`NODE_CHECK_SECONDS` in all) that looks at each local input (there, of the size it has
-    here: another file of the same name is not the input) and at the job's staging folder (its
+    :data:`NODE_CHECK_SECONDS` in all) that looks at the local inputs (up to
+    :data:`NODE_CHECK_FILES` of them, spread over the list: each there, of the size it has here:
+    another file of the same name is not the input) and at the job's staging folder (its
     ``job.json`` names this job: a folder of the same name on the node's own disk is not it).
     Paths on an object store are the same everywhere and are not checked; neither is a
     single-node cluster.
@@ -172,7 +177,7 @@ class NodeCheck:
             ConfigError: A node does not see an input or the staging folder as the driver does
                 (one line: the path, the node's id and address, what to do).
         """
-        local = tuple((p, s) for p, s in self.inputs if not is_remote(p))
+        local = _spread([(p, s) for p, s in self.inputs if not is_remote(p)], NODE_CHECK_FILES)
         if not local and self.staging is None:
             return
         from .session.ray_session import import_ray
@@ -234,6 +239,14 @@ class NodeCheck:
                 "driver made"
             )
         return None
+
+
+def _spread(items: list[tuple[str, int]], n: int) -> tuple[tuple[str, int], ...]:
+    """At most ``n`` of ``items``: the first, the last and others evenly between."""
+    if len(items) <= n:
+        return tuple(items)
+    step = (len(items) - 1) / (n - 1)
+    return tuple(items[round(k * step)] for k in range(n))
 
 
 def _missing_on_node(check: NodeCheck) -> str | None:

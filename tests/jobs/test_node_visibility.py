@@ -31,7 +31,7 @@ from conftest import REPO
 from ray_nodes import LocalCluster, can_hide_folders, clean_env, start_cluster
 
 from offline_prelearner.jobs.commit import write_json_atomic
-from offline_prelearner.jobs.preflight import NodeCheck
+from offline_prelearner.jobs.preflight import NODE_CHECK_FILES, NodeCheck, _spread
 
 ROWS = REPO / "datasets/cartpole-v1/rows"
 JOB_TIMEOUT_S = 180.0
@@ -149,3 +149,13 @@ def test_a_node_names_what_it_does_not_see(tmp_path: Path, case: str, said: str)
         write_json_atomic(staging / "job.json", {"job_id": "J2" if case == "other_job" else "J1"})
     missing = NodeCheck([(str(data), 10)], str(staging), "J1").missing()
     assert missing is not None and missing.startswith(said.format(data=data, staging=staging))
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 63, 64, 65, 1000])
+def test_a_node_looks_at_a_bounded_spread_of_the_inputs(n: int) -> None:
+    items = [(f"f{k}", k) for k in range(n)]
+    picked = _spread(items, NODE_CHECK_FILES)
+    assert len(picked) == min(n, NODE_CHECK_FILES)
+    assert len(set(picked)) == len(picked) and list(picked) == sorted(picked, key=items.index)
+    if n:
+        assert picked[0] == items[0] and picked[-1] == items[-1]
