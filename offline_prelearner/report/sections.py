@@ -123,13 +123,19 @@ def _dims(leaf: LeafStats, prefix: str) -> list[Chart]:
         if leaf.sample.seen <= leaf.sample.k
         else f" (a sample of {leaf.sample.k} of {leaf.sample.seen})"
     )
+    oob = leaf.out_of_space
     out = []
     for d in range(min(m.dims, SAMPLED_DIMS)):
         name = chart_id(f"{prefix}_{d}") if m.dims > 1 or leaf.shape else chart_id(prefix)
+        declared = ""
+        if oob is not None:  # the declared space's bounds of this dimension
+            lo = np.broadcast_to(oob.low.reshape(-1), (m.dims,))[d]
+            hi = np.broadcast_to(oob.high.reshape(-1), (m.dims,))[d]
+            declared = f" (declared [{lo:.4g}, {hi:.4g}])"
         out.append(
             _hist(
                 name,
-                f"{dim_name(leaf, d)}{note}",
+                f"{dim_name(leaf, d)}{declared}{note}",
                 sample[:, d],
                 dim_name(leaf, d),
                 m.min[d],
