@@ -26,6 +26,10 @@ reversed, so a change of the machine's speed hits every N):
   driver, owners computed): seconds, and rows/s of that scan (the better of two calls after a
   first one, which pays imports and opens the footers: ``seconds_first``).
 * ``pixels_rows.stream.a<N>/a1`` -- ratio lines (rows read per second), the scaling claim.
+* ``--work``: ``pixels_rows.work.one_reader`` / ``.ranges`` -- rows read per CPU-second of the
+  same work in this process without Ray (one prelearner over every file; the plan and a fresh
+  prelearner per range, as N > 1 actors do it between them), and their ratio: what N > 1 costs
+  in work, which is what bounds its scaling once each actor has a core.
 
 On a machine with more cores pass ``--actors 1,2,4,8,16`` (and ``--num-cpus``); a 2-core
 machine measures 1 and 2. make_data.sh's pixel files end at episode ends, so no rows are handed
@@ -33,7 +37,7 @@ over there; ``--recut 3000`` rewrites them into files of 3,000 rows first, cut a
 episodes cross the ranges and the hand-over is measured too (``file_pieces`` on the plan line).
 
     python benchmarks/bench_stream_actors.py [--actors 1,2] [--rounds 3] [--files K]
-        [--mode sample_all|sampled] [--num-cpus C] [--recut ROWS] [--quick] [--data DIR]
+        [--mode sample_all|sampled] [--num-cpus C] [--recut ROWS] [--work] [--quick] [--data DIR]
 """
 
 from __future__ import annotations
@@ -64,7 +68,9 @@ def drain(files: list[str], config: op.PreLearnerConfig) -> tuple[int, set[tuple
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     C.add_common_args(parser)
-    parser.add_argument("--actors", default="1,2", help="actor counts to measure (default 1,2)")
+    parser.add_argument(
+        "--actors", default="1,2", help="actor counts to measure (default 1,2; 'none': no Ray run)"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     parser.add_argument("--files", type=int, default=None, help="the first K pixel files only")
     parser.add_argument("--mode", choices=("sample_all", "sampled"), default="sample_all")
@@ -76,8 +82,14 @@ def main() -> None:
         help="rewrite the rows into files of this many rows first (episodes then cross files "
         "and ranges, so ranges hand rows over); written once under .bench/",
     )
+    parser.add_argument(
+        "--work",
+        action="store_true",
+        help="also the CPU work, in this process without Ray: one reader over every file vs "
+        "the planned ranges one after another (the work of N > 1 actors, whoever runs them)",
+    )
     args = parser.parse_args()
-    counts = [int(a) for a in args.actors.split(",")]
+    counts = [] if args.actors == "none" else [int(a) for a in args.actors.split(",")]
     files = [str(p) for p in C.parquet_files(C.data_dir(args.data) / "pixels_rows")]
     files = files[: 4 if args.quick else args.files or len(files)]
     if args.recut:
@@ -89,6 +101,23 @@ def main() -> None:
     base = {"sample_all": args.mode == "sample_all", "batch_size": 4096, "ray.read": "actor"}
     C.emit(C.header("bench_stream_actors.py", actors=counts, mode=args.mode, files=len(files)))
 
+    C.emit(plan_line(files, base, rows_read))
+    if args.work:
+        for line in C.summarize_rounds(*work_lines(files, base, rows_read, rounds)):
+            C.emit(line)
+    if counts:
+        stream_lines(files, base, counts, rows_read, rounds, args)
+
+
+def stream_lines(
+    files: list[str],
+    base: dict[str, Any],
+    counts: list[int],
+    rows_read: int,
+    rounds: int,
+    args: argparse.Namespace,
+) -> None:
+    """The stream on Ray at each actor count, in interleaved rounds, and the ratio lines."""
     import ray
 
     ray.init(
@@ -96,7 +125,6 @@ def main() -> None:
         include_dashboard=False,
         log_to_driver=False,
     )
-    C.emit(plan_line(files, base, max(counts), rows_read))
     seen: dict[int, set[tuple[Any, int]]] = {}
 
     def side(n: int) -> C.Side:
@@ -132,6 +160,51 @@ def main() -> None:
     ray.shutdown()
 
 
+def work_lines(
+    files: list[str], base: dict[str, Any], rows_read: int, rounds: int
+) -> tuple[list[dict[str, Any]], list[Any]]:
+    """CPU seconds of the same stream's work in one process, interleaved: one prelearner over
+    every file in order (one actor) against the plan plus a fresh prelearner per range (what
+    N > 1 actors do between them); rows read per CPU-second, and the ratio."""
+    from offline_prelearner.jobs.file_batches import iter_file_batches, read_groups
+    from offline_prelearner.jobs.stream.episode_ranges import plan_ranges
+
+    config = op.PreLearnerConfig().with_updates({**base, "format": "rows"})
+
+    def read(ranges: list[Any]) -> int:
+        delivered = 0
+        for items in ranges:
+            p = op.OfflinePreLearner(config)
+            for table, source in iter_file_batches(items, 4096):
+                p.source = source
+                delivered += sum(len(o["t"]) for o in p(table))
+        return delivered
+
+    def side(planned: bool) -> C.Side:
+        def run(_round: int) -> list[dict[str, Any]]:
+            c0, t0 = time.process_time(), time.perf_counter()
+            groups = read_groups(files, 4096)
+            ranges = (plan_ranges(groups, config) or groups) if planned else [files]
+            delivered = read(ranges)
+            cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+            name = "ranges" if planned else "one_reader"
+            extra = {"wall_seconds": round(wall, 3), "rows_delivered": delivered}
+            line = _line(f"pixels_rows.work.{name}", rows_read, cpu, extra)
+            return [{**line, "unit": "rows read per CPU-second"}]
+
+        return run
+
+    lines = C.alternate([("one_reader", side(False)), ("ranges", side(True))], rounds)
+    for line in lines:
+        C.emit(line)
+    pair = (
+        "pixels_rows.work.ranges/one_reader",
+        ("pixels_rows.work.ranges", "ours"),
+        ("pixels_rows.work.one_reader", "ours"),
+    )
+    return lines, [pair]
+
+
 def recut(files: list[str], rows: int) -> list[str]:
     """The rows of ``files`` (in order) rewritten into files of ``rows`` rows, cut anywhere (an
     episode crosses files), once, under ``.bench/``; their paths."""
@@ -161,9 +234,7 @@ def _line(bench: str, n: int, seconds: float, extra: dict[str, Any]) -> dict[str
     }
 
 
-def plan_line(
-    files: list[str], base: dict[str, Any], actors: int, rows_read: int
-) -> dict[str, Any]:
+def plan_line(files: list[str], base: dict[str, Any], rows_read: int) -> dict[str, Any]:
     """The planning alone: the files' key columns read on the driver and the owners computed."""
     from offline_prelearner.jobs.file_batches import read_groups
     from offline_prelearner.jobs.stream.episode_ranges import plan_ranges
