@@ -61,8 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Without ``argv`` this is the program (the console script, ``python -m offline_prelearner``):
     once Ray was involved it ends the process itself after its cleanup (``os._exit``: Ray's
     threads and exit hooks cannot turn a finished job into a crash or a late signal into a
-    traceback), keeping its signal handler to the end; an interrupted job leaves its local Ray
-    instance to the watchdog (:mod:`~..jobs.session.reaper`) instead of a shutdown that waits. With
+    traceback), keeping its signal handler to the end; it leaves its local Ray instance to the
+    watchdog (:mod:`~..jobs.session.reaper`) instead of a shutdown that waits. With
     ``argv`` (a test, a notebook) it returns, and gives the signal handlers back.
     """
     args = build_parser().parse_args(argv)
@@ -75,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for_worker_process()  # the CLI's process runs our jobs: see replay/storage/memory.py
     ray_session.VERBOSE = args.verbose
     program = argv is None
+    ray_session.ONE_JOB = program  # Ray is let go of once the output is committed
     previous = interrupts.install(
         on_stuck=(lambda n: exit_now(report_interrupt(args, n))) if program else None
     )

@@ -161,6 +161,7 @@ def process(args: argparse.Namespace) -> int:
             "wall_seconds",
             "rows_per_second",
             "rows_balance",
+            "phases",
         )
     }
     summary["out"] = args.out

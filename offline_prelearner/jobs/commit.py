@@ -417,6 +417,16 @@ class Staging:
             self._write_and_move(stats, files, extra, listed)
         return self.out
 
+    def write_stats(self, stats: dict[str, Any]) -> None:
+        """Writes the committed output's ``stats.json`` again, with what was measured after the
+        commit point (the commit's and the stop's seconds); not part of the commit: the
+        manifest does not list it.
+
+        Args:
+            stats: The job's stats, as :meth:`commit` wrote them, completed.
+        """
+        write_json_atomic(self.out / STATS_FILE, stats)
+
     def _write_and_move(
         self,
         stats: dict[str, Any],

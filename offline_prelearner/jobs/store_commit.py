@@ -409,6 +409,19 @@ class StoreStaging:
         self._after_commit(stats, old, {loc.path for loc, _ in listed})
         return self.out
 
+    def write_stats(self, stats: dict[str, Any]) -> None:
+        """Writes the committed output's ``stats.json`` again, with what was measured after the
+        commit point (the commit's and the stop's seconds).
+
+        Args:
+            stats: The job's stats, as :meth:`commit` wrote them, completed.
+
+        Raises:
+            OSError: the store failed (EIO); the output stays committed.
+        """
+        with store_failure(self.out):
+            write_json(self.root.join(_STATS_FILE), stats)
+
     def _after_commit(self, stats: dict[str, Any], old: Any, ours: set[str]) -> None:
         """``stats.json``, then the replaced generation, this job's staging and strays deleted."""
         steps: list[tuple[str, Any]] = [

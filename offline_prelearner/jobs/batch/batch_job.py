@@ -5,10 +5,15 @@
     result = run_pipeline("datasets/cartpole-v1/rows", config, out_dir="out/")   # a commit
 
 :func:`run_pipeline` plans self-contained units of work (:mod:`.plan`), runs them in-process
-(``engine="local"``) or as Ray Data tasks that Ray retries when a worker dies (``engine="ray"``),
+(``engine="local"``) or as Ray tasks that Ray retries when a worker dies (``engine="ray"``),
 and commits the output (:mod:`..commit`): staged, counted from the unit records, checked against
 the input's row count, moved into place whole. Same input and config, same output, whatever Ray
-retried or a ``resume`` reused.
+retried or a ``resume`` reused. ``stats["phases"]`` says where the job's time went
+(:data:`PHASES`).
+
+A unit is one Ray task, not a Ray Data map: a unit reads and writes its own files and hands back
+a small record, so Ray Data's streaming executor would move nothing, and its start (its import on
+the driver and on every worker, its stats and autoscaling actors) cost seconds on every job.
 """
 
 from __future__ import annotations
@@ -20,15 +25,13 @@ import os
 import secrets
 import shutil
 import tempfile
-import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow.parquet as pq
 
 from ..._version import __version__
@@ -41,8 +44,8 @@ from ...replay.storage.memory import for_worker_process
 from ..commit import QUARANTINE, Staging, file_sha256, input_fingerprint
 from ..ownership import CommitError, check_out_apart, output_storage, staging_path
 from ..preflight import ConfigLike, NodeCheck, job_config, prepare
-from ..session.ray_session import data_context, import_ray, init_ray, worker_env
-from ..store_commit import StoreStaging, store_failure
+from ..session.ray_session import import_ray, init_ray, release_ray, worker_env
+from ..store_commit import CommittedWarning, StoreStaging, store_failure
 from .file_tally import per_file
 from .plan import Plan, plan_units, unit_key
 from .run import UnitJob, run_unit, units_by_node
@@ -58,6 +61,14 @@ class PipelineResult:
     files_written: list[str]
     stats: dict[str, Any] = field(default_factory=dict)
 
+
+#: ``stats["phases"]``, seconds: planning (inputs listed, footers and keys read, staging opened);
+#: starting the engine (Ray: from ``import ray`` to the first unit begun on a worker; local: 0);
+#: the units (to the last unit's record); the commit (accounting, the manifest, the move into
+#: place); the stop (letting go of the engine after the commit: ~0 where the CLI leaves its local
+#: Ray instance to the watchdog that ends it after the process exits; disconnecting from a
+#: cluster; 0 where Ray stays up for a library caller). Their sum is the job's time to its end.
+PHASES = ("plan", "engine_start", "units", "commit", "stop")
 
 _COUNTERS = ("batches", "samples", "fragments_added", "not_ready", "pending_fragments")
 
@@ -328,7 +339,7 @@ def _run_job(
 ) -> PipelineResult:
     """:func:`run_pipeline` under the lock on ``staging.out``: plan, stage, run, commit (a dry
     run, without ``out_dir``, stages in a temporary folder and commits nothing)."""
-    start = time.perf_counter()
+    clock = _Clock()
     out, resume = staging.out, staging.resume
     files, config, cls = prepare(path, config, prelearner)
     plan = plan_units(files, config)
@@ -377,12 +388,14 @@ def _run_job(
             chunk_done(rec["stats"]["ledger"]["rows_in"], rec["samples"])
 
     chunk_done(0, 0)
+    clock.lap("plan")
     if eng == "local":
         for k in todo:
             finished(run_unit(job, k, chunk_done))
+        clock.lap("units")
     elif todo:
-        _run_on_ray(job, todo, config, finished)
-    seconds = time.perf_counter() - start
+        clock.engine_and_units(_run_on_ray(job, todo, config, finished))
+    seconds = clock.seconds()
     stats = _sum_records(records)
     _check_accounting(stats, plan, config)
     sample_files = _cap(
@@ -412,16 +425,78 @@ def _run_job(
             "rows_per_second": round(stats["rows_in"] / seconds, 1) if seconds else None,
             "samples_per_second": round(samples_out / seconds, 1) if seconds else None,
             "config": config.to_dict(),
+            "phases": clock.phases,
         }
     )
     stats["nodes"] = units_by_node(records.values())
     if eng == "ray":
         stats["ray_cluster"] = _cluster_info()
     if out_dir is None:
+        clock.lap("commit")  # the accounting: a dry run commits nothing
+        _stop(clock)
         return PipelineResult(None, [], stats)
     staging.commit(stats, sample_files, {QUARANTINE: quarantined})  # holds the commit point
+    clock.lap("commit")
+    _stop(clock)
+    _restate(staging, stats)
     written = [_at(out, "samples", f["name"]) for f in sample_files]
     return PipelineResult(os.fspath(out_dir), written, stats)
+
+
+class _Clock:
+    """The job's :data:`PHASES` in seconds, each timed as the job leaves it (``phases``: the
+    dict ``stats.json`` holds; ``commit`` and ``stop`` are None until measured)."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.perf_counter()
+        self.phases: dict[str, float | None] = {
+            "plan": None,
+            "engine_start": 0.0,
+            "units": 0.0,
+            "commit": None,
+            "stop": None,
+        }
+
+    def lap(self, phase: str) -> None:
+        """Ends ``phase`` now: the seconds since the last phase ended are its own."""
+        now = time.perf_counter()
+        self.phases[phase] = round(now - self.last, 3)
+        self.last = now
+
+    def engine_and_units(self, began: float | None) -> None:
+        """Ends the engine's start and the units now, split where the first unit began on a
+        worker (``began``: ``time.time()`` there; None: no unit ran, all of it is the engine)."""
+        now = time.perf_counter()
+        total = now - self.last
+        since = total if began is None else time.time() - began  # the units' own seconds
+        start = min(max(0.0, total - since), total)
+        self.phases["engine_start"] = round(start, 3)
+        self.phases["units"] = round(total - start, 3)
+        self.last = now
+
+    def seconds(self) -> float:
+        """Seconds since the job began."""
+        return time.perf_counter() - self.start
+
+
+def _stop(clock: _Clock) -> None:
+    """Lets go of the engine once the job is over, where its process ends with it
+    (:func:`~..session.ray_session.release_ray`), and times it."""
+    release_ray()
+    clock.lap("stop")
+
+
+def _restate(staging: Staging | StoreStaging, stats: dict[str, Any]) -> None:
+    """``stats.json`` again with the commit's and the stop's seconds, which the commit could not
+    know when it wrote it; the output is committed, so a failure is a warning."""
+    try:
+        staging.write_stats(stats)
+    except OSError as e:
+        warnings.warn(
+            f"{staging.out}: committed; rewriting stats.json with the job's phases failed ({e})",
+            CommittedWarning,
+            stacklevel=3,
+        )
 
 
 def _at(out: Path | str, *names: str) -> str:
@@ -451,113 +526,119 @@ def _samples_rule(config: PreLearnerConfig) -> str:
     )
 
 
-def _run_units(batch: dict[str, np.ndarray], job: UnitJob) -> dict[str, np.ndarray]:
-    """The Ray Data task: runs the units of one batch (one unit per batch) -> their records.
+def _unit_task() -> Callable[[bytes, int], dict[str, Any]]:
+    """The Ray task that runs one unit: ``task(job, unit)``, ``job`` a pickled :class:`UnitJob`.
 
-    Our own errors (bad data, bad config) travel back as a record, not as an exception: Ray Data
-    wraps a task's exception into a ``UserCodeException`` that keeps only its text, and the CLI
-    needs the error itself (its class gives the exit code, its location the one line). So does
-    an OSError (a full disk: errno, message and file), which the CLI answers in one line, exit 3.
+    Made here so that Ray ships it by value (a nested function): a fresh worker then imports
+    this package inside the task, under the task's title (``ray::_run_units``), not while it is
+    still ``ray::IDLE``, and ``began`` is read before that import, so a worker's start counts in
+    the job's ``engine_start`` phase, and a process list shows which workers run units.
+    """
+
+    def _run_units(job: bytes, unit: int) -> dict[str, Any]:
+        import pickle
+        import time
+
+        began = time.time()
+        from offline_prelearner.jobs.batch.batch_job import run_unit_here
+
+        return {"record": run_unit_here(pickle.loads(job), unit), "began": began}
+
+    return _run_units
+
+
+def run_unit_here(job: UnitJob, unit: int) -> dict[str, Any]:
+    """Runs one unit in a Ray worker -> its record.
+
+    Our own errors (bad data, bad config) travel back as a record, not as an exception: the CLI
+    needs the error itself (its class gives the exit code, its location the one line), which
+    travels best as our own dict. So does an OSError (a full disk: errno, message and file),
+    which the CLI answers in one line, exit 3.
+
+    Args:
+        job: What every unit of the job shares.
+        unit: The unit's index in the plan.
+
+    Returns:
+        The unit's record (:func:`~.run.run_unit`), or ``{"unit", "error"}`` / ``{"unit",
+        "oserror"}``.
     """
     for_worker_process()  # see replay/storage/memory.py
-    recs = []
-    for k in batch["unit"]:
-        try:
-            recs.append(run_unit(job, int(k)))
-        except OfflinePrelearnerError as e:
-            recs.append({"unit": int(k), "error": error_to_dict(e)})
-        except OSError as e:
-            failed = [e.errno, e.strerror or str(e), e.filename and os.fspath(e.filename)]
-            recs.append({"unit": int(k), "oserror": failed})
-    return {
-        "unit": np.array([r["unit"] for r in recs], dtype=np.int64),
-        "record": np.array([json.dumps(r) for r in recs], dtype=object),
-    }
+    try:
+        return run_unit(job, unit)
+    except OfflinePrelearnerError as e:
+        return {"unit": unit, "error": error_to_dict(e)}
+    except OSError as e:
+        return {
+            "unit": unit,
+            "oserror": [e.errno, e.strerror or str(e), e.filename and os.fspath(e.filename)],
+        }
 
 
 #: How often Ray redoes a unit whose worker died before the job fails (exit 3 in the CLI).
 UNIT_RETRIES = 3
 
+#: Seconds one wait for a finished unit lasts before the driver looks again (signals are
+#: handled between two waits at the latest).
+WAIT_SECONDS = 0.5
+
 
 def _run_on_ray(
     job: UnitJob, todo: list[int], config: PreLearnerConfig, finished: Callable[..., None]
-) -> None:
+) -> float | None:
+    """Runs the units ``todo`` as Ray tasks, at most ``ray.concurrency`` at once, handing each
+    record to ``finished`` as it arrives; returns when the first unit began on a worker
+    (``time.time()`` there; None if none ran).
+
+    A unit whose worker died is redone from scratch (same files), UNIT_RETRIES times, then the
+    job fails (``WorkerCrashedError``, exit 3 in the CLI); errors raised by our code are records,
+    never retried. Units are spread over the cluster's nodes (``SPREAD``, as Ray Data's maps).
+    On any failure or interrupt the units still queued or running are cancelled.
+    """
     ray = import_ray()
     init_ray(config)
     staged = None if job.attempt else str(Path(job.units_dir).parent)  # a store: seen everywhere
     NodeCheck([(f.path, f.size) for f in job.plan.files], staged, job.job_id).run()
-    # A unit whose worker died is redone from scratch (same files), UNIT_RETRIES times: Ray Data's
-    # map tasks default to max_retries=-1, which retries a unit that always kills its worker (out
-    # of memory, a crash in native code) forever. Errors raised by our code are not retried.
-    remote_args: dict[str, Any] = {"num_cpus": config.ray.num_cpus, "max_retries": UNIT_RETRIES}
+    options: dict[str, Any] = {
+        "num_cpus": config.ray.num_cpus,
+        "max_retries": UNIT_RETRIES,
+        "retry_exceptions": False,
+        "scheduling_strategy": "SPREAD",
+    }
     env = worker_env(job.prelearner)
     if env:
-        remote_args["runtime_env"] = env
-    # Ray 2.60 has no named parameter for max_retries and warns about extra remote args.
-    with data_context(ray, config), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
-        ds = ray.data.from_items([{"unit": k} for k in todo], override_num_blocks=len(todo))
-        ds = ds.map_batches(
-            _run_units,
-            fn_kwargs={"job": job},
-            batch_size=1,
-            batch_format="numpy",
-            concurrency=config.ray.concurrency,
-            **remote_args,
-        )
-    seen: set[int] = set()
-    before = set(threading.enumerate())
-    rows = iter(ds.iter_rows())
+        options["runtime_env"] = env
+    task = ray.remote(_unit_task()).options(name="_run_units", **options)
+    job_ref = ray.put(ray.cloudpickle.dumps(job))  # unpickled in the task (_unit_task)
+    queued = list(todo)
+    window = config.ray.concurrency or len(queued)
+    running: dict[Any, int] = {}  # object ref -> unit
+    began: list[float] = []
     try:
-        for row in rows:
-            rec = json.loads(row["record"])
-            if "error" in rec:
-                raise error_from_dict(rec["error"])
-            if "oserror" in rec:
-                code, message, filename = rec["oserror"]
-                args = (code, message) if filename is None else (code, message, filename)
-                raise OSError(*args)
-            if rec["unit"] not in seen:  # a unit counts once, whatever Ray retried
-                seen.add(rec["unit"])
-                finished(rec)
-    except KeyboardInterrupt:  # Ctrl-C (session/interrupts.py): no wait, the CLI's path is its own
-        _close(rows)
-        raise
+        while queued or running:
+            while queued and len(running) < window:
+                k = queued.pop(0)
+                running[task.remote(job_ref, k)] = k
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=WAIT_SECONDS)
+            for ref in ready:
+                del running[ref]
+                out = ray.get(ref)
+                began.append(out["began"])
+                finished(_unit_record(out["record"]))
     except BaseException:
-        # Stop Ray Data's executor now, not at interpreter exit: a job that fails here is
-        # followed by ray.shutdown(), and a thread of the executor or of the iterator (its
-        # prefetcher, the thread that fetches the units still running) left running then
-        # touches the shut-down worker, which ends the process with status 1 instead of ours
-        # (1 run in 3 of a full disk on Ray). The executor cancels the running units; their
-        # threads are given a few seconds to see it and end.
-        _close(rows)
-        _join_threads_since(before, UNWIND_SECONDS)
-        raise
-    _close(rows)
-
-
-#: How long a failed job on Ray waits for Ray Data's threads to end (see :func:`_run_on_ray`).
-UNWIND_SECONDS = 5.0
-
-
-def _close(rows: Iterator[Any]) -> None:
-    close = getattr(rows, "close", None)
-    if close is not None:
-        close()
-
-
-def _join_threads_since(before: set[threading.Thread], seconds: float) -> None:
-    """Waits up to ``seconds`` in all for the threads started since ``before`` to end.
-
-    Ray Data's block prefetcher (``WaitBlockPrefetcher``, thread "Prefetcher") parks on a
-    condition until its ``stop()``, which a closed iterator does not always reach: it is stopped
-    here (found through the thread's target, a private name: skipped if absent)."""
-    deadline = time.monotonic() + seconds
-    new = [t for t in set(threading.enumerate()) - before if t is not threading.current_thread()]
-    for t in new:
-        owner: Any = getattr(getattr(t, "_target", None), "__self__", None)
-        if type(owner).__name__.endswith("BlockPrefetcher"):
+        for ref in running:  # queued or running: Ray drops the one, interrupts the other
             with contextlib.suppress(Exception):
-                owner.stop()
-    for t in new:
-        t.join(max(0.0, deadline - time.monotonic()))
+                ray.cancel(ref)
+        raise
+    return min(began, default=None)
+
+
+def _unit_record(rec: dict[str, Any]) -> dict[str, Any]:
+    """A unit's record, or the error it carries raised here."""
+    if "error" in rec:
+        raise error_from_dict(rec["error"])
+    if "oserror" in rec:
+        code, message, filename = rec["oserror"]
+        args = (code, message) if filename is None else (code, message, filename)
+        raise OSError(*args)
+    return rec

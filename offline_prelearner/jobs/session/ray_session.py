@@ -3,9 +3,11 @@
 :func:`init_ray` joins the cluster the user named (after a fast check that something listens
 there) or starts a local instance that a watchdog (:mod:`.reaper`) ends with this process; Ray's
 console output is muted unless :data:`VERBOSE`; the caller's SIGTERM handler survives
-``ray.init``. :func:`shutdown_ray` ends what :func:`init_ray` started, :func:`ray_log_dir` names
-its log folder. :func:`data_context` and :func:`worker_env` are the settings both jobs hand Ray
-Data (:mod:`..batch.batch_job`, :mod:`..stream.learner_stream`).
+``ray.init``. :func:`shutdown_ray` ends what :func:`init_ray` started; where the process ends with
+its job (:data:`ONE_JOB`, the CLI), :func:`release_ray` lets go of it as soon as the job's output
+is committed, without waiting for Ray's shutdown. :func:`ray_log_dir` names its log folder.
+:func:`data_context` is the Ray Data settings of the learner stream
+(:mod:`..stream.learner_stream`), :func:`worker_env` the runtime_env both jobs give their workers.
 
 Ray is imported only in ``jobs/`` (here, and the modules that drive it) and ``replay/shards/``,
 and only when a job runs: importing this module imports no Ray.
@@ -31,13 +33,16 @@ from ...prelearner import OfflinePreLearner
 from . import reaper
 
 __all__ = [
+    "ONE_JOB",
     "VERBOSE",
     "check_cluster_address",
     "data_context",
     "import_ray",
     "init_ray",
+    "local_ray_watched",
     "ray_log_dir",
     "ray_watched",
+    "release_ray",
     "shutdown_ray",
     "worker_env",
 ]
@@ -55,9 +60,15 @@ _LOG_DIR: str | None = None
 _OWNER: str | None = None  # the mark of the local instance this process started (reaper.py)
 _REAPER: Any = None  # its watchdog process, held for the life of this process
 
+_RELEASED = False  # the local instance was left to its watchdog (release_ray)
+
 #: Show Ray's own log lines on the console (the CLI's ``-v``). Off: Ray's INFO/WARNING lines and
 #: its "(raylet) ..." error lines stay in the session's log folder (:func:`ray_log_dir`).
 VERBOSE = True
+
+#: This process runs one job and ends after it (the CLI sets it): the job lets go of Ray once its
+#: output is committed (:func:`release_ray`). Off (a library caller): Ray stays up for the caller.
+ONE_JOB = False
 
 
 def init_ray(config: PreLearnerConfig) -> None:
@@ -78,12 +89,13 @@ def init_ray(config: PreLearnerConfig) -> None:
     if not VERBOSE:
         kwargs["logging_level"] = logging.ERROR
         _mute_ray_driver_prints()
-        _mute_ray_data_console()
     address = config.ray.address or os.environ.get("RAY_ADDRESS") or None
     if address:
         check_cluster_address(address)
     else:
         kwargs["include_dashboard"] = False
+        # No usage report from an instance that lives for one job (read by the GCS it starts).
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         _OWNER = f"{os.getpid()}-{secrets.token_hex(8)}"
         _REAPER = reaper.start(_OWNER)  # before the mark: the watchdog is not marked itself
         os.environ[reaper.OWNER_ENV] = _OWNER  # inherited by every process Ray starts
@@ -144,9 +156,10 @@ def _mute_ray_driver_prints() -> None:
 
 
 def _mute_ray_data_console() -> None:
-    """Ray Data logs a job it aborts (a unit whose worker died for good) at ERROR with stack
-    traces, on the console as well as in ``ray-data.log``: its console handler is silenced (the
-    file keeps the records; the CLI's one line names the log folder)."""
+    """Ray Data logs a job it aborts (a worker that died for good) at ERROR with stack traces, on
+    the console as well as in ``ray-data.log``: its console handler is silenced (the file keeps
+    the records; the CLI's one line names the log folder). Called by :func:`data_context`, so a
+    job that uses no Ray Data (the batch job) never imports it (seconds, on every worker too)."""
     import ray.data  # noqa: F401  (sets up its loggers on import)
 
     for h in logging.getLogger("ray.data").handlers:
@@ -161,13 +174,41 @@ def ray_log_dir() -> str | None:
 
 def shutdown_ray() -> None:
     """Shuts down the Ray instance this module started (the CLI calls it on every exit), then
-    ends any process of a local instance still alive (marked, :mod:`.reaper`)."""
+    ends any process of a local instance still alive (marked, :mod:`.reaper`). Nothing to do
+    after :func:`release_ray` left the local instance to its watchdog."""
     global _STARTED_RAY
+    if _RELEASED:
+        return
     if _STARTED_RAY and "ray" in sys.modules:
         sys.modules["ray"].shutdown()
     _STARTED_RAY = False
     if _OWNER is not None and reaper.supported():
         reaper.Instance(_OWNER).kill(seconds=2.0)
+
+
+def release_ray() -> None:
+    """Lets go of Ray after a job whose process ends with it (:data:`ONE_JOB`; else nothing).
+
+    A local instance is left to its watchdog (:mod:`.reaper`), which ends every process of it
+    once this process has exited: nothing here waits (``ray.shutdown()`` spends seconds, on many
+    cores more than ten, joining Ray's threads in a process that is about to exit). Without a
+    watchdog (not Linux) it is shut down as before. A cluster the job joined is disconnected from,
+    and keeps running. The process must then end without calling Ray again (the CLI exits with
+    ``os._exit`` after its last line).
+    """
+    global _RELEASED
+    if not ONE_JOB or not _STARTED_RAY:
+        return
+    if local_ray_watched():
+        _RELEASED = True
+        return
+    shutdown_ray()
+
+
+def local_ray_watched() -> bool:
+    """Whether this process started a local Ray instance and its watchdog runs: the process's
+    exit alone then ends that instance (:mod:`.reaper`)."""
+    return _OWNER is not None and _REAPER is not None and _REAPER.poll() is None
 
 
 def ray_watched() -> bool:
@@ -280,6 +321,8 @@ def data_context(ray: Any, config: PreLearnerConfig, min_block_bytes: int = 0) -
     a copy of the context it was built under; the caller's own context is left as it was): rows in
     file order, ``ray.block_mb`` blocks (at least ``min_block_bytes``), no progress bars of Ray's
     own unless :data:`VERBOSE`."""
+    if not VERBOSE:
+        _mute_ray_data_console()
     ctx = ray.data.DataContext.get_current()
     saved = (ctx.execution_options.preserve_order, ctx.target_max_block_size)
     saved_bars = ctx.enable_progress_bars
