@@ -39,6 +39,7 @@ import contextlib
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import stat
 import time
@@ -61,6 +62,7 @@ __all__ = [
     "input_fingerprint",
     "input_identity",
     "iter_manifest_files",
+    "tmp_tag",
     "write_json_atomic",
     "write_parquet_atomic",
 ]
@@ -81,10 +83,26 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
+#: Made once per process: with the PID, it keeps a temporary name this process's own on every
+#: machine (two nodes of a cluster can run the same unit at once -- a retry beside the attempt of a
+#: node being lost -- with the same PID, into one shared staging folder).
+_TMP_TOKEN = secrets.token_hex(4)
+
+
+def tmp_tag() -> str:
+    """What ends this process's temporary names (``.<name>.tmp-<tag>``): its PID and a token of
+    its own, so no process on another machine writes the same temporary file.
+
+    Returns:
+        ``"<pid>-<token>"``.
+    """
+    return f"{os.getpid()}-{_TMP_TOKEN}"
+
+
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
     """Writes JSON under a temporary name, flushes it to disk, then renames it into place."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.tmp-{tmp_tag()}")
     try:
         with open(tmp, "w") as fh:
             json.dump(obj, fh, indent=2, default=str)
@@ -108,7 +126,7 @@ def write_parquet_atomic(root: Path, name: str, table: Any) -> dict[str, Any]:
     pq.write_table(table, sink, use_dictionary=parquet_dictionary_columns(table.schema))
     data = sink.getvalue()
     path = Path(root) / name
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.tmp-{tmp_tag()}")
     try:
         with open(tmp, "wb") as fh:
             fh.write(data)

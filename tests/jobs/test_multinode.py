@@ -215,3 +215,22 @@ def test_units_by_node_takes_records_with_and_without_a_node() -> None:
         {"ray_node_id": None, "ip": None, "host": None, "units": [1]},
         {**a, "units": [2, 3]},
     ]
+
+
+def test_two_processes_of_one_pid_never_share_a_temporary_name() -> None:
+    # As two nodes' workers can (each machine, or container, counts its own PIDs): two
+    # interpreters, each the first process of a PID namespace of its own, so both are PID 1.
+    code = (
+        "import os; from offline_prelearner.jobs.commit import tmp_tag; "
+        "print(os.getpid(), tmp_tag())"
+    )
+    cmd = ["unshare", "--pid", "--fork", sys.executable, "-c", code]
+    tags = []
+    for _ in range(2):
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+        if done.returncode != 0:
+            pytest.skip(f"no PID namespace for a test here: {done.stderr.strip()[:200]}")
+        pid, tag = done.stdout.split()
+        assert pid == "1" and tag.startswith("1-")
+        tags.append(tag)
+    assert tags[0] != tags[1]

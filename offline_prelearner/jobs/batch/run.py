@@ -39,7 +39,7 @@ from ...io.quarantine import quarantine_table
 from ...io.sources import read_table
 from ...io.stores import Location, locate
 from ...prelearner import OfflinePreLearner
-from ..commit import QUARANTINE, file_sha256, write_json_atomic
+from ..commit import QUARANTINE, file_sha256, tmp_tag, write_json_atomic
 from ..file_batches import concat_tables, parquet_chunks
 from ..ownership import CommitError
 from ..store_commit import sha256_sink, store_failure, write_json
@@ -464,7 +464,7 @@ class _UnitWriter(_FileSplitter):
 
     def _tmp(self, k: int) -> tuple[Path, Path]:
         name = f"{self.prefix}-{self.unit:05d}-{k:03d}.parquet"
-        return self.folder / f".{name}.tmp-{os.getpid()}", self.folder / name
+        return self.folder / f".{name}.tmp-{tmp_tag()}", self.folder / name
 
     def _open(self, schema: pa.Schema) -> pq.ParquetWriter:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -499,7 +499,7 @@ class _UnitWriter(_FileSplitter):
             with contextlib.suppress(Exception):  # the error that stopped the unit matters
                 self.writer.close()
             self.writer = None
-        for p in self.folder.glob(f".{self.prefix}-{self.unit:05d}-*.tmp-{os.getpid()}"):
+        for p in self.folder.glob(f".{self.prefix}-{self.unit:05d}-*.tmp-{tmp_tag()}"):
             p.unlink(missing_ok=True)
 
 
