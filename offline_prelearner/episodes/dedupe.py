@@ -60,18 +60,30 @@ class Deduplicator:
             del self._t_end[next(iter(self._t_end))]
         return False
 
+    def _keep_columns(self, keys: list[tuple[Any, Any]], cols: Any) -> list[bool]:
+        """Per episode of ``cols`` (``keys`` theirs): not a duplicate. Keys never seen and
+        distinct within the batch (all but an episode continued across batches, usually) are
+        remembered in one ``dict.update``; the rest take :meth:`_seen` one by one, in order."""
+        t0, t1 = cols.t_started.tolist(), cols.t_end.tolist()
+        known = set(filter(self._t_end.__contains__, keys))  # (keys() & keys copies all keys)
+        if self.max_ids is not None or len(set(keys)) != len(keys):
+            known = set(keys)  # FIFO forgetting, or a key twice: every episode in order
+        if known:
+            seen = self._seen
+            keep = [
+                not (k in known and seen(k, a, b)) for k, a, b in zip(keys, t0, t1, strict=True)
+            ]
+            fresh = [(k, b) for k, b in zip(keys, t1, strict=True) if k not in known]
+        else:
+            keep, fresh = [True] * len(keys), list(zip(keys, t1, strict=True))
+        self._t_end.update(fresh)
+        return keep
+
     def dedupe(self, batch: EpisodeBatch) -> EpisodeBatch:
         """Removes duplicates from ``batch`` and counts them (rows and episodes); returns it."""
         cols = batch.columns
         if cols is not None:  # the same walk over plain values, no objects built
-            seen = self._seen
-            spans = zip(
-                zip(cols.ids, cols.agents, strict=True),
-                cols.t_started.tolist(),
-                cols.t_end.tolist(),
-                strict=True,
-            )
-            keep = [not seen(key, t0, t1) for key, t0, t1 in spans]
+            keep = self._keep_columns(list(zip(cols.ids, cols.agents, strict=True)), cols)
         else:
             keep = [not self.is_duplicate(ep) for ep in batch.episodes]
         _, dropped_rows = batch.keep_only(keep)

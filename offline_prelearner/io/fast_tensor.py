@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -93,7 +94,7 @@ def cell_layout(layout: Layout, dtype: np.dtype, shape: tuple[int, ...]) -> Layo
     ``shape`` and ``dtype`` is written in: ``"auto"`` resolved by the cell's byte size."""
     if layout != "auto":
         return layout
-    nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+    nbytes = dtype.itemsize * math.prod(shape)  # (np.prod of a tuple costs ~10 us a column)
     return "fast" if nbytes >= FAST_MIN_CELL_BYTES else "lists"
 
 

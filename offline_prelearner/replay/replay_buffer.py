@@ -452,7 +452,9 @@ def sample_all_columns(
     Returns:
         The batch, or None when nothing is sampleable (no steps).
     """
-    ids = [normalize_id(i) for i in columns.ids]
+    ids = columns.ids
+    if not _normal_ids(ids):
+        ids = [normalize_id(i) for i in ids]
     if isinstance(unit, ExpandsAll) and len(set(ids)) == len(ids):
         steps = AllSteps(columns, ids)
         if not len(steps):
@@ -468,6 +470,13 @@ def sample_all_columns(
     buf.add_columns(columns)
     total = buf.valid_starts().total
     return buf.sample(total) if total else None
+
+
+def _normal_ids(ids: list[Any]) -> bool:
+    """Whether every id is already as the storage keeps it: all ``str`` or all ``int`` (exact
+    types, so no bool), as the rows reader gives them; one pass in C, no call per id."""
+    kinds = set(map(type, ids))
+    return kinds <= {str} or kinds <= {int}
 
 
 def _batch_size(batch_size: object) -> int:

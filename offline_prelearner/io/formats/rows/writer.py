@@ -134,13 +134,20 @@ def _column(name: str, values: np.ndarray, layout: Layout = "rllib") -> tuple[pa
 
 def _object_strings(values: np.ndarray) -> pa.Array | None:
     """An object column of ``str`` (ids) as Arrow strings, as ``pa.array`` would infer them but
-    ~10x faster (inference visits every value twice); None when it holds anything else."""
+    several times faster: ids come in runs (an episode's rows, a module's), so each run's
+    string is converted once and repeated with a take. None when it holds anything else."""
     if not len(values) or not isinstance(values[0], str):
         return None
+    starts = np.flatnonzero(values[1:] != values[:-1]) + 1  # runs (a repeated id is one object)
     try:
-        return pa.array(values, type=pa.string())
+        firsts = pa.array(values[np.concatenate(([0], starts))], type=pa.string())
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return None
+    if len(firsts) == len(values):
+        return firsts
+    run = np.zeros(len(values), np.int32)
+    run[starts] = 1
+    return pc.take(firsts, pa.array(np.cumsum(run, out=run)))
 
 
 def columns_to_table(columns: dict[str, np.ndarray], *, layout: Layout = "rllib") -> pa.Table:
