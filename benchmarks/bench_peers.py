@@ -554,6 +554,7 @@ def medians(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
         mid["throughput"] = round(statistics.median(x["throughput"] for x in xs), 1)
         if all(x.get("cpu_throughput") for x in xs):
             mid["cpu_throughput"] = round(statistics.median(x["cpu_throughput"] for x in xs), 1)
+            mid["cpu_rounds"] = [x["cpu_throughput"] for x in xs]
         if all("latency_throughput" in x for x in xs):
             mid["latency_throughput"] = round(
                 statistics.median(x["latency_throughput"] for x in xs), 1
