@@ -471,6 +471,17 @@ def test_one_sampler_cannot_serve_two_capacities():
         EpisodeReplayBuffer(60, sampler, Transition()).add(make_episode(0, 5))
 
 
+def test_a_prioritized_buffer_makes_its_trees_when_it_is_built():
+    sampler = Prioritized()
+    buf = PrioritizedEpisodeReplayBuffer(50, sampler)
+    assert sampler.sum_tree is not None and sampler.sum_tree.capacity == 50
+    assert sampler.sum_tree.total() == 0.0 and sampler.min_tree.min() == math.inf
+    with pytest.raises(ConfigError, match="capacity 50"):  # refused when built, not on an add
+        PrioritizedEpisodeReplayBuffer(60, sampler)
+    buf.add(make_episode(0, 5))
+    assert sampler.sum_tree.total() == 5.0  # each new step at the first maximum priority, 1
+
+
 def test_configuration_is_read_only_except_beta():
     sampler = Prioritized(alpha=0.5, beta=0.3, eps=0.01, stratified=False)
     assert (sampler.alpha, sampler.beta, sampler.eps, sampler.stratified) == (0.5, 0.3, 0.01, False)
