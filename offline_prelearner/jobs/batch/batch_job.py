@@ -593,7 +593,6 @@ def _run_on_ray(
     A unit whose worker died is redone from scratch (same files), UNIT_RETRIES times, then the
     job fails (``WorkerCrashedError``, exit 3 in the CLI); errors raised by our code are records,
     never retried. Units are spread over the cluster's nodes (``SPREAD``, as Ray Data's maps).
-    On any failure or interrupt the units still queued or running are cancelled.
     """
     ray = import_ray()
     init_ray(config)
@@ -611,26 +610,33 @@ def _run_on_ray(
     task = ray.remote(_unit_task()).options(name="_run_units", **options)
     job_ref = ray.put(ray.cloudpickle.dumps(job))  # unpickled in the task (_unit_task)
     queued = list(todo)
-    window = config.ray.concurrency or len(queued)
+    window = _window(ray, config)
     running: dict[Any, int] = {}  # object ref -> unit
     began: list[float] = []
-    try:
-        while queued or running:
-            while queued and len(running) < window:
-                k = queued.pop(0)
-                running[task.remote(job_ref, k)] = k
-            ready, _ = ray.wait(list(running), num_returns=1, timeout=WAIT_SECONDS)
-            for ref in ready:
-                del running[ref]
-                out = ray.get(ref)
-                began.append(out["began"])
-                finished(_unit_record(out["record"]))
-    except BaseException:
-        for ref in running:  # queued or running: Ray drops the one, interrupts the other
-            with contextlib.suppress(Exception):
-                ray.cancel(ref)
-        raise
+    while queued or running:
+        while queued and len(running) < window:
+            k = queued.pop(0)
+            running[task.remote(job_ref, k)] = k
+        ready, _ = ray.wait(list(running), num_returns=1, timeout=WAIT_SECONDS)
+        for ref in ready:
+            del running[ref]
+            out = ray.get(ref)
+            began.append(out["began"])
+            finished(_unit_record(out["record"]))
     return min(began, default=None)
+
+
+def _window(ray: Any, config: PreLearnerConfig) -> int:
+    """How many units are submitted at once: ``ray.concurrency``, else as many as the cluster's
+    CPUs run at once. A failed or interrupted job cancels nothing (``ray.cancel`` of a task whose
+    reply is on its way fails a check in Ray 2.60's core worker, which aborts the process): the
+    units in flight finish in the background (their records stay for ``--resume``), and the
+    CLI's exit ends them at once; so few are in flight."""
+    if config.ray.concurrency:
+        return int(config.ray.concurrency)
+    cpus = float(ray.cluster_resources().get("CPU", 1.0))
+    per = config.ray.num_cpus
+    return max(1, int(cpus // per)) if per > 0 else 1_000_000
 
 
 def _unit_record(rec: dict[str, Any]) -> dict[str, Any]:
