@@ -17,6 +17,9 @@ search and per update. A tree of at most ``top_width`` leaves is just that prefi
   from their children. Nothing is ever added to or subtracted from a stored sum, so there is no
   drift: after any sequence of updates every node (and the total) equals what a from-scratch build
   of the same leaves holds, bit for bit (the property tests check exactly that).
+- ``fill_constant`` writes one value per tree at many indices (new steps entering at the maximum
+  priority, evicted ones leaving): the leaves, then each stored ancestor once per level, so
+  adding a run of ``k`` consecutive steps costs about ``2k`` node updates per tree.
 - ``SumTree.find_prefixsum`` finds the top-level node of every prefix with one ``searchsorted``,
   then descends from there for all prefixes at once.
 
