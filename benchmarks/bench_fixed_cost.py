@@ -12,9 +12,9 @@ Prints JSON lines (``_common.py``; the first is the header: CPU model, cores, lo
   the job's own (``stats.json``: plan, engine_start, units, commit, stop); ``fixed_s`` the wall
   time less the units' phase (everything but the units' own work: Python and imports, planning,
   Ray's start up to the first unit begun, the commit, the stop, the exit).
-* ``fixed_cost.fit.<engine>`` -- the line through the two sizes' median wall times: ``slope``
+* ``fixed_cost.fit.<engine>.<impl>`` -- the line through the two sizes' median wall times: ``slope``
   (rows/s of the data-proportional part) and ``intercept_s`` (a job of no rows: the fixed cost).
-* ``fixed_cost.excess`` -- the target's figure: the Ray job's fixed cost above the bare Ray
+* ``fixed_cost.excess.<impl>`` -- the target's figure: the Ray job's fixed cost above the bare Ray
   process (``intercept_excess_s`` from the fit; ``fixed_excess_s`` per size from the phases),
   and ``met``: at most 3 s at every size.
 
@@ -152,7 +152,7 @@ def derived(
         for engine in ("ray", "local"):
             a = _medians(lines, f"fixed_cost.{engine}.{lo}", impl, "seconds")
             b = _medians(lines, f"fixed_cost.{engine}.{hi}", impl, "seconds")
-            fit: dict[str, Any] = {"bench": f"fixed_cost.fit.{engine}", "impl": impl}
+            fit: dict[str, Any] = {"bench": f"fixed_cost.fit.{engine}.{impl}", "impl": "fit"}
             if a is not None and b is not None and b > a and hi > lo:
                 slope = (hi - lo) / (b - a)
                 fit.update(slope=round(slope, 1), intercept_s=round(b - hi / slope, 3))
@@ -160,8 +160,8 @@ def derived(
             out.append(fit)
         ray_fit = out[-2]
         excess: dict[str, Any] = {
-            "bench": "fixed_cost.excess",
-            "impl": impl,
+            "bench": f"fixed_cost.excess.{impl}",
+            "impl": "fit",
             "bare_ray_s": bare,
             "unit": "s above the bare Ray process",
         }

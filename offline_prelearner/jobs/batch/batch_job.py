@@ -531,18 +531,20 @@ def _unit_task() -> Callable[[bytes, int], dict[str, Any]]:
 
     Made here so that Ray ships it by value (a nested function): a fresh worker then imports
     this package inside the task, under the task's title (``ray::_run_units``), not while it is
-    still ``ray::IDLE``, and ``began`` is read before that import, so a worker's start counts in
-    the job's ``engine_start`` phase, and a process list shows which workers run units.
+    still ``ray::IDLE`` (a process list shows which workers run units, from their start). The
+    unit ``began`` once that import and the job's unpickling are done: a worker's start counts
+    in the job's ``engine_start`` phase, not in its ``units``.
     """
 
     def _run_units(job: bytes, unit: int) -> dict[str, Any]:
         import pickle
         import time
 
-        began = time.time()
         from offline_prelearner.jobs.batch.batch_job import run_unit_here
 
-        return {"record": run_unit_here(pickle.loads(job), unit), "began": began}
+        shared = pickle.loads(job)
+        began = time.time()
+        return {"record": run_unit_here(shared, unit), "began": began}
 
     return _run_units
 
