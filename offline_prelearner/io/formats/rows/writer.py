@@ -145,6 +145,12 @@ def _object_strings(values: np.ndarray) -> pa.Array | None:
         return None
     if len(firsts) == len(values):
         return firsts
+    if len(firsts) == 1 and firsts.null_count == 0:  # one id for all (module_id): its bytes
+        one = firsts[0].as_py().encode()  # repeated, offsets in steps of its length
+        if len(one) * len(values) < 1 << 31:
+            offsets = np.arange(len(values) + 1, dtype=np.int32) * np.int32(len(one))
+            data = pa.py_buffer(one * len(values))
+            return pa.StringArray.from_buffers(len(values), pa.py_buffer(offsets), data)
     run = np.zeros(len(values), np.int32)
     run[starts] = 1
     return pc.take(firsts, pa.array(np.cumsum(run, out=run)))
