@@ -96,6 +96,8 @@ class OpenEpisodes:
             keys = dict(zip(zip(cols.ids, cols.agents, strict=True), done.tolist(), strict=True))
             for key in [k for k in pending if keys.get(k)]:
                 del pending[key]
+        if done.all():
+            return
         for e in np.flatnonzero(~done).tolist():  # at most one or two per batch
             key = (cols.ids[e], cols.agents[e])
             if not good[e]:
@@ -125,10 +127,11 @@ class OpenEpisodes:
             t_started: per episode, its first ``t`` (updated in place).
             check_continuity: whether to compare the first ``obs`` with the last one seen.
         """
-        for e, key in enumerate(zip(gr.ids, gr.agents, strict=True)):  # per episode
-            prev = self._pending.get(key)
-            if prev is None:
-                continue
+        pending = self._pending
+        index = dict(zip(zip(gr.ids, gr.agents, strict=True), range(len(gr.ids)), strict=True))
+        hits = sorted(e for key in pending if (e := index.get(key)) is not None)
+        for e in hits:  # the episodes that continue a pending one (few), in episode order
+            prev = pending[(gr.ids[e], gr.agents[e])]
             at = gr.starts[e : e + 1]
             if isinstance(prev, str):  # _POISONED
                 v.flag(
