@@ -493,7 +493,7 @@ def _restate(staging: Staging | StoreStaging, stats: dict[str, Any]) -> None:
         staging.write_stats(stats)
     except OSError as e:
         warnings.warn(
-            f"{staging.out}: committed; rewriting stats.json with the job's phases failed ({e})",
+            f"{staging.out}: committed; writing stats.json again (the job's phases) failed ({e})",
             CommittedWarning,
             stacklevel=3,
         )
