@@ -19,8 +19,7 @@ import time
 from typing import NoReturn
 
 from ..errors import DataError, OfflinePrelearnerError, cut
-from ..jobs.session import interrupts
-from ..jobs.session import ray_session
+from ..jobs.session import interrupts, ray_session
 from ..jobs.session.ray_session import local_ray_watched, ray_log_dir, shutdown_ray
 
 __all__ = ["exit_now", "interrupted", "report_interrupt", "run_command", "shutdown"]
