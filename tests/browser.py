@@ -5,7 +5,7 @@ Playwright's Python API (never a browser Playwright downloads), offline.
   ``/usr/bin/chromium``, else ``chromium`` on ``PATH``; ``why_no_browser()`` says, in one line,
   why a browser test cannot run here (``None`` when it can).
 * ``HeadlessChromium`` -- a context manager: one browser (a fresh profile folder), many pages.
-  ``open(path)`` loads a file, waits for ``window.reportReady`` (or ``window.reportError``) and
+  ``open(path)`` loads a file, waits for ``window.reportReady`` (or ``window.reportFailure``) and
   returns a ``LoadedPage`` with what the page did: console errors, uncaught exceptions and every
   request it tried that is not ``file:``/``data:``/``about:``/``blob:`` (each such request is
   aborted: a page must work with no network). Leaving the block closes the browser and checks,
@@ -55,10 +55,9 @@ CHROMIUM_ARGS = (
     "--host-resolver-rules=MAP * ~NOTFOUND",
 )
 LOCAL_SCHEMES = ("file:", "data:", "about:", "blob:")
-# `reportError` is also a built-in function of every window (HTML's reportError()): a page's
-# failure is a value it put there instead.
-READY = """() => window.reportReady === true
-    || (window.reportError !== undefined && typeof window.reportError !== "function")"""
+# The page's failure is `reportFailure`, not `reportError`: that name is a built-in function of
+# every window (HTML's reportError()), so it would always look set.
+READY = """() => window.reportReady === true || window.reportFailure !== undefined"""
 
 
 class OrphanProcessError(AssertionError):
@@ -231,7 +230,7 @@ class HeadlessChromium:
 
         Args:
             path: an HTML file, or a URL as it is.
-            wait: wait until ``window.reportReady`` is true or ``window.reportError`` is set.
+            wait: wait until ``window.reportReady`` is true or ``window.reportFailure`` is set.
             timeout_s: how long to wait for the load and for ``reportReady``.
 
         Returns:

@@ -12,7 +12,7 @@ The page's contract, which the browser tests read:
   a nested dict's keys appear only when it holds any (``rejected.*`` only for rejected rows);
 * the anomalies are ``<ul id="anomalies">``, one ``<li>`` each; the files ``<table id="per-file">``;
 * once every chart has rendered (every ``vegaEmbed`` promise resolved) the page sets
-  ``window.reportReady = true``; a failure goes to ``console.error`` and ``window.reportError``.
+  ``window.reportReady = true``; a failure goes to ``console.error`` and ``window.reportFailure``.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ _JS = """
   function fail(e) {
     var msg = String((e && e.message) || e);
     console.error('report: ' + msg);
-    window.reportError = msg;
+    window.reportFailure = msg;
   }
   try {
     var specs = JSON.parse(document.getElementById('report-specs').textContent);

@@ -82,7 +82,7 @@ def embed(specs: dict[str, dict], marks: dict[str, int]) -> tuple[str, str]:
             vegaEmbed(`div.chart[data-chart="${{name}}"]`, spec,
                       {{renderer: "svg", actions: false}})))
           .then(() => {{ window.reportReady = true; }})
-          .catch((e) => {{ console.error(e); window.reportError = String(e); }});
+          .catch((e) => {{ console.error(e); window.reportFailure = String(e); }});
     """
     return body, script
 
@@ -110,7 +110,7 @@ def test_a_failing_spec_sets_report_error(
 ) -> None:
     body, script = embed({"bad": {"mark": "nonsense"}}, {"bad": 1})
     loaded = chromium.open(page(tmp_path, body, script, js=vega_js))
-    assert "TypeError" in loaded.evaluate("window.reportError")
+    assert "TypeError" in loaded.evaluate("window.reportFailure")
     assert loaded.console_errors and not loaded.network
 
 

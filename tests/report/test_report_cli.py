@@ -87,7 +87,7 @@ def check_page(page_file: Path, inspected: dict[str, Any]) -> str:
         u.startswith(NAMESPACES) or "vega.github.io" in u or "github.com/vega" in u for u in urls
     ), urls  # fmt: skip  (names inside the bundle, never fetched)
     assert re.search(r'<ul id="anomalies">', page) and '<table id="per-file">' in page
-    assert "window.reportReady = true" in page and "window.reportError" in page
+    assert "window.reportReady = true" in page and "window.reportFailure" in page
     charts = re.findall(r'<div class="chart" data-chart="([^"]+)"(?: data-marks="(\d+)")?>', page)
     assert charts and len({c for c, _ in charts}) == len(charts)
     specs = json.loads(re.search(r'id="report-specs">(.*?)</script>', page, re.S).group(1))
