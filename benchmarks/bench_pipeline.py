@@ -20,7 +20,7 @@ Workloads (bench names; ``b<N>`` is the ``map_batches`` batch size in input rows
 * ``cartpole_rows.e2e_sample_all.b<N>`` -- the same stream, ``sample_all=true``: every transition
   emitted once, which is what RLlib's row path emits too (the closest like-for-like pair).
 * ``cartpole_rows.e2e_job.b<N>`` -- the batch job: ``run_pipeline(files, config, out_dir=OUT,
-  engine="ray")`` with a fresh, absent ``OUT`` per repeat (units of work as Ray Data tasks, staged
+  engine="ray")`` with a fresh, absent ``OUT`` per repeat (units of work as Ray tasks, staged
   output, unit records, manifest, commit; removing ``OUT`` afterwards is not timed).
   ``e2e_job_local`` -- the same with ``engine="local"`` (the units in the driver process).
   ``e2e_job_sample_all`` / ``e2e_job_sample_all_local`` -- both with ``sample_all=true`` (every

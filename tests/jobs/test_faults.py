@@ -52,7 +52,7 @@ COPIES = 4
 ROWS_PER_FILE = 20_000  # 400k rows in 20 files and units: ~5 s of Ray work on 2 cores
 N_FILES = STEPS * COPIES // ROWS_PER_FILE
 UNIT_MIN_ROWS_ENV = "OFFLINE_PRELEARNER_UNIT_MIN_ROWS"
-UNIT_TITLE = "_run_units"  # a Ray worker running a unit is titled ray::MapBatches(_run_units)
+UNIT_TITLE = "_run_units"  # a Ray worker running a unit is titled ray::_run_units
 JOB_TIMEOUT = 150.0  # seconds: a hang fails the test instead of the whole run
 
 

@@ -1,4 +1,4 @@
-"""The batch job: plan units of work, run them on an engine (in-process or Ray Data), commit.
+"""The batch job: plan units of work, run them on an engine (in-process or Ray tasks), commit.
 
 * :mod:`.batch_job` -- the job: its engines, retries and the commit of its output;
 * :mod:`.plan` -- the units of work a retry can redo: which rows of which files each reads;

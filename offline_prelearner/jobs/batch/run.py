@@ -3,7 +3,7 @@
 :func:`run_unit` runs a fresh prelearner (seeded from the job's seed and the unit's index) over
 a unit's rows in ``ray.batch_size`` chunks and writes ``samples/part-<unit>-<k>.parquet`` through
 temporary names, then the unit's record (rows, checksums, ledger); the same function runs in
-the in-process engine and inside Ray Data, so the two write the same bytes. Under
+the in-process engine and in a Ray task, so the two write the same bytes. Under
 ``on_invalid="quarantine"`` the rows it refused go to ``quarantine/quarantine-<unit>-<k>.parquet``
 the same way. A record carries the job's id and the unit's key (:func:`~.plan.unit_key`: its
 parts and the identity of every file they read), which is what a resume compares before reusing
