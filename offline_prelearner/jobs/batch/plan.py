@@ -241,34 +241,13 @@ def plan_units(files: list[str], config: PreLearnerConfig, min_rows: int | None 
         return Plan(inputs, tuple(Unit(i, (Part(i),)) for i in range(len(files))))
     unit_of = _group_files(inputs, min_rows)
     n_units = unit_of[-1] + 1
-    owner: dict[str, int] = {}  # key -> unit of the first file holding it
     foreign: list[list[str]] = [[] for _ in files]  # per file: keys owned by an earlier unit
     ahead: list[dict[int, tuple[list[str], int]]] = [{} for _ in range(n_units)]
-    for j, f in enumerate(files):
-        if inputs[j].rows == 0 or j in refused:
-            continue  # an empty partition: no episode starts or continues there
-        try:
-            table = read_table(f, columns=list(keys), limits=config.read.limits)
-        except DataError:
-            continue  # the unit that reads this file raises the error with its context
-        k = row_keys(table, keys)
-        if not len(k):
-            continue
-        last = (
-            pa.table({"k": k, "i": pa.array(np.arange(len(k), dtype=np.int64))})
-            .group_by("k", use_threads=False)
-            .aggregate([("i", "max")])
-        )
-        here = unit_of[j]
-        for key, stop in zip(
-            last.column("k").to_pylist(), last.column("i_max").to_numpy(), strict=True
-        ):
-            o = owner.setdefault(key, here)
-            if o != here:
-                foreign[j].append(key)
-                got, end = ahead[o].get(j, ([], 0))
-                got.append(key)
-                ahead[o][j] = (got, max(end, int(stop) + 1))
+    for j, key, stop, o in _foreign_keys(files, inputs, refused, keys, unit_of, config):
+        foreign[j].append(key)
+        got, end = ahead[o].get(j, ([], 0))
+        got.append(key)
+        ahead[o][j] = (got, max(end, stop + 1))
     units = []
     for u in range(n_units):
         parts = [
@@ -279,6 +258,64 @@ def plan_units(files: list[str], config: PreLearnerConfig, min_rows: int | None 
             parts.append(Part(j, stop=end, keep=tuple(sorted(got))))
         units.append(Unit(u, tuple(parts)))
     return Plan(inputs, tuple(units), keys)
+
+
+def _last_rows(k: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """The distinct keys of one file (first-seen order) and the last row of each."""
+    enc = pc.dictionary_encode(k)
+    codes = enc.indices.to_numpy(zero_copy_only=False)
+    last = np.full(len(enc.dictionary), -1, dtype=np.int64)
+    np.maximum.at(last, codes, np.arange(len(codes), dtype=np.int64))
+    return enc.dictionary, last
+
+
+def _foreign_keys(
+    files: list[str],
+    inputs: tuple[InputFile, ...],
+    refused: set[int],
+    keys: tuple[str, ...],
+    unit_of: list[int],
+    config: PreLearnerConfig,
+) -> list[tuple[int, str, int, int]]:
+    """Each (file, key, last row of the key in the file, owning unit) where the key's episode
+    began in an earlier unit, in file order, keys in first-seen order within a file.
+
+    Columnar: each file's distinct keys with their last rows, then the owner of every key (the
+    unit of its first file) from one dictionary encoding over all of them; Python sees only the
+    keys that cross a unit boundary."""
+    seen: list[pa.Array] = []
+    file_of: list[np.ndarray] = []
+    stops: list[np.ndarray] = []
+    for j, f in enumerate(files):
+        if inputs[j].rows == 0 or j in refused:
+            continue  # an empty partition: no episode starts or continues there
+        try:
+            table = read_table(f, columns=list(keys), limits=config.read.limits)
+        except DataError:
+            continue  # the unit that reads this file raises the error with its context
+        k = row_keys(table, keys)
+        if not len(k):
+            continue
+        distinct, last = _last_rows(k)
+        seen.append(distinct)
+        stops.append(last)
+        file_of.append(np.full(len(last), j, dtype=np.int64))
+    if not seen:
+        return []
+    every = pa.chunked_array(seen, pa.string()).combine_chunks()
+    file_at = np.concatenate(file_of)
+    unit_at = np.asarray(unit_of, dtype=np.int64)[file_at]
+    codes = pc.dictionary_encode(every).indices.to_numpy(zero_copy_only=False)
+    first = np.full(int(codes.max()) + 1, len(codes), dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(len(codes), dtype=np.int64))
+    owner = unit_at[first[codes]]
+    cross = np.flatnonzero(owner != unit_at)
+    names = every.take(pa.array(cross)).to_pylist()
+    stop_at = np.concatenate(stops)
+    return [
+        (int(file_at[i]), name, int(stop_at[i]), int(owner[i]))
+        for i, name in zip(cross, names, strict=True)
+    ]
 
 
 # ====================================================================== identity
