@@ -116,6 +116,37 @@ def test_an_out_a_node_cannot_see_is_refused_before_any_unit(
     _no_unit_ran(out)
 
 
+_STREAM = """
+import sys
+import offline_prelearner as op
+from offline_prelearner.errors import ConfigError
+try:
+    next(iter(op.iter_learner_batches(sys.argv[1], {"ray": {"address": sys.argv[2]}})))
+except ConfigError as e:
+    print(e)
+    sys.exit(2)
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_the_learner_stream_refuses_inputs_a_node_cannot_see(
+    cluster: LocalCluster, folders: tuple[Path, Path]
+) -> None:
+    hidden, _ = folders
+    proc = subprocess.run(
+        [sys.executable, "-c", _STREAM, str(hidden / "rows"), cluster.address],
+        capture_output=True,
+        text=True,
+        env={**clean_env(), **cluster.auth_env},
+        timeout=JOB_TIMEOUT_S,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"the input '{hidden / 'rows'}/cartpole-v1-rows-0000" in proc.stdout
+    assert f"Ray node {cluster.node_ids['w0']}" in proc.stdout
+
+
 # ============================================================================ what a node answers
 def test_a_node_that_sees_the_inputs_and_the_staging_answers_nothing(tmp_path: Path) -> None:
     data = tmp_path / "a.parquet"

@@ -33,7 +33,7 @@ from ...prelearner import OfflinePreLearner
 from ...replay.batch import MultiAgentBatch
 from ...replay.storage.memory import for_worker_process
 from ..file_batches import FilePiece, ReadAhead, read_groups
-from ..preflight import ConfigLike, job_config, prepare
+from ..preflight import ConfigLike, NodeCheck, job_config, prepare
 from ..session.ray_session import data_context, import_ray, init_ray, worker_env
 from .episode_ranges import plan_ranges
 
@@ -146,6 +146,8 @@ def build_dataset(
     ray = import_ray()
     files, config, cls = prepare(path, config, prelearner)
     init_ray(config)
+    # On a cluster, every node must see the local input files as this one does (one line if not).
+    NodeCheck([(f, 0 if is_remote(f) else os.path.getsize(f)) for f in files]).run()
     # Where the actors read their files, the only blocks are the prelearner's outputs: Ray would
     # cut one larger than 1.5x the target into pieces (a 256-row batch of stacked pixel frames,
     # 58 MB, into 75 + 75 + 106 rows, each piece copied again to be stored). A train batch stays
