@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any, cast
 
 import numpy as np
@@ -34,13 +35,19 @@ from .episodes.episode import Episode
 from .episodes.episode_columns import EpisodeColumns
 from .episodes.ledger import EpisodeBatch, Ledger, Rejection
 from .episodes.validate import Validator
-from .errors import ConfigError, EmptyBufferError
+from .errors import ConfigError, DataError, EmptyBufferError
 from .io.readers import Batch, Reader, make_reader
 from .plugins import import_object
 from .replay.batch import MultiAgentBatch, SampleBatch
 from .replay.build import build_buffer, build_unit
-from .replay.replay_buffer import EpisodeReplayBuffer, sample_all_columns
-from .replay.samplers.in_order import InOrder
+from .replay.replay_buffer import (
+    EpisodeReplayBuffer,
+    agent_keys,
+    real_ids,
+    sample_all_columns,
+    sample_all_episodes,
+    with_ids,
+)
 from .replay.samplers.prioritized import Prioritized
 from .replay.units.base import SampleUnit
 
@@ -81,6 +88,8 @@ class OfflinePreLearner:
         self.last_rejections: list[Rejection] = []
         self.counters = {"batches": 0, "samples": 0, "fragments_added": 0, "not_ready": 0}
         self._pending: dict[tuple[Any, Any], list[Episode]] = {}  # sample_all: open fragments
+        #: Modules whose buffer keys episodes by (episode id, agent id) (see ``_buffer_for``).
+        self._agent_keyed: set[str] = set()
         self._agent_to_module = self._mapping_fn()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -189,11 +198,32 @@ class OfflinePreLearner:
         for ep in episodes:
             by_module.setdefault(self.module_of(ep), []).append(ep)
         for module_id, eps in by_module.items():
-            buf = self.buffers.get(module_id)
-            if buf is None:
-                buf = self.buffers[module_id] = self.build_buffer(module_id)
+            agents = [e.agent_id for e in eps]
+            buf = self._buffer_for(module_id, agents)
+            if module_id in self._agent_keyed:
+                eps = with_ids(eps, agent_keys([e.id for e in eps], agents, always=True))
             buf.add(eps)
             self.counters["fragments_added"] += len(eps)
+
+    def _buffer_for(self, module_id: str, agents: list[Any]) -> EpisodeReplayBuffer:
+        """Module ``module_id``'s buffer, built on its first episodes. A buffer first given
+        episodes with agent ids keys every episode by (episode id, agent id), so two agents of
+        one episode id never meet as one episode (one would be dropped as a repeat or refused
+        as an overlap of the other); its samples carry the real ids (``real_ids``)."""
+        buf = self.buffers.get(module_id)
+        with_agents = agents.count(None) != len(agents)
+        if buf is None:
+            buf = self.buffers[module_id] = self.build_buffer(module_id)
+            if with_agents:
+                self._agent_keyed.add(module_id)
+        elif with_agents and module_id not in self._agent_keyed:
+            raise DataError(
+                f"module {module_id!r}: episodes with agent ids (first {agents[0]!r}) after "
+                "episodes without one; its buffer keys episodes by id alone, so two agents of "
+                "one episode id would collide (give every episode an agent id, or none)",
+                reason="agent_keys",
+            )
+        return buf
 
     def sample(self) -> MultiAgentBatch:
         """``train_batch_size`` samples from each trained module's buffer (none if not ready)."""
@@ -203,9 +233,11 @@ class OfflinePreLearner:
             if not self._trains(module_id):
                 continue
             try:
-                out[module_id] = buf.sample(n)
+                batch = buf.sample(n)
             except EmptyBufferError:
                 self.counters["not_ready"] += 1
+                continue
+            out[module_id] = real_ids(batch) if module_id in self._agent_keyed else batch
         return MultiAgentBatch(out, env_steps=sum(len(b) for b in out.values()))
 
     def sample_all(self, episodes: list[Episode]) -> MultiAgentBatch:
@@ -257,16 +289,9 @@ class OfflinePreLearner:
         for module_id, eps in by_module.items():
             if not self._trains(module_id):
                 continue
-            buf = EpisodeReplayBuffer(
-                sum(len(e) + 1 for e in eps) + 1,
-                InOrder(),
-                self.build_unit(),
-                seed=self.config.seed,
-            )
-            buf.add(eps)
-            total = buf.valid_starts().total
-            if total:
-                out[module_id] = buf.sample(total)
+            batch = sample_all_episodes(eps, self.build_unit(), seed=self.config.seed)
+            if batch is not None:
+                out[module_id] = batch
         return MultiAgentBatch(out, env_steps=sum(len(b) for b in out.values()))
 
     def run_connectors(self, batch: MultiAgentBatch) -> MultiAgentBatch:
@@ -370,9 +395,9 @@ class OfflinePreLearner:
             part = cols
             if module_id != modules[0] or modules.count(module_id) != len(modules):
                 part = cols.select(np.array([m == module_id for m in modules]))
-            buf = self.buffers.get(module_id)
-            if buf is None:
-                buf = self.buffers[module_id] = self.build_buffer(module_id)
+            buf = self._buffer_for(module_id, part.agents)
+            if module_id in self._agent_keyed:
+                part = replace(part, ids=agent_keys(part.ids, part.agents, always=True))
             buf.add_columns(part)
             self.counters["fragments_added"] += len(part)
 

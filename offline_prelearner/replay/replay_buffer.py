@@ -16,7 +16,9 @@ seed fed the same episodes draw the same samples, and a checkpoint resumes the s
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from ..episodes.episode import Episode
 from ..episodes.episode_columns import EpisodeColumns
 from ..errors import ConfigError, DataError, EmptyBufferError, Where
 from . import checkpoint
+from .agent_index import agent_key, decode, encode
 from .batch import SampleBatch
 from .rate_limit import SampleToInsertRatio
 from .reservoir import Reservoir
@@ -40,7 +43,15 @@ from .storage.table import handles_of, normalize_id
 from .units.base import AllSteps, ExpandsAll, SampleUnit, StepTable, ones
 from .units.transition import Transition
 
-__all__ = ["INDICES", "EpisodeReplayBuffer", "sample_all_columns"]
+__all__ = [
+    "INDICES",
+    "EpisodeReplayBuffer",
+    "agent_keys",
+    "real_ids",
+    "sample_all_columns",
+    "sample_all_episodes",
+    "with_ids",
+]
 
 #: The column of a sample holding handles for ``update_priorities``.
 INDICES = "indices"
@@ -455,7 +466,8 @@ def sample_all_columns(
     ids = columns.ids
     if not _normal_ids(ids):
         ids = [normalize_id(i) for i in ids]
-    if isinstance(unit, ExpandsAll) and len(set(ids)) == len(ids):
+    keys = agent_keys(ids, columns.agents)
+    if isinstance(unit, ExpandsAll) and len(set(keys)) == len(keys):
         steps = AllSteps(columns, ids)
         if not len(steps):
             return None
@@ -467,9 +479,95 @@ def sample_all_columns(
             return batch
     steps_held = int(columns.length.sum()) + len(columns)
     buf = EpisodeReplayBuffer(steps_held + 1, InOrder(), unit, seed=seed)
-    buf.add_columns(columns)
+    buf.add_columns(columns if keys is ids else replace(columns, ids=keys))
     total = buf.valid_starts().total
-    return buf.sample(total) if total else None
+    batch = buf.sample(total) if total else None
+    return batch if batch is None or keys is ids else real_ids(batch)
+
+
+def sample_all_episodes(
+    episodes: list[Episode], unit: SampleUnit, *, seed: int | None = None
+) -> SampleBatch | None:
+    """:func:`sample_all_columns` for episodes held as objects (every one done): what a fresh
+    :class:`~.samplers.in_order.InOrder` buffer holding just them gives for
+    ``sample(valid_starts().total)``, each agent's episode keyed apart from another agent's of
+    the same id (see :func:`agent_keys`).
+
+    Args:
+        episodes: The episodes, every one done.
+        unit: What each step becomes.
+        seed: The buffer's seed (for a unit that draws per sample).
+
+    Returns:
+        The batch, or None when nothing is sampleable (no steps).
+    """
+    ids = [e.id for e in episodes]
+    keys = agent_keys(ids, [e.agent_id for e in episodes])
+    if keys is not ids:
+        episodes = with_ids(episodes, keys)
+    buf = EpisodeReplayBuffer(sum(len(e) + 1 for e in episodes) + 1, InOrder(), unit, seed=seed)
+    buf.add(episodes)
+    total = buf.valid_starts().total
+    batch = buf.sample(total) if total else None
+    return batch if batch is None or keys is ids else real_ids(batch)
+
+
+def agent_keys(ids: list[Any], agents: list[Any], *, always: bool = False) -> list[Any]:
+    """The keys episodes ``ids`` of ``agents`` take in a buffer: ``ids`` itself (the same list)
+    when no episode has an agent id, else :func:`~.agent_index.encode` of each ``(episode id,
+    agent id)``, so that two agents of one episode id sharing a module are two episodes (keyed
+    by the id alone, the second agent's steps would be taken as a repeat or a continuation of
+    the first's: dropped as a duplicate, or refused as an overlap).
+
+    Args:
+        ids: Episode ids.
+        agents: Their agent ids (None where there is none), as long as ``ids``.
+        always: Encode even when no episode has an agent id (a buffer keyed by agent).
+
+    Returns:
+        ``ids``, or a new list of string keys.
+    """
+    if not always and agents.count(None) == len(agents):
+        return ids
+    return [encode(normalize_id(i), agent_key(a)) for i, a in zip(ids, agents, strict=True)]
+
+
+def with_ids(episodes: list[Episode], keys: list[Any]) -> list[Episode]:
+    """Shallow copies of ``episodes`` (their arrays shared) under the ids ``keys``.
+
+    Args:
+        episodes: The episodes.
+        keys: Their new ids, one each.
+
+    Returns:
+        The copies, in order.
+    """
+    out = []
+    for ep, key in zip(episodes, keys, strict=True):  # per episode, not per step
+        c = copy.copy(ep)
+        c.id = key
+        out.append(c)
+    return out
+
+
+def real_ids(batch: SampleBatch) -> SampleBatch:
+    """``batch`` with the episode ids its agent keys (:func:`agent_keys`) stand for in its
+    ``eps_id`` column: decoded once per distinct key, not per row.
+
+    Args:
+        batch: A sample of a buffer whose episodes are keyed by :func:`agent_keys`.
+
+    Returns:
+        ``batch``, changed in place.
+    """
+    if C.EPS_ID not in batch:
+        return batch
+    keys = np.asarray(batch[C.EPS_ID])
+    uniq, inv = np.unique(keys, return_inverse=True)
+    real = np.empty(len(uniq), object)
+    real[:] = [decode(k)[0] for k in uniq.tolist()]
+    batch.set_trusted(C.EPS_ID, real.take(inv.reshape(-1)))
+    return batch
 
 
 def _normal_ids(ids: list[Any]) -> bool:
