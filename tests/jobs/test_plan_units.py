@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.jobs.batch import plan as P
+from offline_prelearner.jobs.batch.run import read_unit
 
 CONFIG = PreLearnerConfig().with_updates({"format": "rows"})
 IDS = ["a", "b", "c", "10", "9", "é", ""]
@@ -107,3 +108,27 @@ def test_an_episode_cut_over_three_units_is_read_by_its_first() -> None:
     )
     assert units[1].parts == (P.Part(1, drop=("y",)), P.Part(2, stop=1, keep=("z",)))
     assert units[2].parts == (P.Part(2, drop=("y", "z")),)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    spread=st.lists(st.lists(ROW, max_size=12), min_size=1, max_size=5),
+    min_rows=st.integers(1, 10),
+    batch=st.integers(1, 5),
+)
+def test_units_read_every_row_once_and_each_episode_in_one_unit(
+    spread: list[list[tuple[str, int | None]]], min_rows: int, batch: int
+) -> None:
+    # read_part filters for dropped episodes only up to the end of their look-aheads.
+    with tempfile.TemporaryDirectory() as tmp:
+        files = _write(Path(tmp), spread, False)
+        plan = P.plan_units(files, CONFIG, min_rows=min_rows)
+        read: list[tuple[int, int]] = []
+        unit_of_key: dict[str, set[int]] = {}
+        for unit in plan.units:
+            for chunk, file_idx, rows in read_unit(plan, unit, batch):
+                read += zip(file_idx.tolist(), rows.tolist(), strict=True)
+                for key in chunk.column("eps_id").to_pylist():
+                    unit_of_key.setdefault(key, set()).add(unit.index)
+    assert sorted(read) == [(i, r) for i, rows in enumerate(spread) for r in range(len(rows))]
+    assert all(len(units) == 1 for units in unit_of_key.values())

@@ -66,6 +66,7 @@ def read_part(
     else:
         chunks = parquet_chunks(path, step, limits=limits)
     start = 0
+    drop_end = _drop_end(plan, part)
     for chunk in chunks:
         n = chunk.num_rows
         rows = np.arange(start, start + n, dtype=np.int64)
@@ -75,7 +76,7 @@ def read_part(
         if part.stop is not None and start > part.stop:
             keep_n = part.stop - int(rows[0])
             chunk, rows = chunk.slice(0, keep_n), rows[:keep_n]
-        if part.keep is not None or part.drop:
+        if part.keep is not None or (part.drop and (drop_end is None or rows[0] < drop_end)):
             keys = row_keys(chunk, plan.key_columns)
             if part.keep is not None:
                 mask = pc.is_in(keys, value_set=pa.array(part.keep, pa.string()))
@@ -86,6 +87,21 @@ def read_part(
                 chunk, rows = chunk.filter(mask), rows[m]
         if chunk.num_rows:
             yield chunk, rows
+
+
+def _drop_end(plan: Plan, part: Part) -> int | None:
+    """The row of ``part``'s file after the last row of the episodes it drops: the end of the
+    look-aheads that read them (each dropped key is kept by one, :func:`~.plan.plan_units`), so
+    only the chunks before it are filtered. None (filter every chunk) without a look-ahead."""
+    if not part.drop:
+        return None
+    ends = [
+        p.stop
+        for u in plan.units
+        for p in u.parts
+        if p.file == part.file and p.keep is not None and p.stop is not None
+    ]
+    return max(ends) if ends else None
 
 
 def read_unit(
