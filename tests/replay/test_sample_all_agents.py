@@ -34,6 +34,7 @@ from offline_prelearner.episodes.episode_columns import EpisodeColumns
 from offline_prelearner.errors import DataError
 from offline_prelearner.io.formats.rows.writer import episodes_to_rows
 from offline_prelearner.jobs.file_batches import iter_file_batches
+from offline_prelearner.replay.shards.shard import ReplayShard
 
 ONE_MODULE = {"a0": "m", "a1": "m", "a2": "m"}
 
@@ -233,3 +234,26 @@ def test_agents_after_agentless_episodes_in_one_buffer_is_an_error() -> None:
     rows = episodes_to_rows([make_episode(5, id="ep0", agent_id="a0", seed=1)])
     with pytest.raises(DataError, match="module 'default_policy': episodes with agent ids"):
         list(p(rows))
+
+
+@pytest.mark.parametrize("as_columns", [False, True])
+def test_replay_shard_keys_episodes_by_agent(tmp_path: Path, as_columns: bool) -> None:
+    """A replay shard (the Ape-X feeder's buffer) holds both agents' episodes of one id, samples
+    carry the real ids, and a checkpoint keeps the keying."""
+    table = recording(11, agents=2)
+    p = OfflinePreLearner(seed=0)
+    episodes = p.validate(p.map_to_episodes(table))
+    assert episodes.columns is not None
+    items: list[Any] = [episodes.columns] if as_columns else list(episodes.episodes)
+    shard = ReplayShard({"seed": 0}, shard=0)
+    shard.add(items)
+    assert len(shard.buffer) == table.num_rows
+    rows = shard.sample(64).columns
+    assert set(np.asarray(rows["eps_id"]).tolist()) <= set(table["eps_id"].to_pylist())
+    shard.save(tmp_path / "ck")
+    again = ReplayShard({"seed": 0}, shard=0)
+    again.load(tmp_path / "ck")
+    assert again.agent_keyed and len(again.buffer) == table.num_rows
+    assert set(np.asarray(again.sample(64).columns["eps_id"]).tolist()) <= set(
+        table["eps_id"].to_pylist()
+    )

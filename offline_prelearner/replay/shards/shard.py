@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from ...episodes.episode_columns import EpisodeColumns
 from ...errors import ConfigError, DataError, EmptyBufferError, Where
 from .. import checkpoint
 from ..build import build_buffer
-from ..replay_buffer import INDICES, EpisodeReplayBuffer
+from ..replay_buffer import INDICES, EpisodeReplayBuffer, agent_keys, real_ids, with_ids
 from ..samplers.prioritized import Prioritized
 
 __all__ = ["ReplayShard", "ShardInfo", "ShardSample"]
@@ -85,6 +85,9 @@ class ReplayShard:
         self.module_id = module_id or cfg.modules.default_module
         self.buffer: EpisodeReplayBuffer = build_buffer(cfg, self.module_id)
         self.seq = 0
+        #: Whether the buffer keys episodes by (episode id, agent id): decided by the first
+        #: episodes added (None until then), as ``OfflinePreLearner``'s buffers decide it.
+        self.agent_keyed: bool | None = None
 
     def __repr__(self) -> str:
         return f"ReplayShard({self.shard}, {self.buffer!r})"
@@ -115,14 +118,37 @@ class ReplayShard:
         for item in episodes:
             if isinstance(item, EpisodeColumns):
                 if run:
-                    self.buffer.add(run)
+                    self.buffer.add(self._keyed_episodes(run))
                     run = []
+                if self._keyed(item.agents):
+                    item = replace(item, ids=agent_keys(item.ids, item.agents, always=True))
                 self.buffer.add_columns(item)
             else:
                 run.append(item)
         if run:
-            self.buffer.add(run)
+            self.buffer.add(self._keyed_episodes(run))
         return self.info()
+
+    def _keyed_episodes(self, eps: list[Episode]) -> list[Episode]:
+        agents = [e.agent_id for e in eps]
+        if not self._keyed(agents):
+            return eps
+        return with_ids(eps, agent_keys([e.id for e in eps], agents, always=True))
+
+    def _keyed(self, agents: list[Any]) -> bool:
+        """Whether episodes of ``agents`` go in under agent keys (two agents of one episode id
+        are two episodes); the first episodes decide for the shard."""
+        with_agents = agents.count(None) != len(agents)
+        if self.agent_keyed is None and agents:
+            self.agent_keyed = with_agents
+        if with_agents and not self.agent_keyed:
+            raise DataError(
+                f"shard {self.shard}, module {self.module_id!r}: episodes with agent ids after "
+                "episodes without one; its buffer keys episodes by id alone, so two agents of "
+                "one episode id would collide (give every episode an agent id, or none)",
+                reason="agent_keys",
+            )
+        return bool(self.agent_keyed)
 
     def sample(
         self,
@@ -139,7 +165,8 @@ class ReplayShard:
         row_mass = np.zeros(0)
         if n > 0 and self.buffer.valid_starts().total:
             try:
-                rows = self.buffer.sample(n).to_dict()
+                batch = self.buffer.sample(n)
+                rows = (real_ids(batch) if self.agent_keyed else batch).to_dict()
             except EmptyBufferError:  # e.g. a custom sampler with nothing to draw
                 rows = {}
             if rows:
@@ -184,7 +211,8 @@ class ReplayShard:
         """Writes the buffer's checkpoint (see :mod:`offline_prelearner.replay.checkpoint`), tagged
         with shard/save id."""
         state = self.buffer.get_state()
-        meta = {**state["meta"], "shard": {"shard": self.shard, "save_id": save_id}}
+        tag = {"shard": self.shard, "save_id": save_id, "agent_keyed": self.agent_keyed}
+        meta = {**state["meta"], "shard": tag}
         return checkpoint.write(path, meta, state["arrays"])
 
     def load(self, path: str | Path, save_id: str | None = None) -> ShardInfo:
@@ -200,4 +228,8 @@ class ReplayShard:
             )
         buf = self.buffer
         checkpoint.restore(path, buf.get_state, buf.set_state, state=(meta, arrays))
+        # A checkpoint from before agent keys holds episodes keyed by id alone (if any).
+        self.agent_keyed = (
+            tag["agent_keyed"] if "agent_keyed" in tag else (False if len(buf) else None)
+        )
         return self.info()
