@@ -24,6 +24,9 @@ as one JSON line (``_common.py``; the first is the header: CPU model, cores, loa
 * ``per_core.ray_worker.n1`` / ``.n3`` (``--ray``) -- the same job on ``engine="ray"`` with
   ``ray.concurrency=1``: rows per second of the units' own seconds (``phases["units"]``), i.e. one
   Ray worker's rate (the start of Ray and its workers is not in it); skipped without phases.
+  Its ``cpu_throughput`` is rows per CPU second of the worker's units (each unit record's
+  ``cpu_seconds``, summed in ``stats.json["nodes"]``): the ``.cpu`` line is one Ray worker's rows
+  per CPU second, beside the local engine's.
 * ``per_core.local.n1/floor`` ... -- ratio lines: the job's rate over the floor's, per round
   and as the ratio of medians (how close one core comes to reading and writing the bytes).
 
@@ -150,12 +153,17 @@ def job_line(data: Path, work: Path, n_step: int, engine: str, impl: str) -> dic
     line = _line(f"per_core.{kind}.n{n_step}", impl, rows, wall, samples=stats.get("samples"))
     line["units_seconds"] = units
     line["units_throughput"] = round(rows / units, 1) if units else None
+    # The units' own CPU seconds (each unit record's, summed per node in stats["nodes"]).
+    unit_cpu = [n.get("cpu_seconds") for n in stats.get("nodes") or []]
+    line["units_cpu_seconds"] = sum(unit_cpu) if unit_cpu and None not in unit_cpu else None
     if engine == "local":
         line["cpu_throughput"] = round(rows / cpu, 1)
     else:  # one Ray worker: its own seconds, not the driver's
         if not units:
             return {"bench": line["bench"], "impl": impl, "skipped": "no phases in stats.json"}
         line.update(throughput=line["units_throughput"], seconds=round(units, 3))
+        if line["units_cpu_seconds"]:  # the worker's rows per CPU second
+            line["cpu_throughput"] = round(rows / line["units_cpu_seconds"], 1)
     return line
 
 
@@ -241,6 +249,14 @@ def main(argv: list[str] | None = None) -> int:
                     f"per_core.local.n{k}/{floor}.cpu",
                     (f"per_core.local.n{k}.cpu", "ours"),
                     (f"per_core.floor.{floor}.cpu", "pyarrow"),
+                )
+            )
+        if args.ray:
+            pairs.append(
+                (
+                    f"per_core.ray_worker.n{k}/read_write_job_options.cpu",
+                    (f"per_core.ray_worker.n{k}.cpu", "ours"),
+                    ("per_core.floor.read_write_job_options.cpu", "pyarrow"),
                 )
             )
         if args.baseline:

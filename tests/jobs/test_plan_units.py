@@ -1,5 +1,6 @@
 """The plan's columnar ownership (plan.py) against the per-key loop it replaced, kept here as
-the slow reference: the same units and parts for any spread of episodes over files."""
+the slow reference: the same units and parts for any spread of episodes over files; the units
+read every row once (run.py's ``read_part``), and each unit's record names its CPU seconds."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from conftest import REPO
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from offline_prelearner import run_pipeline
 from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.jobs.batch import plan as P
-from offline_prelearner.jobs.batch.run import read_unit
+from offline_prelearner.jobs.batch.run import read_unit, units_by_node
 
 CONFIG = PreLearnerConfig().with_updates({"format": "rows"})
 IDS = ["a", "b", "c", "10", "9", "é", ""]
@@ -132,3 +135,12 @@ def test_units_read_every_row_once_and_each_episode_in_one_unit(
                     unit_of_key.setdefault(key, set()).add(unit.index)
     assert sorted(read) == [(i, r) for i, rows in enumerate(spread) for r in range(len(rows))]
     assert all(len(units) == 1 for units in unit_of_key.values())
+
+
+def test_each_node_names_the_cpu_seconds_its_units_took(tmp_path: Path) -> None:
+    rows = REPO / "datasets/cartpole-v1/rows"
+    stats = run_pipeline(rows, {"sample": {"sample_all": True}}, out_dir=tmp_path / "out").stats
+    [node] = stats["nodes"]
+    assert 0 < node["cpu_seconds"] < stats["wall_seconds"] * 4
+    records = [{"unit": 0, "cpu_seconds": 0.25}, {"unit": 1, "cpu_seconds": 0.5}, {"unit": 2}]
+    assert units_by_node(records)[0]["cpu_seconds"] == 0.75

@@ -21,6 +21,7 @@ import json
 import os
 import socket
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -254,6 +255,7 @@ def _run(
 ) -> dict[str, Any]:
     """Reads a unit's rows through ``pre``, writes what it yields (and what it refused, under
     quarantine); returns the unit's record."""
+    cpu = time.process_time()
     unit = job.plan.units[index]
     paths = [f.path for f in job.plan.files]
     tally = FileTally(paths)
@@ -314,6 +316,8 @@ def _run(
         "stats": stats,
         "per_file": tally.to_record(),
         "node": unit_node(),
+        # This process's CPU time on the unit (read, prelearner, write): one worker's own rate.
+        "cpu_seconds": round(time.process_time() - cpu, 6),
     }
     return record
 
@@ -341,7 +345,9 @@ def units_by_node(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         records: Unit records (:func:`run_unit`), each counted once.
 
     Returns:
-        ``[{"ray_node_id", "ip", "host", "units": [unit indices]}]``, in order of first unit.
+        ``[{"ray_node_id", "ip", "host", "units": [unit indices]}]``, in order of first unit,
+        with ``"cpu_seconds"`` (the sum of the records' own, :func:`run_unit`) where the node's
+        records carry it.
     """
     nodes: dict[tuple[Any, ...], dict[str, Any]] = {}
     for rec in sorted(records, key=lambda r: int(r["unit"])):
@@ -351,6 +357,8 @@ def units_by_node(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         key = tuple(node.get(k) for k in _NODE_KEYS)
         entry = nodes.setdefault(key, {**dict(zip(_NODE_KEYS, key, strict=True)), "units": []})
         entry["units"].append(int(rec["unit"]))
+        if isinstance(rec.get("cpu_seconds"), (int, float)):
+            entry["cpu_seconds"] = round(entry.get("cpu_seconds", 0.0) + rec["cpu_seconds"], 6)
     return list(nodes.values())
 
 
