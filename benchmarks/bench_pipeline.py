@@ -72,11 +72,12 @@ What is counted: ``n`` / ``throughput`` are rows *read*; ``samples`` / ``samples
 4096-row input batch; ``e2e_sample_all`` and RLlib's row path deliver every row) or, for the
 batch job, samples *written*.
 
-Rounds (default ``--rounds 3``): RLlib's side and ours each run in their own process, alternating
-(RLlib, ours; ours, RLlib; ...), ``--repeats`` runs per side per round (default 1; ours after an
-untimed warm-up on the first file); each figure is the median over rounds with its min / max,
-and each ratio line gives the ratio of the medians and the median of the per-round ratios
-(``_common.summarize_rounds``). ``--rounds 1``: one pass, RLlib first, then ours in this process.
+Rounds (default ``--rounds 3``, 1 with ``--quick``): RLlib's side and ours each run in their own
+process, alternating (RLlib, ours; ours, RLlib; ...), ``--repeats`` runs per side per round
+(default 1; ours after an untimed warm-up on the first file); each figure is the median over
+rounds with its min / max, and each ratio line gives the ratio of the medians and the median of
+the per-round ratios (``_common.summarize_rounds``). ``--rounds 1``: one pass, RLlib first, then
+ours in this process.
 
 Usage: ``python benchmarks/bench_pipeline.py [--data DIR] [--quick] [--repeats K] [--no-rllib]
 [--batch-sizes 4096,65536] [--only rows,episodes,pixels] [--variants e2e,e2e_job,...]
@@ -955,17 +956,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rounds",
         type=int,
-        default=3,
+        default=None,
         help="rounds of (RLlib, ours) -- with --baseline-ref (baseline, ours) -- the order "
         "swapped every round, each side in its own process, --repeats runs per round (default "
         "1 with rounds); figures are medians over rounds, ratios pair the sides of each round "
-        "(default 3; 1: the old single pass, RLlib first, then ours in this process)",
+        "(default 3, 1 with --quick; 1: one pass, RLlib first, then ours in this process)",
     )
     # A side of a --baseline-ref run (a subprocess): its lines only, labelled --impl.
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--impl", default="ours", help=argparse.SUPPRESS)
     parser.add_argument("--package-root", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 3
     data = C.data_dir(args.data)
     only = [w for w in args.only.split(",") if w]
     if set(only) - {"rows", "episodes", "pixels"}:

@@ -32,7 +32,7 @@ CPU model, cores, load, commit):
 ``--rounds R`` runs every configuration once per round, the order reversed every other round
 (``_common.alternate``); figures are medians over rounds with min / max.
 
-Sizes: ``--rows 2000000 --files 20`` finishes in about 3 minutes on 2 cores (one round);
+Sizes: ``--rows 2000000 --rounds 3`` finishes in 2-4 minutes on 2 cores (more under load);
 the defaults (8M rows, 80 files) are the 16-core table of issue 24. Needs only numpy, pyarrow,
 ray and this package (no network): it runs as it is on a machine staged with
 ``../shared/device/stage.sh``.
