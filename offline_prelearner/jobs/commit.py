@@ -26,6 +26,17 @@ against its record (a regular file, its size, its sha256) before the rename; any
 staging folder (a stray file, a temporary name of a killed attempt, an old record) is removed
 first, so it is never committed.
 
+A unit hashes each file as it writes it (never reading it back) and records, with its size and
+sha256, its stat right after the rename (size, inode, mtime_ns). The commit re-hashes a staged
+file only when its stat differs, and that keeps the exactly-once check: a retry or zombie
+attempt of the unit renames a new file over the name (a new inode), and a file rewritten or
+appended to in place gets a new mtime (and size), so either is read and hashed again and refused
+unless its bytes are the recorded ones; a missing file, a non-regular one or one of another size
+is refused by the stat alone. What it would not see is a same-size rewrite in place within the
+filesystem's timestamp tick of the rename that also keeps the inode -- not something a unit of
+this job does. Records without a stat (older ones) and every record ``resume`` adopts (written by
+a process that is gone) are re-hashed in full.
+
 A failed or interrupted job leaves ``--out`` as it was and the staging folder beside it: with
 ``resume=True`` the next run adopts that staging (and its job id) under the lock, re-plans against
 the inputs as they are now, reuses every unit whose record still holds (same job, same plan of
@@ -56,12 +67,14 @@ from .session.interrupts import commit_point
 __all__ = [
     "MANIFEST_FILE",
     "QUARANTINE",
+    "STAGED_STAT",
     "STATS_FILE",
     "Staging",
     "file_sha256",
     "input_fingerprint",
     "input_identity",
     "iter_manifest_files",
+    "staged_stat",
     "tmp_tag",
     "write_json_atomic",
     "write_parquet_atomic",
@@ -72,6 +85,22 @@ _JOB_FILE = "job.json"
 _UNITS = "units"
 #: The folder, inside a job's output, of the rows ``on_invalid="quarantine"`` refused.
 QUARANTINE = "quarantine"
+#: The key, in a unit record's file entry, of the staged file's stat after its rename
+#: (:func:`staged_stat`); never written to the manifest.
+STAGED_STAT = "stat"
+
+
+def staged_stat(st: os.stat_result) -> dict[str, int]:
+    """What a unit records of a file it staged, right after the rename: size, inode, mtime.
+
+    Args:
+        st: the file's ``os.stat`` after its rename into place.
+
+    Returns:
+        ``{"size", "ino", "mtime_ns"}``: the job commit re-hashes the file only when its stat
+        is no longer this.
+    """
+    return {"size": st.st_size, "ino": st.st_ino, "mtime_ns": st.st_mtime_ns}
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
@@ -365,7 +394,8 @@ class Staging:
             entries = self._entries(rec)
         except (KeyError, TypeError, ValueError):
             return False
-        return all(_matches(p, entry) is None for p, entry in entries)
+        # A resumed job's files were left by another process: each is read and hashed again.
+        return all(_matches(p, entry, full=True) is None for p, entry in entries)
 
     def _entries(self, rec: dict[str, Any]) -> list[tuple[Path, dict[str, Any]]]:
         """The files a unit record lists, with their paths in the staging folder: ``files``
@@ -463,11 +493,13 @@ class Staging:
             "job_id": self.job_id,
             **{k: self.job[k] for k in ("version", "format", "prelearner", "engine")},
             "inputs": self.job["inputs"],
-            "files": files,
+            "files": [_unstat(f) for f in files],
             "samples_written": sum(f["rows"] for f in files),
             "config": self.job["config"],
             **extra,
         }
+        if QUARANTINE in extra:
+            manifest[QUARANTINE] = [_unstat(f) for f in extra[QUARANTINE]]
         # What the folder holds, for its readers (io/manifest.py): a process output's samples
         # are not read again as recorded experience.
         manifest["files_dir"] = self.files_dir
@@ -518,8 +550,12 @@ def _name(entry: dict[str, Any]) -> str:
     return name
 
 
-def _matches(path: Path, entry: dict[str, Any]) -> str | None:
-    """None if ``path`` is a regular file of the entry's size and sha256, else what differs."""
+def _matches(path: Path, entry: dict[str, Any], full: bool = False) -> str | None:
+    """None if ``path`` is a regular file of the entry's size and sha256, else what differs.
+
+    The sha256 is checked by reading the file, unless the entry has the file's stat after its
+    unit renamed it (:data:`STAGED_STAT`), the file's stat is still that and ``full`` is false.
+    """
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -528,9 +564,16 @@ def _matches(path: Path, entry: dict[str, Any]) -> str | None:
         return "is not a regular file"
     if st.st_size != entry.get("bytes"):
         return f"is {st.st_size} bytes, its unit wrote {entry.get('bytes')}"
+    if not full and entry.get(STAGED_STAT) == staged_stat(st):
+        return None  # the very file its unit hashed as it wrote it, untouched since
     if entry.get("sha256") is not None and file_sha256(path) != entry["sha256"]:
         return "has another sha256 than its unit wrote"
     return None
+
+
+def _unstat(entry: dict[str, Any]) -> dict[str, Any]:
+    """A unit record's file entry as the manifest lists it: without its staged stat."""
+    return {k: v for k, v in entry.items() if k != STAGED_STAT}
 
 
 def _remove(path: Path) -> None:

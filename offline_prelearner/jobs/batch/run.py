@@ -40,7 +40,7 @@ from ...io.quarantine import quarantine_table
 from ...io.sources import read_table
 from ...io.stores import Location, locate
 from ...prelearner import OfflinePreLearner
-from ..commit import QUARANTINE, file_sha256, tmp_tag, write_json_atomic
+from ..commit import QUARANTINE, STAGED_STAT, staged_stat, tmp_tag, write_json_atomic
 from ..file_batches import concat_tables, parquet_chunks
 from ..ownership import CommitError
 from ..store_commit import sha256_sink, store_failure, write_json
@@ -471,7 +471,9 @@ def _parquet_writer(where: Any, schema: pa.Schema) -> pq.ParquetWriter:
 class _UnitWriter(_FileSplitter):
     """A unit's output: ``<prefix>-<unit>-<k>.parquet`` (``part``: samples; ``quarantine``: the
     rows it refused), a new file whenever the schema changes, written under a temporary name and
-    renamed when the unit ends."""
+    renamed when the unit ends. Each file is hashed as it is written (never read back), flushed
+    to disk before its rename, and its record carries its ``stat`` after the rename (size,
+    inode, mtime): the job commit re-hashes only a file whose stat is no longer that."""
 
     def __init__(
         self, folder: Path, unit: int, layout: Layout = "auto", prefix: str = "part"
@@ -481,8 +483,9 @@ class _UnitWriter(_FileSplitter):
         self.unit = unit
         self.prefix = prefix
         self.writer: pq.ParquetWriter | None = None
+        self.sink: Any = None
         self.schema: pa.Schema | None = None
-        self.done: list[tuple[Path, Path, int]] = []  # (tmp, final, rows)
+        self.done: list[tuple[Path, Path, int, str]] = []  # (tmp, final, rows, sha256)
         self.rows = 0
         self.total = 0  # rows written by this unit so far
 
@@ -493,27 +496,34 @@ class _UnitWriter(_FileSplitter):
     def _open(self, schema: pa.Schema) -> pq.ParquetWriter:
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp, _ = self._tmp(len(self.done))
-        return _parquet_writer(tmp, schema)
+        self.sink = sha256_sink(open(tmp, "wb"))  # noqa: SIM115 -- closed by _finish / abort
+        return _parquet_writer(self.sink, schema)
 
     def _finish(self) -> None:
         if self.writer is None:
             return
         self.writer.close()
+        fh = self.sink.stream
+        fh.flush()
+        os.fsync(fh.fileno())
+        self.sink.close()
         tmp, final = self._tmp(len(self.done))
-        self.done.append((tmp, final, self.rows))
-        self.writer, self.rows = None, 0
+        self.done.append((tmp, final, self.rows, self.sink.hash.hexdigest()))
+        self.writer, self.sink, self.rows = None, None, 0
 
     def close(self) -> list[dict[str, Any]]:
         self._finish()
         files = []
-        for tmp, final, rows in self.done:
+        for tmp, final, rows, sha in self.done:
             os.replace(tmp, final)
+            st = final.stat()
             files.append(
                 {
                     "name": final.name,
                     "rows": rows,
-                    "bytes": final.stat().st_size,
-                    "sha256": file_sha256(final),
+                    "bytes": st.st_size,
+                    "sha256": sha,
+                    STAGED_STAT: staged_stat(st),
                 }
             )
         return files
@@ -523,6 +533,10 @@ class _UnitWriter(_FileSplitter):
             with contextlib.suppress(Exception):  # the error that stopped the unit matters
                 self.writer.close()
             self.writer = None
+        if self.sink is not None:
+            with contextlib.suppress(Exception):
+                self.sink.close()
+            self.sink = None
         for p in self.folder.glob(f".{self.prefix}-{self.unit:05d}-*.tmp-{tmp_tag()}"):
             p.unlink(missing_ok=True)
 
