@@ -484,6 +484,7 @@ class _UnitWriter(_FileSplitter):
         self.prefix = prefix
         self.writer: pq.ParquetWriter | None = None
         self.sink: Any = None
+        self.buffered: Any = None
         self.schema: pa.Schema | None = None
         self.done: list[tuple[Path, Path, int, str]] = []  # (tmp, final, rows, sha256)
         self.rows = 0
@@ -497,19 +498,23 @@ class _UnitWriter(_FileSplitter):
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp, _ = self._tmp(len(self.done))
         self.sink = sha256_sink(open(tmp, "wb"))  # noqa: SIM115 -- closed by _finish / abort
-        return _parquet_writer(self.sink, schema)
+        # Arrow buffers the writer's many small writes: the hashing sink sees 1 MiB ones.
+        self.buffered = pa.BufferedOutputStream(pa.PythonFile(self.sink, mode="w"), 1 << 20)
+        return _parquet_writer(self.buffered, schema)
 
     def _finish(self) -> None:
         if self.writer is None:
             return
         self.writer.close()
+        self.buffered.flush()
         fh = self.sink.stream
         fh.flush()
         os.fsync(fh.fileno())
+        self.buffered.close()
         self.sink.close()
         tmp, final = self._tmp(len(self.done))
         self.done.append((tmp, final, self.rows, self.sink.hash.hexdigest()))
-        self.writer, self.sink, self.rows = None, None, 0
+        self.writer, self.sink, self.buffered, self.rows = None, None, None, 0
 
     def close(self) -> list[dict[str, Any]]:
         self._finish()
@@ -535,8 +540,10 @@ class _UnitWriter(_FileSplitter):
             self.writer = None
         if self.sink is not None:
             with contextlib.suppress(Exception):
+                self.buffered.close()
+            with contextlib.suppress(Exception):
                 self.sink.close()
-            self.sink = None
+            self.sink = self.buffered = None
         for p in self.folder.glob(f".{self.prefix}-{self.unit:05d}-*.tmp-{tmp_tag()}"):
             p.unlink(missing_ok=True)
 
