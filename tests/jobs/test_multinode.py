@@ -200,8 +200,13 @@ def test_a_worker_node_killed_mid_job_gives_the_clean_output_or_exit_3(
     print(f"node lost after {finished_before} unit(s): exit {proc.returncode}")
 
 
-def test_units_by_node_takes_records_with_and_without_a_node() -> None:
-    here = unit_node()  # no Ray in this process: the host alone
+def test_units_by_node_takes_records_with_and_without_a_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Without Ray in the process, the host alone (an earlier test of the same pytest process may
+    # have left a Ray session up: hide the module, as a process that never imported it is).
+    monkeypatch.delitem(sys.modules, "ray", raising=False)
+    here = unit_node()
     assert set(here) == {"host"} and here["host"]
     a = {"ray_node_id": "a" * 56, "ip": "10.0.0.7", "host": "m1"}
     records = [
