@@ -542,6 +542,8 @@ def _unit_task() -> Callable[[bytes, int], dict[str, Any]]:
 
         from offline_prelearner.jobs.batch.batch_job import run_unit_here
 
+        # The driver's own UnitJob (ray.cloudpickle.dumps in _run_on_ray), never a data file's
+        # bytes: those are decoded by the readers, under their limits.
         shared = pickle.loads(job)
         began = time.time()
         return {"record": run_unit_here(shared, unit), "began": began}
