@@ -25,51 +25,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import alternate, emit, header, log
+from bench_scaling import make_rows
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def make_rows(out: Path, n: int, files: int, seed: int = 0) -> Path:
-    """CartPole-sized rows (4 float32 obs, int actions, reward 1), RLlib's names; episodes of
-    5-59 steps cut across ``files`` files. Written once: reused when ``out`` holds them all."""
-    if len(list(out.glob("part-*.parquet"))) == files:
-        return out
-    out.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    lens = rng.integers(5, 60, size=n // 5)
-    lens = lens[np.cumsum(lens) <= n]
-    lens[-1] += n - lens.sum()
-    eid = np.repeat(np.arange(len(lens)), lens)
-    t = np.arange(n) - np.repeat(np.cumsum(lens) - lens, lens)
-    last = t == np.repeat(lens, lens) - 1
-    obs = rng.standard_normal((n + len(lens), 4)).astype(np.float32)
-    idx = np.arange(n) + eid  # an episode has one more observation than steps
-
-    def tensor(a: np.ndarray) -> pa.Array:
-        return pa.FixedSizeListArray.from_arrays(pa.array(a.ravel()), 4)
-
-    for k in range(files):
-        s = slice(k * n // files, (k + 1) * n // files)
-        m = s.stop - s.start
-        table = pa.table(
-            {
-                "eps_id": pa.array(eid[s].astype(str)),
-                "obs": tensor(obs[idx[s]]),
-                "actions": rng.integers(0, 2, m),
-                "rewards": np.ones(m),
-                "new_obs": tensor(obs[idx[s] + 1]),
-                "terminateds": last[s],
-                "truncateds": np.zeros(m, bool),
-            }
-        )
-        pq.write_table(table, out / f"part-{k:05d}.parquet")
-    return out
+def rows_once(out: Path, n: int, files: int) -> None:
+    """:func:`bench_scaling.make_rows`'s rows, written once: reused when ``out`` holds them all."""
+    if len(list(out.glob("part-*.parquet"))) != files:
+        make_rows(out, n, files)
 
 
 def run(command: list[str], env: dict[str, str]) -> dict[str, Any]:
@@ -102,7 +68,7 @@ def main() -> None:
     data = Path(args.data) if args.data else base / f"report_rows_{args.rows}"
     if not args.data:
         log(f"data: {data}")
-        make_rows(data, args.rows, args.files)
+        rows_once(data, args.rows, args.files)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cli = [sys.executable, "-m", "offline_prelearner"]
     with tempfile.TemporaryDirectory() as tmp:
