@@ -22,7 +22,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from conftest import REPO
+from ray_nodes import free_ports
 
 import offline_prelearner as op
 
@@ -90,20 +90,6 @@ class Cluster:
         return out
 
 
-def _free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports free right now (held open together, so they differ)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def _ray_executable() -> str:
     ray = Path(sys.executable).with_name("ray")
     if not ray.is_file():
@@ -155,7 +141,7 @@ def cluster() -> Iterator[Cluster]:
     # Unix socket paths are limited to ~107 bytes: a short directory under /tmp, not tmp_path.
     temp_dir = tempfile.mkdtemp(prefix="opl-", dir="/tmp")
     log = Path(temp_dir) / "ray-start.log"
-    port, client, dash, agent, agent_grpc, env_agent, metrics, node_mgr, obj_mgr = _free_ports(9)
+    port, client, dash, agent, agent_grpc, env_agent, metrics, node_mgr, obj_mgr = free_ports(9)
     cmd = [
         ray,
         "start",
@@ -268,7 +254,7 @@ def test_process_with_ray_address_env_runs_on_the_cluster(cluster: Cluster, tmp_
 
 
 def test_process_without_a_cluster_is_a_prompt_one_line_error(tmp_path: Path) -> None:
-    (port,) = _free_ports(1)  # nothing listens there
+    (port,) = free_ports(1)  # nothing listens there
     start = time.monotonic()
     proc = _process(tmp_path, "--address", f"127.0.0.1:{port}", timeout=NO_CLUSTER_TIMEOUT_S)
     assert time.monotonic() - start < NO_CLUSTER_TIMEOUT_S
