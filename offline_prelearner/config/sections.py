@@ -299,6 +299,15 @@ class ModulesConfig:
             )
 
 
+#: Rows per batch under ``ray.batch_size="auto"`` when samples are drawn: ``train_batch_size``
+#: samples per 4096 rows read, as RLlib's offline reader draws them.
+AUTO_BATCH_ROWS = 4096
+#: Under ``"auto"`` in a batch job with ``sample_all``: at most this many rows per chunk ...
+SAMPLE_ALL_BATCH_ROWS = 1 << 16
+#: ... and about this many bytes of decoded input (never fewer than :data:`AUTO_BATCH_ROWS` rows).
+SAMPLE_ALL_BATCH_BYTES = 16 << 20
+
+
 @dataclass(frozen=True)
 class RayConfig:
     """How the batch job runs on Ray Data.
@@ -311,7 +320,15 @@ class RayConfig:
             a ``t`` column keeps its episodes whole on any number of actors that read their own
             files (each range of files reads the episodes it owns); with ``read="ray"`` use 1,
             or ``group_by_episode``.
-        batch_size: Rows per ``map_batches`` batch (``None``: one block at a time).
+        batch_size: Rows per input batch: each batch goes through the prelearner in one call
+            (``map_batches`` in the learner stream, a unit's chunk in the batch job), and with
+            sampling ``train_batch_size`` samples are drawn per batch (RLlib's rule). ``"auto"``
+            (default): :data:`AUTO_BATCH_ROWS` (4096) rows, except in a batch job with
+            ``sample.sample_all``, where every transition is written whatever the batches are,
+            so they only set speed and memory: there a batch holds
+            :data:`SAMPLE_ALL_BATCH_BYTES` of decoded input (the Parquet footers' sizes), between
+            4096 and :data:`SAMPLE_ALL_BATCH_ROWS` (65536) rows (:meth:`batch_rows`). An int:
+            that many rows; ``None``: one block (learner stream) or one unit (batch job) at a time.
         num_cpus: CPUs reserved per prelearner actor.
         group_by_episode: Group rows by ``eps_id`` with Ray Data (``groupby().map_groups``) so
             every batch holds whole episodes, whatever the file layout.
@@ -341,7 +358,7 @@ class RayConfig:
 
     address: str | None = None
     concurrency: int | None = None
-    batch_size: int | None = 4096
+    batch_size: int | str | None = "auto"
     num_cpus: float = 1.0
     group_by_episode: bool = False
     footer_readers: int | None = None
@@ -360,6 +377,30 @@ class RayConfig:
             )
         check_int("ray.concurrency", self.concurrency, 1, MAX_CONCURRENCY, none_ok=True)
         check_int("ray.footer_readers", self.footer_readers, 1, MAX_CONCURRENCY, none_ok=True)
-        check_int("ray.batch_size", self.batch_size, 1, MAX_BATCH_ROWS, none_ok=True)
+        if isinstance(self.batch_size, str) and self.batch_size != "auto":
+            raise ConfigError(
+                f"ray.batch_size must be 'auto', null or an integer in [1, {MAX_BATCH_ROWS}], "
+                f"found {shown(self.batch_size)}"
+            )
+        if self.batch_size != "auto":
+            check_int("ray.batch_size", self.batch_size, 1, MAX_BATCH_ROWS, none_ok=True)
         check_float("ray.num_cpus", self.num_cpus, 0.0, 1024.0)
         check_bool("ray.group_by_episode", self.group_by_episode)
+
+    @property
+    def rows_per_batch(self) -> int | None:
+        """``batch_size`` in rows (``"auto"``: :data:`AUTO_BATCH_ROWS`; ``None``: no cut)."""
+        return AUTO_BATCH_ROWS if self.batch_size == "auto" else self.batch_size  # type: ignore[return-value]
+
+    def batch_rows(self, sample_all: bool, row_bytes: float | None) -> int | None:
+        """Rows per chunk of a batch job's unit: :attr:`rows_per_batch`, except under
+        ``"auto"`` with ``sample_all``, where as many rows as decode to about
+        :data:`SAMPLE_ALL_BATCH_BYTES` (``row_bytes``: decoded bytes per input row, from the
+        Parquet footers; None when unknown: :data:`AUTO_BATCH_ROWS`), between
+        :data:`AUTO_BATCH_ROWS` and :data:`SAMPLE_ALL_BATCH_ROWS`. A chunk costs about a
+        millisecond of fixed work (a pass of each stage over it): 65536-row chunks of CartPole
+        rows take 0.65-0.75x the CPU of 4096-row ones."""
+        if self.batch_size != "auto" or not sample_all or not row_bytes or row_bytes <= 0:
+            return self.rows_per_batch
+        fits = int(SAMPLE_ALL_BATCH_BYTES // row_bytes)
+        return max(AUTO_BATCH_ROWS, min(SAMPLE_ALL_BATCH_ROWS, fits))

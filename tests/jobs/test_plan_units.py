@@ -25,7 +25,7 @@ IDS = ["a", "b", "c", "10", "9", "é", ""]
 
 def reference_units(files: list[str], min_rows: int) -> tuple[P.Unit, ...]:
     """The plan's units as the per-key Python loop computed them (before the columnar plan)."""
-    inputs, refused = P._check_inputs(files, CONFIG)
+    inputs, refused, _ = P._check_inputs(files, CONFIG)
     keys = P._key_columns(CONFIG, pq.read_schema(files[0]).names)
     unit_of = P._group_files(inputs, min_rows)
     n_units = unit_of[-1] + 1

@@ -521,8 +521,8 @@ def _samples_rule(config: PreLearnerConfig) -> str:
     if s.sample_all:
         return "sample_all: every transition (or sequence) of every complete episode, once"
     return (
-        f"replay: {s.train_batch_size} samples per {config.ray.batch_size or 'whole'}-row input "
-        "batch, from a buffer of the episodes read so far in that unit of work"
+        f"replay: {s.train_batch_size} samples per {config.ray.rows_per_batch or 'whole'}-row "
+        "input batch, from a buffer of the episodes read so far in that unit of work"
     )
 
 

@@ -69,12 +69,14 @@ class InputFile:
     @classmethod
     def checked(
         cls, path: str, limits: DecodeLimits = DEFAULT_LIMITS
-    ) -> tuple[InputFile, pa.Schema | None]:
-        """The file and, for Parquet, its schema from the footer, which is checked against
-        ``limits`` (:mod:`~offline_prelearner.io.parquet_guard`: a DataError refuses a bomb)."""
+    ) -> tuple[InputFile, pa.Schema | None, int | None]:
+        """The file and, for Parquet, its schema and the bytes its rows decode to (the row
+        groups' uncompressed sizes) from the footer, which is checked against ``limits``
+        (:mod:`~offline_prelearner.io.parquet_guard`: a DataError refuses a bomb)."""
         st = file_stat(path)
         schema = None
         rows = None
+        decoded = None
         if path.endswith(".arrow"):  # Minari's arrow backend: one episode per file
             try:
                 with _arrow_source(path) as src:
@@ -84,10 +86,12 @@ class InputFile:
         elif not path.endswith((*JSON_EXT, ".hdf5", ".h5")):
             try:
                 pf = open_parquet(path, limits, size=st.st_size)
-                rows, schema = pf.metadata.num_rows, pf.schema_arrow
+                meta = pf.metadata
+                rows, schema = meta.num_rows, pf.schema_arrow
+                decoded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
             except (pa.ArrowInvalid, OSError):
                 rows = None  # the reader names the file when it fails on it
-        return cls(path, st.st_size, st.st_mtime_ns, rows), schema
+        return cls(path, st.st_size, st.st_mtime_ns, rows), schema, decoded
 
     def to_dict(self) -> dict[str, Any]:
         """The file as a JSON-able dict (a unit record's inputs)."""
@@ -127,6 +131,15 @@ class Plan:
     units: tuple[Unit, ...]
     key_columns: tuple[str, ...] = ()  # eps_id [, agent_id] columns; () = no ownership
     whole_files: bool = False  # each file is read as one table (Minari, D4RL)
+    #: Bytes an input row decodes to, on average over the Parquet inputs' footers (None: no
+    #: footer said): what sizes a unit's chunks under ``ray.batch_size="auto"``
+    #: (:meth:`~offline_prelearner.config.RayConfig.batch_rows`).
+    row_bytes: float | None = None
+
+    def batch_rows(self, config: PreLearnerConfig) -> int | None:
+        """Rows per chunk of this plan's units
+        (:meth:`~offline_prelearner.config.RayConfig.batch_rows`)."""
+        return config.ray.batch_rows(config.sample.sample_all, self.row_bytes)
 
     def unit_inputs(self, unit: Unit) -> list[dict[str, Any]]:
         """The input files a unit reads from, as dicts, in file order."""
@@ -181,31 +194,35 @@ def _group_files(inputs: tuple[InputFile, ...], min_rows: int) -> list[int]:
 
 def _check_inputs(
     files: list[str], config: PreLearnerConfig
-) -> tuple[tuple[InputFile, ...], set[int]]:
+) -> tuple[tuple[InputFile, ...], set[int], float | None]:
     """Every input as the plan sees it, its Parquet footer checked on this process (the driver,
     on the Ray engine) before any unit opens it: against ``read.limits``
     (:mod:`~offline_prelearner.io.parquet_guard`) and, for row data, the schemas against each
     other (:func:`~offline_prelearner.io.parquet_guard.check_drift`). Under ``on_invalid="raise"``
     a refusal ends the job here; under skip or quarantine the file's rows are unknown and the
-    unit that reads it refuses and counts it (returned: the indices of those files)."""
+    unit that reads it refuses and counts it (returned: the indices of those files), and the
+    bytes a row decodes to on average (:attr:`Plan.row_bytes`)."""
     limits = config.read.limits
     inputs: list[InputFile] = []
     schemas: list[pa.Schema | None] = []
     refused: set[int] = set()
+    decoded_bytes = decoded_rows = 0
     for i, f in enumerate(files):
         try:
-            got, schema = InputFile.checked(f, limits)
+            got, schema, decoded = InputFile.checked(f, limits)
         except DataError:
             if config.read.on_invalid == "raise":
                 raise
             st = file_stat(f)
-            got, schema = InputFile(f, st.st_size, st.st_mtime_ns, None), None
+            got, schema, decoded = InputFile(f, st.st_size, st.st_mtime_ns, None), None, None
             refused.add(i)
         inputs.append(got)
         schemas.append(schema)
+        if decoded is not None and got.rows:
+            decoded_bytes, decoded_rows = decoded_bytes + decoded, decoded_rows + got.rows
     if config.read.format == "rows":
         check_drift(files, schemas)
-    return tuple(inputs), refused
+    return tuple(inputs), refused, (decoded_bytes / decoded_rows if decoded_rows else None)
 
 
 #: Overrides :data:`UNIT_MIN_ROWS` (more, smaller units: parallelism, fault tests).
@@ -219,7 +236,7 @@ def plan_units(files: list[str], config: PreLearnerConfig, min_rows: int | None 
     """
     if min_rows is None:
         min_rows = int(os.environ.get(UNIT_MIN_ROWS_ENV, UNIT_MIN_ROWS))
-    inputs, refused = _check_inputs(files, config)
+    inputs, refused, row_bytes = _check_inputs(files, config)
     fmt = config.read.format
     if fmt in WHOLE_FILE_FORMATS:
         unit_of = _group_files(inputs, min_rows) if fmt == "minari" else list(range(len(files)))
@@ -227,7 +244,7 @@ def plan_units(files: list[str], config: PreLearnerConfig, min_rows: int | None 
             Unit(u, tuple(Part(i) for i in range(len(files)) if unit_of[i] == u))
             for u in range(unit_of[-1] + 1)
         ]
-        return Plan(inputs, tuple(units), whole_files=True)
+        return Plan(inputs, tuple(units), whole_files=True, row_bytes=row_bytes)
     if fmt != "rows":
         return Plan(inputs, (Unit(0, tuple(Part(i) for i in range(len(files)))),))
     # The columns of the first file that holds rows (an empty partition may hold none at all).
@@ -238,7 +255,8 @@ def plan_units(files: list[str], config: PreLearnerConfig, min_rows: int | None 
         names = []
     keys = _key_columns(config, names)
     if not keys:  # episodes are split at done flags within each file: a unit per file
-        return Plan(inputs, tuple(Unit(i, (Part(i),)) for i in range(len(files))))
+        per_file = tuple(Unit(i, (Part(i),)) for i in range(len(files)))
+        return Plan(inputs, per_file, row_bytes=row_bytes)
     unit_of = _group_files(inputs, min_rows)
     n_units = unit_of[-1] + 1
     foreign: list[list[str]] = [[] for _ in files]  # per file: keys owned by an earlier unit
@@ -257,7 +275,7 @@ def plan_units(files: list[str], config: PreLearnerConfig, min_rows: int | None 
             got, end = ahead[u][j]
             parts.append(Part(j, stop=end, keep=tuple(sorted(got))))
         units.append(Unit(u, tuple(parts)))
-    return Plan(inputs, tuple(units), keys)
+    return Plan(inputs, tuple(units), keys, row_bytes=row_bytes)
 
 
 def _last_rows(k: pa.Array) -> tuple[pa.Array, np.ndarray]:

@@ -1,9 +1,10 @@
 """One unit of the batch job run: read its rows, run a fresh prelearner, write its files.
 
 :func:`run_unit` runs a fresh prelearner (seeded from the job's seed and the unit's index) over
-a unit's rows in ``ray.batch_size`` chunks and writes ``samples/part-<unit>-<k>.parquet`` through
-temporary names, then the unit's record (rows, checksums, ledger); the same function runs in
-the in-process engine and in a Ray task, so the two write the same bytes. Under
+a unit's rows in chunks of ``ray.batch_size`` rows (:meth:`~.plan.Plan.batch_rows`) and writes
+``samples/part-<unit>-<k>.parquet`` through temporary names (its outputs held until they fill a
+row group, :data:`ROW_GROUP_ROWS`), then the unit's record (rows, checksums, ledger); the same
+function runs in the in-process engine and in a Ray task, so the two write the same bytes. Under
 ``on_invalid="quarantine"`` the rows it refused go to ``quarantine/quarantine-<unit>-<k>.parquet``
 the same way. A record carries the job's id and the unit's key (:func:`~.plan.unit_key`: its
 parts and the identity of every file they read), which is what a resume compares before reusing
@@ -264,7 +265,7 @@ def _run(
         chunks = read_unit(
             job.plan,
             unit,
-            config.ray.batch_size,
+            job.plan.batch_rows(config),
             tally.unreadable if skip else None,
             config.read.limits,
         )
@@ -428,15 +429,31 @@ def _located(
     return type(e)(message, where, reason=e.reason)
 
 
+#: A unit's sample files hold row groups of up to this many rows: the prelearner's outputs (one
+#: per input chunk: ``train_batch_size`` samples, or a chunk's transitions under ``sample_all``)
+#: are held and written together, so a reader finds row groups of useful size (not one of 256
+#: rows per 4096 input rows) and the writer pays its per-row-group cost (statistics, pages, one
+#: call per column) once per group rather than once per chunk.
+ROW_GROUP_ROWS = 1 << 16
+#: ... or of this many bytes held in memory, whichever comes first (pixel rows).
+ROW_GROUP_BYTES = 64 << 20
+
+
 class _FileSplitter(abc.ABC):
     """What both unit writers share: batches in, one Parquet file per run of one schema (a new
-    file whenever the schema changes), rows counted; where a file goes is the subclass's."""
+    file whenever the schema changes), batches held until they fill a row group
+    (:data:`ROW_GROUP_ROWS` / :data:`ROW_GROUP_BYTES`), rows counted; where a file goes is the
+    subclass's."""
 
-    layout: Layout
-    writer: pq.ParquetWriter | None
-    schema: pa.Schema | None
-    rows: int  # rows in the file being written
-    total: int  # rows written by this unit so far
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.writer: pq.ParquetWriter | None = None
+        self.schema: pa.Schema | None = None
+        self.rows = 0  # rows in the file being written (held ones included)
+        self.total = 0  # rows written by this unit so far (held ones included)
+        self.held: list[pa.Table] = []  # the next row group's batches
+        self.held_rows = 0
+        self.held_bytes = 0
 
     def write(self, columns: Any) -> None:
         """Appends a batch (an Arrow table or columns), starting a new file on a new schema."""
@@ -451,9 +468,20 @@ class _FileSplitter(abc.ABC):
             self._finish()
             self.writer = self._open(table.schema)
             self.schema = table.schema
-        self.writer.write_table(table)
+        self.held.append(table)
+        self.held_rows += table.num_rows
+        self.held_bytes += table.nbytes
         self.rows += table.num_rows
         self.total += table.num_rows
+        if self.held_rows >= ROW_GROUP_ROWS or self.held_bytes >= ROW_GROUP_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Writes the held batches as one row group."""
+        if self.held and self.writer is not None:
+            held = self.held
+            self.writer.write_table(held[0] if len(held) == 1 else pa.concat_tables(held))
+        self.held, self.held_rows, self.held_bytes = [], 0, 0
 
     @abc.abstractmethod
     def _open(self, schema: pa.Schema) -> pq.ParquetWriter:
@@ -461,7 +489,8 @@ class _FileSplitter(abc.ABC):
 
     @abc.abstractmethod
     def _finish(self) -> None:
-        """Ends the file being written, if any (each writer says what that takes)."""
+        """Ends the file being written, if any, its held batches written first (each writer
+        says what ending takes)."""
 
 
 def _parquet_writer(where: Any, schema: pa.Schema) -> pq.ParquetWriter:
@@ -478,17 +507,13 @@ class _UnitWriter(_FileSplitter):
     def __init__(
         self, folder: Path, unit: int, layout: Layout = "auto", prefix: str = "part"
     ) -> None:
+        super().__init__(layout)
         self.folder = folder
-        self.layout = layout
         self.unit = unit
         self.prefix = prefix
-        self.writer: pq.ParquetWriter | None = None
         self.sink: Any = None
         self.buffered: Any = None
-        self.schema: pa.Schema | None = None
         self.done: list[tuple[Path, Path, int, str]] = []  # (tmp, final, rows, sha256)
-        self.rows = 0
-        self.total = 0  # rows written by this unit so far
 
     def _tmp(self, k: int) -> tuple[Path, Path]:
         name = f"{self.prefix}-{self.unit:05d}-{k:03d}.parquet"
@@ -505,6 +530,7 @@ class _UnitWriter(_FileSplitter):
     def _finish(self) -> None:
         if self.writer is None:
             return
+        self._flush()
         self.writer.close()
         self.buffered.flush()
         fh = self.sink.stream
@@ -534,6 +560,7 @@ class _UnitWriter(_FileSplitter):
         return files
 
     def abort(self) -> None:
+        self.held = []
         if self.writer is not None:
             with contextlib.suppress(Exception):  # the error that stopped the unit matters
                 self.writer.close()
@@ -561,18 +588,14 @@ class _StoreUnitWriter(_FileSplitter):
         layout: Layout = "auto",
         prefix: str = "part",
     ) -> None:
+        super().__init__(layout)
         self.folder = folder
-        self.layout = layout
         self.unit = unit
         self.attempt = attempt
         self.prefix = prefix
-        self.writer: pq.ParquetWriter | None = None
         self.sink: Any = None
-        self.schema: pa.Schema | None = None
         self.files: list[dict[str, Any]] = []
         self.opened: list[Location] = []
-        self.rows = 0
-        self.total = 0
 
     def _name(self, k: int) -> str:
         return f"{self.prefix}-{self.attempt}-{self.unit:05d}-{k:03d}.parquet"
@@ -586,6 +609,7 @@ class _StoreUnitWriter(_FileSplitter):
     def _finish(self) -> None:
         if self.writer is None:
             return
+        self._flush()
         self.writer.close()
         self.sink.close()  # the upload completes: the object is there, whole
         self.files.append(
@@ -603,6 +627,7 @@ class _StoreUnitWriter(_FileSplitter):
         return self.files
 
     def abort(self) -> None:
+        self.held = []
         with contextlib.suppress(Exception):  # the error that stopped the unit matters
             if self.writer is not None:
                 self.writer.close()

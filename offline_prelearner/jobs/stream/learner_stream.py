@@ -81,7 +81,7 @@ class OfflinePreLearnerActor:
 
 class ReadingPreLearnerActor(OfflinePreLearnerActor):
     """The learner stream's actor: takes the index of a group of *file names* and reads them
-    itself, in ``config.ray.batch_size``-row batches, one batch ahead on a thread, across groups
+    itself, in ``config.ray.rows_per_batch``-row batches, one batch ahead on a thread, across groups
     when it is the only actor (:class:`~offline_prelearner.jobs.file_batches.ReadAhead`: the
     input never passes through the object store). The prelearner is told each batch's file, so
     its errors name it."""
@@ -99,7 +99,9 @@ class ReadingPreLearnerActor(OfflinePreLearnerActor):
         # Ray caps a worker's thread pools at its CPUs (OMP_NUM_THREADS); this actor does the
         # reading that read tasks did on other CPUs, and decodes its columns in parallel.
         pa.set_cpu_count(max(pa.cpu_count(), config.ray.read_threads))
-        self.reader = ReadAhead(groups or [], config.ray.batch_size, read_ahead, config.read.limits)
+        self.reader = ReadAhead(
+            groups or [], config.ray.rows_per_batch, read_ahead, config.read.limits
+        )
 
     def __call__(self, batch: Any) -> Iterator[Any]:
         # The prelearner's state (fragments waiting for their continuation) needs the groups in
@@ -187,7 +189,7 @@ def _map(
         if config.read.on_invalid == "raise":  # bombs and drift: one line, no actor started
             check_files(files, config.read.limits)
         actors = rc.concurrency or 1
-        names = read_groups(files, rc.batch_size)
+        names = read_groups(files, rc.rows_per_batch)
         # Several actors and rows without t: each range reads the episodes it owns, whole.
         plan = plan_ranges(names, config) if actors > 1 else None
         groups: Sequence[Sequence[str | FilePiece]] = names if plan is None else plan
@@ -218,7 +220,7 @@ def _map(
             OfflinePreLearnerActor,
             fn_constructor_kwargs=kwargs,
             compute=ray.data.ActorPoolStrategy(size=rc.concurrency or 1),
-            batch_size=rc.batch_size,
+            batch_size=rc.rows_per_batch,
             batch_format="pyarrow",
             **remote_args,
         )
