@@ -419,6 +419,7 @@ def _run_job(
             "units_reused": len(kept),
             "samples_written": samples_out,
             "samples_rule": _samples_rule(config),
+            "batch_rows": plan.batch_rows(config),  # rows per chunk of a unit (ray.batch_size)
             "quarantine_files": [_at(out, f["name"]) for f in quarantined],
             "rows_quarantined": sum(f["rows"] for f in quarantined),
             "wall_seconds": round(seconds, 3),
