@@ -24,7 +24,9 @@ Workloads (bench names; ``b<N>`` is the ``map_batches`` batch size in input rows
   output, unit records, manifest, commit; removing ``OUT`` afterwards is not timed).
   ``e2e_job_local`` -- the same with ``engine="local"`` (the units in the driver process).
   ``e2e_job_sample_all`` / ``e2e_job_sample_all_local`` -- both with ``sample_all=true`` (every
-  transition written once: here rows/s is the honest figure).
+  transition written once: here rows/s is the honest figure). ``e2e_job_sample_all_auto`` -- the
+  Ray job with ``sample_all`` and ``ray.batch_size="auto"``, the default, whatever ``<N>`` says
+  (its chunks hold ~16 MiB of input: 65,536 CartPole rows); ``<N>`` still sets the RLlib side's.
 * ``--baseline-ref REF`` (e.g. ``f391f09``, the code before the batch job became units + commit)
   also runs the row / episode benches with the package as of ``REF``: a ``git worktree`` of it
   under ``<repo>/.bench/`` (the checkout is not touched), the same script and interpreter in a
@@ -114,6 +116,7 @@ ROW_VARIANTS: dict[str, tuple[dict[str, Any], str]] = {
     "e2e_job_local": ({}, "job:local"),
     "e2e_job_sample_all": ({"sample_all": True}, "job:ray"),
     "e2e_job_sample_all_local": ({"sample_all": True}, "job:local"),
+    "e2e_job_sample_all_auto": ({"sample_all": True, "ray.batch_size": "auto"}, "job:ray"),
 }
 #: ``--quick`` runs these row variants only.
 QUICK_VARIANTS = ("e2e", "e2e_sample_all", "e2e_job", "e2e_job_local")
