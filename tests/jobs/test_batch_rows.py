@@ -125,3 +125,16 @@ def test_a_units_samples_fill_row_groups(tmp_path: Path, monkeypatch: Any) -> No
     assert _row_groups(tmp_path / "bytes") == [64] * 10
     want = _samples(tmp_path / "default")
     assert want.equals(_samples(tmp_path / "rows")) and want.equals(_samples(tmp_path / "bytes"))
+
+
+def test_indices_are_written_without_a_dictionary(tmp_path: Path) -> None:
+    """A distinct handle per row: the dictionary page pyarrow would try is always thrown away;
+    the ids, actions and flags keep theirs."""
+    run_pipeline(ROWS, {"sample_all": True}, out_dir=tmp_path / "out", engine="local")
+    for f in sorted((tmp_path / "out" / "samples").glob("*.parquet")):
+        group = pq.ParquetFile(f).metadata.row_group(0)
+        chunks = {group.column(i).path_in_schema: group.column(i) for i in range(group.num_columns)}
+        assert chunks["indices"].dictionary_page_offset is None
+        assert "RLE_DICTIONARY" not in chunks["indices"].encodings
+        assert chunks["eps_id"].dictionary_page_offset is not None
+        assert chunks["actions"].dictionary_page_offset is not None

@@ -41,6 +41,7 @@ from ...io.quarantine import quarantine_table
 from ...io.sources import read_table
 from ...io.stores import Location, locate
 from ...prelearner import OfflinePreLearner
+from ...replay.replay_buffer import INDICES
 from ..commit import QUARANTINE, STAGED_STAT, staged_stat, tmp_tag, write_json_atomic
 from ..file_batches import concat_tables, parquet_chunks
 from ..ownership import CommitError
@@ -494,7 +495,14 @@ class _FileSplitter(abc.ABC):
 
 
 def _parquet_writer(where: Any, schema: pa.Schema) -> pq.ParquetWriter:
-    return pq.ParquetWriter(where, schema, use_dictionary=parquet_dictionary_columns(schema))
+    """A writer with the package's dictionary choice (:func:`parquet_dictionary_columns`), less
+    the samples' ``indices``: a distinct buffer handle per row, so pyarrow's dictionary page is
+    always thrown away (on CartPole samples it cost ~19% of the write's CPU and 5% more bytes)."""
+    dictionary = parquet_dictionary_columns(schema)
+    if INDICES in schema.names and dictionary is not False:
+        names = schema.names if dictionary is True else dictionary
+        dictionary = [n for n in names if n != INDICES]
+    return pq.ParquetWriter(where, schema, use_dictionary=dictionary)
 
 
 class _UnitWriter(_FileSplitter):
