@@ -130,41 +130,12 @@ def _cumsum(values: np.ndarray, out: np.ndarray) -> None:
 
 def _recompute(tree: np.ndarray, pos: np.ndarray, n: int, levels: int, is_min: bool) -> None:
     """Recomputes the ``levels`` ancestors of the ``n`` nodes ``pos[:n]`` (heap indices on one
-    level) from their children, level by level; ``pos`` is overwritten. Near the top, where a
-    level has few nodes compared with ``n``, it is recomputed whole instead (cheaper, and the same
-    result: every node is a function of its children)."""
-    level_width = 0
-    if n > 0:
-        level_width = 1
-        while level_width <= pos[0]:
-            level_width <<= 1
-        level_width >>= 1  # nodes on the level of pos (a power of two)
-    for _ in range(levels):
-        level_width >>= 1
-        if level_width <= 8 * n:
-            for node in range(level_width, 2 * level_width):
-                a, b = tree[2 * node], tree[2 * node + 1]
-                if is_min:
-                    tree[node] = b if b < a else a
-                else:
-                    tree[node] = a + b
-            continue
-        for k in range(n):
-            node = pos[k] >> 1
-            pos[k] = node
-            a, b = tree[2 * node], tree[2 * node + 1]
-            if is_min:
-                tree[node] = b if b < a else a
-            else:
-                tree[node] = a + b
-
-
-def _recompute_runs(tree: np.ndarray, pos: np.ndarray, n: int, levels: int, is_min: bool) -> None:
-    """:func:`_recompute` for runs of consecutive nodes (``pos[:n]`` in any order, repeats
-    allowed): a parent equal to the one just before it is skipped, so sorted nodes (a run of new
-    steps) touch each ancestor once -- a run of ``k`` leaves costs about ``2k`` node updates, not
-    ``k`` per level -- and the whole-level switch counts the nodes left, not ``n``. The batch
-    writes of sampled slots keep :func:`_recompute`, whose parents are rarely shared."""
+    level, any order, repeats allowed) from their children, level by level; ``pos`` is
+    overwritten. A parent equal to the one just before it is skipped, so sorted nodes (a run of
+    new steps) touch each ancestor once -- a run of ``k`` leaves costs about ``2k`` node updates,
+    not ``k`` per level -- while scattered ones (sampled slots) rarely share one. Near the top,
+    where a level has few nodes compared with the nodes left, it is recomputed whole instead
+    (cheaper, and the same result: every node is a function of its children)."""
     level_width = 0
     if n > 0:
         level_width = 1
@@ -223,7 +194,7 @@ def _fill(
     stored levels above the leaves recomputed in both trees. The prioritized sampler's ``on_add``
     (new steps at the maximum priority) and ``on_evict`` (0 and ``+inf``): one pass over the
     leaves, and each ancestor recomputed once when the leaves are sorted (see
-    :func:`_recompute_runs`)."""
+    :func:`_recompute`)."""
     n = leaves.size
     pos = np.empty(n, dtype=np.int64)
     for k in range(n):
@@ -232,8 +203,8 @@ def _fill(
         mins[p] = min_value
         pos[k] = p
     if n:
-        _recompute_runs(sums, pos.copy(), n, levels, False)
-        _recompute_runs(mins, pos, n, levels, True)
+        _recompute(sums, pos.copy(), n, levels, False)
+        _recompute(mins, pos, n, levels, True)
 
 
 def _apply_priorities(
@@ -344,7 +315,7 @@ def _load() -> SimpleNamespace | None:
 
 def _wrap() -> tuple[SimpleNamespace | None, str | None]:
     """``(the compiled loops, None)``, or ``(None, why not)``."""
-    global _recompute, _recompute_runs
+    global _recompute
     if not _env_allows():
         return None, f"{_ENV}={os.environ.get(_ENV)} in the environment"
     try:
@@ -357,5 +328,4 @@ def _wrap() -> tuple[SimpleNamespace | None, str | None]:
     except RuntimeError:  # then every process compiles (about 2 s), rather than failing
         jit = numba.njit(nogil=True)
     _recompute = jit(_recompute)  # called from the other loops: compiled first, by name
-    _recompute_runs = jit(_recompute_runs)
     return SimpleNamespace(**{name: jit(fn) for name, fn in _LOOPS.items()}), None
