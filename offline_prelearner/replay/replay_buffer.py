@@ -480,9 +480,7 @@ def sample_all_columns(
     steps_held = int(columns.length.sum()) + len(columns)
     buf = EpisodeReplayBuffer(steps_held + 1, InOrder(), unit, seed=seed)
     buf.add_columns(columns if keys is ids else replace(columns, ids=keys))
-    total = buf.valid_starts().total
-    batch = buf.sample(total) if total else None
-    return batch if batch is None or keys is ids else real_ids(batch)
+    return _sample_all_held(buf, keyed=keys is not ids)
 
 
 def sample_all_episodes(
@@ -507,9 +505,15 @@ def sample_all_episodes(
         episodes = with_ids(episodes, keys)
     buf = EpisodeReplayBuffer(sum(len(e) + 1 for e in episodes) + 1, InOrder(), unit, seed=seed)
     buf.add(episodes)
+    return _sample_all_held(buf, keyed=keys is not ids)
+
+
+def _sample_all_held(buf: EpisodeReplayBuffer, *, keyed: bool) -> SampleBatch | None:
+    """Everything an :class:`~.samplers.in_order.InOrder` buffer holds, once (None: nothing
+    sampleable), with the episodes' own ids back where :func:`agent_keys` keyed them apart."""
     total = buf.valid_starts().total
     batch = buf.sample(total) if total else None
-    return batch if batch is None or keys is ids else real_ids(batch)
+    return real_ids(batch) if batch is not None and keyed else batch
 
 
 def agent_keys(ids: list[Any], agents: list[Any], *, always: bool = False) -> list[Any]:
