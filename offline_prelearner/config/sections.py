@@ -390,7 +390,8 @@ class RayConfig:
     @property
     def rows_per_batch(self) -> int | None:
         """``batch_size`` in rows (``"auto"``: :data:`AUTO_BATCH_ROWS`; ``None``: no cut)."""
-        return AUTO_BATCH_ROWS if self.batch_size == "auto" else self.batch_size  # type: ignore[return-value]
+        size = self.batch_size
+        return AUTO_BATCH_ROWS if isinstance(size, str) else size  # "auto": the one word allowed
 
     def batch_rows(self, sample_all: bool, row_bytes: float | None) -> int | None:
         """Rows per chunk of a batch job's unit: :attr:`rows_per_batch`, except under

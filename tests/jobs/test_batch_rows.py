@@ -94,7 +94,7 @@ def test_sample_all_writes_the_same_transitions_whatever_the_chunks(
         res = run_pipeline(ROWS, updates, out_dir=tmp_path / str(size), engine="local")
         tables.append(_samples(tmp_path / str(size)).drop_columns(["indices"]))
         fragments.append(res.stats["fragments"])
-        assert res.stats["batch_rows"] == {"auto": 65536}.get(size, size)  # type: ignore[call-overload]
+        assert res.stats["batch_rows"] == (65536 if size == "auto" else size)
     assert tables[0].num_rows == 5000  # a transition per row
     assert tables[0].equals(tables[1]) and tables[1].equals(tables[2])
     assert fragments[0] > fragments[1] > fragments[2] == res.stats["episodes_kept"]
