@@ -159,6 +159,31 @@ def test_each_schema_is_draft_2020_12_described_and_closed(kind: str) -> None:
     assert declared >= 3
 
 
+def _property_names(node: Any) -> Iterator[str]:
+    if isinstance(node, list):
+        for item in node:
+            yield from _property_names(item)
+    elif isinstance(node, dict):
+        if node.get("type") == "object":
+            yield from node.get("properties", {})
+        for value in node.values():
+            yield from _property_names(value)
+
+
+def test_docs_outputs_names_every_key_and_links_every_schema() -> None:
+    """docs/OUTPUTS.md says in prose what the schemas say: a key added to a schema without a
+    word there fails here."""
+    doc = (REPO / "docs" / "OUTPUTS.md").read_text()
+    for kind in OUTPUT_KINDS:
+        assert f"(../offline_prelearner/io/json_schemas/{kind}.schema.json)" in doc
+        assert (
+            REPO / "offline_prelearner" / "io" / "json_schemas" / f"{kind}.schema.json"
+        ).is_file()
+        names = set(_property_names(output_schema(kind)))
+        missing = sorted(n for n in names if f"`{n}`" not in doc)
+        assert not missing, f"docs/OUTPUTS.md does not name these keys of {kind}: {missing}"
+
+
 def test_output_schema_names_its_kinds() -> None:
     assert OUTPUT_KINDS == ("process-stats", "convert-stats", "manifest")
     first = output_schema("manifest")
