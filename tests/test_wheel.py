@@ -113,6 +113,8 @@ def test_wheel_holds_the_package_and_its_presets(wheel_venv: tuple[Path, Path]) 
     names = set(zipfile.ZipFile(wheel).namelist())
     presets = sorted(p.name for p in (REPO / "schemas").glob("*.json"))
     assert {f"{PACKAGE}/schemas/{p}" for p in presets} <= names
+    outputs = sorted(p.name for p in (REPO / PACKAGE / "io" / "json_schemas").glob("*.json"))
+    assert len(outputs) == 3 and {f"{PACKAGE}/io/json_schemas/{p}" for p in outputs} <= names
     modules = {
         p.relative_to(REPO).as_posix()
         for p in (REPO / PACKAGE).rglob("*.py")
@@ -136,10 +138,14 @@ def test_installed_wheel_runs_the_readme_from_elsewhere(
     probe = (
         "import json, offline_prelearner as op; from offline_prelearner.io.schema import "
         "available_schemas, load_schema, schemas_dir; op.OfflinePreLearner(); "
+        "from offline_prelearner.io.output_schema import output_schema; "
         "print(json.dumps([op.__file__, str(schemas_dir()), available_schemas(), "
-        "load_schema('d4rl').name]))"
+        "load_schema('d4rl').name, output_schema('manifest')['title']]))"
     )
-    file, presets_dir, presets, d4rl = json.loads(_sh(python, "-c", probe, cwd=elsewhere, env=env))
+    file, presets_dir, presets, d4rl, manifest_schema = json.loads(
+        _sh(python, "-c", probe, cwd=elsewhere, env=env)
+    )
+    assert manifest_schema == "_manifest.json: a committed output"  # the output schemas' data
     inside = venv.resolve()
     assert Path(file).resolve().is_relative_to(inside), file
     assert Path(presets_dir).resolve().is_relative_to(inside), presets_dir
