@@ -5,7 +5,7 @@ The schemas (``offline_prelearner/io/json_schemas/``, loaded with
 today, key by key. Every test here validates *real* outputs, written by the commands a user runs:
 
 * ``process`` on both engines, n-step 1 and 3, ``sample_all`` on and off, a sample cap, msgpack
-  episodes, old-stack JSON lines (input rows unknown), multi-agent rows;
+  episodes, old-stack JSON lines and a D4RL file (input rows unknown), multi-agent rows;
 * ``process --on-invalid skip`` over a bad file and bad rows, ``--on-invalid quarantine``;
 * a job that failed on bad data, then ``--resume``\\d (units reused), on the local disk and on S3;
 * ``process`` and ``convert`` into an object store (SeaweedFS's S3, Azurite's blob service;
@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import REPO
 from corpus import make_corpus as mc
+from test_convert_matrix import _write_d4rl_source
 
 from offline_prelearner import cli
 from offline_prelearner.config import PreLearnerConfig
@@ -225,6 +226,15 @@ def test_process_of_old_stack_json_lines_is_valid(tmp_path: Path) -> None:
     assert [f["rows"] for f in manifest["inputs"]] == [None]
 
 
+def test_process_of_a_d4rl_file_is_valid(tmp_path: Path) -> None:
+    data = _write_d4rl_source(tmp_path / "d4rl.hdf5", example_episodes(8, fragment=False))
+    out = tmp_path / "out"
+    cli_run("process", data, "--out", out, "--engine", "local", "--json")
+    stats, manifest = check_process(out)
+    assert stats["format"] == "d4rl" and stats["episodes_kept"] == 8
+    assert [f["rows"] for f in manifest["inputs"]] == [None]
+
+
 def test_process_of_multi_agent_rows_is_valid(tmp_path: Path) -> None:
     eps = example_episodes(12, fragment=False)
     for i, ep in enumerate(eps):
@@ -324,12 +334,24 @@ def test_resumed_job_on_s3_is_valid(
 def test_convert_into_a_store_is_valid(
     store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the local twin's folder
+    """Minari's fixed names (under a folder named by the job) and a file-by-file conversion
+    that quarantines (its files and quarantine file renamed with the job's id)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the local twins' folder
     out = f"{store}/minari"
     cli_run("convert", ROWS, "--to", "minari", "--env-id", "CartPole-v1", "--out", out, "--json")
     stats, manifest = check_convert(out)
     assert manifest["files_dir"] == manifest["job_id"]  # Minari's fixed names, in a job's folder
     assert stats["dataset_id"] is not None
+
+    out = f"{store}/episodes"
+    gap = tmp_path / "gap"
+    gap.mkdir()
+    cli_run("convert", mc.t_gap(gap), "--to", "episodes", "--out", out, "--json",
+            "--on-invalid", "quarantine")  # fmt: skip
+    stats, manifest = check_convert(out)
+    (q,) = manifest["quarantine"]
+    assert manifest["files_dir"] == "" and manifest["job_id"] in q["name"]
+    assert stats["quarantine_file"] is not None
 
 
 # ============================================================================ convert
@@ -351,6 +373,8 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Pa
     (root / "old").mkdir()
     old = mc.json_non_object_line(root / "old")
     convert("old-stack-skip", old, "rows", "--on-invalid", "skip")
+    d4rl = _write_d4rl_source(root / "cartpole.hdf5", example_episodes(8, fragment=False))
+    convert("d4rl-to-episodes", d4rl, "episodes")
     (root / "gap").mkdir()
     convert("t-gap-quarantine", mc.t_gap(root / "gap"), "episodes", "--on-invalid", "quarantine")
     yield outs
@@ -365,6 +389,7 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Pa
         ("rows-relayout", "input_files"),
         ("rows-to-minari", "dataset_id"),
         ("minari-to-rows", "dataset_id"),
+        ("d4rl-to-episodes", "dataset_id"),
         ("old-stack-skip", "per_file"),
         ("t-gap-quarantine", "per_file"),
     ],
