@@ -433,6 +433,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
         "manifest": read_json(root / "p", "_manifest.json"),
         "convert-stats": read_json(root / "e", "stats.json"),
         "convert-manifest": read_json(root / "c", "_manifest.json"),
+        "episodes-manifest": read_json(root / "e", "_manifest.json"),
     }
 
 
@@ -500,6 +501,21 @@ BREAKS = {
     "convert-manifest-with-prelearner": (
         "convert-manifest", _set("prelearner", "a:B"), "$.prelearner", "const",
     ),
+    "convert-manifest-layout-change-quarantine": (
+        "convert-manifest", _set("quarantine", []), "$.quarantine", "not",
+    ),
+    "convert-manifest-layout-change-config-fragments": (
+        "convert-manifest", _set("config.fragments", "keep"), "$.config", "maxProperties",
+    ),
+    "episodes-manifest-without-quarantine": (
+        "episodes-manifest", _drop("quarantine"), "$", "required",
+    ),
+    "episodes-manifest-config-without-dones": (
+        "episodes-manifest", _drop("config.dones"), "$.config", "required",
+    ),
+    "episodes-manifest-input-rows": (
+        "episodes-manifest", _set("inputs.0.rows", 1000), "$.inputs[0].rows", "not",
+    ),
     "convert-manifest-config-new-key": (
         "convert-manifest", _set("config.speed", 2), "$.config", "additionalProperties",
     ),
@@ -509,7 +525,7 @@ BREAKS = {
 @pytest.mark.parametrize("case", BREAKS)
 def test_a_broken_real_document_is_refused(real: dict[str, dict[str, Any]], case: str) -> None:
     name, edit, path, keyword = BREAKS[case]
-    kind = "manifest" if name == "convert-manifest" else name
+    kind = "manifest" if name.endswith("manifest") else name
     doc = copy.deepcopy(real[name])
     assert_valid(kind, doc, name)  # the real document, as written
     edit(doc)
