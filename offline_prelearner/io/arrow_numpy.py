@@ -43,7 +43,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..config import DEFAULT_LIMITS, DecodeLimits
-from ..errors import DecodeError, SchemaError, Where
+from ..errors import ColumnValueError, DecodeError, Where, _Bad
 from .codec import legacy_unpack, unpack_array
 from .fast_tensor import (
     FAST_TENSOR_NAME,
@@ -71,40 +71,6 @@ _ARROW_VARIABLE = "arrow.variable_shape_tensor"
 FAST_NAME = FAST_TENSOR_NAME.decode()
 _EXT_NAME = b"ARROW:extension:name"
 _EXT_META = b"ARROW:extension:metadata"
-
-
-class ColumnValueError(SchemaError):
-    """A column's values cannot become one numpy array (ragged, null, wrong type, undecodable).
-
-    ``rows`` holds every offending row (sorted, int64) when they are known, or None when the whole
-    column is at fault (a string column where numbers are needed). It is not carried through
-    :meth:`~offline_prelearner.errors.DataError.at` or pickling; use it where it is raised.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        where: Where | None = None,
-        *,
-        reason: str | None = None,
-        rows: np.ndarray | None = None,
-    ) -> None:
-        super().__init__(message, where, reason=reason)
-        self.rows = rows
-
-
-class _Bad(Exception):
-    """Internal: offending rows at the current nesting level (mapped to outer rows going up)."""
-
-    def __init__(self, message: str, reason: str, rows: np.ndarray | None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.reason = reason
-        self.rows = rows
-
-    def shifted(self, fn: Callable[[np.ndarray], np.ndarray]) -> _Bad:
-        rows = None if self.rows is None else np.unique(fn(self.rows))
-        return _Bad(self.message, self.reason, rows)
 
 
 def _fail(bad: _Bad, name: str, source: str | None) -> ColumnValueError:
