@@ -38,11 +38,14 @@ def _decode_ndarray(text: str) -> np.ndarray:
             raise DecodeError(
                 "space array is truncated or above the size limit", reason="size_limit"
             )
-        return np.load(io.BytesIO(raw), allow_pickle=False)
+        array = np.load(io.BytesIO(raw), allow_pickle=False)
     except DecodeError:
         raise
     except (binascii.Error, zlib.error, ValueError, OSError) as e:
         raise DecodeError(f"corrupt space array: {e}", reason="bad_space") from None
+    if not isinstance(array, np.ndarray):  # an .npz archive: np.load hands back its file object
+        raise DecodeError("space array is an .npz archive, not one .npy array", reason="bad_space")
+    return array
 
 
 def space_to_dict(space: gym.Space[Any] | None) -> dict[str, Any] | None:

@@ -268,7 +268,7 @@ def is_tensor_field(field: pa.Field) -> bool:
     while pa.types.is_fixed_size_list(t):
         t = t.value_type
         if not pa.types.is_fixed_size_list(t):
-            return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+            return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t))
     return False
 
 
@@ -389,13 +389,14 @@ def _plain(arr: pa.Array) -> np.ndarray:
         return np.full(len(arr), None, dtype=object)
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         return _list(arr)
-    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
-        if arr.null_count:
-            rows = _null_rows(arr)
-            raise _Bad(f"null value in a {t} column at row {rows[0]}", "null_value", rows)
-        return arr.to_numpy(zero_copy_only=False)
-    # strings, bytes, structs (infos), timestamps...: Python objects where needed; nulls are None.
-    return arr.to_numpy(zero_copy_only=False)
+    numeric = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+    if numeric and arr.null_count:
+        rows = _null_rows(arr)
+        raise _Bad(f"null value in a {t} column at row {rows[0]}", "null_value", rows)
+    # Numbers and bools without nulls (zero-copy); strings, bytes, structs (infos),
+    # timestamps...: Python objects where needed, nulls as None.
+    out: np.ndarray = arr.to_numpy(zero_copy_only=False)
+    return out
 
 
 def _list(arr: pa.Array) -> np.ndarray:

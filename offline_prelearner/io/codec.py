@@ -206,7 +206,8 @@ def _encode_numpy(obj: Any) -> Any:
 
 def packb(obj: Any) -> bytes:
     """Encodes ``obj`` (numpy arrays included) as msgpack + msgpack-numpy; refuses object arrays."""
-    return msgpack.packb(obj, default=_encode_numpy, use_bin_type=True)
+    packed: bytes = msgpack.packb(obj, default=_encode_numpy, use_bin_type=True)
+    return packed
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,7 +218,8 @@ def pack_array(array: Any) -> bytes:
 
     The frame carries its content size and a content checksum, so corruption is detected.
     """
-    return lz4.frame.compress(packb(array), store_size=True, content_checksum=True)
+    frame: bytes = lz4.frame.compress(packb(array), store_size=True, content_checksum=True)
+    return frame
 
 
 def unpack_array(data: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:

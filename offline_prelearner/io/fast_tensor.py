@@ -125,7 +125,7 @@ def _check_width(spec: TensorSpec, storage: pa.DataType) -> None:
         )
 
 
-class FastTensorType(pa.ExtensionType):
+class FastTensorType(pa.ExtensionType):  # type: ignore[misc]  # pyarrow is untyped: its classes are Any
     """The fast layout as a pyarrow extension type (registered when the package is imported).
 
     Storage ``fixed_size_binary(itemsize * prod(shape))``; serialized as the same
@@ -185,7 +185,7 @@ class FastTensorType(pa.ExtensionType):
         return self.__arrow_ext_deserialize__, (self.storage_type, self.__arrow_ext_serialize__())
 
 
-class FastTensorArray(pa.ExtensionArray):
+class FastTensorArray(pa.ExtensionArray):  # type: ignore[misc]  # pyarrow is untyped: its classes are Any
     """A chunk of a fast tensor column; :meth:`to_numpy` is its ``[n, *shape]`` array."""
 
     def to_numpy(self, zero_copy_only: bool = True, writable: bool = False) -> np.ndarray:
@@ -337,4 +337,4 @@ def _plain_only(field: pa.Field) -> bool:
         or (pa.types.is_fixed_size_list(t))
     ):
         t = t.field(0).type if pa.types.is_struct(t) else t.value_type  # struct: "data" first
-    return pa.types.is_floating(t)
+    return bool(pa.types.is_floating(t))

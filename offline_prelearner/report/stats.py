@@ -68,7 +68,7 @@ class Moments:
     @property
     def constant(self) -> np.ndarray:
         """Per dimension: seen, every value finite and equal."""
-        return (
+        return np.asarray(
             (self.count > 0) & (self.min == self.max) & (self.nan + self.posinf + self.neginf == 0)
         )
 
