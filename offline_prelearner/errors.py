@@ -90,7 +90,15 @@ _REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 10
 
 
 def cut(text: str, limit: int = MESSAGE_CHARS) -> str:
-    """``text``, or its first ``limit`` characters, ``…`` and the full length."""
+    """``text``, or its first ``limit`` characters, ``…`` and the full length.
+
+    Args:
+        text: A message or a piece of one (already a string: nothing is ``repr``-ed).
+        limit: The most characters kept before the ellipsis; default :data:`MESSAGE_CHARS`.
+
+    Returns:
+        ``text`` itself when it fits, else its head with ``… (N chars)``.
+    """
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… ({len(text)} chars)"
@@ -100,7 +108,15 @@ def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
     """A value from the input as an error message shows it: ``repr`` (quotes, escapes: a NUL
     byte, a newline or an undecodable file-name byte is visible and stays on one line), cut to
     ``limit`` characters with an ellipsis and the full length. Containers are walked only a few
-    levels and items deep, so the cost is bounded whatever the value."""
+    levels and items deep, so the cost is bounded whatever the value.
+
+    Args:
+        value: Anything read from the input: a file name, an episode id, a config value.
+        limit: The most characters of the ``repr`` kept; default :data:`SHOWN_CHARS`.
+
+    Returns:
+        One line; for a string or bytes cut short, the full length in ``chars`` or ``bytes``.
+    """
     if isinstance(value, str | bytes):
         full = len(value)
         text = repr(value[: limit + 1])
@@ -123,7 +139,14 @@ class Where:
     timestep: int | None = None
 
     def merged(self, other: Where | None) -> Where:
-        """Fields of ``self`` win; holes are filled from ``other``."""
+        """Fields of ``self`` win; holes are filled from ``other``.
+
+        Args:
+            other: A less precise location (the file a reader was on); None leaves ``self``.
+
+        Returns:
+            A new :class:`Where`; ``self`` when ``other`` is None.
+        """
         if other is None:
             return self
         return Where(**{f: _first(getattr(self, f), getattr(other, f)) for f in _WHERE_FIELDS})
@@ -178,7 +201,15 @@ class DataError(OfflinePrelearnerError, ValueError):
         return f"{message} [{loc}]" if loc else message
 
     def at(self, **fields: Any) -> DataError:
-        """Returns the same error with more location filled in (known fields are kept)."""
+        """Returns the same error with more location filled in (known fields are kept).
+
+        Args:
+            **fields: :class:`Where` fields (``file``, ``column``, ``episode_id``, ``row``,
+                ``timestep``) known where the error is caught; they fill only the holes.
+
+        Returns:
+            A new error of the same class, message and reason, to raise in place of this one.
+        """
         return type(self)(self.message, self.where.merged(Where(**fields)), reason=self.reason)
 
     def __reduce__(self) -> tuple[Any, ...]:
