@@ -29,9 +29,9 @@
     OddDataWarning (UserWarning)                legal but suspicious data (warned once, not raised)
     CommittedWarning (UserWarning)              the job committed; a step after its commit failed
 
-The two internal sentinels are no :class:`OfflinePrelearnerError` so that a caller's ``except
-OfflinePrelearnerError`` (a unit that reports our errors, the CLI) can never swallow one that
-escaped by mistake: it surfaces as the bug it is.
+The two internal sentinels do not derive from :class:`OfflinePrelearnerError`, so that a caller's
+``except OfflinePrelearnerError`` (a unit that reports our errors, the CLI) never swallows one
+that escaped by mistake: it surfaces as the bug it is.
 
 Every :class:`DataError` carries a :class:`Where` (file, column, episode id, row) and renders it
 into its message, so a user reading the one line that reaches the terminal knows where to look.
