@@ -15,7 +15,8 @@ The public API, grouped by stage (everything is also importable from its module)
     run        PreLearnerConfig, OfflinePreLearner, run_pipeline, iter_learner_batches,
                split_learner_batches, convert_path, feed_shards, start_feed, FeedStats
     look       report (one HTML page about a dataset; the ``report`` extra)
-    errors     OfflinePrelearnerError and its subclasses
+    errors     OfflinePrelearnerError and its subclasses; Interrupted, ContractError and the
+               warnings OddDataWarning, CommittedWarning (the tree: offline_prelearner.errors)
 """
 
 # isort: off
@@ -34,13 +35,22 @@ from .episodes.episode_columns import EpisodeColumns
 from .episodes.ledger import EpisodeBatch, Ledger
 from .episodes.validate import Validator
 from .errors import (
+    ColumnValueError,
+    CommitError,
+    CommittedWarning,
     ConfigError,
+    ContractError,
     DataError,
     DecodeError,
     EmptyBufferError,
     EpisodeValidationError,
+    Interrupted,
+    JobFailed,
+    OddDataWarning,
     OfflinePrelearnerError,
+    RateLimitExceeded,
     SchemaError,
+    StorageError,
     UnsupportedFormatError,
 )
 from .io.readers import make_reader, register_reader
@@ -128,14 +138,23 @@ __all__ = [  # noqa: RUF022  (grouped by stage, like the docstring)
     "start_feed",
     # look (the page's charts need the report extra, imported when report runs)
     "report",
-    # errors
+    # errors (the tree in offline_prelearner/errors.py)
+    "ColumnValueError",
+    "CommitError",
+    "CommittedWarning",
     "ConfigError",
+    "ContractError",
     "DataError",
     "DecodeError",
     "EmptyBufferError",
     "EpisodeValidationError",
+    "Interrupted",
+    "JobFailed",
+    "OddDataWarning",
     "OfflinePrelearnerError",
+    "RateLimitExceeded",
     "SchemaError",
+    "StorageError",
     "UnsupportedFormatError",
 ]
 

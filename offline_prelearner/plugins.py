@@ -17,7 +17,17 @@ __all__ = ["import_object"]
 def import_object(spec: str, what: str | None = None) -> Any:
     """The object ``"package.module:Name"`` (``Name`` may be dotted) names.
 
-    ``what`` prefixes error messages (default: the spec); every failure is a ConfigError.
+    Args:
+        spec: ``"package.module:Name"``; the module is imported, then each dotted part of
+            ``Name`` is looked up as an attribute.
+        what: What the object is for, as error messages begin (``"connector 'x'"``); default:
+            the spec's ``repr``.
+
+    Returns:
+        The object, as it is (a class, a function, an instance).
+
+    Raises:
+        ConfigError: A spec without ``:``, a module that does not import, a missing attribute.
     """
     label = what or repr(spec)
     module_name, _, attr = spec.partition(":")

@@ -38,15 +38,29 @@ def _decode_ndarray(text: str) -> np.ndarray:
             raise DecodeError(
                 "space array is truncated or above the size limit", reason="size_limit"
             )
-        return np.load(io.BytesIO(raw), allow_pickle=False)
+        array = np.load(io.BytesIO(raw), allow_pickle=False)
     except DecodeError:
         raise
     except (binascii.Error, zlib.error, ValueError, OSError) as e:
         raise DecodeError(f"corrupt space array: {e}", reason="bad_space") from None
+    if not isinstance(array, np.ndarray):  # an .npz archive: np.load hands back its file object
+        raise DecodeError("space array is an .npz archive, not one .npy array", reason="bad_space")
+    return array
 
 
 def space_to_dict(space: gym.Space[Any] | None) -> dict[str, Any] | None:
-    """Serializes a gymnasium space to RLlib's dict layout (``None`` stays ``None``)."""
+    """Serializes a gymnasium space to RLlib's dict layout (``None`` stays ``None``).
+
+    Args:
+        space: A Box, Discrete, MultiBinary, MultiDiscrete, or a Tuple / Dict of them (nested);
+            a Box's bounds and a MultiDiscrete's ``nvec`` are stored as zlib'd ``.npy`` in base64.
+
+    Returns:
+        A JSON-able dict (``{"space": "box", "low": ..., ...}``), or None for None.
+
+    Raises:
+        DecodeError: A space of another type (``Text``, ``Graph`` ...), ``reason="bad_space"``.
+    """
     if space is None:
         return None
     if isinstance(space, gym.spaces.Box):
@@ -76,7 +90,19 @@ def space_to_dict(space: gym.Space[Any] | None) -> dict[str, Any] | None:
 
 
 def space_from_dict(d: dict[str, Any] | None) -> gym.Space[Any] | None:
-    """Inverse of :func:`space_to_dict`; also reads the dicts RLlib 2.60 writes."""
+    """Inverse of :func:`space_to_dict`; also reads the dicts RLlib 2.60 writes.
+
+    Args:
+        d: A space dict as read from a file's metadata (untrusted: arrays load without pickle,
+            at most 64 MiB decompressed), or None.
+
+    Returns:
+        The gymnasium space, or None for None.
+
+    Raises:
+        DecodeError: Not a space dict, an unknown kind, a missing or malformed field
+            (``reason="bad_space"``), or an array above the size limit (``"size_limit"``).
+    """
     if d is None:
         return None
     if not isinstance(d, dict) or "space" not in d:
@@ -120,7 +146,16 @@ def _member(d: Any) -> gym.Space[Any]:
 def leaf_spaces(space: gym.Space[Any], prefix: str = "") -> dict[str, gym.Space[Any]]:
     """``{leaf path: space}`` of a Dict / Tuple space (nested), the paths composite observations
     use (:mod:`.observations`: ``"desired_goal"``, ``"0"``, ``"a.b"``); a leaf space is ``{"": it}``
-    (``{prefix: it}`` under a prefix)."""
+    (``{prefix: it}`` under a prefix).
+
+    Args:
+        space: Any gymnasium space; only Dict and Tuple are walked into.
+        prefix: The path of ``space`` itself inside an outer space (``""`` at the top); a Dict's
+            keys and a Tuple's indices are appended with dots.
+
+    Returns:
+        Every leaf space by its dotted path, in the space's own order.
+    """
     if isinstance(space, gym.spaces.Dict):
         items: Any = space.spaces.items()
     elif isinstance(space, gym.spaces.Tuple):

@@ -6,13 +6,24 @@ at the top, inside a function, under ``TYPE_CHECKING``. ``from . import x`` is a
 module ``x`` when ``x`` is a module, else to the package. A package's ``__init__`` is a node of its
 own; the implicit import of parent packages is not an edge.
 
-Layers, from the bottom: ``episodes/`` -> ``io/`` -> ``replay/`` -> ``connectors/`` ->
-``prelearner`` -> ``jobs/``; a layer imports only from the layers below it. ``errors``,
-``spaces``, ``config`` and ``plugins`` are shared leaves every layer may import, and the leaves
-import nothing above them: ``errors`` nothing of the package, ``spaces`` only ``errors``,
-``config`` (module or package) only ``errors`` and ``spaces`` -- wherever the import stands,
-inside a function too. Ray is imported only in ``jobs/``, ``replay/shards/`` and ``rllib``;
-RLlib (``ray.rllib``) only in ``rllib``, which no module of the package imports.
+Every module of the package falls under one rule (a test fails for a module that none covers):
+
+* **Layers**, from the bottom: ``episodes/`` -> ``io/`` -> ``replay/`` -> ``connectors/`` ->
+  ``prelearner`` -> ``jobs/`` -> ``report/`` -> ``cli/``; a layer imports only from the layers
+  below it (and the leaves).
+* **Sides**: ``testing/`` (the contract checks users run on their own prelearner, sampler or
+  connector) and ``rllib`` (the adapter to RLlib) stand beside the layers: each may import the
+  layers it checks or adapts, up to ``prelearner``, and no layer imports them.
+* **Leaves**: ``errors``, ``spaces``, ``config``, ``plugins`` and ``_version`` are shared by every
+  layer, and import nothing above them: ``errors`` and ``_version`` nothing of the package,
+  ``spaces`` and ``plugins`` only ``errors``, ``config`` (module or package) only ``errors`` and
+  ``spaces`` -- wherever the import stands, inside a function too.
+* **Entry points**: ``python -m offline_prelearner`` (``__main__``) imports only ``cli``; the
+  package root (``__init__``: the public API) imports the library but neither ``cli`` nor the
+  sides, and nothing imports the root.
+
+Ray is imported only in ``jobs/``, ``replay/shards/`` and ``rllib``; RLlib (``ray.rllib``) only in
+``rllib``, which no module of the package imports.
 """
 
 from __future__ import annotations
@@ -28,20 +39,31 @@ import offline_prelearner
 PKG = "offline_prelearner"
 ROOT = Path(offline_prelearner.__file__).resolve().parent
 
-#: What each folder must not import (dotted prefixes under the package).
+#: The layers, from the bottom: each imports only from those below it (and the leaves).
+LAYERS = ("episodes", "io", "replay", "connectors", "prelearner", "jobs", "report", "cli")
+#: Beside the layers: what each must not import. No layer imports them (see FORBIDDEN).
+SIDES = {
+    "testing": ("jobs", "report", "cli", "rllib"),
+    "rllib": ("jobs", "report", "cli", "testing"),
+}
+#: What each folder must not import (dotted prefixes under the package): a layer, every layer
+#: above it and the sides; a side, what SIDES says.
 FORBIDDEN = {
-    "episodes": ("io", "replay", "connectors", "jobs", "prelearner", "testing"),
-    "io": ("replay", "connectors", "jobs", "prelearner", "testing"),
-    "replay": ("connectors", "jobs", "prelearner", "testing"),
-    "connectors": ("jobs", "prelearner", "testing"),
-    "prelearner": ("jobs", "testing"),
+    **{layer: (*LAYERS[i + 1 :], *SIDES) for i, layer in enumerate(LAYERS)},
+    **SIDES,
 }
 #: The leaves: what each may import of the package (besides itself).
 LEAVES = {
     "errors": (),
+    "_version": (),
     "spaces": ("errors",),
+    "plugins": ("errors",),
     "config": ("errors", "spaces"),
 }
+#: ``python -m offline_prelearner``: what it may import of the package.
+MAIN = ("cli",)
+#: What the package root (the public API) must not import.
+ROOT_FORBIDDEN = ("cli", "__main__", *SIDES)
 #: Where ``ray`` may be imported.
 RAY_ALLOWED = ("jobs", "replay.shards", "rllib")
 #: The one module that imports RLlib (the ``rllib`` extra); nothing in the package imports it.
@@ -182,12 +204,21 @@ def _short(name: str) -> str:
     return name.removeprefix(PKG).removeprefix(".")
 
 
+def _under(short: str, prefixes: tuple[str, ...] | dict[str, object]) -> str | None:
+    """The prefix (a folder or module) that the dotted name ``short`` is or lies in, if any."""
+    return next((p for p in prefixes if short == p or short.startswith(p + ".")), None)
+
+
 def _layer(name: str) -> str | None:
-    short = _short(name)
-    for layer in FORBIDDEN:
-        if short == layer or short.startswith(layer + "."):
-            return layer
-    return None
+    return _under(_short(name), FORBIDDEN)
+
+
+def rule_of(short: str) -> str | None:
+    """Which rule covers the module ``short`` (a dotted name under the package, ``""`` for the
+    root): a layer or side, a leaf, an entry point; None when no rule does."""
+    if short in ("", "__main__"):
+        return short or "the package root"
+    return _under(short, FORBIDDEN) or _under(short, LEAVES)
 
 
 def test_the_graph_sees_the_package() -> None:
@@ -211,6 +242,28 @@ def test_the_cycle_finder_finds_cycles() -> None:
     graph = {"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3, "d": 4}, "d": {}, "e": {"e2": 1}}
     graph["e2"] = {"e": 1}
     assert sorted(map(tuple, find_cycles(graph))) == [("a", "b", "c", "a"), ("e", "e2", "e")]
+
+
+def test_every_module_falls_under_a_rule() -> None:
+    bare = sorted(
+        f"{path.relative_to(ROOT.parent)}"
+        for name, (path, _) in MODULES.items()
+        if rule_of(_short(name)) is None
+    )
+    assert not bare, (
+        "modules that no import rule covers (add the folder to LAYERS, SIDES or LEAVES):\n"
+        + "\n".join(bare)
+    )
+
+
+def test_the_rules_cover_a_new_folder_only_once_it_is_named() -> None:
+    assert rule_of("storage.staging") is None and rule_of("newleaf") is None
+    assert rule_of("jobs.batch.run") == "jobs" and rule_of("report") == "report"
+    assert rule_of("plugins") == "plugins" and rule_of("config.sections") == "config"
+    assert rule_of("rllib") == "rllib" and rule_of("testing.sampler") == "testing"
+    assert rule_of("__main__") == "__main__" and rule_of("") == "the package root"
+    assert FORBIDDEN["episodes"] == (*LAYERS[1:], "testing", "rllib")
+    assert FORBIDDEN["cli"] == ("testing", "rllib")
 
 
 @pytest.mark.parametrize("layer", sorted(FORBIDDEN))
@@ -282,3 +335,26 @@ def test_the_leaf_check_sees_function_level_imports() -> None:
     graph = import_graph()
     assert "offline_prelearner.config.sections" in graph
     assert "offline_prelearner.errors" in graph["offline_prelearner.config.checks"]
+
+
+def test_main_imports_only_the_cli() -> None:
+    graph = import_graph()
+    edges = graph[f"{PKG}.__main__"]
+    bad = [
+        f"__main__:{line} imports {_short(t)}"
+        for t, line in edges.items()
+        if not _under(_short(t), MAIN)
+    ]
+    assert edges and not bad, "\n".join(bad)
+
+
+def test_the_root_imports_the_library_but_not_the_cli_or_the_sides() -> None:
+    graph = import_graph()
+    edges = graph[PKG]
+    assert f"{PKG}.errors" in edges and f"{PKG}.prelearner" in edges
+    bad = [
+        f"__init__:{line} imports {_short(t)}"
+        for t, line in edges.items()
+        if _under(_short(t), ROOT_FORBIDDEN)
+    ]
+    assert not bad, "the package root imports what it must not:\n" + "\n".join(bad)

@@ -53,13 +53,22 @@ EXPECTED = {
     "start_feed",
     "FeedStats",
     "report",
+    "ColumnValueError",
+    "CommitError",
+    "CommittedWarning",
     "ConfigError",
+    "ContractError",
     "DataError",
     "DecodeError",
     "EmptyBufferError",
     "EpisodeValidationError",
+    "Interrupted",
+    "JobFailed",
+    "OddDataWarning",
     "OfflinePrelearnerError",
+    "RateLimitExceeded",
     "SchemaError",
+    "StorageError",
     "UnsupportedFormatError",
 }
 
@@ -75,6 +84,29 @@ def test_errors_are_also_natural_builtins() -> None:
     assert issubclass(op.EmptyBufferError, RuntimeError)
     for cls in (op.SchemaError, op.DecodeError, op.EpisodeValidationError):
         assert issubclass(cls, op.DataError) and issubclass(cls, op.OfflinePrelearnerError)
+    assert issubclass(op.ColumnValueError, op.SchemaError)
+    assert issubclass(op.CommitError, op.ConfigError)
+    assert issubclass(op.RateLimitExceeded, op.EmptyBufferError)
+    assert issubclass(op.StorageError, OSError) and issubclass(
+        op.JobFailed, op.OfflinePrelearnerError
+    )
+    # Outside the root on purpose (errors.py says why): Ctrl-C, a failed contract, warnings.
+    assert issubclass(op.Interrupted, KeyboardInterrupt)
+    assert issubclass(op.ContractError, AssertionError)
+    for cls in (op.Interrupted, op.ContractError, op.OddDataWarning, op.CommittedWarning):
+        assert not issubclass(cls, op.OfflinePrelearnerError)
+    assert issubclass(op.OddDataWarning, UserWarning) and issubclass(
+        op.CommittedWarning, UserWarning
+    )
+
+
+def test_every_public_class_of_the_error_tree_is_exported() -> None:
+    from offline_prelearner import errors
+
+    classes = {n for n in errors.__all__ if isinstance(getattr(errors, n), type)} - {"Where"}
+    assert classes <= set(op.__all__), sorted(classes - set(op.__all__))
+    for name in classes:
+        assert getattr(op, name) is getattr(errors, name)
 
 
 def test_importing_the_package_does_not_import_ray() -> None:

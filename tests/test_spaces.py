@@ -113,6 +113,17 @@ def test_zlib_bomb_in_a_space_is_refused() -> None:
     assert info.value.reason == "size_limit"
 
 
+def test_an_npz_archive_in_a_space_is_refused() -> None:
+    # np.load hands back an archive, not an array, for .npz bytes: refused in one line.
+    d = space_to_dict(SPACES[0])
+    buf = io.BytesIO()
+    np.savez(buf, low=np.zeros(3, np.float32))
+    d["low"] = base64.b64encode(zlib.compress(buf.getvalue())).decode()
+    with pytest.raises(DecodeError, match="npz") as info:
+        space_from_dict(d)
+    assert info.value.reason == "bad_space"
+
+
 @pytest.mark.parametrize(
     "d",
     [

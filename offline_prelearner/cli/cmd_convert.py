@@ -14,7 +14,11 @@ __all__ = ["add_convert", "convert"]
 
 
 def add_convert(sub: Any) -> None:
-    """The ``convert`` parser, added to ``sub`` (the top parser's sub-commands)."""
+    """The ``convert`` parser, added to ``sub`` (the top parser's sub-commands).
+
+    Args:
+        sub: The top parser's sub-parsers (what ``add_subparsers`` returned).
+    """
     c = sub.add_parser(
         "convert",
         help="convert data: rows, msgpack episodes and Minari to each other; old-stack "
@@ -93,7 +97,15 @@ def add_convert(sub: Any) -> None:
 
 
 def convert(args: argparse.Namespace) -> int:
-    """Converts ``args.path`` to ``args.to`` into ``args.out``; prints the stats. Returns 0."""
+    """Converts ``args.path`` to ``args.to`` into ``args.out``; prints the stats.
+
+    Args:
+        args: The parsed ``convert`` arguments: the input, ``--to``, ``--out``, the reading
+            options and the commit flags (``--overwrite``, ``--resume``).
+
+    Returns:
+        0 (a failure raises, and the CLI turns it into its one line and exit code).
+    """
     from ..jobs.convert.config import ConvertConfig
     from ..jobs.convert.path import convert
 

@@ -16,7 +16,11 @@ __all__ = ["add_inspect", "add_reading", "inspect", "progress_bar", "reading"]
 
 
 def add_inspect(sub: Any) -> None:
-    """The ``inspect`` parser, added to ``sub`` (the top parser's sub-commands)."""
+    """The ``inspect`` parser, added to ``sub`` (the top parser's sub-commands).
+
+    Args:
+        sub: The top parser's sub-parsers (what ``add_subparsers`` returned).
+    """
     i = sub.add_parser("inspect", help="what a dataset holds, and a validation report")
     add_common(
         i,
@@ -31,7 +35,11 @@ def add_inspect(sub: Any) -> None:
 
 def add_reading(p: argparse.ArgumentParser) -> None:
     """What ``inspect`` and ``report`` take besides PATH, ``--legacy-pickle`` and
-    ``--on-invalid``: the format, schema, D4RL's step limit, the quarantine folder, fragments."""
+    ``--on-invalid``: the format, schema, D4RL's step limit, the quarantine folder, fragments.
+
+    Args:
+        p: The sub-command's parser; :func:`reading` turns what it parsed into configs.
+    """
     p.add_argument("--format", choices=FORMATS, default="auto", help=FORMAT_HELP)
     p.add_argument("--max-episode-steps", type=int, default=None, help=MAX_STEPS_HELP)
     p.add_argument(
@@ -150,8 +158,17 @@ def _print_report(d: dict[str, Any]) -> None:
 
 def inspect(args: argparse.Namespace) -> int:
     """The ``inspect`` sub-command: reads the input as a job would, prints what it found (or JSON
-    with ``--json``) and returns the exit code. Raises :class:`ConfigError` for ``--on-invalid
-    quarantine`` without a ``--quarantine-dir`` folder."""
+    with ``--json``) and returns the exit code.
+
+    Args:
+        args: The parsed ``inspect`` arguments (PATH, the reading options, ``--json``).
+
+    Returns:
+        0, or 2 when the input has rows and every one was rejected.
+
+    Raises:
+        ConfigError: ``--on-invalid quarantine`` without a ``--quarantine-dir`` folder.
+    """
     from ..jobs.inspection import inspect_path
 
     read, validate = reading(args)

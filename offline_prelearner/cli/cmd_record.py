@@ -12,7 +12,11 @@ __all__ = ["add_record", "record"]
 
 
 def add_record(sub: Any) -> None:
-    """The ``record`` parser, added to ``sub`` (the top parser's sub-commands)."""
+    """The ``record`` parser, added to ``sub`` (the top parser's sub-commands).
+
+    Args:
+        sub: The top parser's sub-parsers (what ``add_subparsers`` returned).
+    """
     r = sub.add_parser("record", help="record a gymnasium env into RLlib-compatible offline data")
     r.add_argument("env", help="gymnasium env id, e.g. CartPole-v1")
     r.add_argument("--steps", type=int, required=True, help="env steps to record")
@@ -51,7 +55,15 @@ def add_record(sub: Any) -> None:
 
 
 def record(args: argparse.Namespace) -> int:
-    """Records ``args.steps`` env steps and writes them; prints the summary. Returns 0."""
+    """Records ``args.steps`` env steps and writes them; prints the summary.
+
+    Args:
+        args: The parsed ``record`` arguments: the env id, ``--steps``, ``--out``, the policy,
+            seed, format, rows per file and layout.
+
+    Returns:
+        0 (a failure raises, and the CLI turns it into its one line and exit code).
+    """
     from ..jobs.record import record_env, write_recording
 
     rec = record_env(args.env, args.steps, policy=args.policy, seed=args.seed)

@@ -23,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from ..config import ValidateConfig
-from ..errors import EpisodeValidationError, Where
+from ..errors import EpisodeValidationError, OddDataWarning, Where
 from ..spaces import leaf_spaces
 from . import observations as O
 from .episode import Episode
@@ -31,10 +31,6 @@ from .episode_columns import EpisodeColumns
 from .ledger import EpisodeBatch
 
 __all__ = ["Miss", "OddDataWarning", "SpaceCheck", "Validator"]
-
-
-class OddDataWarning(UserWarning):
-    """Legal but suspicious data (float64 observations for a float32 space, empty episodes)."""
 
 
 # ---------------------------------------------------------------------------- space checks

@@ -43,7 +43,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..config import DEFAULT_LIMITS, DecodeLimits
-from ..errors import DecodeError, SchemaError, Where
+from ..errors import ColumnValueError, DecodeError, Where, _Bad
 from .codec import legacy_unpack, unpack_array
 from .fast_tensor import (
     FAST_TENSOR_NAME,
@@ -73,40 +73,6 @@ _EXT_NAME = b"ARROW:extension:name"
 _EXT_META = b"ARROW:extension:metadata"
 
 
-class ColumnValueError(SchemaError):
-    """A column's values cannot become one numpy array (ragged, null, wrong type, undecodable).
-
-    ``rows`` holds every offending row (sorted, int64) when they are known, or None when the whole
-    column is at fault (a string column where numbers are needed). It is not carried through
-    :meth:`~offline_prelearner.errors.DataError.at` or pickling; use it where it is raised.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        where: Where | None = None,
-        *,
-        reason: str | None = None,
-        rows: np.ndarray | None = None,
-    ) -> None:
-        super().__init__(message, where, reason=reason)
-        self.rows = rows
-
-
-class _Bad(Exception):
-    """Internal: offending rows at the current nesting level (mapped to outer rows going up)."""
-
-    def __init__(self, message: str, reason: str, rows: np.ndarray | None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.reason = reason
-        self.rows = rows
-
-    def shifted(self, fn: Callable[[np.ndarray], np.ndarray]) -> _Bad:
-        rows = None if self.rows is None else np.unique(fn(self.rows))
-        return _Bad(self.message, self.reason, rows)
-
-
 def _fail(bad: _Bad, name: str, source: str | None) -> ColumnValueError:
     row = None if bad.rows is None or len(bad.rows) == 0 else int(bad.rows[0])
     msg = bad.message
@@ -124,7 +90,20 @@ def _fail(bad: _Bad, name: str, source: str | None) -> ColumnValueError:
 # public entry points
 # ---------------------------------------------------------------------------------------------
 def column_to_numpy(table: pa.Table, name: str, source: str | None = None) -> np.ndarray:
-    """Column ``name`` of ``table`` as numpy; see :func:`to_numpy` (the field carries metadata)."""
+    """Column ``name`` of ``table`` as numpy; see :func:`to_numpy` (the field carries metadata).
+
+    Args:
+        table: A table as a reader or Ray Data hands it; its schema's field for ``name`` is
+            passed on, so tensor layouts named only in field metadata are read as tensors.
+        name: The column to read (it must be in ``table``).
+        source: The file the table came from, for error messages.
+
+    Returns:
+        The column as ``[n_rows, *shape]``.
+
+    Raises:
+        ColumnValueError: As :func:`to_numpy`.
+    """
     return to_numpy(table.column(name), name, source, field=table.schema.field(name))
 
 
@@ -169,6 +148,18 @@ def stack_cells(
     This walks the cells (they are separate Python objects, so there is no columnar shortcut);
     it is used for object columns and decoded compressed cells only. None cells and cells whose
     shape differs from the most common one are reported, all of them.
+
+    Args:
+        cells: One value per row: arrays, numbers or (nested) lists of one shape.
+        name: The column's name, for messages.
+        source: The file it came from, for messages.
+
+    Returns:
+        ``[n, *shape]``, the common shape of the cells.
+
+    Raises:
+        ColumnValueError: None cells (``null_value``) or cells of another shape (``ragged``), with
+            every such row in ``rows``.
     """
     try:
         return _stack(cells)
@@ -186,8 +177,22 @@ def decode_cells(
     """Decodes a compressed column cell by cell and stacks the results.
 
     Each cell is an independent compressed blob, so decoding is inherently per cell; stacking is
-    one copy. ``codec`` is ``"lz4_msgpack"`` (bytes cells) or ``"legacy_pickle"`` (base64 string
-    cells). Every undecodable cell is listed in the error's ``rows``.
+    one copy. Every undecodable cell is listed in the error's ``rows``.
+
+    Args:
+        cells: One compressed value per row.
+        codec: ``"lz4_msgpack"`` (bytes cells, :func:`~.codec.unpack_array`) or
+            ``"legacy_pickle"`` (base64 string cells, :func:`~.codec.legacy_unpack`).
+        name: The column's name, for messages.
+        source: The file it came from, for messages.
+        limits: Size limits each cell's decoded bytes must keep to.
+
+    Returns:
+        The decoded cells stacked as ``[n, *shape]`` (:func:`stack_cells`).
+
+    Raises:
+        ColumnValueError: An unknown codec (``bad_codec``), cells that are not strings or bytes
+            or do not decode (the first cell's reason), or decoded cells that do not stack.
     """
     if codec == "lz4_msgpack":
         fn: Callable[[Any, DecodeLimits], Any] = unpack_array
@@ -228,6 +233,13 @@ def from_numpy(array: np.ndarray) -> pa.Array:
     """A numpy column as an Arrow array: ``[n, *shape]`` becomes nested ``fixed_size_list``.
 
     Used to give rejected rows of numpy batches back as an Arrow table (quarantine).
+
+    Args:
+        array: A column of a numpy batch, ``[n, *shape]``; an object column becomes a list
+            array pyarrow infers, or the ``repr`` of each value where it cannot.
+
+    Returns:
+        An Arrow array of ``n`` rows.
     """
     if array.dtype.hasobject:
         try:
@@ -286,7 +298,14 @@ def _permutation(raw: bytes, ext: str) -> tuple[int, ...] | None:
 def is_tensor_field(field: pa.Field) -> bool:
     """Whether ``field`` holds per-row arrays in a layout this module reads as ``[n, *shape]``:
     Ray's tensor extensions (as types or in field metadata), the fast layout, Arrow's canonical
-    fixed / variable shape tensors, and ``fixed_size_list`` columns (nested or not) of numbers."""
+    fixed / variable shape tensors, and ``fixed_size_list`` columns (nested or not) of numbers.
+
+    Args:
+        field: A field of a schema, with its metadata.
+
+    Returns:
+        True for a tensor column; False for scalars, strings, variable-length lists and structs.
+    """
     t = field.type
     if isinstance(t, pa.BaseExtensionType):
         return t.extension_name in (
@@ -302,7 +321,7 @@ def is_tensor_field(field: pa.Field) -> bool:
     while pa.types.is_fixed_size_list(t):
         t = t.value_type
         if not pa.types.is_fixed_size_list(t):
-            return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+            return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t))
     return False
 
 
@@ -423,13 +442,14 @@ def _plain(arr: pa.Array) -> np.ndarray:
         return np.full(len(arr), None, dtype=object)
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         return _list(arr)
-    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
-        if arr.null_count:
-            rows = _null_rows(arr)
-            raise _Bad(f"null value in a {t} column at row {rows[0]}", "null_value", rows)
-        return arr.to_numpy(zero_copy_only=False)
-    # strings, bytes, structs (infos), timestamps...: Python objects where needed; nulls are None.
-    return arr.to_numpy(zero_copy_only=False)
+    numeric = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+    if numeric and arr.null_count:
+        rows = _null_rows(arr)
+        raise _Bad(f"null value in a {t} column at row {rows[0]}", "null_value", rows)
+    # Numbers and bools without nulls (zero-copy); strings, bytes, structs (infos),
+    # timestamps...: Python objects where needed, nulls as None.
+    out: np.ndarray = arr.to_numpy(zero_copy_only=False)
+    return out
 
 
 def _list(arr: pa.Array) -> np.ndarray:

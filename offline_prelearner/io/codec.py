@@ -48,7 +48,20 @@ _LZ4_MAGIC = b"\x04\x22\x4d\x18"
 # lz4
 # --------------------------------------------------------------------------------------------
 def lz4_decompress(data: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> bytes:
-    """Decompresses one lz4 frame, refusing output larger than ``limits.max_decompressed_bytes``."""
+    """Decompresses one lz4 frame, refusing output larger than ``limits.max_decompressed_bytes``.
+
+    Args:
+        data: One whole lz4 frame from untrusted input (nothing may follow its end mark).
+        limits: ``max_decompressed_bytes`` bounds the output, checked against the frame's
+            declared size first and then while decompressing, so a bomb never expands.
+
+    Returns:
+        The decompressed bytes.
+
+    Raises:
+        DecodeError: Not an lz4 frame, corrupt, truncated, trailing bytes (``corrupt_lz4``), or
+            above the limit (``size_limit``).
+    """
     if not data.startswith(_LZ4_MAGIC):
         raise DecodeError("not an lz4 frame (bad magic number)", reason="corrupt_lz4")
     limit = limits.max_decompressed_bytes
@@ -148,6 +161,17 @@ def unpackb(data: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
 
     Unlike ``msgpack_numpy.decode``, object-dtype records are refused, never unpickled. Arrays come
     back read-only, as views of the message buffer.
+
+    Args:
+        data: One msgpack message.
+        limits: ``max_message_bytes`` bounds the message, ``max_array_bytes`` each array in it.
+
+    Returns:
+        The decoded value: dicts, lists, scalars, bytes, strings and numpy arrays.
+
+    Raises:
+        DecodeError: Above a limit (``size_limit``), malformed msgpack or an array record that
+            does not fit its dtype and shape (``bad_msgpack``), an object dtype.
     """
     if len(data) > limits.max_message_bytes:
         raise DecodeError(
@@ -205,8 +229,17 @@ def _encode_numpy(obj: Any) -> Any:
 
 
 def packb(obj: Any) -> bytes:
-    """Encodes ``obj`` (numpy arrays included) as msgpack + msgpack-numpy; refuses object arrays."""
-    return msgpack.packb(obj, default=_encode_numpy, use_bin_type=True)
+    """Encodes ``obj`` (numpy arrays included) as msgpack + msgpack-numpy; refuses object arrays.
+
+    Args:
+        obj: Any msgpack-able value; numpy arrays and scalars inside it are written as
+            msgpack-numpy records (dtype, shape, raw bytes), which :func:`unpackb` reads back.
+
+    Returns:
+        One msgpack message.
+    """
+    packed: bytes = msgpack.packb(obj, default=_encode_numpy, use_bin_type=True)
+    return packed
 
 
 # --------------------------------------------------------------------------------------------
@@ -216,12 +249,27 @@ def pack_array(array: Any) -> bytes:
     """Compresses one array (or msgpack-able value) as ``lz4.frame(msgpack-numpy(value))``.
 
     The frame carries its content size and a content checksum, so corruption is detected.
+
+    Args:
+        array: A numpy array, or any value :func:`packb` encodes.
+
+    Returns:
+        One lz4 frame: a cell of a column of the ``lz4_msgpack`` codec.
     """
-    return lz4.frame.compress(packb(array), store_size=True, content_checksum=True)
+    frame: bytes = lz4.frame.compress(packb(array), store_size=True, content_checksum=True)
+    return frame
 
 
 def unpack_array(data: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
-    """Inverse of :func:`pack_array`, with the size limits of ``limits``."""
+    """Inverse of :func:`pack_array`, with the size limits of ``limits``.
+
+    Args:
+        data: One cell: an lz4 frame of one msgpack message (bytes, bytearray or memoryview).
+        limits: The bounds of :func:`lz4_decompress` and :func:`unpackb`.
+
+    Returns:
+        The value that was packed; arrays are read-only.
+    """
     return unpackb(lz4_decompress(bytes(data), limits), limits)
 
 
@@ -261,6 +309,10 @@ class RestrictedUnpickler(pickle.Unpickler):
     :class:`DecodeError` with ``reason="refused_pickle"`` before it is looked up. The admitted
     callables that could allocate (``_reconstruct``, ``scalar``, ``bytearray``, ``ndarray``) are
     wrapped so that a small pickle cannot ask for more than ``limits.max_array_bytes``.
+
+    Args:
+        file: A binary file holding the pickle (``io.BytesIO`` of untrusted bytes).
+        limits: ``max_array_bytes`` bounds every array, scalar and bytearray the pickle builds.
     """
 
     def __init__(self, file: Any, limits: DecodeLimits = DEFAULT_LIMITS) -> None:
@@ -269,7 +321,15 @@ class RestrictedUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> Any:
         """The class a pickle names, if it is on the allow-list (numpy arrays and plain builtins);
-        any other raises :class:`DecodeError` (reason ``refused_pickle``)."""
+        any other raises :class:`DecodeError` (reason ``refused_pickle``).
+
+        Args:
+            module: The module the pickle names (``__builtin__`` is read as ``builtins``).
+            name: The global in that module.
+
+        Returns:
+            The global, or a size-checking stand-in for one that allocates.
+        """
         if module == "__builtin__":  # protocol 2 names builtins the Python 2 way
             module = "builtins"
         if (module, name) not in _ALLOWED_GLOBALS:
@@ -346,6 +406,18 @@ def legacy_unpack(value: str | bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> 
     """Decodes one RLlib legacy compressed value: ``base64(lz4.frame(pickle(x)))``.
 
     Uncompressed legacy values (``base64(pickle(x))``, written where lz4 was missing) are read too.
+
+    Args:
+        value: One cell of a legacy column: base64 text (or its bytes).
+        limits: Bounds on the decompressed size and on every array the pickle builds; the
+            pickle is read by :class:`RestrictedUnpickler`, never ``pickle.loads``.
+
+    Returns:
+        The unpickled value (numpy arrays and plain builtins only).
+
+    Raises:
+        DecodeError: Not base64, corrupt lz4 or pickle, a global off the allow-list
+            (``refused_pickle``), above a limit (``size_limit``).
     """
     try:
         raw = base64.b64decode(value, validate=True)

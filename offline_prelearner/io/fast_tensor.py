@@ -86,7 +86,15 @@ class TensorSpec:
 
 
 def check_layout(layout: object, name: str = "layout") -> Layout:
-    """``layout`` if it is one of :data:`LAYOUTS`, else a ``ValueError`` naming the choices."""
+    """``layout`` if it is one of :data:`LAYOUTS`, else a ``ValueError`` naming the choices.
+
+    Args:
+        layout: The value a user gave (a config field, a CLI option), of any type.
+        name: What the error message calls it; default ``"layout"``, the option's name.
+
+    Returns:
+        ``layout``, now typed as a :data:`Layout`.
+    """
     if layout not in LAYOUTS:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, LAYOUTS))}, found {layout!r}")
     return layout
@@ -94,7 +102,17 @@ def check_layout(layout: object, name: str = "layout") -> Layout:
 
 def cell_layout(layout: Layout, dtype: np.dtype, shape: tuple[int, ...]) -> Layout:
     """The concrete layout (``"lists"``, ``"fast"`` or ``"rllib"``) a column of per-row
-    ``shape`` and ``dtype`` is written in: ``"auto"`` resolved by the cell's byte size."""
+    ``shape`` and ``dtype`` is written in: ``"auto"`` resolved by the cell's byte size.
+
+    Args:
+        layout: The writer's layout; any but ``"auto"`` is returned as it is.
+        dtype: The column's per-element dtype.
+        shape: One row's shape (``()`` for a scalar per row).
+
+    Returns:
+        ``"fast"`` for ``"auto"`` cells of at least :data:`FAST_MIN_CELL_BYTES`, ``"lists"`` for
+        smaller ones, else ``layout``.
+    """
     if layout != "auto":
         return layout
     nbytes = dtype.itemsize * math.prod(shape)  # (np.prod of a tuple costs ~10 us a column)
@@ -125,7 +143,8 @@ def _check_width(spec: TensorSpec, storage: pa.DataType) -> None:
         )
 
 
-class FastTensorType(pa.ExtensionType):
+# pyarrow has no type hints: to mypy its classes are Any, which strict mode refuses to subclass.
+class FastTensorType(pa.ExtensionType):  # type: ignore[misc]
     """The fast layout as a pyarrow extension type (registered when the package is imported).
 
     Storage ``fixed_size_binary(itemsize * prod(shape))``; serialized as the same
@@ -133,6 +152,10 @@ class FastTensorType(pa.ExtensionType):
     identical whichever way they were written. A file whose metadata is malformed still opens:
     its column has an invalid type whose :attr:`spec` raises the ``ValueError`` that says why, so
     the column (not the file) is refused, in one line naming it.
+
+    Args:
+        dtype: The cells' numpy dtype (or its ``dtype.str``, ``"<f4"``).
+        shape: One row's shape; the storage is ``fixed_size_binary(itemsize * prod(shape))``.
     """
 
     def __init__(
@@ -185,12 +208,20 @@ class FastTensorType(pa.ExtensionType):
         return self.__arrow_ext_deserialize__, (self.storage_type, self.__arrow_ext_serialize__())
 
 
-class FastTensorArray(pa.ExtensionArray):
+class FastTensorArray(pa.ExtensionArray):  # type: ignore[misc]  # (pyarrow: see FastTensorType)
     """A chunk of a fast tensor column; :meth:`to_numpy` is its ``[n, *shape]`` array."""
 
     def to_numpy(self, zero_copy_only: bool = True, writable: bool = False) -> np.ndarray:
         """The rows as ``[n, *shape]``: a read-only view of the buffer, or a copy when
-        ``writable``. Null cells are refused (``ValueError``): the layout has none."""
+        ``writable``. Null cells are refused (``ValueError``): the layout has none.
+
+        Args:
+            zero_copy_only: pyarrow's parameter, accepted and ignored: the view never copies.
+            writable: Whether to return a writable copy instead of the read-only view.
+
+        Returns:
+            A ``[n, *shape]`` array of the type's dtype.
+        """
         if self.null_count:
             raise ValueError(f"{FAST_TENSOR_NAME.decode()} column holds {self.null_count} nulls")
         out = fixed_binary_to_numpy(self, self.type.spec)
@@ -230,7 +261,17 @@ _register()
 
 
 def fast_tensor_field(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> pa.Field:
-    """The Arrow field of a fast tensor column of per-row ``shape`` and ``dtype``."""
+    """The Arrow field of a fast tensor column of per-row ``shape`` and ``dtype``.
+
+    Args:
+        name: The column's name.
+        dtype: The cells' numeric or bool dtype; its ``dtype.str`` goes into the metadata.
+        shape: One row's shape.
+
+    Returns:
+        A non-nullable ``fixed_size_binary`` field whose metadata names the layout, readable
+        with or without the extension type registered.
+    """
     width = int(dtype.itemsize * np.prod(shape, dtype=np.int64))
     meta = json.dumps({"dtype": dtype.str, "shape": [int(s) for s in shape]})
     return pa.field(
@@ -246,6 +287,13 @@ def fixed_binary_column(name: str, values: np.ndarray) -> tuple[pa.Field, pa.Arr
 
     One copy at most (none when ``values`` is C-contiguous): the array's bytes become the
     column's data buffer.
+
+    Args:
+        name: The column's name.
+        values: The rows, ``[rows, *shape]``; the per-row shape is ``values.shape[1:]``.
+
+    Returns:
+        The field (:func:`fast_tensor_field`) and an array of ``len(values)`` cells.
     """
     data = np.ascontiguousarray(values)
     fld = fast_tensor_field(name, data.dtype, tuple(data.shape[1:]))
@@ -259,6 +307,12 @@ def tensor_spec(field: pa.Field | None) -> TensorSpec | None:
 
     Both forms count: a :class:`FastTensorType` field (read with the type registered) and a
     ``fixed_size_binary`` field whose metadata names the layout (read without it).
+
+    Args:
+        field: A field of a file's schema, or None (a column that is not there).
+
+    Returns:
+        The declared dtype and per-row shape, or None for a field of another layout.
 
     Raises:
         ValueError: the field names the layout but its metadata is not ``{"dtype", "shape"}``
@@ -280,6 +334,14 @@ def fixed_binary_to_numpy(arr: pa.Array, spec: TensorSpec) -> np.ndarray:
 
     The caller checks nulls (``arr.null_count``) first; null cells would read as whatever bytes
     the buffer holds there.
+
+    Args:
+        arr: One chunk: a :class:`FastTensorArray` or its ``fixed_size_binary`` storage (a
+            slice's offset is honoured).
+        spec: The dtype and per-row shape the field declares (:func:`tensor_spec`).
+
+    Returns:
+        A read-only ``[len(arr), *shape]`` view (a fresh zero array when the chunk is empty).
     """
     if isinstance(arr, pa.ExtensionArray):
         arr = arr.storage
@@ -304,6 +366,12 @@ def parquet_dictionary_columns(schema: pa.Schema) -> list[str] | bool:
     fast layout's cells: a file of 84x84x4 frames read 197k rows/s with that page against 225k
     without (zstd, one process). Integer arrays keep it: a uint8 frame has at most 256 values, and
     the dictionary halves a file of frames in the list layouts (278 MB plain, 148 MB with it).
+
+    Args:
+        schema: The schema of the table about to be written.
+
+    Returns:
+        The names of the columns to dictionary-encode, or True when that is every column.
     """
     names = [f.name for f in schema if not _plain_only(f)]
     return True if len(names) == len(schema) else names
@@ -337,4 +405,4 @@ def _plain_only(field: pa.Field) -> bool:
         or (pa.types.is_fixed_size_list(t))
     ):
         t = t.field(0).type if pa.types.is_struct(t) else t.value_type  # struct: "data" first
-    return pa.types.is_floating(t)
+    return bool(pa.types.is_floating(t))

@@ -26,7 +26,16 @@ SPACE_KEY = b"space"
 
 def with_leaf_spaces(table: pa.Table, space: gym.Space[Any] | None) -> pa.Table:
     """``table`` with each ``obs.<path>`` / ``new_obs.<path>`` field's leaf space in its
-    metadata (unchanged when ``space`` is None or not composite)."""
+    metadata (unchanged when ``space`` is None or not composite).
+
+    Args:
+        table: A sample batch as Arrow, its composite observations one column per leaf.
+        space: The observation space the batch was sampled under, or None when unknown.
+
+    Returns:
+        The same columns (no copy) under a schema whose leaf fields carry their space under
+        :data:`SPACE_KEY` and whose table metadata carries the whole ``observation_space``.
+    """
     if not isinstance(space, gym.spaces.Dict | gym.spaces.Tuple):
         return table
     spaces = {p: json.dumps(space_to_dict(s)).encode() for p, s in leaf_spaces(space).items()}
@@ -46,6 +55,16 @@ def with_leaf_spaces(table: pa.Table, space: gym.Space[Any] | None) -> pa.Table:
 
 
 def read_leaf_space(field: pa.Field) -> gym.Space[Any] | None:
-    """The leaf space a field's metadata carries (None if it carries none)."""
+    """The leaf space a field's metadata carries (None if it carries none).
+
+    Args:
+        field: A field of an output file's schema (``obs.<path>`` or ``new_obs.<path>``).
+
+    Returns:
+        The gymnasium space under :data:`SPACE_KEY`, or None.
+
+    Raises:
+        DecodeError: The metadata is not a space dict :func:`~..spaces.space_from_dict` reads.
+    """
     raw = (field.metadata or {}).get(SPACE_KEY)
     return None if raw is None else space_from_dict(json.loads(raw))

@@ -24,10 +24,30 @@ def _import(module: str, what: str, package: str) -> Any:
 
 
 def import_h5py(what: str) -> Any:
-    """h5py, for ``what`` (e.g. "reading 'main_data.hdf5'")."""
+    """h5py, for ``what`` (e.g. "reading 'main_data.hdf5'").
+
+    Args:
+        what: What needs it, as the error message begins.
+
+    Returns:
+        The ``h5py`` module.
+
+    Raises:
+        UnsupportedFormatError: h5py is not installed; the message says how to install it.
+    """
     return _import("h5py", what, "h5py")
 
 
 def import_pil_image(what: str) -> Any:
-    """Pillow's ``PIL.Image``, for ``what`` (decoding JPEG observations)."""
+    """Pillow's ``PIL.Image``, for ``what`` (decoding JPEG observations).
+
+    Args:
+        what: What needs it, as the error message begins.
+
+    Returns:
+        The ``PIL.Image`` module.
+
+    Raises:
+        UnsupportedFormatError: Pillow is not installed; the message says how to install it.
+    """
     return _import("PIL.Image", what, "pillow")

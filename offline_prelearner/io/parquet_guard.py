@@ -119,7 +119,15 @@ def _chunk_bytes(meta: pq.FileMetaData, rg: int, j: int, rows: int) -> _Chunk:
 
 
 def decoded_bytes(meta: pq.FileMetaData) -> list[list[_Chunk]]:
-    """Per row group, per column chunk: the decoded bytes the footer allows (an upper bound)."""
+    """Per row group, per column chunk: the decoded bytes the footer allows (an upper bound).
+
+    Args:
+        meta: A Parquet file's footer; only its statistics are read, no page is.
+
+    Returns:
+        ``[row group][column chunk]``: each chunk's column path, its bound in bytes, and whether
+        the bound is loose (dictionary- or prefix-coded byte arrays).
+    """
     return [
         [_chunk_bytes(meta, i, j, meta.row_group(i).num_rows) for j in range(meta.num_columns)]
         for i in range(meta.num_row_groups)
@@ -262,7 +270,18 @@ def open_parquet(
 ) -> pq.ParquetFile:
     """``path`` opened as a :class:`pyarrow.parquet.ParquetFile` whose footer passed
     :func:`check_parquet`; the footer's Thrift strings and lists are capped by the file's size
-    (none can be longer than the file that holds it).
+    (none can be longer than the file that holds it). A file that passed is checked once per
+    process (until its size or mtime changes).
+
+    Args:
+        path: A local path or a store's URI.
+        limits: The decoded-size bounds the footer must keep to.
+        size: The file's size in bytes when the caller knows it (a listing), saving a stat.
+        pre_buffer: pyarrow's ``pre_buffer`` (coalesced reads of column chunks: good on object
+            stores, pointless for a reader that reads one column).
+
+    Returns:
+        The open file, its footer read and checked.
 
     Raises:
         DataError: A footer beyond ``limits`` (see :func:`check_parquet`).
@@ -354,6 +373,11 @@ def check_drift(files: list[str], schemas: list[pa.Schema | None]) -> None:
     missing from a file, or of Arrow's null type there (RLlib's unset ``agent_id``), agrees with
     any.
 
+    Args:
+        files: The input's files, in planning order (the first file of a column is the one the
+            others are compared with).
+        schemas: Each file's Arrow schema, or None for one that could not be read (skipped).
+
     Raises:
         DataError: ``reason="schema_drift"``, naming the column and both files.
     """
@@ -425,6 +449,10 @@ def check_files(files: list[str], limits: DecodeLimits = DEFAULT_LIMITS) -> None
     (:func:`check_parquet`, :func:`check_drift`), from the footers: what the Ray engine runs on
     the driver before Ray Data's reader opens any of them. Files that are not Parquet, or that
     cannot be opened, are left to the reader.
+
+    Args:
+        files: The input's files (local paths or URIs); ``.parquet`` / ``.pq`` ones are checked.
+        limits: The decoded-size bounds each footer must keep to.
 
     Raises:
         DataError: The first file refused, in one line.

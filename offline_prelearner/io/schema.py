@@ -222,19 +222,44 @@ class ColumnSchema:
 
     # ------------------------------------------------------------------ lookups
     def column(self, field_name: str) -> str | None:
-        """The dataset column of a canonical field, or None when the schema maps none."""
+        """The dataset column of a canonical field, or None when the schema maps none.
+
+        Args:
+            field_name: A canonical field (``obs``, ``actions``, ``rewards``, ``new_obs`` ...).
+
+        Returns:
+            The column's name in the dataset, or None for a field this schema leaves unmapped.
+
+        Raises:
+            KeyError: ``field_name`` is not a canonical field.
+        """
         try:
             return self.columns[field_name]
         except KeyError:
             raise KeyError(f"{field_name!r} is not a canonical field") from None
 
     def present(self, field_name: str, column_names: Iterable[str]) -> str | None:
-        """The field's column if it is mapped *and* among ``column_names``, else None."""
+        """The field's column if it is mapped *and* among ``column_names``, else None.
+
+        Args:
+            field_name: A canonical field (see :meth:`column`).
+            column_names: The columns a file or batch actually has.
+
+        Returns:
+            The dataset column, or None when unmapped or absent from ``column_names``.
+        """
         col = self.column(field_name)
         return col if col is not None and col in set(column_names) else None
 
     def codec(self, column: str) -> str | None:
-        """The declared codec of a dataset column, or None for plain columns."""
+        """The declared codec of a dataset column, or None for plain columns.
+
+        Args:
+            column: A dataset column name (not a canonical field name).
+
+        Returns:
+            ``"lz4_msgpack"`` or ``"legacy_pickle"`` (:data:`CODECS`), or None.
+        """
         return self.compression.get(column)
 
     def mapped_columns(self) -> set[str]:
@@ -248,6 +273,12 @@ class ColumnSchema:
         """Columns of the dataset that are neither mapped nor ignored, in dataset order.
 
         They are kept as per-step extra columns of each episode.
+
+        Args:
+            column_names: The dataset's columns, in its order.
+
+        Returns:
+            The unmapped, unignored columns, in that order.
         """
         mapped = self.mapped_columns()
         ignored = set(self.ignore)
@@ -255,7 +286,15 @@ class ColumnSchema:
 
     # ------------------------------------------------------------------ checks
     def missing(self, column_names: Iterable[str]) -> list[str]:
-        """Required fields whose column is absent (``dones`` stands in for ``terminateds``)."""
+        """Required fields whose column is absent (``dones`` stands in for ``terminateds``).
+
+        Args:
+            column_names: The columns a file or batch has.
+
+        Returns:
+            The canonical names of the required fields the data cannot provide, in the order of
+            ``required``; empty when the data fits.
+        """
         names = set(column_names)
         out = []
         for f in self.required:
@@ -272,6 +311,14 @@ class ColumnSchema:
 
         Each missing column is listed with the closest present names, so a renamed column
         (``observations`` for ``obs``) is spotted at once.
+
+        Args:
+            column_names: The columns a file or batch has.
+            source: The file they came from, for the error's location.
+
+        Raises:
+            SchemaError: Required columns are missing (``reason="missing_columns"``); the message
+                names a preset that fits the columns, or the nearest one, when there is one.
         """
         names = list(column_names)
         missing = self.missing(names)
@@ -320,7 +367,16 @@ class ColumnSchema:
     ) -> None:
         """Refuses legacy-pickle columns unless the user turned ``legacy_pickle`` on.
 
-        With ``column_names`` only columns present in the data are considered.
+        Args:
+            legacy_pickle: Whether the user trusts the data's pickles (``--legacy-pickle``,
+                ``ReadConfig(legacy_pickle=True)``); when True nothing is refused.
+            column_names: The columns the data has; only those are considered (None: every
+                column the schema declares ``legacy_pickle`` for).
+            source: The file, for the error's location.
+
+        Raises:
+            DecodeError: A ``legacy_pickle`` column is present and ``legacy_pickle`` is off
+                (``reason="legacy_pickle_disabled"``).
         """
         if legacy_pickle:
             return
@@ -363,8 +419,19 @@ class ColumnSchema:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], origin: str = "schema") -> ColumnSchema:
-        """The schema a JSON object describes; ``origin`` names it in errors. Raises
-        :class:`ConfigError` for unknown keys, a missing ``name`` or ``columns``, or a bad column.
+        """The schema a JSON object describes.
+
+        Args:
+            d: The parsed JSON object (``name``, ``columns`` and the optional keys of
+                :meth:`to_dict`).
+            origin: What error messages call the schema (a file path, a preset's name).
+
+        Returns:
+            The validated schema.
+
+        Raises:
+            ConfigError: Not an object, unknown keys, a missing ``name`` or ``columns``, or a
+                field the constructor refuses.
         """
         if not isinstance(d, Mapping):
             raise ConfigError(f"{origin}: a schema must be a JSON object, found {type(d).__name__}")
@@ -386,7 +453,18 @@ class ColumnSchema:
 
     @classmethod
     def from_json(cls, text: str | Mapping[str, Any], origin: str = "schema") -> ColumnSchema:
-        """From a JSON string (or an already parsed dict)."""
+        """From a JSON string (or an already parsed dict).
+
+        Args:
+            text: JSON text, or a mapping already parsed from it.
+            origin: What error messages call the schema (a file path, a preset's name).
+
+        Returns:
+            The validated schema (:meth:`from_dict`).
+
+        Raises:
+            ConfigError: The text is not JSON, or :meth:`from_dict` refuses it.
+        """
         if isinstance(text, Mapping):
             return cls.from_dict(text, origin)
         try:
@@ -485,7 +563,14 @@ def load_schema(spec: ColumnSchema | str | os.PathLike[str] | None = None) -> Co
 
 def nearest_preset(columns: Iterable[str]) -> tuple[ColumnSchema | None, list[str]]:
     """The preset missing the fewest required columns (then mapping the most present ones), and
-    the fields it misses: why :func:`detect_schema` found none, or what a near miss needs."""
+    the fields it misses: why :func:`detect_schema` found none, or what a near miss needs.
+
+    Args:
+        columns: The dataset's column names.
+
+    Returns:
+        The nearest preset and its missing required fields; ``(None, [])`` with no presets.
+    """
     names = list(columns)
     present = set(names)
     best: tuple[tuple[int, int], ColumnSchema, list[str]] | None = None
@@ -504,6 +589,13 @@ def detect_schema(columns: Iterable[str] | pa.Schema) -> ColumnSchema | None:
     Among fitting presets, the one mapping the most present columns wins. Given an Arrow schema,
     a preset declaring compression for a column wins only where that column holds strings or
     bytes (and a preset without compression only where it does not).
+
+    Args:
+        columns: The dataset's column names, or its Arrow schema (whose types then break ties
+            between compressed and plain presets).
+
+    Returns:
+        The best fitting preset, or None.
     """
     types: dict[str, pa.DataType] | None = None
     if isinstance(columns, pa.Schema):

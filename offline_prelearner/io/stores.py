@@ -39,7 +39,7 @@ from urllib.parse import unquote, urlsplit
 
 import pyarrow.fs as pafs
 
-from ..errors import OfflinePrelearnerError
+from ..errors import StorageError, _NotFound
 
 __all__ = [
     "REMOTE_SCHEMES",
@@ -61,10 +61,6 @@ TIMEOUT_ENV = "OFFLINE_PRELEARNER_STORE_TIMEOUT"
 _URI = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 #: A store's "forbidden" answer; a bare "403" also stands in job ids and ports ("T024032").
 _HTTP_403 = re.compile(r"\bforbidden\b|(?:status|code|http)[^0-9a-z]{0,12}403\b")
-
-
-class StorageError(OfflinePrelearnerError, OSError):
-    """A store refused or could not answer: no such bucket, denied, unreachable. One line."""
 
 
 def is_remote(path: str | os.PathLike[str] | Location) -> bool:
@@ -357,10 +353,6 @@ def file_stat(path: str | os.PathLike[str]) -> os.stat_result | FileStat:
     if info.type != pafs.FileType.File:
         raise _NotFound(f"{loc.uri}: {loc.missing()}")
     return FileStat(int(info.size or 0), int(info.mtime_ns or 0))
-
-
-class _NotFound(StorageError, FileNotFoundError):
-    """A store's file that is not there (both a StorageError and a FileNotFoundError)."""
 
 
 def storage_error(e: BaseException, where: Location | str) -> StorageError:

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import CommitError
 
 try:  # POSIX; elsewhere a job does not lock its --out (one job per --out is then the user's)
     import fcntl
@@ -47,11 +47,6 @@ __all__ = [
     "output_storage",
     "staging_path",
 ]
-
-
-class CommitError(ConfigError):
-    """The output folder cannot be used as asked (not empty, a file, in use by another job, a
-    resume that does not fit, staged files that are not what their units wrote)."""
 
 
 def staging_path(out: str | os.PathLike[str]) -> Path:

@@ -44,6 +44,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from ..errors import CommittedWarning
 from ..io.manifest import DATASET, MANIFEST_FILE, SAMPLES
 from ..io.stores import Location, StorageError, locate, storage_error
 from .ownership import CommitError, new_job_id
@@ -70,10 +71,6 @@ _ATTEMPT_FILE = re.compile(r"[^/]*?-(\d{8}T\d{6}-[0-9a-f]{16})(?:[-.][^/]*)?")
 #: A folder named by a job's id: the generation of a dataset whose file names are fixed
 #: (Minari's ``data/main_data.hdf5``), written as ``<job>/data/main_data.hdf5``.
 _JOB_ID = re.compile(r"\d{8}T\d{6}-[0-9a-f]{16}")
-
-
-class CommittedWarning(UserWarning):
-    """The job committed, and a step after its commit point (stats, deletions) failed."""
 
 
 def _attempt_of(rel: str) -> str | None:

@@ -36,22 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import MAX_STEPS, check_float, check_int
-from ..errors import EmptyBufferError
+from ..errors import RateLimitExceeded
 
 __all__ = ["RateLimitExceeded", "SampleToInsertRatio"]
-
-
-class RateLimitExceeded(EmptyBufferError):
-    """Sampling now would exceed the buffer's sample-to-insert ratio. Nothing was drawn.
-
-    ``allowed`` is how many rows may still be drawn; ``missing`` how many more timesteps must be
-    inserted before a batch of the requested size is allowed.
-    """
-
-    def __init__(self, message: str, *, allowed: int, missing: int) -> None:
-        super().__init__(message)
-        self.allowed = allowed
-        self.missing = missing
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,15 @@ def _g(x: float) -> str:
 
 def dim_name(leaf: LeafStats, d: int) -> str:
     """``obs[2]``, ``obs.pos[1]``, ``actions[0]``; a scalar leaf is its name alone; an image's
-    dimension is its channel (``obs[channel 1]``)."""
+    dimension is its channel (``obs[channel 1]``).
+
+    Args:
+        leaf: The column's statistics (its name, per-row shape, whether it is an image).
+        d: A flat dimension index into the per-row shape (C order), or the channel of an image.
+
+    Returns:
+        The dimension as the page names it.
+    """
     if leaf.image:
         return f"{leaf.name}[channel {d}]" if leaf.moments.dims > 1 else leaf.name
     if leaf.shape == ():

@@ -40,7 +40,14 @@ class Chart:
 
 
 def chart_id(text: str) -> str:
-    """``text`` as a chart id: letters, digits and ``_`` (``obs.pos[1]`` -> ``obs_pos_1``)."""
+    """``text`` as a chart id: letters, digits and ``_`` (``obs.pos[1]`` -> ``obs_pos_1``).
+
+    Args:
+        text: A chart's title or a dimension's name.
+
+    Returns:
+        The id; ``"chart"`` when nothing of ``text`` is left.
+    """
     return re.sub(r"[^0-9A-Za-z]+", "_", text).strip("_") or "chart"
 
 

@@ -23,7 +23,7 @@ def _as_uint8(frame: np.ndarray) -> np.ndarray:
     f = np.nan_to_num(frame.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
     lo, hi = float(f.min()), float(f.max())
     scale = 255.0 / (hi - lo) if hi > lo else 0.0
-    return ((f - lo) * scale).round().astype(np.uint8)
+    return np.round((f - lo) * scale).astype(np.uint8)
 
 
 def to_png(frame: np.ndarray) -> bytes:

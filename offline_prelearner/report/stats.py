@@ -68,7 +68,7 @@ class Moments:
     @property
     def constant(self) -> np.ndarray:
         """Per dimension: seen, every value finite and equal."""
-        return (
+        return np.asarray(
             (self.count > 0) & (self.min == self.max) & (self.nan + self.posinf + self.neginf == 0)
         )
 
@@ -209,7 +209,12 @@ class OutOfBounds:
     count: np.ndarray | None = None
 
     def update(self, values: np.ndarray) -> None:
-        """Counts a chunk ``[n, ...]`` (its trailing shape is the bounds')."""
+        """Counts a chunk ``[n, ...]`` (its trailing shape is the bounds').
+
+        Args:
+            values: One chunk of the column, ``[n, ...]``; its per-row values are flattened to
+                the bounds' dimensions, and each one outside them adds one to its count.
+        """
         x = _as_2d(values)
         low = np.broadcast_to(np.asarray(self.low, np.float64).reshape(-1), x.shape[1:])
         high = np.broadcast_to(np.asarray(self.high, np.float64).reshape(-1), x.shape[1:])

@@ -14,11 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ContractError
+
 __all__ = ["ContractError", "diff_columns", "pickle_roundtrip", "require", "same_array", "snapshot"]
-
-
-class ContractError(AssertionError):
-    """An implementation breaks a contract; the message says which and how."""
 
 
 def require(ok: Any, msg: str) -> None:

@@ -37,7 +37,13 @@ import pyarrow.parquet as pq
 from ..._version import __version__
 from ...config import PreLearnerConfig
 from ...episodes.ledger import Ledger
-from ...errors import ConfigError, OfflinePrelearnerError, error_from_dict, error_to_dict
+from ...errors import (
+    ConfigError,
+    JobFailed,
+    OfflinePrelearnerError,
+    error_from_dict,
+    error_to_dict,
+)
 from ...io.fast_tensor import Layout, check_layout
 from ...io.stores import is_remote, locate
 from ...replay.storage.memory import for_worker_process
@@ -79,10 +85,6 @@ LOCAL_ENGINE_MAX_BYTES = 64 * 2**20
 #: ``progress(rows_done, rows_total, samples_written)``: input rows (``rows_total`` from the
 #: Parquet footers, None when unknown) and samples so far; called as the job advances.
 Progress = Callable[[int, "int | None", int], None]
-
-
-class JobFailed(OfflinePrelearnerError):
-    """The job could not finish; nothing was committed to its output folder."""
 
 
 def choose_engine(engine: str, config: PreLearnerConfig, plan: Plan) -> str:

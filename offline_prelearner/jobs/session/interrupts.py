@@ -31,6 +31,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from ...errors import Interrupted
+
 __all__ = [
     "Interrupted",
     "claim_report",
@@ -43,18 +45,6 @@ __all__ = [
 ]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM reached the CLI while its job ran.
-
-    A ``KeyboardInterrupt``, so code that already unwinds cleanly on Ctrl-C (Ray's own waits
-    among it) does the same here; :func:`received` keeps which signal it was.
-    """
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 class _State:

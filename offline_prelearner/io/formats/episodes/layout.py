@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ....errors import Fallback
+
 __all__ = [
     "BOOL",
     "EMPTY_MAP",
@@ -33,17 +35,6 @@ __all__ = [
     "scalar",
     "scalar_lengths",
 ]
-
-
-class Fallback(Exception):
-    """The fast path does not handle this record; decode it with the general path.
-
-    ``episode_id`` is the id read before giving up (None if not reached), for error messages.
-    """
-
-    def __init__(self, episode_id: Any = None) -> None:
-        super().__init__()
-        self.episode_id = episode_id
 
 
 # --------------------------------------------------------------------------------------------
