@@ -76,7 +76,15 @@ class ValidStarts:
 
 
 def ranges(first: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(f, f + c)`` for each pair, without a Python loop (int64)."""
+    """Concatenation of ``arange(f, f + c)`` for each pair, without a Python loop (int64).
+
+    Args:
+        first: Start slot of each range (converted to int64), one per range.
+        count: Length of each range, same shape as ``first``; a range of 0 contributes nothing.
+
+    Returns:
+        The slots of every range, in order, as one int64 array of ``count.sum()`` entries.
+    """
     first = np.asarray(first, dtype=np.int64)
     count = np.asarray(count, dtype=np.int64)
     if first.shape == (1,):  # one range (one episode added): no repeat needed
@@ -110,19 +118,49 @@ class Sampler(Protocol):
         rng: np.random.Generator,
         valid: ValidStarts,
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """``(slots, info)`` for ``batch_size`` draws among ``valid`` (see the class docstring)."""
+        """``(slots, info)`` for ``batch_size`` draws among ``valid`` (see the class docstring).
+
+        Args:
+            storage: The storage the slots index (its capacity, table and placement serials).
+            batch_size: How many slots to draw (> 0); draws are with replacement unless the
+                sampler says otherwise.
+            rng: The buffer's generator, the only source of randomness.
+            valid: The valid starts of every table row at the storage's current version;
+                ``valid.total > 0`` is guaranteed by the caller.
+
+        Returns:
+            ``slots`` (int64 ``[batch_size]``) and ``info``, a dict of per-sample arrays
+            (``"weights"``, ``"rows"``; see the class docstring).
+        """
 
     def on_add(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
-        """Learns that ``slots`` became valid starts."""
+        """Learns that ``slots`` became valid starts.
+
+        Args:
+            storage: The storage the slots belong to (its ``capacity`` sizes per-slot state).
+            slots: int64 slots that just became valid starts (new episodes, or the newly
+                complete tail of a streaming episode).
+        """
 
     def on_evict(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
-        """Learns that ``slots`` no longer hold data."""
+        """Learns that ``slots`` no longer hold data.
+
+        Args:
+            storage: The storage the slots belong to.
+            slots: int64 slots that stopped being valid starts (evicted episodes, or the old
+                place of an episode moved to the head).
+        """
 
     def state(self) -> SamplerState:
         """The sampler's state as arrays and numbers, for a checkpoint."""
 
     def set_state(self, state: SamplerState) -> None:
-        """Restores what :meth:`state` returned."""
+        """Restores what :meth:`state` returned.
+
+        Args:
+            state: A mapping of name to numpy array, as :meth:`state` produced it (possibly
+                read back from a checkpoint's ``.npy`` files).
+        """
 
 
 @runtime_checkable
@@ -137,4 +175,14 @@ class UpdatableSampler(Sampler, Protocol):
     def update_priorities(
         self, storage: EpisodeStorage, handles: np.ndarray, priorities: np.ndarray
     ) -> int:
-        """Sets the priorities of the samples ``handles`` names; returns how many were current."""
+        """Sets the priorities of the samples ``handles`` names; returns how many were current.
+
+        Args:
+            storage: The storage that issued the handles; ``storage.resolve`` tells which are
+                still current.
+            handles: int64 handles, the ``indices`` column of a sample.
+            priorities: One priority (or TD error) per handle, same length as ``handles``.
+
+        Returns:
+            How many handles were current, and so applied.
+        """

@@ -277,13 +277,27 @@ def backend() -> str:
 def compiled(name: str | None = None) -> SimpleNamespace | None:
     """The compiled kernels (``find``, ``cumsum``, ``write``, ``fill``, ``apply_priorities``) if the
     backend ``name`` (default: the current one) is numba and numba is available, else ``None``
-    (use the numpy path)."""
+    (use the numpy path).
+
+    Args:
+        name: ``"numba"`` or ``"numpy"``; None means the backend in force now (see :func:`use`).
+
+    Returns:
+        A namespace of the compiled kernels, or None for the numpy path.
+    """
     return _load() if (name or _default) == "numba" else None
 
 
 @contextmanager
 def use(name: str) -> Iterator[None]:
     """Within the block, trees are created with backend ``name`` (``"numba"`` or ``"numpy"``).
+
+    Args:
+        name: The backend for trees created inside the block; the previous one is restored on
+            exit, also on an exception.
+
+    Yields:
+        Nothing; the backend holds while the block runs.
 
     Raises:
         ValueError: an unknown name.

@@ -111,7 +111,14 @@ class Prioritized:
         return self._min
 
     def probabilities(self, slots: npt.ArrayLike) -> np.ndarray:
-        """``P(slot)`` of one draw, for each slot (0 for slots that are not valid starts)."""
+        """``P(slot)`` of one draw, for each slot (0 for slots that are not valid starts).
+
+        Args:
+            slots: Storage slots, any shape of integers in ``0 .. capacity - 1``.
+
+        Returns:
+            float64 probabilities of the same shape (all zeros before anything was added).
+        """
         if self._sum is None:
             return np.zeros(np.shape(slots))
         total = self._sum.total()
@@ -123,6 +130,9 @@ class Prioritized:
         add (a prioritized buffer calls it when it is built, so the trees' memory -- 32 to 64
         bytes per slot -- is taken then, and a second storage of another capacity is refused
         then). Nothing happens if they exist for that capacity.
+
+        Args:
+            capacity: The storage's number of slots; the trees get one leaf per slot.
 
         Raises:
             ConfigError: the trees exist for another capacity.
@@ -137,7 +147,22 @@ class Prioritized:
         rng: np.random.Generator,
         valid: ValidStarts,
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """``batch_size`` slots drawn in proportion to ``p ** alpha``, with importance weights."""
+        """``batch_size`` slots drawn in proportion to ``p ** alpha``, with importance weights.
+
+        Args:
+            storage: Unused: the trees already hold a priority per slot.
+            batch_size: How many slots to draw (with replacement; one per stratum when
+                stratified).
+            rng: The buffer's generator; one ``rng.random(batch_size)`` call per batch.
+            valid: The valid starts; only its ``total`` is read (for the error message).
+
+        Returns:
+            int64 ``[batch_size]`` slots, and ``info`` with ``"weights"``: float32 importance
+            weights, 1 for the least likely step (all ones at ``beta = 0``).
+
+        Raises:
+            EmptyBufferError: the trees hold no priority (nothing was added through ``on_add``).
+        """
         tree, mins = self._sum, self._min
         total = 0.0 if tree is None else tree.total()
         if tree is None or mins is None or not total > 0.0:
@@ -163,13 +188,26 @@ class Prioritized:
         return slots, {"weights": weights}
 
     def on_add(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
-        """New valid starts: they enter at the maximum priority seen so far."""
+        """New valid starts: they enter at the maximum priority seen so far.
+
+        Args:
+            storage: The storage; its ``capacity`` creates the trees on first use.
+            slots: int64 slots that became valid starts.
+
+        Raises:
+            ConfigError: the trees exist for a storage of another capacity.
+        """
         tree, mins = self._trees(storage.capacity)
         value = self.max_priority**self.alpha
         fill_constant(tree, mins, np.asarray(slots, dtype=np.int64).ravel(), value, value)
 
     def on_evict(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
-        """Slots that stopped being valid starts: never drawn again (until re-added)."""
+        """Slots that stopped being valid starts: never drawn again (until re-added).
+
+        Args:
+            storage: Unused: the trees are indexed by slot.
+            slots: int64 slots to zero in the sum tree (``+inf`` in the min tree).
+        """
         if self._sum is None or self._min is None:
             return
         idx = np.asarray(slots, dtype=np.int64).ravel()
@@ -181,6 +219,16 @@ class Prioritized:
         """Sets ``p = |x| + eps`` for each sampled handle still current; returns how many were
         applied. Stale handles (evicted or moved since sampling) are skipped and counted in
         :attr:`updates_stale`.
+
+        Args:
+            storage: The storage that issued the handles; ``storage.resolve`` maps them to
+                slots and says which are still current.
+            handles: int64 handles, the ``indices`` column of a sample (any shape; raveled).
+            priorities: One TD error or priority per handle (its sign is dropped); the last of
+                duplicate handles wins.
+
+        Returns:
+            How many handles were current and applied.
 
         Raises:
             TypeError: ``handles`` are not integers (e.g. another column was passed).
@@ -242,6 +290,10 @@ class Prioritized:
         positive only at a valid start -- a tampered state never makes padding, free space or
         an unfinished window drawable.
 
+        Args:
+            capacity: The restored storage's number of slots.
+            valid_slots: int64 slots that are valid starts in the restored storage.
+
         Raises:
             DataError: naming the field ``sampler/leaves``.
         """
@@ -263,6 +315,10 @@ class Prioritized:
 
     def set_state(self, state: SamplerState) -> None:
         """Restores :meth:`state` output.
+
+        Args:
+            state: ``leaves``, ``max_priority``, ``beta``, ``alpha`` and ``counters`` arrays,
+                as :meth:`state` wrote them; empty leaves mean no trees yet.
 
         Raises:
             DataError: a field is missing or malformed, ``alpha`` differs from this sampler's (the

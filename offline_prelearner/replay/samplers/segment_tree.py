@@ -58,7 +58,16 @@ FloatArray = npt.NDArray[np.float64]
 
 def last_writes(indices: IntArray, values: FloatArray) -> tuple[IntArray, FloatArray]:
     """``(unique sorted indices, the value of each one's last occurrence)``: a batch of writes with
-    repeated indices reduced to the writes that win, deterministically."""
+    repeated indices reduced to the writes that win, deterministically.
+
+    Args:
+        indices: int64 leaf indices of a batch of writes, in write order, repeats allowed.
+        values: float64 value of each write, as long as ``indices``.
+
+    Returns:
+        The unique indices in ascending order, and for each the value of its last write (the
+        inputs themselves when they are already unique and sorted).
+    """
     n = indices.size
     if n < 2 or (indices[1:] > indices[:-1]).all():  # already unique and sorted: common
         return indices, values
@@ -84,6 +93,13 @@ def write_unique(
 
     A sparse level gathers the child pairs of the touched parents; once a level is narrow enough
     that recomputing it whole is as cheap, it and everything above it are recomputed whole.
+
+    Args:
+        trees: The trees to write, all of one capacity and top width (and one backend: the
+            first tree's kernels are used for all).
+        indices: int64 leaf indices, unique, sorted and in ``0 .. capacity - 1``.
+        values: One float64 array per tree, each as long as ``indices``, admissible in its tree
+            (finite and >= 0 for a sum tree, not NaN for a min tree).
     """
     if indices.size == 0:
         return
@@ -123,6 +139,14 @@ def fill_constant(
     Each stored ancestor of the indices is recomputed once per tree when ``indices`` are sorted
     (they are sorted here if not), so a run of ``k`` new steps costs about ``2k`` node updates
     per tree rather than ``k`` per level.
+
+    Args:
+        sums: The sum tree.
+        mins: The min tree over the same slots.
+        indices: int64 leaf indices in ``0 .. capacity - 1``, any order, repeats allowed.
+        sum_value: The value written into the sum tree (a priority ``p ** alpha``, or 0 to
+            make a slot undrawable).
+        min_value: The value written into the min tree (the same priority, or ``+inf``).
     """
     if indices.size == 0:
         return
@@ -176,6 +200,15 @@ def write_where_positive(
     (finite, > 0), ``keep``, ``values`` and ``keys`` as long as ``indices`` (which may hold
     anything: those outside the trees are skipped), both trees of one capacity and top width.
     ``keep`` may be changed in place.
+
+    Args:
+        sums: The sum tree (its current leaves decide which slots are drawable).
+        mins: The min tree over the same slots.
+        indices: int64 leaf indices, any values (those outside ``0 .. capacity - 1`` skipped).
+        keep: Whether each write is wanted (False: a stale handle); may be changed in place.
+        values: float64 value written at each index (``p ** alpha``), finite and > 0.
+        keys: float64 number reported per write (the priority ``p``), whose maximum over the
+            applied writes is returned.
 
     Returns:
         ``(how many were written, the largest ``keys[k]`` among them)``; ``(0, 0.0)`` if none.
@@ -405,6 +438,11 @@ class _SegmentTree(ABC):
 class SumTree(_SegmentTree):
     """Sums of non-negative leaves, with a batched prefix-sum search.
 
+    Args:
+        capacity: Number of leaves, any int >= 1 (padded internally to a power of two).
+        top_width: Widest stored level (a power of two, default 2048); a tuning knob, see the
+            module docstring. Results do not depend on it except through the rounding of sums.
+
     Example:
         >>> t = SumTree(5)
         >>> t.update([0, 1, 3], [1.0, 2.0, 3.0])
@@ -455,6 +493,9 @@ class SumTree(_SegmentTree):
         differ from a float ``cumsum`` over the leaves by the rounding of the sums involved; it is
         exact when the sums are (e.g. integers or dyadic fractions).
 
+        Args:
+            prefixes: Prefix masses, any shape of numbers (not NaN).
+
         Returns:
             ``int64`` leaf indices, the same shape as ``prefixes``.
 
@@ -474,6 +515,13 @@ class SumTree(_SegmentTree):
 
         Unchecked, for a hot loop: ``prefixes`` a 1-d ``float64`` array without NaN (e.g. ``u *
         total()``), and ``total() > 0`` (check it first). ``prefixes`` is not modified.
+
+        Args:
+            prefixes: 1-d float64 prefix masses in ``[0, total())`` (out-of-range values land
+                on the first or last leaf with mass).
+
+        Returns:
+            int64 leaf indices and their float64 leaf values, one per prefix.
         """
         return self._find(prefixes)
 
@@ -527,7 +575,13 @@ class SumTree(_SegmentTree):
 
 
 class MinTree(_SegmentTree):
-    """Minimum of the leaves. Empty and padding leaves hold ``+inf``, so they never win."""
+    """Minimum of the leaves. Empty and padding leaves hold ``+inf``, so they never win.
+
+    Args:
+        capacity: Number of leaves, any int >= 1 (padded internally to a power of two).
+        top_width: Widest stored level (a power of two, default 2048); a tuning knob, see the
+            module docstring. Results do not depend on it except through the rounding of sums.
+    """
 
     _neutral = float("inf")
     _kind = "min"

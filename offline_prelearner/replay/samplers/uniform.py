@@ -75,7 +75,18 @@ class Uniform:
         valid: ValidStarts,
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """``batch_size`` valid starts drawn uniformly with replacement, and their table rows in
-        ``info``."""
+        ``info``.
+
+        Args:
+            storage: Unused: ``valid`` says everything the draw needs.
+            batch_size: How many slots to draw (with replacement).
+            rng: The buffer's generator; one ``rng.random(batch_size)`` call per batch.
+            valid: The valid starts; a new object (a changed table) rebuilds the cumulative
+                counts, the same object reuses them.
+
+        Returns:
+            int64 ``[batch_size]`` slots, and ``info`` with ``"rows"``: the table row of each.
+        """
         if valid is not self._valid:
             self._prepare(valid)
         # floor(U[0, 1) * total) is uniform on 0..total - 1 up to 2**-53 (and never total: the
@@ -98,15 +109,29 @@ class Uniform:
         return u + self._shift.take(r), {"rows": self._rows.take(r)}
 
     def on_add(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
-        """Nothing to do: the buffer's ``valid`` already says what is sampleable."""
+        """Nothing to do: the buffer's ``valid`` already says what is sampleable.
+
+        Args:
+            storage: Unused.
+            slots: Unused.
+        """
 
     def on_evict(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
-        """Nothing to do."""
+        """Nothing to do: the next ``valid`` leaves the evicted slots out.
+
+        Args:
+            storage: Unused.
+            slots: Unused.
+        """
 
     def state(self) -> SamplerState:
         """An empty state: draws come only from the buffer's generator."""
         return {}
 
     def set_state(self, state: SamplerState) -> None:
-        """Forgets the cached valid starts."""
+        """Forgets the cached valid starts.
+
+        Args:
+            state: Ignored (:meth:`state` is empty).
+        """
         self._valid = None
