@@ -42,16 +42,43 @@ class StepTable(Protocol):
     """
 
     def refresh_from(self, first: np.ndarray) -> np.ndarray:
-        """Slots from which windows are recomputed, given each new placement's ``first`` slot."""
+        """Slots from which windows are recomputed, given each new placement's ``first`` slot.
+
+        Args:
+            first: int64 slot of each new placement's first new valid start.
+
+        Returns:
+            int64 slots, one per placement, from which the cache is refilled (may lie before
+            ``first``: earlier windows can change when a fragment joins).
+        """
 
     def on_add(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
-        """Fills the cache for ``slots``, which just became valid starts."""
+        """Fills the cache for ``slots``, which just became valid starts.
+
+        Args:
+            storage: The storage as it is now (the slots' episodes are in its table).
+            slots: int64 slots that just became valid starts.
+        """
 
     def rebuild(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
-        """Refills the cache for ``slots`` (after a restore)."""
+        """Refills the cache for ``slots`` (after a restore).
+
+        Args:
+            storage: The restored storage.
+            slots: int64 every valid start of the restored storage.
+        """
 
     def expand(self, slots: np.ndarray, rows: np.ndarray, storage: EpisodeStorage) -> SampleBatch:
-        """The batch for start ``slots`` in table ``rows``, from the cache."""
+        """The batch for start ``slots`` in table ``rows``, from the cache.
+
+        Args:
+            slots: int64 ``[B]`` start slots, valid starts of ``storage`` as it is now.
+            rows: int64 ``[B]`` table rows of those slots (their episodes).
+            storage: The storage to gather from.
+
+        Returns:
+            What the unit's own ``expand`` gives for these slots (without frames).
+        """
 
 
 @runtime_checkable
@@ -76,7 +103,16 @@ class SampleUnit(Protocol):
     """
 
     def valid_starts(self, lengths: np.ndarray, done: np.ndarray) -> np.ndarray:
-        """Per episode, how many of its first steps may start a sample (see the class docstring)."""
+        """Per episode, how many of its first steps may start a sample (see the class docstring).
+
+        Args:
+            lengths: int stored steps of each episode (``[episodes]``).
+            done: bool per episode, True when it terminated or was truncated (its last stored
+                step is its last step).
+
+        Returns:
+            int64 ``[episodes]``: how many of each episode's first steps may start a sample.
+        """
 
     def expand(
         self,
@@ -86,7 +122,19 @@ class SampleUnit(Protocol):
         rng: np.random.Generator,
         frames: int | None = None,
     ) -> SampleBatch:
-        """The batch for start ``slots`` (see the class docstring)."""
+        """The batch for start ``slots`` (see the class docstring).
+
+        Args:
+            slots: int64 ``[B]`` start slots, valid starts of ``storage`` as it is now.
+            rows: int64 ``[B]`` table rows of those slots (their episodes).
+            storage: The storage to gather from.
+            rng: The buffer's generator, for units that draw something per sample.
+            frames: None for plain observations, or ``k`` for stacks of the last ``k``
+                observations per observation column (:func:`stack_index`).
+
+        Returns:
+            One row per slot (a sequence unit: ``[B, W]`` columns).
+        """
 
     def step_table(self) -> StepTable | None:
         """The unit's per-slot cache, or None (see the class docstring)."""
@@ -126,7 +174,15 @@ class AllSteps:
         return self.rows
 
     def step_values(self, values: np.ndarray) -> np.ndarray:
-        """A step column's values at every row (a new array)."""
+        """A step column's values at every row (a new array).
+
+        Args:
+            values: One of the columns' step arrays (actions, rewards, an extra), indexed by
+                step row.
+
+        Returns:
+            ``values`` gathered at every row, ``[len(self), ...]``.
+        """
         if isinstance(self.steps, slice):
             return values[self.steps].copy()
         return values.take(self.steps, axis=0)
@@ -138,7 +194,15 @@ class AllSteps:
         return self.steps
 
     def observations(self, ahead: np.ndarray | int = 0) -> np.ndarray:
-        """Observation ``k + ahead`` of every row's episode (``ahead <= remaining``)."""
+        """Observation ``k + ahead`` of every row's episode (``ahead <= remaining``).
+
+        Args:
+            ahead: Steps past each row's step: an int for all rows, or an int array
+                ``[len(self)]`` (0 gives ``obs``, ``remaining`` the episode's final one).
+
+        Returns:
+            The observations, ``[len(self), *obs_shape]``.
+        """
         return self.columns.gather_observations(self.episode, self.k + ahead)
 
     def common(self) -> dict[str, np.ndarray]:
@@ -165,13 +229,29 @@ class ExpandsAll(Protocol):
     """
 
     def expand_all(self, steps: AllSteps) -> SampleBatch | None:
-        """Every row of ``steps`` expanded, or None (see the class docstring)."""
+        """Every row of ``steps`` expanded, or None (see the class docstring).
+
+        Args:
+            steps: The rows of whole, done episodes (:class:`~.base.AllSteps`), in table order.
+
+        Returns:
+            One batch row per row of ``steps``, or None where the unit cannot.
+        """
 
 
 def stack_index(idx: np.ndarray, first: np.ndarray, frames: int) -> np.ndarray:
     """Slots of the ``frames`` observations ending at ``idx`` (``[..., frames]``), clipped at
     ``first`` (the episode's first slot, broadcastable to ``idx``): frames before the episode's
-    start repeat its first frame."""
+    start repeat its first frame.
+
+    Args:
+        idx: int64 slots of the newest frame, any shape.
+        first: int64 first slot of each one's episode, broadcastable to ``idx``.
+        frames: Frames per stack (>= 1).
+
+    Returns:
+        int64 slots of shape ``[*idx.shape, frames]``, oldest frame first.
+    """
     back = np.arange(1 - frames, 1, dtype=np.int64)
     return np.maximum(idx[..., None] + back, np.asarray(first)[..., None])
 
@@ -180,7 +260,16 @@ def episode_columns(
     storage: EpisodeStorage, slots: np.ndarray, rows: np.ndarray
 ) -> dict[str, np.ndarray]:
     """Columns every unit copies at the start step: actions, rewards, extras (by their own
-    names), ``eps_id`` and ``t``."""
+    names), ``eps_id`` and ``t``.
+
+    Args:
+        storage: The storage to gather from.
+        slots: int64 ``[B]`` start slots.
+        rows: int64 ``[B]`` table rows of those slots (for ``eps_id`` and ``t``).
+
+    Returns:
+        Column name to ``[B, ...]`` array.
+    """
     cols = storage.columns
     out = {
         C.ACTIONS: cols["actions"].take(slots, axis=0),
@@ -194,7 +283,15 @@ def episode_columns(
 
 
 def ones(n: int, dtype: type) -> np.ndarray:
-    """A read-only array of ``n`` ones, shared between calls (a constant column)."""
+    """A read-only array of ``n`` ones, shared between calls (a constant column).
+
+    Args:
+        n: Length of the array.
+        dtype: Its numpy dtype (e.g. ``np.int32`` for ``n_step``).
+
+    Returns:
+        A read-only ``[n]`` array of ones; the same object for the same ``(n, dtype)``.
+    """
     key = (n, np.dtype(dtype))
     arr = _ONES.get(key)
     if arr is None:

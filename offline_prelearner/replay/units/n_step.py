@@ -63,7 +63,16 @@ class NStep:
 
     def valid_starts(self, lengths: np.ndarray, done: np.ndarray) -> np.ndarray:
         """Per episode, the steps whose longest window is stored (every step once the episode is
-        done)."""
+        done).
+
+        Args:
+            lengths: int stored steps of each episode (``[episodes]``).
+            done: bool per episode, True when it terminated or was truncated (its last stored
+                step is its last step).
+
+        Returns:
+            int64 ``[episodes]``: how many of each episode's first steps may start a sample.
+        """
         lengths = np.asarray(lengths, dtype=np.int64)
         hi = self.bounds[1]
         return np.where(done, lengths, np.maximum(lengths - hi + 1, 0))
@@ -84,7 +93,19 @@ class NStep:
         frames: int | None = None,
     ) -> SampleBatch:
         """The n-step transitions from ``slots``, with ``n`` drawn per sample from the range when it
-        is one."""
+        is one.
+
+        Args:
+            slots: int64 ``[B]`` start slots, valid starts of ``storage`` as it is now.
+            rows: int64 ``[B]`` table rows of those slots (their episodes).
+            storage: The storage to gather from.
+            rng: Draws ``n`` per sample from ``lo..hi`` when ``n`` is a range; unused for an int.
+            frames: None for plain observations, or ``k``: ``obs`` and ``new_obs`` as
+                ``[B, k, *obs_shape]`` stacks.
+
+        Returns:
+            A batch of ``B`` n-step transitions; ``n_step`` holds the steps actually taken.
+        """
         lo, hi = self.bounds
         b = len(slots)
         last = storage.last_and_t_base()[0].take(rows)
@@ -137,7 +158,14 @@ class NStep:
         """Every step of whole episodes as an n-step transition, straight from their columns:
         what a buffer holding just them gives for the same steps drawn in order
         (:class:`~.base.ExpandsAll`; :class:`FixedNStepTable`'s sums for an int ``n > 1``, in
-        its order). None for a range of ``n``, which draws per sample."""
+        its order). None for a range of ``n``, which draws per sample.
+
+        Args:
+            steps: The rows of whole, done episodes (:class:`~.base.AllSteps`), in table order.
+
+        Returns:
+            One n-step transition per row of ``steps``, or None for a range of ``n``.
+        """
         if not isinstance(self.n, int):
             return None
         c, ep, n = steps.columns, steps.episode, self.n
@@ -178,6 +206,12 @@ class FixedNStepTable:
     ones again (:meth:`refresh_from`), and they are recomputed. Evicted slots are never drawn,
     and are recomputed when reused. :meth:`expand` gives exactly what ``NStep.expand`` gives
     (the range path stays for ``(lo, hi)`` and frame stacks). Costs 9 bytes per slot.
+
+    Args:
+        unit: The :class:`NStep` whose values are cached; its ``n`` must be an int.
+
+    Raises:
+        ConfigError: ``unit.n`` is a range.
     """
 
     def __init__(self, unit: NStep) -> None:
@@ -193,11 +227,24 @@ class FixedNStepTable:
 
     def refresh_from(self, first: np.ndarray) -> np.ndarray:
         """Where recomputation starts for a placement whose valid starts grew from slot
-        ``first``: ``n - 1`` slots earlier (their windows may have stopped reaching the end)."""
+        ``first``: ``n - 1`` slots earlier (their windows may have stopped reaching the end).
+
+        Args:
+            first: int64 slot of each placement's first new valid start.
+
+        Returns:
+            ``first - (n - 1)``, elementwise.
+        """
         return first - (self.n - 1)
 
     def on_add(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
-        """Computes the values of ``slots`` (valid starts of the storage as it is now)."""
+        """Computes the values of ``slots`` (valid starts of the storage as it is now).
+
+        Args:
+            storage: The storage as it is now; a new capacity or reward dtype reallocates the
+                cache (``capacity + 1`` entries, the last for the pad slot).
+            slots: int64 valid starts to (re)compute.
+        """
         if len(slots) == 0:
             return
         rew_col = storage.columns["rewards"]
@@ -223,12 +270,26 @@ class FixedNStepTable:
         self.end[slots] = np.where(end, 1, 2 * (storage.truncated.take(rows) & reached))
 
     def rebuild(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
-        """Recomputes everything from scratch for the valid starts ``slots`` (after a restore)."""
+        """Recomputes everything from scratch for the valid starts ``slots`` (after a restore).
+
+        Args:
+            storage: The restored storage.
+            slots: int64 every valid start of the restored storage.
+        """
         self.returns = np.zeros(0, self.returns.dtype)
         self.on_add(storage, slots)
 
     def expand(self, slots: np.ndarray, rows: np.ndarray, storage: EpisodeStorage) -> SampleBatch:
-        """``NStep(n).expand`` from the precomputed values: gathers only."""
+        """``NStep(n).expand`` from the precomputed values: gathers only.
+
+        Args:
+            slots: int64 ``[B]`` start slots, valid starts of ``storage`` as it is now.
+            rows: int64 ``[B]`` table rows of those slots (their episodes).
+            storage: The storage to gather from.
+
+        Returns:
+            A batch of ``B`` n-step transitions, equal to what ``NStep(n).expand`` gives.
+        """
         cols = storage.columns
         m = self.steps.take(slots)
         end = self.end.take(slots)

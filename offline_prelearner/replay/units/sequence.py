@@ -65,7 +65,16 @@ class Sequence:
 
     def valid_starts(self, lengths: np.ndarray, done: np.ndarray) -> np.ndarray:
         """Per episode, the steps whose whole sequence is stored (every step once the episode is
-        done)."""
+        done).
+
+        Args:
+            lengths: int stored steps of each episode (``[episodes]``).
+            done: bool per episode, True when it terminated or was truncated (its last stored
+                step is its last step).
+
+        Returns:
+            int64 ``[episodes]``: how many of each episode's first steps may start a sample.
+        """
         lengths = np.asarray(lengths, dtype=np.int64)
         return np.where(done, lengths, np.maximum(lengths - self.length + 1, 0))
 
@@ -82,7 +91,20 @@ class Sequence:
         frames: int | None = None,
     ) -> SampleBatch:
         """The sequences from ``slots`` (with burn-in before them); ``seq_lens`` counts the real
-        steps, the rest is padding."""
+        steps, the rest is padding.
+
+        Args:
+            slots: int64 ``[B]`` start slots, valid starts of ``storage`` as it is now.
+            rows: int64 ``[B]`` table rows of those slots (their episodes).
+            storage: The storage to gather from.
+            rng: Unused: a sequence draws nothing.
+            frames: None for plain observations, or ``k``: observation columns as
+                ``[B, W, k, *obs_shape]`` stacks.
+
+        Returns:
+            ``[B, W]`` step columns (``W = burn_in + length``), per-row ``eps_id`` and
+            ``seq_lens``, and ``loss_mask``.
+        """
         start = storage.starts.take(rows)
         length = storage.lengths.take(rows)
         k = slots - start

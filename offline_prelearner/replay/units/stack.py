@@ -54,7 +54,16 @@ class FrameStack:
             )
 
     def valid_starts(self, lengths: np.ndarray, done: np.ndarray) -> np.ndarray:
-        """The wrapped unit's valid starts: stacking needs no more steps."""
+        """The wrapped unit's valid starts: stacking needs no more steps.
+
+        Args:
+            lengths: int stored steps of each episode (``[episodes]``).
+            done: bool per episode, True when it terminated or was truncated (its last stored
+                step is its last step).
+
+        Returns:
+            int64 ``[episodes]``: how many of each episode's first steps may start a sample.
+        """
         return self.unit.valid_starts(lengths, done)
 
     def step_table(self) -> None:
@@ -69,8 +78,22 @@ class FrameStack:
         rng: np.random.Generator,
         frames: int | None = None,
     ) -> SampleBatch:
-        """The wrapped unit's batch with every observation column a stack of ``frames``
-        observations."""
+        """The wrapped unit's batch with every observation column a stack of ``k``
+        observations.
+
+        Args:
+            slots: int64 ``[B]`` start slots, valid starts of ``storage`` as it is now.
+            rows: int64 ``[B]`` table rows of those slots (their episodes).
+            storage: The storage to gather from.
+            rng: Passed to the wrapped unit.
+            frames: Must be None: this unit stacks ``k`` frames itself.
+
+        Returns:
+            The wrapped unit's batch, observations as ``[..., k, *obs_shape]`` stacks.
+
+        Raises:
+            ConfigError: ``frames`` was given (a FrameStack wrapped in another).
+        """
         if frames is not None:
             raise ConfigError("FrameStack stacks frames itself; wrap the inner unit once")
         return self.unit.expand(slots, rows, storage, rng, frames=self.k)

@@ -34,7 +34,16 @@ class Transition:
     """
 
     def valid_starts(self, lengths: np.ndarray, done: np.ndarray) -> np.ndarray:
-        """Every stored step may start a transition."""
+        """Every stored step may start a transition.
+
+        Args:
+            lengths: int stored steps of each episode (``[episodes]``).
+            done: bool per episode, True when it terminated or was truncated (its last stored
+                step is its last step).
+
+        Returns:
+            int64 ``[episodes]``: how many of each episode's first steps may start a sample.
+        """
         return np.asarray(lengths, dtype=np.int64)
 
     def step_table(self) -> None:
@@ -49,7 +58,19 @@ class Transition:
         rng: np.random.Generator,
         frames: int | None = None,
     ) -> SampleBatch:
-        """One-step transitions from ``slots`` (``frames``: observations as stacks)."""
+        """One-step transitions from ``slots`` (``frames``: observations as stacks).
+
+        Args:
+            slots: int64 ``[B]`` start slots, valid starts of ``storage`` as it is now.
+            rows: int64 ``[B]`` table rows of those slots (their episodes).
+            storage: The storage to gather from.
+            rng: Unused: a transition draws nothing.
+            frames: None for plain observations, or ``k``: ``obs`` and ``new_obs`` as
+                ``[B, k, *obs_shape]`` stacks.
+
+        Returns:
+            A batch of ``B`` transitions, ``n_step`` all 1.
+        """
         last = slots == storage.last_and_t_base()[0].take(rows)
         out = episode_columns(storage, slots, rows)
         if frames is not None:  # obs and new_obs share k - 1 frames: gather k + 1 once
@@ -71,7 +92,14 @@ class Transition:
     def expand_all(self, steps: AllSteps) -> SampleBatch:
         """Every step of whole episodes as a transition, straight from their columns: what
         :meth:`expand` gives for the same steps drawn in order from a buffer holding just them
-        (:class:`~.base.ExpandsAll`)."""
+        (:class:`~.base.ExpandsAll`).
+
+        Args:
+            steps: The rows of whole, done episodes (:class:`~.base.AllSteps`), in table order.
+
+        Returns:
+            One transition per row of ``steps``.
+        """
         c, ep = steps.columns, steps.episode
         out = steps.common()
         out[C.OBS] = steps.observations()
