@@ -41,6 +41,14 @@ def shard_of(ids: Sequence[Any], num_shards: int) -> np.ndarray:
     Ids are normalised as the storage keys them (``normalize_id``: integers as ``int``, anything
     else as ``str``), so ``np.int64(7)`` and ``7`` route alike and ``"7"`` may not. Integers are
     mixed with splitmix64 (so sequential ids spread), strings hashed with CRC-32 of their UTF-8.
+
+    Args:
+        ids: Episode ids (ints, numpy integers, strings, or anything ``normalize_id`` keys as
+            its ``str``).
+        num_shards: How many shards there are (>= 1).
+
+    Returns:
+        int64 ``[len(ids)]``, each in ``0 .. num_shards - 1``.
     """
     keys = [normalize_id(i) for i in ids]
     is_int = np.fromiter((isinstance(k, int) for k in keys), bool, len(keys))
@@ -62,7 +70,14 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
 
 
 def handle_bits(num_shards: int) -> int:
-    """Low bits of a global handle that name the shard."""
+    """Low bits of a global handle that name the shard.
+
+    Args:
+        num_shards: How many shards there are (>= 1).
+
+    Returns:
+        ``ceil(log2(num_shards))``: 0 for one shard, so its handles are the local ones.
+    """
     return (num_shards - 1).bit_length()
 
 
@@ -73,6 +88,17 @@ def encode_handles(local: np.ndarray, shard: np.ndarray, num_shards: int) -> np.
     ``num_shards`` shards each holds about ``1 / num_shards`` of them, so the ``b`` bits cost
     nothing one buffer holding everything would have had. A handle too large to shift raises
     ``OverflowError`` instead of wrapping into another shard's.
+
+    Args:
+        local: int64 handles as the shard's storage issued them (non-negative).
+        shard: int64 shard of each handle, same shape (or broadcastable).
+        num_shards: How many shards there are; fixes the number of shard bits.
+
+    Returns:
+        int64 global handles, the shape of ``local``.
+
+    Raises:
+        OverflowError: a local handle is negative or needs more than ``63 - b`` bits.
     """
     local = np.asarray(local, np.int64)
     b = handle_bits(num_shards)
@@ -82,7 +108,16 @@ def encode_handles(local: np.ndarray, shard: np.ndarray, num_shards: int) -> np.
 
 
 def decode_handles(handles: np.ndarray, num_shards: int) -> tuple[np.ndarray, np.ndarray]:
-    """Inverse of :func:`encode_handles`: ``(local handles, shards)``."""
+    """Inverse of :func:`encode_handles`: ``(local handles, shards)``.
+
+    Args:
+        handles: int64 global handles (the ``indices`` column of a sharded sample).
+        num_shards: How many shards there are, as when the handles were encoded.
+
+    Returns:
+        int64 local handles and int64 shards, each the shape of ``handles``. A shard number
+        ``>= num_shards`` (a handle from elsewhere) comes back as decoded; callers drop it.
+    """
     h = np.asarray(handles, np.int64)
     b = handle_bits(num_shards)
     return h >> b, h & ((1 << b) - 1)
@@ -91,8 +126,18 @@ def decode_handles(handles: np.ndarray, num_shards: int) -> tuple[np.ndarray, np
 def split_counts(masses: npt.ArrayLike, n: int, rng: np.random.Generator) -> np.ndarray:
     """How many of ``n`` rows each shard draws: multinomial with ``p_s = masses_s / sum``.
 
-    A shard of mass 0 gets none. Raises ``ValueError`` for a negative or non-finite mass or a
-    zero total.
+    A shard of mass 0 gets none.
+
+    Args:
+        masses: Sampling mass of each shard (valid starts, or sum of ``p ** alpha``).
+        n: Rows in the batch (>= 0).
+        rng: The client's generator (one multinomial draw).
+
+    Returns:
+        int64 ``[num_shards]`` counts summing to ``n``.
+
+    Raises:
+        ValueError: a mass is negative or not finite, or all are 0.
     """
     m = np.asarray(masses, np.float64)
     if not (np.isfinite(m).all() and (m >= 0).all() and m.sum() > 0):
@@ -116,6 +161,18 @@ def global_weights(
     ``P_min = min_s q_s * min_mass[s] / mass[s]`` (over shards with ``q_s > 0`` and ``mass[s] >
     0``), and ``w_i = (P(i) / P_min) ** -beta`` (at most 1). With ``split_mass == mass`` this is
     ``P(i) = row_mass[i] / sum(mass)``: one buffer's weights over the union of the shards.
+
+    Args:
+        row_mass: Each drawn row's leaf mass in its shard (``p ** alpha``), ``[rows]``.
+        row_shard: int shard of each row, ``[rows]``.
+        split_mass: Per shard, the mass the split of the batch used (``[num_shards]``, may be
+            older than ``mass``).
+        mass: Per shard, its total mass when it drew (``[num_shards]``).
+        min_mass: Per shard, the mass of its least likely valid start (``inf`` when none).
+        beta: Importance-weight exponent (0 gives all ones).
+
+    Returns:
+        float64 ``[rows]`` weights in ``(0, 1]``.
     """
     q = np.asarray(split_mass, np.float64)
     q = q / q.sum()
@@ -132,7 +189,15 @@ def to_columns(episodes: Sequence[Episode]) -> list[EpisodeColumns | Episode]:
     """Episodes for the trip to a shard: one :class:`EpisodeColumns` per column layout (a few
     arrays travel through Ray's object store without a copy, where pickling one object per
     episode costs ~70 us each), and episodes with ``infos`` or composite observations (which
-    columns do not hold) as themselves. Episodes of one layout keep their order."""
+    columns do not hold) as themselves. Episodes of one layout keep their order.
+
+    Args:
+        episodes: The episodes routed to one shard.
+
+    Returns:
+        The column batches (one per layout, in order of first appearance), then the episodes
+        that travel as themselves.
+    """
     groups: dict[tuple[Any, ...], list[Episode]] = {}
     loose: list[EpisodeColumns | Episode] = []
     for ep in episodes:
@@ -145,7 +210,15 @@ def to_columns(episodes: Sequence[Episode]) -> list[EpisodeColumns | Episode]:
 
 def compact(columns: EpisodeColumns) -> EpisodeColumns:
     """The same episodes with arrays holding only their own rows (a :meth:`EpisodeColumns.select`
-    shares the whole batch's arrays, which would all travel to every shard)."""
+    shares the whole batch's arrays, which would all travel to every shard).
+
+    Args:
+        columns: Episodes whose arrays may be views of a larger batch's.
+
+    Returns:
+        New columns with their own contiguous arrays (observations of each episode followed by
+        its final one, ``last_obs`` None).
+    """
     step_rows = columns.step_rows()
     step_at = np.zeros(len(columns), np.int64)
     np.cumsum(columns.length[:-1], out=step_at[1:])

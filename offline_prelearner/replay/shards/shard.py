@@ -113,7 +113,19 @@ class ReplayShard:
         return ShardInfo(self.shard, self.seq, mass, low, st["timesteps_added"], buf.samples_drawn)
 
     def add(self, episodes: Iterable[Episode | EpisodeColumns]) -> ShardInfo:
-        """Stores episodes -- Episode objects and/or :class:`EpisodeColumns` -- in order."""
+        """Stores episodes -- Episode objects and/or :class:`EpisodeColumns` -- in order.
+
+        Args:
+            episodes: Episodes routed to this shard, as :func:`~.routing.to_columns` packs them;
+                the first ones decide whether the shard keys them by agent too.
+
+        Returns:
+            The shard's info after the add.
+
+        Raises:
+            DataError: episodes with agent ids after episodes without (``agent_keys``), or any
+                error of the buffer's add (a fragment that contradicts what it holds).
+        """
         run: list[Episode] = []
         for item in episodes:
             if isinstance(item, EpisodeColumns):
@@ -158,7 +170,17 @@ class ReplayShard:
     ) -> ShardSample:
         """``n`` rows (none when ``n`` is 0 or nothing is sampleable), with each row's mass;
         with ``handles`` and ``priorities``, :meth:`update_priorities` first (one call for a
-        learner's update and its next draw)."""
+        learner's update and its next draw).
+
+        Args:
+            n: Rows to draw (0 draws nothing and just reports).
+            handles: Local handles of an earlier sample to update first, or None.
+            priorities: One TD error or priority per handle (with ``handles``).
+
+        Returns:
+            The rows (local ``indices``; episode ids without agent keys), each row's mass
+            (``p ** alpha``, or 1 for a uniform buffer) and the shard's info.
+        """
         if handles is not None:
             self.update_priorities(handles, np.asarray(priorities))
         rows: dict[str, np.ndarray] = {}
@@ -182,7 +204,18 @@ class ReplayShard:
 
     def update_priorities(self, handles: npt.ArrayLike, priorities: npt.ArrayLike) -> int:
         """Sets priorities of sampled rows (this shard's handles); returns how many were still
-        current. Stale handles are ignored and counted (``stats()["priority_updates_stale"]``)."""
+        current. Stale handles are ignored and counted (``stats()["priority_updates_stale"]``).
+
+        Args:
+            handles: This shard's local handles (decoded from the global ones).
+            priorities: One TD error or priority per handle; the priority is ``|x| + eps``.
+
+        Returns:
+            How many handles were current and applied.
+
+        Raises:
+            ConfigError: the shard's buffer is not prioritized.
+        """
         sampler = self.buffer.sampler
         if not isinstance(sampler, Prioritized):
             raise ConfigError(
@@ -192,7 +225,15 @@ class ReplayShard:
         return sampler.update_priorities(self.buffer.storage, handles, priorities)
 
     def feedback(self, handles: npt.ArrayLike, priorities: npt.ArrayLike) -> ShardInfo:
-        """:meth:`update_priorities`, answered with the shard's info (what the client sends)."""
+        """:meth:`update_priorities`, answered with the shard's info (what the client sends).
+
+        Args:
+            handles: This shard's local handles.
+            priorities: One TD error or priority per handle.
+
+        Returns:
+            The shard's info after the update.
+        """
         self.update_priorities(handles, priorities)
         return self.info()
 
@@ -209,14 +250,35 @@ class ReplayShard:
 
     def save(self, path: str | Path, save_id: str | None = None) -> Path | str:
         """Writes the buffer's checkpoint (see :mod:`offline_prelearner.replay.checkpoint`), tagged
-        with shard/save id."""
+        with shard/save id.
+
+        Args:
+            path: Directory (or object-store URI) of this shard's checkpoint.
+            save_id: The client's id of this save, so that :meth:`load` can refuse a shard
+                checkpoint left by another (interrupted) save; None when saved alone.
+
+        Returns:
+            The path written.
+        """
         state = self.buffer.get_state()
         tag = {"shard": self.shard, "save_id": save_id, "agent_keyed": self.agent_keyed}
         meta = {**state["meta"], "shard": tag}
         return checkpoint.write(path, meta, state["arrays"])
 
     def load(self, path: str | Path, save_id: str | None = None) -> ShardInfo:
-        """Restores :meth:`save` output; with ``save_id``, only the checkpoint of that save."""
+        """Restores :meth:`save` output; with ``save_id``, only the checkpoint of that save.
+
+        Args:
+            path: Directory (or object-store URI) :meth:`save` wrote.
+            save_id: The save this checkpoint must belong to, or None to take any.
+
+        Returns:
+            The shard's info after the restore.
+
+        Raises:
+            DataError: the checkpoint belongs to another save (``foreign_shard_checkpoint``),
+                or it is corrupt (the buffer keeps its state).
+        """
         meta, arrays = checkpoint.read(path)
         tag = meta.get("shard") or {}
         if save_id is not None and tag.get("save_id") != save_id:

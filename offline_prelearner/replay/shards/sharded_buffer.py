@@ -235,6 +235,16 @@ class ShardedReplayBuffer:
         :func:`to_columns`; columns are split by shard and compacted). An error in a shard (e.g.
         a fragment that contradicts what it holds) is raised by a later call that waits for it:
         :meth:`flush`, or an ``add`` / ``update_priorities`` past ``max_in_flight``.
+
+        Args:
+            episodes: One episode, an iterable of episodes, or :class:`EpisodeColumns`; each
+                goes to the shard :func:`shard_of` picks for its id.
+
+        Returns:
+            int64 ``[num_shards]``: episodes sent to each shard by this call.
+
+        Raises:
+            TypeError: an item of the iterable is not an :class:`Episode`.
         """
         if isinstance(episodes, EpisodeColumns):
             cols, shard = episodes, shard_of(episodes.ids, self.num_shards)
@@ -266,6 +276,16 @@ class ShardedReplayBuffer:
         size is taken instead of waiting for a new one. Raises :class:`EmptyBufferError` before
         ``learning_starts`` timesteps were added over all shards, while nothing is sampleable,
         or when the rate limit refuses (``RateLimitExceeded``).
+
+        Args:
+            batch_size: Rows in the batch (> 0), split over shards by their masses.
+
+        Returns:
+            The batch, with global ``indices`` and (prioritized) global ``weights``.
+
+        Raises:
+            EmptyBufferError: before ``learning_starts``, while nothing is sampleable, when
+                the rate limit refuses, or when shards keep coming up short of their share.
         """
         n = _batch_size(batch_size)
         self._reap(timeout=0.0)
@@ -375,8 +395,17 @@ class ShardedReplayBuffer:
         its own call when the shard already has a part waiting; :meth:`flush`, :meth:`stats`,
         :meth:`refresh` and :meth:`save` send what waits.
 
-        Raises (before sending anything): ``TypeError`` for non-integer indices, ``ValueError``
-        for unequal lengths or a non-finite value, :class:`ConfigError` for a uniform buffer.
+        Args:
+            indices: int64 global handles, the ``indices`` column of a :meth:`sample`.
+            td_errors: One TD error (or priority) per handle; the sign is dropped.
+
+        Returns:
+            How many handles named a shard and were queued for it.
+
+        Raises:
+            TypeError: non-integer indices (before anything is sent).
+            ValueError: unequal lengths or a non-finite value (before anything is sent).
+            ConfigError: the shards are not prioritized.
         """
         if not self.prioritized:
             raise ConfigError(
@@ -464,7 +493,14 @@ class ShardedReplayBuffer:
         """Flushes, then writes ``path/shard-XXX`` (one checkpoint per shard; the shards write
         them, so ``path`` must be on a file system they share) and ``path/sharded`` last.
         Prefetched rounds were drawn before the save: this client still returns them, a client
-        that loads the checkpoint draws afresh."""
+        that loads the checkpoint draws afresh.
+
+        Args:
+            path: Directory for the checkpoint, on a file system every shard's node shares.
+
+        Returns:
+            ``path`` as a :class:`~pathlib.Path`.
+        """
         self.flush()
         root, save_id = Path(path), uuid.uuid4().hex
         _ray().get(
@@ -482,7 +518,15 @@ class ShardedReplayBuffer:
         return root
 
     def load(self, path: str | Path) -> None:
-        """Restores :meth:`save` output into these shards (same number and module)."""
+        """Restores :meth:`save` output into these shards (same number and module).
+
+        Args:
+            path: Directory :meth:`save` wrote.
+
+        Raises:
+            ConfigError: the checkpoint was saved with another ``num_shards`` or module id.
+            DataError: a shard's checkpoint belongs to another save, or is corrupt.
+        """
         root = Path(path)
         meta, _ = checkpoint.read(root / _CLIENT_MANIFEST)
         for name, mine in (("num_shards", self.num_shards), ("module_id", self.module_id)):
