@@ -37,7 +37,19 @@ LARGE = 32 * 2**20
 
 
 def zeroed(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """A writable zero-filled array; large ones in 4 KiB anonymous pages (module docstring)."""
+    """A writable zero-filled array; large ones in 4 KiB anonymous pages (module docstring).
+
+    Args:
+        shape: The array's shape.
+        dtype: Anything ``np.dtype`` takes; object dtypes always come from ``np.zeros``.
+
+    Returns:
+        The array: from ``np.zeros`` below :data:`LARGE` bytes, else a view of a private
+        anonymous mapping (kernel-zeroed, pages faulted in on first write).
+
+    Raises:
+        MemoryError: the mapping could not be made (as ``np.zeros`` would raise).
+    """
     dt = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
     if nbytes < LARGE or dt.hasobject or not hasattr(mmap, "MAP_ANONYMOUS"):
@@ -89,6 +101,13 @@ def reuse_freed_heap(keep_mb: int = 512) -> bool:
     60 MB faulted in per batch on the pixel job, ~20 ms at this VM's 3 GB/s first touch. Blocks up
     to 32 MiB now come from the heap, which keeps ``keep_mb`` free before trimming. A user who
     tuned glibc with ``MALLOC_TRIM_THRESHOLD_`` or ``MALLOC_MMAP_THRESHOLD_`` is left alone.
+
+    Args:
+        keep_mb: MiB of freed heap malloc keeps before trimming (its trim threshold).
+
+    Returns:
+        True when both ``mallopt`` settings took; False on another libc or when the user's
+        environment sets them.
     """
     import ctypes
 
@@ -155,7 +174,14 @@ def fault_in_ahead(arr: np.ndarray, lo: int, hi: int) -> None:
     pixel job spent filling its buffer. Done ahead, on another core, the write runs at the speed
     of a copy. The bytes are left as they are (``MADV_POPULATE_WRITE``): a page written
     meanwhile keeps its data. Only columns from :func:`zeroed` of :data:`LARGE` bytes or more;
-    elsewhere (no Linux, an old kernel) nothing happens."""
+    elsewhere (no Linux, an old kernel) nothing happens.
+
+    Args:
+        arr: The array about to be written (C-contiguous, :data:`LARGE` bytes or more, else
+            ignored); it is kept alive until its pages are in.
+        lo: First row to fault in (clipped to 0).
+        hi: End row (exclusive, clipped to ``len(arr)``).
+    """
     lo, hi = max(lo, 0), min(hi, len(arr))
     if hi <= lo or arr.nbytes < LARGE or not arr.flags.c_contiguous:
         return

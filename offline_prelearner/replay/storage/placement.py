@@ -49,7 +49,14 @@ Layout = tuple[Any, ...]
 
 
 def layout(ep: Episode) -> Layout:
-    """The dtypes and per-step shapes of an episode's columns (extras by name, in order)."""
+    """The dtypes and per-step shapes of an episode's columns (extras by name, in order).
+
+    Args:
+        ep: The episode.
+
+    Returns:
+        A hashable tuple; two episodes fit one ring's columns when their layouts are equal.
+    """
     a, r = ep.actions, ep.rewards
     return (
         *_obs_signature(ep.observations),
@@ -71,7 +78,16 @@ def write_episode(
     columns: dict[str, np.ndarray], at: int, ep: Episode, *, skip_first_obs: bool = False
 ) -> None:
     """Writes ``ep`` into ring ``columns`` from slot ``at`` (observation ``k`` at ``at + k``;
-    ``skip_first_obs``: the slot ``at`` already holds observation 0, as when appending)."""
+    ``skip_first_obs``: the slot ``at`` already holds observation 0, as when appending).
+
+    Args:
+        columns: The ring's columns, by name (``obs`` or ``obs/<leaf>``, ``actions``,
+            ``rewards``, ``extras/<name>``), each with room for slots ``at .. at + len(ep)``.
+        at: The slot of the episode's first observation.
+        ep: The episode (or fragment) to write.
+        skip_first_obs: Leave slot ``at`` as it is (it holds observation 0 already, the
+            continued episode's last one); default False writes every observation.
+    """
     n = len(ep)
     for name, obs in obs_items(ep.observations):  # one ring column per leaf
         if skip_first_obs:
@@ -89,30 +105,69 @@ class EpisodeSource(Protocol):
     """Where a run's columns come from: episode objects or shared columns."""
 
     def episode(self, i: int) -> Episode:
-        """Episode ``i`` as an object."""
+        """Episode ``i`` as an object.
+
+        Args:
+            i: Position of the episode in the source.
+
+        Returns:
+            The episode.
+        """
 
     def write_observations(self, dest: np.ndarray, lo: int, hi: int) -> None:
         """Writes episodes ``lo:hi``'s observations (``T + 1`` each), concatenated, into
-        ``dest`` (exactly as many rows), copying each frame once."""
+        ``dest`` (exactly as many rows), copying each frame once.
+
+        Args:
+            dest: Rows to fill: exactly the episodes' ``sum(T + 1)`` observations.
+            lo: First episode (inclusive).
+            hi: End episode (exclusive).
+        """
         ...
 
     def steps(self, column: str, lo: int, hi: int) -> np.ndarray:
-        """Episodes ``lo:hi``'s per-step ``column`` ("actions", "rewards", "extras/<name>")."""
+        """Episodes ``lo:hi``'s per-step ``column`` ("actions", "rewards", "extras/<name>").
+
+        Args:
+            column: ``"actions"``, ``"rewards"`` or ``"extras/<name>"``.
+            lo: First episode (inclusive).
+            hi: End episode (exclusive).
+
+        Returns:
+            The episodes' steps of that column, concatenated: ``[sum(T), ...]``.
+        """
         ...
 
 
 class ListedEpisodes:
-    """A list of :class:`Episode` objects as a source."""
+    """A list of :class:`Episode` objects as a source.
+
+    Args:
+        eps: The episodes, in the order the run indexes them.
+    """
 
     def __init__(self, eps: Sequence[Episode]) -> None:
         self.eps = eps
 
     def episode(self, i: int) -> Episode:
-        """Episode ``i`` of the list."""
+        """Episode ``i`` of the list.
+
+        Args:
+            i: Position in the list.
+
+        Returns:
+            The episode object itself.
+        """
         return self.eps[i]
 
     def write_observations(self, dest: np.ndarray, lo: int, hi: int) -> None:
-        """Writes episodes ``lo:hi``'s observations into ``dest``, one copy per frame."""
+        """Writes episodes ``lo:hi``'s observations into ``dest``, one copy per frame.
+
+        Args:
+            dest: Rows to fill: exactly the episodes' ``sum(T + 1)`` observations.
+            lo: First episode (inclusive).
+            hi: End episode (exclusive).
+        """
         at = 0
         for e in self.eps[lo:hi]:  # one copy per frame, episode by episode
             n = len(e.observations)
@@ -121,7 +176,16 @@ class ListedEpisodes:
 
     def steps(self, column: str, lo: int, hi: int) -> np.ndarray:
         """Episodes ``lo:hi``'s steps of ``column`` (``actions``, ``rewards`` or ``extras/<name>``),
-        concatenated."""
+        concatenated.
+
+        Args:
+            column: ``"actions"``, ``"rewards"`` or ``"extras/<name>"``.
+            lo: First episode (inclusive).
+            hi: End episode (exclusive).
+
+        Returns:
+            The episodes' steps of that column, concatenated: ``[sum(T), ...]``.
+        """
         part = self.eps[lo:hi]
         if column == "actions":
             return np.concatenate([e.actions for e in part])
@@ -132,23 +196,49 @@ class ListedEpisodes:
 
 
 class SharedColumns:
-    """Episodes held as shared columns (:class:`EpisodeColumns`) as a source."""
+    """Episodes held as shared columns (:class:`EpisodeColumns`) as a source.
+
+    Args:
+        cols: The reader's columns; the run indexes their episodes.
+    """
 
     def __init__(self, cols: EpisodeColumns) -> None:
         self.cols = cols
 
     def episode(self, i: int) -> Episode:
-        """Episode ``i`` as an object (views of the shared columns)."""
+        """Episode ``i`` as an object (views of the shared columns).
+
+        Args:
+            i: Position of the episode in the columns.
+
+        Returns:
+            An episode whose arrays are views of the shared columns.
+        """
         return self.cols.episode(i)
 
     def write_observations(self, dest: np.ndarray, lo: int, hi: int) -> None:
         """Writes episodes ``lo:hi``'s observations into ``dest``, as the shared columns lay them
-        out."""
+        out.
+
+        Args:
+            dest: Rows to fill: exactly the episodes' ``sum(T + 1)`` observations.
+            lo: First episode (inclusive).
+            hi: End episode (exclusive).
+        """
         self.cols.write_observations(dest, lo, hi)
 
     def steps(self, column: str, lo: int, hi: int) -> np.ndarray:
         """Episodes ``lo:hi``'s steps of ``column`` (``actions``, ``rewards`` or ``extras/<name>``),
-        one gather."""
+        one gather.
+
+        Args:
+            column: ``"actions"``, ``"rewards"`` or ``"extras/<name>"``.
+            lo: First episode (inclusive).
+            hi: End episode (exclusive).
+
+        Returns:
+            The episodes' steps of that column, concatenated: ``[sum(T), ...]``.
+        """
         c = self.cols
         arr = {"actions": c.actions, "rewards": c.rewards}.get(column)
         if arr is None:
@@ -172,7 +262,14 @@ class Run:
         return len(self.keys)
 
     def drop(self, k: int) -> Run:
-        """The run without its first ``k`` episodes."""
+        """The run without its first ``k`` episodes.
+
+        Args:
+            k: How many episodes to drop from the front (those already placed).
+
+        Returns:
+            A new run of the rest.
+        """
         return Run(
             self.keys[k:],
             self.lengths[k:],
@@ -201,6 +298,9 @@ class RunPlacement:
 
     Held by an :class:`~.ring.EpisodeStorage`, which passes in what it holds (keys, accepted
     layouts, the ring's columns and head) and records what comes back; see the module docstring.
+
+    Args:
+        capacity: The ring's slots; an episode of ``capacity`` steps or more never joins a run.
     """
 
     def __init__(self, capacity: int) -> None:
@@ -211,7 +311,17 @@ class RunPlacement:
     ) -> Run | None:
         """The longest run of episodes from ``eps[i]`` that ``add`` would each store fresh
         without an error or a new column layout (all in one layout), or None if ``eps[i]`` is
-        not such an episode. ``held``: the keys the storage holds; ``accepted``: its layouts."""
+        not such an episode. ``held``: the keys the storage holds; ``accepted``: its layouts.
+
+        Args:
+            eps: The episodes of one ``add_many`` call.
+            i: Where the run starts in ``eps``.
+            held: The normalized keys the storage holds.
+            accepted: The column layouts (:func:`layout`) the storage accepted.
+
+        Returns:
+            The run from ``eps[i]``, or None.
+        """
         stop = i
         while stop < len(eps) and len(eps[stop].actions) < self.capacity:
             stop += 1
@@ -232,7 +342,16 @@ class RunPlacement:
     def column_run(self, cols: EpisodeColumns, i: int, held: Container[Any]) -> Run | None:
         """The longest run of episodes from ``i`` of shared columns that ``add`` would each store
         fresh (ids not held, distinct, shorter than the ring), or None if episode ``i`` is not
-        one; shared columns have one layout, which the caller checks once."""
+        one; shared columns have one layout, which the caller checks once.
+
+        Args:
+            cols: The reader's shared columns.
+            i: Where the run starts among their episodes.
+            held: The normalized keys the storage holds.
+
+        Returns:
+            The run from episode ``i``, or None.
+        """
         too_long = np.flatnonzero(cols.length[i:] >= self.capacity)
         stop = len(cols) if len(too_long) == 0 else i + int(too_long[0])
         keys = self._fresh_keys(held, cols.ids[i:stop])
@@ -258,7 +377,19 @@ class RunPlacement:
     ) -> Placed | None:
         """Writes the longest prefix of ``run`` (episodes ``i, i + 1, ...`` of ``src``) that fits
         between ``head`` and the end of the ring into ``columns``, as ``add`` would one by one;
-        returns where it went, or None when the first episode does not fit (it wraps)."""
+        returns where it went, or None when the first episode does not fit (it wraps).
+
+        Args:
+            columns: The ring's columns, by name, allocated for the run's layout.
+            extra_names: The extras' names, each written to ``extras/<name>``.
+            head: The slot writing starts at (the storage's head).
+            src: Where the episodes' columns come from.
+            i: Position in ``src`` of the run's first episode.
+            run: The run, as :meth:`episode_run` or :meth:`column_run` found it.
+
+        Returns:
+            Where the placed episodes went (a prefix of the run), or None.
+        """
         if len(run.keys) == 1:  # one episode (an add per episode): scalars, no arrays to search
             stop = head + run.lengths[0] + 1
             if stop > self.capacity:
