@@ -28,7 +28,16 @@ class Names:
         self.compactions = 0
 
     def set(self, serial: int, first: int, eid: Any, agent: Any, code: int) -> None:
-        """``first``: the storage's oldest serial still in its table (older ones may go)."""
+        """Records what placement ``serial`` stands for, growing or sliding the window.
+
+        Args:
+            serial: The placement serial (only grows from call to call).
+            first: The storage's oldest serial still in its table; entries older than it may
+                be dropped when the window slides.
+            eid: The episode id as the user gave it.
+            agent: The agent id, or None.
+            code: :func:`episode_code` of the encoded episode id.
+        """
         i = serial - self.off
         assert i >= 0, "placement serials only grow"
         if i >= len(self.eps):  # slide the window to start at `first`, and grow it
@@ -45,16 +54,34 @@ class Names:
         self.eps[i], self.agents[i], self.code[i] = eid, agent, code
 
     def get(self, serials: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Episode ids and agent ids of ``serials``."""
+        """Episode ids and agent ids of ``serials``.
+
+        Args:
+            serials: int64 placement serials inside the window.
+
+        Returns:
+            Two object arrays of the shape of ``serials``: episode ids and agent ids.
+        """
         i = serials - self.off
         return self.eps.take(i), self.agents.take(i)
 
     def codes(self, serials: np.ndarray) -> np.ndarray:
-        """Episode-id codes of ``serials``."""
+        """Episode-id codes of ``serials``.
+
+        Args:
+            serials: int64 placement serials inside the window.
+
+        Returns:
+            int64 codes, the shape of ``serials``.
+        """
         return self.code.take(serials - self.off)
 
     def rebuild(self, st: EpisodeStorage) -> None:
-        """Starts over from the live episodes of ``st`` (after a restore)."""
+        """Starts over from the live episodes of ``st`` (after a restore).
+
+        Args:
+            st: The module's storage, whose ids are keys made by :func:`encode`.
+        """
         self.__init__()  # type: ignore[misc]
         first = st.table.base + st.table.lo
         for row in np.flatnonzero(st.alive).tolist():
@@ -63,7 +90,14 @@ class Names:
 
 
 def agent_key(agent: Any) -> int | str | None:
-    """The agent id as stored: None stays None, any other id is normalized."""
+    """The agent id as stored: None stays None, any other id is normalized.
+
+    Args:
+        agent: An agent id (int, numpy integer, str, ...) or None.
+
+    Returns:
+        None, or the id as ``normalize_id`` keys it (``int`` or ``str``).
+    """
     return None if agent is None else normalize_id(agent)
 
 
@@ -75,7 +109,15 @@ def _enc1(v: Any) -> str:
 
 def encode(eid: int | str, agent: int | str | None) -> str:
     """The key of an agent's episode inside a module: ``<len>:<episode><agent>``, each part
-    tagged ``i`` (int), ``s`` (str) or ``n`` (none), so it decodes back exactly."""
+    tagged ``i`` (int), ``s`` (str) or ``n`` (none), so it decodes back exactly.
+
+    Args:
+        eid: The normalized episode id.
+        agent: The normalized agent id, or None (an episode-level key).
+
+    Returns:
+        The key, e.g. ``"2:i7sa"`` for episode 7, agent ``"a"``.
+    """
     e = _enc1(eid)
     return f"{len(e)}:{e}{_enc1(agent)}"
 
@@ -85,20 +127,44 @@ def _dec1(s: str) -> int | str | None:
 
 
 def decode(sid: Any) -> tuple[Any, Any]:
-    """``(episode id, agent id)`` of a key made by :func:`encode`."""
+    """``(episode id, agent id)`` of a key made by :func:`encode`.
+
+    Args:
+        sid: A key made by :func:`encode` (anything whose ``str`` is one).
+
+    Returns:
+        The episode id and the agent id (None where the key has none), ints or strs as
+        encoded.
+    """
     n, _, rest = str(sid).partition(":")
     return _dec1(rest[: int(n)]), _dec1(rest[int(n) :])
 
 
 def episode_code(s: str) -> int:
-    """A 63-bit non-negative code of an encoded episode id (blake2b), stable across processes."""
+    """A 63-bit non-negative code of an encoded episode id (blake2b), stable across processes.
+
+    Args:
+        s: An episode id encoded by :func:`encode` (with agent None).
+
+    Returns:
+        An int in ``[0, 2**63)``.
+    """
     digest = hashlib.blake2b(s.encode("utf-8", "surrogatepass"), digest_size=8).digest()
     return int.from_bytes(digest, "little") >> 1
 
 
 def merge(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, ...]:
     """Union of intervals ``[lo, hi)`` keyed by code: ``(code, lo, size)`` of the disjoint
-    merged intervals, sorted by code then lo."""
+    merged intervals, sorted by code then lo.
+
+    Args:
+        parts: Per module, ``(code, lo, hi)`` int64 arrays of equal length: an episode's code
+            and its sampleable env steps ``[lo, hi)`` (``0 <= lo``, ``hi < 2**32``); empty
+            intervals are dropped.
+
+    Returns:
+        ``(code, lo, size)`` int64 arrays of the merged intervals.
+    """
     if not parts:
         z = np.zeros(0, np.int64)
         return z, z, z

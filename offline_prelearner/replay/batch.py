@@ -72,7 +72,12 @@ class SampleBatch:
         return out
 
     def set_trusted(self, key: str, value: np.ndarray) -> None:
-        """Sets a column known to be a numpy array with the right row count (hot path)."""
+        """Sets a column known to be a numpy array with the right row count (hot path).
+
+        Args:
+            key: The column name.
+            value: A numpy array with the batch's row count on axis 0 (not checked).
+        """
         self._cols[key] = value
 
     # ------------------------------------------------------------------ dict-like
@@ -128,7 +133,15 @@ class SampleBatch:
         return self._cols.items()
 
     def get(self, key: str, default: Any = None) -> Any:
-        """Column ``key``, or ``default`` when there is none."""
+        """Column ``key``, or ``default`` when there is none.
+
+        Args:
+            key: The column name.
+            default: What to return when the batch has no such column.
+
+        Returns:
+            The column array (not a copy), or ``default``.
+        """
         return self._cols.get(key, default)
 
     def to_dict(self) -> dict[str, np.ndarray]:
@@ -145,7 +158,14 @@ class SampleBatch:
         return f"SampleBatch({len(self)} rows: {cols})"
 
     def to_rows(self, module_id: Any) -> dict[str, np.ndarray]:
-        """The columns plus a ``module_id`` column: one Ray Data / Arrow row per sample."""
+        """The columns plus a ``module_id`` column: one Ray Data / Arrow row per sample.
+
+        Args:
+            module_id: The module the rows train; stored as its ``str`` in every row.
+
+        Returns:
+            A new dict of the column arrays (not copies) plus an object ``module_id`` column.
+        """
         out = dict(self._cols)
         ids = np.empty(len(self), dtype=object)
         ids.fill(str(module_id))  # one str object shared (np.full makes one per row)
@@ -160,6 +180,16 @@ class SampleBatch:
         ``batch.nested("new_obs")`` gives ``{"desired_goal": ..., "a": {"b": ...}}``, each leaf
         ``[rows, ...]`` (views, no copy; Tuple positions come back as keys ``"0"``, ``"1"``).
         A plain ``name`` column comes back as is.
+
+        Args:
+            name: The observation column: ``"obs"`` (default), ``"new_obs"``, or another
+                prefix of ``<name>.<leaf>`` columns.
+
+        Returns:
+            The nested dict of leaf arrays, or the plain column's array.
+
+        Raises:
+            KeyError: neither a ``name`` column nor ``name.<leaf>`` columns exist.
         """
         if name in self._cols:
             return self._cols[name]  # type: ignore[return-value]
@@ -174,7 +204,18 @@ class SampleBatch:
     # ------------------------------------------------------------------ joining
     @staticmethod
     def concat(batches: Iterable[SampleBatch]) -> SampleBatch:
-        """Rows of several batches with the same columns, in order (one copy per column)."""
+        """Rows of several batches with the same columns, in order (one copy per column).
+
+        Args:
+            batches: Batches with the same column names (any order of them).
+
+        Returns:
+            One batch of all their rows (columns in the first batch's order); an empty batch
+            when there are none. ``info`` is not carried over.
+
+        Raises:
+            ValueError: two batches have different columns.
+        """
         bs = list(batches)
         if not bs:
             return SampleBatch()
@@ -220,6 +261,15 @@ class MultiAgentBatch:
 
         ``rows``: a dict of numpy columns (Ray Data's ``batch_format="numpy"``), an Arrow table, or
         a pandas DataFrame, with a ``module_id`` column. ``env_steps`` is the number of rows.
+
+        Args:
+            rows: The output rows, in one of the formats above.
+
+        Returns:
+            One :class:`SampleBatch` per module id (as str), ``env_steps`` the number of rows.
+
+        Raises:
+            KeyError: the rows have no ``module_id`` column.
         """
         cols = _numpy_columns(rows)
         if MODULE_ID not in cols:

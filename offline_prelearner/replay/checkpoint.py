@@ -90,7 +90,21 @@ def _ours(name: str) -> bool:
 def write(path: str | Path, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Path | str:
     """Writes ``meta`` (JSON-able) and ``arrays`` (numpy, no object dtype) to directory ``path``,
     committing with one atomic rename of the manifest (see the module docstring); on an object
-    store (a URI), with one PUT of the manifest (:func:`_write_store`). Returns the path."""
+    store (a URI), with one PUT of the manifest (:func:`_write_store`). Returns the path.
+
+    Args:
+        path: A local directory (created if missing; an existing one must be a checkpoint) or
+            an object-store URI.
+        meta: JSON-able metadata, stored in the manifest.
+        arrays: Name to numpy array; each is saved as one ``.npy`` file, no pickles.
+
+    Returns:
+        The checkpoint's path (a :class:`~pathlib.Path` locally, the URI on a store).
+
+    Raises:
+        ConfigError: ``path`` exists and is not a checkpoint directory.
+        TypeError: an array has object dtype.
+    """
     if is_remote(path):
         return _write_store(locate(path), meta, arrays)
     dest = Path(path)
@@ -152,7 +166,17 @@ def write(path: str | Path, meta: dict[str, Any], arrays: dict[str, np.ndarray])
 
 def read(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Reads and verifies a checkpoint directory; returns ``(meta, arrays)``. Leftovers of a
-    save that died are deleted first where the directory is writable and no one else holds it."""
+    save that died are deleted first where the directory is writable and no one else holds it.
+
+    Args:
+        path: A checkpoint directory or object-store URI that :func:`write` wrote.
+
+    Returns:
+        ``(meta, arrays)`` as they were written.
+
+    Raises:
+        DecodeError: the manifest or a file is missing, truncated or altered.
+    """
     if is_remote(path):
         return _read_store(locate(path))
     root = Path(path)
@@ -186,6 +210,19 @@ def restore(
     file and the field, and the buffer keeps the state ``get_state`` returned before (a
     :class:`ConfigError` -- a checkpoint of another buffer configuration -- likewise).
     ``state`` is :func:`read`'s result where the caller read it already.
+
+    Args:
+        path: The checkpoint directory or URI (read unless ``state`` is given; named in
+            errors).
+        get_state: Returns the buffer's state now, kept to roll back a failed restore.
+        set_state: Takes ``{"meta": ..., "arrays": ...}`` and restores the buffer from it.
+        state: ``(meta, arrays)`` already read from ``path``, or None to read it here.
+
+    Raises:
+        DataError: the state breaks an invariant of the buffer (``corrupt_checkpoint``, naming
+            the manifest and the field).
+        ConfigError: the checkpoint is of another buffer configuration.
+        DecodeError: the checkpoint cannot be read.
     """
     meta, arrays = read(path) if state is None else state
     before = get_state()

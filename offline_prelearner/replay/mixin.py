@@ -149,6 +149,13 @@ class MixInReplayBuffer(EpisodeReplayBuffer):
     def sample(self, batch_size: int | None = None) -> SampleBatch:
         """All new steps, then replayed ones; see the module docstring for the exact counts.
 
+        Args:
+            batch_size: Rows to draw with ``replay_ratio = 1`` (replay only); must be None
+                otherwise, where the new steps decide the size.
+
+        Returns:
+            The batch, new rows first; ``info["new"]`` and ``info["replayed"]`` count them.
+
         Raises:
             ConfigError: ``batch_size`` given with ``replay_ratio < 1``, or missing with 1.
             EmptyBufferError: before ``learning_starts``; with ``replay_ratio < 1`` when nothing
@@ -216,7 +223,18 @@ class MixInReplayBuffer(EpisodeReplayBuffer):
         return batch
 
     def update_priorities(self, indices: npt.ArrayLike, priorities: npt.ArrayLike) -> int:
-        """Forwards to a prioritized sampler (see ``PrioritizedEpisodeReplayBuffer``)."""
+        """Forwards to a prioritized sampler (see ``PrioritizedEpisodeReplayBuffer``).
+
+        Args:
+            indices: int64 handles, the ``indices`` column of a sample.
+            priorities: One TD error or priority per handle.
+
+        Returns:
+            How many handles were current and applied.
+
+        Raises:
+            TypeError: the sampler keeps no priorities.
+        """
         if not isinstance(self.sampler, UpdatableSampler):
             raise TypeError(
                 f"update_priorities needs a sampler with priorities, this buffer has "
@@ -256,8 +274,17 @@ class MixInReplayBuffer(EpisodeReplayBuffer):
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Restores :meth:`get_state`'s state; raises :class:`ConfigError` for a state not of a
-        mix-in buffer or saved with another ``replay_ratio``."""
+        """Restores :meth:`get_state`'s state.
+
+        Args:
+            state: ``{"meta", "arrays"}`` as :meth:`get_state` returned it, with the ``mixin``
+                section and the ``mixin/seen`` array.
+
+        Raises:
+            ConfigError: a state not of a mix-in buffer, or saved with another
+                ``replay_ratio``.
+            DataError: ``mixin/seen`` does not fit the restored table.
+        """
         mix = state["meta"].get("mixin")
         if not isinstance(mix, dict):
             raise ConfigError("state is not of a MixInReplayBuffer (no 'mixin' section)")

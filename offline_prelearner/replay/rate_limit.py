@@ -64,14 +64,34 @@ class SampleToInsertRatio:
         object.__setattr__(self, "burst", check_int("burst", b, 0, MAX_STEPS))
 
     def allowed(self, samples_drawn: int, timesteps_added: int, learning_starts: int) -> int:
-        """Rows that may still be drawn (never negative)."""
+        """Rows that may still be drawn (never negative).
+
+        Args:
+            samples_drawn: Rows handed out so far.
+            timesteps_added: Timesteps stored so far.
+            learning_starts: Timesteps that earn no credit (the warm-up).
+
+        Returns:
+            ``floor(ratio * max(0, added - learning_starts) + burst) - drawn``, at least 0.
+        """
         credit = max(0, timesteps_added - learning_starts) * self.max_samples_per_insert
         return max(0, math.floor(credit + self.burst + 1e-9) - samples_drawn)
 
     def check(
         self, rows: int, samples_drawn: int, timesteps_added: int, learning_starts: int
     ) -> None:
-        """Raises :class:`RateLimitExceeded` unless ``rows`` more rows are allowed."""
+        """Raises :class:`RateLimitExceeded` unless ``rows`` more rows are allowed.
+
+        Args:
+            rows: Rows the next sample would draw.
+            samples_drawn: Rows handed out so far.
+            timesteps_added: Timesteps stored so far.
+            learning_starts: Timesteps that earn no credit (the warm-up).
+
+        Raises:
+            RateLimitExceeded: the rows would cross the line; ``allowed`` and ``missing`` (the
+                timesteps to add first) are on the error.
+        """
         allowed = self.allowed(samples_drawn, timesteps_added, learning_starts)
         if rows <= allowed:
             return

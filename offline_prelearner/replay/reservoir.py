@@ -85,12 +85,26 @@ class Reservoir:
         object.__setattr__(self, "headroom", float(check_float("headroom", h, 0.0, 0.9)))
 
     def budget(self, capacity: int) -> int:
-        """Slots the reservoir may hold in a ring of ``capacity`` slots."""
+        """Slots the reservoir may hold in a ring of ``capacity`` slots.
+
+        Args:
+            capacity: The ring's slots.
+
+        Returns:
+            ``capacity - floor(capacity * headroom)``.
+        """
         return capacity - math.floor(capacity * self.headroom)
 
     def key(self, eid: Any) -> float:
         """The episode's key in ``[0, 1)``: 53 bits of BLAKE2b over the seed and the normalized
-        id (ints and strings hash apart: ``1`` and ``"1"`` are different episodes)."""
+        id (ints and strings hash apart: ``1`` and ``"1"`` are different episodes).
+
+        Args:
+            eid: An episode id (normalized as the storage keys it).
+
+        Returns:
+            A float in ``[0, 1)``; an episode is held while its key is below the threshold.
+        """
         return self._key(normalize_id(eid))
 
     def _key(self, nid: int | str) -> float:
@@ -101,12 +115,27 @@ class Reservoir:
         return (int.from_bytes(digest, "little") >> 11) * 2.0**-53
 
     def make_storage(self, capacity: int) -> ReservoirStorage:
-        """A :class:`ReservoirStorage` of ``capacity`` slots that follows this policy."""
+        """A :class:`ReservoirStorage` of ``capacity`` slots that follows this policy.
+
+        Args:
+            capacity: The ring's slots.
+
+        Returns:
+            A new, empty storage.
+        """
         return ReservoirStorage(capacity, self)
 
 
 class ReservoirStorage(EpisodeStorage):
-    """:class:`EpisodeStorage` whose admissions and evictions follow a :class:`Reservoir`."""
+    """:class:`EpisodeStorage` whose admissions and evictions follow a :class:`Reservoir`.
+
+    Args:
+        capacity: Slots of the ring (timesteps plus one final observation per episode).
+        policy: The reservoir; its ``budget(capacity)`` must leave at least 2 slots.
+
+    Raises:
+        ConfigError: the budget leaves fewer than 2 slots.
+    """
 
     def __init__(self, capacity: int, policy: Reservoir) -> None:
         super().__init__(capacity)
@@ -126,7 +155,19 @@ class ReservoirStorage(EpisodeStorage):
     # ------------------------------------------------------------------ adding
     def add(self, episode: Episode) -> Change:
         """Admits ``episode`` if its key is below the threshold (evicting the largest keys while
-        over budget), or extends it if held; returns what changed."""
+        over budget), or extends it if held; returns what changed.
+
+        Args:
+            episode: An episode, or a fragment continuing one (same id).
+
+        Returns:
+            The change record (kind ``"new"``, ``"appended"``, ``"rejected"``, ...): evicted
+            episodes under ``removed_*``, episodes a compaction moved under ``side``.
+
+        Raises:
+            EpisodeValidationError: the episode needs more slots than the budget
+                (``too_long``), or its columns do not match the storage's.
+        """
         key = normalize_id(episode.id)
         idx = self.table.index_of(key)
         if not self.columns:
@@ -278,8 +319,17 @@ class ReservoirStorage(EpisodeStorage):
         return meta, arrays
 
     def set_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-        """Restores :meth:`get_state`'s state; raises :class:`ConfigError` if it was saved under
-        another policy and a corrupt-checkpoint error for a bad threshold."""
+        """Restores :meth:`get_state`'s state.
+
+        Args:
+            meta: The state's metadata, with the ``reservoir`` section.
+            arrays: The state's arrays (the ring's columns and table).
+
+        Raises:
+            ConfigError: the state was saved under another policy (or FIFO eviction).
+            DataError: a bad threshold, a wrapped table or a threshold not above every held
+                key (a corrupt checkpoint).
+        """
         res = meta.get("reservoir")
         if not isinstance(res, dict) or res.get("policy") != repr(self.policy):
             found = res.get("policy") if isinstance(res, dict) else "FIFO eviction"
