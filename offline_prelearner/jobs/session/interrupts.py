@@ -175,7 +175,11 @@ def claim_report() -> bool:
 
 
 def restore(previous: dict[int, Any]) -> None:
-    """Gives SIGINT and SIGTERM back to the handlers :func:`install` replaced."""
+    """Gives SIGINT and SIGTERM back to the handlers :func:`install` replaced.
+
+    Args:
+        previous: What :func:`install` returned: signal number to the handler it replaced.
+    """
     for s, h in previous.items():
         signal.signal(s, h)
     if sys.unraisablehook is _unraisable:
@@ -200,7 +204,12 @@ def committed() -> bool:
 
 def closing(code: int) -> None:
     """From now on a signal is recorded and never raised: the job is over with exit status
-    ``code``, its cleanup runs (and a signal during it that it outlasts ends it with ``code``)."""
+    ``code``, its cleanup runs (and a signal during it that it outlasts ends it with ``code``).
+
+    Args:
+        code: The exit status the job ended with (the command's result; 1 when it raised),
+            used if a signal ends the cleanup.
+    """
     _state.code = code
     _state.closing = True
 

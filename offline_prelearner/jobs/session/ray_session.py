@@ -80,6 +80,13 @@ def init_ray(config: PreLearnerConfig) -> None:
     A local instance is marked and watched (:mod:`.reaper`): whatever ends this process, no Ray
     process it started outlives it by more than a few seconds. Signals stay the CLI's
     (:mod:`.interrupts`): ``ray.init`` installs a SIGTERM handler of its own, which is kept out.
+
+    Args:
+        config: The job's config; its ``ray.address`` names the cluster (None: ``RAY_ADDRESS``,
+            else a new local instance). Nothing happens when Ray is already initialized.
+
+    Raises:
+        ConfigError: a named cluster does not answer, or refuses the connection.
     """
     global _STARTED_RAY, _LOG_DIR, _OWNER, _REAPER
     ray = import_ray()
@@ -232,6 +239,11 @@ def check_cluster_address(
     would pick (the ``ray_current_cluster`` file of the last ``ray start``: a stale one names a
     dead cluster); ``local`` and ``ray://`` client addresses are left to Ray.
 
+    Args:
+        address: ``host:port`` of the cluster's GCS, ``auto``, ``local`` or a ``ray://`` URL.
+        timeout: Seconds the TCP connect may take (default :data:`CLUSTER_PROBE_SECONDS`).
+        found_by: Appended to the address in the error (how ``auto`` found it); default none.
+
     Raises:
         ConfigError: nothing accepts a connection at ``address`` within ``timeout`` seconds.
     """
@@ -302,7 +314,15 @@ def _gist(error: BaseException) -> str:
 
 def worker_env(cls: type) -> dict[str, Any] | None:
     """A runtime_env that lets Ray workers import ``cls`` when its module is only on the driver's
-    path (a user's ``my_prelearners.py`` next to the data, not an installed package)."""
+    path (a user's ``my_prelearners.py`` next to the data, not an installed package).
+
+    Args:
+        cls: The prelearner class the workers will build.
+
+    Returns:
+        ``{"env_vars": {"PYTHONPATH": ...}}`` with the root of ``cls``'s package first, or None
+        where workers import it anyway (the default class, ``__main__``, an installed package).
+    """
     if cls is OfflinePreLearner or cls.__module__ == "__main__":  # __main__: pickled by value
         return None
     module = sys.modules.get(cls.__module__)
@@ -320,7 +340,17 @@ def data_context(ray: Any, config: PreLearnerConfig, min_block_bytes: int = 0) -
     """The Ray Data settings of our datasets, set only while they are built (each dataset keeps
     a copy of the context it was built under; the caller's own context is left as it was): rows in
     file order, ``ray.block_mb`` blocks (at least ``min_block_bytes``), no progress bars of Ray's
-    own unless :data:`VERBOSE`."""
+    own unless :data:`VERBOSE`.
+
+    Args:
+        ray: The imported ``ray`` module.
+        config: The job's config (``ray.block_mb`` sets the target block size).
+        min_block_bytes: The smallest target block size the job needs (whole train batches
+            per block); default 0 keeps ``ray.block_mb``.
+
+    Yields:
+        Nothing; the settings hold inside the block and are put back after it.
+    """
     if not VERBOSE:
         _mute_ray_data_console()
     ctx = ray.data.DataContext.get_current()

@@ -70,7 +70,11 @@ def _marked(pid: int, needle: bytes) -> bool:
 
 class Instance:
     """The processes of the Ray instance marked ``owner``: those that carry the mark when first
-    seen (each new process's environment is read once), and all their descendants."""
+    seen (each new process's environment is read once), and all their descendants.
+
+    Args:
+        owner: The mark the driver put in ``OWNER_ENV`` for the instance it started.
+    """
 
     def __init__(self, owner: str) -> None:
         self.needle = f"{OWNER_ENV}={owner}".encode()
@@ -107,7 +111,15 @@ class Instance:
 
     def kill(self, seconds: float = REAP_SECONDS) -> int:
         """SIGKILLs the instance's processes until none is left or ``seconds`` passed; returns
-        how many it killed."""
+        how many it killed.
+
+        Args:
+            seconds: How long to keep looking for (and killing) processes, default
+                ``REAP_SECONDS``; new ones Ray starts meanwhile are killed too.
+
+        Returns:
+            How many distinct processes were sent SIGKILL.
+        """
         deadline = time.monotonic() + seconds
         killed: set[int] = set()
         while True:
@@ -126,6 +138,12 @@ def start(owner: str) -> subprocess.Popen[bytes] | None:
 
     The returned process holds the read end of a pipe whose write end this process keeps (not
     inherited by anything else it starts): it must stay referenced for the job's lifetime.
+
+    Args:
+        owner: The mark this process puts in ``OWNER_ENV`` for the Ray processes it starts.
+
+    Returns:
+        The watchdog process, or None (not Linux with ``/proc``, or it could not be started).
     """
     if not supported():
         return None
