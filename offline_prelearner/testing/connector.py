@@ -55,7 +55,17 @@ def connector_input(
     batch_size: int = 32,
 ) -> tuple[SampleBatch, ConnectorContext]:
     """A sampled batch of episodes that went through a fresh connector's ``on_episodes`` (so
-    columns it adds there are present), and a context with a seeded generator."""
+    columns it adds there are present), and a context with a seeded generator.
+
+    Args:
+        factory: Returns a fresh connector on each call (the checks build several).
+        episodes: The episodes the connector sees in ``on_episodes``; default
+            :func:`~.examples.example_episodes`. They are not changed.
+        batch_size: Rows of the sampled batch (uniform 1-step transitions, with replacement).
+
+    Returns:
+        The batch and a ``ConnectorContext`` for module ``default_policy`` seeded with 0.
+    """
     eps = factory().on_episodes(list(example_episodes() if episodes is None else episodes))
     return example_sample_batch(batch_size, episodes=eps), _context()
 
@@ -74,7 +84,18 @@ def check_connector_rows_and_inputs(
     factory: ConnectorFactory, batch: SampleBatch, episodes: list[Episode] | None = None
 ) -> None:
     """Returns a SampleBatch of as many rows; changes neither its input batch nor (in
-    ``on_episodes``) its input episodes."""
+    ``on_episodes``) its input episodes.
+
+    Args:
+        factory: Returns a fresh connector on each call (the checks build several).
+        batch: A sampled batch the connector accepts (see :func:`connector_input`); it is not
+            changed.
+        episodes: The episodes the connector sees in ``on_episodes``; default
+            :func:`~.examples.example_episodes`. They are not changed.
+
+    Raises:
+        ContractError: naming the broken rule.
+    """
     eps = list(example_episodes() if episodes is None else episodes)
     before_eps = _episode_snapshot(eps)
     out_eps = factory().on_episodes(eps)
@@ -92,7 +113,16 @@ def check_connector_rows_and_inputs(
 
 def check_connector_state(factory: ConnectorFactory, batch: SampleBatch) -> None:
     """The connector is deterministic given the context's generator, and ``get_state()`` after a
-    batch, given to a fresh connector, makes it act the same."""
+    batch, given to a fresh connector, makes it act the same.
+
+    Args:
+        factory: Returns a fresh connector on each call (the checks build several).
+        batch: A sampled batch the connector accepts (see :func:`connector_input`); it is not
+            changed.
+
+    Raises:
+        ContractError: naming the broken rule.
+    """
     diff = diff_columns(_apply(factory(), batch).to_dict(), _apply(factory(), batch).to_dict())
     require(not diff, f"two fresh connectors differ in columns {diff} (hidden randomness?)")
     a = factory()
@@ -107,7 +137,16 @@ def check_connector_state(factory: ConnectorFactory, batch: SampleBatch) -> None
 
 def check_connector_pickles(factory: ConnectorFactory, batch: SampleBatch) -> None:
     """The connector pickles (Ray ships it inside the prelearner's config) and its copy acts
-    the same."""
+    the same.
+
+    Args:
+        factory: Returns a fresh connector on each call (the checks build several).
+        batch: A sampled batch the connector accepts (see :func:`connector_input`); it is not
+            changed.
+
+    Raises:
+        ContractError: naming the broken rule.
+    """
     c = factory()
     try:
         c2 = pickle_roundtrip(c)
@@ -118,7 +157,19 @@ def check_connector_pickles(factory: ConnectorFactory, batch: SampleBatch) -> No
 
 
 def check_connector(factory: ConnectorFactory, episodes: list[Episode] | None = None) -> list[str]:
-    """Runs every connector check on :func:`connector_input`; returns their names."""
+    """Runs every connector check on :func:`connector_input`; returns their names.
+
+    Args:
+        factory: Returns a fresh connector on each call (the checks build several).
+        episodes: The episodes the connector sees in ``on_episodes``; default
+            :func:`~.examples.example_episodes`. They are not changed.
+
+    Returns:
+        The names of the checks that passed, in the order they ran.
+
+    Raises:
+        ContractError: naming the broken rule.
+    """
     batch, _ = connector_input(factory, episodes)
     check_connector_rows_and_inputs(factory, batch, episodes)
     check_connector_state(factory, batch)

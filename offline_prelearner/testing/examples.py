@@ -21,7 +21,18 @@ def example_episodes(
     n: int = 8, *, seed: int = 0, obs_shape: tuple[int, ...] = (4,), fragment: bool = True
 ) -> list[Episode]:
     """``n`` episodes of lengths 1..~20 (terminated, one truncated, and with ``fragment`` one
-    not-done last episode), float32 observations, int64 actions, float32 rewards."""
+    not-done last episode), float32 observations, int64 actions, float32 rewards.
+
+    Args:
+        n: How many episodes (the first always has one step).
+        seed: Seeds the lengths and values; also names the ids (``ep<seed>-<i>``), so batches
+            of different seeds never share an episode.
+        obs_shape: Shape of one observation.
+        fragment: Leave the last episode neither terminated nor truncated (default True).
+
+    Returns:
+        The episodes, episode ``i`` at position ``i``.
+    """
     rng = np.random.default_rng(seed)
     lengths = rng.integers(1, 21, size=n)
     lengths[0] = 1  # the edge: a one-step episode
@@ -43,14 +54,31 @@ def example_episodes(
 
 
 def example_rows(episodes: list[Episode] | None = None) -> pa.Table:
-    """Episodes (default :func:`example_episodes`) as an Arrow table of rows, RLlib's layout."""
+    """Episodes (default :func:`example_episodes`) as an Arrow table of rows, RLlib's layout.
+
+    Args:
+        episodes: The episodes to write; None for :func:`example_episodes`.
+
+    Returns:
+        One row per timestep.
+    """
     return episodes_to_rows(example_episodes() if episodes is None else episodes)
 
 
 def example_sample_batch(
     batch_size: int = 32, *, episodes: list[Episode] | None = None, seed: int = 0
 ) -> SampleBatch:
-    """A real sampled batch (uniform, 1-step transitions) from ``episodes``."""
+    """A real sampled batch (uniform, 1-step transitions) from ``episodes``.
+
+    Args:
+        batch_size: Rows to draw (with replacement).
+        episodes: The episodes to buffer; None for ``example_episodes(seed=seed)``.
+        seed: Seeds the buffer's draws (and the default episodes).
+
+    Returns:
+        The batch, as :class:`EpisodeReplayBuffer` samples it (with ``weights`` and
+        ``indices``).
+    """
     eps = example_episodes(seed=seed) if episodes is None else episodes
     buf = EpisodeReplayBuffer(sum(len(e) + 1 for e in eps) + 1, seed=seed)
     buf.add(eps)

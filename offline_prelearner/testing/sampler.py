@@ -75,7 +75,18 @@ def check_sampler_valid_slots(
     unit: SampleUnit | None = None,
 ) -> None:
     """Draws are int64 valid start slots (never padding, an unfinished tail or evicted data),
-    info arrays have one row per draw; also after evictions."""
+    info arrays have one row per draw; also after evictions.
+
+    Args:
+        factory: Returns a fresh sampler on each call (the checks build several buffers).
+        episodes: The episodes to fill the buffers with; default
+            :func:`~.examples.example_episodes`. Enough of them that half the buffer's
+            capacity cannot hold them all (the eviction check needs it).
+        unit: The sample unit of the buffers; default 1-step :class:`Transition`.
+
+    Raises:
+        ContractError: naming the broken rule.
+    """
     eps = example_episodes() if episodes is None else episodes
     buf = _filled_buffer(factory, unit, eps, None)
     _check_draw(buf, 64, "after add")
@@ -92,7 +103,18 @@ def check_sampler_state(
     unit: SampleUnit | None = None,
 ) -> None:
     """``state()`` is flat numpy arrays; a fresh sampler given it draws the same slots from the
-    same generator state; the same generator state gives the same draws (no hidden randomness)."""
+    same generator state; the same generator state gives the same draws (no hidden randomness).
+
+    Args:
+        factory: Returns a fresh sampler on each call (the checks build several buffers).
+        episodes: The episodes to fill the buffers with; default
+            :func:`~.examples.example_episodes`. Enough of them that half the buffer's
+            capacity cannot hold them all (the eviction check needs it).
+        unit: The sample unit of the buffers; default 1-step :class:`Transition`.
+
+    Raises:
+        ContractError: naming the broken rule.
+    """
     eps = example_episodes() if episodes is None else episodes
     buf = _filled_buffer(factory, unit, eps, None)
     drawn = buf.sample(16)  # let the sampler build whatever it caches
@@ -122,7 +144,21 @@ def check_sampler(
     episodes: list[Episode] | None = None,
     unit: SampleUnit | None = None,
 ) -> list[str]:
-    """Runs every sampler check; returns their names."""
+    """Runs every sampler check; returns their names.
+
+    Args:
+        factory: Returns a fresh sampler on each call (the checks build several buffers).
+        episodes: The episodes to fill the buffers with; default
+            :func:`~.examples.example_episodes`. Enough of them that half the buffer's
+            capacity cannot hold them all (the eviction check needs it).
+        unit: The sample unit of the buffers; default 1-step :class:`Transition`.
+
+    Returns:
+        The names of the checks that passed, in the order they ran.
+
+    Raises:
+        ContractError: naming the broken rule.
+    """
     check_sampler_valid_slots(factory, episodes, unit)
     check_sampler_state(factory, episodes, unit)
     return ["check_sampler_valid_slots", "check_sampler_state"]
