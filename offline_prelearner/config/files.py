@@ -96,7 +96,7 @@ def _load_yaml(text: str) -> Any:
     from yaml.composer import ComposerError
     from yaml.events import AliasEvent, CollectionStartEvent
 
-    class Loader(yaml.SafeLoader):
+    class Loader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no type hints
         expanded = 0
         sizes: dict[int, int]
         open_anchors: list[str]

@@ -35,9 +35,9 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from ..._version import __version__
-from ...config import PreLearnerConfig
+from ...config import PreLearnerConfig, check_engine
 from ...episodes.ledger import Ledger
-from ...errors import ConfigError, OfflinePrelearnerError, error_from_dict, error_to_dict
+from ...errors import OfflinePrelearnerError, error_from_dict, error_to_dict
 from ...io.fast_tensor import Layout, check_layout
 from ...io.stores import is_remote, locate
 from ...replay.storage.memory import for_worker_process
@@ -88,9 +88,7 @@ class JobFailed(OfflinePrelearnerError):
 def choose_engine(engine: str, config: PreLearnerConfig, plan: Plan) -> str:
     """``local`` or ``ray``: ``auto`` is local for inputs under LOCAL_ENGINE_MAX_BYTES when no
     cluster address is set (``ray.address`` or ``RAY_ADDRESS``), else Ray."""
-    if engine not in ("auto", "local", "ray"):
-        raise ConfigError(f"engine must be 'auto', 'local' or 'ray', found {engine!r}")
-    if engine != "auto":
+    if check_engine(engine) != "auto":
         return engine
     if config.ray.address or os.environ.get("RAY_ADDRESS"):
         return "ray"
@@ -302,7 +300,7 @@ def run_pipeline(
         OSError: A write failed for want of room (ENOSPC, EDQUOT, EFBIG), naming ``out_dir``.
     """
     layout = check_layout(layout)
-    config = job_config(config)
+    config = job_config(config).for_job("batch")  # sample_all None: every transition once
     staging: Staging | StoreStaging
     if out_dir is not None and is_remote(out_dir):
         # An object store: no rename, no lock; the manifest is the commit (store_commit.py).
