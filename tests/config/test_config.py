@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from typing import Any, get_args
 
 import numpy as np
@@ -355,3 +356,16 @@ def test_sample_all_unset_is_the_jobs_rule() -> None:
         assert mine.for_job("stream").sample.sample_all is chosen
     with pytest.raises(ConfigError, match=r"sample\.sample_all must be true or false"):
         config.with_updates({"sample_all": "yes"})
+
+
+def test_the_readme_config_example_loads(tmp_path: Any) -> None:
+    from conftest import REPO
+
+    readme = (REPO / "README.md").read_text()
+    block = re.search(r"^## Configuration.*?^```yaml\n(.*?)^```$", readme, re.M | re.S)
+    assert block, "no yaml block under '## Configuration' in README.md"
+    path = tmp_path / "c.yaml"
+    path.write_text(block.group(1))
+    config = PreLearnerConfig.load(path)
+    assert config.buffer.prioritized == PrioritizedConfig(alpha=0.7, beta=0.5)
+    assert config.read.on_invalid == "skip" and config.sample.n_step == 3
