@@ -404,7 +404,7 @@ def _nest(section: str, values: Mapping[str, Any], current: Any) -> dict[str, An
     old: dict[str, dict[str, Any]] = {}
     for key, value in values.items():
         head, dot, rest = key.partition(".")
-        if dot:
+        if dot and head in subs:
             new.setdefault(head, {})[rest] = value
         elif key in subs and value is not None:
             if isinstance(value, subs[key]):
