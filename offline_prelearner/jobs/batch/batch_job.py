@@ -35,7 +35,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from ..._version import __version__
-from ...config import PreLearnerConfig, check_engine
+from ...config import Engine, PreLearnerConfig, check_engine
 from ...episodes.ledger import Ledger
 from ...errors import OfflinePrelearnerError, error_from_dict, error_to_dict
 from ...io.fast_tensor import Layout, check_layout
@@ -247,7 +247,7 @@ def run_pipeline(
     *,
     out_dir: str | os.PathLike[str] | None = None,
     prelearner: Any = None,
-    engine: str = "auto",
+    engine: Engine = "auto",
     overwrite: bool = False,
     resume: bool = False,
     progress: Progress | None = None,
