@@ -165,7 +165,8 @@ _EXAMPLES: dict[str, list[str]] = {
     "process": [
         "process datasets/cartpole-v1/rows --out out/cartpole --set n_step=3",
         "process data/ --out out/ --set 'n_step=[1,3]' --set gamma=0.99",
-        "process data/ --out out/ --set buffer.kind=prioritized --set sample_all=false",
+        "process data/ --out out/ --set buffer.kind=prioritized --set buffer.prioritized.alpha=0.7",
+        "process data/ --out out/ --config c.yaml --set sample_all=false",
         "process hopper-medium-v0.hdf5 --out out/hopper --max-episode-steps 1000",
         "process data/ --out out/ --address ray://head:10001 --prelearner my_pkg.mod:MyPreLearner",
     ],

@@ -500,3 +500,11 @@ def test_the_library_and_the_cli_write_the_same_for_the_same_config(
         return pa.concat_tables(pq.read_table(p) for p in sorted((root / "samples").glob("*")))
 
     assert samples(tmp_path / "lib").equals(samples(tmp_path / "cli"))
+
+
+def test_a_kind_setting_for_another_kind_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
+    data, out = str(REPO / "datasets/cartpole-v1/rows"), str(tmp_path / "out")
+    code, _out, err = run(capsys, "process", data, "--out", out, "--set", "alpha=0.7")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "buffer.prioritized is set but buffer.kind is 'uniform'" in err
+    assert not (tmp_path / "out").exists()
