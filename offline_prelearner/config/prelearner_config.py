@@ -162,7 +162,7 @@ class PreLearnerConfig:
                         f"(sections: {', '.join(sorted(sections))})"
                     )
                 if rest not in _spellings(sec):
-                    known = sorted(f"{sec}.{n}" for n in _spellings(sec))
+                    known = sorted(f"{sec}.{n}" for n in _spellings(sec, old=False))
                     close = difflib.get_close_matches(key, known, n=3)
                     hint = f"; did you mean {' or '.join(close)}?" if close else ""
                     raise ConfigError(f"unknown config field {key!r}{hint}")
@@ -332,12 +332,15 @@ def _kind_fields(section: str) -> dict[str, str]:
     return {f: kind for kind, cls in kinds[1].items() for f in _field_names(cls)}
 
 
-def _spellings(section: str) -> set[str]:
+def _spellings(section: str, old: bool = True) -> set[str]:
     """What may follow ``section.`` in an update: its fields, ``kind.field`` of its kinds, and
-    the spellings of earlier versions (a kind's field beside ``kind``, a moved field)."""
-    names = _field_names(SECTIONS[section]) | set(_kind_fields(section))
+    (``old``) the spellings of earlier versions (a kind's field beside ``kind``, a moved field)."""
+    names = _field_names(SECTIONS[section])
     names |= {f"{kind}.{f}" for f, kind in _kind_fields(section).items()}
-    return names | {old.partition(".")[2] for old in MOVED if old.startswith(section + ".")}
+    if not old:
+        return names
+    names |= set(_kind_fields(section))
+    return names | {was.partition(".")[2] for was in MOVED if was.startswith(section + ".")}
 
 
 def _flat_places(name: str) -> list[tuple[str, str]]:
