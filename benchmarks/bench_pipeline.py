@@ -112,8 +112,8 @@ ROW_VARIANTS: dict[str, tuple[dict[str, Any], str]] = {
     "e2e": ({}, "stream"),
     "e2e_nstep3": ({"n_step": 3}, "stream"),
     "e2e_sample_all": ({"sample_all": True}, "stream"),
-    "e2e_job": ({}, "job:ray"),
-    "e2e_job_local": ({}, "job:local"),
+    "e2e_job": ({"sample_all": False}, "job:ray"),  # replay sampling (the job's default: all)
+    "e2e_job_local": ({"sample_all": False}, "job:local"),
     "e2e_job_sample_all": ({"sample_all": True}, "job:ray"),
     "e2e_job_sample_all_local": ({"sample_all": True}, "job:local"),
     "e2e_job_sample_all_auto": ({"sample_all": True, "ray.batch_size": "auto"}, "job:ray"),

@@ -25,9 +25,16 @@ DATA = ROOT / "datasets" / "cartpole-v1" / "rows"
 
 
 def main() -> int:
-    # Flat names or "section.field"; every value is checked before Ray starts.
+    # Flat names or "section.field"; every value is checked before Ray starts. sample_all=False:
+    # draw from replay as RLlib does (the batch job's default writes every transition once).
     config = op.PreLearnerConfig().with_updates(
-        {"n_step": 3, "gamma": 0.99, "train_batch_size": 128, "ray.batch_size": 1000}
+        {
+            "n_step": 3,
+            "gamma": 0.99,
+            "train_batch_size": 128,
+            "ray.batch_size": 1000,
+            "sample_all": False,
+        }
     )
     with tempfile.TemporaryDirectory() as out:
         result = op.run_pipeline(DATA, config, out_dir=out)

@@ -78,7 +78,7 @@ class OfflinePreLearner:
         #: sets it before each call); readers name it in their errors.
         self.source: str | None = None
         self.reader = self.build_reader()
-        self.validator = Validator(self.config.validate)
+        self.validator = Validator(self.config.validate, self.config.read.on_invalid)
         self.deduplicator = Deduplicator()
         self.connectors = self.build_connectors()
         self.buffers: dict[str, EpisodeReplayBuffer] = {}

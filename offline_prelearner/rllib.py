@@ -17,7 +17,7 @@ project's reader, validation, replay buffer and sample unit instead of RLlib's o
         .environment(observation_space=env.observation_space, action_space=env.action_space)
         .offline_data(
             input_=["datasets/cartpole-v1-heuristic/rows"],
-            prelearner_class=RLlibPreLearner.configure({"validate": {"on_invalid": "skip"}}),
+            prelearner_class=RLlibPreLearner.configure({"read": {"on_invalid": "skip"}}),
         )
     )
 
@@ -152,7 +152,7 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
         Args:
             config: :class:`~offline_prelearner.config.PreLearnerConfig` fields: flat names
                 (``"on_invalid"``), ``"section.field"`` or nested sections
-                (``{"validate": {"on_invalid": "skip"}}``); they override what RLlib's settings
+                (``{"read": {"on_invalid": "skip"}}``); they override what RLlib's settings
                 imply.
             to_learner: ``"samples"`` or ``"episodes"`` (see the module docstring).
 
@@ -340,7 +340,7 @@ def _rllib_updates(cfg: Any) -> dict[str, Any]:
             up["buffer.kind"] = "prioritized"
             for k in ("alpha", "beta"):
                 if k in kwargs:
-                    up[f"buffer.{k}"] = float(kwargs[k])
+                    up[f"buffer.prioritized.{k}"] = float(kwargs[k])
         elif name != "EpisodeReplayBuffer":
             raise ConfigError(
                 f"prelearner_buffer_class {name} has no counterpart here (EpisodeReplayBuffer "

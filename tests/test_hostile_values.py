@@ -36,6 +36,7 @@ from offline_prelearner.config import (
     RayConfig,
     ReadConfig,
     SampleConfig,
+    SequenceConfig,
 )
 from offline_prelearner.errors import ConfigError, Where, shown
 from offline_prelearner.replay.replay_buffer import EpisodeReplayBuffer
@@ -258,12 +259,13 @@ def test_yaml_anchors_of_real_configs_still_load(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text(
         "read: &r {format: rows, on_invalid: skip}\n"
-        "sample:\n  n_step: &n [1, 3]\n  seq_len: &s 7\n  burn_in: *s\n"
+        "sample:\n  unit: sequence\n  n_step: &n [1, 3]\n  seq_len: &s 7\n  burn_in: *s\n"
         "buffer: {capacity: 1000}\n"
     )
     config = PreLearnerConfig.load(path)
-    assert config.sample.n_step == (1, 3) and config.sample.burn_in == 7
-    assert config.read.format == "rows" and config.validate.on_invalid == "skip"
+    assert config.sample.sequence is not None  # seq_len / burn_in: the old, flat spelling
+    assert config.sample.n_step == (1, 3) and config.sample.sequence.burn_in == 7
+    assert config.read.format == "rows" and config.read.on_invalid == "skip"
 
 
 def test_a_yaml_alias_inside_its_own_anchor_is_refused(tmp_path: Path) -> None:
@@ -279,7 +281,7 @@ def test_a_config_file_with_a_read_section_loads(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"read": {"format": "rows", "on_invalid": "skip"}}))
     config = PreLearnerConfig.load(path)
-    assert isinstance(config.read, ReadConfig) and config.validate.on_invalid == "skip"
+    assert isinstance(config.read, ReadConfig) and config.read.on_invalid == "skip"
 
 
 @pytest.mark.parametrize("suffix", [".yaml", ".json"])
@@ -302,8 +304,8 @@ def test_config_files_too_large_or_too_deep_are_one_line(tmp_path: Path, suffix:
 BOUNDS = [
     (SampleConfig, "train_batch_size", 1 << 22),
     (SampleConfig, "num_samples", 10**12),
-    (SampleConfig, "seq_len", 100_000),
-    (SampleConfig, "burn_in", 100_000),
+    (SequenceConfig, "seq_len", 100_000),
+    (SequenceConfig, "burn_in", 100_000),
     (SampleConfig, "frame_stack", 256),
     (SampleConfig, "n_step", 10_000),
     (BufferConfig, "capacity", 10**10),

@@ -64,6 +64,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     traceback), keeping its signal handler to the end; it leaves its local Ray instance to the
     watchdog (:mod:`~..jobs.session.reaper`) instead of a shutdown that waits. With
     ``argv`` (a test, a notebook) it returns, and gives the signal handlers back.
+
+    Args:
+        argv: The arguments (without the program name); None: ``sys.argv[1:]``, as the program.
+
+    Returns:
+        The exit status.
     """
     args = build_parser().parse_args(argv)
     _our_warnings_in_one_line()

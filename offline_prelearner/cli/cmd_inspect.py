@@ -10,7 +10,7 @@ from typing import Any
 
 from ..config import ReadConfig, ValidateConfig
 from ..errors import ConfigError
-from .options import FORMAT_HELP, FORMATS, MAX_STEPS_HELP, add_common, out_path
+from .options import FORMAT_HELP, MAX_STEPS_HELP, add_common, format_choices, out_path
 
 __all__ = ["add_inspect", "add_reading", "inspect", "progress_bar", "reading"]
 
@@ -40,7 +40,7 @@ def add_reading(p: argparse.ArgumentParser) -> None:
     Args:
         p: The sub-command's parser; :func:`reading` turns what it parsed into configs.
     """
-    p.add_argument("--format", choices=FORMATS, default="auto", help=FORMAT_HELP)
+    p.add_argument("--format", choices=format_choices(), default="auto", help=FORMAT_HELP)
     p.add_argument("--max-episode-steps", type=int, default=None, help=MAX_STEPS_HELP)
     p.add_argument(
         "--schema",
@@ -87,7 +87,7 @@ def reading(args: argparse.Namespace) -> tuple[ReadConfig, ValidateConfig]:
         on_invalid=args.on_invalid,
         max_episode_steps=args.max_episode_steps,
     )
-    validate = ValidateConfig(on_invalid=args.on_invalid, require_done=not args.allow_fragments)
+    validate = ValidateConfig(require_done=not args.allow_fragments)
     return read, validate
 
 

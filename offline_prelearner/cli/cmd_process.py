@@ -7,16 +7,16 @@ import json
 import sys
 from typing import Any
 
-from ..config import PreLearnerConfig
+from ..config import ENGINES, PreLearnerConfig
 from ..errors import ConfigError
 from .console import JobProgress
 from .options import (
     FORMAT_HELP,
-    FORMATS,
     MAX_STEPS_HELP,
     add_commit_flags,
     add_common,
     add_layout,
+    format_choices,
     out_path,
 )
 
@@ -52,14 +52,14 @@ def add_process(sub: Any) -> None:
     pr.add_argument(
         "--prelearner", help="a custom OfflinePreLearner subclass as package.module:Class"
     )
-    pr.add_argument("--format", choices=FORMATS, help=FORMAT_HELP)
+    pr.add_argument("--format", choices=format_choices(), help=FORMAT_HELP)
     pr.add_argument("--schema", help="schema preset name or JSON file (rows format)")
     pr.add_argument("--max-episode-steps", type=int, default=None, help=MAX_STEPS_HELP)
     pr.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS or local)")
     add_commit_flags(pr)
     pr.add_argument(
         "--engine",
-        choices=["auto", "local", "ray"],
+        choices=ENGINES,
         default="auto",
         help="where the units of work run: local (in this process), ray (Ray Data tasks, "
         "retried when a worker dies) or auto (local for inputs under 64 MiB without a "
@@ -107,11 +107,6 @@ def process(args: argparse.Namespace) -> int:
         else PreLearnerConfig()
     )
     updates = parse_set(args.set or [])
-    chosen = "sample_all" in updates or "sample.sample_all" in updates
-    if not chosen and not (config_text is not None and b"sample_all" in config_text):
-        # The batch job prepares a dataset: every transition once (see the README's "What
-        # sampling means"); `--set sample_all=false` samples from replay as RLlib does.
-        updates["sample_all"] = True
     if args.format:
         updates["format"] = args.format
     if args.schema:
@@ -125,6 +120,10 @@ def process(args: argparse.Namespace) -> int:
     if args.address:
         updates["address"] = args.address
     config = config.with_updates(updates) if updates else config
+    # sample_all unset is the batch job's rule (every transition once; see the README's "What
+    # sampling means"), resolved as run_pipeline resolves it; `--set sample_all=false` samples
+    # from replay as RLlib does.
+    config = config.for_job("batch")
     progress = JobProgress("process", enabled=not args.json)
     try:
         result = run_pipeline(

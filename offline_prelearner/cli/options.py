@@ -7,10 +7,11 @@ import argparse
 import os
 from typing import NoReturn
 
+from ..config import LAYOUTS, ON_INVALID
 from ..errors import shown
+from ..io.readers import available_formats
 
 __all__ = [
-    "FORMATS",
     "FORMAT_HELP",
     "MAX_STEPS_HELP",
     "OneLineParser",
@@ -18,6 +19,7 @@ __all__ = [
     "add_common",
     "add_layout",
     "epilog",
+    "format_choices",
     "out_path",
     "package_version",
 ]
@@ -27,7 +29,17 @@ PATH_HELP = "a file, a directory (read recursively, name order) or a glob"
 
 def out_path(text: str) -> str:
     """An output folder (argparse ``type``): Arrow writes only UTF-8 paths, so a name with other
-    bytes (which Python holds as surrogates) is an argument error, not a traceback at the end."""
+    bytes (which Python holds as surrogates) is an argument error, not a traceback at the end.
+
+    Args:
+        text: The folder as given.
+
+    Returns:
+        ``text``.
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is not valid UTF-8.
+    """
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -45,24 +57,35 @@ LEGACY_HELP = (
 
 
 def add_common(p: argparse.ArgumentParser, on_invalid: str | None, on_invalid_help: str) -> None:
-    """The options every data-reading subcommand shares: PATH, --legacy-pickle, --on-invalid."""
+    """The options every data-reading subcommand shares: PATH, --legacy-pickle, --on-invalid.
+
+    Args:
+        p: The sub-command's parser.
+        on_invalid: ``--on-invalid``'s default; None: no ``--on-invalid``.
+        on_invalid_help: ``--on-invalid``'s help.
+    """
     p.add_argument("path", help=PATH_HELP)
     p.add_argument("--legacy-pickle", action="store_true", help=LEGACY_HELP)
     if on_invalid is not None:
         p.add_argument(
             "--on-invalid",
-            choices=["raise", "skip", "quarantine"],
+            choices=ON_INVALID,
             default=on_invalid,
             help=on_invalid_help,
         )
 
 
 def add_layout(p: argparse.ArgumentParser, default: str, why: str) -> None:
-    """Adds ``--layout`` (the layout of array columns written) to ``p``, with ``default`` and the
-    reason for that default (``why``) in its help."""
+    """Adds ``--layout`` (the layout of array columns written) to ``p``.
+
+    Args:
+        p: The sub-command's parser.
+        default: The layout when ``--layout`` is not given.
+        why: The reason for that default, for the help.
+    """
     p.add_argument(
         "--layout",
-        choices=["auto", "lists", "fast", "rllib"],
+        choices=LAYOUTS,
         default=default,
         help="array columns (obs, new_obs...): lists = plain Arrow lists, numbers in pandas, "
         "polars, Hugging Face datasets and torch; fast = fixed-size binary cells, written and read "
@@ -73,7 +96,11 @@ def add_layout(p: argparse.ArgumentParser, default: str, why: str) -> None:
 
 
 def add_commit_flags(p: argparse.ArgumentParser) -> None:
-    """Adds ``--overwrite`` and ``--resume`` (how a job treats a non-empty ``--out``) to ``p``."""
+    """Adds ``--overwrite`` and ``--resume`` (how a job treats a non-empty ``--out``).
+
+    Args:
+        p: The sub-command's parser.
+    """
     p.add_argument(
         "--overwrite",
         action="store_true",
@@ -91,14 +118,29 @@ class OneLineParser(argparse.ArgumentParser):
     """An argument error is one line (``prog: error: ...``, exit 2), not argparse's usage block."""
 
     def error(self, message: str) -> NoReturn:
-        """Exits with status 2 after one line naming the error and pointing at ``--help``."""
+        """Exits with status 2 after one line naming the error and pointing at ``--help``.
+
+        Args:
+            message: argparse's message.
+        """
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-FORMATS = ["auto", "rows", "episodes", "sample_batches", "minari", "d4rl"]
+def format_choices() -> list[str]:
+    """``--format``'s choices: ``auto`` and every format registered with
+    :func:`~offline_prelearner.io.readers.register_reader` when the parser is built (the built-in
+    readers and any a user's code registered before calling :func:`~.app.main`).
+
+    Returns:
+        The format names.
+    """
+    return ["auto", *available_formats()]
+
+
 FORMAT_HELP = (
     "the input format: rows (one transition per row), episodes (msgpack episode records), "
-    "sample_batches (RLlib's old stack), minari, d4rl; auto (default) detects it from the data"
+    "sample_batches (RLlib's old stack), minari, d4rl, or any registered with register_reader; "
+    "auto (default) detects it from the data"
 )
 MAX_STEPS_HELP = (
     "D4RL files without `timeouts`: end an episode (truncated) after this many steps, as "
@@ -123,7 +165,8 @@ _EXAMPLES: dict[str, list[str]] = {
     "process": [
         "process datasets/cartpole-v1/rows --out out/cartpole --set n_step=3",
         "process data/ --out out/ --set 'n_step=[1,3]' --set gamma=0.99",
-        "process data/ --out out/ --set buffer.kind=prioritized --set sample_all=false",
+        "process data/ --out out/ --set buffer.kind=prioritized --set buffer.prioritized.alpha=0.7",
+        "process data/ --out out/ --config c.yaml --set sample_all=false",
         "process hopper-medium-v0.hdf5 --out out/hopper --max-episode-steps 1000",
         "process data/ --out out/ --address ray://head:10001 --prelearner my_pkg.mod:MyPreLearner",
     ],
@@ -151,7 +194,14 @@ _EXAMPLES: dict[str, list[str]] = {
 
 
 def epilog(command: str) -> str | None:
-    """``Examples:`` and one command line per example (a ``--help`` pointer at the top level)."""
+    """``Examples:`` and one command line per example (a ``--help`` pointer at the top level).
+
+    Args:
+        command: The sub-command (``""``: the top level).
+
+    Returns:
+        The epilog, or None for a command without examples.
+    """
     examples = [f"  offline-prelearner {line}" for line in _EXAMPLES.get(command, [])]
     if not examples:
         return None

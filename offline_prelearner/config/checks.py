@@ -10,7 +10,7 @@ naming the setting, what was expected and what was found (cut, see
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -28,15 +28,12 @@ __all__ = [
     "MAX_STEPS",
     "MAX_THREADS",
     "MAX_TRAIN_BATCH",
-    "ON_INVALID",
-    "OnInvalid",
     "check_bool",
     "check_choice",
     "check_eps",
     "check_float",
     "check_int",
     "check_n_step",
-    "check_on_invalid",
 ]
 
 # Upper bounds of the integer settings, checked before anything is allocated by them: far above
@@ -45,7 +42,7 @@ MAX_STEPS = 10**10  # buffer.capacity, learning_starts, max_episode_steps: times
 MAX_TRAIN_BATCH = 1 << 22  # sample.train_batch_size: 4,194,304 samples per batch
 MAX_NUM_SAMPLES = 10**12  # sample.num_samples
 MAX_N_STEP = 10_000  # sample.n_step (each end of a range)
-MAX_SEQ_LEN = 100_000  # sample.seq_len, sample.burn_in
+MAX_SEQ_LEN = 100_000  # sample.sequence.seq_len, sample.sequence.burn_in
 MAX_FRAME_STACK = 256  # sample.frame_stack (Atari stacks 4)
 MAX_BATCH_ROWS = 10**7  # ray.batch_size: rows per map_batches batch
 MAX_CONCURRENCY = 10_000  # ray.concurrency, ray.footer_readers
@@ -53,17 +50,17 @@ MAX_THREADS = 1024  # ray.read_threads
 MAX_BLOCK_MB = 65_536  # ray.block_mb (64 GiB)
 MAX_SEED = 2**63 - 1
 
-#: What happens to bad data: ``"raise"`` (the default) raises the
-#: :class:`~offline_prelearner.errors.DataError`; ``"skip"`` counts it; ``"quarantine"`` counts
-#: it and keeps what was refused. Set by the stage that applies it (``read.on_invalid``,
-#: ``validate.on_invalid``), never carried by the data.
-OnInvalid = Literal["raise", "skip", "quarantine"]
-ON_INVALID: tuple[OnInvalid, ...] = ("raise", "skip", "quarantine")
-
 
 def check_int(label: str, value: Any, lo: int, hi: int, none_ok: bool = False) -> Any:
     """The validator of an integer setting, used by the config and by the object it builds (the
     storage's capacity, a sample's batch size): an int (not a bool) in ``[lo, hi]``.
+
+    Args:
+        label: The setting's name, for the error.
+        value: The value to check.
+        lo: The smallest value accepted.
+        hi: The largest value accepted.
+        none_ok: Accept ``None`` too.
 
     Returns:
         The value (None where ``none_ok`` and it is None).
@@ -96,6 +93,14 @@ def check_float(
     """The validator of a number setting: an int or float (not a bool) in ``[lo, hi]``, or
     ``(lo, hi]`` with ``lo_open`` (a value that must stay positive, like a priority floor).
 
+    Args:
+        label: The setting's name, for the error.
+        value: The value to check.
+        lo: The lower bound (included unless ``lo_open``).
+        hi: The largest value accepted.
+        none_ok: Accept ``None`` too.
+        lo_open: Exclude ``lo`` itself.
+
     Returns:
         The value as a float (None where ``none_ok`` and it is None).
 
@@ -114,6 +119,13 @@ def check_float(
 def check_bool(label: str, value: Any) -> bool:
     """The validator of a switch: ``True`` or ``False`` (not 1, not ``"yes"``).
 
+    Args:
+        label: The setting's name, for the error.
+        value: The value to check.
+
+    Returns:
+        The value.
+
     Raises:
         ConfigError: Naming ``label`` and the value found.
     """
@@ -123,7 +135,13 @@ def check_bool(label: str, value: Any) -> bool:
 
 
 def check_choice(label: str, value: Any, choices: tuple[str, ...]) -> Any:
-    """The validator of a setting that names one of a few ``choices``.
+    """The validator of a setting that names one of a few ``choices`` (the named choices of
+    :mod:`.choices` have their own validators, typed by their ``Literal``).
+
+    Args:
+        label: The setting's name, for the error.
+        value: The value to check.
+        choices: The names accepted.
 
     Returns:
         The value.
@@ -136,26 +154,19 @@ def check_choice(label: str, value: Any, choices: tuple[str, ...]) -> Any:
     return value
 
 
-def check_on_invalid(value: Any, label: str = "on_invalid") -> OnInvalid:
-    """The validator of an invalid-data policy: one of :data:`ON_INVALID`.
-
-    Returns:
-        The policy.
-
-    Raises:
-        ConfigError: Naming ``label``, the policies and the value found.
-    """
-    policy: OnInvalid = check_choice(label, value, ON_INVALID)
-    return policy
-
-
 def check_eps(label: str, value: Any, alpha: float | None = None) -> float:
     """The validator of prioritized replay's priority floor: a finite number in ``(0, 1]``.
     A priority is ``(|td| + eps) ** alpha``, so ``eps`` must keep it positive; with ``alpha``,
     ``eps ** alpha`` must not underflow float64 either (``1e-6 ** 200`` is 0).
 
-    Used by :class:`~offline_prelearner.config.BufferConfig` and by the prioritized sampler it
-    builds, so ``buffer.eps=0`` is refused where it is set, not on the first batch in a worker.
+    Used by :class:`~offline_prelearner.config.PrioritizedConfig` and by the prioritized sampler it
+    builds, so ``buffer.prioritized.eps=0`` is refused where it is set, not on the first batch
+    in a worker.
+
+    Args:
+        label: The setting's name, for the error.
+        value: The floor to check.
+        alpha: The priority exponent it is raised to, if known.
 
     Returns:
         ``eps`` as a float.
@@ -180,6 +191,10 @@ def check_n_step(label: str, value: Any) -> int | tuple[int, int]:
     ``[lo, hi]`` pair of ints with ``1 <= lo <= hi <= MAX_N_STEP`` (drawn per sample).
 
     Used by :class:`~offline_prelearner.config.SampleConfig` and by the n-step unit.
+
+    Args:
+        label: The setting's name, for the error.
+        value: The int or the ``[lo, hi]`` pair to check.
 
     Returns:
         The int, or the pair as a tuple of ints.

@@ -20,6 +20,12 @@ __all__ = ["MAX_ALIAS_NODES", "MAX_CONFIG_BYTES", "dump_text", "parse_mapping", 
 def read_mapping(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The mapping a JSON or YAML (``.yaml``/``.yml``) config file holds.
 
+    Args:
+        path: The file.
+
+    Returns:
+        The mapping.
+
     Raises:
         ConfigError: The file is too large, not UTF-8, does not parse, or holds no mapping.
     """
@@ -33,6 +39,13 @@ def parse_mapping(raw: bytes | str, p: str) -> dict[str, Any]:
     """The mapping a config file's bytes hold (read by the caller, from a disk or a store; at
     most ``MAX_CONFIG_BYTES + 1`` of them), ``p`` its name: JSON, or YAML where it ends in
     ``.yaml``/``.yml``.
+
+    Args:
+        raw: The file's bytes (or text).
+        p: The file's name, for the format and the errors.
+
+    Returns:
+        The mapping.
 
     Raises:
         ConfigError: As :func:`read_mapping`.
@@ -72,7 +85,15 @@ def parse_mapping(raw: bytes | str, p: str) -> dict[str, Any]:
 
 
 def dump_text(d: dict[str, Any], path: str) -> str:
-    """``d`` as the text of a config file: YAML when ``path`` ends in .yaml/.yml, else JSON."""
+    """``d`` as the text of a config file: YAML when ``path`` ends in .yaml/.yml, else JSON.
+
+    Args:
+        d: The mapping (JSON-able, as :meth:`PreLearnerConfig.to_dict` returns).
+        path: The file it is for.
+
+    Returns:
+        The text.
+    """
     if path.endswith((".yaml", ".yml")):
         import yaml
 
@@ -96,7 +117,7 @@ def _load_yaml(text: str) -> Any:
     from yaml.composer import ComposerError
     from yaml.events import AliasEvent, CollectionStartEvent
 
-    class Loader(yaml.SafeLoader):
+    class Loader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no type hints
         expanded = 0
         sizes: dict[int, int]
         open_anchors: list[str]

@@ -6,6 +6,7 @@ Every field is documented where it is declared; construction checks values with 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -23,31 +24,42 @@ from .checks import (
     MAX_STEPS,
     MAX_THREADS,
     MAX_TRAIN_BATCH,
-    OnInvalid,
     check_bool,
-    check_choice,
     check_eps,
     check_float,
     check_int,
     check_n_step,
+)
+from .choices import (
+    BatchSize,
+    BufferKind,
+    OnInvalid,
+    RayRead,
+    SampleUnitKind,
+    check_batch_size,
+    check_buffer_kind,
     check_on_invalid,
+    check_ray_read,
+    check_sample_unit,
 )
 
 __all__ = [
-    "BUFFER_KINDS",
     "DEFAULT_LIMITS",
     "DEFAULT_MODULE_ID",
+    "KIND_SECTIONS",
     "MAX_LIMIT",
     "BufferConfig",
     "DecodeLimits",
+    "MixInConfig",
     "ModulesConfig",
+    "PrioritizedConfig",
     "RayConfig",
     "ReadConfig",
     "SampleConfig",
+    "SequenceConfig",
     "ValidateConfig",
 ]
 
-BUFFER_KINDS = ("uniform", "prioritized", "mixin", "reservoir")
 DEFAULT_MODULE_ID = "default_policy"  # RLlib's DEFAULT_MODULE_ID
 #: The largest value any decode limit takes: 1 TiB (a limit above it limits nothing).
 MAX_LIMIT = 1 << 40
@@ -87,12 +99,6 @@ class DecodeLimits:
                 check_float(f"read.limits.{f.name}", value, 0.0, MAX_LIMIT, lo_open=True)
 
 
-#: The largest value any decode limit takes: 1 TiB (a limit above it limits nothing).
-MAX_LIMIT = 1 << 40
-
-DEFAULT_LIMITS = DecodeLimits()
-
-
 DEFAULT_LIMITS = DecodeLimits()
 
 
@@ -109,7 +115,9 @@ class ReadConfig:
             ``schemas/``) or a path to a schema JSON file. ``None`` means RLlib's new-stack names.
         legacy_pickle: Decode RLlib's legacy ``base64(lz4(pickle))`` compressed columns through
             the restricted unpickler. Off by default: data files are untrusted.
-        on_invalid: ``"raise"`` | ``"skip"`` | ``"quarantine"`` for rows that cannot be read.
+        on_invalid: ``"raise"`` | ``"skip"`` | ``"quarantine"``: the config's one policy for
+            bad data, wherever it is met: rows or files that cannot be read, fragments that do
+            not join, and episodes that fail validation (the validator takes it from here).
         check_continuity: Check that each step's ``new_obs`` equals the next step's ``obs``
             within an episode (with a ``t`` column: ``new_obs[t] == obs[t+1]``), so a scrambled
             row order or a contradicting ``t`` is an error.
@@ -143,7 +151,8 @@ class ReadConfig:
 
 @dataclass(frozen=True)
 class ValidateConfig:
-    """What :class:`Validator` checks, and what it does with an episode that fails.
+    """What :class:`Validator` checks (what it does with an episode that fails is the config's
+    one policy, ``read.on_invalid``, which the validator is given beside this section).
 
     Attributes:
         require_done: Every episode must be terminated or truncated. Turn off for streams of
@@ -158,8 +167,6 @@ class ValidateConfig:
         action_space: A gymnasium space every action must lie in, or None (then the data's
             own, as for ``observation_space``; this one wins where both exist).
         min_length: Fewest steps an episode may have (0 admits empty episodes, with a warning).
-        on_invalid: ``"raise"`` | ``"skip"`` | ``"quarantine"``. This policy, not the incoming
-            batch's, decides what happens to episodes that fail validation.
     """
 
     require_done: bool = True
@@ -168,7 +175,6 @@ class ValidateConfig:
     observation_space: gym.Space[Any] | None = None
     action_space: gym.Space[Any] | None = None
     min_length: int = 1
-    on_invalid: OnInvalid = "raise"
 
     def __post_init__(self) -> None:
         for name in ("require_done", "check_finite_rewards", "check_finite_obs"):
@@ -184,45 +190,101 @@ class ValidateConfig:
         if isinstance(n, np.integer) and not isinstance(n, np.bool_):
             object.__setattr__(self, "min_length", n := int(n))
         check_int("validate.min_length", n, 0, MAX_STEPS)
-        check_on_invalid(self.on_invalid, "validate.on_invalid")
+
+
+@dataclass(frozen=True)
+class PrioritizedConfig:
+    """The settings of a prioritized buffer (``buffer.prioritized``, with ``kind="prioritized"``;
+    Schaul et al.): a step is drawn with probability ``p ** alpha / sum(p ** alpha)``, where
+    ``p = |td| + eps``, and weighted by ``(N * P) ** -beta``.
+
+    Attributes:
+        alpha: Priority exponent (0: uniform), in ``[0, 10]``.
+        beta: Importance-weight exponent, in ``[0, 10]``.
+        eps: Priority floor, in ``(0, 1]``; ``eps ** alpha`` must not underflow.
+    """
+
+    alpha: float = 0.6
+    beta: float = 0.4
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        check_float("buffer.prioritized.alpha", self.alpha, 0.0, 10.0)
+        check_float("buffer.prioritized.beta", self.beta, 0.0, 10.0)
+        check_eps("buffer.prioritized.eps", self.eps, self.alpha)
+
+
+@dataclass(frozen=True)
+class MixInConfig:
+    """The settings of a mix-in buffer (``buffer.mixin``, with ``kind="mixin"``): each sample
+    holds all new steps plus replayed ones.
+
+    Attributes:
+        replay_ratio: ``replayed / (replayed + new)``, in ``[0, 1]``.
+    """
+
+    replay_ratio: float = 0.5
+
+    def __post_init__(self) -> None:
+        check_float("buffer.mixin.replay_ratio", self.replay_ratio, 0.0, 1.0)
 
 
 @dataclass(frozen=True)
 class BufferConfig:
     """The replay buffer each module's episodes go into.
 
+    A kind's own settings live in the section named after it, present exactly when that kind is
+    chosen: ``buffer.prioritized`` with ``kind="prioritized"``, ``buffer.mixin`` with
+    ``kind="mixin"`` (built with its defaults when not given); ``uniform`` and ``reservoir`` have
+    none. Giving a kind's section with another kind chosen is a :class:`ConfigError` naming both.
+
     Attributes:
         kind: ``"uniform"`` (every valid step equally likely), ``"prioritized"`` (Schaul et al.;
             ``update_priorities`` feeds it), ``"mixin"`` (the newest data always, plus old data by
-            ``replay_ratio``) or ``"reservoir"`` (eviction keeps a uniform sample of all data).
+            ``mixin.replay_ratio``) or ``"reservoir"`` (eviction keeps a uniform sample of all
+            data).
         capacity: Slots of ring storage per module: timesteps plus one final observation per
             episode. The oldest whole episodes are evicted to make room.
         learning_starts: No samples before this many timesteps were added (per module).
-        alpha, beta, eps: Prioritized replay exponents and the priority floor.
-        replay_ratio: MixIn: replayed / (replayed + new), in [0, 1].
         max_samples_per_insert: Optional rate limit: sampled rows per inserted timestep.
+        prioritized: :class:`PrioritizedConfig` (``alpha``, ``beta``, ``eps``): only with
+            ``kind="prioritized"``, else None.
+        mixin: :class:`MixInConfig` (``replay_ratio``): only with ``kind="mixin"``, else None.
     """
 
-    kind: str = "uniform"
+    kind: BufferKind = "uniform"
     capacity: int = 1_000_000
     learning_starts: int = 0
-    alpha: float = 0.6
-    beta: float = 0.4
-    eps: float = 1e-6
-    replay_ratio: float = 0.5
     max_samples_per_insert: float | None = None
+    prioritized: PrioritizedConfig | None = None
+    mixin: MixInConfig | None = None
 
     def __post_init__(self) -> None:
-        check_choice("buffer.kind", self.kind, BUFFER_KINDS)
+        check_buffer_kind(self.kind)
         check_int("buffer.capacity", self.capacity, 2, MAX_STEPS)
         check_int("buffer.learning_starts", self.learning_starts, 0, MAX_STEPS)
-        check_float("buffer.alpha", self.alpha, 0.0, 10.0)
-        check_float("buffer.beta", self.beta, 0.0, 10.0)
-        check_eps("buffer.eps", self.eps, self.alpha)
-        check_float("buffer.replay_ratio", self.replay_ratio, 0.0, 1.0)
         check_float(
             "buffer.max_samples_per_insert", self.max_samples_per_insert, 0, 1e12, none_ok=True
         )
+        _tag_sections(self, "buffer", "kind")
+
+
+@dataclass(frozen=True)
+class SequenceConfig:
+    """The settings of sequence samples (``sample.sequence``, with ``unit="sequence"``):
+    ``[B, burn_in + seq_len]`` windows with ``seq_lens`` and ``loss_mask``.
+
+    Attributes:
+        seq_len: Steps of each window the loss sees.
+        burn_in: Extra leading steps for RNN burn-in (masked out of the loss).
+    """
+
+    seq_len: int = 20
+    burn_in: int = 0
+
+    def __post_init__(self) -> None:
+        check_int("sample.sequence.seq_len", self.seq_len, 1, MAX_SEQ_LEN)
+        check_int("sample.sequence.burn_in", self.burn_in, 0, MAX_SEQ_LEN)
 
 
 @dataclass(frozen=True)
@@ -231,39 +293,98 @@ class SampleConfig:
 
     Attributes:
         unit: ``"transition"`` (1-step, or n-step when ``n_step`` is not 1) or ``"sequence"``
-            (``[B, seq_len]`` windows with ``seq_lens`` and ``loss_mask``).
+            (windows as ``sequence`` describes).
         n_step: An int, or an inclusive ``[lo, hi]`` range drawn per sample. Windows stop at
-            episode ends; ``rewards`` is the discounted sum over the steps taken.
+            episode ends; ``rewards`` is the discounted sum over the steps taken. Transitions
+            only: a sequence unit ignores it.
         gamma: Discount for n-step returns and return connectors.
-        seq_len, burn_in: Sequence length (loss steps) and extra leading steps for RNN burn-in.
         frame_stack: Stack the last k observations at sample time (1 = off).
         train_batch_size: Samples drawn per input batch (RLlib's behaviour: each batch that enters
             ``map_batches`` yields one train batch per module).
         num_samples: Cap on the total number of samples the job writes (``None``: no cap).
-        sample_all: Instead of random replay, emit every valid transition (or sequence) of each
-            complete episode exactly once, in episode order (a BC epoch, an n-step dataset).
+        sample_all: ``True``: instead of random replay, emit every valid transition (or
+            sequence) of each complete episode exactly once, in episode order (a BC epoch, an
+            n-step dataset). ``False``: replay sampling as RLlib does. ``None`` (the default):
+            the job's rule, :meth:`~offline_prelearner.config.PreLearnerConfig.for_job`: every
+            transition once in the batch job (``run_pipeline``, ``process``), replay sampling
+            in the learner stream and in a prelearner called directly.
+        sequence: :class:`SequenceConfig` (``seq_len``, ``burn_in``): only with
+            ``unit="sequence"``, else None.
     """
 
-    unit: str = "transition"
+    unit: SampleUnitKind = "transition"
     n_step: int | tuple[int, int] = 1
     gamma: float = 0.99
-    seq_len: int = 20
-    burn_in: int = 0
     frame_stack: int = 1
     train_batch_size: int = 256
     num_samples: int | None = None
-    sample_all: bool = False
+    sample_all: bool | None = None
+    sequence: SequenceConfig | None = None
 
     def __post_init__(self) -> None:
-        check_choice("sample.unit", self.unit, ("transition", "sequence"))
+        check_sample_unit(self.unit)
         object.__setattr__(self, "n_step", check_n_step("sample.n_step", self.n_step))
         check_float("sample.gamma", self.gamma, 0.0, 1.0)
-        check_int("sample.seq_len", self.seq_len, 1, MAX_SEQ_LEN)
-        check_int("sample.burn_in", self.burn_in, 0, MAX_SEQ_LEN)
         check_int("sample.frame_stack", self.frame_stack, 1, MAX_FRAME_STACK)
         check_int("sample.train_batch_size", self.train_batch_size, 1, MAX_TRAIN_BATCH)
         check_int("sample.num_samples", self.num_samples, 1, MAX_NUM_SAMPLES, none_ok=True)
-        check_bool("sample.sample_all", self.sample_all)
+        if self.sample_all is not None:
+            check_bool("sample.sample_all", self.sample_all)
+        _tag_sections(self, "sample", "unit")
+
+
+#: The sections a kind owns: ``{(section, tag field): {kind: (sub-section, class)}}``. A sub-section
+#: is named after its kind; it is present exactly when its kind is chosen.
+KIND_SECTIONS: dict[tuple[str, str], dict[str, type]] = {
+    ("buffer", "kind"): {"prioritized": PrioritizedConfig, "mixin": MixInConfig},
+    ("sample", "unit"): {"sequence": SequenceConfig},
+}
+
+
+def _tag_sections(obj: Any, section: str, tag: str) -> None:
+    """Builds the chosen kind's sub-section of ``obj`` (from a mapping, or its defaults when
+    absent) and refuses another kind's, naming both."""
+    chosen = getattr(obj, tag)
+    for kind, cls in KIND_SECTIONS[section, tag].items():
+        label = f"{section}.{kind}"
+        value = getattr(obj, kind)
+        if isinstance(value, Mapping):
+            value = build_section(cls, label, value)
+        elif value is not None and not isinstance(value, cls):
+            raise ConfigError(
+                f"{label} must be a {cls.__name__} or a mapping, found {shown(value)}"
+            )
+        if kind == chosen:
+            value = cls() if value is None else value
+        elif value is not None:
+            raise ConfigError(
+                f"{label} is set but {section}.{tag} is {chosen!r}: its settings apply only "
+                f"with {section}.{tag}={kind!r}"
+            )
+        object.__setattr__(obj, kind, value)
+
+
+def build_section(cls: type, label: str, values: Mapping[str, Any]) -> Any:
+    """``cls(**values)``, with an unknown field a :class:`ConfigError` naming the section.
+
+    Args:
+        cls: The section's dataclass.
+        label: The section's name (``"buffer.prioritized"``), for the errors.
+        values: Its fields.
+
+    Returns:
+        The section.
+
+    Raises:
+        ConfigError: A field is unknown, or a value is refused by the section's checks.
+    """
+    known = {f.name for f in fields(cls)}
+    unknown = set(values) - known
+    if unknown:
+        raise ConfigError(
+            f"unknown field(s) {sorted(unknown)} in section {label!r}; known: {sorted(known)}"
+        )
+    return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -358,18 +479,18 @@ class RayConfig:
 
     address: str | None = None
     concurrency: int | None = None
-    batch_size: int | str | None = "auto"
+    batch_size: BatchSize = "auto"
     num_cpus: float = 1.0
     group_by_episode: bool = False
     footer_readers: int | None = None
     block_mb: int = 16
-    read: str = "auto"
+    read: RayRead = "auto"
     read_threads: int = 2
 
     def __post_init__(self) -> None:
         check_int("ray.block_mb", self.block_mb, 1, MAX_BLOCK_MB)
         check_int("ray.read_threads", self.read_threads, 1, MAX_THREADS)
-        check_choice("ray.read", self.read, ("auto", "actor", "ray"))
+        check_ray_read(self.read)
         if self.read == "actor" and self.group_by_episode is True:
             raise ConfigError(
                 "ray.read='actor' cannot group rows by episode (ray.group_by_episode needs Ray "
@@ -377,13 +498,7 @@ class RayConfig:
             )
         check_int("ray.concurrency", self.concurrency, 1, MAX_CONCURRENCY, none_ok=True)
         check_int("ray.footer_readers", self.footer_readers, 1, MAX_CONCURRENCY, none_ok=True)
-        if isinstance(self.batch_size, str) and self.batch_size != "auto":
-            raise ConfigError(
-                f"ray.batch_size must be 'auto', null or an integer in [1, {MAX_BATCH_ROWS}], "
-                f"found {shown(self.batch_size)}"
-            )
-        if self.batch_size != "auto":
-            check_int("ray.batch_size", self.batch_size, 1, MAX_BATCH_ROWS, none_ok=True)
+        check_batch_size(self.batch_size, MAX_BATCH_ROWS)
         check_float("ray.num_cpus", self.num_cpus, 0.0, 1024.0)
         check_bool("ray.group_by_episode", self.group_by_episode)
 
@@ -393,14 +508,22 @@ class RayConfig:
         size = self.batch_size
         return AUTO_BATCH_ROWS if isinstance(size, str) else size  # "auto": the one word allowed
 
-    def batch_rows(self, sample_all: bool, row_bytes: float | None) -> int | None:
+    def batch_rows(self, sample_all: bool | None, row_bytes: float | None) -> int | None:
         """Rows per chunk of a batch job's unit: :attr:`rows_per_batch`, except under
         ``"auto"`` with ``sample_all``, where as many rows as decode to about
         :data:`SAMPLE_ALL_BATCH_BYTES` (``row_bytes``: decoded bytes per input row, from the
         Parquet footers; None when unknown: :data:`AUTO_BATCH_ROWS`), between
         :data:`AUTO_BATCH_ROWS` and :data:`SAMPLE_ALL_BATCH_ROWS`. A chunk costs about a
         millisecond of fixed work (a pass of each stage over it): 65536-row chunks of CartPole
-        rows take 0.65-0.75x the CPU of 4096-row ones."""
+        rows take 0.65-0.75x the CPU of 4096-row ones.
+
+        Args:
+            sample_all: The job's resolved ``sample.sample_all``.
+            row_bytes: Decoded bytes per input row, or None when unknown.
+
+        Returns:
+            Rows per chunk, or None for no cut.
+        """
         if self.batch_size != "auto" or not sample_all or not row_bytes or row_bytes <= 0:
             return self.rows_per_batch
         fits = int(SAMPLE_ALL_BATCH_BYTES // row_bytes)

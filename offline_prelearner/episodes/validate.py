@@ -22,7 +22,7 @@ from typing import Any, cast
 import gymnasium as gym
 import numpy as np
 
-from ..config import ValidateConfig
+from ..config import OnInvalid, ValidateConfig, check_on_invalid
 from ..errors import EpisodeValidationError, OddDataWarning, Where
 from ..spaces import leaf_spaces
 from . import observations as O
@@ -176,12 +176,15 @@ class Validator:
     space), ``nan_obs``, ``out_of_space`` (observations, then actions).
 
     Args:
-        config: The checks to run and the policy for a failure (``on_invalid``); None: the
-            defaults (every check, ``raise``).
+        config: The checks to run; None: the defaults (every check).
+        on_invalid: The policy for a failure (the config's ``read.on_invalid``).
     """
 
-    def __init__(self, config: ValidateConfig | None = None) -> None:
+    def __init__(
+        self, config: ValidateConfig | None = None, on_invalid: OnInvalid = "raise"
+    ) -> None:
         self.config = config or ValidateConfig()
+        self.on_invalid = check_on_invalid(on_invalid)
         self._expected_obs: tuple[tuple[int, ...], np.dtype[Any], Any] | None = None
         self._warned: set[str] = set()
         spaces = (("obs", self.config.observation_space), ("actions", self.config.action_space))
@@ -214,7 +217,7 @@ class Validator:
         the timestep and what was expected; under ``"quarantine"`` each rejection keeps the
         refused episode (the quarantine writer turns it into rows).
         """
-        policy = self.config.on_invalid
+        policy = self.on_invalid
         self._use_declared(batch.declared_spaces)
         held = _Held.of(batch)
         failed: list[tuple[int, EpisodeValidationError]] = []

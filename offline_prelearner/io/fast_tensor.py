@@ -37,10 +37,11 @@ import math
 import sys
 import time
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import pyarrow as pa
+
+from ..config import LAYOUTS, Layout, check_layout
 
 __all__ = [
     "FAST_MIN_CELL_BYTES",
@@ -59,13 +60,12 @@ __all__ = [
     "tensor_spec",
 ]
 
-#: How a writer lays out per-row arrays: ``"auto"`` (``"fast"`` for cells of at least
-#: :data:`FAST_MIN_CELL_BYTES`, else ``"lists"``), ``"lists"`` (nested ``fixed_size_list``, plain
-#: Arrow that pandas, polars, Hugging Face ``datasets`` and torch read as numbers), ``"fast"``
-#: (this module) or ``"rllib"`` (Ray's tensor extension, ``large_list<element>``, which RLlib's
-#: offline readers and Ray Data's ``batch_format="numpy"`` read as tensors).
-Layout = Literal["auto", "lists", "fast", "rllib"]
-LAYOUTS: tuple[Layout, ...] = ("auto", "lists", "fast", "rllib")
+# How a writer lays out per-row arrays (``Layout``, ``LAYOUTS`` and ``check_layout`` are the
+# config's, re-exported here): ``"auto"`` (``"fast"`` for cells of at least
+# :data:`FAST_MIN_CELL_BYTES`, else ``"lists"``), ``"lists"`` (nested ``fixed_size_list``, plain
+# Arrow that pandas, polars, Hugging Face ``datasets`` and torch read as numbers), ``"fast"``
+# (this module) or ``"rllib"`` (Ray's tensor extension, ``large_list<element>``, which RLlib's
+# offline readers and Ray Data's ``batch_format="numpy"`` read as tensors).
 
 #: Per-row cell size (bytes) from which ``layout="auto"`` writes the fast layout. Measured with
 #: ``benchmarks/bench_layouts.py`` (README, "Tensor layouts"): below it the plain list layout
@@ -83,21 +83,6 @@ class TensorSpec:
 
     dtype: np.dtype
     shape: tuple[int, ...]
-
-
-def check_layout(layout: object, name: str = "layout") -> Layout:
-    """``layout`` if it is one of :data:`LAYOUTS`, else a ``ValueError`` naming the choices.
-
-    Args:
-        layout: The value a user gave (a config field, a CLI option), of any type.
-        name: What the error message calls it; default ``"layout"``, the option's name.
-
-    Returns:
-        ``layout``, now typed as a :data:`Layout`.
-    """
-    if layout not in LAYOUTS:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, LAYOUTS))}, found {layout!r}")
-    return layout
 
 
 def cell_layout(layout: Layout, dtype: np.dtype, shape: tuple[int, ...]) -> Layout:

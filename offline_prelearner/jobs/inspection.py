@@ -142,7 +142,7 @@ def inspect_path(
     schema = load_schema(read.schema) if read.format == "rows" else None
     if schema is not None:
         read = replace(read, schema=schema)
-    validate = validate or ValidateConfig(on_invalid=read.on_invalid)
+    validate = validate or ValidateConfig()
     reader = make_reader(read)
     total = EpisodeBatch()
     unreadable: list[str] = []
@@ -173,7 +173,7 @@ def inspect_path(
     if finish is not None:
         total.extend(finish())
     batch = stitch_fragments(total, read.on_invalid)
-    batch = Validator(validate).validate(batch)
+    batch = Validator(validate, read.on_invalid).validate(batch)
     duplicate = batch.ledger.rows_duplicate
     batch = Deduplicator().dedupe(batch)
     tally.settle(batch, batch.ledger.rows_duplicate - duplicate)

@@ -34,13 +34,21 @@ __all__ = ["build_buffer", "build_unit"]
 def build_unit(sample: SampleConfig) -> SampleUnit:
     """What each drawn step becomes: Transition, NStep, Sequence, optionally frame-stacked.
 
-    ``unit="sequence"`` gives a :class:`Sequence` of ``seq_len`` (with ``burn_in``); otherwise
-    ``n_step == 1`` gives a :class:`Transition` and larger ``n_step`` an :class:`NStep` discounted
-    by ``gamma``. ``frame_stack > 1`` wraps the result in a :class:`FrameStack`.
+    ``unit="sequence"`` gives a :class:`Sequence` as ``sample.sequence`` describes (``seq_len``,
+    ``burn_in``); otherwise ``n_step == 1`` gives a :class:`Transition` and larger ``n_step`` an
+    :class:`NStep` discounted by ``gamma``. ``frame_stack > 1`` wraps the result in a
+    :class:`FrameStack`.
+
+    Args:
+        sample: The config's ``sample`` section.
+
+    Returns:
+        The unit.
     """
-    unit: Any
-    if sample.unit == "sequence":
-        unit = Sequence(sample.seq_len, burn_in=sample.burn_in)
+    unit: SampleUnit
+    seq = sample.sequence  # present exactly when unit == "sequence"
+    if seq is not None:
+        unit = Sequence(seq.seq_len, burn_in=seq.burn_in)
     elif sample.n_step == 1:
         unit = Transition()
     else:
@@ -58,10 +66,13 @@ def build_buffer(
         module_id: The module whose buffer this is (offsets the seed, see the module docstring).
         unit: The sample unit; ``None`` builds it from ``config.sample`` (:func:`build_unit`).
 
-    ``buffer.kind`` picks the buffer: ``"prioritized"`` (a :class:`Prioritized` sampler),
-    ``"mixin"`` (:class:`MixInReplayBuffer` with ``replay_ratio``), ``"reservoir"`` (uniform
-    sampling, reservoir eviction) or ``"uniform"``. ``max_samples_per_insert`` adds a
-    :class:`SampleToInsertRatio` rate limit.
+    Returns:
+        The buffer.
+
+    ``buffer.kind`` picks the buffer: ``"prioritized"`` (a :class:`Prioritized` sampler with
+    ``buffer.prioritized``'s ``alpha``, ``beta``, ``eps``), ``"mixin"`` (:class:`MixInReplayBuffer`
+    with ``buffer.mixin.replay_ratio``), ``"reservoir"`` (uniform sampling, reservoir eviction) or
+    ``"uniform"``. ``max_samples_per_insert`` adds a :class:`SampleToInsertRatio` rate limit.
     """
     b, seed = config.buffer, config.seed
     kw: dict[str, Any] = {
@@ -71,12 +82,14 @@ def build_buffer(
     }
     if b.max_samples_per_insert is not None:
         kw["rate_limit"] = SampleToInsertRatio(b.max_samples_per_insert)
+    # A kind's sub-section is present exactly when the kind is chosen (config/sections.py).
+    if b.prioritized is not None:
+        p = b.prioritized
+        return EpisodeReplayBuffer(b.capacity, Prioritized(p.alpha, p.beta, p.eps), **kw)
+    if b.mixin is not None:
+        return MixInReplayBuffer(b.capacity, Uniform(), replay_ratio=b.mixin.replay_ratio, **kw)
     if b.kind == "reservoir":
         kw["eviction"] = Reservoir(seed=0 if seed is None else seed)
-    if b.kind == "prioritized":
-        return EpisodeReplayBuffer(b.capacity, Prioritized(b.alpha, b.beta, b.eps), **kw)
-    if b.kind == "mixin":
-        return MixInReplayBuffer(b.capacity, Uniform(), replay_ratio=b.replay_ratio, **kw)
     return EpisodeReplayBuffer(b.capacity, Uniform(), **kw)
 
 

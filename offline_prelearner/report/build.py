@@ -147,7 +147,8 @@ def report(
         out: The HTML file to write (its folder is created).
         read: How to read (format, schema, ``on_invalid``...), as for ``inspect``; default:
             detect the format, and skip (and count) what fails, as ``inspect`` does.
-        validate: How to validate, as for ``inspect`` (default: ``read.on_invalid``).
+        validate: How to validate, as for ``inspect`` (default: every check; what fails follows
+            ``read.on_invalid``).
         png_dir: Also write each chart as ``<chart id>.png`` into this folder.
         quarantine_dir: With ``on_invalid="quarantine"``: where rejected rows go.
         progress: ``progress(i, n, file)`` after each file read (``inspect``'s progress).
@@ -164,7 +165,7 @@ def report(
     vlc = _vl_convert()  # before the reading: a missing extra is one line, at once
     javascript = _javascript()
     read = read or ReadConfig(format="auto", on_invalid="skip")
-    validate = validate or ValidateConfig(on_invalid=read.on_invalid)
+    validate = validate or ValidateConfig()
     found = inspect_path(path, read, validate, quarantine_dir=quarantine_dir, progress=progress)
     d = found.to_dict()
     episodes = found.batch.episodes

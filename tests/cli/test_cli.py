@@ -427,3 +427,84 @@ def test_record_unknown_env_is_one_line_with_close_ids(
         assert "did you mean" not in line
     else:
         assert f"did you mean {suggested}" in line
+
+
+# ---------------------------------------------------------------- choices from one place
+def test_format_choices_come_from_the_reader_registry(tmp_path: Path, capsys) -> None:
+    """A reader registered by the user's code is a ``--format`` the CLI accepts and runs."""
+    from offline_prelearner.io import readers
+    from offline_prelearner.io.formats.rows.reader import RowsReader
+
+    out = str(tmp_path / "out")
+    argv = ["process", str(REPO / "datasets/cartpole-v1/rows"), "--out", out, "--json"]
+    with pytest.raises(SystemExit) as refused:
+        build_parser().parse_args([*argv, "--format", "my_rows"])
+    assert refused.value.code == 2
+    assert "invalid choice: 'my_rows'" in capsys.readouterr().err
+
+    @readers.register_reader("my_rows")
+    class MyRows(RowsReader):
+        pass
+
+    try:
+        assert main([*argv, "--format", "my_rows"]) == 0
+        summary = json.loads(capsys.readouterr().out)
+        assert (summary["format"], summary["rows_in"]) == ("my_rows", 5000)
+        assert summary["samples_written"] == 5000  # sample_all: the batch job's rule
+        inspect = build_parser().parse_args(["inspect", out, "--format", "my_rows"])
+        assert inspect.format == "my_rows"
+    finally:
+        readers._REGISTRY.pop("my_rows")
+
+
+def test_engine_layout_and_policy_choices_are_the_configs_literals(capsys) -> None:
+    from offline_prelearner.config import ENGINES, LAYOUTS, ON_INVALID
+
+    base = ["process", "data", "--out", "out"]
+    for engine in ENGINES:
+        assert build_parser().parse_args([*base, "--engine", engine]).engine == engine
+    for layout in LAYOUTS:
+        assert build_parser().parse_args([*base, "--layout", layout]).layout == layout
+    for policy in ON_INVALID:
+        assert build_parser().parse_args([*base, "--on-invalid", policy]).on_invalid == policy
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*base, "--engine", "cluster"])
+    assert "--engine: invalid choice: 'cluster'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- one sample_all default
+@pytest.mark.parametrize(
+    "sample", [{"n_step": 3}, {"n_step": 3, "sample_all": False, "train_batch_size": 64}]
+)
+def test_the_library_and_the_cli_write_the_same_for_the_same_config(
+    tmp_path: Path, capsys, sample: dict
+) -> None:
+    """One config file, with and without ``sample_all``: ``run_pipeline`` and ``process`` write
+    the same samples (unset, both write every transition once; false, both draw from replay)."""
+    from offline_prelearner import run_pipeline
+
+    data = str(REPO / "datasets/cartpole-v1/rows")
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps({"sample": sample, "seed": 5}))
+    lib = run_pipeline(data, str(config), out_dir=tmp_path / "lib")
+    assert main(["process", data, "--config", str(config), "--out", str(tmp_path / "cli")]) == 0
+    capsys.readouterr()
+    cli = json.loads((tmp_path / "cli" / "stats.json").read_text())
+    every = "sample_all" not in sample
+    assert lib.stats["samples_written"] == cli["samples_written"]
+    assert (lib.stats["samples_written"] == 5000) is every  # 5000 rows, every episode complete
+    assert lib.stats["samples_rule"] == cli["samples_rule"]
+    assert cli["samples_rule"].startswith("sample_all") is every
+
+    def samples(root: Path) -> pa.Table:
+        return pa.concat_tables(pq.read_table(p) for p in sorted((root / "samples").glob("*")))
+
+    assert samples(tmp_path / "lib").equals(samples(tmp_path / "cli"))
+
+
+def test_a_kind_setting_for_another_kind_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
+    data, out = str(REPO / "datasets/cartpole-v1/rows"), str(tmp_path / "out")
+    code, _out, err = run(capsys, "process", data, "--out", out, "--set", "alpha=0.7")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "buffer.prioritized is set but buffer.kind is 'uniform'" in err
+    assert not (tmp_path / "out").exists()

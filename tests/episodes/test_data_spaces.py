@@ -87,9 +87,9 @@ def test_observation_outside_the_records_box_is_counted_like_a_configured_one(tm
     error (what the vectorized pass and the per-episode check decide)."""
     table = episodes_to_table(_episodes(bad_obs=3.5, bad_action=1), OBS, ACT)
     ledgers, errors = [], []
-    configured = ValidateConfig(observation_space=OBS, action_space=ACT, on_invalid="skip")
-    for cfg in (ValidateConfig(on_invalid="skip"), configured):
-        batch = Validator(cfg).validate(EpisodesReader().read(table, "f.parquet"))
+    configured = ValidateConfig(observation_space=OBS, action_space=ACT)
+    for cfg in (ValidateConfig(), configured):
+        batch = Validator(cfg, "skip").validate(EpisodesReader().read(table, "f.parquet"))
         ledgers.append(batch.ledger)
         errors.append([(r.error.reason, r.error.where) for r in batch.rejections])
     assert ledgers[0] == ledgers[1] and errors[0] == errors[1]

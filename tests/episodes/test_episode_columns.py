@@ -18,9 +18,9 @@ import pytest
 from conftest import REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_validate_batch import episode, outcome, validate_configs
+from test_validate_batch import episode, outcome, validate_configs, validator
 
-from offline_prelearner.config import PreLearnerConfig, ValidateConfig
+from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.episodes.dedupe import Deduplicator
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.episode_columns import EpisodeColumns
@@ -82,8 +82,8 @@ def test_columns_validate_and_dedupe_like_objects(
     case: tuple[dict[str, Any], list[list[Episode]]],
 ) -> None:
     cfg, batches = case
-    fast = (Validator(ValidateConfig(**cfg)), Deduplicator())
-    slow = (Validator(ValidateConfig(**cfg)), Deduplicator())
+    fast = (validator(cfg), Deduplicator())
+    slow = (validator(cfg), Deduplicator())
     for eps in batches:
         a, b = columns_batch(eps), objects_batch(eps)
         got = outcome(fast[0], lambda v, x: run(v, fast[1], x), a)

@@ -61,7 +61,7 @@ def make_batch(episodes: list[Episode], source_rows: list[int] | None = None) ->
 
 
 def run(episodes: list[Episode], policy: str = "skip", **cfg: Any) -> EpisodeBatch:
-    return Validator(ValidateConfig(on_invalid=policy, **cfg)).validate(make_batch(episodes))
+    return Validator(ValidateConfig(**cfg), policy).validate(make_batch(episodes))
 
 
 def reasons(batch: EpisodeBatch) -> dict[str, int]:
@@ -89,7 +89,6 @@ BOX4 = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
         ("min_length", -1),
         ("min_length", 1.5),
         ("min_length", True),
-        ("on_invalid", "ignore"),
     ],
 )
 def test_config_rejects_bad_values_naming_the_field(field: str, value: Any) -> None:
@@ -97,10 +96,15 @@ def test_config_rejects_bad_values_naming_the_field(field: str, value: Any) -> N
         ValidateConfig(**{field: value})
 
 
+def test_the_policy_is_checked_where_the_validator_is_given_it() -> None:
+    with pytest.raises(ConfigError, match="on_invalid"):
+        Validator(ValidateConfig(), "ignore")  # type: ignore[arg-type]
+
+
 def test_config_defaults() -> None:
     cfg = ValidateConfig()
     assert (cfg.require_done, cfg.check_finite_rewards, cfg.check_finite_obs) == (True, True, False)
-    assert (cfg.min_length, cfg.on_invalid) == (1, "raise")
+    assert (cfg.min_length, Validator(cfg).on_invalid) == (1, "raise")
 
 
 # ----------------------------------------------------------------------------- each check
@@ -176,7 +180,7 @@ def test_obs_shape_must_agree_within_a_batch() -> None:
 
 
 def test_obs_shape_and_dtype_must_agree_with_the_first_batch_seen() -> None:
-    v = Validator(ValidateConfig(on_invalid="skip"))
+    v = Validator(ValidateConfig(), "skip")
     v.validate(make_batch([make_episode("a")]))
     assert v.expected_obs == ((4,), np.dtype(np.float32))
     later = [
@@ -359,9 +363,9 @@ def test_skip_counts_by_reason_and_keeps_no_rows() -> None:
         episode_of_kind("not_done", 0, 3),
         episode_of_kind("nan_reward", 0, 2),
     ]
-    out = Validator(
-        ValidateConfig(on_invalid="skip", action_space=gym.spaces.Discrete(2))
-    ).validate(make_batch(eps, [4, 3, 2]))
+    out = Validator(ValidateConfig(action_space=gym.spaces.Discrete(2)), "skip").validate(
+        make_batch(eps, [4, 3, 2])
+    )
     assert out.ledger.rows_rejected == {"not_done": 3, "nan_reward": 2}
     assert out.ledger.rows_kept == 4 and out.ledger.balanced()
     assert all(r.rows is None and r.episode is None for r in out.rejections)
@@ -370,7 +374,7 @@ def test_skip_counts_by_reason_and_keeps_no_rows() -> None:
 def test_the_policy_is_the_validators_not_the_datas() -> None:
     batch = make_batch([episode_of_kind("not_done", 0, 2)])
     assert not hasattr(batch, "on_invalid")  # the data carries no policy (DESIGN.md)
-    out = Validator(ValidateConfig(on_invalid="skip")).validate(batch)
+    out = Validator(ValidateConfig(), "skip").validate(batch)
     assert reasons(out) == {"not_done": 1}
 
 
@@ -424,8 +428,8 @@ def test_ledger_balances_on_random_mixes(
         if k == "good" and d
     ]
     batch = make_batch(eps + [e for e, _ in extra], rows + [r for _, r in extra])
-    cfg = ValidateConfig(on_invalid=policy, action_space=gym.spaces.Discrete(2))
-    out = Deduplicator().dedupe(Validator(cfg).validate(batch))
+    cfg = ValidateConfig(action_space=gym.spaces.Discrete(2))
+    out = Deduplicator().dedupe(Validator(cfg, policy).validate(batch))
 
     led = out.ledger
     assert led.balanced()

@@ -74,7 +74,7 @@ def episode(kind: str, k: int, n: int) -> Episode:
 
 def reference(v: Validator, batch: EpisodeBatch) -> EpisodeBatch:
     """The per-episode algorithm, built on ``Validator.check``."""
-    policy = v.config.on_invalid
+    policy = v.on_invalid
     keep: list[bool] = []
     failed: list[tuple[int, EpisodeValidationError]] = []
     for i, ep in enumerate(batch.episodes):
@@ -169,7 +169,7 @@ def test_batched_validation_equals_checking_each_episode(
 def batched_equals_each_episode(cfg: dict[str, Any], batches: list[list[Episode]]) -> None:
     """The batched validation and the per-episode reference, fed the same batches in turn,
     keep, reject, warn and raise alike (until the first raise)."""
-    fast, slow = Validator(ValidateConfig(**cfg)), Validator(ValidateConfig(**cfg))
+    fast, slow = validator(cfg), validator(cfg)
     for eps in batches:
         rows = [len(e) + 1 for e in eps]
         a, b = (EpisodeBatch(list(eps), list(rows), Ledger(rows_in=sum(rows))) for _ in "ab")
@@ -178,6 +178,13 @@ def batched_equals_each_episode(cfg: dict[str, Any], batches: list[list[Episode]
         assert got == want
         if got["raised"]:
             break
+
+
+def validator(cfg: dict[str, Any]) -> Validator:
+    """A validator of the checks in ``cfg`` and its ``on_invalid`` policy (given beside them)."""
+    checks = dict(cfg)
+    policy = checks.pop("on_invalid", "raise")
+    return Validator(ValidateConfig(**checks), policy)
 
 
 def test_a_clean_batch_never_calls_check() -> None:
@@ -191,11 +198,11 @@ def test_a_clean_batch_never_calls_check() -> None:
 
     v = Counting(
         ValidateConfig(
-            on_invalid="skip",
             check_finite_obs=True,
             observation_space=gym.spaces.Box(-1.0, 1.0, (4,), np.float32),
             action_space=gym.spaces.Discrete(2),
-        )
+        ),
+        "skip",
     )
     eps = [episode("good", k, 5) for k in range(20)] + [episode("nan_reward", 99, 5)]
     batch = v.validate(EpisodeBatch(eps, [6] * 21, Ledger(rows_in=126)))

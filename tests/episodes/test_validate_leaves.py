@@ -108,7 +108,7 @@ def test_a_clean_composite_batch_never_calls_check() -> None:
             calls.append(ep.id)
             return super().check(ep)
 
-    v = Counting(ValidateConfig(on_invalid="skip", check_finite_obs=True, observation_space=SPACE))
+    v = Counting(ValidateConfig(check_finite_obs=True, observation_space=SPACE), "skip")
     eps = [episode("good", k, 5) for k in range(20)] + [episode("pos_out", 99, 5)]
     batch = v.validate(EpisodeBatch(eps, [6] * 21, Ledger(rows_in=126)))
     assert calls == ["good-0", "pos_out-99"]  # the first fixes the layout

@@ -256,7 +256,7 @@ def test_validation_checks_each_leaf() -> None:
     batch = EpisodeBatch()
     for eid, ep in (("good", good), ("nan", nan), ("other", other)):
         batch.add(_composite(eid, ep), 4)
-    out = Validator(ValidateConfig(on_invalid="skip", check_finite_obs=True)).validate(batch)
+    out = Validator(ValidateConfig(check_finite_obs=True), "skip").validate(batch)
     assert [e.id for e in out.episodes] == ["good"]
     assert dict(out.ledger.episodes_rejected) == {"nan_obs": 1, "obs_shape": 1}
 

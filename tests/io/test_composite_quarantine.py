@@ -78,12 +78,10 @@ def test_a_composite_episode_refused_by_leaf_checks_is_quarantined_with_its_leav
         reason = "nan_obs"
     (tmp_path / "data").mkdir()
     pq.write_table(_table(GOAL, eps), tmp_path / "data" / "part-0.parquet")
-    validate = ValidateConfig(
-        on_invalid="quarantine", check_finite_obs=True, observation_space=GOAL_SPACE
-    )
+    validate = ValidateConfig(check_finite_obs=True, observation_space=GOAL_SPACE)
     report = inspect_path(
         tmp_path / "data",
-        ReadConfig(format="auto", on_invalid="quarantine"),
+        ReadConfig(format="auto", on_invalid="quarantine"),  # the policy of both stages
         validate,
         quarantine_dir=tmp_path / "q",
     )

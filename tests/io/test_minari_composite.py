@@ -157,7 +157,7 @@ def test_validator_checks_each_leaf(nested: dict[str, Path]) -> None:
                       terminated=True)  # fmt: skip
     batch = EpisodeBatch()
     batch.add(missing, len(missing))
-    Validator(ValidateConfig(observation_space=nested_space(), on_invalid="skip")).validate(batch)
+    Validator(ValidateConfig(observation_space=nested_space()), "skip").validate(batch)
     assert len(batch) == 0 and batch.ledger.rows_rejected == {"obs_shape": len(missing)}
 
 

@@ -108,7 +108,7 @@ def _row_groups(out: Path) -> list[int]:
     return sizes
 
 
-SAMPLING = {"train_batch_size": 64, "batch_size": 500, "seed": 5, "n_step": 1}
+SAMPLING = {"train_batch_size": 64, "batch_size": 500, "seed": 5, "n_step": 1, "sample_all": False}
 
 
 def test_a_units_samples_fill_row_groups(tmp_path: Path, monkeypatch: Any) -> None:

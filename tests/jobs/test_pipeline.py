@@ -35,8 +35,8 @@ def _samples(out: Path) -> dict[str, np.ndarray]:
 def test_batch_job_writes_samples_and_balanced_stats(
     ray_local: Any, tmp_path: Path, engine: str
 ) -> None:
-    cfg = PreLearnerConfig().with_updates(
-        {"n_step": 3, "train_batch_size": 100, "batch_size": 1000}
+    cfg = PreLearnerConfig().with_updates(  # replay sampling (the batch job's default: all)
+        {"n_step": 3, "train_batch_size": 100, "batch_size": 1000, "sample_all": False}
     )
     res = run_pipeline(ROWS, cfg, out_dir=tmp_path, engine=engine)
     st = json.loads((tmp_path / "stats.json").read_text())

@@ -41,3 +41,47 @@ def test_module_seed_is_the_same_in_another_process() -> None:
     ).stdout
     assert out.strip() == str([_stable_hash(m) for m in ids])
     assert all(0 <= _stable_hash(m) < 2**62 for m in ids)
+
+
+# ------------------------------------------------------------------ the typed sections, built
+def test_each_buffer_kind_is_built_from_its_own_section() -> None:
+    from offline_prelearner import MixInReplayBuffer, Prioritized, Reservoir, Uniform
+
+    base = PreLearnerConfig()
+    prio = build_buffer(base.with_updates({"kind": "prioritized", "alpha": 0.7, "eps": 1e-3}), "m")
+    assert isinstance(prio.sampler, Prioritized)
+    assert (prio.sampler.alpha, prio.sampler.beta, prio.sampler.eps) == (0.7, 0.4, 1e-3)
+    mixin = build_buffer(base.with_updates({"kind": "mixin", "replay_ratio": 0.25}), "m")
+    assert isinstance(mixin, MixInReplayBuffer) and mixin.replay_ratio == 0.25
+    res = build_buffer(base.with_updates({"kind": "reservoir"}), "m")
+    assert isinstance(res.eviction, Reservoir) and isinstance(res.sampler, Uniform)
+    uni = build_buffer(base, "m")
+    assert type(uni.sampler) is Uniform and uni.eviction is None
+    assert not isinstance(uni, MixInReplayBuffer)
+
+
+@pytest.mark.parametrize(
+    ("sample", "want"),
+    [
+        ({}, "Transition"),
+        ({"n_step": 3}, "NStep"),
+        ({"unit": "sequence", "sample.sequence": {"seq_len": 5, "burn_in": 2}}, "Sequence"),
+        ({"unit": "sequence", "n_step": 3, "frame_stack": 2}, "FrameStack"),
+    ],
+)
+def test_the_unit_follows_the_sample_section(sample: dict, want: str) -> None:
+    from offline_prelearner.replay.build import build_unit
+
+    config = PreLearnerConfig().with_updates(sample)
+    unit = build_unit(config.sample)
+    assert type(unit).__name__ == want
+    inner = getattr(unit, "unit", unit)
+    if config.sample.sequence is not None:  # a sequence unit: n_step does not apply
+        seq = config.sample.sequence
+        assert type(inner).__name__ == "Sequence"
+        assert (inner.length, inner.burn_in) == (seq.seq_len, seq.burn_in)
+    buf = build_buffer(config, "m")
+    buf.add([make_episode(i, 30, seed=i) for i in range(4)])
+    batch = buf.sample(8)
+    if want == "Sequence":
+        assert np.asarray(batch["obs"]).shape[:2] == (8, 7)  # burn_in + seq_len steps

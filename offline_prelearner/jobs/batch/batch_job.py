@@ -35,10 +35,9 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from ..._version import __version__
-from ...config import PreLearnerConfig
+from ...config import Engine, PreLearnerConfig, check_engine
 from ...episodes.ledger import Ledger
 from ...errors import (
-    ConfigError,
     JobFailed,
     OfflinePrelearnerError,
     error_from_dict,
@@ -90,9 +89,7 @@ Progress = Callable[[int, "int | None", int], None]
 def choose_engine(engine: str, config: PreLearnerConfig, plan: Plan) -> str:
     """``local`` or ``ray``: ``auto`` is local for inputs under LOCAL_ENGINE_MAX_BYTES when no
     cluster address is set (``ray.address`` or ``RAY_ADDRESS``), else Ray."""
-    if engine not in ("auto", "local", "ray"):
-        raise ConfigError(f"engine must be 'auto', 'local' or 'ray', found {engine!r}")
-    if engine != "auto":
+    if check_engine(engine) != "auto":
         return engine
     if config.ray.address or os.environ.get("RAY_ADDRESS"):
         return "ray"
@@ -251,7 +248,7 @@ def run_pipeline(
     *,
     out_dir: str | os.PathLike[str] | None = None,
     prelearner: Any = None,
-    engine: str = "auto",
+    engine: Engine = "auto",
     overwrite: bool = False,
     resume: bool = False,
     progress: Progress | None = None,
@@ -304,7 +301,7 @@ def run_pipeline(
         OSError: A write failed for want of room (ENOSPC, EDQUOT, EFBIG), naming ``out_dir``.
     """
     layout = check_layout(layout)
-    config = job_config(config)
+    config = job_config(config).for_job("batch")  # sample_all None: every transition once
     staging: Staging | StoreStaging
     if out_dir is not None and is_remote(out_dir):
         # An object store: no rename, no lock; the manifest is the commit (store_commit.py).

@@ -214,8 +214,8 @@ def _read_all(
         if progress is not None:
             progress(i + 1, len(files), f, total.ledger.rows_in)
     batch = stitch_fragments(total, read.on_invalid)
-    check = ValidateConfig(on_invalid=read.on_invalid, require_done=False)  # fragments: below
-    batch = Validator(check).validate(batch)
+    check = ValidateConfig(require_done=False)  # fragments: below
+    batch = Validator(check, read.on_invalid).validate(batch)
     return Deduplicator().dedupe(batch), reader
 
 

@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ...config import MAX_CONCURRENCY, PreLearnerConfig, check_float, check_int
+from ...config import MAX_CONCURRENCY, PreLearnerConfig, PrioritizedConfig, check_float, check_int
 from ...episodes import columns as C
 from ...episodes.episode import Episode
 from ...episodes.episode_columns import EpisodeColumns
@@ -177,7 +177,7 @@ class ShardedReplayBuffer:
             }
         )
         self.prioritized = b.kind == "prioritized"
-        self.beta = b.beta
+        self.beta = (b.prioritized or PrioritizedConfig()).beta  # used by prioritized shards
         ray = _ray()
         remote = ray.remote(ReplayShard).options(num_cpus=num_cpus, **(actor_options or {}))
         self.actors = [
