@@ -57,19 +57,32 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..io.manifest import DATASET, MANIFEST_FILE, SAMPLES, Manifest
-from ..io.stores import file_stat, input_file, is_remote
-from .ownership import CommitError, OutLock, file_on_the_way, new_job_id, staging_path
+from ..io.stores import Location, file_stat, locate, open_random_access
+from .ownership import (
+    JOB_FILE,
+    CommitError,
+    OutLock,
+    check_out_apart,
+    check_owner,
+    file_on_the_way,
+    new_job_id,
+    output_storage,
+    staging_path,
+)
 from .session.interrupts import commit_point
+from .staged_file import HashedStream
 
 __all__ = [
     "MANIFEST_FILE",
     "QUARANTINE",
     "STAGED_STAT",
     "STATS_FILE",
-    "Staging",
+    "LocalFile",
+    "LocalStaging",
+    "LocalUnitOutput",
     "file_sha256",
     "input_fingerprint",
     "input_identity",
@@ -81,7 +94,7 @@ __all__ = [
 ]
 
 STATS_FILE = "stats.json"
-_JOB_FILE = "job.json"
+_JOB_FILE = JOB_FILE
 _UNITS = "units"
 #: The folder, inside a job's output, of the rows ``on_invalid="quarantine"`` refused.
 QUARANTINE = "quarantine"
@@ -194,8 +207,8 @@ def input_fingerprint(path: str | os.PathLike[str]) -> str:
     the footer's statistics or sizes. The footer is hashed in 1 MiB blocks, never loaded whole,
     and a footer length that the file cannot hold is not followed."""
     h = hashlib.sha256()
-    with input_file(path) if is_remote(path) else open(path, "rb") as fh:
-        size = fh.seek(0, os.SEEK_END)  # a store's file (random access) or a local one
+    with open_random_access(path) as fh:
+        size = fh.size()
         if size >= 12:
             fh.seek(size - 8)
             tail = fh.read(8)
@@ -232,13 +245,130 @@ def input_identity(path: str) -> dict[str, Any]:
     }
 
 
+# ====================================================================== a unit's files
+class LocalFile:
+    """A unit's file on a local disk (:class:`~.staged_file.StagedFile`): written under a
+    temporary name of this process (``.<name>.tmp-<tag>``), flushed to disk when it ends, renamed
+    into ``folder`` when its unit ends, its stat recorded after the rename.
+
+    Args:
+        folder: The staging folder's folder the file goes to (made if absent).
+        name: The file's final name.
+    """
+
+    def __init__(self, folder: Path, name: str) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.name = name
+        self.final = folder / name
+        self.tmp = folder / f".{name}.tmp-{tmp_tag()}"
+        self._raw = open(self.tmp, "wb")  # noqa: SIM115 -- closed by finish / abort
+        self._hashed = HashedStream(self._raw)
+
+    @property
+    def stream(self) -> Any:
+        """What the Parquet writer writes to."""
+        return self._hashed.stream
+
+    def finish(self) -> None:
+        """Flushes the file to disk (fsync) and closes it."""
+        self._hashed.drain()
+        self._raw.flush()
+        os.fsync(self._raw.fileno())
+        self._hashed.close()
+
+    def place(self, rows: int) -> dict[str, Any]:
+        """Renames the file into place; its entry with its stat after the rename.
+
+        Args:
+            rows: The rows the file holds.
+
+        Returns:
+            ``{"name", "rows", "bytes", "sha256", "stat"}``.
+        """
+        os.replace(self.tmp, self.final)
+        st = self.final.stat()
+        return {
+            "name": self.name,
+            "rows": rows,
+            "bytes": st.st_size,
+            "sha256": self._hashed.sha256,
+            STAGED_STAT: staged_stat(st),
+        }
+
+    def abort(self) -> None:
+        """Closes the file quietly and removes its temporary name (a renamed file stays: its
+        unit's record is never written, so it is never committed)."""
+        self._hashed.close_quietly()
+        self.tmp.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class LocalUnitOutput:
+    """Where the units of one job write on a local disk (:class:`~.staging.UnitOutput`); pickled
+    into every unit's task.
+
+    Args:
+        staging: The staging folder.
+        samples: The folder of the data files in it.
+        job_id: The job's id: a unit writes nothing into a staging folder of another job.
+    """
+
+    staging: str
+    samples: str
+    job_id: str
+
+    @property
+    def shared_folder(self) -> str | None:
+        """The staging folder: every node of a cluster must see it as the driver does."""
+        return self.staging
+
+    def open_file(self, kind: Literal["part", "quarantine"], unit: int, k: int) -> LocalFile:
+        """Opens the ``k``-th file of ``unit``: ``part-<unit>-<k>.parquet`` in the data folder,
+        ``quarantine-<unit>-<k>.parquet`` in ``quarantine/``.
+
+        Args:
+            kind: ``"part"`` (samples) or ``"quarantine"`` (refused rows).
+            unit: The unit's index.
+            k: The file's number within the unit.
+
+        Returns:
+            The file, under its temporary name.
+        """
+        folder = Path(self.samples) if kind == "part" else Path(self.staging) / QUARANTINE
+        return LocalFile(folder, f"{kind}-{unit:05d}-{k:03d}.parquet")
+
+    def check_owner(self) -> None:
+        """Refuses to put a unit's files in place once the staging folder belongs to another
+        job (a worker that outlived its job, a second job that did not take the lock).
+
+        Raises:
+            CommitError: ``job.json`` is gone or names another job.
+        """
+        check_owner(locate(self.staging), self.job_id, "its unit wrote nothing")
+
+    def write_record(self, unit: int, record: dict[str, Any]) -> None:
+        """Writes a unit's record (the unit commit): a temporary name, fsync, rename.
+
+        Args:
+            unit: The unit's index.
+            record: Its record.
+        """
+        write_json_atomic(Path(self.staging) / _UNITS / f"unit-{unit:05d}.json", record)
+
+    def failures(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing to translate: a full disk is named by the job's guard
+        (:meth:`LocalStaging.guard`)."""
+        return contextlib.nullcontext()
+
+
 # ====================================================================== the staging folder
 @dataclass
-class Staging:
-    """The staging folder of one job writing to ``out``.
+class LocalStaging:
+    """The staging folder of one job writing to ``out`` on a local disk
+    (:class:`~.staging.Staging`).
 
-    Use it as a context manager (``with Staging(...) as staging:``): the job holds the lock on
-    ``out`` inside the block (see :class:`OutLock`); :meth:`open` takes it too if needed.
+    Use it as a context manager (``with LocalStaging(...) as staging:``): the job holds the lock
+    on ``out`` inside the block (see :class:`OutLock`); :meth:`open` takes it too if needed.
 
     Args:
         out: The folder the job's result goes to (``--out``).
@@ -267,7 +397,7 @@ class Staging:
         #: This job's id; a resume adopts the id of the job it resumes.
         self.job_id = new_job_id()
 
-    def __enter__(self) -> Staging:
+    def __enter__(self) -> LocalStaging:
         self.acquire()
         return self
 
@@ -296,6 +426,55 @@ class Staging:
     def release(self) -> None:
         """Releases the lock on ``out`` (the staging folder stays, for a resume)."""
         self.lock.release()
+
+    def check_apart(self, inputs: str | os.PathLike[str] | list[Any]) -> None:
+        """Refuses an ``out`` that is, holds or lies inside an input (:func:`check_out_apart`).
+
+        Args:
+            inputs: The job's inputs as given (a path, a glob, or a list of them).
+
+        Raises:
+            CommitError: One line naming ``out`` and the input.
+        """
+        check_out_apart(self.out, inputs)
+
+    def guard(self) -> contextlib.AbstractContextManager[None]:
+        """What the job's whole run goes under: a write that fails for want of room, anywhere
+        (a unit, the commit), is one line naming ``out`` (:func:`output_storage`)."""
+        return output_storage(self.out)
+
+    def staged_seed(self) -> int | None:
+        """The seed of the staged job a resume adopts (None: none staged, or none readable);
+        read under the job's lock on ``out``, so no other job changes it."""
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            return int(json.loads((self.path / _JOB_FILE).read_text())["seed"])
+        return None
+
+    def unit_output(self) -> LocalUnitOutput:
+        """Where this job's units write (the staging folder), for every unit's task."""
+        return LocalUnitOutput(str(self.path), str(self.samples), self.job_id)
+
+    def data_file(self, name: str) -> Location:
+        """A data file of the staging, by the name its unit record gives.
+
+        Args:
+            name: The name under ``files_dir``.
+
+        Returns:
+            Its location.
+        """
+        return locate(self.samples / name)
+
+    def output_file(self, *names: str) -> str:
+        """The path a file of the committed output will have.
+
+        Args:
+            names: Its path's components under ``out``.
+
+        Returns:
+            The path, as ``out`` was given (relative stays relative).
+        """
+        return str(self.out.joinpath(*names))
 
     # ------------------------------------------------------------------ opening
     def open(self) -> dict[int, dict[str, Any]]:
@@ -509,15 +688,7 @@ class Staging:
         self._swap()
 
     def _check_owner(self) -> None:
-        try:
-            staged = json.loads((self.path / _JOB_FILE).read_text())
-        except (OSError, ValueError):
-            staged = None
-        if not isinstance(staged, dict) or staged.get("job_id") != self.job_id:
-            raise CommitError(
-                f"the staging folder {str(self.path)!r} no longer belongs to this job (its "
-                "job.json is gone or names another job); nothing was committed"
-            )
+        check_owner(locate(self.path), self.job_id, "nothing was committed")
 
     def _swap(self) -> None:
         """Renames staging to ``out``; an old ``out`` (``overwrite``) is removed only after."""

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..io.stores import Location
 
 try:  # POSIX; elsewhere a job does not lock its --out (one job per --out is then the user's)
     import fcntl
@@ -38,9 +39,11 @@ except ImportError:  # pragma: no cover
 
 __all__ = [
     "FULL",
+    "JOB_FILE",
     "CommitError",
     "OutLock",
     "check_out_apart",
+    "check_owner",
     "file_on_the_way",
     "lock_path",
     "new_job_id",
@@ -52,6 +55,40 @@ __all__ = [
 class CommitError(ConfigError):
     """The output folder cannot be used as asked (not empty, a file, in use by another job, a
     resume that does not fit, staged files that are not what their units wrote)."""
+
+
+#: The staging's job file: what the job is, its id first among it (``job.json``).
+JOB_FILE = "job.json"
+
+
+def check_owner(staging: Location, job_id: str, then: str) -> None:
+    """The one ownership check of a job's staging, on a disk or a store: its ``job.json`` still
+    names this job (not gone with a commit or a discard, not taken over by another job).
+
+    Args:
+        staging: The staging folder (or a store's staging prefix) holding ``job.json``.
+        job_id: This job's id (an empty id checks nothing: a job of no id owns nothing).
+        then: What the refusal's line ends with: what was (not) done (``"nothing was
+            committed"``).
+
+    Raises:
+        CommitError: ``job.json`` is gone, unreadable or names another job.
+    """
+    if not job_id:
+        return
+    try:
+        staged = json.loads(staging.join(JOB_FILE).read_bytes()).get("job_id")
+    except (ValueError, AttributeError):
+        staged = None
+    except OSError as e:  # gone; a store that fails to answer is the store's failure (EIO)
+        if not staging.local and "not found" not in str(e).lower():
+            raise
+        staged = None
+    if staged != job_id:
+        what = "staging folder" if staging.local else "staging"
+        raise CommitError(
+            f"the {what} {staging.uri!r} no longer belongs to this job ({job_id}); {then}"
+        )
 
 
 def staging_path(out: str | os.PathLike[str]) -> Path:

@@ -35,25 +35,30 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
+import os
 import posixpath
 import re
 import time
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from ..io.manifest import DATASET, MANIFEST_FILE, SAMPLES
 from ..io.stores import Location, StorageError, locate, storage_error
-from .ownership import CommitError, new_job_id
+from .ownership import CommitError, check_owner, new_job_id
 from .session.interrupts import commit_point
+from .staged_file import HashedStream
 
 __all__ = [
     "STAGING_DIR",
     "CommittedWarning",
+    "StoreFile",
     "StoreStaging",
+    "StoreUnitOutput",
     "attempt_name",
+    "check_out_apart_on_store",
     "publish",
     "store_failure",
     "write_json",
@@ -87,7 +92,12 @@ def _attempt_of(rel: str) -> str | None:
 
 
 def write_json(loc: Location, obj: Any) -> None:
-    """Writes JSON as one object (a PUT: whole or absent)."""
+    """Writes JSON as one object (a PUT: whole or absent).
+
+    Args:
+        loc: Where the object goes.
+        obj: What it holds (anything ``json`` writes; other values as their ``str``).
+    """
     loc.write_bytes((json.dumps(obj, indent=2, default=str) + "\n").encode())
 
 
@@ -106,7 +116,11 @@ def _read_json(loc: Location) -> Any:
 @contextlib.contextmanager
 def store_failure(out: str) -> Iterator[None]:
     """A store's failure once the job runs: an ``OSError`` (EIO) naming ``--out`` (exit 3, one
-    line at the CLI), not the ``StorageError`` of a bad store at the start (exit 2)."""
+    line at the CLI), not the ``StorageError`` of a bad store at the start (exit 2).
+
+    Args:
+        out: ``--out`` as the line names it.
+    """
     try:
         yield
     except CommitError:
@@ -120,10 +134,144 @@ def store_failure(out: str) -> Iterator[None]:
         ) from None
 
 
-class StoreStaging:
-    """The staging of one job writing to ``out`` on an object store (see the module's text).
+def check_out_apart_on_store(out: str, inputs: str | os.PathLike[str] | list[Any]) -> None:
+    """:func:`~.ownership.check_out_apart` for a store's ``out``: not an input, not inside one,
+    holding none (compared as URIs on the same store; a local input is never on it).
 
-    The same methods as :class:`~.commit.Staging` (which the batch job calls either way).
+    Args:
+        out: ``--out``, a store's URI.
+        inputs: The job's inputs as given (a path, a glob, or a list of them).
+
+    Raises:
+        CommitError: One line naming ``out`` and the input.
+    """
+    where = locate(out)
+    for item in inputs if isinstance(inputs, list) else [inputs]:
+        text = os.fspath(item)
+        loc = locate(text.split("*", 1)[0].rstrip("/"))
+        if loc.scheme != where.scheme:
+            continue
+        a, b = where.path.rstrip("/") + "/", loc.path.rstrip("/") + "/"
+        if a.startswith(b) or b.startswith(a):
+            raise CommitError(
+                f"--out {out!r} is, holds or lies inside the input {text!r}; choose an --out "
+                "outside the input"
+            )
+
+
+# ====================================================================== a unit's files
+class StoreFile:
+    """A unit's file on an object store (:class:`~.staged_file.StagedFile`): uploaded straight
+    under its final name (an object appears whole when its upload completes; a worker killed
+    mid-upload leaves none), hashed as it is written.
+
+    Args:
+        at: Where the object goes.
+    """
+
+    def __init__(self, at: Location) -> None:
+        self.at = at
+        self.name = at.name
+        self._hashed = HashedStream(at.open_output_stream())
+
+    @property
+    def stream(self) -> Any:
+        """What the Parquet writer writes to."""
+        return self._hashed.stream
+
+    def finish(self) -> None:
+        """Completes the upload: the object is there, whole."""
+        self._hashed.close()
+
+    def place(self, rows: int) -> dict[str, Any]:
+        """Nothing to move (the object is under its final name); its entry.
+
+        Args:
+            rows: The rows the file holds.
+
+        Returns:
+            ``{"name", "rows", "bytes", "sha256"}``.
+        """
+        return {
+            "name": self.name,
+            "rows": rows,
+            "bytes": self._hashed.sink.bytes,
+            "sha256": self._hashed.sha256,
+        }
+
+    def abort(self) -> None:
+        """Closes the upload quietly and deletes the object (never listed by a manifest; removed
+        now rather than by a later job's clean-up)."""
+        self._hashed.close_quietly()
+        with contextlib.suppress(Exception):
+            self.at.delete()
+
+
+@dataclass(frozen=True)
+class StoreUnitOutput:
+    """Where the units of one job write on an object store (:class:`~.staging.UnitOutput`);
+    pickled into every unit's task.
+
+    Args:
+        out: ``--out``, the store's URI.
+        samples: The URI of the data files' folder.
+        staging: The URI of this job's staging (``_staging/<job>``).
+        job_id: The job's id, in every file's name (its attempt).
+    """
+
+    out: str
+    samples: str
+    staging: str
+    job_id: str
+
+    @property
+    def shared_folder(self) -> str | None:
+        """None: a store is the same from every node."""
+        return None
+
+    def open_file(self, kind: Literal["part", "quarantine"], unit: int, k: int) -> StoreFile:
+        """Opens the ``k``-th file of ``unit`` under its final name:
+        ``part-<job>-<unit>-<k>.parquet`` in the data folder, ``quarantine-<job>-<unit>-<k>``
+        in ``quarantine/``.
+
+        Args:
+            kind: ``"part"`` (samples) or ``"quarantine"`` (refused rows).
+            unit: The unit's index.
+            k: The file's number within the unit.
+
+        Returns:
+            The file, its upload begun.
+        """
+        folder = locate(self.samples) if kind == "part" else locate(self.out).join(_QUARANTINE)
+        return StoreFile(folder.join(f"{kind}-{self.job_id}-{unit:05d}-{k:03d}.parquet"))
+
+    def check_owner(self) -> None:
+        """Refuses to finish a unit once the job's staging is gone (committed or discarded by
+        another job) or names another job.
+
+        Raises:
+            CommitError: ``job.json`` is gone or names another job.
+        """
+        check_owner(locate(self.staging), self.job_id, "its unit wrote nothing")
+
+    def write_record(self, unit: int, record: dict[str, Any]) -> None:
+        """Writes a unit's record (the unit commit) as one object.
+
+        Args:
+            unit: The unit's index.
+            record: Its record.
+        """
+        write_json(locate(self.staging).join(_UNITS, f"unit-{unit:05d}.json"), record)
+
+    def failures(self) -> contextlib.AbstractContextManager[None]:
+        """A store's failure while a unit writes: one line, EIO (:func:`store_failure`)."""
+        return store_failure(self.out)
+
+
+# ====================================================================== the staging
+class StoreStaging:
+    """The staging of one job writing to ``out`` on an object store (see the module's text;
+    :class:`~.staging.Staging`).
 
     Args:
         out: The prefix the job's result goes to (``--out``, a store URI).
@@ -191,6 +339,50 @@ class StoreStaging:
 
     def release(self) -> None:
         """Nothing to release: a store has no lock."""
+
+    def check_apart(self, inputs: str | os.PathLike[str] | list[Any]) -> None:
+        """Refuses an ``out`` that is, holds or lies inside an input
+        (:func:`check_out_apart_on_store`).
+
+        Args:
+            inputs: The job's inputs as given (a path, a glob, or a list of them).
+
+        Raises:
+            CommitError: One line naming ``out`` and the input.
+        """
+        check_out_apart_on_store(self.out, inputs)
+
+    def guard(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing around the whole run: the staging's own writes name a store's failure
+        (:func:`store_failure`), and an input's is the input's."""
+        return contextlib.nullcontext()
+
+    def unit_output(self) -> StoreUnitOutput:
+        """Where this job's units write (their files under final names, records under its
+        staging), for every unit's task."""
+        return StoreUnitOutput(self.out, self.samples.uri, self.path.uri, self.job_id)
+
+    def data_file(self, name: str) -> Location:
+        """A data file of this job, by the name its unit record gives.
+
+        Args:
+            name: The name under ``files_dir``.
+
+        Returns:
+            Its location.
+        """
+        return self.samples.join(name)
+
+    def output_file(self, *names: str) -> str:
+        """The URI a file of the committed output will have.
+
+        Args:
+            names: Its path's components under ``out``.
+
+        Returns:
+            The URI.
+        """
+        return self.root.join(*names).uri
 
     def staged_seed(self) -> int | None:
         """The seed of the staged job a resume adopts (None: none to adopt)."""
@@ -375,10 +567,7 @@ class StoreStaging:
         """:meth:`commit` of a manifest made elsewhere (its ``files`` under its ``files_dir``,
         its ``quarantine`` under ``out``), this job's id in it."""
         with store_failure(self.out):
-            if not isinstance(_read_json(self.path.join(_JOB_FILE)), dict):
-                raise CommitError(
-                    f"the staging {self.path.uri!r} of this job is gone; nothing was committed"
-                )
+            check_owner(self.path, self.job_id, "nothing was committed")
             folder = self.root.join(manifest.get("files_dir") or "")
             listed = [
                 *((folder.join(_name(f)), f) for f in manifest.get("files", [])),
@@ -499,38 +688,6 @@ def _name(entry: dict[str, Any]) -> str:
     return name
 
 
-def sha256_sink(stream: Any) -> _HashingSink:
-    """A writable file over ``stream`` that hashes what passes (a store's file is never read
-    back to be hashed)."""
-    return _HashingSink(stream)
-
-
-class _HashingSink:
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream
-        self.hash = hashlib.sha256()
-        self.bytes = 0
-        self.closed = False
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data)
-        self.hash.update(view)
-        self.bytes += view.nbytes
-        self.stream.write(data)
-        return view.nbytes
-
-    def flush(self) -> None:
-        """Nothing: the object is uploaded as parts fill and completed on close."""
-
-    def tell(self) -> int:
-        return self.bytes
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.stream.close()
-
-
 def attempt_name(name: str, job_id: str) -> str:
     """``name`` with the job's id in it: ``rows-00000-00001.parquet`` ->
     ``rows-<job>-00000-00001.parquet``, ``quarantine/quarantine.parquet`` ->
@@ -551,7 +708,7 @@ def publish(local: str, staging: StoreStaging) -> dict[str, Any]:
     stats."""
     root = locate(local)
     manifest = json.loads(root.join(MANIFEST_FILE).read_bytes())
-    stats = json.loads(root.join(_STATS_FILE).read_bytes())
+    stats: dict[str, Any] = json.loads(root.join(_STATS_FILE).read_bytes())
     job_id = manifest["job_id"]
     staging.begin(job_id)
     folder = manifest.get("files_dir") or ""

@@ -18,9 +18,7 @@ the driver and on every worker, its stats and autoscaling actors) cost seconds o
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import os
 import secrets
 import shutil
@@ -32,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..._version import __version__
@@ -39,13 +38,12 @@ from ...config import PreLearnerConfig
 from ...episodes.ledger import Ledger
 from ...errors import ConfigError, OfflinePrelearnerError, error_from_dict, error_to_dict
 from ...io.fast_tensor import Layout, check_layout
-from ...io.stores import is_remote, locate
 from ...replay.storage.memory import for_worker_process
-from ..commit import QUARANTINE, Staging, file_sha256, input_fingerprint
-from ..ownership import CommitError, check_out_apart, output_storage, staging_path
+from ..commit import QUARANTINE, input_fingerprint
 from ..preflight import ConfigLike, NodeCheck, job_config, prepare
 from ..session.ray_session import import_ray, init_ray, release_ray, worker_env
-from ..store_commit import CommittedWarning, StoreStaging, store_failure
+from ..staging import Staging, staging_for
+from ..store_commit import CommittedWarning
 from .file_tally import per_file
 from .plan import Plan, plan_units, unit_key
 from .run import UnitJob, run_unit, units_by_node
@@ -167,42 +165,15 @@ def _job_description(
     }
 
 
-def _cap(
-    staging: Staging | StoreStaging, files: list[dict[str, Any]], cap: int | None
-) -> list[dict[str, Any]]:
+def _cap(staging: Staging, files: list[dict[str, Any]], cap: int | None) -> list[dict[str, Any]]:
     """``sample.num_samples``: the first ``cap`` samples in unit order; later files dropped, the
-    file that crosses the cap cut (same result whatever ran when)."""
+    file that crosses the cap cut and written again whole (same result whatever ran when)."""
     if cap is None:
         return files
-    if isinstance(staging, StoreStaging):
-        with store_failure(staging.out):
-            return _cap_on_store(staging, files, cap)
     kept: list[dict[str, Any]] = []
     total = 0
     for f in files:
-        p = staging.samples / f["name"]
-        if total >= cap:
-            p.unlink()
-            continue
-        if total + f["rows"] > cap:
-            table = pq.read_table(p).slice(0, cap - total)
-            pq.write_table(table, p)
-            f = {**f, "rows": table.num_rows, "bytes": p.stat().st_size, "sha256": file_sha256(p)}
-        kept.append(f)
-        total += f["rows"]
-    return kept
-
-
-def _cap_on_store(
-    staging: StoreStaging, files: list[dict[str, Any]], cap: int
-) -> list[dict[str, Any]]:
-    """:func:`_cap` on a store: the file that crosses the cap is written again (one PUT)."""
-    import pyarrow as pa
-
-    kept: list[dict[str, Any]] = []
-    total = 0
-    for f in files:
-        at = staging.samples.join(f["name"])
+        at = staging.data_file(f["name"])
         if total >= cap:
             at.delete()
             continue
@@ -222,25 +193,6 @@ def _cap_on_store(
         kept.append(f)
         total += f["rows"]
     return kept
-
-
-def _store_out_apart(out: str, inputs: str | os.PathLike[str] | list[Any]) -> None:
-    """:func:`check_out_apart` for a store's ``out``: not an input, not inside one, holding none
-    (compared as URIs)."""
-    where = locate(out)
-    for item in inputs if isinstance(inputs, list) else [inputs]:
-        text = os.fspath(item)
-        if not is_remote(text):
-            continue
-        loc = locate(text.split("*", 1)[0].rstrip("/"))
-        if loc.scheme != where.scheme:
-            continue
-        a, b = where.path.rstrip("/") + "/", loc.path.rstrip("/") + "/"
-        if a.startswith(b) or b.startswith(a):
-            raise CommitError(
-                f"--out {out!r} is, holds or lies inside the input {text!r}; choose an --out "
-                "outside the input"
-            )
 
 
 def run_pipeline(
@@ -303,34 +255,29 @@ def run_pipeline(
     """
     layout = check_layout(layout)
     config = job_config(config)
-    staging: Staging | StoreStaging
-    if out_dir is not None and is_remote(out_dir):
-        # An object store: no rename, no lock; the manifest is the commit (store_commit.py).
-        _store_out_apart(os.fspath(out_dir), path if isinstance(path, list) else os.fspath(path))
-        staging = StoreStaging(os.fspath(out_dir), {}, overwrite=overwrite, resume=resume)
-        with staging:  # probes the store: one line, exit 2, before anything is read
-            return _run_job(path, config, staging, out_dir, prelearner, engine, progress, layout)
-    if out_dir is None:
+    out: str | os.PathLike[str]
+    if out_dir is None:  # a dry run: staged in a temporary folder, committed nowhere
         out = Path(tempfile.mkdtemp(prefix="offline-prelearner-dry-")) / "out"
     else:
-        out = Path(out_dir)
-        check_out_apart(out, path if isinstance(path, list) else os.fspath(path))
-    staging = Staging(out, {}, overwrite=overwrite, resume=resume)
+        out = out_dir
+    staging = staging_for(out, overwrite=overwrite, resume=resume)
     try:
-        # The job owns --out from here to its end: a second job into it is refused in one
-        # line, before either reads anything (ownership.OutLock).
-        with staging, output_storage(out):
+        if out_dir is not None:
+            staging.check_apart(path if isinstance(path, list) else os.fspath(path))
+        # The job owns --out from here to its end: a second job into a local --out is refused
+        # in one line, before either reads anything (ownership.OutLock); a store is probed.
+        with staging, staging.guard():
             return _run_job(path, config, staging, out_dir, prelearner, engine, progress, layout)
     finally:
         if out_dir is None:
             staging.discard()
-            shutil.rmtree(out.parent, ignore_errors=True)
+            shutil.rmtree(Path(out).parent, ignore_errors=True)
 
 
 def _run_job(
     path: str | os.PathLike[str] | list[str],
     config: PreLearnerConfig,
-    staging: Staging | StoreStaging,
+    staging: Staging,
     out_dir: str | os.PathLike[str] | None,
     prelearner: Any,
     engine: str,
@@ -340,36 +287,24 @@ def _run_job(
     """:func:`run_pipeline` under the lock on ``staging.out``: plan, stage, run, commit (a dry
     run, without ``out_dir``, stages in a temporary folder and commits nothing)."""
     clock = _Clock()
-    out, resume = staging.out, staging.resume
+    resume = staging.resume
     files, config, cls = prepare(path, config, prelearner)
     plan = plan_units(files, config)
     eng = choose_engine(engine, config, plan)
     # The inputs as they are now: a resume reuses a unit only if its key (its parts and the
     # size, mtime and content fingerprint of every file it reads) is the one planned now.
     fingerprints = tuple(input_fingerprint(f.path) for f in plan.files)
-    store = isinstance(staging, StoreStaging)
     seed = config.seed
-    if seed is None and isinstance(staging, StoreStaging):
-        seed = (staging.staged_seed() if resume else None) or secrets.randbits(31)
-    elif seed is None:
-        seed = staged_seed(Path(out), resume)
+    if seed is None:  # the interrupted run's (to resume), else fresh
+        seed = staging.staged_seed() if resume else None
+        seed = secrets.randbits(31) if seed is None else seed
     staging.job = _job_description(config, cls, plan, eng, seed, fingerprints, layout)
     kept = staging.open()
     todo = [u.index for u in plan.units if u.index not in kept]
     for k in todo:
         staging.drop_unit_files(k)
-    job = UnitJob(
-        plan,
-        config,
-        cls,
-        seed,
-        str(staging.samples),
-        str(staging.units),
-        layout=layout,
-        job_id=staging.job_id,
-        fingerprints=fingerprints,
-        attempt=staging.job_id if store else "",
-    )
+    output = staging.unit_output()
+    job = UnitJob(plan, config, cls, seed, output, layout=layout, fingerprints=fingerprints)
     records = dict(kept)
     known = [f.rows for f in plan.files]
     rows_total = None if any(r is None for r in known) else sum(r or 0 for r in known)
@@ -398,11 +333,12 @@ def _run_job(
     seconds = clock.seconds()
     stats = _sum_records(records)
     _check_accounting(stats, plan, config)
-    sample_files = _cap(
-        staging,
-        sorted((f for r in records.values() for f in r["files"]), key=lambda f: f["name"]),
-        config.sample.num_samples,
-    )
+    with output.failures():
+        sample_files = _cap(
+            staging,
+            sorted((f for r in records.values() for f in r["files"]), key=lambda f: f["name"]),
+            config.sample.num_samples,
+        )
     quarantined = sorted(
         (f for r in records.values() for f in r.get(QUARANTINE, [])), key=lambda f: f["name"]
     )
@@ -420,7 +356,7 @@ def _run_job(
             "samples_written": samples_out,
             "samples_rule": _samples_rule(config),
             "batch_rows": plan.batch_rows(config),  # rows per chunk of a unit (ray.batch_size)
-            "quarantine_files": [_at(out, f["name"]) for f in quarantined],
+            "quarantine_files": [staging.output_file(f["name"]) for f in quarantined],
             "rows_quarantined": sum(f["rows"] for f in quarantined),
             "wall_seconds": round(seconds, 3),
             "rows_per_second": round(stats["rows_in"] / seconds, 1) if seconds else None,
@@ -440,7 +376,7 @@ def _run_job(
     clock.lap("commit")
     _stop(clock)
     _restate(staging, stats)
-    written = [_at(out, "samples", f["name"]) for f in sample_files]
+    written = [staging.output_file("samples", f["name"]) for f in sample_files]
     return PipelineResult(os.fspath(out_dir), written, stats)
 
 
@@ -487,7 +423,7 @@ def _stop(clock: _Clock) -> None:
     clock.lap("stop")
 
 
-def _restate(staging: Staging | StoreStaging, stats: dict[str, Any]) -> None:
+def _restate(staging: Staging, stats: dict[str, Any]) -> None:
     """``stats.json`` again with the commit's and the stop's seconds, which the commit could not
     know when it wrote it; the output is committed, so a failure is a warning."""
     try:
@@ -498,23 +434,6 @@ def _restate(staging: Staging | StoreStaging, stats: dict[str, Any]) -> None:
             CommittedWarning,
             stacklevel=3,
         )
-
-
-def _at(out: Path | str, *names: str) -> str:
-    """A file of the output, as a path or a store's URI."""
-    if isinstance(out, Path):
-        return str(out.joinpath(*names))
-    return locate(out).join(*names).uri
-
-
-def staged_seed(out: Path, resume: bool) -> int:
-    """The seed of a job whose config has none: the interrupted run's (to resume), else fresh.
-    Read under the job's lock on ``out`` (:func:`run_pipeline`), so no other job changes it."""
-    if resume:
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            staged = json.loads((staging_path(out) / "job.json").read_text())
-            return int(staged["seed"])
-    return secrets.randbits(31)
 
 
 def _samples_rule(config: PreLearnerConfig) -> str:
@@ -601,8 +520,8 @@ def _run_on_ray(
     """
     ray = import_ray()
     init_ray(config)
-    staged = None if job.attempt else str(Path(job.units_dir).parent)  # a store: seen everywhere
-    NodeCheck([(f.path, f.size) for f in job.plan.files], staged, job.job_id).run()
+    shared = job.output.shared_folder  # a local staging folder; None on a store
+    NodeCheck([(f.path, f.size) for f in job.plan.files], shared, job.job_id).run()
     options: dict[str, Any] = {
         "num_cpus": config.ray.num_cpus,
         "max_retries": UNIT_RETRIES,
