@@ -88,12 +88,9 @@ def _config_text(path: str) -> bytes:
     """``--config``'s bytes from the local disk or a store (at most one byte over the limit the
     config's parser refuses)."""
     from ..config.files import MAX_CONFIG_BYTES
-    from ..io.stores import is_remote, locate
+    from ..io.stores import read_file
 
-    if is_remote(path):
-        return locate(path).read_bytes(MAX_CONFIG_BYTES)
-    with open(locate(path).path if path.startswith("file://") else path, "rb") as fh:
-        return fh.read(MAX_CONFIG_BYTES + 1)
+    return read_file(path, MAX_CONFIG_BYTES)
 
 
 def process(args: argparse.Namespace) -> int:

@@ -51,6 +51,7 @@ __all__ = [
     "join_path",
     "locate",
     "open_random_access",
+    "read_file",
     "storage_error",
 ]
 
@@ -357,6 +358,28 @@ def open_random_access(path: str | os.PathLike[str]) -> Any:
 
         return pa.memory_map(loc.path)
     return loc.open_input_file()
+
+
+def read_file(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
+    """A small file's bytes (a config), from the local disk or a store, read the same way.
+
+    Args:
+        path: A local path, ``file://...`` or a store's URI.
+        limit: Read at most ``limit + 1`` bytes (a caller refuses a larger file); None: all.
+
+    Returns:
+        The bytes read.
+
+    Raises:
+        FileNotFoundError: No such local file (as ``open`` says it, naming the path given).
+        StorageError: The store refused or could not answer, or has no such object.
+    """
+    text = os.fspath(path)
+    loc = locate(text)
+    if not loc.local:
+        return loc.read_bytes(limit)
+    with open(loc.path if "://" in text else text, "rb") as fh:
+        return fh.read() if limit is None else fh.read(limit + 1)
 
 
 class FileStat(NamedTuple):
