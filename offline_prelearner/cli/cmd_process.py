@@ -137,33 +137,10 @@ def process(args: argparse.Namespace) -> int:
         )
     finally:
         progress.close()  # a bar left drawn would swallow the start of an error's line
-    st = result.stats
-    summary = {
-        k: st[k]
-        for k in (
-            "files_read",
-            "files_rejected",
-            "format",
-            "rows_in",
-            "episodes_kept",
-            "fragments",
-            "pending_fragments",
-            "rows_rejected",
-            "episodes_duplicate",
-            "samples_written",
-            "samples_rule",
-            "engine",
-            "units",
-            "units_reused",
-            "wall_seconds",
-            "rows_per_second",
-            "rows_balance",
-            "phases",
-        )
-    }
+    summary = result.job_stats.summary()
     summary["out"] = args.out
     print(json.dumps(summary, indent=None if args.json else 2))
-    open_eps = st["pending_fragments"]
+    open_eps = result.job_stats.pending_fragments
     if open_eps and config.sample.sample_all:
         print(
             f"offline-prelearner process: note: {open_eps} episode(s) never ended (no terminated "

@@ -53,8 +53,7 @@ import os
 import secrets
 import shutil
 import stat
-import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -72,6 +71,7 @@ from .ownership import (
     output_storage,
     staging_path,
 )
+from .records import FileRecord, JobManifest, StagedStat, UnitRecord, file_records
 from .session.interrupts import commit_point
 from .staged_file import HashedStream
 
@@ -103,17 +103,17 @@ QUARANTINE = "quarantine"
 STAGED_STAT = "stat"
 
 
-def staged_stat(st: os.stat_result) -> dict[str, int]:
+def staged_stat(st: os.stat_result) -> StagedStat:
     """What a unit records of a file it staged, right after the rename: size, inode, mtime.
 
     Args:
         st: the file's ``os.stat`` after its rename into place.
 
     Returns:
-        ``{"size", "ino", "mtime_ns"}``: the job commit re-hashes the file only when its stat
-        is no longer this.
+        The stat (``{"size", "ino", "mtime_ns"}`` in the record): the job commit re-hashes the
+        file only when its stat is no longer this.
     """
-    return {"size": st.st_size, "ino": st.st_ino, "mtime_ns": st.st_mtime_ns}
+    return StagedStat(st.st_size, st.st_ino, st.st_mtime_ns)
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
@@ -276,24 +276,18 @@ class LocalFile:
         os.fsync(self._raw.fileno())
         self._hashed.close()
 
-    def place(self, rows: int) -> dict[str, Any]:
-        """Renames the file into place; its entry with its stat after the rename.
+    def place(self, rows: int) -> FileRecord:
+        """Renames the file into place; its record, with its stat after the rename.
 
         Args:
             rows: The rows the file holds.
 
         Returns:
-            ``{"name", "rows", "bytes", "sha256", "stat"}``.
+            The file's record.
         """
         os.replace(self.tmp, self.final)
         st = self.final.stat()
-        return {
-            "name": self.name,
-            "rows": rows,
-            "bytes": st.st_size,
-            "sha256": self._hashed.sha256,
-            STAGED_STAT: staged_stat(st),
-        }
+        return FileRecord(self.name, rows, st.st_size, self._hashed.sha256, staged_stat(st))
 
     def abort(self) -> None:
         """Closes the file quietly and removes its temporary name (a renamed file stays: its
@@ -346,14 +340,14 @@ class LocalUnitOutput:
         """
         check_owner(locate(self.staging), self.job_id, "its unit wrote nothing")
 
-    def write_record(self, unit: int, record: dict[str, Any]) -> None:
+    def write_record(self, record: UnitRecord) -> None:
         """Writes a unit's record (the unit commit): a temporary name, fsync, rename.
 
         Args:
-            unit: The unit's index.
-            record: Its record.
+            record: The unit's record.
         """
-        write_json_atomic(Path(self.staging) / _UNITS / f"unit-{unit:05d}.json", record)
+        path = Path(self.staging) / _UNITS / f"unit-{record.unit:05d}.json"
+        write_json_atomic(path, record.to_dict())
 
     def failures(self) -> contextlib.AbstractContextManager[None]:
         """Nothing to translate: a full disk is named by the job's guard
@@ -509,7 +503,7 @@ class LocalStaging:
                 f"(no {self.path.name} beside it); run without --resume"
             )
         if kept:
-            keep = {p for rec in kept.values() for p, _ in self._entries(rec)}
+            keep = {p for rec in kept.values() for p, _ in self._record_entries(rec)}
             keep |= {self.record_path(k) for k in kept}
             _remove_all_but(self.path, keep)
         elif self.path.exists():
@@ -570,20 +564,28 @@ class LocalStaging:
                     return False
                 if "fingerprint" in f and now.get("fingerprint") != f["fingerprint"]:
                     return False
-            entries = self._entries(rec)
-        except (KeyError, TypeError, ValueError):
+            entries = self._record_entries(rec)
+        except (KeyError, TypeError, ValueError, CommitError):
             return False
         # A resumed job's files were left by another process: each is read and hashed again.
         return all(_matches(p, entry, full=True) is None for p, entry in entries)
 
-    def _entries(self, rec: dict[str, Any]) -> list[tuple[Path, dict[str, Any]]]:
-        """The files a unit record lists, with their paths in the staging folder: ``files``
-        under ``files_dir``, ``quarantine`` under the staging folder (ValueError: a name that
-        leaves its folder)."""
+    def _entries(
+        self,
+        files: list[FileRecord] | list[dict[str, Any]],
+        quarantine: list[FileRecord] | list[dict[str, Any]],
+    ) -> list[tuple[Path, FileRecord]]:
+        """The files a unit record (or a commit) lists, with their paths in the staging folder:
+        ``files`` under ``files_dir``, ``quarantine`` under the staging folder (ValueError: a
+        name that leaves its folder; CommitError: a malformed entry)."""
+        where = str(self.units)
         return [
-            *((self.samples / _name(f), f) for f in rec.get("files", [])),
-            *((self.path / _name(f), f) for f in rec.get(QUARANTINE, [])),
+            *((self.samples / _name(f), f) for f in file_records(files, where)),
+            *((self.path / _name(f), f) for f in file_records(quarantine, where)),
         ]
+
+    def _record_entries(self, rec: dict[str, Any]) -> list[tuple[Path, FileRecord]]:
+        return self._entries(rec.get("files", []), rec.get(QUARANTINE, []))
 
     # ------------------------------------------------------------------ units
     def record_path(self, unit: int) -> Path:
@@ -614,9 +616,9 @@ class LocalStaging:
     # ------------------------------------------------------------------ the job commit
     def commit(
         self,
-        stats: dict[str, Any],
-        files: list[dict[str, Any]],
-        extra: dict[str, Any] | None = None,
+        stats: Mapping[str, Any],
+        files: list[FileRecord] | list[dict[str, Any]],
+        extra: Mapping[str, Any] | None = None,
     ) -> Path:
         """Checks the staged files, writes stats and the manifest (last), then moves the staging
         folder to ``out``.
@@ -632,7 +634,7 @@ class LocalStaging:
         """
         extra = dict(extra or {})
         self._check_owner()
-        listed = self._entries({"files": files, QUARANTINE: extra.get(QUARANTINE, [])})
+        listed = self._entries(files, extra.get(QUARANTINE, []))
         for path, entry in listed:
             why = _matches(path, entry)
             if why is not None:
@@ -640,11 +642,14 @@ class LocalStaging:
                     f"the staged file {str(path)!r} {why}: something outside this job wrote "
                     f"into {str(self.path)!r}; nothing was committed (--resume redoes its unit)"
                 )
+        content = SAMPLES if self.files_dir == "samples" else DATASET
+        data = [f for _, f in listed[: len(files)]]
+        manifest = JobManifest(self.job_id, self.job, tuple(data), self.files_dir, content, extra)
         with commit_point():  # a signal from here waits for the move: a committed job exits 0
-            self._write_and_move(stats, files, extra, listed)
+            self._write_and_move(stats, manifest, listed)
         return self.out
 
-    def write_stats(self, stats: dict[str, Any]) -> None:
+    def write_stats(self, stats: Mapping[str, Any]) -> None:
         """Writes the committed output's ``stats.json`` again, with what was measured after the
         commit point (the commit's and the stop's seconds); not part of the commit: the
         manifest does not list it.
@@ -656,34 +661,18 @@ class LocalStaging:
 
     def _write_and_move(
         self,
-        stats: dict[str, Any],
-        files: list[dict[str, Any]],
-        extra: dict[str, Any],
-        listed: list[tuple[Path, dict[str, Any]]],
+        stats: Mapping[str, Any],
+        manifest: JobManifest,
+        listed: list[tuple[Path, FileRecord]],
     ) -> None:
         write_json_atomic(self.path / STATS_FILE, stats)
         # Only the listed files go into place: unit records, job.json, temporary names of a
         # killed attempt and anything else that lies in the staging folder are removed.
         _remove_all_but(self.path, {p for p, _ in listed} | {self.path / STATS_FILE})
         self.samples.mkdir(exist_ok=True)
-        manifest = {
-            "complete": True,
-            "committed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "job_id": self.job_id,
-            **{k: self.job[k] for k in ("version", "format", "prelearner", "engine")},
-            "inputs": self.job["inputs"],
-            "files": [_unstat(f) for f in files],
-            "samples_written": sum(f["rows"] for f in files),
-            "config": self.job["config"],
-            **extra,
-        }
-        if QUARANTINE in extra:
-            manifest[QUARANTINE] = [_unstat(f) for f in extra[QUARANTINE]]
         # What the folder holds, for its readers (io/manifest.py): a process output's samples
         # are not read again as recorded experience.
-        manifest["files_dir"] = self.files_dir
-        manifest.setdefault("content", SAMPLES if self.files_dir == "samples" else DATASET)
-        write_json_atomic(self.path / MANIFEST_FILE, manifest)
+        write_json_atomic(self.path / MANIFEST_FILE, manifest.to_dict())
         _fsync_dir(self.path)
         self._swap()
 
@@ -714,14 +703,14 @@ class LocalStaging:
         return len(list(self.units.glob("unit-*.json"))) if self.units.exists() else 0
 
 
-def _name(entry: dict[str, Any]) -> str:
-    name = entry["name"]
-    if not isinstance(name, str) or not name or os.path.isabs(name) or ".." in Path(name).parts:
+def _name(entry: FileRecord) -> str:
+    name = entry.name
+    if not name or os.path.isabs(name) or ".." in Path(name).parts:
         raise ValueError(f"not a file name inside the staging folder: {name!r}")
     return name
 
 
-def _matches(path: Path, entry: dict[str, Any], full: bool = False) -> str | None:
+def _matches(path: Path, entry: FileRecord, full: bool = False) -> str | None:
     """None if ``path`` is a regular file of the entry's size and sha256, else what differs.
 
     The sha256 is checked by reading the file, unless the entry has the file's stat after its
@@ -733,18 +722,13 @@ def _matches(path: Path, entry: dict[str, Any], full: bool = False) -> str | Non
         return "is missing"
     if not stat.S_ISREG(st.st_mode):
         return "is not a regular file"
-    if st.st_size != entry.get("bytes"):
-        return f"is {st.st_size} bytes, its unit wrote {entry.get('bytes')}"
-    if not full and entry.get(STAGED_STAT) == staged_stat(st):
+    if st.st_size != entry.bytes:
+        return f"is {st.st_size} bytes, its unit wrote {entry.bytes}"
+    if not full and entry.stat == staged_stat(st):
         return None  # the very file its unit hashed as it wrote it, untouched since
-    if entry.get("sha256") is not None and file_sha256(path) != entry["sha256"]:
+    if entry.sha256 is not None and file_sha256(path) != entry.sha256:
         return "has another sha256 than its unit wrote"
     return None
-
-
-def _unstat(entry: dict[str, Any]) -> dict[str, Any]:
-    """A unit record's file entry as the manifest lists it: without its staged stat."""
-    return {k: v for k, v in entry.items() if k != STAGED_STAT}
 
 
 def _remove(path: Path) -> None:

@@ -19,6 +19,8 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from .records import FileRecord
+
 __all__ = ["BUFFER_BYTES", "HashedStream", "HashingSink", "StagedFile"]
 
 #: The writes a Parquet writer makes are gathered into blocks of this many bytes before they are
@@ -40,16 +42,15 @@ class StagedFile(Protocol):
         """Every byte is written: flushed to disk (a local file) or uploaded (an object)."""
         ...
 
-    def place(self, rows: int) -> dict[str, Any]:
+    def place(self, rows: int) -> FileRecord:
         """Puts the finished file where the commit finds it (a local file's rename) and returns
-        its entry in the unit's record.
+        its record (a local file's with its stat after the rename).
 
         Args:
             rows: The rows the file holds.
 
         Returns:
-            ``{"name", "rows", "bytes", "sha256"}``, with the local file's ``stat`` after its
-            rename (:func:`~.commit.staged_stat`).
+            The file's record, as its unit's record lists it.
         """
         ...
 

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from ..io.stores import Location, locate
 from .commit import LocalStaging
+from .records import FileRecord, UnitRecord
 from .staged_file import StagedFile
 from .store_commit import StoreStaging
 
@@ -66,12 +68,11 @@ class UnitOutput(Protocol):
         called before a unit puts its files in place."""
         ...
 
-    def write_record(self, unit: int, record: dict[str, Any]) -> None:
+    def write_record(self, record: UnitRecord) -> None:
         """Writes a unit's record (the unit commit), after its files are in place.
 
         Args:
-            unit: The unit's index.
-            record: Its record.
+            record: The unit's record.
         """
         ...
 
@@ -159,9 +160,9 @@ class Staging(Protocol):
 
     def commit(
         self,
-        stats: dict[str, Any],
-        files: list[dict[str, Any]],
-        extra: dict[str, Any] | None = None,
+        stats: Mapping[str, Any],
+        files: list[FileRecord] | list[dict[str, Any]],
+        extra: Mapping[str, Any] | None = None,
     ) -> str | Path:
         """Checks the listed files and commits them: the manifest, written last.
 
@@ -172,7 +173,7 @@ class Staging(Protocol):
         """
         ...
 
-    def write_stats(self, stats: dict[str, Any]) -> None:
+    def write_stats(self, stats: Mapping[str, Any]) -> None:
         """Writes the committed output's ``stats.json`` again (after the commit point).
 
         Args:

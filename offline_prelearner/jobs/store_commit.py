@@ -34,6 +34,7 @@ probe write under ``_staging`` before anything is read (:class:`~..io.stores.Sto
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import os
@@ -41,13 +42,14 @@ import posixpath
 import re
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..io.manifest import DATASET, MANIFEST_FILE, SAMPLES
 from ..io.stores import Location, StorageError, locate, storage_error
 from .ownership import CommitError, check_owner, new_job_id
+from .records import FileRecord, JobManifest, UnitRecord, file_records
 from .session.interrupts import commit_point
 from .staged_file import HashedStream
 
@@ -183,21 +185,16 @@ class StoreFile:
         """Completes the upload: the object is there, whole."""
         self._hashed.close()
 
-    def place(self, rows: int) -> dict[str, Any]:
-        """Nothing to move (the object is under its final name); its entry.
+    def place(self, rows: int) -> FileRecord:
+        """Nothing to move (the object is under its final name); its record.
 
         Args:
             rows: The rows the file holds.
 
         Returns:
-            ``{"name", "rows", "bytes", "sha256"}``.
+            The file's record.
         """
-        return {
-            "name": self.name,
-            "rows": rows,
-            "bytes": self._hashed.sink.bytes,
-            "sha256": self._hashed.sha256,
-        }
+        return FileRecord(self.name, rows, self._hashed.sink.bytes, self._hashed.sha256)
 
     def abort(self) -> None:
         """Closes the upload quietly and deletes the object (never listed by a manifest; removed
@@ -254,14 +251,14 @@ class StoreUnitOutput:
         """
         check_owner(locate(self.staging), self.job_id, "its unit wrote nothing")
 
-    def write_record(self, unit: int, record: dict[str, Any]) -> None:
+    def write_record(self, record: UnitRecord) -> None:
         """Writes a unit's record (the unit commit) as one object.
 
         Args:
-            unit: The unit's index.
-            record: Its record.
+            record: The unit's record.
         """
-        write_json(locate(self.staging).join(_UNITS, f"unit-{unit:05d}.json"), record)
+        at = locate(self.staging).join(_UNITS, f"unit-{record.unit:05d}.json")
+        write_json(at, record.to_dict())
 
     def failures(self) -> contextlib.AbstractContextManager[None]:
         """A store's failure while a unit writes: one line, EIO (:func:`store_failure`)."""
@@ -502,16 +499,17 @@ class StoreStaging:
                     return False
             for loc, entry in self._entries(rec):
                 found = files.get(loc.path)
-                if found is None or found.size() != entry.get("bytes"):
+                if found is None or found.size() != entry.bytes:
                     return False
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, CommitError):
             return False
         return True
 
-    def _entries(self, rec: dict[str, Any]) -> list[tuple[Location, dict[str, Any]]]:
+    def _entries(self, rec: dict[str, Any]) -> list[tuple[Location, FileRecord]]:
+        where = self.units.uri
         return [
-            *((self.samples.join(_name(f)), f) for f in rec.get("files", [])),
-            *((self.root.join(_name(f)), f) for f in rec.get(_QUARANTINE, [])),
+            *((self.samples.join(_name(f)), f) for f in file_records(rec.get("files", []), where)),
+            *((self.root.join(_name(f)), f) for f in file_records(rec.get(_QUARANTINE, []), where)),
         ]
 
     # ------------------------------------------------------------------ units
@@ -534,49 +532,51 @@ class StoreStaging:
     # ------------------------------------------------------------------ the job commit
     def commit(
         self,
-        stats: dict[str, Any],
-        files: list[dict[str, Any]],
-        extra: dict[str, Any] | None = None,
+        stats: Mapping[str, Any],
+        files: list[FileRecord] | list[dict[str, Any]],
+        extra: Mapping[str, Any] | None = None,
     ) -> str:
         """Checks the listed files, writes ``_manifest.json`` (the commit point), then
         ``stats.json``; then deletes the replaced generation, this job's staging and files of
         finished jobs that no manifest lists.
+
+        Args:
+            stats: The job's stats (``stats.json``).
+            files: The data files (names under ``files_dir``), from this job's unit records.
+            extra: More manifest entries; its ``quarantine`` list (names under ``out``) is
+                committed with the data files.
+
+        Returns:
+            ``out``.
 
         Raises:
             CommitError: this job's staging is gone, or a listed file is missing or not of its
                 recorded size (nothing is committed).
             OSError: the store failed (EIO; nothing is committed before the manifest).
         """
-        extra = dict(extra or {})
-        manifest = {
-            "complete": True,
-            "committed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "job_id": self.job_id,
-            **{k: self.job[k] for k in ("version", "format", "prelearner", "engine")},
-            "inputs": self.job["inputs"],
-            "files": files,
-            "samples_written": sum(f["rows"] for f in files),
-            "config": self.job["config"],
-            **extra,
-            "files_dir": self.files_dir,
-        }
-        manifest.setdefault("content", SAMPLES if self.files_dir == "samples" else DATASET)
-        return self.commit_manifest(manifest, stats)
+        content = SAMPLES if self.files_dir == "samples" else DATASET
+        data = tuple(file_records(files, self.units.uri))
+        manifest = JobManifest(self.job_id, self.job, data, self.files_dir, content, extra or {})
+        return self.commit_manifest(manifest.to_dict(), stats)
 
-    def commit_manifest(self, manifest: dict[str, Any], stats: dict[str, Any]) -> str:
+    def commit_manifest(self, manifest: dict[str, Any], stats: Mapping[str, Any]) -> str:
         """:meth:`commit` of a manifest made elsewhere (its ``files`` under its ``files_dir``,
         its ``quarantine`` under ``out``), this job's id in it."""
         with store_failure(self.out):
             check_owner(self.path, self.job_id, "nothing was committed")
             folder = self.root.join(manifest.get("files_dir") or "")
+            where = f"{self.out}/{MANIFEST_FILE}"
             listed = [
-                *((folder.join(_name(f)), f) for f in manifest.get("files", [])),
-                *((self.root.join(_name(f)), f) for f in manifest.get(_QUARANTINE) or []),
+                *((folder.join(_name(f)), f) for f in file_records(manifest["files"], where)),
+                *(
+                    (self.root.join(_name(f)), f)
+                    for f in file_records(manifest.get(_QUARANTINE) or [], where)
+                ),
             ]
             sizes = {f.path: f for f in self.root.walk()}
             for loc, entry in listed:
                 found = sizes.get(loc.path)
-                if found is None or found.size() != entry.get("bytes"):
+                if found is None or found.size() != entry.bytes:
                     what = "is missing" if found is None else "is not the size its unit wrote"
                     raise CommitError(
                         f"the file {loc.uri!r} {what}: something outside this job deleted or "
@@ -598,7 +598,7 @@ class StoreStaging:
         self._after_commit(stats, old, {loc.path for loc, _ in listed})
         return self.out
 
-    def write_stats(self, stats: dict[str, Any]) -> None:
+    def write_stats(self, stats: Mapping[str, Any]) -> None:
         """Writes the committed output's ``stats.json`` again, with what was measured after the
         commit point (the commit's and the stop's seconds).
 
@@ -611,7 +611,7 @@ class StoreStaging:
         with store_failure(self.out):
             write_json(self.root.join(_STATS_FILE), stats)
 
-    def _after_commit(self, stats: dict[str, Any], old: Any, ours: set[str]) -> None:
+    def _after_commit(self, stats: Mapping[str, Any], old: Any, ours: set[str]) -> None:
         """``stats.json``, then the replaced generation, this job's staging and strays deleted."""
         steps: list[tuple[str, Any]] = [
             ("writing stats.json", lambda: write_json(self.root.join(_STATS_FILE), stats)),
@@ -635,10 +635,13 @@ class StoreStaging:
 
     def _delete_generation(self, old: dict[str, Any], ours: set[str]) -> None:
         """Deletes the files of the manifest this job's manifest replaced."""
-        with contextlib.suppress(KeyError, TypeError, ValueError):
+        with contextlib.suppress(KeyError, TypeError, ValueError, CommitError):
             folder = self.root.join(old.get("files_dir", "samples") or "")
-            gone = [folder.join(_name(f)) for f in old.get("files", [])]
-            gone += [self.root.join(_name(f)) for f in old.get(_QUARANTINE, [])]
+            where = f"the replaced {self.out}/{MANIFEST_FILE}"
+            gone = [folder.join(_name(f)) for f in file_records(old.get("files", []), where)]
+            gone += [
+                self.root.join(_name(f)) for f in file_records(old.get(_QUARANTINE, []), where)
+            ]
             for loc in gone:
                 if loc.path not in ours:
                     loc.delete()
@@ -653,10 +656,13 @@ class StoreStaging:
         manifest = _read_json(self.root.join(MANIFEST_FILE))
         listed: set[str] = set()
         if isinstance(manifest, dict):
-            with contextlib.suppress(KeyError, TypeError, ValueError):
+            with contextlib.suppress(KeyError, TypeError, ValueError, CommitError):
                 folder = self.root.join(manifest.get("files_dir", "samples") or "")
-                listed = {folder.join(_name(f)).path for f in manifest.get("files", [])}
-                listed |= {self.root.join(_name(f)).path for f in manifest.get(_QUARANTINE, [])}
+                where = f"{self.out}/{MANIFEST_FILE}"
+                data = file_records(manifest.get("files", []), where)
+                refused = file_records(manifest.get(_QUARANTINE, []), where)
+                listed = {folder.join(_name(f)).path for f in data}
+                listed |= {self.root.join(_name(f)).path for f in refused}
         base = self.root.path.rstrip("/") + "/"
         for f in files:
             rel = f.path[len(base) :]
@@ -681,9 +687,9 @@ class StoreStaging:
         return 0
 
 
-def _name(entry: dict[str, Any]) -> str:
-    name = entry["name"]
-    if not isinstance(name, str) or not name or name.startswith("/") or ".." in name.split("/"):
+def _name(entry: FileRecord) -> str:
+    name = entry.name
+    if not name or name.startswith("/") or ".." in name.split("/"):
         raise ValueError(f"not a file name inside the output: {name!r}")
     return name
 
@@ -714,12 +720,14 @@ def publish(local: str, staging: StoreStaging) -> dict[str, Any]:
     folder = manifest.get("files_dir") or ""
     # Names in folders (Minari's data/main_data.hdf5) are the layout's own: the generation goes
     # under a folder named by the job instead of into the names.
-    nested = not folder and any("/" in _name(f) for f in manifest.get("files", []))
+    where = f"{local}/{MANIFEST_FILE}"
+    listed = {key: file_records(manifest.get(key) or [], where) for key in ("files", _QUARANTINE)}
+    nested = not folder and any("/" in _name(f) for f in listed["files"])
     renamed: dict[str, list[dict[str, Any]]] = {"files": [], _QUARANTINE: []}
     done: set[str] = {MANIFEST_FILE, _STATS_FILE}
     with store_failure(staging.out):
         for key, under in (("files", folder), (_QUARANTINE, "")):
-            for f in manifest.get(key) or []:
+            for f in listed[key]:
                 rel = posixpath.join(under, _name(f)) if under else _name(f)
                 keep = nested and key == "files"
                 name = _name(f) if keep else attempt_name(_name(f), job_id)
@@ -730,12 +738,12 @@ def publish(local: str, staging: StoreStaging) -> dict[str, Any]:
                     while block := fin.read(1 << 22):
                         fout.write(block)
                 done.add(rel)
-                renamed[key].append({**f, "name": name})
+                renamed[key].append(dataclasses.replace(f, name=name).to_dict(with_stat=False))
         base = root.path.rstrip("/") + "/"
-        for f in root.walk():
-            rel = f.path[len(base) :].replace("\\", "/")
+        for other in root.walk():
+            rel = other.path[len(base) :].replace("\\", "/")
             if rel not in done:
-                staging.root.join(*rel.split("/")).write_bytes(f.read_bytes())
+                staging.root.join(*rel.split("/")).write_bytes(other.read_bytes())
     out = {**manifest, "files": renamed["files"]}
     if nested:
         out["files_dir"] = job_id

@@ -28,6 +28,7 @@ import pytest
 from offline_prelearner.io.stores import locate
 from offline_prelearner.jobs.batch.run import _UnitWriter
 from offline_prelearner.jobs.ownership import CommitError
+from offline_prelearner.jobs.records import UnitRecord
 from offline_prelearner.jobs.staging import Staging, staging_for
 
 JOB: dict[str, Any] = {
@@ -63,7 +64,7 @@ def _table(n: int, start: int = 0) -> pa.Table:
     return pa.table({"x": pa.array(range(start, start + n), pa.int64())})
 
 
-def _unit(staging: Staging, unit: int, tables: list[pa.Table]) -> dict[str, Any]:
+def _unit(staging: Staging, unit: int, tables: list[pa.Table]) -> UnitRecord:
     """Runs the unit side as a unit does: files through the one writer, the owner check, then
     the record."""
     output = staging.unit_output()
@@ -72,14 +73,18 @@ def _unit(staging: Staging, unit: int, tables: list[pa.Table]) -> dict[str, Any]
         writer.write(t)
     output.check_owner()
     files = writer.close()
-    record = {
-        "unit": unit,
-        "job_id": output.job_id,
-        "plan": JOB["unit_keys"][unit],
-        "inputs": [],
-        "files": files,
-    }
-    output.write_record(unit, record)
+    record = UnitRecord(
+        unit=unit,
+        job_id=output.job_id,
+        plan=JOB["unit_keys"][unit],
+        inputs=(),
+        files=tuple(files),
+        samples=sum(f.rows for f in files),
+        quarantine=(),
+        stats={"ledger": {}},
+        per_file={},
+    )
+    output.write_record(record)
     return record
 
 
@@ -93,25 +98,25 @@ def test_files_are_what_their_records_say_and_the_commit_lists_them(out: str) ->
     r0 = _unit(staging, 0, [_table(5), _table(3, 5)])
     # A new schema starts a new file.
     r1 = _unit(staging, 1, [_table(4), pa.table({"y": pa.array([1.0, 2.0])})])
-    assert [f["rows"] for f in r0["files"]] == [8]
-    assert [f["rows"] for f in r1["files"]] == [4, 2]
-    files = [f for r in (r0, r1) for f in r["files"]]
-    assert len({f["name"] for f in files}) == 3
+    assert [f.rows for f in r0.files] == [8]
+    assert [f.rows for f in r1.files] == [4, 2]
+    files = [f for r in (r0, r1) for f in r.files]
+    assert len({f.name for f in files}) == 3
     for f in files:
-        data = _read(staging, f["name"])
-        assert len(data) == f["bytes"]
-        assert hashlib.sha256(data).hexdigest() == f["sha256"]
-        assert pq.read_table(io.BytesIO(data)).num_rows == f["rows"]
+        data = _read(staging, f.name)
+        assert len(data) == f.bytes
+        assert hashlib.sha256(data).hexdigest() == f.sha256
+        assert pq.read_table(io.BytesIO(data)).num_rows == f.rows
     assert staging.committed_units() == 2
     staging.commit({"rows": 14}, files, {"quarantine": []})
     staging.__exit__(None, None, None)
     manifest = json.loads(locate(staging.output_file("_manifest.json")).read_bytes())
     assert manifest["job_id"] == staging.job_id
-    assert [f["name"] for f in manifest["files"]] == [f["name"] for f in files]
+    assert [f["name"] for f in manifest["files"]] == [f.name for f in files]
     assert all("stat" not in f for f in manifest["files"])  # a local stat is the staging's own
     for f in files:
-        data = locate(staging.output_file("samples", f["name"])).read_bytes()
-        assert hashlib.sha256(data).hexdigest() == f["sha256"]
+        data = locate(staging.output_file("samples", f.name)).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == f.sha256
     assert json.loads(locate(staging.output_file("stats.json")).read_bytes()) == {"rows": 14}
 
 
@@ -154,9 +159,9 @@ def test_a_unit_of_a_job_whose_staging_is_gone_writes_nothing(out: str) -> None:
 def test_a_missing_listed_file_refuses_the_commit(out: str) -> None:
     staging, _ = _open(out)
     record = _unit(staging, 0, [_table(5)])
-    staging.data_file(record["files"][0]["name"]).delete()
+    staging.data_file(record.files[0].name).delete()
     with pytest.raises(CommitError, match=r"is missing.*nothing was committed"):
-        staging.commit({}, record["files"], {"quarantine": []})
+        staging.commit({}, list(record.files), {"quarantine": []})
     assert not locate(staging.output_file("_manifest.json")).exists()
     staging.__exit__(None, None, None)
 
@@ -165,7 +170,7 @@ def test_a_resume_adopts_the_job_and_keeps_the_units_whose_files_hold(out: str) 
     first, _ = _open(out)
     r0 = _unit(first, 0, [_table(5)])
     r1 = _unit(first, 1, [_table(6)])
-    first.data_file(r1["files"][0]["name"]).delete()  # unit 1's file is lost: it is redone
+    first.data_file(r1.files[0].name).delete()  # unit 1's file is lost: it is redone
     first.__exit__(None, None, None)  # the job is interrupted: its staging stays
 
     again = staging_for(out, resume=True)
@@ -175,9 +180,9 @@ def test_a_resume_adopts_the_job_and_keeps_the_units_whose_files_hold(out: str) 
         kept = again.open()
         assert again.job_id == first.job_id
         assert set(kept) == {0}
-        assert kept[0]["files"] == r0["files"]
+        assert UnitRecord.from_dict(kept[0], "unit 0").files == r0.files
         again.drop_unit_files(1)
         r1 = _unit(again, 1, [_table(6)])
-        again.commit({}, [*kept[0]["files"], *r1["files"]], {"quarantine": []})
+        again.commit({}, [*r0.files, *r1.files], {"quarantine": []})
     manifest = json.loads(locate(again.output_file("_manifest.json")).read_bytes())
     assert [f["rows"] for f in manifest["files"]] == [5, 6]

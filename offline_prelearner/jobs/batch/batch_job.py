@@ -18,6 +18,7 @@ the driver and on every worker, its stats and autoscaling actors) cost seconds o
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import secrets
@@ -26,7 +27,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +36,12 @@ import pyarrow.parquet as pq
 
 from ..._version import __version__
 from ...config import PreLearnerConfig
-from ...episodes.ledger import Ledger
 from ...errors import ConfigError, OfflinePrelearnerError, error_from_dict, error_to_dict
 from ...io.fast_tensor import Layout, check_layout
 from ...replay.storage.memory import for_worker_process
 from ..commit import QUARANTINE, input_fingerprint
 from ..preflight import ConfigLike, NodeCheck, job_config, prepare
+from ..records import FileRecord, JobStats, UnitRecord
 from ..session.ray_session import import_ray, init_ray, release_ray, worker_env
 from ..staging import Staging, staging_for
 from ..store_commit import CommittedWarning
@@ -53,11 +54,22 @@ __all__ = ["JobFailed", "PipelineResult", "choose_engine", "run_pipeline"]
 
 @dataclass
 class PipelineResult:
-    """What :func:`run_pipeline` did: where the samples went and the summed counters."""
+    """What :func:`run_pipeline` did: where the samples went and the summed counters.
+
+    Attributes:
+        out_dir: The committed output (None: a dry run).
+        files_written: The sample files, as paths or URIs.
+        job_stats: The job's stats (``stats.json``).
+    """
 
     out_dir: str | None
     files_written: list[str]
-    stats: dict[str, Any] = field(default_factory=dict)
+    job_stats: JobStats
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """The job's stats as ``stats.json`` holds them."""
+        return self.job_stats.to_dict()
 
 
 #: ``stats["phases"]``, seconds: planning (inputs listed, footers and keys read, staging opened);
@@ -67,8 +79,6 @@ class PipelineResult:
 #: Ray instance to the watchdog that ends it after the process exits; disconnecting from a
 #: cluster; 0 where Ray stays up for a library caller). Their sum is the job's time to its end.
 PHASES = ("plan", "engine_start", "units", "commit", "stop")
-
-_COUNTERS = ("batches", "samples", "fragments_added", "not_ready", "pending_fragments")
 
 #: Below this many input bytes (and with no cluster address) ``engine="auto"`` runs in-process:
 #: starting Ray costs seconds that a small job should not pay (see benchmarks/README.md).
@@ -107,33 +117,15 @@ def _cluster_info() -> dict[str, Any]:
     }
 
 
-def _sum_records(records: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """The job's counters: every unit's record counted once (ledgers, counters, buffers)."""
-    ledger = Ledger()
-    counters = dict.fromkeys(_COUNTERS, 0)
-    held = {"episodes_held": 0, "timesteps_held": 0}
-    for rec in records.values():
-        st = rec["stats"]
-        ledger += Ledger.from_dict(st["ledger"])
-        for k in _COUNTERS:
-            counters[k] += st.get(k, 0)
-        for buf in st.get("buffers", {}).values():
-            for k in held:
-                held[k] += buf[k]
-    total = ledger.to_dict()
-    total["rows_balance"] = total.pop("balanced")
-    return {"units": len(records), **total, **counters, **held}
-
-
-def _check_accounting(stats: dict[str, Any], plan: Plan, config: PreLearnerConfig) -> None:
+def _check_accounting(stats: JobStats, plan: Plan, config: PreLearnerConfig) -> None:
     """Row data: every input row (Parquet footers) was read by exactly one unit."""
     if config.read.format != "rows" or any(f.rows is None for f in plan.files):
         return
     expected = sum(f.rows or 0 for f in plan.files)
-    if stats["rows_in"] != expected or not stats["rows_balance"]:
+    if stats.rows_in != expected or not stats.rows_balance:
         raise JobFailed(
             f"accounting mismatch: the input holds {expected} rows, the units read "
-            f"{stats['rows_in']} (balanced: {stats['rows_balance']}); nothing was committed"
+            f"{stats.rows_in} (balanced: {stats.rows_balance}); nothing was committed"
         )
 
 
@@ -165,33 +157,29 @@ def _job_description(
     }
 
 
-def _cap(staging: Staging, files: list[dict[str, Any]], cap: int | None) -> list[dict[str, Any]]:
+def _cap(staging: Staging, files: list[FileRecord], cap: int | None) -> list[FileRecord]:
     """``sample.num_samples``: the first ``cap`` samples in unit order; later files dropped, the
     file that crosses the cap cut and written again whole (same result whatever ran when)."""
     if cap is None:
         return files
-    kept: list[dict[str, Any]] = []
+    kept: list[FileRecord] = []
     total = 0
     for f in files:
-        at = staging.data_file(f["name"])
+        at = staging.data_file(f.name)
         if total >= cap:
             at.delete()
             continue
-        if total + f["rows"] > cap:
+        if total + f.rows > cap:
             with at.open_input_file() as src:
                 table = pq.read_table(src).slice(0, cap - total)
             sink = pa.BufferOutputStream()
             pq.write_table(table, sink)
             data = sink.getvalue().to_pybytes()
             at.write_bytes(data)
-            f = {
-                **f,
-                "rows": table.num_rows,
-                "bytes": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(),
-            }
+            sha = hashlib.sha256(data).hexdigest()
+            f = dataclasses.replace(f, rows=table.num_rows, bytes=len(data), sha256=sha)
         kept.append(f)
-        total += f["rows"]
+        total += f.rows
     return kept
 
 
@@ -299,7 +287,10 @@ def _run_job(
         seed = staging.staged_seed() if resume else None
         seed = secrets.randbits(31) if seed is None else seed
     staging.job = _job_description(config, cls, plan, eng, seed, fingerprints, layout)
-    kept = staging.open()
+    kept = {
+        k: UnitRecord.from_dict(rec, f"the staged record of unit {k} (--out {staging.out})")
+        for k, rec in staging.open().items()
+    }
     todo = [u.index for u in plan.units if u.index not in kept]
     for k in todo:
         staging.drop_unit_files(k)
@@ -308,8 +299,7 @@ def _run_job(
     records = dict(kept)
     known = [f.rows for f in plan.files]
     rows_total = None if any(r is None for r in known) else sum(r or 0 for r in known)
-    done = [sum(r["stats"]["ledger"]["rows_in"] for r in kept.values()), 0]
-    done[1] = sum(r["samples"] for r in kept.values())
+    done = [sum(r.ledger.rows_in for r in kept.values()), sum(r.samples for r in kept.values())]
 
     def chunk_done(rows: int, samples: int) -> None:
         done[0] += rows
@@ -317,10 +307,10 @@ def _run_job(
         if progress is not None:
             progress(done[0], rows_total, done[1])
 
-    def finished(rec: dict[str, Any]) -> None:
-        records[int(rec["unit"])] = rec
+    def finished(rec: UnitRecord) -> None:
+        records[rec.unit] = rec
         if eng == "ray":
-            chunk_done(rec["stats"]["ledger"]["rows_in"], rec["samples"])
+            chunk_done(rec.ledger.rows_in, rec.samples)
 
     chunk_done(0, 0)
     clock.lap("plan")
@@ -331,52 +321,50 @@ def _run_job(
     elif todo:
         clock.engine_and_units(_run_on_ray(job, todo, config, finished))
     seconds = clock.seconds()
-    stats = _sum_records(records)
+    stats = JobStats.summed(records.values())
     _check_accounting(stats, plan, config)
     with output.failures():
         sample_files = _cap(
             staging,
-            sorted((f for r in records.values() for f in r["files"]), key=lambda f: f["name"]),
+            sorted((f for r in records.values() for f in r.files), key=lambda f: f.name),
             config.sample.num_samples,
         )
-    quarantined = sorted(
-        (f for r in records.values() for f in r.get(QUARANTINE, [])), key=lambda f: f["name"]
+    quarantined = sorted((f for r in records.values() for f in r.quarantine), key=lambda f: f.name)
+    samples_out = sum(f.rows for f in sample_files)
+    listed = per_file(files, config.read.format, (r.per_file for r in records.values()))
+    stats = dataclasses.replace(
+        stats,
+        input=tuple(os.fspath(p) for p in (path if isinstance(path, list) else [path])),
+        files_read=len(files),
+        files_rejected=sum(f["error"] is not None for f in listed),
+        per_file=tuple(listed),
+        format=config.read.format,
+        engine=eng,
+        units_reused=len(kept),
+        samples_written=samples_out,
+        samples_rule=_samples_rule(config),
+        batch_rows=plan.batch_rows(config),  # rows per chunk of a unit (ray.batch_size)
+        quarantine_files=tuple(staging.output_file(f.name) for f in quarantined),
+        rows_quarantined=sum(f.rows for f in quarantined),
+        wall_seconds=round(seconds, 3),
+        rows_per_second=round(stats.rows_in / seconds, 1) if seconds else None,
+        samples_per_second=round(samples_out / seconds, 1) if seconds else None,
+        config=config.to_dict(),
+        phases=dict(clock.phases),
+        nodes=tuple(units_by_node(records.values())),
+        ray_cluster=_cluster_info() if eng == "ray" else None,
     )
-    samples_out = sum(f["rows"] for f in sample_files)
-    listed = per_file(files, config.read.format, (r.get("per_file", {}) for r in records.values()))
-    stats.update(
-        {
-            "input": [os.fspath(p) for p in (path if isinstance(path, list) else [path])],
-            "files_read": len(files),
-            "files_rejected": sum(f["error"] is not None for f in listed),
-            "per_file": listed,
-            "format": config.read.format,
-            "engine": eng,
-            "units_reused": len(kept),
-            "samples_written": samples_out,
-            "samples_rule": _samples_rule(config),
-            "batch_rows": plan.batch_rows(config),  # rows per chunk of a unit (ray.batch_size)
-            "quarantine_files": [staging.output_file(f["name"]) for f in quarantined],
-            "rows_quarantined": sum(f["rows"] for f in quarantined),
-            "wall_seconds": round(seconds, 3),
-            "rows_per_second": round(stats["rows_in"] / seconds, 1) if seconds else None,
-            "samples_per_second": round(samples_out / seconds, 1) if seconds else None,
-            "config": config.to_dict(),
-            "phases": clock.phases,
-        }
-    )
-    stats["nodes"] = units_by_node(records.values())
-    if eng == "ray":
-        stats["ray_cluster"] = _cluster_info()
     if out_dir is None:
         clock.lap("commit")  # the accounting: a dry run commits nothing
         _stop(clock)
-        return PipelineResult(None, [], stats)
-    staging.commit(stats, sample_files, {QUARANTINE: quarantined})  # holds the commit point
+        return PipelineResult(None, [], dataclasses.replace(stats, phases=dict(clock.phases)))
+    # Holds the commit point; stats.json's phases have no commit or stop seconds yet.
+    staging.commit(stats.to_dict(), sample_files, {QUARANTINE: quarantined})
     clock.lap("commit")
     _stop(clock)
+    stats = dataclasses.replace(stats, phases=dict(clock.phases))
     _restate(staging, stats)
-    written = [staging.output_file("samples", f["name"]) for f in sample_files]
+    written = [staging.output_file("samples", f.name) for f in sample_files]
     return PipelineResult(os.fspath(out_dir), written, stats)
 
 
@@ -423,11 +411,11 @@ def _stop(clock: _Clock) -> None:
     clock.lap("stop")
 
 
-def _restate(staging: Staging, stats: dict[str, Any]) -> None:
+def _restate(staging: Staging, stats: JobStats) -> None:
     """``stats.json`` again with the commit's and the stop's seconds, which the commit could not
     know when it wrote it; the output is committed, so a failure is a warning."""
     try:
-        staging.write_stats(stats)
+        staging.write_stats(stats.to_dict())
     except OSError as e:
         warnings.warn(
             f"{staging.out}: committed; writing stats.json again (the job's phases) failed ({e})",
@@ -489,7 +477,7 @@ def run_unit_here(job: UnitJob, unit: int) -> dict[str, Any]:
     """
     for_worker_process()  # see replay/storage/memory.py
     try:
-        return run_unit(job, unit)
+        return run_unit(job, unit).to_dict()
     except OfflinePrelearnerError as e:
         return {"unit": unit, "error": error_to_dict(e)}
     except OSError as e:
@@ -563,7 +551,7 @@ def _window(ray: Any, config: PreLearnerConfig) -> int:
     return max(1, int(cpus // per)) if per > 0 else 1_000_000
 
 
-def _unit_record(rec: dict[str, Any]) -> dict[str, Any]:
+def _unit_record(rec: dict[str, Any]) -> UnitRecord:
     """A unit's record, or the error it carries raised here."""
     if "error" in rec:
         raise error_from_dict(rec["error"])
@@ -571,4 +559,4 @@ def _unit_record(rec: dict[str, Any]) -> dict[str, Any]:
         code, message, filename = rec["oserror"]
         args = (code, message) if filename is None else (code, message, filename)
         raise OSError(*args)
-    return rec
+    return UnitRecord.from_dict(rec, f"the record of unit {rec.get('unit')} (from its Ray task)")

@@ -39,6 +39,7 @@ from ...prelearner import OfflinePreLearner
 from ...replay.replay_buffer import INDICES
 from ..commit import QUARANTINE
 from ..file_batches import concat_tables, parquet_chunks
+from ..records import FileRecord, UnitRecord
 from ..staged_file import StagedFile
 from ..staging import UnitOutput
 from .file_tally import FileTally
@@ -193,7 +194,7 @@ class UnitJob:
 
 def run_unit(
     job: UnitJob, index: int, on_chunk: Callable[[int, int], None] | None = None
-) -> dict[str, Any]:
+) -> UnitRecord:
     """Runs one unit from scratch; writes its sample files and its record; returns the record.
 
     Args:
@@ -213,7 +214,7 @@ def run_unit(
         if config.read.on_invalid == "quarantine":
             refused = _UnitWriter(output, "quarantine", index)
         record = _run(job, index, config, pre, writer, refused, on_chunk, output.check_owner)
-        output.write_record(index, record)
+        output.write_record(record)
     return record
 
 
@@ -226,7 +227,7 @@ def _run(
     refused: _UnitWriter | None,
     on_chunk: Callable[[int, int], None] | None,
     check_owner: Callable[[], None],
-) -> dict[str, Any]:
+) -> UnitRecord:
     """Reads a unit's rows through ``pre``, writes what it yields (and what it refused, under
     quarantine); returns the unit's record."""
     cpu = time.process_time()
@@ -278,22 +279,22 @@ def _run(
         if refused is not None:
             refused.abort()
         raise
-    stats = pre.stats()
-    record = {
-        "unit": index,
-        "job_id": job.job_id,
-        "plan": unit_key(job.plan, unit, job.fingerprints),
-        "inputs": job.plan.unit_inputs(unit),
-        "files": files,
-        "samples": sum(f["rows"] for f in files),
-        QUARANTINE: [{**f, "name": f"{QUARANTINE}/{f['name']}"} for f in quarantined],
-        "stats": stats,
-        "per_file": tally.to_record(),
-        "node": unit_node(),
+    return UnitRecord(
+        unit=index,
+        job_id=job.job_id,
+        plan=unit_key(job.plan, unit, job.fingerprints),
+        inputs=tuple(job.plan.unit_inputs(unit)),
+        files=tuple(files),
+        samples=sum(f.rows for f in files),
+        quarantine=tuple(
+            dataclasses.replace(f, name=f"{QUARANTINE}/{f.name}") for f in quarantined
+        ),
+        stats=pre.stats(),
+        per_file=tally.to_record(),
+        node=unit_node(),
         # This process's CPU time on the unit (read, prelearner, write): one worker's own rate.
-        "cpu_seconds": round(time.process_time() - cpu, 6),
-    }
-    return record
+        cpu_seconds=round(time.process_time() - cpu, 6),
+    )
 
 
 def unit_node() -> dict[str, str]:
@@ -311,7 +312,7 @@ def unit_node() -> dict[str, str]:
     return node
 
 
-def units_by_node(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def units_by_node(records: Iterable[UnitRecord]) -> list[dict[str, Any]]:
     """Which node ran which units (``stats.json["nodes"]``): one entry per node named by the
     records (a record written before records named their node counts under a node of None).
 
@@ -324,15 +325,13 @@ def units_by_node(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         records carry it.
     """
     nodes: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for rec in sorted(records, key=lambda r: int(r["unit"])):
-        node = rec.get("node")
-        if not isinstance(node, dict):
-            node = {}
+    for rec in sorted(records, key=lambda r: r.unit):
+        node = rec.node or {}
         key = tuple(node.get(k) for k in _NODE_KEYS)
         entry = nodes.setdefault(key, {**dict(zip(_NODE_KEYS, key, strict=True)), "units": []})
-        entry["units"].append(int(rec["unit"]))
-        if isinstance(rec.get("cpu_seconds"), (int, float)):
-            entry["cpu_seconds"] = round(entry.get("cpu_seconds", 0.0) + rec["cpu_seconds"], 6)
+        entry["units"].append(rec.unit)
+        if rec.cpu_seconds is not None:
+            entry["cpu_seconds"] = round(entry.get("cpu_seconds", 0.0) + rec.cpu_seconds, 6)
     return list(nodes.values())
 
 
@@ -465,11 +464,11 @@ class _UnitWriter:
         self.done.append((self.file, self.rows))
         self.writer, self.file, self.rows = None, None, 0
 
-    def close(self) -> list[dict[str, Any]]:
+    def close(self) -> list[FileRecord]:
         """Ends the last file and puts every file in place.
 
         Returns:
-            The files' entries for the unit's record, in order.
+            The files' records for the unit's record, in order.
         """
         self._finish()
         return [f.place(rows) for f, rows in self.done]
