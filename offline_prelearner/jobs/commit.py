@@ -67,6 +67,7 @@ from .ownership import (
     check_out_apart,
     check_owner,
     file_on_the_way,
+    fits_job,
     new_job_id,
     output_storage,
     staging_path,
@@ -547,23 +548,9 @@ class LocalStaging:
     def _holds(self, rec: dict[str, Any]) -> bool:
         """A unit record is reusable when it is this job's, of the same plan (``unit_keys``), its
         inputs unchanged (size, mtime, fingerprint) and its files intact."""
-        if rec.get("job_id") != self.job_id:
+        if not fits_job(rec, self.job, self.job_id):
             return False
-        want = {f["path"]: f for f in self.job.get("inputs", [])}
         try:
-            keys = self.job.get("unit_keys")
-            if keys is not None:
-                unit = rec["unit"]
-                if not isinstance(unit, int) or not 0 <= unit < len(keys):
-                    return False
-                if rec.get("plan") != keys[unit]:
-                    return False
-            for f in rec.get("inputs", []):
-                now = want.get(f["path"])
-                if now is None or (now["size"], now["mtime_ns"]) != (f["size"], f["mtime_ns"]):
-                    return False
-                if "fingerprint" in f and now.get("fingerprint") != f["fingerprint"]:
-                    return False
             entries = self._record_entries(rec)
         except (KeyError, TypeError, ValueError, CommitError):
             return False

@@ -25,7 +25,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ __all__ = [
     "check_out_apart",
     "check_owner",
     "file_on_the_way",
+    "fits_job",
     "lock_path",
     "new_job_id",
     "output_storage",
@@ -89,6 +90,42 @@ def check_owner(staging: Location, job_id: str, then: str) -> None:
         raise CommitError(
             f"the {what} {staging.uri!r} no longer belongs to this job ({job_id}); {then}"
         )
+
+
+def fits_job(record: Mapping[str, Any], job: Mapping[str, Any], job_id: str) -> bool:
+    """Whether a staged unit record (a batch job's or a ``convert``'s) may be reused by the job
+    as planned now: it is this job's, of the same plan of its unit (``job["unit_keys"]``), and
+    every input it read is unchanged (size, mtime and, where recorded, content fingerprint).
+    Its files are the staging's to check.
+
+    Args:
+        record: The staged record's JSON.
+        job: The job as planned now (its ``inputs`` and optional ``unit_keys``).
+        job_id: The job's id (a resume's: the staged job's).
+
+    Returns:
+        False for a record of another job, plan or input, and for a malformed one.
+    """
+    if record.get("job_id") != job_id:
+        return False
+    try:
+        want = {f["path"]: f for f in job.get("inputs", [])}
+        keys = job.get("unit_keys")
+        if keys is not None:
+            unit = record["unit"]
+            if not isinstance(unit, int) or not 0 <= unit < len(keys):
+                return False
+            if record.get("plan") != keys[unit]:
+                return False
+        for f in record.get("inputs", []):
+            now = want.get(f["path"])
+            if now is None or (now["size"], now["mtime_ns"]) != (f["size"], f["mtime_ns"]):
+                return False
+            if "fingerprint" in f and now.get("fingerprint") != f["fingerprint"]:
+                return False
+    except (KeyError, TypeError, ValueError):
+        return False
+    return True
 
 
 def staging_path(out: str | os.PathLike[str]) -> Path:

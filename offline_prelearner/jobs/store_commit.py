@@ -48,7 +48,7 @@ from typing import Any, Literal
 
 from ..io.manifest import DATASET, MANIFEST_FILE, SAMPLES
 from ..io.stores import Location, StorageError, locate, storage_error
-from .ownership import CommitError, check_owner, new_job_id
+from .ownership import CommitError, check_owner, fits_job, new_job_id
 from .records import FileRecord, JobManifest, UnitRecord, file_records
 from .session.interrupts import commit_point
 from .staged_file import HashedStream
@@ -482,21 +482,9 @@ class StoreStaging:
     def _holds(self, rec: dict[str, Any], files: dict[str, Location]) -> bool:
         """Like a local resume: this job's record, the same plan of the unit, its inputs
         unchanged, its files present under their names with their recorded sizes."""
-        if rec.get("job_id") != self.job_id:
+        if not fits_job(rec, self.job, self.job_id):
             return False
-        want = {f["path"]: f for f in self.job.get("inputs", [])}
         try:
-            keys = self.job.get("unit_keys")
-            if keys is not None and (
-                not 0 <= rec["unit"] < len(keys) or rec.get("plan") != keys[rec["unit"]]
-            ):
-                return False
-            for f in rec.get("inputs", []):
-                now = want.get(f["path"])
-                if now is None or (now["size"], now["mtime_ns"]) != (f["size"], f["mtime_ns"]):
-                    return False
-                if "fingerprint" in f and now.get("fingerprint") != f["fingerprint"]:
-                    return False
             for loc, entry in self._entries(rec):
                 found = files.get(loc.path)
                 if found is None or found.size() != entry.bytes:
