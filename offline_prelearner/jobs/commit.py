@@ -66,6 +66,7 @@ from .ownership import (
     OutLock,
     check_out_apart,
     check_owner,
+    check_same_job,
     file_on_the_way,
     fits_job,
     new_job_id,
@@ -524,13 +525,7 @@ class LocalStaging:
             return {}  # a staging folder that never got its job file holds nothing of use
         if not isinstance(staged, dict):
             return {}
-        for key in ("version", "config", "prelearner", "format", "layout", "seed"):
-            if staged.get(key) != self.job.get(key):
-                raise CommitError(
-                    f"--resume: the interrupted job had another {key} "
-                    f"({_short(staged.get(key))} vs now {_short(self.job.get(key))}); "
-                    "run without --resume to start over"
-                )
+        check_same_job(staged, self.job)
         if not isinstance(staged.get("job_id"), str):
             return {}  # staged before jobs had ids: nothing in it can be told to be its own
         self.job_id = staged["job_id"]
@@ -736,11 +731,6 @@ def _remove_all_but(root: Path, keep: set[Path]) -> None:
             _remove_all_but(p, keep)
             continue
         _remove(p)
-
-
-def _short(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, default=str)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def iter_manifest_files(out: str | os.PathLike[str]) -> Iterator[Path]:

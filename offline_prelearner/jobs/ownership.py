@@ -92,6 +92,35 @@ def check_owner(staging: Location, job_id: str, then: str) -> None:
         )
 
 
+#: What a resume must find unchanged in the staged job (else it is another job).
+SAME_JOB_KEYS = ("version", "config", "prelearner", "format", "layout", "seed")
+
+
+def check_same_job(staged: Mapping[str, Any], job: Mapping[str, Any]) -> None:
+    """Refuses to resume a staged job of another version, config, prelearner, format, layout or
+    seed (:data:`SAME_JOB_KEYS`), on a disk or a store.
+
+    Args:
+        staged: The staged job's ``job.json``.
+        job: The job as described now.
+
+    Raises:
+        CommitError: One line naming the first key that differs, both values shortened.
+    """
+    for key in SAME_JOB_KEYS:
+        if staged.get(key) != job.get(key):
+            raise CommitError(
+                f"--resume: the interrupted job had another {key} "
+                f"({_short(staged.get(key))} vs now {_short(job.get(key))}); "
+                "run without --resume to start over"
+            )
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def fits_job(record: Mapping[str, Any], job: Mapping[str, Any], job_id: str) -> bool:
     """Whether a staged unit record (a batch job's or a ``convert``'s) may be reused by the job
     as planned now: it is this job's, of the same plan of its unit (``job["unit_keys"]``), and

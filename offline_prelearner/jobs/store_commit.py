@@ -48,7 +48,7 @@ from typing import Any, Literal
 
 from ..io.manifest import DATASET, MANIFEST_FILE, SAMPLES
 from ..io.stores import Location, StorageError, locate, storage_error
-from .ownership import CommitError, check_owner, fits_job, new_job_id
+from .ownership import CommitError, check_owner, check_same_job, fits_job, new_job_id
 from .records import FileRecord, JobManifest, UnitRecord, file_records
 from .session.interrupts import commit_point
 from .staged_file import HashedStream
@@ -460,12 +460,7 @@ class StoreStaging:
                 f"{STAGING_DIR}/); run without --resume"
             )
         newest = staged[0][1]
-        for key in ("version", "config", "prelearner", "format", "layout", "seed"):
-            if newest.get(key) != self.job.get(key):
-                raise CommitError(
-                    f"--resume: the interrupted job had another {key}; run without --resume "
-                    "to start over"
-                )
+        check_same_job(newest, self.job)
         self._set_job(staged[0][0])
         self.job["started_at"] = newest.get("started_at")
         self._adopted = True
