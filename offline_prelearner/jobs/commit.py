@@ -603,12 +603,17 @@ class LocalStaging:
         extra: Mapping[str, Any] | None = None,
     ) -> Path:
         """Checks the staged files, writes stats and the manifest (last), then moves the staging
-        folder to ``out``.
+        folder to ``out``. Each listed file must be a regular file of its recorded size and
+        sha256; everything else in the staging folder is removed before the rename.
 
-        ``files``: the data files (names under ``files_dir``), from this job's unit records.
-        ``extra``: more manifest entries; its ``quarantine`` list (names under ``out``) is
-        committed with the data files. Each listed file must be a regular file of its recorded
-        size and sha256; everything else in the staging folder is removed before the rename.
+        Args:
+            stats: The job's stats (``stats.json``).
+            files: The data files (names under ``files_dir``), from this job's unit records.
+            extra: More manifest entries; its ``quarantine`` list (names under ``out``) is
+                committed with the data files.
+
+        Returns:
+            ``out``.
 
         Raises:
             CommitError: the staging folder belongs to another job now, or a listed file is
