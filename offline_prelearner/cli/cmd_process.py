@@ -88,12 +88,9 @@ def _config_text(path: str) -> bytes:
     """``--config``'s bytes from the local disk or a store (at most one byte over the limit the
     config's parser refuses)."""
     from ..config.files import MAX_CONFIG_BYTES
-    from ..io.stores import is_remote, locate
+    from ..io.stores import read_file
 
-    if is_remote(path):
-        return locate(path).read_bytes(MAX_CONFIG_BYTES)
-    with open(locate(path).path if path.startswith("file://") else path, "rb") as fh:
-        return fh.read(MAX_CONFIG_BYTES + 1)
+    return read_file(path, MAX_CONFIG_BYTES)
 
 
 def process(args: argparse.Namespace) -> int:
@@ -139,33 +136,10 @@ def process(args: argparse.Namespace) -> int:
         )
     finally:
         progress.close()  # a bar left drawn would swallow the start of an error's line
-    st = result.stats
-    summary = {
-        k: st[k]
-        for k in (
-            "files_read",
-            "files_rejected",
-            "format",
-            "rows_in",
-            "episodes_kept",
-            "fragments",
-            "pending_fragments",
-            "rows_rejected",
-            "episodes_duplicate",
-            "samples_written",
-            "samples_rule",
-            "engine",
-            "units",
-            "units_reused",
-            "wall_seconds",
-            "rows_per_second",
-            "rows_balance",
-            "phases",
-        )
-    }
+    summary = result.job_stats.summary()
     summary["out"] = args.out
     print(json.dumps(summary, indent=None if args.json else 2))
-    open_eps = st["pending_fragments"]
+    open_eps = result.job_stats.pending_fragments
     if open_eps and config.sample.sample_all:
         print(
             f"offline-prelearner process: note: {open_eps} episode(s) never ended (no terminated "

@@ -31,16 +31,9 @@ def _nothing_committed(args: argparse.Namespace) -> str:
     out = getattr(args, "out", None)
     if out is None or args.command not in ("process", "convert"):
         return logs
-    from ..io.stores import is_remote
+    from ..jobs.staging import staging_for
 
-    if is_remote(out):  # an object store: the staged jobs under --out/_staging
-        from ..jobs.store_commit import StoreStaging
-
-        n = StoreStaging(out, {}).committed_units()
-    else:
-        from ..jobs.commit import Staging
-
-        n = Staging(out, {}).committed_units()
+    n = staging_for(out).committed_units()  # a local staging folder, or a store's _staging/
     kept = f"; {n} finished unit(s) kept for --resume" if n else ""
     return f"; nothing was committed to {out}{kept}{logs}"
 

@@ -50,6 +50,8 @@ __all__ = [
     "is_remote",
     "join_path",
     "locate",
+    "open_random_access",
+    "read_file",
     "storage_error",
 ]
 
@@ -146,7 +148,7 @@ class Location:
 
     def exists(self) -> bool:
         """Whether a file or a non-empty prefix (a folder) is here."""
-        return self.info().type != pafs.FileType.NotFound
+        return bool(self.info().type != pafs.FileType.NotFound)
 
     def missing(self) -> str:
         """Why nothing is here, in words: ``no such bucket`` (or container) or ``not found``."""
@@ -161,11 +163,11 @@ class Location:
 
     def is_dir(self) -> bool:
         """Whether this is a folder (on a store: a prefix that holds something, or a bucket)."""
-        return self.info().type == pafs.FileType.Directory
+        return bool(self.info().type == pafs.FileType.Directory)
 
     def is_file(self) -> bool:
         """Whether this is a file (an object)."""
-        return self.info().type == pafs.FileType.File
+        return bool(self.info().type == pafs.FileType.File)
 
     def size(self) -> int:
         """The file's size in bytes."""
@@ -330,6 +332,50 @@ def input_file(path: str | os.PathLike[str]) -> Any:
     if not is_remote(text):
         return locate(text).path if text.startswith("file://") else text
     return locate(text).open_input_file()
+
+
+def open_random_access(path: str | os.PathLike[str]) -> Any:
+    """A file opened for random access (Arrow IPC, Parquet footers, fingerprints): memory-mapped
+    on the local disk, a store's random-access file otherwise.
+
+    Args:
+        path: A local path, ``file://...`` or a store's URI.
+
+    Returns:
+        A ``pyarrow`` random-access file (``seek``, ``read``, ``size``); close it after use.
+
+    Raises:
+        StorageError: The store refused or could not answer.
+        FileNotFoundError: No such local file.
+    """
+    loc = locate(path)
+    if loc.local:
+        import pyarrow as pa
+
+        return pa.memory_map(loc.path)
+    return loc.open_input_file()
+
+
+def read_file(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
+    """A small file's bytes (a config), from the local disk or a store, read the same way.
+
+    Args:
+        path: A local path, ``file://...`` or a store's URI.
+        limit: Read at most ``limit + 1`` bytes (a caller refuses a larger file); None: all.
+
+    Returns:
+        The bytes read.
+
+    Raises:
+        FileNotFoundError: No such local file (as ``open`` says it, naming the path given).
+        StorageError: The store refused or could not answer, or has no such object.
+    """
+    text = os.fspath(path)
+    loc = locate(text)
+    if not loc.local:
+        return loc.read_bytes(limit)
+    with open(loc.path if "://" in text else text, "rb") as fh:
+        return fh.read() if limit is None else fh.read(limit + 1)
 
 
 class FileStat(NamedTuple):

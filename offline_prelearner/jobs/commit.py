@@ -53,23 +53,38 @@ import os
 import secrets
 import shutil
 import stat
-import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..io.manifest import DATASET, MANIFEST_FILE, SAMPLES, Manifest
-from ..io.stores import file_stat, input_file, is_remote
-from .ownership import CommitError, OutLock, file_on_the_way, new_job_id, staging_path
+from ..io.stores import Location, file_stat, locate, open_random_access
+from .ownership import (
+    JOB_FILE,
+    CommitError,
+    OutLock,
+    check_out_apart,
+    check_owner,
+    check_same_job,
+    file_on_the_way,
+    fits_job,
+    new_job_id,
+    output_storage,
+    staging_path,
+)
+from .records import FileRecord, JobManifest, StagedStat, UnitRecord, file_records
 from .session.interrupts import commit_point
+from .staged_file import HashedStream
 
 __all__ = [
     "MANIFEST_FILE",
     "QUARANTINE",
     "STAGED_STAT",
     "STATS_FILE",
-    "Staging",
+    "LocalFile",
+    "LocalStaging",
+    "LocalUnitOutput",
     "file_sha256",
     "input_fingerprint",
     "input_identity",
@@ -81,7 +96,7 @@ __all__ = [
 ]
 
 STATS_FILE = "stats.json"
-_JOB_FILE = "job.json"
+_JOB_FILE = JOB_FILE
 _UNITS = "units"
 #: The folder, inside a job's output, of the rows ``on_invalid="quarantine"`` refused.
 QUARANTINE = "quarantine"
@@ -90,17 +105,17 @@ QUARANTINE = "quarantine"
 STAGED_STAT = "stat"
 
 
-def staged_stat(st: os.stat_result) -> dict[str, int]:
+def staged_stat(st: os.stat_result) -> StagedStat:
     """What a unit records of a file it staged, right after the rename: size, inode, mtime.
 
     Args:
         st: the file's ``os.stat`` after its rename into place.
 
     Returns:
-        ``{"size", "ino", "mtime_ns"}``: the job commit re-hashes the file only when its stat
-        is no longer this.
+        The stat (``{"size", "ino", "mtime_ns"}`` in the record): the job commit re-hashes the
+        file only when its stat is no longer this.
     """
-    return {"size": st.st_size, "ino": st.st_ino, "mtime_ns": st.st_mtime_ns}
+    return StagedStat(st.st_size, st.st_ino, st.st_mtime_ns)
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
@@ -194,8 +209,8 @@ def input_fingerprint(path: str | os.PathLike[str]) -> str:
     the footer's statistics or sizes. The footer is hashed in 1 MiB blocks, never loaded whole,
     and a footer length that the file cannot hold is not followed."""
     h = hashlib.sha256()
-    with input_file(path) if is_remote(path) else open(path, "rb") as fh:
-        size = fh.seek(0, os.SEEK_END)  # a store's file (random access) or a local one
+    with open_random_access(path) as fh:
+        size = fh.size()
         if size >= 12:
             fh.seek(size - 8)
             tail = fh.read(8)
@@ -232,13 +247,124 @@ def input_identity(path: str) -> dict[str, Any]:
     }
 
 
+# ====================================================================== a unit's files
+class LocalFile:
+    """A unit's file on a local disk (:class:`~.staged_file.StagedFile`): written under a
+    temporary name of this process (``.<name>.tmp-<tag>``), flushed to disk when it ends, renamed
+    into ``folder`` when its unit ends, its stat recorded after the rename.
+
+    Args:
+        folder: The staging folder's folder the file goes to (made if absent).
+        name: The file's final name.
+    """
+
+    def __init__(self, folder: Path, name: str) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.name = name
+        self.final = folder / name
+        self.tmp = folder / f".{name}.tmp-{tmp_tag()}"
+        self._raw = open(self.tmp, "wb")  # noqa: SIM115 -- closed by finish / abort
+        self._hashed = HashedStream(self._raw)
+
+    @property
+    def stream(self) -> Any:
+        """What the Parquet writer writes to."""
+        return self._hashed.stream
+
+    def finish(self) -> None:
+        """Flushes the file to disk (fsync) and closes it."""
+        self._hashed.drain()
+        self._raw.flush()
+        os.fsync(self._raw.fileno())
+        self._hashed.close()
+
+    def place(self, rows: int) -> FileRecord:
+        """Renames the file into place; its record, with its stat after the rename.
+
+        Args:
+            rows: The rows the file holds.
+
+        Returns:
+            The file's record.
+        """
+        os.replace(self.tmp, self.final)
+        st = self.final.stat()
+        return FileRecord(self.name, rows, st.st_size, self._hashed.sha256, staged_stat(st))
+
+    def abort(self) -> None:
+        """Closes the file quietly and removes its temporary name (a renamed file stays: its
+        unit's record is never written, so it is never committed)."""
+        self._hashed.close_quietly()
+        self.tmp.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class LocalUnitOutput:
+    """Where the units of one job write on a local disk (:class:`~.staging.UnitOutput`); pickled
+    into every unit's task.
+
+    Args:
+        staging: The staging folder.
+        samples: The folder of the data files in it.
+        job_id: The job's id: a unit writes nothing into a staging folder of another job.
+    """
+
+    staging: str
+    samples: str
+    job_id: str
+
+    @property
+    def shared_folder(self) -> str | None:
+        """The staging folder: every node of a cluster must see it as the driver does."""
+        return self.staging
+
+    def open_file(self, kind: Literal["part", "quarantine"], unit: int, k: int) -> LocalFile:
+        """Opens the ``k``-th file of ``unit``: ``part-<unit>-<k>.parquet`` in the data folder,
+        ``quarantine-<unit>-<k>.parquet`` in ``quarantine/``.
+
+        Args:
+            kind: ``"part"`` (samples) or ``"quarantine"`` (refused rows).
+            unit: The unit's index.
+            k: The file's number within the unit.
+
+        Returns:
+            The file, under its temporary name.
+        """
+        folder = Path(self.samples) if kind == "part" else Path(self.staging) / QUARANTINE
+        return LocalFile(folder, f"{kind}-{unit:05d}-{k:03d}.parquet")
+
+    def check_owner(self) -> None:
+        """Refuses to put a unit's files in place once the staging folder belongs to another
+        job (a worker that outlived its job, a second job that did not take the lock).
+
+        Raises:
+            CommitError: ``job.json`` is gone or names another job.
+        """
+        check_owner(locate(self.staging), self.job_id, "its unit wrote nothing")
+
+    def write_record(self, record: UnitRecord) -> None:
+        """Writes a unit's record (the unit commit): a temporary name, fsync, rename.
+
+        Args:
+            record: The unit's record.
+        """
+        path = Path(self.staging) / _UNITS / f"unit-{record.unit:05d}.json"
+        write_json_atomic(path, record.to_dict())
+
+    def failures(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing to translate: a full disk is named by the job's guard
+        (:meth:`LocalStaging.guard`)."""
+        return contextlib.nullcontext()
+
+
 # ====================================================================== the staging folder
 @dataclass
-class Staging:
-    """The staging folder of one job writing to ``out``.
+class LocalStaging:
+    """The staging folder of one job writing to ``out`` on a local disk
+    (:class:`~.staging.Staging`).
 
-    Use it as a context manager (``with Staging(...) as staging:``): the job holds the lock on
-    ``out`` inside the block (see :class:`OutLock`); :meth:`open` takes it too if needed.
+    Use it as a context manager (``with LocalStaging(...) as staging:``): the job holds the lock
+    on ``out`` inside the block (see :class:`OutLock`); :meth:`open` takes it too if needed.
 
     Args:
         out: The folder the job's result goes to (``--out``).
@@ -267,7 +393,7 @@ class Staging:
         #: This job's id; a resume adopts the id of the job it resumes.
         self.job_id = new_job_id()
 
-    def __enter__(self) -> Staging:
+    def __enter__(self) -> LocalStaging:
         self.acquire()
         return self
 
@@ -296,6 +422,55 @@ class Staging:
     def release(self) -> None:
         """Releases the lock on ``out`` (the staging folder stays, for a resume)."""
         self.lock.release()
+
+    def check_apart(self, inputs: str | os.PathLike[str] | list[Any]) -> None:
+        """Refuses an ``out`` that is, holds or lies inside an input (:func:`check_out_apart`).
+
+        Args:
+            inputs: The job's inputs as given (a path, a glob, or a list of them).
+
+        Raises:
+            CommitError: One line naming ``out`` and the input.
+        """
+        check_out_apart(self.out, inputs)
+
+    def guard(self) -> contextlib.AbstractContextManager[None]:
+        """What the job's whole run goes under: a write that fails for want of room, anywhere
+        (a unit, the commit), is one line naming ``out`` (:func:`output_storage`)."""
+        return output_storage(self.out)
+
+    def staged_seed(self) -> int | None:
+        """The seed of the staged job a resume adopts (None: none staged, or none readable);
+        read under the job's lock on ``out``, so no other job changes it."""
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            return int(json.loads((self.path / _JOB_FILE).read_text())["seed"])
+        return None
+
+    def unit_output(self) -> LocalUnitOutput:
+        """Where this job's units write (the staging folder), for every unit's task."""
+        return LocalUnitOutput(str(self.path), str(self.samples), self.job_id)
+
+    def data_file(self, name: str) -> Location:
+        """A data file of the staging, by the name its unit record gives.
+
+        Args:
+            name: The name under ``files_dir``.
+
+        Returns:
+            Its location.
+        """
+        return locate(self.samples / name)
+
+    def output_file(self, *names: str) -> str:
+        """The path a file of the committed output will have.
+
+        Args:
+            names: Its path's components under ``out``.
+
+        Returns:
+            The path, as ``out`` was given (relative stays relative).
+        """
+        return str(self.out.joinpath(*names))
 
     # ------------------------------------------------------------------ opening
     def open(self) -> dict[int, dict[str, Any]]:
@@ -330,7 +505,7 @@ class Staging:
                 f"(no {self.path.name} beside it); run without --resume"
             )
         if kept:
-            keep = {p for rec in kept.values() for p, _ in self._entries(rec)}
+            keep = {p for rec in kept.values() for p, _ in self._record_entries(rec)}
             keep |= {self.record_path(k) for k in kept}
             _remove_all_but(self.path, keep)
         elif self.path.exists():
@@ -350,13 +525,7 @@ class Staging:
             return {}  # a staging folder that never got its job file holds nothing of use
         if not isinstance(staged, dict):
             return {}
-        for key in ("version", "config", "prelearner", "format", "layout", "seed"):
-            if staged.get(key) != self.job.get(key):
-                raise CommitError(
-                    f"--resume: the interrupted job had another {key} "
-                    f"({_short(staged.get(key))} vs now {_short(self.job.get(key))}); "
-                    "run without --resume to start over"
-                )
+        check_same_job(staged, self.job)
         if not isinstance(staged.get("job_id"), str):
             return {}  # staged before jobs had ids: nothing in it can be told to be its own
         self.job_id = staged["job_id"]
@@ -374,37 +543,31 @@ class Staging:
     def _holds(self, rec: dict[str, Any]) -> bool:
         """A unit record is reusable when it is this job's, of the same plan (``unit_keys``), its
         inputs unchanged (size, mtime, fingerprint) and its files intact."""
-        if rec.get("job_id") != self.job_id:
+        if not fits_job(rec, self.job, self.job_id):
             return False
-        want = {f["path"]: f for f in self.job.get("inputs", [])}
         try:
-            keys = self.job.get("unit_keys")
-            if keys is not None:
-                unit = rec["unit"]
-                if not isinstance(unit, int) or not 0 <= unit < len(keys):
-                    return False
-                if rec.get("plan") != keys[unit]:
-                    return False
-            for f in rec.get("inputs", []):
-                now = want.get(f["path"])
-                if now is None or (now["size"], now["mtime_ns"]) != (f["size"], f["mtime_ns"]):
-                    return False
-                if "fingerprint" in f and now.get("fingerprint") != f["fingerprint"]:
-                    return False
-            entries = self._entries(rec)
-        except (KeyError, TypeError, ValueError):
+            entries = self._record_entries(rec)
+        except (KeyError, TypeError, ValueError, CommitError):
             return False
         # A resumed job's files were left by another process: each is read and hashed again.
         return all(_matches(p, entry, full=True) is None for p, entry in entries)
 
-    def _entries(self, rec: dict[str, Any]) -> list[tuple[Path, dict[str, Any]]]:
-        """The files a unit record lists, with their paths in the staging folder: ``files``
-        under ``files_dir``, ``quarantine`` under the staging folder (ValueError: a name that
-        leaves its folder)."""
+    def _entries(
+        self,
+        files: list[FileRecord] | list[dict[str, Any]],
+        quarantine: list[FileRecord] | list[dict[str, Any]],
+    ) -> list[tuple[Path, FileRecord]]:
+        """The files a unit record (or a commit) lists, with their paths in the staging folder:
+        ``files`` under ``files_dir``, ``quarantine`` under the staging folder (ValueError: a
+        name that leaves its folder; CommitError: a malformed entry)."""
+        where = str(self.units)
         return [
-            *((self.samples / _name(f), f) for f in rec.get("files", [])),
-            *((self.path / _name(f), f) for f in rec.get(QUARANTINE, [])),
+            *((self.samples / _name(f), f) for f in file_records(files, where)),
+            *((self.path / _name(f), f) for f in file_records(quarantine, where)),
         ]
+
+    def _record_entries(self, rec: dict[str, Any]) -> list[tuple[Path, FileRecord]]:
+        return self._entries(rec.get("files", []), rec.get(QUARANTINE, []))
 
     # ------------------------------------------------------------------ units
     def record_path(self, unit: int) -> Path:
@@ -435,17 +598,22 @@ class Staging:
     # ------------------------------------------------------------------ the job commit
     def commit(
         self,
-        stats: dict[str, Any],
-        files: list[dict[str, Any]],
-        extra: dict[str, Any] | None = None,
+        stats: Mapping[str, Any],
+        files: list[FileRecord] | list[dict[str, Any]],
+        extra: Mapping[str, Any] | None = None,
     ) -> Path:
         """Checks the staged files, writes stats and the manifest (last), then moves the staging
-        folder to ``out``.
+        folder to ``out``. Each listed file must be a regular file of its recorded size and
+        sha256; everything else in the staging folder is removed before the rename.
 
-        ``files``: the data files (names under ``files_dir``), from this job's unit records.
-        ``extra``: more manifest entries; its ``quarantine`` list (names under ``out``) is
-        committed with the data files. Each listed file must be a regular file of its recorded
-        size and sha256; everything else in the staging folder is removed before the rename.
+        Args:
+            stats: The job's stats (``stats.json``).
+            files: The data files (names under ``files_dir``), from this job's unit records.
+            extra: More manifest entries; its ``quarantine`` list (names under ``out``) is
+                committed with the data files.
+
+        Returns:
+            ``out``.
 
         Raises:
             CommitError: the staging folder belongs to another job now, or a listed file is
@@ -453,7 +621,7 @@ class Staging:
         """
         extra = dict(extra or {})
         self._check_owner()
-        listed = self._entries({"files": files, QUARANTINE: extra.get(QUARANTINE, [])})
+        listed = self._entries(files, extra.get(QUARANTINE, []))
         for path, entry in listed:
             why = _matches(path, entry)
             if why is not None:
@@ -461,11 +629,14 @@ class Staging:
                     f"the staged file {str(path)!r} {why}: something outside this job wrote "
                     f"into {str(self.path)!r}; nothing was committed (--resume redoes its unit)"
                 )
+        content = SAMPLES if self.files_dir == "samples" else DATASET
+        data = [f for _, f in listed[: len(files)]]
+        manifest = JobManifest(self.job_id, self.job, tuple(data), self.files_dir, content, extra)
         with commit_point():  # a signal from here waits for the move: a committed job exits 0
-            self._write_and_move(stats, files, extra, listed)
+            self._write_and_move(stats, manifest, listed)
         return self.out
 
-    def write_stats(self, stats: dict[str, Any]) -> None:
+    def write_stats(self, stats: Mapping[str, Any]) -> None:
         """Writes the committed output's ``stats.json`` again, with what was measured after the
         commit point (the commit's and the stop's seconds); not part of the commit: the
         manifest does not list it.
@@ -477,47 +648,23 @@ class Staging:
 
     def _write_and_move(
         self,
-        stats: dict[str, Any],
-        files: list[dict[str, Any]],
-        extra: dict[str, Any],
-        listed: list[tuple[Path, dict[str, Any]]],
+        stats: Mapping[str, Any],
+        manifest: JobManifest,
+        listed: list[tuple[Path, FileRecord]],
     ) -> None:
         write_json_atomic(self.path / STATS_FILE, stats)
         # Only the listed files go into place: unit records, job.json, temporary names of a
         # killed attempt and anything else that lies in the staging folder are removed.
         _remove_all_but(self.path, {p for p, _ in listed} | {self.path / STATS_FILE})
         self.samples.mkdir(exist_ok=True)
-        manifest = {
-            "complete": True,
-            "committed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "job_id": self.job_id,
-            **{k: self.job[k] for k in ("version", "format", "prelearner", "engine")},
-            "inputs": self.job["inputs"],
-            "files": [_unstat(f) for f in files],
-            "samples_written": sum(f["rows"] for f in files),
-            "config": self.job["config"],
-            **extra,
-        }
-        if QUARANTINE in extra:
-            manifest[QUARANTINE] = [_unstat(f) for f in extra[QUARANTINE]]
         # What the folder holds, for its readers (io/manifest.py): a process output's samples
         # are not read again as recorded experience.
-        manifest["files_dir"] = self.files_dir
-        manifest.setdefault("content", SAMPLES if self.files_dir == "samples" else DATASET)
-        write_json_atomic(self.path / MANIFEST_FILE, manifest)
+        write_json_atomic(self.path / MANIFEST_FILE, manifest.to_dict())
         _fsync_dir(self.path)
         self._swap()
 
     def _check_owner(self) -> None:
-        try:
-            staged = json.loads((self.path / _JOB_FILE).read_text())
-        except (OSError, ValueError):
-            staged = None
-        if not isinstance(staged, dict) or staged.get("job_id") != self.job_id:
-            raise CommitError(
-                f"the staging folder {str(self.path)!r} no longer belongs to this job (its "
-                "job.json is gone or names another job); nothing was committed"
-            )
+        check_owner(locate(self.path), self.job_id, "nothing was committed")
 
     def _swap(self) -> None:
         """Renames staging to ``out``; an old ``out`` (``overwrite``) is removed only after."""
@@ -543,14 +690,14 @@ class Staging:
         return len(list(self.units.glob("unit-*.json"))) if self.units.exists() else 0
 
 
-def _name(entry: dict[str, Any]) -> str:
-    name = entry["name"]
-    if not isinstance(name, str) or not name or os.path.isabs(name) or ".." in Path(name).parts:
+def _name(entry: FileRecord) -> str:
+    name = entry.name
+    if not name or os.path.isabs(name) or ".." in Path(name).parts:
         raise ValueError(f"not a file name inside the staging folder: {name!r}")
     return name
 
 
-def _matches(path: Path, entry: dict[str, Any], full: bool = False) -> str | None:
+def _matches(path: Path, entry: FileRecord, full: bool = False) -> str | None:
     """None if ``path`` is a regular file of the entry's size and sha256, else what differs.
 
     The sha256 is checked by reading the file, unless the entry has the file's stat after its
@@ -562,18 +709,13 @@ def _matches(path: Path, entry: dict[str, Any], full: bool = False) -> str | Non
         return "is missing"
     if not stat.S_ISREG(st.st_mode):
         return "is not a regular file"
-    if st.st_size != entry.get("bytes"):
-        return f"is {st.st_size} bytes, its unit wrote {entry.get('bytes')}"
-    if not full and entry.get(STAGED_STAT) == staged_stat(st):
+    if st.st_size != entry.bytes:
+        return f"is {st.st_size} bytes, its unit wrote {entry.bytes}"
+    if not full and entry.stat == staged_stat(st):
         return None  # the very file its unit hashed as it wrote it, untouched since
-    if entry.get("sha256") is not None and file_sha256(path) != entry["sha256"]:
+    if entry.sha256 is not None and file_sha256(path) != entry.sha256:
         return "has another sha256 than its unit wrote"
     return None
-
-
-def _unstat(entry: dict[str, Any]) -> dict[str, Any]:
-    """A unit record's file entry as the manifest lists it: without its staged stat."""
-    return {k: v for k, v in entry.items() if k != STAGED_STAT}
 
 
 def _remove(path: Path) -> None:
@@ -594,11 +736,6 @@ def _remove_all_but(root: Path, keep: set[Path]) -> None:
             _remove_all_but(p, keep)
             continue
         _remove(p)
-
-
-def _short(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, default=str)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def iter_manifest_files(out: str | os.PathLike[str]) -> Iterator[Path]:

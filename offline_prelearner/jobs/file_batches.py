@@ -34,9 +34,10 @@ import pyarrow.parquet as pq
 
 from ..config import DEFAULT_LIMITS, DecodeLimits
 from ..errors import DataError, Where
+from ..io.formats.minari.dataset import is_minari_file
 from ..io.parquet_guard import open_parquet
-from ..io.sources import is_minari_file, read_table
-from ..io.stores import input_file, is_remote
+from ..io.sources import read_table
+from ..io.stores import input_file, open_random_access
 
 __all__ = [
     "READ_ROWS",
@@ -289,7 +290,7 @@ def _file_rows(path: str) -> int | None:
     """Rows of a Parquet or Arrow IPC file from its footer or header; None if unknown."""
     try:
         if path.endswith(".arrow"):
-            with input_file(path) if is_remote(path) else pa.memory_map(path) as src:
+            with open_random_access(path) as src:
                 return int(pa.ipc.open_file(src).count_rows())
         if path.endswith((".parquet", ".pq")):
             return int(pq.ParquetFile(input_file(path)).metadata.num_rows)

@@ -25,11 +25,12 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..errors import CommitError
+from ..io.stores import Location
 
 try:  # POSIX; elsewhere a job does not lock its --out (one job per --out is then the user's)
     import fcntl
@@ -38,15 +39,117 @@ except ImportError:  # pragma: no cover
 
 __all__ = [
     "FULL",
+    "JOB_FILE",
     "CommitError",
     "OutLock",
     "check_out_apart",
+    "check_owner",
     "file_on_the_way",
+    "fits_job",
     "lock_path",
     "new_job_id",
     "output_storage",
     "staging_path",
 ]
+
+
+#: The staging's job file: what the job is, its id first among it (``job.json``).
+JOB_FILE = "job.json"
+
+
+def check_owner(staging: Location, job_id: str, then: str) -> None:
+    """The one ownership check of a job's staging, on a disk or a store: its ``job.json`` still
+    names this job (not gone with a commit or a discard, not taken over by another job).
+
+    Args:
+        staging: The staging folder (or a store's staging prefix) holding ``job.json``.
+        job_id: This job's id (an empty id checks nothing: a job of no id owns nothing).
+        then: What the refusal's line ends with: what was (not) done (``"nothing was
+            committed"``).
+
+    Raises:
+        CommitError: ``job.json`` is gone, unreadable or names another job.
+    """
+    if not job_id:
+        return
+    try:
+        staged = json.loads(staging.join(JOB_FILE).read_bytes()).get("job_id")
+    except (ValueError, AttributeError):
+        staged = None
+    except OSError as e:  # gone; a store that fails to answer is the store's failure (EIO)
+        if not staging.local and "not found" not in str(e).lower():
+            raise
+        staged = None
+    if staged != job_id:
+        what = "staging folder" if staging.local else "staging"
+        raise CommitError(
+            f"the {what} {staging.uri!r} no longer belongs to this job ({job_id}); {then}"
+        )
+
+
+#: What a resume must find unchanged in the staged job (else it is another job).
+SAME_JOB_KEYS = ("version", "config", "prelearner", "format", "layout", "seed")
+
+
+def check_same_job(staged: Mapping[str, Any], job: Mapping[str, Any]) -> None:
+    """Refuses to resume a staged job of another version, config, prelearner, format, layout or
+    seed (:data:`SAME_JOB_KEYS`), on a disk or a store.
+
+    Args:
+        staged: The staged job's ``job.json``.
+        job: The job as described now.
+
+    Raises:
+        CommitError: One line naming the first key that differs, both values shortened.
+    """
+    for key in SAME_JOB_KEYS:
+        if staged.get(key) != job.get(key):
+            raise CommitError(
+                f"--resume: the interrupted job had another {key} "
+                f"({_short(staged.get(key))} vs now {_short(job.get(key))}); "
+                "run without --resume to start over"
+            )
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def fits_job(record: Mapping[str, Any], job: Mapping[str, Any], job_id: str) -> bool:
+    """Whether a staged unit record (a batch job's or a ``convert``'s) may be reused by the job
+    as planned now: it is this job's, of the same plan of its unit (``job["unit_keys"]``), and
+    every input it read is unchanged (size, mtime and, where recorded, content fingerprint).
+    Its files are the staging's to check.
+
+    Args:
+        record: The staged record's JSON.
+        job: The job as planned now (its ``inputs`` and optional ``unit_keys``).
+        job_id: The job's id (a resume's: the staged job's).
+
+    Returns:
+        False for a record of another job, plan or input, and for a malformed one.
+    """
+    if record.get("job_id") != job_id:
+        return False
+    try:
+        want = {f["path"]: f for f in job.get("inputs", [])}
+        keys = job.get("unit_keys")
+        if keys is not None:
+            unit = record["unit"]
+            if not isinstance(unit, int) or not 0 <= unit < len(keys):
+                return False
+            if record.get("plan") != keys[unit]:
+                return False
+        for f in record.get("inputs", []):
+            now = want.get(f["path"])
+            if now is None or (now["size"], now["mtime_ns"]) != (f["size"], f["mtime_ns"]):
+                return False
+            if "fingerprint" in f and now.get("fingerprint") != f["fingerprint"]:
+                return False
+    except (KeyError, TypeError, ValueError):
+        return False
+    return True
 
 
 def staging_path(out: str | os.PathLike[str]) -> Path:

@@ -24,7 +24,7 @@ from typing import Any
 from ..config import PreLearnerConfig
 from ..errors import ConfigError
 from ..io.sources import check_one_format, detect_format, expand_paths
-from ..io.stores import is_remote, locate
+from ..io.stores import is_remote, locate, read_file
 from ..plugins import import_object
 from ..prelearner import OfflinePreLearner
 
@@ -57,12 +57,11 @@ def job_config(config: ConfigLike) -> PreLearnerConfig:
         StorageError: The store refused or could not answer.
     """
     if isinstance(config, str | os.PathLike):
-        text = os.fspath(config)
-        if not is_remote(text):
-            return PreLearnerConfig.load(locate(text).path if "://" in text else text)
         from ..config.files import MAX_CONFIG_BYTES
 
-        return PreLearnerConfig.loads(locate(text).read_bytes(MAX_CONFIG_BYTES), text)
+        text = os.fspath(config)
+        name = locate(text).path if text.startswith("file://") else text
+        return PreLearnerConfig.loads(read_file(text, MAX_CONFIG_BYTES), name)
     if isinstance(config, Mapping):
         sections = {f.name for f in fields(PreLearnerConfig)}
         whole = {k: v for k, v in config.items() if k in sections}
@@ -167,6 +166,12 @@ class NodeCheck:
     staging: str | None = None
     job_id: str = ""
 
+    def __post_init__(self) -> None:
+        # Only the inputs on a machine's own disk are looked at: a store's object is the same
+        # from every node (asked here, by name, so that no node builds a store's client).
+        on_disk = tuple((p, s) for p, s in self.inputs if not is_remote(p))
+        object.__setattr__(self, "inputs", on_disk)
+
     def run(self, timeout: float = NODE_CHECK_SECONDS) -> None:
         """Runs the check on the Ray cluster this process is connected to.
 
@@ -177,7 +182,7 @@ class NodeCheck:
             ConfigError: A node does not see an input or the staging folder as the driver does
                 (one line: the path, the node's id and address, what to do).
         """
-        local = _spread([(p, s) for p, s in self.inputs if not is_remote(p)], NODE_CHECK_FILES)
+        local = _spread(list(self.inputs), NODE_CHECK_FILES)
         if not local and self.staging is None:
             return
         from .session.ray_session import import_ray
@@ -215,8 +220,6 @@ class NodeCheck:
     def missing(self) -> str | None:
         """On a node: what it does not see as the driver does, in words, or None."""
         for path, size in self.inputs:
-            if is_remote(path):  # a store's object is the same from every node
-                continue
             try:
                 found = os.stat(path).st_size
             except OSError as e:

@@ -165,11 +165,9 @@ def write_recording(
     """
     from ..io.formats.episodes.reader import episodes_to_table
     from ..io.formats.rows.writer import episodes_to_rows, write_parquet
-    from ..io.stores import is_remote, locate
+    from ..io.stores import join_path, locate
 
-    remote = is_remote(out_dir)
-    if not remote:
-        os.makedirs(out_dir, exist_ok=True)
+    locate(out_dir).makedirs()  # a store's prefix needs none
     if fmt == "rows":
         table = episodes_to_rows(rec.episodes, with_t=True, layout=layout)
     elif fmt == "episodes":
@@ -181,6 +179,6 @@ def write_recording(
     paths = []
     for k in range(n_files):
         name = f"{rec.env_id.lower()}-{fmt}-{k:05d}.parquet"
-        path = locate(out_dir).join(name).uri if remote else os.path.join(os.fspath(out_dir), name)
+        path = join_path(os.fspath(out_dir), name)
         paths.append(write_parquet(table.slice(k * per_file, per_file), path))
     return paths

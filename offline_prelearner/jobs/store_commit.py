@@ -34,27 +34,34 @@ probe write under ``_staging`` before anything is read (:class:`~..io.stores.Sto
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
-import hashlib
 import json
+import os
 import posixpath
 import re
 import time
 import warnings
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from ..errors import CommittedWarning
 from ..io.manifest import DATASET, MANIFEST_FILE, SAMPLES
 from ..io.stores import Location, StorageError, locate, storage_error
-from .ownership import CommitError, new_job_id
+from .ownership import CommitError, check_owner, check_same_job, fits_job, new_job_id
+from .records import FileRecord, JobManifest, UnitRecord, file_records
 from .session.interrupts import commit_point
+from .staged_file import HashedStream
 
 __all__ = [
     "STAGING_DIR",
     "CommittedWarning",
+    "StoreFile",
     "StoreStaging",
+    "StoreUnitOutput",
     "attempt_name",
+    "check_out_apart_on_store",
     "publish",
     "store_failure",
     "write_json",
@@ -84,7 +91,12 @@ def _attempt_of(rel: str) -> str | None:
 
 
 def write_json(loc: Location, obj: Any) -> None:
-    """Writes JSON as one object (a PUT: whole or absent)."""
+    """Writes JSON as one object (a PUT: whole or absent).
+
+    Args:
+        loc: Where the object goes.
+        obj: What it holds (anything ``json`` writes; other values as their ``str``).
+    """
     loc.write_bytes((json.dumps(obj, indent=2, default=str) + "\n").encode())
 
 
@@ -103,7 +115,11 @@ def _read_json(loc: Location) -> Any:
 @contextlib.contextmanager
 def store_failure(out: str) -> Iterator[None]:
     """A store's failure once the job runs: an ``OSError`` (EIO) naming ``--out`` (exit 3, one
-    line at the CLI), not the ``StorageError`` of a bad store at the start (exit 2)."""
+    line at the CLI), not the ``StorageError`` of a bad store at the start (exit 2).
+
+    Args:
+        out: ``--out`` as the line names it.
+    """
     try:
         yield
     except CommitError:
@@ -117,10 +133,139 @@ def store_failure(out: str) -> Iterator[None]:
         ) from None
 
 
-class StoreStaging:
-    """The staging of one job writing to ``out`` on an object store (see the module's text).
+def check_out_apart_on_store(out: str, inputs: str | os.PathLike[str] | list[Any]) -> None:
+    """:func:`~.ownership.check_out_apart` for a store's ``out``: not an input, not inside one,
+    holding none (compared as URIs on the same store; a local input is never on it).
 
-    The same methods as :class:`~.commit.Staging` (which the batch job calls either way).
+    Args:
+        out: ``--out``, a store's URI.
+        inputs: The job's inputs as given (a path, a glob, or a list of them).
+
+    Raises:
+        CommitError: One line naming ``out`` and the input.
+    """
+    where = locate(out)
+    for item in inputs if isinstance(inputs, list) else [inputs]:
+        text = os.fspath(item)
+        loc = locate(text.split("*", 1)[0].rstrip("/"))
+        if loc.scheme != where.scheme:
+            continue
+        a, b = where.path.rstrip("/") + "/", loc.path.rstrip("/") + "/"
+        if a.startswith(b) or b.startswith(a):
+            raise CommitError(
+                f"--out {out!r} is, holds or lies inside the input {text!r}; choose an --out "
+                "outside the input"
+            )
+
+
+# ====================================================================== a unit's files
+class StoreFile:
+    """A unit's file on an object store (:class:`~.staged_file.StagedFile`): uploaded straight
+    under its final name (an object appears whole when its upload completes; a worker killed
+    mid-upload leaves none), hashed as it is written.
+
+    Args:
+        at: Where the object goes.
+    """
+
+    def __init__(self, at: Location) -> None:
+        self.at = at
+        self.name = at.name
+        self._hashed = HashedStream(at.open_output_stream())
+
+    @property
+    def stream(self) -> Any:
+        """What the Parquet writer writes to."""
+        return self._hashed.stream
+
+    def finish(self) -> None:
+        """Completes the upload: the object is there, whole."""
+        self._hashed.close()
+
+    def place(self, rows: int) -> FileRecord:
+        """Nothing to move (the object is under its final name); its record.
+
+        Args:
+            rows: The rows the file holds.
+
+        Returns:
+            The file's record.
+        """
+        return FileRecord(self.name, rows, self._hashed.sink.bytes, self._hashed.sha256)
+
+    def abort(self) -> None:
+        """Closes the upload quietly and deletes the object (never listed by a manifest; removed
+        now rather than by a later job's clean-up)."""
+        self._hashed.close_quietly()
+        with contextlib.suppress(Exception):
+            self.at.delete()
+
+
+@dataclass(frozen=True)
+class StoreUnitOutput:
+    """Where the units of one job write on an object store (:class:`~.staging.UnitOutput`);
+    pickled into every unit's task.
+
+    Args:
+        out: ``--out``, the store's URI.
+        samples: The URI of the data files' folder.
+        staging: The URI of this job's staging (``_staging/<job>``).
+        job_id: The job's id, in every file's name (its attempt).
+    """
+
+    out: str
+    samples: str
+    staging: str
+    job_id: str
+
+    @property
+    def shared_folder(self) -> str | None:
+        """None: a store is the same from every node."""
+        return None
+
+    def open_file(self, kind: Literal["part", "quarantine"], unit: int, k: int) -> StoreFile:
+        """Opens the ``k``-th file of ``unit`` under its final name:
+        ``part-<job>-<unit>-<k>.parquet`` in the data folder, ``quarantine-<job>-<unit>-<k>``
+        in ``quarantine/``.
+
+        Args:
+            kind: ``"part"`` (samples) or ``"quarantine"`` (refused rows).
+            unit: The unit's index.
+            k: The file's number within the unit.
+
+        Returns:
+            The file, its upload begun.
+        """
+        folder = locate(self.samples) if kind == "part" else locate(self.out).join(_QUARANTINE)
+        return StoreFile(folder.join(f"{kind}-{self.job_id}-{unit:05d}-{k:03d}.parquet"))
+
+    def check_owner(self) -> None:
+        """Refuses to finish a unit once the job's staging is gone (committed or discarded by
+        another job) or names another job.
+
+        Raises:
+            CommitError: ``job.json`` is gone or names another job.
+        """
+        check_owner(locate(self.staging), self.job_id, "its unit wrote nothing")
+
+    def write_record(self, record: UnitRecord) -> None:
+        """Writes a unit's record (the unit commit) as one object.
+
+        Args:
+            record: The unit's record.
+        """
+        at = locate(self.staging).join(_UNITS, f"unit-{record.unit:05d}.json")
+        write_json(at, record.to_dict())
+
+    def failures(self) -> contextlib.AbstractContextManager[None]:
+        """A store's failure while a unit writes: one line, EIO (:func:`store_failure`)."""
+        return store_failure(self.out)
+
+
+# ====================================================================== the staging
+class StoreStaging:
+    """The staging of one job writing to ``out`` on an object store (see the module's text;
+    :class:`~.staging.Staging`).
 
     Args:
         out: The prefix the job's result goes to (``--out``, a store URI).
@@ -188,6 +333,50 @@ class StoreStaging:
 
     def release(self) -> None:
         """Nothing to release: a store has no lock."""
+
+    def check_apart(self, inputs: str | os.PathLike[str] | list[Any]) -> None:
+        """Refuses an ``out`` that is, holds or lies inside an input
+        (:func:`check_out_apart_on_store`).
+
+        Args:
+            inputs: The job's inputs as given (a path, a glob, or a list of them).
+
+        Raises:
+            CommitError: One line naming ``out`` and the input.
+        """
+        check_out_apart_on_store(self.out, inputs)
+
+    def guard(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing around the whole run: the staging's own writes name a store's failure
+        (:func:`store_failure`), and an input's is the input's."""
+        return contextlib.nullcontext()
+
+    def unit_output(self) -> StoreUnitOutput:
+        """Where this job's units write (their files under final names, records under its
+        staging), for every unit's task."""
+        return StoreUnitOutput(self.out, self.samples.uri, self.path.uri, self.job_id)
+
+    def data_file(self, name: str) -> Location:
+        """A data file of this job, by the name its unit record gives.
+
+        Args:
+            name: The name under ``files_dir``.
+
+        Returns:
+            Its location.
+        """
+        return self.samples.join(name)
+
+    def output_file(self, *names: str) -> str:
+        """The URI a file of the committed output will have.
+
+        Args:
+            names: Its path's components under ``out``.
+
+        Returns:
+            The URI.
+        """
+        return self.root.join(*names).uri
 
     def staged_seed(self) -> int | None:
         """The seed of the staged job a resume adopts (None: none to adopt)."""
@@ -268,12 +457,7 @@ class StoreStaging:
                 f"{STAGING_DIR}/); run without --resume"
             )
         newest = staged[0][1]
-        for key in ("version", "config", "prelearner", "format", "layout", "seed"):
-            if newest.get(key) != self.job.get(key):
-                raise CommitError(
-                    f"--resume: the interrupted job had another {key}; run without --resume "
-                    "to start over"
-                )
+        check_same_job(newest, self.job)
         self._set_job(staged[0][0])
         self.job["started_at"] = newest.get("started_at")
         self._adopted = True
@@ -290,33 +474,22 @@ class StoreStaging:
     def _holds(self, rec: dict[str, Any], files: dict[str, Location]) -> bool:
         """Like a local resume: this job's record, the same plan of the unit, its inputs
         unchanged, its files present under their names with their recorded sizes."""
-        if rec.get("job_id") != self.job_id:
+        if not fits_job(rec, self.job, self.job_id):
             return False
-        want = {f["path"]: f for f in self.job.get("inputs", [])}
         try:
-            keys = self.job.get("unit_keys")
-            if keys is not None and (
-                not 0 <= rec["unit"] < len(keys) or rec.get("plan") != keys[rec["unit"]]
-            ):
-                return False
-            for f in rec.get("inputs", []):
-                now = want.get(f["path"])
-                if now is None or (now["size"], now["mtime_ns"]) != (f["size"], f["mtime_ns"]):
-                    return False
-                if "fingerprint" in f and now.get("fingerprint") != f["fingerprint"]:
-                    return False
             for loc, entry in self._entries(rec):
                 found = files.get(loc.path)
-                if found is None or found.size() != entry.get("bytes"):
+                if found is None or found.size() != entry.bytes:
                     return False
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, CommitError):
             return False
         return True
 
-    def _entries(self, rec: dict[str, Any]) -> list[tuple[Location, dict[str, Any]]]:
+    def _entries(self, rec: dict[str, Any]) -> list[tuple[Location, FileRecord]]:
+        where = self.units.uri
         return [
-            *((self.samples.join(_name(f)), f) for f in rec.get("files", [])),
-            *((self.root.join(_name(f)), f) for f in rec.get(_QUARANTINE, [])),
+            *((self.samples.join(_name(f)), f) for f in file_records(rec.get("files", []), where)),
+            *((self.root.join(_name(f)), f) for f in file_records(rec.get(_QUARANTINE, []), where)),
         ]
 
     # ------------------------------------------------------------------ units
@@ -339,52 +512,51 @@ class StoreStaging:
     # ------------------------------------------------------------------ the job commit
     def commit(
         self,
-        stats: dict[str, Any],
-        files: list[dict[str, Any]],
-        extra: dict[str, Any] | None = None,
+        stats: Mapping[str, Any],
+        files: list[FileRecord] | list[dict[str, Any]],
+        extra: Mapping[str, Any] | None = None,
     ) -> str:
         """Checks the listed files, writes ``_manifest.json`` (the commit point), then
         ``stats.json``; then deletes the replaced generation, this job's staging and files of
         finished jobs that no manifest lists.
+
+        Args:
+            stats: The job's stats (``stats.json``).
+            files: The data files (names under ``files_dir``), from this job's unit records.
+            extra: More manifest entries; its ``quarantine`` list (names under ``out``) is
+                committed with the data files.
+
+        Returns:
+            ``out``.
 
         Raises:
             CommitError: this job's staging is gone, or a listed file is missing or not of its
                 recorded size (nothing is committed).
             OSError: the store failed (EIO; nothing is committed before the manifest).
         """
-        extra = dict(extra or {})
-        manifest = {
-            "complete": True,
-            "committed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "job_id": self.job_id,
-            **{k: self.job[k] for k in ("version", "format", "prelearner", "engine")},
-            "inputs": self.job["inputs"],
-            "files": files,
-            "samples_written": sum(f["rows"] for f in files),
-            "config": self.job["config"],
-            **extra,
-            "files_dir": self.files_dir,
-        }
-        manifest.setdefault("content", SAMPLES if self.files_dir == "samples" else DATASET)
-        return self.commit_manifest(manifest, stats)
+        content = SAMPLES if self.files_dir == "samples" else DATASET
+        data = tuple(file_records(files, self.units.uri))
+        manifest = JobManifest(self.job_id, self.job, data, self.files_dir, content, extra or {})
+        return self.commit_manifest(manifest.to_dict(), stats)
 
-    def commit_manifest(self, manifest: dict[str, Any], stats: dict[str, Any]) -> str:
+    def commit_manifest(self, manifest: dict[str, Any], stats: Mapping[str, Any]) -> str:
         """:meth:`commit` of a manifest made elsewhere (its ``files`` under its ``files_dir``,
         its ``quarantine`` under ``out``), this job's id in it."""
         with store_failure(self.out):
-            if not isinstance(_read_json(self.path.join(_JOB_FILE)), dict):
-                raise CommitError(
-                    f"the staging {self.path.uri!r} of this job is gone; nothing was committed"
-                )
+            check_owner(self.path, self.job_id, "nothing was committed")
             folder = self.root.join(manifest.get("files_dir") or "")
+            where = f"{self.out}/{MANIFEST_FILE}"
             listed = [
-                *((folder.join(_name(f)), f) for f in manifest.get("files", [])),
-                *((self.root.join(_name(f)), f) for f in manifest.get(_QUARANTINE) or []),
+                *((folder.join(_name(f)), f) for f in file_records(manifest["files"], where)),
+                *(
+                    (self.root.join(_name(f)), f)
+                    for f in file_records(manifest.get(_QUARANTINE) or [], where)
+                ),
             ]
             sizes = {f.path: f for f in self.root.walk()}
             for loc, entry in listed:
                 found = sizes.get(loc.path)
-                if found is None or found.size() != entry.get("bytes"):
+                if found is None or found.size() != entry.bytes:
                     what = "is missing" if found is None else "is not the size its unit wrote"
                     raise CommitError(
                         f"the file {loc.uri!r} {what}: something outside this job deleted or "
@@ -406,7 +578,7 @@ class StoreStaging:
         self._after_commit(stats, old, {loc.path for loc, _ in listed})
         return self.out
 
-    def write_stats(self, stats: dict[str, Any]) -> None:
+    def write_stats(self, stats: Mapping[str, Any]) -> None:
         """Writes the committed output's ``stats.json`` again, with what was measured after the
         commit point (the commit's and the stop's seconds).
 
@@ -419,7 +591,7 @@ class StoreStaging:
         with store_failure(self.out):
             write_json(self.root.join(_STATS_FILE), stats)
 
-    def _after_commit(self, stats: dict[str, Any], old: Any, ours: set[str]) -> None:
+    def _after_commit(self, stats: Mapping[str, Any], old: Any, ours: set[str]) -> None:
         """``stats.json``, then the replaced generation, this job's staging and strays deleted."""
         steps: list[tuple[str, Any]] = [
             ("writing stats.json", lambda: write_json(self.root.join(_STATS_FILE), stats)),
@@ -443,10 +615,13 @@ class StoreStaging:
 
     def _delete_generation(self, old: dict[str, Any], ours: set[str]) -> None:
         """Deletes the files of the manifest this job's manifest replaced."""
-        with contextlib.suppress(KeyError, TypeError, ValueError):
+        with contextlib.suppress(KeyError, TypeError, ValueError, CommitError):
             folder = self.root.join(old.get("files_dir", "samples") or "")
-            gone = [folder.join(_name(f)) for f in old.get("files", [])]
-            gone += [self.root.join(_name(f)) for f in old.get(_QUARANTINE, [])]
+            where = f"the replaced {self.out}/{MANIFEST_FILE}"
+            gone = [folder.join(_name(f)) for f in file_records(old.get("files", []), where)]
+            gone += [
+                self.root.join(_name(f)) for f in file_records(old.get(_QUARANTINE, []), where)
+            ]
             for loc in gone:
                 if loc.path not in ours:
                     loc.delete()
@@ -461,10 +636,13 @@ class StoreStaging:
         manifest = _read_json(self.root.join(MANIFEST_FILE))
         listed: set[str] = set()
         if isinstance(manifest, dict):
-            with contextlib.suppress(KeyError, TypeError, ValueError):
+            with contextlib.suppress(KeyError, TypeError, ValueError, CommitError):
                 folder = self.root.join(manifest.get("files_dir", "samples") or "")
-                listed = {folder.join(_name(f)).path for f in manifest.get("files", [])}
-                listed |= {self.root.join(_name(f)).path for f in manifest.get(_QUARANTINE, [])}
+                where = f"{self.out}/{MANIFEST_FILE}"
+                data = file_records(manifest.get("files", []), where)
+                refused = file_records(manifest.get(_QUARANTINE, []), where)
+                listed = {folder.join(_name(f)).path for f in data}
+                listed |= {self.root.join(_name(f)).path for f in refused}
         base = self.root.path.rstrip("/") + "/"
         for f in files:
             rel = f.path[len(base) :]
@@ -489,43 +667,11 @@ class StoreStaging:
         return 0
 
 
-def _name(entry: dict[str, Any]) -> str:
-    name = entry["name"]
-    if not isinstance(name, str) or not name or name.startswith("/") or ".." in name.split("/"):
+def _name(entry: FileRecord) -> str:
+    name = entry.name
+    if not name or name.startswith("/") or ".." in name.split("/"):
         raise ValueError(f"not a file name inside the output: {name!r}")
     return name
-
-
-def sha256_sink(stream: Any) -> _HashingSink:
-    """A writable file over ``stream`` that hashes what passes (a store's file is never read
-    back to be hashed)."""
-    return _HashingSink(stream)
-
-
-class _HashingSink:
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream
-        self.hash = hashlib.sha256()
-        self.bytes = 0
-        self.closed = False
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data)
-        self.hash.update(view)
-        self.bytes += view.nbytes
-        self.stream.write(data)
-        return view.nbytes
-
-    def flush(self) -> None:
-        """Nothing: the object is uploaded as parts fill and completed on close."""
-
-    def tell(self) -> int:
-        return self.bytes
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.stream.close()
 
 
 def attempt_name(name: str, job_id: str) -> str:
@@ -548,18 +694,20 @@ def publish(local: str, staging: StoreStaging) -> dict[str, Any]:
     stats."""
     root = locate(local)
     manifest = json.loads(root.join(MANIFEST_FILE).read_bytes())
-    stats = json.loads(root.join(_STATS_FILE).read_bytes())
+    stats: dict[str, Any] = json.loads(root.join(_STATS_FILE).read_bytes())
     job_id = manifest["job_id"]
     staging.begin(job_id)
     folder = manifest.get("files_dir") or ""
     # Names in folders (Minari's data/main_data.hdf5) are the layout's own: the generation goes
     # under a folder named by the job instead of into the names.
-    nested = not folder and any("/" in _name(f) for f in manifest.get("files", []))
+    where = f"{local}/{MANIFEST_FILE}"
+    listed = {key: file_records(manifest.get(key) or [], where) for key in ("files", _QUARANTINE)}
+    nested = not folder and any("/" in _name(f) for f in listed["files"])
     renamed: dict[str, list[dict[str, Any]]] = {"files": [], _QUARANTINE: []}
     done: set[str] = {MANIFEST_FILE, _STATS_FILE}
     with store_failure(staging.out):
         for key, under in (("files", folder), (_QUARANTINE, "")):
-            for f in manifest.get(key) or []:
+            for f in listed[key]:
                 rel = posixpath.join(under, _name(f)) if under else _name(f)
                 keep = nested and key == "files"
                 name = _name(f) if keep else attempt_name(_name(f), job_id)
@@ -570,12 +718,12 @@ def publish(local: str, staging: StoreStaging) -> dict[str, Any]:
                     while block := fin.read(1 << 22):
                         fout.write(block)
                 done.add(rel)
-                renamed[key].append({**f, "name": name})
+                renamed[key].append(dataclasses.replace(f, name=name).to_dict(with_stat=False))
         base = root.path.rstrip("/") + "/"
-        for f in root.walk():
-            rel = f.path[len(base) :].replace("\\", "/")
+        for other in root.walk():
+            rel = other.path[len(base) :].replace("\\", "/")
             if rel not in done:
-                staging.root.join(*rel.split("/")).write_bytes(f.read_bytes())
+                staging.root.join(*rel.split("/")).write_bytes(other.read_bytes())
     out = {**manifest, "files": renamed["files"]}
     if nested:
         out["files_dir"] = job_id

@@ -430,7 +430,7 @@ def test_a_unit_that_wrote_open_episodes_is_redone_when_a_file_follows(
         def fail(*args: Any, **kwargs: Any) -> None:
             raise OSError("disk full")
 
-        m.setattr("offline_prelearner.jobs.commit.Staging.commit", fail)
+        m.setattr("offline_prelearner.jobs.commit.LocalStaging.commit", fail)
         with pytest.raises(OSError, match="disk full"):
             convert_path(src, "rows", tmp_path / "out")
         with pytest.raises(OSError, match="disk full"):
@@ -530,7 +530,7 @@ def test_every_conversion_commits_inside_the_commit_point(
 ) -> None:
     """A signal during the manifest write and the move into place waits for their end, and the
     job counts as committed from then on (a Ctrl-C after it exits 0): every job that stages its
-    output, convert's three kinds included, passes ``Staging.commit``'s commit point."""
+    output, convert's three kinds included, passes ``LocalStaging.commit``'s commit point."""
     from offline_prelearner.jobs.session import interrupts
 
     previous = interrupts.install()

@@ -40,6 +40,7 @@ from conftest import REPO
 from ray_nodes import LocalCluster, clean_env, start_cluster
 
 from offline_prelearner.jobs.batch.run import unit_node, units_by_node
+from offline_prelearner.jobs.records import UnitRecord
 
 SOURCE = REPO / "datasets/cartpole-v1/rows"  # 5,000 rows, 5 files
 N_FILES = 12
@@ -200,6 +201,11 @@ def test_a_worker_node_killed_mid_job_gives_the_clean_output_or_exit_3(
     print(f"node lost after {finished_before} unit(s): exit {proc.returncode}")
 
 
+#: A unit record as the oldest resumable staging holds it: no node, no CPU time.
+BARE_RECORD = {"unit": 0, "job_id": "J", "inputs": [], "files": [], "samples": 0,
+               "stats": {"ledger": {}}}  # fmt: skip
+
+
 def test_units_by_node_takes_records_with_and_without_a_node(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -210,10 +216,13 @@ def test_units_by_node_takes_records_with_and_without_a_node(
     assert set(here) == {"host"} and here["host"]
     a = {"ray_node_id": "a" * 56, "ip": "10.0.0.7", "host": "m1"}
     records = [
-        {"unit": 2, "node": a},
-        {"unit": 0, "node": here},
-        {"unit": 1},  # written before records named their node (a --resume reuses it)
-        {"unit": 3, "node": a},
+        UnitRecord.from_dict(r, "test")
+        for r in (
+            {**BARE_RECORD, "unit": 2, "node": a},
+            {**BARE_RECORD, "unit": 0, "node": here},
+            {**BARE_RECORD, "unit": 1},  # written before records named their node (a --resume)
+            {**BARE_RECORD, "unit": 3, "node": a},
+        )
     ]
     assert units_by_node(records) == [
         {"ray_node_id": None, "ip": None, "host": here["host"], "units": [0]},

@@ -18,6 +18,7 @@ from offline_prelearner import run_pipeline
 from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.jobs.batch import plan as P
 from offline_prelearner.jobs.batch.run import read_unit, units_by_node
+from offline_prelearner.jobs.records import UnitRecord
 
 CONFIG = PreLearnerConfig().with_updates({"format": "rows"})
 IDS = ["a", "b", "c", "10", "9", "é", ""]
@@ -142,5 +143,10 @@ def test_each_node_names_the_cpu_seconds_its_units_took(tmp_path: Path) -> None:
     stats = run_pipeline(rows, {"sample": {"sample_all": True}}, out_dir=tmp_path / "out").stats
     [node] = stats["nodes"]
     assert 0 < node["cpu_seconds"] < stats["wall_seconds"] * 4
-    records = [{"unit": 0, "cpu_seconds": 0.25}, {"unit": 1, "cpu_seconds": 0.5}, {"unit": 2}]
+    bare = {"job_id": "J", "inputs": [], "files": [], "samples": 0, "stats": {"ledger": {}}}
+    records = [
+        UnitRecord.from_dict({**bare, "unit": 0, "cpu_seconds": 0.25}, "test"),
+        UnitRecord.from_dict({**bare, "unit": 1, "cpu_seconds": 0.5}, "test"),
+        UnitRecord.from_dict({**bare, "unit": 2}, "test"),
+    ]
     assert units_by_node(records)[0]["cpu_seconds"] == 0.75

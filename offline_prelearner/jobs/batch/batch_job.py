@@ -18,9 +18,8 @@ the driver and on every worker, its stats and autoscaling actors) cost seconds o
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import hashlib
-import json
 import os
 import secrets
 import shutil
@@ -28,29 +27,24 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..._version import __version__
 from ...config import Engine, PreLearnerConfig, check_engine
-from ...episodes.ledger import Ledger
-from ...errors import (
-    JobFailed,
-    OfflinePrelearnerError,
-    error_from_dict,
-    error_to_dict,
-)
+from ...errors import JobFailed, OfflinePrelearnerError, error_from_dict, error_to_dict
 from ...io.fast_tensor import Layout, check_layout
-from ...io.stores import is_remote, locate
 from ...replay.storage.memory import for_worker_process
-from ..commit import QUARANTINE, Staging, file_sha256, input_fingerprint
-from ..ownership import CommitError, check_out_apart, output_storage, staging_path
+from ..commit import QUARANTINE, input_fingerprint
 from ..preflight import ConfigLike, NodeCheck, job_config, prepare
+from ..records import FileRecord, JobStats, UnitRecord
 from ..session.ray_session import import_ray, init_ray, release_ray, worker_env
-from ..store_commit import CommittedWarning, StoreStaging, store_failure
+from ..staging import Staging, staging_for
+from ..store_commit import CommittedWarning
 from .file_tally import per_file
 from .plan import Plan, plan_units, unit_key
 from .run import UnitJob, run_unit, units_by_node
@@ -60,11 +54,22 @@ __all__ = ["JobFailed", "PipelineResult", "choose_engine", "run_pipeline"]
 
 @dataclass
 class PipelineResult:
-    """What :func:`run_pipeline` did: where the samples went and the summed counters."""
+    """What :func:`run_pipeline` did: where the samples went and the summed counters.
+
+    Attributes:
+        out_dir: The committed output (None: a dry run).
+        files_written: The sample files, as paths or URIs.
+        job_stats: The job's stats (``stats.json``).
+    """
 
     out_dir: str | None
     files_written: list[str]
-    stats: dict[str, Any] = field(default_factory=dict)
+    job_stats: JobStats
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """The job's stats as ``stats.json`` holds them."""
+        return self.job_stats.to_dict()
 
 
 #: ``stats["phases"]``, seconds: planning (inputs listed, footers and keys read, staging opened);
@@ -74,8 +79,6 @@ class PipelineResult:
 #: Ray instance to the watchdog that ends it after the process exits; disconnecting from a
 #: cluster; 0 where Ray stays up for a library caller). Their sum is the job's time to its end.
 PHASES = ("plan", "engine_start", "units", "commit", "stop")
-
-_COUNTERS = ("batches", "samples", "fragments_added", "not_ready", "pending_fragments")
 
 #: Below this many input bytes (and with no cluster address) ``engine="auto"`` runs in-process:
 #: starting Ray costs seconds that a small job should not pay (see benchmarks/README.md).
@@ -108,33 +111,15 @@ def _cluster_info() -> dict[str, Any]:
     }
 
 
-def _sum_records(records: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """The job's counters: every unit's record counted once (ledgers, counters, buffers)."""
-    ledger = Ledger()
-    counters = dict.fromkeys(_COUNTERS, 0)
-    held = {"episodes_held": 0, "timesteps_held": 0}
-    for rec in records.values():
-        st = rec["stats"]
-        ledger += Ledger.from_dict(st["ledger"])
-        for k in _COUNTERS:
-            counters[k] += st.get(k, 0)
-        for buf in st.get("buffers", {}).values():
-            for k in held:
-                held[k] += buf[k]
-    total = ledger.to_dict()
-    total["rows_balance"] = total.pop("balanced")
-    return {"units": len(records), **total, **counters, **held}
-
-
-def _check_accounting(stats: dict[str, Any], plan: Plan, config: PreLearnerConfig) -> None:
+def _check_accounting(stats: JobStats, plan: Plan, config: PreLearnerConfig) -> None:
     """Row data: every input row (Parquet footers) was read by exactly one unit."""
     if config.read.format != "rows" or any(f.rows is None for f in plan.files):
         return
     expected = sum(f.rows or 0 for f in plan.files)
-    if stats["rows_in"] != expected or not stats["rows_balance"]:
+    if stats.rows_in != expected or not stats.rows_balance:
         raise JobFailed(
             f"accounting mismatch: the input holds {expected} rows, the units read "
-            f"{stats['rows_in']} (balanced: {stats['rows_balance']}); nothing was committed"
+            f"{stats.rows_in} (balanced: {stats.rows_balance}); nothing was committed"
         )
 
 
@@ -166,80 +151,30 @@ def _job_description(
     }
 
 
-def _cap(
-    staging: Staging | StoreStaging, files: list[dict[str, Any]], cap: int | None
-) -> list[dict[str, Any]]:
+def _cap(staging: Staging, files: list[FileRecord], cap: int | None) -> list[FileRecord]:
     """``sample.num_samples``: the first ``cap`` samples in unit order; later files dropped, the
-    file that crosses the cap cut (same result whatever ran when)."""
+    file that crosses the cap cut and written again whole (same result whatever ran when)."""
     if cap is None:
         return files
-    if isinstance(staging, StoreStaging):
-        with store_failure(staging.out):
-            return _cap_on_store(staging, files, cap)
-    kept: list[dict[str, Any]] = []
+    kept: list[FileRecord] = []
     total = 0
     for f in files:
-        p = staging.samples / f["name"]
-        if total >= cap:
-            p.unlink()
-            continue
-        if total + f["rows"] > cap:
-            table = pq.read_table(p).slice(0, cap - total)
-            pq.write_table(table, p)
-            f = {**f, "rows": table.num_rows, "bytes": p.stat().st_size, "sha256": file_sha256(p)}
-        kept.append(f)
-        total += f["rows"]
-    return kept
-
-
-def _cap_on_store(
-    staging: StoreStaging, files: list[dict[str, Any]], cap: int
-) -> list[dict[str, Any]]:
-    """:func:`_cap` on a store: the file that crosses the cap is written again (one PUT)."""
-    import pyarrow as pa
-
-    kept: list[dict[str, Any]] = []
-    total = 0
-    for f in files:
-        at = staging.samples.join(f["name"])
+        at = staging.data_file(f.name)
         if total >= cap:
             at.delete()
             continue
-        if total + f["rows"] > cap:
+        if total + f.rows > cap:
             with at.open_input_file() as src:
                 table = pq.read_table(src).slice(0, cap - total)
             sink = pa.BufferOutputStream()
             pq.write_table(table, sink)
             data = sink.getvalue().to_pybytes()
             at.write_bytes(data)
-            f = {
-                **f,
-                "rows": table.num_rows,
-                "bytes": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(),
-            }
+            sha = hashlib.sha256(data).hexdigest()
+            f = dataclasses.replace(f, rows=table.num_rows, bytes=len(data), sha256=sha)
         kept.append(f)
-        total += f["rows"]
+        total += f.rows
     return kept
-
-
-def _store_out_apart(out: str, inputs: str | os.PathLike[str] | list[Any]) -> None:
-    """:func:`check_out_apart` for a store's ``out``: not an input, not inside one, holding none
-    (compared as URIs)."""
-    where = locate(out)
-    for item in inputs if isinstance(inputs, list) else [inputs]:
-        text = os.fspath(item)
-        if not is_remote(text):
-            continue
-        loc = locate(text.split("*", 1)[0].rstrip("/"))
-        if loc.scheme != where.scheme:
-            continue
-        a, b = where.path.rstrip("/") + "/", loc.path.rstrip("/") + "/"
-        if a.startswith(b) or b.startswith(a):
-            raise CommitError(
-                f"--out {out!r} is, holds or lies inside the input {text!r}; choose an --out "
-                "outside the input"
-            )
 
 
 def run_pipeline(
@@ -302,34 +237,29 @@ def run_pipeline(
     """
     layout = check_layout(layout)
     config = job_config(config).for_job("batch")  # sample_all None: every transition once
-    staging: Staging | StoreStaging
-    if out_dir is not None and is_remote(out_dir):
-        # An object store: no rename, no lock; the manifest is the commit (store_commit.py).
-        _store_out_apart(os.fspath(out_dir), path if isinstance(path, list) else os.fspath(path))
-        staging = StoreStaging(os.fspath(out_dir), {}, overwrite=overwrite, resume=resume)
-        with staging:  # probes the store: one line, exit 2, before anything is read
-            return _run_job(path, config, staging, out_dir, prelearner, engine, progress, layout)
-    if out_dir is None:
+    out: str | os.PathLike[str]
+    if out_dir is None:  # a dry run: staged in a temporary folder, committed nowhere
         out = Path(tempfile.mkdtemp(prefix="offline-prelearner-dry-")) / "out"
     else:
-        out = Path(out_dir)
-        check_out_apart(out, path if isinstance(path, list) else os.fspath(path))
-    staging = Staging(out, {}, overwrite=overwrite, resume=resume)
+        out = out_dir
+    staging = staging_for(out, overwrite=overwrite, resume=resume)
     try:
-        # The job owns --out from here to its end: a second job into it is refused in one
-        # line, before either reads anything (ownership.OutLock).
-        with staging, output_storage(out):
+        if out_dir is not None:
+            staging.check_apart(path if isinstance(path, list) else os.fspath(path))
+        # The job owns --out from here to its end: a second job into a local --out is refused
+        # in one line, before either reads anything (ownership.OutLock); a store is probed.
+        with staging, staging.guard():
             return _run_job(path, config, staging, out_dir, prelearner, engine, progress, layout)
     finally:
         if out_dir is None:
             staging.discard()
-            shutil.rmtree(out.parent, ignore_errors=True)
+            shutil.rmtree(Path(out).parent, ignore_errors=True)
 
 
 def _run_job(
     path: str | os.PathLike[str] | list[str],
     config: PreLearnerConfig,
-    staging: Staging | StoreStaging,
+    staging: Staging,
     out_dir: str | os.PathLike[str] | None,
     prelearner: Any,
     engine: str,
@@ -339,41 +269,31 @@ def _run_job(
     """:func:`run_pipeline` under the lock on ``staging.out``: plan, stage, run, commit (a dry
     run, without ``out_dir``, stages in a temporary folder and commits nothing)."""
     clock = _Clock()
-    out, resume = staging.out, staging.resume
+    resume = staging.resume
     files, config, cls = prepare(path, config, prelearner)
     plan = plan_units(files, config)
     eng = choose_engine(engine, config, plan)
     # The inputs as they are now: a resume reuses a unit only if its key (its parts and the
     # size, mtime and content fingerprint of every file it reads) is the one planned now.
     fingerprints = tuple(input_fingerprint(f.path) for f in plan.files)
-    store = isinstance(staging, StoreStaging)
     seed = config.seed
-    if seed is None and isinstance(staging, StoreStaging):
-        seed = (staging.staged_seed() if resume else None) or secrets.randbits(31)
-    elif seed is None:
-        seed = staged_seed(Path(out), resume)
+    if seed is None:  # the interrupted run's (to resume), else fresh
+        seed = staging.staged_seed() if resume else None
+        seed = secrets.randbits(31) if seed is None else seed
     staging.job = _job_description(config, cls, plan, eng, seed, fingerprints, layout)
-    kept = staging.open()
+    kept = {
+        k: UnitRecord.from_dict(rec, f"the staged record of unit {k} (--out {staging.out})")
+        for k, rec in staging.open().items()
+    }
     todo = [u.index for u in plan.units if u.index not in kept]
     for k in todo:
         staging.drop_unit_files(k)
-    job = UnitJob(
-        plan,
-        config,
-        cls,
-        seed,
-        str(staging.samples),
-        str(staging.units),
-        layout=layout,
-        job_id=staging.job_id,
-        fingerprints=fingerprints,
-        attempt=staging.job_id if store else "",
-    )
+    output = staging.unit_output()
+    job = UnitJob(plan, config, cls, seed, output, layout=layout, fingerprints=fingerprints)
     records = dict(kept)
     known = [f.rows for f in plan.files]
     rows_total = None if any(r is None for r in known) else sum(r or 0 for r in known)
-    done = [sum(r["stats"]["ledger"]["rows_in"] for r in kept.values()), 0]
-    done[1] = sum(r["samples"] for r in kept.values())
+    done = [sum(r.ledger.rows_in for r in kept.values()), sum(r.samples for r in kept.values())]
 
     def chunk_done(rows: int, samples: int) -> None:
         done[0] += rows
@@ -381,10 +301,10 @@ def _run_job(
         if progress is not None:
             progress(done[0], rows_total, done[1])
 
-    def finished(rec: dict[str, Any]) -> None:
-        records[int(rec["unit"])] = rec
+    def finished(rec: UnitRecord) -> None:
+        records[rec.unit] = rec
         if eng == "ray":
-            chunk_done(rec["stats"]["ledger"]["rows_in"], rec["samples"])
+            chunk_done(rec.ledger.rows_in, rec.samples)
 
     chunk_done(0, 0)
     clock.lap("plan")
@@ -395,51 +315,50 @@ def _run_job(
     elif todo:
         clock.engine_and_units(_run_on_ray(job, todo, config, finished))
     seconds = clock.seconds()
-    stats = _sum_records(records)
+    stats = JobStats.summed(records.values())
     _check_accounting(stats, plan, config)
-    sample_files = _cap(
-        staging,
-        sorted((f for r in records.values() for f in r["files"]), key=lambda f: f["name"]),
-        config.sample.num_samples,
+    with output.failures():
+        sample_files = _cap(
+            staging,
+            sorted((f for r in records.values() for f in r.files), key=lambda f: f.name),
+            config.sample.num_samples,
+        )
+    quarantined = sorted((f for r in records.values() for f in r.quarantine), key=lambda f: f.name)
+    samples_out = sum(f.rows for f in sample_files)
+    listed = per_file(files, config.read.format, (r.per_file for r in records.values()))
+    stats = dataclasses.replace(
+        stats,
+        input=tuple(os.fspath(p) for p in (path if isinstance(path, list) else [path])),
+        files_read=len(files),
+        files_rejected=sum(f["error"] is not None for f in listed),
+        per_file=tuple(listed),
+        format=config.read.format,
+        engine=eng,
+        units_reused=len(kept),
+        samples_written=samples_out,
+        samples_rule=_samples_rule(config),
+        batch_rows=plan.batch_rows(config),  # rows per chunk of a unit (ray.batch_size)
+        quarantine_files=tuple(staging.output_file(f.name) for f in quarantined),
+        rows_quarantined=sum(f.rows for f in quarantined),
+        wall_seconds=round(seconds, 3),
+        rows_per_second=round(stats.rows_in / seconds, 1) if seconds else None,
+        samples_per_second=round(samples_out / seconds, 1) if seconds else None,
+        config=config.to_dict(),
+        phases=dict(clock.phases),
+        nodes=tuple(units_by_node(records.values())),
+        ray_cluster=_cluster_info() if eng == "ray" else None,
     )
-    quarantined = sorted(
-        (f for r in records.values() for f in r.get(QUARANTINE, [])), key=lambda f: f["name"]
-    )
-    samples_out = sum(f["rows"] for f in sample_files)
-    listed = per_file(files, config.read.format, (r.get("per_file", {}) for r in records.values()))
-    stats.update(
-        {
-            "input": [os.fspath(p) for p in (path if isinstance(path, list) else [path])],
-            "files_read": len(files),
-            "files_rejected": sum(f["error"] is not None for f in listed),
-            "per_file": listed,
-            "format": config.read.format,
-            "engine": eng,
-            "units_reused": len(kept),
-            "samples_written": samples_out,
-            "samples_rule": _samples_rule(config),
-            "batch_rows": plan.batch_rows(config),  # rows per chunk of a unit (ray.batch_size)
-            "quarantine_files": [_at(out, f["name"]) for f in quarantined],
-            "rows_quarantined": sum(f["rows"] for f in quarantined),
-            "wall_seconds": round(seconds, 3),
-            "rows_per_second": round(stats["rows_in"] / seconds, 1) if seconds else None,
-            "samples_per_second": round(samples_out / seconds, 1) if seconds else None,
-            "config": config.to_dict(),
-            "phases": clock.phases,
-        }
-    )
-    stats["nodes"] = units_by_node(records.values())
-    if eng == "ray":
-        stats["ray_cluster"] = _cluster_info()
     if out_dir is None:
         clock.lap("commit")  # the accounting: a dry run commits nothing
         _stop(clock)
-        return PipelineResult(None, [], stats)
-    staging.commit(stats, sample_files, {QUARANTINE: quarantined})  # holds the commit point
+        return PipelineResult(None, [], dataclasses.replace(stats, phases=dict(clock.phases)))
+    # Holds the commit point; stats.json's phases have no commit or stop seconds yet.
+    staging.commit(stats.to_dict(), sample_files, {QUARANTINE: quarantined})
     clock.lap("commit")
     _stop(clock)
+    stats = dataclasses.replace(stats, phases=dict(clock.phases))
     _restate(staging, stats)
-    written = [_at(out, "samples", f["name"]) for f in sample_files]
+    written = [staging.output_file("samples", f.name) for f in sample_files]
     return PipelineResult(os.fspath(out_dir), written, stats)
 
 
@@ -486,34 +405,17 @@ def _stop(clock: _Clock) -> None:
     clock.lap("stop")
 
 
-def _restate(staging: Staging | StoreStaging, stats: dict[str, Any]) -> None:
+def _restate(staging: Staging, stats: JobStats) -> None:
     """``stats.json`` again with the commit's and the stop's seconds, which the commit could not
     know when it wrote it; the output is committed, so a failure is a warning."""
     try:
-        staging.write_stats(stats)
+        staging.write_stats(stats.to_dict())
     except OSError as e:
         warnings.warn(
             f"{staging.out}: committed; writing stats.json again (the job's phases) failed ({e})",
             CommittedWarning,
             stacklevel=3,
         )
-
-
-def _at(out: Path | str, *names: str) -> str:
-    """A file of the output, as a path or a store's URI."""
-    if isinstance(out, Path):
-        return str(out.joinpath(*names))
-    return locate(out).join(*names).uri
-
-
-def staged_seed(out: Path, resume: bool) -> int:
-    """The seed of a job whose config has none: the interrupted run's (to resume), else fresh.
-    Read under the job's lock on ``out`` (:func:`run_pipeline`), so no other job changes it."""
-    if resume:
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            staged = json.loads((staging_path(out) / "job.json").read_text())
-            return int(staged["seed"])
-    return secrets.randbits(31)
 
 
 def _samples_rule(config: PreLearnerConfig) -> str:
@@ -569,7 +471,7 @@ def run_unit_here(job: UnitJob, unit: int) -> dict[str, Any]:
     """
     for_worker_process()  # see replay/storage/memory.py
     try:
-        return run_unit(job, unit)
+        return run_unit(job, unit).to_dict()
     except OfflinePrelearnerError as e:
         return {"unit": unit, "error": error_to_dict(e)}
     except OSError as e:
@@ -600,8 +502,8 @@ def _run_on_ray(
     """
     ray = import_ray()
     init_ray(config)
-    staged = None if job.attempt else str(Path(job.units_dir).parent)  # a store: seen everywhere
-    NodeCheck([(f.path, f.size) for f in job.plan.files], staged, job.job_id).run()
+    shared = job.output.shared_folder  # a local staging folder; None on a store
+    NodeCheck([(f.path, f.size) for f in job.plan.files], shared, job.job_id).run()
     options: dict[str, Any] = {
         "num_cpus": config.ray.num_cpus,
         "max_retries": UNIT_RETRIES,
@@ -643,7 +545,7 @@ def _window(ray: Any, config: PreLearnerConfig) -> int:
     return max(1, int(cpus // per)) if per > 0 else 1_000_000
 
 
-def _unit_record(rec: dict[str, Any]) -> dict[str, Any]:
+def _unit_record(rec: dict[str, Any]) -> UnitRecord:
     """A unit's record, or the error it carries raised here."""
     if "error" in rec:
         raise error_from_dict(rec["error"])
@@ -651,4 +553,4 @@ def _unit_record(rec: dict[str, Any]) -> dict[str, Any]:
         code, message, filename = rec["oserror"]
         args = (code, message) if filename is None else (code, message, filename)
         raise OSError(*args)
-    return rec
+    return UnitRecord.from_dict(rec, f"the record of unit {rec.get('unit')} (from its Ray task)")

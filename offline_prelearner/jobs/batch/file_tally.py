@@ -89,7 +89,7 @@ class FileTally:
 
 
 def per_file(
-    paths: list[str], fmt: str, records: Iterable[Mapping[str, dict[str, Any]]]
+    paths: list[str], fmt: str, records: Iterable[Mapping[str, Mapping[str, Any]]]
 ) -> list[dict[str, Any]]:
     """Every input file, in input order, with its counts summed over the unit records."""
     total: dict[str, dict[str, Any]] = {

@@ -45,7 +45,7 @@ from ...errors import DataError
 from ...io.parquet_guard import check_drift, open_parquet
 from ...io.schema import load_schema
 from ...io.sources import WHOLE_FILE_FORMATS, read_table
-from ...io.stores import file_stat, input_file, is_remote
+from ...io.stores import file_stat, input_file, open_random_access
 
 #: The names of JSON-lines inputs (read whole, with pyarrow's JSON reader; no Parquet footer).
 JSON_EXT = (".json", ".jsonl", ".ndjson")
@@ -360,4 +360,4 @@ def unit_key(plan: Plan, unit: Unit, fingerprints: tuple[str, ...]) -> str:
 
 def _arrow_source(path: str) -> Any:
     """An Arrow IPC file to read: memory-mapped on the local disk, opened on a store."""
-    return input_file(path) if is_remote(path) else pa.memory_map(path)
+    return open_random_access(path)

@@ -14,19 +14,15 @@ it, and the node that ran the unit (:func:`unit_node`; :func:`units_by_node` sum
 
 from __future__ import annotations
 
-import abc
 import contextlib
 import dataclasses
 import functools
-import json
-import os
 import socket
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -39,13 +35,13 @@ from ...io.fast_tensor import Layout, parquet_dictionary_columns
 from ...io.formats.rows.writer import columns_to_table
 from ...io.quarantine import quarantine_table
 from ...io.sources import read_table
-from ...io.stores import Location, locate
 from ...prelearner import OfflinePreLearner
 from ...replay.replay_buffer import INDICES
-from ..commit import QUARANTINE, STAGED_STAT, staged_stat, tmp_tag, write_json_atomic
+from ..commit import QUARANTINE
 from ..file_batches import concat_tables, parquet_chunks
-from ..ownership import CommitError
-from ..store_commit import sha256_sink, store_failure, write_json
+from ..records import FileRecord, UnitRecord
+from ..staged_file import StagedFile
+from ..staging import UnitOutput
 from .file_tally import FileTally
 from .plan import JSON_EXT, Part, Plan, Unit, row_keys, unit_key
 
@@ -183,65 +179,42 @@ class UnitJob:
     config: PreLearnerConfig
     prelearner: type[OfflinePreLearner]
     seed: int
-    samples_dir: str
-    units_dir: str
+    #: Where the units write their files and records (:meth:`~..staging.Staging.unit_output`).
+    output: UnitOutput
     extra: dict[str, Any] = field(default_factory=dict)
     layout: Layout = "auto"  # of array columns in the sample files (io/fast_tensor.py)
-    #: The job's id (``job.json``): a unit writes nothing into a staging folder of another job.
-    job_id: str = ""
     #: Each input file's content fingerprint, in plan order (the units' keys: :func:`unit_key`).
     fingerprints: tuple[str, ...] = ()
-    #: On an object store (``samples_dir`` a URI), the job's id in its files' names: units write
-    #: their files under their final names (``part-<attempt>-<unit>-<k>.parquet``), no rename
-    #: (:mod:`~..store_commit`).
-    attempt: str = ""
+
+    @property
+    def job_id(self) -> str:
+        """The job's id (``job.json``): a unit writes nothing into a staging of another job."""
+        return self.output.job_id
 
 
 def run_unit(
     job: UnitJob, index: int, on_chunk: Callable[[int, int], None] | None = None
-) -> dict[str, Any]:
+) -> UnitRecord:
     """Runs one unit from scratch; writes its sample files and its record; returns the record.
 
-    ``on_chunk(rows, samples)`` is called after each input chunk (progress in one process).
+    Args:
+        job: What every unit of the job shares (its staging's :class:`~..staging.UnitOutput`).
+        index: The unit's index in the plan.
+        on_chunk: ``on_chunk(rows, samples)`` after each input chunk (progress in one process).
+
+    Returns:
+        The unit's record, as written.
     """
     config = dataclasses.replace(job.config, seed=unit_seed(job.seed, index))
     pre = job.prelearner(config)
-    if job.attempt:
-        return _run_unit_on_store(job, index, config, pre, on_chunk)
-    root = Path(job.units_dir).parent  # the staging folder
-    writer = _UnitWriter(Path(job.samples_dir), index, job.layout)
-    refused = None
-    if config.read.on_invalid == "quarantine":
-        refused = _UnitWriter(root / QUARANTINE, index, prefix=QUARANTINE)
-    record = _run(
-        job, index, config, pre, writer, refused, on_chunk, lambda: _check_owner(job, root)
-    )
-    write_json_atomic(Path(job.units_dir) / f"unit-{index:05d}.json", record)
-    return record
-
-
-def _run_unit_on_store(
-    job: UnitJob,
-    index: int,
-    config: PreLearnerConfig,
-    pre: OfflinePreLearner,
-    on_chunk: Callable[[int, int], None] | None,
-) -> dict[str, Any]:
-    """:func:`run_unit` on an object store: files under their final names, then the record
-    (a store's failure is an OSError: exit 3, nothing committed)."""
-    samples = locate(job.samples_dir)
-    units = locate(job.units_dir)
-    with store_failure(samples.parent.uri):
-        writer = _StoreUnitWriter(samples, index, job.attempt, job.layout)
+    output = job.output
+    with output.failures():
+        writer = _UnitWriter(output, "part", index, job.layout)
         refused = None
         if config.read.on_invalid == "quarantine":
-            refused = _StoreUnitWriter(
-                samples.parent.join(QUARANTINE), index, job.attempt, prefix=QUARANTINE
-            )
-        record = _run(
-            job, index, config, pre, writer, refused, on_chunk, lambda: _check_store_owner(job)
-        )
-        write_json(units.join(f"unit-{index:05d}.json"), record)
+            refused = _UnitWriter(output, "quarantine", index)
+        record = _run(job, index, config, pre, writer, refused, on_chunk, output.check_owner)
+        output.write_record(record)
     return record
 
 
@@ -250,11 +223,11 @@ def _run(
     index: int,
     config: PreLearnerConfig,
     pre: OfflinePreLearner,
-    writer: _UnitWriter | _StoreUnitWriter,
-    refused: _UnitWriter | _StoreUnitWriter | None,
+    writer: _UnitWriter,
+    refused: _UnitWriter | None,
     on_chunk: Callable[[int, int], None] | None,
     check_owner: Callable[[], None],
-) -> dict[str, Any]:
+) -> UnitRecord:
     """Reads a unit's rows through ``pre``, writes what it yields (and what it refused, under
     quarantine); returns the unit's record."""
     cpu = time.process_time()
@@ -306,22 +279,22 @@ def _run(
         if refused is not None:
             refused.abort()
         raise
-    stats = pre.stats()
-    record = {
-        "unit": index,
-        "job_id": job.job_id,
-        "plan": unit_key(job.plan, unit, job.fingerprints),
-        "inputs": job.plan.unit_inputs(unit),
-        "files": files,
-        "samples": sum(f["rows"] for f in files),
-        QUARANTINE: [{**f, "name": f"{QUARANTINE}/{f['name']}"} for f in quarantined],
-        "stats": stats,
-        "per_file": tally.to_record(),
-        "node": unit_node(),
+    return UnitRecord(
+        unit=index,
+        job_id=job.job_id,
+        plan=unit_key(job.plan, unit, job.fingerprints),
+        inputs=tuple(job.plan.unit_inputs(unit)),
+        files=tuple(files),
+        samples=sum(f.rows for f in files),
+        quarantine=tuple(
+            dataclasses.replace(f, name=f"{QUARANTINE}/{f.name}") for f in quarantined
+        ),
+        stats=pre.stats(),
+        per_file=tally.to_record(),
+        node=unit_node(),
         # This process's CPU time on the unit (read, prelearner, write): one worker's own rate.
-        "cpu_seconds": round(time.process_time() - cpu, 6),
-    }
-    return record
+        cpu_seconds=round(time.process_time() - cpu, 6),
+    )
 
 
 def unit_node() -> dict[str, str]:
@@ -339,7 +312,7 @@ def unit_node() -> dict[str, str]:
     return node
 
 
-def units_by_node(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def units_by_node(records: Iterable[UnitRecord]) -> list[dict[str, Any]]:
     """Which node ran which units (``stats.json["nodes"]``): one entry per node named by the
     records (a record written before records named their node counts under a node of None).
 
@@ -352,49 +325,17 @@ def units_by_node(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         records carry it.
     """
     nodes: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for rec in sorted(records, key=lambda r: int(r["unit"])):
-        node = rec.get("node")
-        if not isinstance(node, dict):
-            node = {}
+    for rec in sorted(records, key=lambda r: r.unit):
+        node = rec.node or {}
         key = tuple(node.get(k) for k in _NODE_KEYS)
         entry = nodes.setdefault(key, {**dict(zip(_NODE_KEYS, key, strict=True)), "units": []})
-        entry["units"].append(int(rec["unit"]))
-        if isinstance(rec.get("cpu_seconds"), (int, float)):
-            entry["cpu_seconds"] = round(entry.get("cpu_seconds", 0.0) + rec["cpu_seconds"], 6)
+        entry["units"].append(rec.unit)
+        if rec.cpu_seconds is not None:
+            entry["cpu_seconds"] = round(entry.get("cpu_seconds", 0.0) + rec.cpu_seconds, 6)
     return list(nodes.values())
 
 
 _NODE_KEYS = ("ray_node_id", "ip", "host")
-
-
-def _check_owner(job: UnitJob, root: Path) -> None:
-    """Refuses to put a unit's files in place once the staging folder belongs to another job
-    (a worker that outlived its job, a second job that did not take the lock)."""
-    if not job.job_id:
-        return
-    try:
-        staged = json.loads((root / "job.json").read_text()).get("job_id")
-    except (OSError, ValueError, AttributeError):
-        staged = None
-    if staged != job.job_id:
-        raise CommitError(
-            f"the staging folder {str(root)!r} no longer belongs to this job ({job.job_id}); "
-            "its unit wrote nothing"
-        )
-
-
-def _check_store_owner(job: UnitJob) -> None:
-    """On a store: the job's staging is still there (not committed, not discarded)."""
-    at = locate(job.units_dir).parent.join("job.json")
-    try:
-        staged = json.loads(at.read_bytes()).get("job_id")
-    except (OSError, ValueError, AttributeError):
-        staged = None
-    if staged != job.job_id:
-        raise CommitError(
-            f"the staging {at.parent.uri!r} no longer belongs to this job ({job.job_id}); "
-            "its unit wrote nothing"
-        )
 
 
 def _chunk_keys(chunk: pa.Table, key_columns: tuple[str, ...]) -> np.ndarray:
@@ -440,24 +381,52 @@ ROW_GROUP_ROWS = 1 << 16
 ROW_GROUP_BYTES = 64 << 20
 
 
-class _FileSplitter(abc.ABC):
-    """What both unit writers share: batches in, one Parquet file per run of one schema (a new
-    file whenever the schema changes), batches held until they fill a row group
-    (:data:`ROW_GROUP_ROWS` / :data:`ROW_GROUP_BYTES`), rows counted; where a file goes is the
-    subclass's."""
+def _parquet_writer(where: Any, schema: pa.Schema) -> pq.ParquetWriter:
+    """A writer with the package's dictionary choice (:func:`parquet_dictionary_columns`), less
+    the samples' ``indices``: a distinct buffer handle per row, so pyarrow's dictionary page is
+    always thrown away (on CartPole samples it cost ~19% of the write's CPU and 5% more bytes)."""
+    dictionary = parquet_dictionary_columns(schema)
+    if INDICES in schema.names and dictionary is not False:
+        names = schema.names if dictionary is True else dictionary
+        dictionary = [n for n in names if n != INDICES]
+    return pq.ParquetWriter(where, schema, use_dictionary=dictionary)
 
-    def __init__(self, layout: Layout) -> None:
+
+class _UnitWriter:
+    """A unit's output files: ``<kind>-...-<unit>-<k>.parquet`` (``part``: samples;
+    ``quarantine``: the rows it refused), a new file whenever the schema changes, batches held
+    until they fill a row group (:data:`ROW_GROUP_ROWS` / :data:`ROW_GROUP_BYTES`), rows counted.
+    Where a file goes, how it is hashed and how it is put in place is the staging's
+    (:meth:`~..staging.UnitOutput.open_file`): this writer only writes and finishes files, and
+    places them all when the unit ends (:meth:`close`)."""
+
+    def __init__(
+        self,
+        output: UnitOutput,
+        kind: Literal["part", "quarantine"],
+        unit: int,
+        layout: Layout = "auto",
+    ) -> None:
+        self.output = output
+        self.kind: Literal["part", "quarantine"] = kind
+        self.unit = unit
         self.layout = layout
         self.writer: pq.ParquetWriter | None = None
         self.schema: pa.Schema | None = None
+        self.file: StagedFile | None = None
         self.rows = 0  # rows in the file being written (held ones included)
         self.total = 0  # rows written by this unit so far (held ones included)
         self.held: list[pa.Table] = []  # the next row group's batches
         self.held_rows = 0
         self.held_bytes = 0
+        self.done: list[tuple[StagedFile, int]] = []  # finished files, with their rows
 
     def write(self, columns: Any) -> None:
-        """Appends a batch (an Arrow table or columns), starting a new file on a new schema."""
+        """Appends a batch (an Arrow table or columns), starting a new file on a new schema.
+
+        Args:
+            columns: What the prelearner yielded.
+        """
         table = (
             columns
             if isinstance(columns, pa.Table)
@@ -467,7 +436,8 @@ class _FileSplitter(abc.ABC):
             return
         if self.writer is None or not table.schema.equals(self.schema, check_metadata=True):
             self._finish()
-            self.writer = self._open(table.schema)
+            self.file = self.output.open_file(self.kind, self.unit, len(self.done))
+            self.writer = _parquet_writer(self.file.stream, table.schema)
             self.schema = table.schema
         self.held.append(table)
         self.held_rows += table.num_rows
@@ -484,164 +454,34 @@ class _FileSplitter(abc.ABC):
             self.writer.write_table(held[0] if len(held) == 1 else pa.concat_tables(held))
         self.held, self.held_rows, self.held_bytes = [], 0, 0
 
-    @abc.abstractmethod
-    def _open(self, schema: pa.Schema) -> pq.ParquetWriter:
-        """A writer for the next file (each writer says where it goes)."""
-
-    @abc.abstractmethod
     def _finish(self) -> None:
-        """Ends the file being written, if any, its held batches written first (each writer
-        says what ending takes)."""
-
-
-def _parquet_writer(where: Any, schema: pa.Schema) -> pq.ParquetWriter:
-    """A writer with the package's dictionary choice (:func:`parquet_dictionary_columns`), less
-    the samples' ``indices``: a distinct buffer handle per row, so pyarrow's dictionary page is
-    always thrown away (on CartPole samples it cost ~19% of the write's CPU and 5% more bytes)."""
-    dictionary = parquet_dictionary_columns(schema)
-    if INDICES in schema.names and dictionary is not False:
-        names = schema.names if dictionary is True else dictionary
-        dictionary = [n for n in names if n != INDICES]
-    return pq.ParquetWriter(where, schema, use_dictionary=dictionary)
-
-
-class _UnitWriter(_FileSplitter):
-    """A unit's output: ``<prefix>-<unit>-<k>.parquet`` (``part``: samples; ``quarantine``: the
-    rows it refused), a new file whenever the schema changes, written under a temporary name and
-    renamed when the unit ends. Each file is hashed as it is written (never read back), flushed
-    to disk before its rename, and its record carries its ``stat`` after the rename (size,
-    inode, mtime): the job commit re-hashes only a file whose stat is no longer that."""
-
-    def __init__(
-        self, folder: Path, unit: int, layout: Layout = "auto", prefix: str = "part"
-    ) -> None:
-        super().__init__(layout)
-        self.folder = folder
-        self.unit = unit
-        self.prefix = prefix
-        self.sink: Any = None
-        self.buffered: Any = None
-        self.done: list[tuple[Path, Path, int, str]] = []  # (tmp, final, rows, sha256)
-
-    def _tmp(self, k: int) -> tuple[Path, Path]:
-        name = f"{self.prefix}-{self.unit:05d}-{k:03d}.parquet"
-        return self.folder / f".{name}.tmp-{tmp_tag()}", self.folder / name
-
-    def _open(self, schema: pa.Schema) -> pq.ParquetWriter:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        tmp, _ = self._tmp(len(self.done))
-        self.sink = sha256_sink(open(tmp, "wb"))  # noqa: SIM115 -- closed by _finish / abort
-        # Arrow buffers the writer's many small writes: the hashing sink sees 1 MiB ones.
-        self.buffered = pa.BufferedOutputStream(pa.PythonFile(self.sink, mode="w"), 1 << 20)
-        return _parquet_writer(self.buffered, schema)
-
-    def _finish(self) -> None:
-        if self.writer is None:
+        """Ends the file being written, if any, its held batches written first."""
+        if self.writer is None or self.file is None:
             return
         self._flush()
         self.writer.close()
-        self.buffered.flush()
-        fh = self.sink.stream
-        fh.flush()
-        os.fsync(fh.fileno())
-        self.buffered.close()
-        self.sink.close()
-        tmp, final = self._tmp(len(self.done))
-        self.done.append((tmp, final, self.rows, self.sink.hash.hexdigest()))
-        self.writer, self.sink, self.buffered, self.rows = None, None, None, 0
+        self.file.finish()
+        self.done.append((self.file, self.rows))
+        self.writer, self.file, self.rows = None, None, 0
 
-    def close(self) -> list[dict[str, Any]]:
+    def close(self) -> list[FileRecord]:
+        """Ends the last file and puts every file in place.
+
+        Returns:
+            The files' records for the unit's record, in order.
+        """
         self._finish()
-        files = []
-        for tmp, final, rows, sha in self.done:
-            os.replace(tmp, final)
-            st = final.stat()
-            files.append(
-                {
-                    "name": final.name,
-                    "rows": rows,
-                    "bytes": st.st_size,
-                    "sha256": sha,
-                    STAGED_STAT: staged_stat(st),
-                }
-            )
-        return files
+        return [f.place(rows) for f, rows in self.done]
 
     def abort(self) -> None:
+        """Closes what is open and removes what the unit wrote (the error that stopped it is
+        what matters: nothing here raises)."""
         self.held = []
         if self.writer is not None:
-            with contextlib.suppress(Exception):  # the error that stopped the unit matters
+            with contextlib.suppress(Exception):
                 self.writer.close()
             self.writer = None
-        if self.sink is not None:
-            with contextlib.suppress(Exception):
-                self.buffered.close()
-            with contextlib.suppress(Exception):
-                self.sink.close()
-            self.sink = self.buffered = None
-        for p in self.folder.glob(f".{self.prefix}-{self.unit:05d}-*.tmp-{tmp_tag()}"):
-            p.unlink(missing_ok=True)
-
-
-class _StoreUnitWriter(_FileSplitter):
-    """A unit's output on an object store: ``<prefix>-<attempt>-<unit>-<k>.parquet`` written
-    straight under its final name (an object appears whole when its upload completes; a worker
-    killed mid-upload leaves none), hashed as it is written."""
-
-    def __init__(
-        self,
-        folder: Location,
-        unit: int,
-        attempt: str,
-        layout: Layout = "auto",
-        prefix: str = "part",
-    ) -> None:
-        super().__init__(layout)
-        self.folder = folder
-        self.unit = unit
-        self.attempt = attempt
-        self.prefix = prefix
-        self.sink: Any = None
-        self.files: list[dict[str, Any]] = []
-        self.opened: list[Location] = []
-
-    def _name(self, k: int) -> str:
-        return f"{self.prefix}-{self.attempt}-{self.unit:05d}-{k:03d}.parquet"
-
-    def _open(self, schema: pa.Schema) -> pq.ParquetWriter:
-        at = self.folder.join(self._name(len(self.files)))
-        self.opened.append(at)
-        self.sink = sha256_sink(at.open_output_stream())
-        return _parquet_writer(self.sink, schema)
-
-    def _finish(self) -> None:
-        if self.writer is None:
-            return
-        self._flush()
-        self.writer.close()
-        self.sink.close()  # the upload completes: the object is there, whole
-        self.files.append(
-            {
-                "name": self._name(len(self.files)),
-                "rows": self.rows,
-                "bytes": self.sink.bytes,
-                "sha256": self.sink.hash.hexdigest(),
-            }
-        )
-        self.writer, self.sink, self.rows = None, None, 0
-
-    def close(self) -> list[dict[str, Any]]:
-        self._finish()
-        return self.files
-
-    def abort(self) -> None:
-        self.held = []
-        with contextlib.suppress(Exception):  # the error that stopped the unit matters
-            if self.writer is not None:
-                self.writer.close()
-            if self.sink is not None:
-                self.sink.close()
-        self.writer = self.sink = None
-        for at in self.opened:  # never listed by a manifest; removed now rather than later
-            with contextlib.suppress(Exception):
-                at.delete()
+        files = [f for f, _ in self.done] + ([self.file] if self.file is not None else [])
+        for f in files:
+            f.abort()
+        self.file = None

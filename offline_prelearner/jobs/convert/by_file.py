@@ -61,7 +61,7 @@ from ...io.formats.sample_batches.reader import SampleBatchesReader
 from ...io.quarantine import write_quarantine
 from ...io.readers import make_reader
 from ...io.sources import is_empty_parquet, read_table
-from ..commit import Staging, file_sha256, input_identity, write_parquet_atomic
+from ..commit import LocalStaging, file_sha256, input_identity, write_parquet_atomic
 from ..dataset_info import DatasetInfo, info_from_env_id, info_of_files
 from ..ownership import output_storage
 from .config import ConvertConfig
@@ -95,7 +95,7 @@ def convert_by_file(
     out = Path(out_dir)
     inputs = [input_identity(f) for f in files]
     job = _describe(config, inputs)
-    staging = Staging(out, job, overwrite=overwrite, resume=resume, files_dir="")
+    staging = LocalStaging(out, job, overwrite=overwrite, resume=resume, files_dir="")
     # The job owns --out until it is committed or failed (ownership.OutLock).
     with staging, output_storage(out):
         fmt = config.read.format
@@ -104,7 +104,7 @@ def convert_by_file(
 
 def _convert_units(
     job: ConvertConfig,
-    staging: Staging,
+    staging: LocalStaging,
     path: str | os.PathLike[str],
     files: list[str],
     inputs: list[dict[str, Any]],
@@ -218,7 +218,7 @@ def _reusable(kept: dict[int, dict[str, Any]], files: list[str]) -> list[dict[st
     return out
 
 
-def _drop_unused(staging: Staging, kept: list[dict[str, Any]]) -> None:
+def _drop_unused(staging: LocalStaging, kept: list[dict[str, Any]]) -> None:
     """Removes what the staging folder holds beyond the reused units (later units are redone)."""
     root = staging.path
     names = {f["name"] for r in kept for f in r["files"]}
@@ -323,7 +323,7 @@ def _ends_open(frags: list[tuple[int, int, bool]]) -> bool:
 
 def _run_units(
     job: ConvertConfig,
-    staging: Staging,
+    staging: LocalStaging,
     inputs: list[dict[str, Any]],
     reused: list[dict[str, Any]],
     progress: Progress | None,
@@ -428,7 +428,7 @@ def _reader_idle(reader: Any) -> bool:
 
 def _commit_unit(
     job: ConvertConfig,
-    staging: Staging,
+    staging: LocalStaging,
     unit: _Unit,
     inputs: list[dict[str, Any]],
     info: DatasetInfo,
@@ -534,7 +534,9 @@ def _write_unit_quarantine(root: Path, unit: int, batch: EpisodeBatch) -> dict[s
     return _entry(root, name, kind=_QUARANTINE)
 
 
-def _merge_quarantine(staging: Staging, records: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _merge_quarantine(
+    staging: LocalStaging, records: list[dict[str, Any]]
+) -> dict[str, Any] | None:
     """The units' quarantine files as one ``quarantine/quarantine.parquet`` (unit order)."""
     parts = [
         staging.path / f["name"]

@@ -22,7 +22,7 @@ inferred from the data (spaces) or left out (``env_spec``: the stats say ``env_s
 the CLI says so in one line). Every target keeps them: Minari in ``metadata.json``, rows and
 episodes in each file's schema metadata.
 
-The output is a commit (:class:`~.commit.Staging`: staged beside ``out_dir``, manifest last).
+The output is a commit (:class:`~.commit.LocalStaging`: staged beside ``out_dir``, manifest last).
 The whole job is one unit, held in memory (Minari's one hdf5 file, D4RL's one array per key):
 ``resume`` is refused (there is nothing partial to reuse).
 Not-done episodes (the data ends mid-episode) are kept as fragments or refused
@@ -55,7 +55,7 @@ from ...io.formats.minari.writer import infer_obs_space, infer_space, write_mina
 from ...io.formats.sample_batches.reader import DonesRule, SampleBatchesReader
 from ...io.readers import make_reader
 from ...io.sources import WHOLE_FILE_FORMATS, detect_format, expand_paths, read_table
-from ..commit import Staging, input_identity, write_parquet_atomic
+from ..commit import LocalStaging, input_identity, write_parquet_atomic
 from ..dataset_info import (
     DatasetInfo,
     env_spaces,
@@ -149,7 +149,7 @@ def convert_dataset(
         "inputs": inputs,
     }
     # The job owns --out until it is committed or failed (ownership.OutLock).
-    with Staging(out, job, overwrite=overwrite, files_dir="") as staging, output_storage(out):
+    with LocalStaging(out, job, overwrite=overwrite, files_dir="") as staging, output_storage(out):
         staging.open()
         try:
             batch, reader = _read_all(files, read, progress, dones)

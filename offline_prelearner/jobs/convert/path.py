@@ -74,7 +74,7 @@ from ...errors import ConfigError, UnsupportedFormatError
 from ...io.fast_tensor import Layout
 from ...io.formats.sample_batches.reader import DonesRule
 from ...io.sources import check_one_format, detect_format, expand_paths
-from ...io.stores import is_remote
+from ...io.stores import locate
 from ..ownership import check_out_apart
 from ..store_commit import store_failure
 from .by_file import UNIT_FORMATS, Progress, convert_by_file
@@ -184,7 +184,7 @@ def convert(
     Raises:
         CommitError: As :func:`convert_path` says.
     """
-    if is_remote(out_dir):  # an object store: converted locally, then published (no rename)
+    if not locate(out_dir).local:  # an object store: converted locally, then published
         return _convert_to_store(path, os.fspath(out_dir), config, progress, overwrite, resume)
     check_out_apart(out_dir, os.fspath(path))  # before anything is read
     start = time.perf_counter()

@@ -34,7 +34,7 @@ from ...io.fast_tensor import FAST_TENSOR_NAME, Layout, check_layout
 from ...io.fast_tensor import parquet_dictionary_columns as dictionary
 from ...io.formats.rows.writer import columns_to_table
 from ...io.parquet_guard import open_parquet
-from ..commit import Staging, file_sha256, input_identity
+from ..commit import LocalStaging, file_sha256, input_identity
 from ..file_batches import READ_ROWS, has_list_cells
 from ..ownership import output_storage
 
@@ -151,14 +151,14 @@ def relayout_rows(
         "inputs": inputs,
     }
     out = Path(out_dir)
-    staging = Staging(out, job, overwrite=overwrite, resume=resume, files_dir="")
+    staging = LocalStaging(out, job, overwrite=overwrite, resume=resume, files_dir="")
     # The job owns --out until it is committed or failed (ownership.OutLock).
     with staging, output_storage(out):
         return _relayout_all(staging, files, inputs, layout, progress, workers, start)
 
 
 def _relayout_all(
-    staging: Staging,
+    staging: LocalStaging,
     files: list[str],
     inputs: list[dict[str, Any]],
     layout: Layout,
