@@ -24,7 +24,12 @@ __all__ = ["add_process", "parse_set", "process"]
 
 
 def add_process(sub: Any) -> None:
-    """The ``process`` parser, added to ``sub`` (the top parser's sub-commands)."""
+    """The ``process`` parser, added to ``sub`` (the top parser's sub-commands).
+
+    Args:
+        sub: The object ``argparse.ArgumentParser.add_subparsers()`` returned for the top
+            parser; the new parser's ``func`` default is :func:`process`.
+    """
     pr = sub.add_parser(
         "process",
         help="the batch job: read, build episodes, replay, sample, write learner-ready rows",
@@ -71,7 +76,19 @@ def add_process(sub: Any) -> None:
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
-    """``key=value`` pairs; values parse as JSON where they can (``[1,3]``, ``true``, ``0.99``)."""
+    """``key=value`` pairs; values parse as JSON where they can (``[1,3]``, ``true``, ``0.99``).
+
+    Args:
+        items: The ``--set`` values as given, each ``key=value``; the key is a flat config field
+            or ``section.field``. A value that is not JSON stays the raw string; a later item
+            overrides an earlier one with the same key.
+
+    Returns:
+        The overrides by key, for :meth:`PreLearnerConfig.with_updates`.
+
+    Raises:
+        ConfigError: An item has no ``=`` or an empty key.
+    """
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
@@ -94,7 +111,18 @@ def _config_text(path: str) -> bytes:
 
 
 def process(args: argparse.Namespace) -> int:
-    """Runs the batch job on ``args.path`` into ``args.out``; prints the summary. Returns 0."""
+    """Runs the batch job on ``args.path`` into ``args.out``; prints the summary. Returns 0.
+
+    Args:
+        args: The parsed ``process`` command line: ``path``, ``out``, ``config``, ``set``,
+            ``format``, ``schema``, ``max_episode_steps``, ``prelearner``, ``engine``, ``address``,
+            ``layout``, ``json`` and the common and commit flags (``on_invalid``,
+            ``legacy_pickle``, ``overwrite``, ``resume``). Flags left unset keep the config
+            file's values.
+
+    Returns:
+        0; a failure raises, and :func:`~.exits.run_command` turns it into the exit status.
+    """
     from ..jobs.batch.batch_job import run_pipeline
 
     config_text = _config_text(args.config) if args.config else None

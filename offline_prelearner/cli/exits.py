@@ -39,7 +39,21 @@ def _nothing_committed(args: argparse.Namespace) -> str:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """The subcommand, and the one line for whatever stopped it; returns the exit status."""
+    """The subcommand, and the one line for whatever stopped it; returns the exit status.
+
+    Args:
+        args: The parsed command line; ``args.func`` is the subcommand, called with ``args``,
+            and ``args.command`` names it in the error line. ``args.out`` (``process`` and
+            ``convert``) is where the line says what was committed and what ``--resume`` keeps.
+
+    Returns:
+        The subcommand's own status; 2 for our errors (bad data, config or arguments) and a
+        missing file; 3 for a failure of the job's own I/O or a Ray worker lost for good;
+        128 + N after signal N.
+
+    Raises:
+        Exception: Anything else (our bug), unchanged, for the traceback.
+    """
     try:
         return int(args.func(args))
     except KeyboardInterrupt:
@@ -98,7 +112,18 @@ def interrupted() -> bool:
 def report_interrupt(args: argparse.Namespace, signum: int | None = None) -> int:
     """Writes the interrupt's one line (once: the watch of :mod:`~..jobs.session.interrupts` may be
     writing it for a main thread stuck in native code); returns the exit status, 128 + the
-    signal."""
+    signal.
+
+    Args:
+        args: The parsed command line: ``args.command`` names the command in the line, and
+            ``args.out`` is where it says nothing was committed.
+        signum: The signal's number; None (or 0) takes the one :mod:`~..jobs.session.interrupts`
+            received, and SIGINT where none was (a ``KeyboardInterrupt`` raised by other means).
+
+    Returns:
+        128 + the signal's number. Where the watch thread writes the line instead, the main
+        thread first sleeps twice the grace period, as the watch ends the process meanwhile.
+    """
     signum = signum or interrupts.received() or signal.SIGINT
     if not interrupts.claim_report():  # the other thread writes it
         if threading.current_thread() is threading.main_thread():
@@ -113,7 +138,11 @@ def report_interrupt(args: argparse.Namespace, signum: int | None = None) -> int
 
 
 def exit_now(code: int) -> NoReturn:
-    """Ends the process now: flushed output, no interpreter teardown (see :func:`main`)."""
+    """Ends the process now: flushed output, no interpreter teardown (see :func:`main`).
+
+    Args:
+        code: The exit status, as :func:`run_command` returns it (0, 2, 3 or 128 + N).
+    """
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
