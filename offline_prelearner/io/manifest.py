@@ -79,7 +79,15 @@ class Manifest:
     def read(cls, folder: str | os.PathLike[str]) -> Manifest:
         """The manifest of ``folder``.
 
+        Args:
+            folder: The committed folder, a local path or a store URI (``s3://...``; a trailing
+                ``/`` is dropped); its ``_manifest.json`` is read.
+
+        Returns:
+            The manifest, its files' paths joined onto ``folder`` (and its ``files_dir``).
+
         Raises:
+            FileNotFoundError: The folder has no manifest (it was never committed).
             DataError: The manifest is not JSON, or not a manifest (no ``files`` list), or names
                 a file outside its folder; the error names the manifest.
         """
@@ -143,7 +151,15 @@ class Manifest:
         return [f.path for f in self.files]
 
     def check_size(self, file: ManifestFile, size: int) -> None:
-        """Raises a DataError naming ``file`` if ``size`` is not the size the job recorded."""
+        """Raises a DataError naming ``file`` if ``size`` is not the size the job recorded.
+
+        Args:
+            file: One of this manifest's :attr:`files`; one with no recorded size passes.
+            size: The file's size now, in bytes.
+
+        Raises:
+            DataError: The sizes differ (``reason="manifest_mismatch"``).
+        """
         if file.bytes is not None and size != file.bytes:
             raise DataError(
                 f"the file is {size} bytes, but {self.path!r} recorded {file.bytes}: it changed "
@@ -156,6 +172,13 @@ class Manifest:
 def verify_checksums(folder: str | os.PathLike[str]) -> list[str]:
     """Every listed file of a committed folder checked against its recorded size *and* sha256
     (reads every byte: not done on ordinary reads, see the module docstring); returns the paths.
+
+    Args:
+        folder: The committed folder, a local path or a store URI. A file whose entry has no
+            sha256 (an older manifest) is checked by size only.
+
+    Returns:
+        The listed files' paths, in the manifest's order.
 
     Raises:
         FileNotFoundError / DataError: As :meth:`Manifest.checked_paths`; a sha256 that differs

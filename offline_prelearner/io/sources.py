@@ -105,6 +105,13 @@ def expand_paths(path: str | os.PathLike[str] | list[str]) -> list[str]:
     that leads back into a folder holding it is refused, naming the link), names starting with
     ``.`` or ``_`` (files and folders) are skipped.
 
+    Args:
+        path: A local path or store URI (``file://`` is read as the local path): a file, a
+            folder, a glob, a Minari dataset's folder or id, or a list of any of these.
+
+    Returns:
+        The data files' paths (URIs for a store), never empty.
+
     Raises:
         FileNotFoundError: Nothing matches (naming the path), a symlink leads nowhere, or a file
             a manifest lists is missing.
@@ -506,7 +513,19 @@ def _sniff_json(path: str) -> str | None:
 
 def detect_format(files: list[str]) -> str:
     """``rows``, ``episodes``, ``sample_batches``, ``minari`` or ``d4rl``, from the first file's
-    name and content; a mix of formats among the files is refused (:func:`check_one_format`)."""
+    name and content; a mix of formats among the files is refused (:func:`check_one_format`).
+
+    Args:
+        files: The input's data files, as :func:`expand_paths` gives them. The first that holds
+            rows says the format (the first file, if all are empty partitions).
+
+    Returns:
+        The format's name.
+
+    Raises:
+        UnsupportedFormatError: ``files`` is empty, the first file's format cannot be told, or
+            the files hold more than one format.
+    """
     if not files:
         raise UnsupportedFormatError("no files to detect a format from")
     # An empty partition (a Parquet file of zero rows, as Spark writes) may have no columns at
@@ -518,7 +537,12 @@ def detect_format(files: list[str]) -> str:
 
 
 def is_empty_parquet(path: str) -> bool:
-    """A valid Parquet file of zero rows (an empty partition: read as nothing, never refused)."""
+    """A valid Parquet file of zero rows (an empty partition: read as nothing, never refused).
+
+    Args:
+        path: A local path or store URI. JSON-lines, HDF5 and Arrow files are never it (not
+            opened); a file that is not Parquet, or cannot be opened, is not either.
+    """
     if path.endswith(_JSON_EXT) or path.endswith((".hdf5", ".h5", ".arrow")):
         return False
     try:
@@ -535,7 +559,15 @@ def check_one_format(files: list[str]) -> None:
     """Refuses files of more than one format (rows, msgpack episodes, old-stack batches) in one
     input, in one line naming each format and its files: a reader given another format's file
     would read it as nothing, or as rows missing columns. A file whose format cannot be told
-    (empty, corrupt) is left to the reader, which refuses or counts it."""
+    (empty, corrupt) is left to the reader, which refuses or counts it.
+
+    Args:
+        files: The input's data files; each is opened for its footer or first lines (fewer
+            than two: nothing is checked). Minari and D4RL files are not compared.
+
+    Raises:
+        UnsupportedFormatError: Two or more of rows, episodes and sample batches are present.
+    """
     if len(files) < 2:
         return
     by_format: dict[str, list[str]] = {}
@@ -568,7 +600,21 @@ def format_of(first: str) -> str: ...
 def format_of(first: str, *, empty: str | None) -> str | None: ...
 def format_of(first: str, *, empty: str | None = "rows") -> str | None:
     """The format of one file, from its name and content (see :func:`detect_format`); ``empty``
-    for a Parquet file of zero rows (an empty partition), whose columns may say nothing."""
+    for a Parquet file of zero rows (an empty partition), whose columns may say nothing.
+
+    Args:
+        first: The file's path or URI (the first data file, for a whole input).
+        empty: What a Parquet file of zero rows is: ``"rows"`` (the default) reads its
+            columns as any other file; None or another name is returned as it is.
+
+    Returns:
+        ``"minari"``, ``"d4rl"``, ``"rows"``, ``"episodes"`` or ``"sample_batches"``; ``empty``
+        for an empty Parquet file where ``empty`` is not ``"rows"``.
+
+    Raises:
+        UnsupportedFormatError: A JSON-lines file that is not SampleBatch records, or a file
+            that is neither Parquet nor JSON lines.
+    """
     if data_dir_of(first) is not None:
         return "minari"
     if is_d4rl_file(first):
@@ -607,6 +653,21 @@ def read_table(
     Parquet and JSON lines as they are; a Minari data file or a D4RL file as a step table. A
     Parquet file whose footer claims more than ``limits`` allow is refused before it is read
     (:mod:`.parquet_guard`).
+
+    Args:
+        path: The file's local path or store URI.
+        columns: The columns to read from a Parquet file; None reads all. A name the file lacks
+            is refused (a DataError). Other formats are read whole.
+        limits: The decode bounds; a Parquet file is checked against its expansion and row-group
+            bounds before it is read.
+
+    Returns:
+        The file's table (a step table for Minari and D4RL files).
+
+    Raises:
+        DataError: The file cannot be read or lacks a requested column (``reason=
+            "unreadable_file"``); for a JSON-lines file it names the first line that is not an
+            object.
     """
     if path.endswith((".arrow", ".parquet", ".hdf5")) and is_minari_file(path):
         return read_minari_file(path)
@@ -654,6 +715,15 @@ def _first_bad_json_line(path: str) -> tuple[int, str] | None:
 def iter_tables(
     files: list[str], columns: list[str] | None = None, limits: DecodeLimits = DEFAULT_LIMITS
 ) -> Iterator[tuple[str, pa.Table]]:
-    """Yields ``(path, table)`` per file, in the given (name) order."""
+    """Yields ``(path, table)`` per file, in the given (name) order.
+
+    Args:
+        files: The data files to read, one at a time (one table in memory at once).
+        columns: As in :func:`read_table`: the Parquet columns to read, None for all.
+        limits: As in :func:`read_table`.
+
+    Yields:
+        Each file's path and its table, as :func:`read_table` reads it.
+    """
     for f in files:
         yield f, read_table(f, columns, limits)

@@ -66,7 +66,13 @@ _HTTP_403 = re.compile(r"\bforbidden\b|(?:status|code|http)[^0-9a-z]{0,12}403\b"
 
 
 def is_remote(path: str | os.PathLike[str] | Location) -> bool:
-    """Whether ``path`` names an object store (or any non-local scheme), not the local disk."""
+    """Whether ``path`` names an object store (or any non-local scheme), not the local disk.
+
+    Args:
+        path: A path as the user wrote it (a plain path or ``file://...`` is local; any other
+            ``scheme://`` is not, whether or not the scheme is supported), or a
+            :class:`Location`.
+    """
     if isinstance(path, Location):
         return not path.local
     m = _URI.match(os.fspath(path))
@@ -130,12 +136,21 @@ class Location:
         return Location(self.fs, parent, self.scheme, self.authority)
 
     def join(self, *names: str) -> Location:
-        """This location with ``names`` appended (``/`` on stores, ``os.sep`` locally)."""
+        """This location with ``names`` appended (``/`` on stores, ``os.sep`` locally).
+
+        Args:
+            *names: Path components, relative (each may hold ``/``); none gives this location.
+        """
         join = os.path.join if self.local else posixpath.join
         return Location(self.fs, join(self.path, *names), self.scheme, self.authority)
 
     def with_path(self, path: str) -> Location:
-        """Another path on the same store (a listing's entry)."""
+        """Another path on the same store (a listing's entry).
+
+        Args:
+            path: A path inside this filesystem (``bucket/key``, no scheme), as ``pyarrow.fs``
+                lists it.
+        """
         return Location(self.fs, path, self.scheme, self.authority)
 
     # ------------------------------------------------------------------ questions
@@ -202,7 +217,15 @@ class Location:
 
     def glob(self, pattern: str) -> list[Location]:
         """Files under this folder whose path relative to it matches ``pattern`` (``*`` stays in
-        one component, ``**`` spans folders), in name order: the same on every store."""
+        one component, ``**`` spans folders), in name order: the same on every store.
+
+        Args:
+            pattern: A glob over the path below this folder, ``/``-separated (``*.parquet``,
+                ``**/part-*.parquet``).
+
+        Returns:
+            The matching files (not folders), walked recursively.
+        """
         regex = _glob_regex(pattern)
         base = self.path.rstrip("/") + "/"
         return [f for f in self.walk() if regex.fullmatch(f.path[len(base) :])]
@@ -232,12 +255,27 @@ class Location:
             raise self._write_error(e) from None
 
     def read_bytes(self, limit: int | None = None) -> bytes:
-        """The file's bytes; at most ``limit + 1`` are read: a caller can refuse a larger file."""
+        """The file's bytes; at most ``limit + 1`` are read: a caller can refuse a larger file.
+
+        Args:
+            limit: The most bytes the caller accepts; None reads the whole file.
+
+        Raises:
+            StorageError: The store refused or could not answer, or has no such file.
+        """
         with self.open_input_stream() as f:
             return bytes(f.read() if limit is None else f.read(limit + 1))
 
     def write_bytes(self, data: bytes) -> None:
-        """Writes the whole file (an object put on a store: all or nothing)."""
+        """Writes the whole file (an object put on a store: all or nothing).
+
+        Args:
+            data: The file's whole content; an existing file is replaced. A local folder
+                that is missing is made.
+
+        Raises:
+            StorageError: The store (or disk) refused the write, said in words.
+        """
         try:
             with self.open_output_stream() as f:
                 f.write(data)
@@ -283,7 +321,12 @@ class Location:
 
 def join_path(folder: str, *names: str) -> str:
     """``os.path.join`` for a local folder, ``/`` for a store's URI: the path string of a file in
-    ``folder``, in the form the folder was given in (a local path stays relative)."""
+    ``folder``, in the form the folder was given in (a local path stays relative).
+
+    Args:
+        folder: A local folder or a store's URI (a trailing ``/`` is dropped on a store).
+        *names: The components to append, relative.
+    """
     if is_remote(folder):
         return "/".join((folder.rstrip("/"), *names))
     return os.path.join(folder, *names)
@@ -324,6 +367,14 @@ def locate(path: str | os.PathLike[str] | Location) -> Location:
 def input_file(path: str | os.PathLike[str]) -> Any:
     """What a reader opens: a local path as it is (readers open it their own fastest way), a
     store's file (a URI) as a random-access file of its filesystem.
+
+    Args:
+        path: A local path, ``file://...`` (given back as the plain local path) or a store's
+            URI.
+
+    Returns:
+        A path string for a local file; an open ``pyarrow`` random-access file for a store's
+        (the caller closes it).
 
     Raises:
         StorageError: The store refused or could not answer.
@@ -388,6 +439,13 @@ class FileStat(NamedTuple):
 def file_stat(path: str | os.PathLike[str]) -> os.stat_result | FileStat:
     """``os.stat`` of a local path; a store's file's size and modification time.
 
+    Args:
+        path: A local path, ``file://...`` or a store's URI.
+
+    Returns:
+        ``os.stat``'s result locally; on a store, a :class:`FileStat` (size in bytes,
+        modification time in nanoseconds, 0 where the store gives none).
+
     Raises:
         FileNotFoundError: No such file (a store's is also a :class:`StorageError`).
     """
@@ -402,7 +460,16 @@ def file_stat(path: str | os.PathLike[str]) -> os.stat_result | FileStat:
 
 
 def storage_error(e: BaseException, where: Location | str) -> StorageError:
-    """One line for a store's failure: which path, and what went wrong in words."""
+    """One line for a store's failure: which path, and what went wrong in words.
+
+    Args:
+        e: The failure the store's library raised (its text is matched for credentials,
+            access, missing bucket or container, network and not-found cases).
+        where: The location (or URI) the request was for, named in the line.
+
+    Returns:
+        The error to raise (the caller raises it, ``from None``).
+    """
     uri = where.uri if isinstance(where, Location) else where
     text = " ".join(str(e).split())
     low = text.lower()
