@@ -91,7 +91,20 @@ Progress = Callable[[int, "int | None", int], None]
 
 def choose_engine(engine: str, config: PreLearnerConfig, plan: Plan) -> str:
     """``local`` or ``ray``: ``auto`` is local for inputs under LOCAL_ENGINE_MAX_BYTES when no
-    cluster address is set (``ray.address`` or ``RAY_ADDRESS``), else Ray."""
+    cluster address is set (``ray.address`` or ``RAY_ADDRESS``), else Ray.
+
+    Args:
+        engine: ``"local"``, ``"ray"`` or ``"auto"``, as the caller asked (``--engine``); an
+            explicit choice is returned unchanged.
+        config: The job's config; only ``ray.address`` is read.
+        plan: The job's plan; its files' sizes (bytes on disk, not decoded) are summed.
+
+    Returns:
+        ``"local"`` or ``"ray"``.
+
+    Raises:
+        ConfigError: ``engine`` is not one of :data:`~offline_prelearner.config.ENGINES`.
+    """
     if check_engine(engine) != "auto":
         return engine
     if config.ray.address or os.environ.get("RAY_ADDRESS"):

@@ -47,7 +47,19 @@ class FileTally:
         key_rows: Callable[[], np.ndarray] | None = None,
     ) -> None:
         """One chunk: ``file_idx`` per row; ``key_rows()`` gives each row's episode id (only
-        called when the chunk spans files and something was rejected)."""
+        called when the chunk spans files and something was rejected).
+
+        Args:
+            file_idx: The index into :attr:`paths` of the file each row of the chunk came from,
+                one per row in read order (int array, non-empty, non-decreasing).
+            rejections: The ledger's rejections for the chunk; each adds its ``num_rows`` to
+                the file(s) as the module docstring says.
+            duplicate_rows: Rows the chunk dropped as duplicates; counted on its last file.
+            key_rows: Called at most once: each row's episode key (string array aligned with
+                ``file_idx``), to place a rejection of a chunk spanning files on the file(s)
+                holding its episode. None: such a rejection goes to the file of its row, else
+                the chunk's first file.
+        """
         n = len(self.paths)
         self.read += np.bincount(file_idx, minlength=n)
         one_file = file_idx[0] == file_idx[-1]
@@ -73,7 +85,13 @@ class FileTally:
             self.duplicate[file_idx[-1]] += duplicate_rows
 
     def unreadable(self, file: int, error: BaseException) -> None:
-        """A file the reader could not take (counted and listed under skip / quarantine)."""
+        """A file the reader could not take (counted and listed under skip / quarantine).
+
+        Args:
+            file: The file's index into :attr:`paths`.
+            error: What the reader raised; its text is the file's ``error`` (a later error
+                for the same file replaces it).
+        """
         self.errors[file] = str(error)
 
     def to_record(self) -> dict[str, dict[str, Any]]:
@@ -91,7 +109,19 @@ class FileTally:
 def per_file(
     paths: list[str], fmt: str, records: Iterable[Mapping[str, Mapping[str, Any]]]
 ) -> list[dict[str, Any]]:
-    """Every input file, in input order, with its counts summed over the unit records."""
+    """Every input file, in input order, with its counts summed over the unit records.
+
+    Args:
+        paths: The job's input files, in input order; each is listed even where no unit read
+            a row of it.
+        fmt: The input format, copied into each entry's ``format``.
+        records: Each unit's tally, as :meth:`FileTally.to_record` gives it. A path not in
+            ``paths`` is added after them; a file's last error wins.
+
+    Returns:
+        One dict per file: ``file``, ``format``, ``rows_read``, ``rows_kept``,
+        ``rows_rejected``, ``rows_duplicate`` and ``error`` (None where the file was read).
+    """
     total: dict[str, dict[str, Any]] = {
         p: {"file": p, "format": fmt, **dict.fromkeys(_COUNTS, 0), "error": None} for p in paths
     }

@@ -63,7 +63,15 @@ class InputFile:
 
     @classmethod
     def stat(cls, path: str) -> InputFile:
-        """The file's size and modification time (no schema read)."""
+        """The file's size and modification time (no schema read).
+
+        Args:
+            path: The file's local path or store URI.
+
+        Returns:
+            The file as :meth:`checked` sees it with the default limits (a Parquet file's
+            footer is still read, for its row count).
+        """
         return cls.checked(path)[0]
 
     @classmethod
@@ -72,7 +80,22 @@ class InputFile:
     ) -> tuple[InputFile, pa.Schema | None, int | None]:
         """The file and, for Parquet, its schema and the bytes its rows decode to (the row
         groups' uncompressed sizes) from the footer, which is checked against ``limits``
-        (:mod:`~offline_prelearner.io.parquet_guard`: a DataError refuses a bomb)."""
+        (:mod:`~offline_prelearner.io.parquet_guard`: a DataError refuses a bomb).
+
+        Args:
+            path: The file's local path or store URI. ``.arrow`` files are counted from their
+                IPC footer; JSON lines and HDF5 are not opened (rows None).
+            limits: The decode bounds the Parquet footer is checked against.
+
+        Returns:
+            The file (rows None where no footer could be read: the reader names the file
+            later), the Parquet schema (else None) and the decoded bytes of its row groups
+            (else None).
+
+        Raises:
+            DataError: The footer claims more than ``limits`` allow.
+            FileNotFoundError: No such file.
+        """
         st = file_stat(path)
         schema = None
         rows = None
@@ -138,11 +161,26 @@ class Plan:
 
     def batch_rows(self, config: PreLearnerConfig) -> int | None:
         """Rows per chunk of this plan's units
-        (:meth:`~offline_prelearner.config.RayConfig.batch_rows`)."""
+        (:meth:`~offline_prelearner.config.RayConfig.batch_rows`).
+
+        Args:
+            config: The job's config: ``ray.batch_size`` and ``sample.sample_all`` decide,
+                with :attr:`row_bytes` sizing ``"auto"``.
+
+        Returns:
+            The rows per chunk, or None for no limit (a unit reads each file whole).
+        """
         return config.ray.batch_rows(config.sample.sample_all, self.row_bytes)
 
     def unit_inputs(self, unit: Unit) -> list[dict[str, Any]]:
-        """The input files a unit reads from, as dicts, in file order."""
+        """The input files a unit reads from, as dicts, in file order.
+
+        Args:
+            unit: One of this plan's units; a file it reads in several parts is listed once.
+
+        Returns:
+            Each file as :meth:`InputFile.to_dict` gives it (a unit record's ``inputs``).
+        """
         return [self.files[i].to_dict() for i in sorted({p.file for p in unit.parts})]
 
 
@@ -157,7 +195,17 @@ def _key_columns(config: PreLearnerConfig, names: list[str]) -> tuple[str, ...]:
 
 
 def row_keys(table: pa.Table, key_columns: tuple[str, ...]) -> pa.Array:
-    """One string per row: the episode id, joined with the agent id where one is set."""
+    """One string per row: the episode id, joined with the agent id where one is set.
+
+    Args:
+        table: The rows; must hold every column of ``key_columns``.
+        key_columns: The episode id column and, optionally, the agent id column
+            (:attr:`Plan.key_columns`). A column of Arrow's null type is left out; a null cell
+            is ``""``; a value that does not cast to a string is read as its bytes.
+
+    Returns:
+        A string array, one key per row (all ``""`` when no column has a type).
+    """
     parts = []
     for name in key_columns:
         col = table.column(name)
@@ -233,6 +281,24 @@ def plan_units(files: list[str], config: PreLearnerConfig, min_rows: int | None 
     """The units of a job over ``files`` (name order); see the module docstring.
 
     ``min_rows`` defaults to ``$OFFLINE_PRELEARNER_UNIT_MIN_ROWS``, else :data:`UNIT_MIN_ROWS`.
+
+    Args:
+        files: The input's data files, non-empty, in name order (:func:`expand_paths`).
+        config: The job's config: ``read.format``, ``read.schema`` (the key columns),
+            ``read.limits`` and ``read.on_invalid`` (whether a refused footer ends the job).
+        min_rows: Consecutive files are grouped into one unit until it holds this many rows
+            (by footer; a JSON-lines file counts as ``min_rows``, so it is a unit of its own);
+            applies to keyed row data and Minari. None: the environment, else the default.
+
+    Returns:
+        The plan: one unit per D4RL file, Minari files grouped, one unit for episodes or
+        sample batches, a unit per file for row data without an episode id column, else
+        grouped units that each own whole episodes (a look-ahead part reads an episode's rows
+        in later files).
+
+    Raises:
+        DataError: Under ``on_invalid="raise"``, a footer over ``read.limits``; for row data,
+            schemas that drift between files.
     """
     if min_rows is None:
         min_rows = int(os.environ.get(UNIT_MIN_ROWS_ENV, UNIT_MIN_ROWS))
@@ -342,7 +408,17 @@ def unit_key(plan: Plan, unit: Unit, fingerprints: tuple[str, ...]) -> str:
     dropped) and each file's path, size, mtime, rows and content fingerprint
     (:func:`~offline_prelearner.jobs.commit.input_fingerprint`). A resume reuses a unit's record
     only under the same key: a file added, deleted, grown or rewritten anywhere the unit reads,
-    or an earlier file that now owns other episodes, changes it."""
+    or an earlier file that now owns other episodes, changes it.
+
+    Args:
+        plan: The job's plan (its key columns and files).
+        unit: One of the plan's units.
+        fingerprints: The content fingerprint of each of ``plan.files``, by index; a file
+            past the tuple's end is hashed with None.
+
+    Returns:
+        The key, 64 hex digits.
+    """
     h = hashlib.sha256()
     h.update(json.dumps([list(plan.key_columns), plan.whole_files]).encode())
     for part in unit.parts:

@@ -50,7 +50,24 @@ from .plan import JSON_EXT, Part, Plan, Unit, row_keys, unit_key
 def read_part(
     plan: Plan, part: Part, batch_size: int | None, limits: DecodeLimits = DEFAULT_LIMITS
 ) -> Iterator[tuple[pa.Table, np.ndarray]]:
-    """Chunks of one part, each with the row numbers (in its file) of its rows."""
+    """Chunks of one part, each with the row numbers (in its file) of its rows.
+
+    Args:
+        plan: The job's plan (the part's file, key columns, and the look-aheads that bound
+            which chunks a ``drop`` filters).
+        part: The rows to read: its file, cut at ``stop``, filtered to ``keep`` or without
+            ``drop`` (by :func:`~.plan.row_keys`).
+        batch_size: Rows per chunk read; None reads the file in one chunk. Filtering may leave
+            a chunk smaller; an empty one is not yielded. A whole-file plan (Minari, D4RL)
+            reads the file as one chunk regardless.
+        limits: The decode bounds for the file.
+
+    Yields:
+        ``(chunk, rows)``: the chunk's table and each of its rows' number in the file (int64).
+
+    Raises:
+        DataError: The file cannot be read (``reason="unreadable_file"``) or is over ``limits``.
+    """
     path = plan.files[part.file].path
     step = batch_size or 1 << 62
     if plan.whole_files:
@@ -118,6 +135,23 @@ def read_unit(
     (``reason="unreadable_file"``: empty, truncated, not Parquet, no rows) raises, or, given
     ``unreadable(file_index, error)`` (``on_invalid`` skip / quarantine), is reported there and
     passed over.
+
+    Args:
+        plan: The job's plan.
+        unit: The unit to read, part after part.
+        batch_size: Rows per chunk; None: no limit (a chunk per file without episode keys,
+            else the unit in one chunk). Whole episodes (Minari with ``episode_id``) are never
+            cut, so their chunks may hold more.
+        unreadable: Called with the file's index and the error for a file the reader cannot
+            take, which is then passed over; None re-raises it.
+        limits: The decode bounds for each file.
+
+    Yields:
+        ``(chunk, files, rows)``: the chunk's table, and per row its file's index into
+        ``plan.files`` and its row number in that file (int64 arrays).
+
+    Raises:
+        DataError: A file over ``limits``, or an unreadable one without ``unreadable``.
     """
     step = batch_size or 1 << 62
     held: list[tuple[pa.Table, np.ndarray, np.ndarray]] = []
@@ -167,7 +201,15 @@ def read_unit(
 
 # ====================================================================== running
 def unit_seed(seed: int, unit: int) -> int:
-    """The seed of one unit's prelearner: independent streams per unit, the same every run."""
+    """The seed of one unit's prelearner: independent streams per unit, the same every run.
+
+    Args:
+        seed: The job's seed (non-negative).
+        unit: The unit's index.
+
+    Returns:
+        A 32-bit seed from ``numpy``'s ``SeedSequence([seed, unit])``.
+    """
     return int(np.random.SeedSequence([seed, unit]).generate_state(1)[0])
 
 
