@@ -119,7 +119,14 @@ def staged_stat(st: os.stat_result) -> StagedStat:
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
-    """Hex sha256 of a file's bytes (read in 1 MiB blocks)."""
+    """Hex sha256 of a file's bytes (read in 1 MiB blocks).
+
+    Args:
+        path: A local file (opened with ``open``: not a store's URI).
+
+    Returns:
+        The digest, 64 lowercase hex digits.
+    """
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -144,7 +151,14 @@ def tmp_tag() -> str:
 
 
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
-    """Writes JSON under a temporary name, flushes it to disk, then renames it into place."""
+    """Writes JSON under a temporary name, flushes it to disk, then renames it into place.
+
+    Args:
+        path: The local file to write; its folder must exist. An existing file is replaced
+            whole; a reader sees the old or the new content, never a part.
+        obj: What to write, indented by 2 with a final newline; a value JSON cannot hold is
+            written as its ``str``.
+    """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{tmp_tag()}")
     try:
@@ -160,7 +174,17 @@ def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
 
 def write_parquet_atomic(root: Path, name: str, table: Any) -> dict[str, Any]:
     """Writes ``table`` as Parquet at ``root/name`` (temporary name, fsync, rename) and returns
-    its manifest entry (name, rows, bytes, sha256); the bytes are hashed in memory."""
+    its manifest entry (name, rows, bytes, sha256); the bytes are hashed in memory.
+
+    Args:
+        root: The local folder to write into (it must exist).
+        name: The file's name in ``root``.
+        table: A ``pyarrow.Table``; written whole into memory first (dictionary encoding
+            as :func:`~offline_prelearner.io.fast_tensor.parquet_dictionary_columns` chooses).
+
+    Returns:
+        ``{"name", "rows", "bytes", "sha256"}``: the file's manifest entry.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -207,7 +231,18 @@ def input_fingerprint(path: str | os.PathLike[str]) -> str:
     give its length), else of the file's first and last 64 KiB. With the size and the mtime it
     is what a resume compares: a rewrite of the same size (even with its mtime set back) changes
     the footer's statistics or sizes. The footer is hashed in 1 MiB blocks, never loaded whole,
-    and a footer length that the file cannot hold is not followed."""
+    and a footer length that the file cannot hold is not followed.
+
+    Args:
+        path: The input file, a local path or a store's URI.
+
+    Returns:
+        ``"footer:<sha256>"`` for a Parquet file, else ``"ends:<sha256>"``.
+
+    Raises:
+        StorageError: The store refused or could not answer.
+        FileNotFoundError: No such local file.
+    """
     h = hashlib.sha256()
     with open_random_access(path) as fh:
         size = fh.size()
@@ -237,7 +272,14 @@ def input_fingerprint(path: str | os.PathLike[str]) -> str:
 
 
 def input_identity(path: str) -> dict[str, Any]:
-    """An input file as a job records it: path, size, mtime and :func:`input_fingerprint`."""
+    """An input file as a job records it: path, size, mtime and :func:`input_fingerprint`.
+
+    Args:
+        path: The input file, a local path or a store's URI, recorded as given.
+
+    Returns:
+        ``{"path", "size", "mtime_ns", "fingerprint"}`` (size in bytes, mtime in nanoseconds).
+    """
     st = file_stat(path)
     return {
         "path": path,
@@ -571,15 +613,30 @@ class LocalStaging:
 
     # ------------------------------------------------------------------ units
     def record_path(self, unit: int) -> Path:
-        """Path of unit ``unit``'s record in the staging folder."""
+        """Path of unit ``unit``'s record in the staging folder.
+
+        Args:
+            unit: The unit's index (``units/unit-<index, 5 digits>.json``).
+        """
         return self.units / f"unit-{unit:05d}.json"
 
     def write_record(self, unit: int, record: dict[str, Any]) -> None:
-        """Writes a unit's record (the unit commit), stamped with this job's id."""
+        """Writes a unit's record (the unit commit), stamped with this job's id.
+
+        Args:
+            unit: The unit's index.
+            record: The record as JSON (:meth:`~.records.UnitRecord.to_json`); its
+                ``job_id`` is set to this staging's, and it is written atomically.
+        """
         write_json_atomic(self.record_path(unit), {**record, "job_id": self.job_id})
 
     def drop_unit_files(self, unit: int) -> None:
-        """Removes what an unfinished attempt at ``unit`` may have left (before it is redone)."""
+        """Removes what an unfinished attempt at ``unit`` may have left (before it is redone).
+
+        Args:
+            unit: The unit's index: its ``part-<unit>-*`` sample files, its quarantine files and
+                its record are removed (whichever exist).
+        """
         for p in self.samples.glob(f"part-{unit:05d}-*"):
             p.unlink()
         for p in (self.path / QUARANTINE).glob(f"{QUARANTINE}-{unit:05d}-*"):
@@ -740,6 +797,17 @@ def _remove_all_but(root: Path, keep: set[Path]) -> None:
 
 def iter_manifest_files(out: str | os.PathLike[str]) -> Iterator[Path]:
     """The data files a committed output holds, as its manifest lists them, each checked present
-    and of its recorded size (:meth:`~offline_prelearner.io.manifest.Manifest.checked_paths`)."""
+    and of its recorded size (:meth:`~offline_prelearner.io.manifest.Manifest.checked_paths`).
+
+    Args:
+        out: The committed output folder (the one holding ``_manifest.json``), a local path.
+
+    Yields:
+        Each listed file's path, in the manifest's order.
+
+    Raises:
+        FileNotFoundError: No manifest, or a listed file is missing.
+        DataError: The manifest cannot be read, or a file's size differs from the recorded one.
+    """
     for path in Manifest.read(out).checked_paths():
         yield Path(path)

@@ -57,7 +57,15 @@ class DatasetInfo:
         return None if self.env_spec is None else str(json.loads(self.env_spec).get("id"))
 
     def or_else(self, other: DatasetInfo) -> DatasetInfo:
-        """This info, each unknown value taken from ``other``."""
+        """This info, each unknown value taken from ``other``.
+
+        Args:
+            other: The fallback (a dataset's source, or the env's); its values are used only
+                where this info's are None.
+
+        Returns:
+            A new info; the two are not checked against each other.
+        """
         return DatasetInfo(
             self.env_spec if self.env_spec is not None else other.env_spec,
             self.eval_env_spec if self.eval_env_spec is not None else other.eval_env_spec,
@@ -82,7 +90,15 @@ class DatasetInfo:
     @classmethod
     def from_metadata(cls, meta: dict[bytes, bytes] | None) -> DatasetInfo:
         """The info stored in Parquet metadata under ``META_KEY``, or an empty info when there is
-        none."""
+        none.
+
+        Args:
+            meta: A Parquet schema's metadata (``pyarrow.Schema.metadata``); None or a dict
+                without ``META_KEY`` gives an empty info. Spaces are read as Minari writes them.
+
+        Raises:
+            ValueError: The entry is not JSON.
+        """
         raw = (meta or {}).get(META_KEY)
         if raw is None:
             return cls()
@@ -94,7 +110,13 @@ class DatasetInfo:
 
 
 def info_of_files(files: list[str]) -> DatasetInfo:
-    """The :class:`DatasetInfo` a previous ``convert`` wrote into the first Parquet file."""
+    """The :class:`DatasetInfo` a previous ``convert`` wrote into the first Parquet file.
+
+    Args:
+        files: The input's data files (local paths or store URIs); the first whose name ends
+            in ``.parquet`` is read for its schema. None of them Parquet, or a file that cannot
+            be read (the reader reports it later), gives an empty info.
+    """
     first = next((f for f in files if f.endswith(".parquet")), None)
     if first is None:
         return DatasetInfo()
@@ -107,7 +129,15 @@ def info_of_files(files: list[str]) -> DatasetInfo:
 def info_from_env_id(env_id: str) -> DatasetInfo:
     """The spec of ``env_id`` from gymnasium's registry (spaces: :func:`env_spaces`).
 
-    Raises ConfigError, in one line, for an id gymnasium does not know.
+    Args:
+        env_id: A registered gymnasium id (``"CartPole-v1"``); the env is not made.
+
+    Returns:
+        An info holding only ``env_spec``.
+
+    Raises:
+        ConfigError: In one line, for an id gymnasium does not know or a spec that cannot be
+            written as JSON.
     """
     try:
         spec = gym.spec(env_id)
@@ -123,7 +153,15 @@ def info_from_env_id(env_id: str) -> DatasetInfo:
 def env_spaces(env_spec: str | None) -> DatasetInfo:
     """The spaces of the env that ``env_spec`` (gymnasium JSON) makes; none where it cannot be made
     here (its simulator not installed, a spec of another gymnasium version): the spaces then come
-    from the data."""
+    from the data.
+
+    Args:
+        env_spec: The env's spec as gymnasium JSON (``EnvSpec.to_json``); None gives an empty
+            info. The env is made and closed once.
+
+    Returns:
+        An info holding only the two spaces, or an empty one.
+    """
     if env_spec is None:
         return DatasetInfo()
     try:
@@ -138,7 +176,17 @@ def env_spaces(env_spec: str | None) -> DatasetInfo:
 
 def space_fits(space: gym.Space[Any], column: Any) -> bool:
     """Whether every row of ``column`` (``[N, ...]``; a composite observation's flat leaf map)
-    lies in ``space``: one vector pass for Box / Discrete / MultiBinary / MultiDiscrete leaves."""
+    lies in ``space``: one vector pass for Box / Discrete / MultiBinary / MultiDiscrete leaves.
+
+    Args:
+        space: The env's space for the column (any other kind of space never fits).
+        column: The column's values, one row per step (anything ``np.asarray`` takes); a dict
+            (a composite observation) never fits.
+
+    Returns:
+        True where shapes and dtypes match (Box: numeric or bool; Discrete and MultiDiscrete:
+        integers) and every value lies in the bounds; False otherwise.
+    """
     if isinstance(column, dict):
         return False  # composite data keeps the spaces inferred from it or from the source
     x = np.asarray(column)
@@ -162,7 +210,17 @@ def space_fits(space: gym.Space[Any], column: Any) -> bool:
 def with_env_spaces(info: DatasetInfo, env: DatasetInfo, episodes: list[Any]) -> DatasetInfo:
     """``info`` with the env's spaces where ``info`` has none and every episode's data fits them
     (checked over the episodes' arrays joined into pieces of up to 64 MiB: a few vector passes,
-    not one per episode)."""
+    not one per episode).
+
+    Args:
+        info: The dataset's info so far (a space it holds is kept as it is).
+        env: The env's info (:func:`env_spaces`); its spaces are the candidates.
+        episodes: The dataset's episodes, each with ``observations`` and ``actions`` arrays
+            (``[T, ...]``); none keeps ``info`` unchanged.
+
+    Returns:
+        ``info``, with each missing space taken from ``env`` where all the data fits it.
+    """
     out = info
     if not episodes:
         return out

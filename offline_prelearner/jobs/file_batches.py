@@ -82,7 +82,16 @@ class FilePiece:
 
     def select(self, chunks: Iterator[pa.Table]) -> Iterator[pa.Table]:
         """The piece's rows out of its file's tables (consecutive, from row 0); stops taking
-        tables after its last run, so a piece at a file's head reads only its first tables."""
+        tables after its last run, so a piece at a file's head reads only its first tables.
+
+        Args:
+            chunks: The file's tables in order, from its row 0 (as :func:`parquet_chunks`
+                gives them); their sizes need not match the runs.
+
+        Yields:
+            The piece's rows of each table that holds some (runs within one table joined into
+            one), in file order.
+        """
         runs, i, at = self.runs, 0, 0
         for chunk in chunks:
             if i >= len(runs):
@@ -103,7 +112,12 @@ class FilePiece:
 
 def has_list_cells(schema: pa.Schema) -> bool:
     """Whether any column of ``schema`` holds variable-length lists (Ray's tensor extension
-    included, whose storage is ``large_list``)."""
+    included, whose storage is ``large_list``).
+
+    Args:
+        schema: A file's Arrow schema; only top-level columns are looked at (an extension
+            type by its storage type).
+    """
     for field in schema:
         t = field.type
         t = t.storage_type if isinstance(t, pa.ExtensionType) else t
@@ -118,7 +132,22 @@ def parquet_chunks(
     """One Parquet file in tables of at most ``step`` rows; an unreadable file, or one whose
     footer claims more than ``limits`` allow (:mod:`~offline_prelearner.io.parquet_guard`), is a
     DataError naming it (``reason="unreadable_file"``). A valid file of zero rows (an empty
-    partition, as Spark writes them) gives no tables."""
+    partition, as Spark writes them) gives no tables.
+
+    Args:
+        path: The Parquet file's local path or store URI.
+        step: The most rows per table (positive; capped at 2**30). A file with list cells is
+            decoded :data:`READ_ROWS` at a time and joined into tables of exactly ``step`` rows
+            (the last one shorter).
+        use_threads: Whether pyarrow decodes a batch's columns on its thread pool.
+        limits: The decode bounds the footer is checked against.
+
+    Yields:
+        The file's rows in order, in tables of at most ``step`` rows.
+
+    Raises:
+        DataError: The file cannot be read, or its footer is over ``limits``.
+    """
     try:
         pf = open_parquet(path, limits)
         if pf.metadata.num_rows == 0:
@@ -204,6 +233,18 @@ def iter_file_batches(
     (5,016 rows at 4,096: one batch; 10,000: two of 5,000), so a batch is one file's rows, a
     zero-copy slice of what pyarrow decoded; smaller files are gathered until they make half a
     batch (their rows are copied into one table). Whole-file formats are never cut.
+
+    Args:
+        paths: Files (local paths or store URIs) or :class:`FilePiece` parts of files, read
+            in order.
+        batch_size: The target rows per batch; None (or 0): each file is one batch.
+        limits: The decode bounds for every file.
+
+    Yields:
+        ``(table, file)``: a batch, and the path of its only file, or None.
+
+    Raises:
+        DataError: A file cannot be read (``reason="unreadable_file"``) or is over ``limits``.
     """
     step = batch_size or _WHOLE
     held: list[pa.Table] = []
@@ -252,7 +293,17 @@ def read_groups(paths: list[str], batch_size: int | None) -> list[list[str]]:
     learner when it ends, so groups keep the first learner batch close to the start. Rows come
     from Parquet footers and Arrow IPC headers; a file of unknown rows (JSON lines, HDF5, an
     unreadable file) is a group of its own; so is every file without a batch size (a batch a
-    file)."""
+    file).
+
+    Args:
+        paths: The input files, in order (each Parquet footer or IPC header is read).
+        batch_size: The learner's batch, in rows, as :func:`iter_file_batches` is given it;
+            None or 0: one group per file.
+
+    Returns:
+        The groups, covering ``paths`` once each and in order; the last may hold less than
+        ``batch_size`` rows.
+    """
     if not batch_size:
         return [[p] for p in paths]
     step, half = batch_size, max(1, batch_size // 2)
@@ -300,7 +351,18 @@ def _file_rows(path: str) -> int | None:
 
 
 def concat_tables(tables: list[pa.Table]) -> pa.Table:
-    """Tables of one schema as one (types promoted where pyarrow can, e.g. null columns)."""
+    """Tables of one schema as one (types promoted where pyarrow can, e.g. null columns).
+
+    Args:
+        tables: The tables, in row order (at least one); their chunks are kept, not copied.
+
+    Returns:
+        One table holding every row.
+
+    Raises:
+        pyarrow.ArrowInvalid: The schemas differ in a way permissive promotion cannot join
+            (a column missing is filled with nulls; types that do not unify are refused).
+    """
     try:
         return pa.concat_tables(tables)
     except pa.ArrowInvalid:
@@ -312,7 +374,19 @@ _DONE = object()
 
 def prefetch(items: Iterator[T], depth: int = 1) -> Iterator[T]:
     """``items``, produced ``depth`` ahead on a thread; an error there is raised here, in order.
-    Closing the returned generator stops the thread at its next item."""
+    Closing the returned generator stops the thread at its next item.
+
+    Args:
+        items: The iterator to run on the thread (its ``next`` is called there only).
+        depth: How many items may wait, produced but not yet taken (at least 1; 0 would
+            make the queue unbounded).
+
+    Yields:
+        The items of ``items``, in order.
+
+    Raises:
+        BaseException: Whatever ``items`` raised, once the items before it were taken.
+    """
     q: queue.Queue[object] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
@@ -360,6 +434,15 @@ class ReadAhead:
     reads on from one to the next. ``batches(k)`` continues the stream when it stands at group
     ``k`` and restarts it there otherwise (several actors share the groups, so the one that
     follows is unknown: ``ahead=False`` then reads each group on its own, wasting no read).
+
+    Args:
+        groups: The file groups of the stream, as :func:`read_groups` makes them (a group may
+            hold :class:`FilePiece` parts); ``batches(k)`` reads ``groups[k]``.
+        batch_size: Rows per batch, as :func:`iter_file_batches` takes it (None: a file a
+            batch).
+        ahead: Whether to read on into group ``k + 1`` after group ``k``; False with several
+            actors, where the next group this one gets is unknown.
+        limits: The decode bounds for every file.
     """
 
     def __init__(
@@ -388,7 +471,15 @@ class ReadAhead:
             yield k, None, None
 
     def batches(self, k: int) -> Iterator[tuple[pa.Table, str | None]]:
-        """Group ``k``'s batches, ``(table, file)`` as :func:`iter_file_batches` gives them."""
+        """Group ``k``'s batches, ``(table, file)`` as :func:`iter_file_batches` gives them.
+
+        Args:
+            k: The group's index into :attr:`groups`. Another group than the one read ahead
+                stops that read and starts afresh at ``k``.
+
+        Yields:
+            The group's batches, in order.
+        """
         if self._stream is None or self._at != k:
             self.close()
             self._stream = prefetch(self._read(k))

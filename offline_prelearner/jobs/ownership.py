@@ -153,13 +153,24 @@ def fits_job(record: Mapping[str, Any], job: Mapping[str, Any], job_id: str) -> 
 
 
 def staging_path(out: str | os.PathLike[str]) -> Path:
-    """Where a job writing ``out`` stages its work: a hidden sibling of ``out``."""
+    """Where a job writing ``out`` stages its work: a hidden sibling of ``out``.
+
+    Args:
+        out: The job's local output folder (``--out``); it need not exist.
+
+    Returns:
+        ``<parent of out>/.<name of out>.staging``.
+    """
     out = Path(out)
     return out.parent / f".{out.name}.staging"
 
 
 def lock_path(out: str | os.PathLike[str]) -> Path:
-    """The lock file of ``out``: a hidden sibling (``.<name>.lock``) that the listing skips."""
+    """The lock file of ``out``: a hidden sibling (``.<name>.lock``) that the listing skips.
+
+    Args:
+        out: The job's local output folder (``--out``); it need not exist.
+    """
     out = Path(out)
     return out.parent / f".{out.name}.lock"
 
@@ -196,6 +207,12 @@ def check_out_apart(
     An input is a file, a folder or a glob (its folder is the part before the first pattern);
     paths are compared with symlinks resolved. A name that is not a path (a Minari dataset id)
     is left to the reader.
+
+    Args:
+        out: The job's output folder (``--out``), compared with its symlinks resolved; it need
+            not exist.
+        inputs: The job's input as given: a path, a glob, or a list of them; an item that
+            names nothing on the local disk is passed over.
 
     Raises:
         CommitError: one line naming ``out`` and the input.
@@ -234,6 +251,12 @@ FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 def output_storage(out: str | os.PathLike[str]) -> Iterator[None]:
     """Turns a write that failed for want of room (ENOSPC, EDQUOT, EFBIG) into one OSError of the
     same errno naming the output (the CLI prints it in one line and exits 3); other errors pass.
+
+    Args:
+        out: The job's output, named in the error with its staging folder.
+
+    Raises:
+        OSError: For want of room, with the same errno and a message naming ``out``.
     """
     try:
         yield
@@ -258,6 +281,10 @@ class OutLock:
     removes the file while it still holds the lock; a job that opened the old file meanwhile
     finds it gone once it gets the lock and opens the new one (the open, lock, check-the-path
     loop), so two jobs never hold locks on two different files of one ``out``.
+
+    Args:
+        out: The local output folder to lock; the lock file is its sibling
+            (:func:`lock_path`), made with its folder on :meth:`acquire`.
     """
 
     def __init__(self, out: str | os.PathLike[str]) -> None:
@@ -376,7 +403,16 @@ def new_job_id() -> str:
 
 
 def file_on_the_way(path: Path) -> Path | None:
-    """The nearest existing ancestor of ``path`` (or ``path`` itself) if it is not a folder."""
+    """The nearest existing ancestor of ``path`` (or ``path`` itself) if it is not a folder.
+
+    Args:
+        path: A path about to be made (an output folder); a relative path is looked up from
+            the working directory.
+
+    Returns:
+        The file (or other non-folder) that stands where a folder must be, or None where the
+        nearest existing path is a folder (or none exists).
+    """
     for p in (path, *path.parents):
         if p.exists():
             return None if p.is_dir() else p

@@ -75,7 +75,19 @@ def resolve_config(config: PreLearnerConfig, files: list[str]) -> PreLearnerConf
     """Fills in what depends on the files: the detected format, and the spaces a ``convert``
     wrote into the Parquet metadata (enforced where the config declares none: the config's win).
     Files of several formats are refused whatever the format chosen
-    (:func:`~offline_prelearner.io.sources.check_one_format`)."""
+    (:func:`~offline_prelearner.io.sources.check_one_format`).
+
+    Args:
+        config: The job's config; ``read.format="auto"`` is replaced by the detected format,
+            and ``validate``'s spaces left None may be filled from the files.
+        files: The input's data files (:func:`~offline_prelearner.io.sources.expand_paths`).
+
+    Returns:
+        A new config (or ``config`` itself where nothing was filled in).
+
+    Raises:
+        UnsupportedFormatError: The format cannot be detected, or the files mix formats.
+    """
     if config.read.format == "auto":
         config = replace(config, read=replace(config.read, format=detect_format(files)))
     elif config.read.format in ("rows", "episodes", "sample_batches"):
@@ -103,7 +115,21 @@ def _declared_spaces(config: PreLearnerConfig, files: list[str]) -> PreLearnerCo
 
 
 def prelearner_class(config: PreLearnerConfig, cls: Any = None) -> type[OfflinePreLearner]:
-    """``cls`` (a class or ``"package.module:Class"``), else ``config.prelearner``, else base."""
+    """``cls`` (a class or ``"package.module:Class"``), else ``config.prelearner``, else base.
+
+    Args:
+        config: The job's config; its ``prelearner`` is used where ``cls`` is None.
+        cls: An :class:`~offline_prelearner.prelearner.OfflinePreLearner` subclass, or its
+            import path ``"package.module:Class"``; None takes the config's, and none there
+            gives the base class.
+
+    Returns:
+        The class (not an instance).
+
+    Raises:
+        ConfigError: The path cannot be imported, or names something that is not a subclass of
+            OfflinePreLearner.
+    """
     spec = cls if cls is not None else config.prelearner
     if spec is None:
         return OfflinePreLearner
@@ -118,7 +144,25 @@ def prepare(
 ) -> tuple[list[str], PreLearnerConfig, type[OfflinePreLearner]]:
     """Everything that can fail before Ray starts: the config (:func:`job_config`), files,
     format, the class, and one dry construction of the prelearner (connectors, buffers, reader),
-    so a bad config is an error here and not a stack trace from inside an actor."""
+    so a bad config is an error here and not a stack trace from inside an actor.
+
+    Args:
+        path: The input: a path, glob, store URI or Minari dataset, or a list of them
+            (:func:`~offline_prelearner.io.sources.expand_paths`).
+        config: The config in any form :func:`job_config` takes.
+        prelearner: The prelearner class or its import path, as :func:`prelearner_class`
+            takes it; None: the config's.
+
+    Returns:
+        ``(files, config, cls)``: the data files, the config resolved against them
+        (:func:`resolve_config`) and the prelearner class, built once with that config.
+
+    Raises:
+        ConfigError: The config or the class is invalid, or the prelearner refuses the config.
+        FileNotFoundError: Nothing matches ``path``.
+        DataError: As :func:`~offline_prelearner.io.sources.expand_paths` (a manifest).
+        UnsupportedFormatError: The format cannot be told, or the files mix formats.
+    """
     files = expand_paths(path if isinstance(path, list) else os.fspath(path))
     config = resolve_config(job_config(config), files)
     cls = prelearner_class(config, prelearner)

@@ -110,6 +110,22 @@ def record_env(env_id: str, steps: int, policy: str = "random", seed: int = 0) -
     """Steps ``env_id`` for ``steps`` env steps; the episode cut by the step budget is truncated.
 
     Episode ids are deterministic in ``seed`` (uuid4-shaped hex strings like RLlib's).
+
+    Args:
+        env_id: A gymnasium id (``"CartPole-v1"``), made with ``gym.make``.
+        steps: Env steps in all, over every episode (at least 1); the last episode is cut
+            there and marked truncated unless it terminated on that step.
+        policy: ``"random"`` (the action space's samples) or ``"heuristic"`` (a fixed rule
+            from :data:`HEURISTICS`, for CartPole, MountainCar, Acrobot and Pendulum only).
+        seed: Seeds the first reset, the action space and the episode ids; the same seed
+            records the same episodes.
+
+    Returns:
+        The episodes, in the order played, with the env's spaces.
+
+    Raises:
+        ConfigError: ``steps`` below 1, an env gymnasium cannot make (naming the closest
+            registered ids), or a policy that is unknown or has no heuristic for the env.
     """
     if steps < 1:
         raise ConfigError(f"steps must be >= 1, found {steps}")
@@ -158,10 +174,24 @@ def write_recording(
     """Writes ``rec`` under ``out_dir`` as ``fmt`` ('rows' | 'episodes'); returns the files written.
 
     ``out_dir`` may be a store's prefix (``s3://bucket/prefix``): each file is one object.
-    ``rows_per_file`` > 0 splits rows data into files of that many rows, cutting through episodes
-    as RLlib's recorder does (readers join them again); episodes data is split by whole episodes.
-    ``layout`` lays out rows data's array columns (RLlib's by default: a recording is a dataset
-    RLlib may read; ``"fast"`` for our readers only).
+
+    Args:
+        rec: The recording (:func:`record_env`).
+        out_dir: The folder (made if missing) or a store's prefix; files are named
+            ``<env id, lowercase>-<fmt>-<k, 5 digits>.parquet`` and replace any of that name.
+        fmt: ``"rows"`` (new-stack rows with ``t``) or ``"episodes"`` (msgpack episodes, one
+            row each).
+        rows_per_file: With ``"rows"``, > 0 splits the rows into files of that many rows,
+            cutting through episodes as RLlib's recorder does (readers join them again); 0 (or
+            below) writes one file. Episodes data is always one file (the value is not used).
+        layout: How rows data's array columns are laid out: ``"rllib"`` (the default: a
+            recording is a dataset RLlib may read) or ``"fast"`` (our readers only).
+
+    Returns:
+        The paths (or URIs) of the files written, in order.
+
+    Raises:
+        ConfigError: ``fmt`` is neither ``"rows"`` nor ``"episodes"``.
     """
     from ..io.formats.episodes.reader import episodes_to_table
     from ..io.formats.rows.writer import episodes_to_rows, write_parquet

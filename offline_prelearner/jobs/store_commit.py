@@ -431,7 +431,15 @@ class StoreStaging:
             )
 
     def begin(self, job_id: str | None = None) -> None:
-        """Writes this job's ``job.json`` before it writes any file (``job_id``: its id)."""
+        """Writes this job's ``job.json`` before it writes any file (``job_id``: its id).
+
+        Args:
+            job_id: The id to take (a job committed elsewhere and published here keeps its
+                own); None keeps this staging's. ``started_at`` is set only where unset.
+
+        Raises:
+            OSError: The store failed (EIO, naming ``out``).
+        """
         if job_id is not None:
             self._set_job(job_id)
         self.job["job_id"] = self.job_id
@@ -494,12 +502,24 @@ class StoreStaging:
 
     # ------------------------------------------------------------------ units
     def record_path(self, unit: int) -> Location:
-        """Where unit ``unit``'s record goes."""
+        """Where unit ``unit``'s record goes.
+
+        Args:
+            unit: The unit's index (``unit-<index, 5 digits>.json`` under the staging's units).
+        """
         return self.units.join(f"unit-{unit:05d}.json")
 
     def drop_unit_files(self, unit: int) -> None:
         """Removes what an unfinished attempt of this job at ``unit`` left (a resume only: a new
-        job's id is in no file yet)."""
+        job's id is in no file yet).
+
+        Args:
+            unit: The unit's index: this job's sample and quarantine files of that unit (by
+                their attempt names) in the listing taken at open, and its record, are deleted.
+
+        Raises:
+            OSError: The store failed (EIO, naming ``out``).
+        """
         if not self._adopted:
             return
         with store_failure(self.out):
@@ -541,7 +561,22 @@ class StoreStaging:
 
     def commit_manifest(self, manifest: dict[str, Any], stats: Mapping[str, Any]) -> str:
         """:meth:`commit` of a manifest made elsewhere (its ``files`` under its ``files_dir``,
-        its ``quarantine`` under ``out``), this job's id in it."""
+        its ``quarantine`` under ``out``), this job's id in it.
+
+        Args:
+            manifest: The manifest as JSON (:meth:`~.records.JobManifest.to_dict`); its
+                ``job_id`` is set to this job's before it is written.
+            stats: The job's stats, written to ``stats.json`` after the manifest.
+
+        Returns:
+            ``out``.
+
+        Raises:
+            CommitError: This job's staging is no longer its own, a listed file is missing or
+                of another size, or another job committed to ``out`` meanwhile (without
+                ``--overwrite``); nothing is committed.
+            OSError: The store failed before the manifest was written (EIO).
+        """
         with store_failure(self.out):
             check_owner(self.path, self.job_id, "nothing was committed")
             folder = self.root.join(manifest.get("files_dir") or "")
@@ -677,7 +712,13 @@ def _name(entry: FileRecord) -> str:
 def attempt_name(name: str, job_id: str) -> str:
     """``name`` with the job's id in it: ``rows-00000-00001.parquet`` ->
     ``rows-<job>-00000-00001.parquet``, ``quarantine/quarantine.parquet`` ->
-    ``quarantine/quarantine-<job>.parquet``."""
+    ``quarantine/quarantine-<job>.parquet``.
+
+    Args:
+        name: A file's name as its job wrote it, possibly under a folder (``/``-separated);
+            the id goes before the base name's first ``-`` or ``.`` (at its end without one).
+        job_id: The job's id.
+    """
     folder, _, base = name.rpartition("/")
     cut = min((i for i in (base.find("-"), base.find(".")) if i > 0), default=len(base))
     named = f"{base[:cut]}-{job_id}{base[cut:]}"
@@ -691,7 +732,20 @@ def publish(local: str, staging: StoreStaging) -> dict[str, Any]:
     the job, the manifest's ``files_dir`` -- then the manifest, last
     (:meth:`StoreStaging.commit_manifest`).
     Other files of the folder (not data) are uploaded under their names first; returns the
-    stats."""
+    stats.
+
+    Args:
+        local: The local folder of a committed job (its ``_manifest.json`` and ``stats.json``
+            are read).
+        staging: The store output to commit into; its ``job.json`` takes the local job's id.
+
+    Returns:
+        The local job's stats (``stats.json``), as committed.
+
+    Raises:
+        CommitError: As :meth:`StoreStaging.commit_manifest`; nothing is committed.
+        OSError: The store failed (EIO, naming the output).
+    """
     root = locate(local)
     manifest = json.loads(root.join(MANIFEST_FILE).read_bytes())
     stats: dict[str, Any] = json.loads(root.join(_STATS_FILE).read_bytes())
