@@ -87,7 +87,8 @@ class Manifest:
             The manifest, its files' paths joined onto ``folder`` (and its ``files_dir``).
 
         Raises:
-            FileNotFoundError: The folder has no manifest (it was never committed).
+            FileNotFoundError: A local folder has no manifest (it was never committed).
+            StorageError: The store refused or could not answer, or holds no manifest there.
             DataError: The manifest is not JSON, or not a manifest (no ``files`` list), or names
                 a file outside its folder; the error names the manifest.
         """

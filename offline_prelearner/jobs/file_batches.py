@@ -360,8 +360,8 @@ def concat_tables(tables: list[pa.Table]) -> pa.Table:
         One table holding every row.
 
     Raises:
-        pyarrow.ArrowInvalid: The schemas differ in a way permissive promotion cannot join
-            (a column missing is filled with nulls; types that do not unify are refused).
+        pyarrow.ArrowTypeError: Column types that permissive promotion cannot unify (a column
+            missing from some tables is filled with nulls, not refused).
     """
     try:
         return pa.concat_tables(tables)
