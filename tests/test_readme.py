@@ -42,7 +42,9 @@ def test_replay_example_runs() -> None:
     run(python_block("Replay"))
 
 
-@pytest.mark.parametrize("doc", ["docs/ARCHITECTURE.md", "docs/PERFORMANCE.md", "LICENSE"])
+@pytest.mark.parametrize(
+    "doc", ["docs/ARCHITECTURE.md", "docs/OUTPUTS.md", "docs/PERFORMANCE.md", "LICENSE"]
+)
 def test_the_files_the_readme_names_exist(doc: str) -> None:
     assert f"`{doc}`" in README
     assert (REPO / doc).is_file()
