@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ...episodes.episode import Episode
 from ...episodes.episode_columns import EpisodeColumns
 from ..storage.table import normalize_id
 
@@ -29,7 +28,6 @@ __all__ = [
     "handle_bits",
     "shard_of",
     "split_counts",
-    "to_columns",
 ]
 
 _U64 = (1 << 64) - 1
@@ -128,21 +126,6 @@ def global_weights(
     return np.power(p / p_min, -float(beta))
 
 
-def to_columns(episodes: Sequence[Episode]) -> list[EpisodeColumns | Episode]:
-    """Episodes for the trip to a shard: one :class:`EpisodeColumns` per column layout (a few
-    arrays travel through Ray's object store without a copy, where pickling one object per
-    episode costs ~70 us each), and episodes with ``infos`` or composite observations (which
-    columns do not hold) as themselves. Episodes of one layout keep their order."""
-    groups: dict[tuple[Any, ...], list[Episode]] = {}
-    loose: list[EpisodeColumns | Episode] = []
-    for ep in episodes:
-        if ep.infos is None and not isinstance(ep.observations, dict):  # composite: as itself
-            groups.setdefault(_layout(ep), []).append(ep)
-        else:
-            loose.append(ep)
-    return [*(EpisodeColumns.from_episodes(g) for g in groups.values()), *loose]
-
-
 def compact(columns: EpisodeColumns) -> EpisodeColumns:
     """The same episodes with arrays holding only their own rows (a :meth:`EpisodeColumns.select`
     shares the whole batch's arrays, which would all travel to every shard)."""
@@ -159,9 +142,3 @@ def compact(columns: EpisodeColumns) -> EpisodeColumns:
         obs_at=step_at + np.arange(len(columns)),
         step_at=step_at,
     )
-
-
-def _layout(ep: Episode) -> tuple[Any, ...]:
-    o, a, r = ep.observations, ep.actions, ep.rewards
-    extras = tuple((k, v.shape[1:], v.dtype.str) for k, v in ep.extras.items())
-    return o.shape[1:], o.dtype.str, a.shape[1:], a.dtype.str, r.dtype.str, extras

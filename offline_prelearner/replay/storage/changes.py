@@ -2,7 +2,7 @@
 
 :class:`Change` describes what one :meth:`~.ring.EpisodeStorage.add` did to one episode (new,
 appended, moved, duplicate, ...) and what it evicted on the way. :class:`Placements` describes a
-run of new episodes that :meth:`~.ring.EpisodeStorage.add_many` placed together, as arrays:
+run of new episodes that :meth:`~.ring.EpisodeStorage.add_columns` placed together, as arrays:
 exactly the ``"new"`` changes their ``add`` calls would have returned
 (:meth:`Placements.to_changes`).
 """
@@ -46,7 +46,7 @@ class Change:
 
 @dataclass
 class Placements:
-    """New episodes that one step of :meth:`~.ring.EpisodeStorage.add_many` placed together:
+    """New episodes that one step of :meth:`~.ring.EpisodeStorage.add_columns` placed together:
     exactly what their ``add`` calls would have returned (a ``"new"`` :class:`Change` each), as
     arrays.
 
