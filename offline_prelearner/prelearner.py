@@ -392,7 +392,11 @@ class OfflinePreLearner:
         if not joined:
             return columns.select(order)
         at = np.fromiter(joined, np.int64, len(joined))
-        tails = list(joined.values())
+        split = columns.last_obs is not None
+        tails = [  # in the batch's observation layout (a reader may change it between batches)
+            t if (t.last_obs is not None) == split else t.from_episodes([t.episode(0)], split=split)
+            for t in joined.values()
+        ]
         if int(at[0]) == int(order[0]):  # the first complete episode sets the dtypes
             columns = _cast_like(columns, tails[0])
         tails = [_cast_like(t, columns) for t in tails]

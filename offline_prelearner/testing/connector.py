@@ -105,7 +105,7 @@ def check_connector_rows_and_inputs(
     n_eps = len(columns)
     require(len(out_eps) == n_eps, f"on_episodes got {n_eps} episodes, gave {len(out_eps)}")
     diff = diff_columns(before_eps, _columns_snapshot(columns))
-    require(not diff, f"on_episodes changed its input columns in place: {diff}")
+    require(not diff, f"on_episodes changed its input episodes in place: columns {diff}")
     before, n = snapshot(batch.to_dict()), len(batch)
     out = _apply(factory(), batch)
     require(len(out) == n, f"{n} rows in, {len(out)} out")

@@ -67,7 +67,7 @@ def test_add_columns_equals_one_add_per_episode(
             for got, want in zip(cols.episodes(), chunk, strict=True):
                 assert_same_episode(got, want)
             errors: list[tuple[str, str] | None] = []
-            for fn in (batched.add_columns, lambda c: sequential_add(sequential, c.episodes())):
+            for fn in (batched.add, lambda c: sequential_add(sequential, c.episodes())):
                 try:
                     fn(cols)
                     errors.append(None)
@@ -84,7 +84,7 @@ def test_add_columns_equals_one_add_per_episode(
 def test_runs_of_new_episodes_take_the_bulk_path() -> None:
     eps = [make_episode(i, 3, seed=i) for i in range(6)]
     batched, sequential = buffers(100)
-    batched.add_columns(columns_of(eps[:1]))  # the first add fixes the layout
+    batched.add(columns_of(eps[:1]))  # the first add fixes the layout
     out: list[Any] = []
     batched.storage.add_columns(columns_of(eps[1:]), out)
     assert [type(c).__name__ for c in out] == ["Placements"]
