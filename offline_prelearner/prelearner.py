@@ -415,7 +415,7 @@ def _cast_like(columns: EpisodeColumns, like: EpisodeColumns) -> EpisodeColumns:
         k in like.extras and v.dtype == like.extras[k].dtype for k, v in columns.extras.items()
     ):
         return columns
-    changed = {k: a.astype(b.dtype, copy=False) for k, a, b in pairs}
+    obs, actions, rewards = (a.astype(b.dtype, copy=False) for _, a, b in pairs)
     extras = {
         k: v.astype(like.extras[k].dtype, copy=False) if k in like.extras else v
         for k, v in columns.extras.items()
@@ -423,7 +423,7 @@ def _cast_like(columns: EpisodeColumns, like: EpisodeColumns) -> EpisodeColumns:
     last = columns.last_obs
     if last is not None:
         last = last.astype(like.obs.dtype, copy=False)
-    return replace(columns, extras=extras, last_obs=last, **changed)
+    return replace(columns, obs=obs, actions=actions, rewards=rewards, extras=extras, last_obs=last)
 
 
 _NO_EPISODES = EpisodeColumns(

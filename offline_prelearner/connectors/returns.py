@@ -90,7 +90,7 @@ def _gamma(own: float | None, ctx: ConnectorContext) -> float:
 
 def _check_dtype(value: Any) -> np.dtype:
     try:
-        dt = np.dtype(value)
+        dt: np.dtype = np.dtype(value)
     except TypeError:
         raise ConfigError(f"dtype must be a numpy float dtype, found {value!r}") from None
     if dt.kind != "f":

@@ -160,7 +160,7 @@ class EpisodeReplayBuffer:
         items: list[Episode] = []
         stop: BaseException | None = None
         if isinstance(episodes, EpisodeColumns):
-            parts: list[EpisodeColumns | Episode] = [episodes]
+            parts: Iterable[EpisodeColumns | Episode] = [episodes]
         else:
             try:
                 for ep in [episodes] if isinstance(episodes, Episode) else episodes:
@@ -605,8 +605,8 @@ def _batch_size(batch_size: object) -> int:
     """``sample.train_batch_size``'s validator (numpy's ints too): at most 4,194,304 samples."""
     if isinstance(batch_size, np.integer):
         batch_size = int(batch_size)
-    check_int("batch_size", batch_size, 1, MAX_TRAIN_BATCH)
-    return int(batch_size)  # type: ignore[call-overload]
+    checked: int = check_int("batch_size", batch_size, 1, MAX_TRAIN_BATCH)
+    return checked
 
 
 def expand_changes(changes: list[Change | Placements]) -> list[Change]:

@@ -59,7 +59,8 @@ def _run(pl: OfflinePreLearner, batch: Any) -> list[dict[str, np.ndarray]]:
 
 def _num_rows(batch: Any) -> int:
     if isinstance(batch, pa.Table):
-        return batch.num_rows
+        rows: int = batch.num_rows
+        return rows
     return len(next(iter(batch.values())))
 
 

@@ -48,7 +48,8 @@ def shard_of(ids: Sequence[Any], num_shards: int) -> np.ndarray:
         [zlib.crc32(k.encode("utf-8", "surrogatepass")) for k in keys if isinstance(k, str)],
         np.uint64,
     )
-    return (h % np.uint64(num_shards)).astype(np.int64)
+    out: np.ndarray = (h % np.uint64(num_shards)).astype(np.int64)
+    return out
 
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:
@@ -56,7 +57,8 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
     z = x + np.uint64(0x9E3779B97F4A7C15)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
+    out: np.ndarray = z ^ (z >> np.uint64(31))
+    return out
 
 
 def handle_bits(num_shards: int) -> int:
@@ -123,7 +125,8 @@ def global_weights(
     share = np.divide(q, mass, out=np.zeros_like(q), where=live)
     p_min = float(np.min(share[live] * np.asarray(min_mass, np.float64)[live]))
     p = share[shard] * np.asarray(row_mass, np.float64)
-    return np.power(p / p_min, -float(beta))
+    weights: np.ndarray = np.power(p / p_min, -float(beta))
+    return weights
 
 
 def compact(columns: EpisodeColumns) -> EpisodeColumns:

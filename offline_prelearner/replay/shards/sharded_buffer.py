@@ -369,7 +369,7 @@ class ShardedReplayBuffer:
     def refresh(self) -> list[ShardInfo]:
         """Asks every shard for its info now (one round, after any waiting priorities)."""
         self._send_queued()
-        infos = _ray().get([a.info.remote() for a in self.actors])
+        infos: list[ShardInfo] = _ray().get([a.info.remote() for a in self.actors])
         for info in infos:
             self._note(info)
         return infos
@@ -417,7 +417,7 @@ class ShardedReplayBuffer:
                 if waiting is not None:
                     self._submit(self.actors[s].feedback.remote(*waiting))
                 self._queued[s] = (local[rows], td[rows])
-        sent = bounds[-1]
+        sent = int(bounds[-1])
         self.counters["updates_sent"] += sent
         self.counters["updates_foreign"] += len(h) - sent
         return sent

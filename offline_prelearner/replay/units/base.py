@@ -128,7 +128,8 @@ class AllSteps:
     def step_values(self, values: np.ndarray) -> np.ndarray:
         """A step column's values at every row (a new array)."""
         if isinstance(self.steps, slice):
-            return values[self.steps].copy()
+            out: np.ndarray = values[self.steps].copy()
+            return out
         return values.take(self.steps, axis=0)
 
     def step_index(self) -> np.ndarray:
@@ -173,7 +174,8 @@ def stack_index(idx: np.ndarray, first: np.ndarray, frames: int) -> np.ndarray:
     ``first`` (the episode's first slot, broadcastable to ``idx``): frames before the episode's
     start repeat its first frame."""
     back = np.arange(1 - frames, 1, dtype=np.int64)
-    return np.maximum(idx[..., None] + back, np.asarray(first)[..., None])
+    out: np.ndarray = np.maximum(idx[..., None] + back, np.asarray(first)[..., None])
+    return out
 
 
 def episode_columns(
