@@ -148,7 +148,7 @@ class EpisodeReplayBuffer:
         (what a reader gives and the prelearner passes); Episode objects (built by hand) are
         joined into columns here, once, a table per run of one column layout, and take the
         same path. Episodes are added in order; one that contradicts what is held (see
-        :meth:`EpisodeStorage.add`) raises after the ones before it were added.
+        :meth:`EpisodeStorage.add_episode`) raises after the ones before it were added.
 
         Args:
             episodes: The episodes, in order.
@@ -179,7 +179,7 @@ class EpisodeReplayBuffer:
                 if isinstance(part, EpisodeColumns):
                     self.storage.add_columns(part, changes)
                 else:
-                    change = self.storage.add(part)
+                    change = self.storage.add_episode(part)
                     changes += [*change.side, change]
         finally:
             self._notify(changes)

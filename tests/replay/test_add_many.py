@@ -49,7 +49,7 @@ def sequential_add(buf: EpisodeReplayBuffer, eps: list[Episode]) -> None:
     changes: list[Change] = []
     try:
         for ep in eps:
-            change = buf.storage.add(ep)
+            change = buf.storage.add_episode(ep)
             changes += change.side
             changes.append(change)
     finally:
@@ -156,7 +156,7 @@ def test_placements_expand_to_the_changes_of_single_adds(
     one, many = EpisodeStorage(capacity), EpisodeStorage(capacity)
     ref: list[Change] = []
     for ep in eps:
-        ch = one.add(ep)
+        ch = one.add_episode(ep)
         ref += ch.side
         ref.append(ch)
     out: list[Change | Placements] = []

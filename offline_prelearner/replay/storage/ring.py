@@ -150,7 +150,7 @@ class EpisodeStorage:
         return self.table.resolve(handles)
 
     # ------------------------------------------------------------------ adding
-    def add(self, episode: Episode) -> Change:
+    def add_episode(self, episode: Episode) -> Change:
         """Stores one episode or fragment. Raises EpisodeValidationError for data that contradicts
         what is held (a gap in ``t``, an overlap, a discontinuous observation, other shapes)."""
         key = normalize_id(episode.id)
@@ -171,7 +171,7 @@ class EpisodeStorage:
     def add_columns(self, columns: EpisodeColumns, out: list[Change | Placements]) -> None:
         """Stores episodes held as shared columns (a reader's
         :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns`) in order, exactly
-        as :meth:`add` on each would, appending each one's records (side records first, then
+        as :meth:`add_episode` on each would, appending each one's records (side records first, then
         the change) to ``out`` as it goes: after an error, ``out`` describes what the episodes
         before the failing one did.
 
@@ -180,7 +180,7 @@ class EpisodeStorage:
         run that fits before the end of the ring -- and reported as one :class:`Placements`,
         without an object per episode. Everything else (continuations, duplicates, an episode
         that wraps the ring, the first of a new layout, subclasses that place episodes their own
-        way) is built as an object and goes through :meth:`add`.
+        way) is built as an object and goes through :meth:`add_episode`.
 
         Args:
             columns: The episodes, in order.
@@ -204,15 +204,15 @@ class EpisodeStorage:
             i = self._add_run(src, i, run, out)
 
     def places_runs(self) -> bool:
-        """Whether :meth:`add_columns` may place a run of new episodes in one
-        step, bypassing :meth:`add` and ``_place``: True here. A storage that admits or places
-        episodes its own way (:class:`~offline_prelearner.replay.reservoir.ReservoirStorage`)
-        returns False, and every episode takes its ``add``."""
+        """Whether :meth:`add_columns` may place a run of new episodes in one step, bypassing
+        :meth:`add_episode` and ``_place``: True here. A storage that admits or places episodes
+        its own way (:class:`~offline_prelearner.replay.reservoir.ReservoirStorage`)
+        returns False, and every episode takes its ``add_episode``."""
         return True
 
     def _add_one(self, ep: Episode, out: list[Change | Placements]) -> None:
-        """The ordinary path for one episode: ``add``, its records appended to ``out``."""
-        change = self.add(ep)
+        """The ordinary path for one episode: ``add_episode``, its records appended to ``out``."""
+        change = self.add_episode(ep)
         out += change.side
         out.append(change)
 
