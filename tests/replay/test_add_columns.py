@@ -1,11 +1,11 @@
-"""Episodes held as shared columns (``EpisodeColumns``) added in bulk, against the object path.
+"""Episodes held as shared columns (``EpisodeColumns``) added in bulk, against one at a time.
 
-The rows reader gives a batch's episodes as views of a few shared arrays; the buffer's
-``add_columns`` writes them without building an object per episode. The reference is the
-per-episode path (``storage.add`` one by one, as in ``test_add_many``): for random streams of new
-episodes, continuations, duplicates, wraps of small rings and dropped episodes (gaps in the shared
-arrays), both sides must hold the same columns, table, counters and sampler notifications, raise
-the same error at the same episode, and draw the same samples.
+The rows reader gives a batch's episodes as views of a few shared arrays; the buffer's ``add``
+writes them (``EpisodeStorage.add_columns``) without building an object per episode. The
+reference is the per-episode step (``storage.add_episode`` one by one, as in ``test_add_many``):
+for random streams of new episodes, continuations, duplicates, wraps of small rings and dropped
+episodes (gaps in the shared arrays), both sides must hold the same columns, table, counters and
+sampler notifications, raise the same error at the same episode, and draw the same samples.
 """
 
 from __future__ import annotations
