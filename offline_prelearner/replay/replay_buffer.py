@@ -515,8 +515,9 @@ def sample_all_columns(
 
     A unit that expands whole episodes from their columns (:class:`~.units.base.ExpandsAll`:
     :class:`~.units.transition.Transition`, :class:`~.units.n_step.NStep` with an int ``n``)
-    does so, without the ring's copy of every column; any other unit, or episodes whose ids
-    repeat, go through such a buffer (which raises what it would raise).
+    does so, without the ring's copy of every column; any other unit, episodes whose ids
+    repeat, or composite observations (a ring column per leaf) go through such a buffer (which
+    raises what it would raise).
 
     Args:
         columns: The episodes, every one done.
@@ -530,7 +531,8 @@ def sample_all_columns(
     if not _normal_ids(ids):
         ids = [normalize_id(i) for i in ids]
     keys = agent_keys(ids, columns.agents)
-    if isinstance(unit, ExpandsAll) and len(set(keys)) == len(keys):
+    plain = isinstance(columns.obs, np.ndarray) and columns.obs.dtype.names is None
+    if plain and isinstance(unit, ExpandsAll) and len(set(keys)) == len(keys):
         steps = AllSteps(columns, ids)
         if not len(steps):
             return None
