@@ -187,15 +187,14 @@ class EpisodeStorage:
             out: Where the records go.
         """
         n = len(columns)
-        if n == 0:
+        if not self.places_runs():  # every episode through add_episode, its objects built at once
+            for ep in columns.iter_episodes():
+                self._add_one(ep, out)
             return
-        allowed = self.places_runs()
         src, i, bulk = SharedColumns(columns), 0, False
         while i < n:
             # One layout for every episode (shared arrays): once accepted, accepted for all.
-            bulk = bulk or (
-                allowed and bool(self.columns) and layout(columns.episode(i)) in self._accepted
-            )
+            bulk = bulk or (bool(self.columns) and layout(columns.episode(i)) in self._accepted)
             run = self._runs.column_run(columns, i, self.table.where) if bulk else None
             if run is None:
                 self._add_one(columns.episode(i), out)
