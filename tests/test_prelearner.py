@@ -135,6 +135,26 @@ def test_a_subclass_overrides_one_hook() -> None:
     }
 
 
+def test_batch_only_connectors_leave_the_episodes_alone() -> None:
+    """Connectors that only touch sampled batches hand ``postprocess_episodes`` its columns back
+    as they came (and still run on every sample); an episode connector adds its column."""
+    kept: list[bool] = []
+
+    class Spy(OfflinePreLearner):
+        def postprocess_episodes(self, columns):
+            out = super().postprocess_episodes(columns)
+            kept.append(out is columns)
+            return out
+
+    batch_only = ["normalize_obs", {"name": "cast", "mapping": {"rewards": "float64"}}]
+    out = run_all(Spy(train_batch_size=64, connectors=batch_only), ROWS[:1])[0]
+    assert kept == [True] and out["rewards"].dtype == np.float64
+    assert abs(float(out["obs"].mean())) < 1.0  # normalised
+    kept.clear()
+    out = run_all(Spy(train_batch_size=64, connectors=["returns_to_go"]), ROWS[:1])[0]
+    assert kept == [False] and "returns_to_go" in out
+
+
 def _example(name: str):
     spec = importlib.util.spec_from_file_location(name, REPO / "examples" / f"{name}.py")
     assert spec is not None and spec.loader is not None
