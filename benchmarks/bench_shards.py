@@ -6,10 +6,10 @@ Workloads (bench names), on the standard CartPole rows (``cartpole_rows``, 1,000
   about 4096 steps held as ``EpisodeColumns`` (what the rows reader gives a feeder), then
   ``flush``; steps/s into 1, 2, 4 prioritized shards (each a Ray actor in its own process);
 * ``shards.add.S2.from_objects`` -- the same chunks as Episode objects (the client groups them
-  into columns, :func:`to_columns`);
+  into columns, :func:`~offline_prelearner.replay.replay_buffer.as_columns`);
 * ``shards.add.S2.pickled_objects`` -- Episode objects sent as they are (what sending columns
   saves);
-* ``inproc.add``                 -- ``PrioritizedEpisodeReplayBuffer.add_columns`` of the same
+* ``inproc.add``                 -- ``PrioritizedEpisodeReplayBuffer.add`` of the same
   column chunks;
 * ``inproc.sample_update``       -- ``batch = buf.sample(256)`` then ``buf.update_priorities(
   batch["indices"], td)``, repeated, on a PrioritizedEpisodeReplayBuffer holding all the data
@@ -141,7 +141,7 @@ def main() -> None:
             elif isinstance(buf, ShardedReplayBuffer):
                 buf.add(cols)
             else:
-                buf.add_columns(cols)
+                buf.add(cols)
         if isinstance(buf, ShardedReplayBuffer):
             buf.flush()
 

@@ -1,9 +1,10 @@
 """A custom prelearner, run in-process and as the Ray Data batch job (run it from the repo root).
 
 ``ShapedReward`` adds a ``shaped_rewards`` column (1 minus the pole angle's share of CartPole's
-limit) to every episode before the buffer, on episode objects (``postprocess_episodes``) and on
-the columns the rows reader gives (``postprocess_columns``: the fast path, no object per episode;
-return None there to take the episode path). The batch job names the class by import path::
+limit) to every episode before the buffer: its ``postprocess_episodes`` takes the batch's
+episodes as one ``EpisodeColumns`` and adds the column for all of them at once, with no object
+per episode (``columns.map_episodes(fn)`` would do it one ``Episode`` at a time, slower). The
+batch job names the class by import path::
 
     offline-prelearner process datasets/cartpole-v1/rows --out /tmp/out \
         --prelearner custom_prelearner:ShapedReward     # with examples/ on PYTHONPATH
@@ -11,7 +12,6 @@ return None there to take the episode path). The batch job names the class by im
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 import sys
@@ -31,25 +31,15 @@ ANGLE_LIMIT = 0.2095  # CartPole-v1 terminates beyond 12 degrees
 class ShapedReward(op.OfflinePreLearner):
     """Adds ``shaped_rewards = 1 - |angle after the step| / limit`` to every episode."""
 
-    def postprocess_episodes(self, episodes: list[op.Episode]) -> list[op.Episode]:
-        out = []
-        for ep in super().postprocess_episodes(episodes):  # keep the configured connectors
-            shaped = 1.0 - np.abs(ep.observations[1:, 2]) / ANGLE_LIMIT
-            ep = copy.copy(ep)  # never change an episode in place: others may hold it
-            ep.extras = {**ep.extras, "shaped_rewards": shaped.astype(np.float32)}
-            out.append(ep)
-        return out
-
-    def postprocess_columns(self, columns: op.EpisodeColumns) -> op.EpisodeColumns | None:
-        columns = super().postprocess_columns(columns)  # None: a connector wants episodes
-        if columns is None:
-            return None
+    def postprocess_episodes(self, columns: op.EpisodeColumns) -> op.EpisodeColumns:
+        columns = super().postprocess_episodes(columns)  # keep the configured connectors
         # Observations after each step: all but every episode's first. Extras go at step rows.
         obs = columns.observations()
         first = np.cumsum(columns.length + 1) - (columns.length + 1)
         after = np.delete(obs, first, axis=0)
         shaped = np.zeros(len(columns.actions), np.float32)
         shaped[columns.step_rows()] = 1.0 - np.abs(after[:, 2]) / ANGLE_LIMIT
+        # Never change the columns in place (others may hold them): a new table, arrays shared.
         return dataclasses.replace(columns, extras={**columns.extras, "shaped_rewards": shaped})
 
 

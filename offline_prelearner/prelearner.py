@@ -4,8 +4,14 @@
 
     batch ──map_to_episodes──▶ EpisodeBatch ──validate──▶ (checked, de-duplicated)
           ──postprocess_episodes──▶ (episode connectors) ──add_to_buffers──▶ one buffer per module
-          (a batch read as columns: ──postprocess_columns──▶ the buffers, no object per episode)
           ──sample──▶ MultiAgentBatch ──run_connectors──▶ ──to_output──▶ {column: ndarray}
+
+From ``postprocess_episodes`` on, a batch's episodes travel as one
+:class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns` (shared arrays plus a table
+of offsets), never as an object per episode: every hook a subclass overrides takes and returns
+columns (:meth:`EpisodeColumns.map_episodes
+<offline_prelearner.episodes.episode_columns.EpisodeColumns.map_episodes>` serves code that wants
+one episode at a time).
 
 It is a callable class for ``Dataset.map_batches``: Ray builds one per actor, and each keeps its
 reader state (fragments spread over batches), its de-duplication memory and its buffers between
@@ -20,7 +26,6 @@ sequence) and a ``module_id`` column; :meth:`MultiAgentBatch.from_rows
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any, cast
@@ -40,22 +45,11 @@ from .io.readers import Batch, Reader, make_reader
 from .plugins import import_object
 from .replay.batch import MultiAgentBatch, SampleBatch
 from .replay.build import build_buffer, build_unit
-from .replay.replay_buffer import (
-    EpisodeReplayBuffer,
-    agent_keys,
-    real_ids,
-    sample_all_columns,
-    sample_all_episodes,
-    with_ids,
-)
+from .replay.replay_buffer import EpisodeReplayBuffer, agent_keys, real_ids, sample_all_columns
 from .replay.samplers.prioritized import Prioritized
 from .replay.units.base import SampleUnit
 
 __all__ = ["OfflinePreLearner"]
-
-#: The hooks that change episodes on the episode path; :meth:`OfflinePreLearner.postprocess_columns`
-#: is their columnar twin (see :meth:`OfflinePreLearner.__init_subclass__`).
-EPISODE_HOOKS = ("postprocess_episodes", "module_of", "add_to_buffers", "sample_all")
 
 
 class OfflinePreLearner:
@@ -87,32 +81,11 @@ class OfflinePreLearner:
         #: What the last call refused (the batch job counts it per input file).
         self.last_rejections: list[Rejection] = []
         self.counters = {"batches": 0, "samples": 0, "fragments_added": 0, "not_ready": 0}
-        self._pending: dict[tuple[Any, Any], list[Episode]] = {}  # sample_all: open fragments
+        #: sample_all: the fragments of episodes still open, one one-episode table each.
+        self._pending: dict[tuple[Any, Any], list[EpisodeColumns]] = {}
         #: Modules whose buffer keys episodes by (episode id, agent id) (see ``_buffer_for``).
         self._agent_keyed: set[str] = set()
         self._agent_to_module = self._mapping_fn()
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """A subclass that changes episodes and says nothing of columns keeps its change.
-
-        Rows input reaches the buffers as columns through :meth:`postprocess_columns`. A class
-        that overrides an episode hook (``postprocess_episodes``, ``module_of``,
-        ``add_to_buffers``) but not ``postprocess_columns`` beside it (one written before that
-        hook existed, or a subclass of a class that defines both) would have its change skipped
-        there; it takes the episode path instead (correct, slower), and a ``FutureWarning`` at
-        its definition says how to keep the fast path.
-        """
-        super().__init_subclass__(**kwargs)
-        own = [h for h in EPISODE_HOOKS if h in cls.__dict__]
-        if own and "postprocess_columns" not in cls.__dict__:
-            warnings.warn(
-                f"{cls.__qualname__} overrides {', '.join(own)} but not postprocess_columns: "
-                "it takes the slower episode path for every batch; define postprocess_columns "
-                "(the same change on columns, or return None to keep the episode path)",
-                FutureWarning,
-                stacklevel=2,
-            )
-            cls.postprocess_columns = _episode_path  # type: ignore[method-assign]
 
     # ================================================================== building blocks (hooks)
     def build_reader(self) -> Reader:
@@ -152,58 +125,67 @@ class OfflinePreLearner:
         """Contract checks, then de-duplication within the batch and against earlier batches."""
         return self.deduplicator.dedupe(self.validator.validate(episodes))
 
-    def postprocess_episodes(self, episodes: list[Episode]) -> list[Episode]:
-        """Episode-level connectors (returns-to-go, advantages ...), before buffering."""
-        if not len(self.connectors):
-            return episodes
-        return self.connectors.on_episodes(
-            episodes, ConnectorContext(gamma=self.config.sample.gamma)
-        )
+    def postprocess_episodes(self, columns: EpisodeColumns) -> EpisodeColumns:
+        """The episode connectors (returns-to-go, advantages ...), before buffering.
 
-    def postprocess_columns(self, columns: EpisodeColumns) -> EpisodeColumns | None:
-        """The columnar twin of :meth:`postprocess_episodes`, for a batch the reader gave as
-        :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns` (the rows reader
-        does): the columns it returns go to the buffers as columns, routed by their module ids
-        as :meth:`module_of` routes episodes, without an object per episode (several times
-        faster on short episodes). None takes the episode path for this batch:
-        ``postprocess_episodes``, ``module_of``, ``add_to_buffers``.
+        Takes and returns the batch's episodes as one :class:`EpisodeColumns` (before issue 31:
+        a list of :class:`Episode`). A subclass changes episodes here, on the columns as a whole
+        (``examples/custom_prelearner.py`` adds a column with ``dataclasses.replace``), or one
+        episode at a time with :meth:`EpisodeColumns.map_episodes`::
 
-        The default returns the columns unchanged, or None when a connector works on episodes.
-        A subclass that changes episodes (overrides ``postprocess_episodes``, ``module_of`` or
-        ``add_to_buffers``) overrides this too: the same change made on the columns keeps the
-        fast path (``examples/custom_prelearner.py`` adds a column), ``return None`` takes the
-        slower episode path. :func:`offline_prelearner.testing.check_prelearner_columnar` (in
-        ``check_prelearner`` and ``PreLearnerContract``) compares the two paths on yours.
+            def postprocess_episodes(self, columns):
+                columns = super().postprocess_episodes(columns)  # the configured connectors
+                return columns.map_episodes(my_change)  # my_change(Episode) -> Episode
 
         Args:
-            columns: The batch's validated, de-duplicated episodes; never change them in place
-                (return a new object, ``dataclasses.replace`` shares the arrays).
+            columns: The batch's validated, de-duplicated episodes; never change their arrays
+                in place (return a new object: ``dataclasses.replace`` shares the arrays).
 
         Returns:
-            The columns to buffer, or None for the episode path.
+            The episodes to buffer (or to sample whole, under ``sample.sample_all``).
         """
-        return None if len(self.connectors) else columns
+        if not self.connectors.touches_episodes:
+            return columns
+        return self.connectors.on_episodes(
+            columns, ConnectorContext(gamma=self.config.sample.gamma)
+        )
 
-    def module_of(self, episode: Episode) -> str:
-        """The module an episode trains: its module_id, else the agent mapping, else default."""
-        if episode.module_id is not None:
-            return str(episode.module_id)
-        if self._agent_to_module is not None and episode.agent_id is not None:
-            return str(self._agent_to_module(episode.agent_id))
-        return self.config.modules.default_module
+    def module_of(self, columns: EpisodeColumns) -> list[str]:
+        """The module each episode trains: its module id, else the agent mapping, else the
+        default module.
 
-    def add_to_buffers(self, episodes: list[Episode]) -> None:
-        """Routes episodes to their module's buffer (created on first use)."""
-        by_module: dict[str, list[Episode]] = {}
-        for ep in episodes:
-            by_module.setdefault(self.module_of(ep), []).append(ep)
-        for module_id, eps in by_module.items():
-            agents = [e.agent_id for e in eps]
-            buf = self._buffer_for(module_id, agents)
+        Takes the batch's episodes as columns (before issue 31: one :class:`Episode`).
+
+        Args:
+            columns: The batch's episodes (what :meth:`postprocess_episodes` returned).
+
+        Returns:
+            One module id per episode, in table order.
+        """
+        default = self.config.modules.default_module
+        fn = self._agent_to_module
+        n = len(columns)
+        if columns.modules.count(None) == n and (fn is None or columns.agents.count(None) == n):
+            return [default] * n  # the common case, without a walk over the episodes
+        return [
+            str(m) if m is not None else str(fn(a)) if fn and a is not None else default
+            for m, a in zip(columns.modules, columns.agents, strict=True)
+        ]
+
+    def add_to_buffers(self, columns: EpisodeColumns) -> None:
+        """Routes episodes to their module's buffer (created on first use), by :meth:`module_of`.
+
+        Takes the batch's episodes as columns (before issue 31: a list of :class:`Episode`).
+
+        Args:
+            columns: The batch's episodes (what :meth:`postprocess_episodes` returned).
+        """
+        for module_id, part in self._by_module(columns):
+            buf = self._buffer_for(module_id, part.agents)
             if module_id in self._agent_keyed:
-                eps = with_ids(eps, agent_keys([e.id for e in eps], agents, always=True))
-            buf.add(eps)
-            self.counters["fragments_added"] += len(eps)
+                part = replace(part, ids=agent_keys(part.ids, part.agents, always=True))
+            buf.add(part)
+            self.counters["fragments_added"] += len(part)
 
     def _buffer_for(self, module_id: str, agents: list[Any]) -> EpisodeReplayBuffer:
         """Module ``module_id``'s buffer, built on its first episodes. A buffer first given
@@ -240,63 +222,33 @@ class OfflinePreLearner:
             out[module_id] = real_ids(batch) if module_id in self._agent_keyed else batch
         return MultiAgentBatch(out, env_steps=sum(len(b) for b in out.values()))
 
-    def sample_all(self, episodes: list[Episode]) -> MultiAgentBatch:
+    def sample_all(self, columns: EpisodeColumns) -> MultiAgentBatch:
         """Every valid transition (or sequence) of the complete episodes, once, in order.
 
-        Not-done fragments wait (per episode id) until their episode ends, so no window is cut by
-        a batch boundary; ``stats()["pending_fragments"]`` says how many are still open.
-        """
-        return self._sample_complete(self._complete_episodes(episodes))
-
-    def sample_all_columns(self, columns: EpisodeColumns) -> MultiAgentBatch:
-        """:meth:`sample_all` for a batch held as columns (what :meth:`postprocess_columns`
-        returned): the same samples in the same order, without an object per episode (only the
-        fragments of an episode cut across batches are kept as objects until it ends).
-
-        A subclass that overrides ``sample_all`` but not ``postprocess_columns`` keeps its
-        ``sample_all`` (see :meth:`__init_subclass__`).
+        Takes the batch's episodes as columns (before issue 31: a list of :class:`Episode`).
+        Not-done fragments wait (per episode id, as columns) until their episode ends, so no
+        window is cut by a batch boundary; the fragment that ends an episode stands where it
+        ended, joined with the rest. ``stats()["pending_fragments"]`` says how many are open.
 
         Args:
-            columns: The batch's validated, de-duplicated episodes.
+            columns: The batch's episodes (what :meth:`postprocess_episodes` returned).
 
         Returns:
-            Every valid transition (or sequence) of the episodes complete after this batch,
-            per trained module.
+            Every sample of the episodes complete after this batch, per trained module (routed
+            by :meth:`module_of`).
         """
-        complete = self._complete_columns(columns)
-        if isinstance(complete, list):  # fragments that do not join as columns: objects
-            return self._sample_complete(complete)
         out: dict[str, SampleBatch] = {}
-        if len(complete):
-            modules = self._modules_of(complete)
-            for module_id in dict.fromkeys(modules):
-                if not self._trains(module_id):
-                    continue
-                part = complete
-                if module_id != modules[0] or modules.count(module_id) != len(modules):
-                    part = complete.select(np.array([m == module_id for m in modules]))
-                batch = sample_all_columns(part, self.build_unit(), seed=self.config.seed)
-                if batch is not None:
-                    out[module_id] = batch
-        return MultiAgentBatch(out, env_steps=sum(len(b) for b in out.values()))
-
-    def _sample_complete(self, complete: list[Episode]) -> MultiAgentBatch:
-        """Every valid transition (or sequence) of complete episodes, per trained module."""
-        by_module: dict[str, list[Episode]] = {}
-        for ep in complete:
-            by_module.setdefault(self.module_of(ep), []).append(ep)
-        out: dict[str, SampleBatch] = {}
-        for module_id, eps in by_module.items():
+        for module_id, part in self._by_module(self._complete(columns)):
             if not self._trains(module_id):
                 continue
-            batch = sample_all_episodes(eps, self.build_unit(), seed=self.config.seed)
+            batch = sample_all_columns(part, self.build_unit(), seed=self.config.seed)
             if batch is not None:
                 out[module_id] = batch
         return MultiAgentBatch(out, env_steps=sum(len(b) for b in out.values()))
 
     def run_connectors(self, batch: MultiAgentBatch) -> MultiAgentBatch:
         """Batch-level connectors, module by module."""
-        if not len(self.connectors):
+        if not self.connectors.touches_batches:
             return batch
         out = {}
         for module_id, sb in batch.policy_batches.items():
@@ -320,18 +272,11 @@ class OfflinePreLearner:
         """One input batch -> zero or more output batches (one per trained module)."""
         episodes = self.validate(self.map_to_episodes(batch))
         self._count_episodes(episodes)
-        cols = episodes.columns
-        cols = None if cols is None else self.postprocess_columns(cols)
+        columns = self.postprocess_episodes(self._columns(episodes))
         if self.config.sample.sample_all:
-            if cols is not None:
-                result = self.sample_all_columns(cols)
-            else:
-                result = self.sample_all(self.postprocess_episodes(episodes.episodes))
+            result = self.sample_all(columns)
         else:
-            if cols is not None:
-                self._add_columns(cols)
-            else:
-                self.add_to_buffers(self.postprocess_episodes(episodes.episodes))
+            self.add_to_buffers(columns)
             result = self.sample()
         result = self.run_connectors(result)
         self.counters["batches"] += 1
@@ -374,86 +319,125 @@ class OfflinePreLearner:
         self.last_rejections = episodes.rejections
         self.ledger.episodes_kept += len(fresh) - episodes.ledger.episodes_kept
 
-    def _modules_of(self, cols: EpisodeColumns) -> list[str]:
-        """Each episode's module, by the base ``module_of``'s rule: module id, else the agent
-        mapping, else the default module."""
-        default = self.config.modules.default_module
-        fn = self._agent_to_module
-        n = len(cols)
-        if cols.modules.count(None) == n and (fn is None or cols.agents.count(None) == n):
-            return [default] * n  # the common case, without a walk over the episodes
-        return [
-            str(m) if m is not None else str(fn(a)) if fn and a is not None else default
-            for m, a in zip(cols.modules, cols.agents, strict=True)
-        ]
-
-    def _add_columns(self, cols: EpisodeColumns) -> None:
-        """``add_to_buffers`` for episodes held as columns (the routing of the base
-        ``module_of``: module id, else the agent mapping, else the default module)."""
-        modules = self._modules_of(cols)
+    def _by_module(self, columns: EpisodeColumns) -> Iterator[tuple[str, EpisodeColumns]]:
+        """``(module id, its episodes)`` per module of :meth:`module_of`, in order of first
+        appearance (the whole table when one module holds them all)."""
+        if not len(columns):
+            return
+        modules = self.module_of(columns)
+        if modules.count(modules[0]) == len(modules):
+            yield modules[0], columns
+            return
+        names = np.array(modules, dtype=object)
         for module_id in dict.fromkeys(modules):
-            part = cols
-            if module_id != modules[0] or modules.count(module_id) != len(modules):
-                part = cols.select(np.array([m == module_id for m in modules]))
-            buf = self._buffer_for(module_id, part.agents)
-            if module_id in self._agent_keyed:
-                part = replace(part, ids=agent_keys(part.ids, part.agents, always=True))
-            buf.add_columns(part)
-            self.counters["fragments_added"] += len(part)
+            yield module_id, columns.select(names == module_id)
 
     def _trains(self, module_id: str) -> bool:
         wanted = self.config.modules.modules_to_train
         return wanted is None or module_id in wanted
 
-    def _complete_columns(self, cols: EpisodeColumns) -> EpisodeColumns | list[Episode]:
-        """:meth:`_complete_episodes` on columns: the episodes complete after this batch, in the
-        same order (a fragment that ends an open episode stands where it ended, joined with
-        the rest), as columns; as objects where the joined fragments cannot share the batch's
-        columns (other dtypes, infos). Only the fragments that open or end a pending episode
-        become objects."""
-        done = cols.done
+    @staticmethod
+    def _columns(episodes: EpisodeBatch) -> EpisodeColumns:
+        """The batch's episodes as columns.
+
+        TODO(issue 31): remove once every reader hands over columns (``EpisodeBatch.columns`` always
+        set, carrier-read's change): then ``episodes.columns`` is all this is. Until then a reader
+        that builds objects (msgpack episodes, sample batches, composite observations) has them
+        joined here, once per batch; infos, which no buffer stores, are left behind.
+        """
+        cols = episodes.columns
+        if cols is not None:
+            return cols
+        eps = episodes.episodes
+        if not eps:
+            return _NO_EPISODES
+        if any(e.infos is not None for e in eps):
+            eps = [
+                Episode._trusted(
+                    e.id,
+                    e.observations,
+                    e.actions,
+                    e.rewards,
+                    e.terminated,
+                    e.truncated,
+                    e.agent_id,
+                    e.module_id,
+                    e.t_started,
+                    e.extras,
+                )
+                for e in eps
+            ]
+        return EpisodeColumns.from_episodes(eps)
+
+    def _complete(self, columns: EpisodeColumns) -> EpisodeColumns:
+        """The episodes complete after this batch, in table order: a fragment that ends an open
+        episode stands where it ended, joined with its earlier fragments; fragments that do not
+        end one wait in ``_pending``. Only the fragments that open or end a pending episode are
+        handled one by one (few: an episode cut at each edge of the batch)."""
+        done = columns.done
         pending = self._pending
         special = set(np.flatnonzero(~done).tolist())
         if pending:
-            keys = zip(cols.ids, cols.agents, strict=True)
+            keys = zip(columns.ids, columns.agents, strict=True)
             special.update(i for i, key in enumerate(keys) if key in pending)
         if not special:
-            return cols
-        joined: dict[int, Episode] = {}
-        for i in sorted(special):  # few: an episode cut at each edge of the batch
-            ep = cols.episode(i)
-            key = (ep.id, ep.agent_id)
-            pending.setdefault(key, []).append(ep)
-            if ep.is_done:
-                joined[i] = Episode.concat_fragments(pending.pop(key))
+            return columns
+        joined: dict[int, EpisodeColumns] = {}
+        for i in sorted(special):
+            key = (columns.ids[i], columns.agents[i])
+            pending.setdefault(key, []).append(columns.select(np.array([i])))
+            if done[i]:
+                joined[i] = EpisodeColumns.join_fragments(pending.pop(key))
         order = np.flatnonzero(done)
         if not joined:
-            return cols.select(order)
+            return columns.select(order)
         at = np.fromiter(joined, np.int64, len(joined))
-        try:
-            tail = EpisodeColumns.from_episodes(
-                list(joined.values()), split=cols.last_obs is not None
-            )
-            both = EpisodeColumns.concat([cols, tail])
-        except (ValueError, KeyError, TypeError):
-            return [joined[i] if i in joined else cols.episode(i) for i in order.tolist()]
-        order[np.searchsorted(order, at)] = len(cols) + np.arange(len(at))
+        split = columns.last_obs is not None
+        tails = [  # in the batch's observation layout (a reader may change it between batches)
+            t if (t.last_obs is not None) == split else t.from_episodes([t.episode(0)], split=split)
+            for t in joined.values()
+        ]
+        if int(at[0]) == int(order[0]):  # the first complete episode sets the dtypes
+            columns = _cast_like(columns, tails[0])
+        tails = [_cast_like(t, columns) for t in tails]
+        both = EpisodeColumns.concat([columns, *tails])
+        order[np.searchsorted(order, at)] = len(columns) + np.arange(len(at))
         return both.select(order)
 
-    def _complete_episodes(self, episodes: list[Episode]) -> list[Episode]:
-        done: list[Episode] = []
-        for ep in episodes:
-            key = (ep.id, ep.agent_id)
-            if key in self._pending or not ep.is_done:
-                frags = self._pending.setdefault(key, [])
-                frags.append(ep)
-                if ep.is_done:
-                    done.append(Episode.concat_fragments(self._pending.pop(key)))
-            else:
-                done.append(ep)
-        return done
+
+def _cast_like(columns: EpisodeColumns, like: EpisodeColumns) -> EpisodeColumns:
+    """``columns`` with ``like``'s dtypes (fragments of one episode read from batches whose
+    columns differ in dtype, joined with another batch's episodes, take the dtypes a buffer
+    would: those of the first episode it holds). The same object where they already agree."""
+    pairs = [("obs", columns.obs, like.obs), ("actions", columns.actions, like.actions)]
+    pairs.append(("rewards", columns.rewards, like.rewards))
+    if all(a.dtype == b.dtype for _, a, b in pairs) and all(
+        k in like.extras and v.dtype == like.extras[k].dtype for k, v in columns.extras.items()
+    ):
+        return columns
+    obs, actions, rewards = (a.astype(b.dtype, copy=False) for _, a, b in pairs)
+    extras = {
+        k: v.astype(like.extras[k].dtype, copy=False) if k in like.extras else v
+        for k, v in columns.extras.items()
+    }
+    last = columns.last_obs
+    if last is not None:
+        last = last.astype(like.obs.dtype, copy=False)
+    return replace(columns, obs=obs, actions=actions, rewards=rewards, extras=extras, last_obs=last)
 
 
-def _episode_path(self: OfflinePreLearner, columns: EpisodeColumns) -> None:
-    """The columnar hook of a subclass that changes episodes only: take the episode path."""
-    return None
+_NO_EPISODES = EpisodeColumns(
+    obs=np.zeros((0,)),
+    actions=np.zeros((0,)),
+    rewards=np.zeros((0,), np.float32),
+    extras={},
+    obs_at=np.zeros(0, np.int64),
+    step_at=np.zeros(0, np.int64),
+    length=np.zeros(0, np.int64),
+    t_started=np.zeros(0, np.int64),
+    terminated=np.zeros(0, bool),
+    truncated=np.zeros(0, bool),
+    ids=[],
+    agents=[],
+    modules=[],
+)

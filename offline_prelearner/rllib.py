@@ -258,8 +258,13 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
         if self.to_learner == "episodes":
             kept = inner.validate(inner.map_to_episodes(_files_read(batch)))
             inner._count_episodes(kept)
-            complete = inner._complete_episodes(kept.episodes)
-            return [_whole_episode(ep) for ep in complete if inner._trains(inner.module_of(ep))]
+            complete = inner._complete(inner._columns(kept))
+            modules = inner.module_of(complete)
+            return [
+                _whole_episode(ep)
+                for ep, module_id in zip(complete.iter_episodes(), modules, strict=True)
+                if inner._trains(module_id)
+            ]
         episodes: list[SingleAgentEpisode] = []
         for rows in inner(_files_read(batch)):
             episodes.extend(_sample_episodes(rows))

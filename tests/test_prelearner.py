@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib.util
 import pickle
@@ -104,46 +105,54 @@ def test_modules_not_trained_are_dropped() -> None:
 
 
 def test_a_subclass_overrides_one_hook() -> None:
-    class Clipped(OfflinePreLearner):
-        def postprocess_episodes(self, episodes):
-            for ep in episodes:
-                ep.rewards = np.clip(ep.rewards, 0, 0.25)
-            return episodes
+    """The episode hooks take the batch's episodes as columns: a change on the columns as a
+    whole, one made an episode at a time (``map_episodes``), and a routing of its own
+    (``module_of``) each reach every sample."""
 
-        def postprocess_columns(self, columns):  # the same change on a batch read as columns
+    class Clipped(OfflinePreLearner):
+        def postprocess_episodes(self, columns):
             return dataclasses.replace(columns, rewards=np.clip(columns.rewards, 0, 0.25))
 
-    out = run_all(Clipped(train_batch_size=64), ROWS[:1])[0]
-    assert (out["rewards"] == 0.25).all()
+    class ClippedOneByOne(OfflinePreLearner):
+        def postprocess_episodes(self, columns):
+            def clip(ep):
+                ep = copy.copy(ep)
+                ep.rewards = np.clip(ep.rewards, 0, 0.25)
+                return ep
 
+            return columns.map_episodes(clip)
 
-def test_a_subclass_that_changes_episodes_only_keeps_its_change_and_is_told() -> None:
-    """A subclass written before ``postprocess_columns`` (an episode hook, no columnar twin) is
-    warned at its definition and takes the episode path: its change reaches every sample, on
-    rows input too, where the columnar path would have skipped it."""
-    with pytest.warns(
-        FutureWarning, match="overrides postprocess_episodes but not postprocess_col"
-    ):
+    for cls in (Clipped, ClippedOneByOne):
+        out = run_all(cls(train_batch_size=64), ROWS[:1])[0]
+        assert (out["rewards"] == 0.25).all()
 
-        class Clipped(OfflinePreLearner):
-            def postprocess_episodes(self, episodes):
-                for ep in episodes:
-                    ep.rewards = np.clip(ep.rewards, 0, 0.25)
-                return episodes
-
-    assert Clipped.postprocess_columns(Clipped(), None) is None  # the episode path, every batch
-    out = run_all(Clipped(train_batch_size=64), ROWS[:1])[0]
-    assert (out["rewards"] == 0.25).all()
-
-    with pytest.warns(FutureWarning, match="overrides module_of"):
-
-        class Routed(Clipped):  # its parent's columnar hook knows nothing of this routing
-            def module_of(self, episode):
-                return "elsewhere"
+    class Routed(Clipped):
+        def module_of(self, columns):
+            return ["elsewhere"] * len(columns)
 
     assert set(next(iter(Routed(train_batch_size=8)(pq.read_table(ROWS[0]))))["module_id"]) == {
         "elsewhere"
     }
+
+
+def test_batch_only_connectors_leave_the_episodes_alone() -> None:
+    """Connectors that only touch sampled batches hand ``postprocess_episodes`` its columns back
+    as they came (and still run on every sample); an episode connector adds its column."""
+    kept: list[bool] = []
+
+    class Spy(OfflinePreLearner):
+        def postprocess_episodes(self, columns):
+            out = super().postprocess_episodes(columns)
+            kept.append(out is columns)
+            return out
+
+    batch_only = ["normalize_obs", {"name": "cast", "mapping": {"rewards": "float64"}}]
+    out = run_all(Spy(train_batch_size=64, connectors=batch_only), ROWS[:1])[0]
+    assert kept == [True] and out["rewards"].dtype == np.float64
+    assert abs(float(out["obs"].mean())) < 1.0  # normalised
+    kept.clear()
+    out = run_all(Spy(train_batch_size=64, connectors=["returns_to_go"]), ROWS[:1])[0]
+    assert kept == [False] and "returns_to_go" in out
 
 
 def _example(name: str):
@@ -155,15 +164,26 @@ def _example(name: str):
 
 
 @pytest.mark.parametrize("updates", [{}, {"n_step": 3}], ids=["uniform", "nstep3"])
-def test_the_custom_example_takes_the_columnar_path(updates: dict) -> None:
-    """examples/custom_prelearner.py changes episodes and keeps the columnar path (it used to
-    drop to the episode path silently): no episode hook runs, and the rows are the episode
-    path's, column for column."""
-    shaped = _example("custom_prelearner").ShapedReward
-    fast = shaped(train_batch_size=64, seed=0, **updates)
-    slow = shaped(train_batch_size=64, seed=0, **updates)
-    slow.postprocess_columns = lambda columns: None  # force the episode path
-    fast.postprocess_episodes = fast.module_of = fast.add_to_buffers = None  # never called
+def test_the_custom_example_column_matches_a_per_episode_reference(updates: dict) -> None:
+    """examples/custom_prelearner.py adds its column on the columns as a whole; a plain
+    reference built one episode at a time (``map_episodes``) gives the same rows, column for
+    column, across batch edges that cut episodes into fragments."""
+    shaped = _example("custom_prelearner")
+    angle = shaped.ANGLE_LIMIT
+
+    class Reference(OfflinePreLearner):
+        def postprocess_episodes(self, columns):
+            def add(ep):
+                ep = copy.copy(ep)
+                after = ep.observations[1:, 2]
+                value = np.array([1.0 - abs(float(a)) / angle for a in after], np.float32)
+                ep.extras = {**ep.extras, "shaped_rewards": value}
+                return ep
+
+            return super().postprocess_episodes(columns).map_episodes(add)
+
+    fast = shaped.ShapedReward(train_batch_size=64, seed=0, **updates)
+    slow = Reference(train_batch_size=64, seed=0, **updates)
     table = pq.read_table(ROWS[0])
     for start in range(0, table.num_rows, 700):  # batch edges cut episodes: fragments too
         part = table.slice(start, 700)
@@ -171,7 +191,10 @@ def test_the_custom_example_takes_the_columnar_path(updates: dict) -> None:
         assert len(got) == len(want) == 1
         assert "shaped_rewards" in got[0]
         for k in want[0]:
-            np.testing.assert_array_equal(got[0][k], want[0][k], err_msg=k)
+            if k == "shaped_rewards":  # float32 on columns, float64 in the reference
+                np.testing.assert_allclose(got[0][k], want[0][k], rtol=1e-5, atol=1e-6)
+            else:
+                np.testing.assert_array_equal(got[0][k], want[0][k], err_msg=k)
     assert fast.stats() == slow.stats()
 
 

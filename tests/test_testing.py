@@ -7,6 +7,7 @@ an implementation broken in exactly that way.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from typing import Any
@@ -15,9 +16,10 @@ import numpy as np
 import pytest
 
 from offline_prelearner import testing as T
-from offline_prelearner.connectors.base import Connector, ConnectorContext
+from offline_prelearner.connectors.base import DEFAULT_CONTEXT, Connector, ConnectorContext
 from offline_prelearner.connectors.registry import build_connector
 from offline_prelearner.episodes.episode import Episode
+from offline_prelearner.episodes.episode_columns import EpisodeColumns
 from offline_prelearner.episodes.ledger import EpisodeBatch
 from offline_prelearner.prelearner import OfflinePreLearner
 from offline_prelearner.replay.batch import MultiAgentBatch, SampleBatch
@@ -125,7 +127,7 @@ def test_importing_testing_does_not_import_pytest() -> None:
 def test_check_functions_report_what_ran() -> None:
     rows = T.example_rows()
     ran = T.check_prelearner(lambda: OfflinePreLearner(train_batch_size=4), rows)
-    assert "check_prelearner_priorities" not in ran and len(ran) == 6
+    assert "check_prelearner_priorities" not in ran and len(ran) == 5
     prio = {"buffer.kind": "prioritized"}
     ran = T.check_prelearner(lambda: OfflinePreLearner(train_batch_size=4, **prio), rows)
     assert ran[-1] == "check_prelearner_priorities"
@@ -170,25 +172,9 @@ class LosesAnEpisode(OfflinePreLearner):
 
 
 class GlobalRandomness(OfflinePreLearner):
-    def postprocess_episodes(self, episodes: list[Episode]) -> list[Episode]:
-        for ep in episodes:
-            ep.extras["noise"] = np.random.random(len(ep)).astype(np.float32)  # noqa: NPY002
-        return episodes
-
-    def postprocess_columns(self, columns: Any) -> None:
-        return None  # its change is made on episodes
-
-
-class ForgetsColumns(OfflinePreLearner):
-    """Changes episodes, and its columnar hook forgets to: a batch read as columns skips it."""
-
-    def postprocess_episodes(self, episodes: list[Episode]) -> list[Episode]:
-        for ep in episodes:
-            ep.rewards = np.clip(ep.rewards, 0, 0.25)
-        return episodes
-
-    def postprocess_columns(self, columns: Any) -> Any:
-        return columns
+    def postprocess_episodes(self, columns: EpisodeColumns) -> EpisodeColumns:
+        noise = np.random.random(len(columns.actions)).astype(np.float32)  # noqa: NPY002
+        return dataclasses.replace(columns, extras={**columns.extras, "noise": noise})
 
 
 class NeedsMoreThanConfig(OfflinePreLearner):
@@ -209,7 +195,6 @@ class IgnoresPriorities(OfflinePreLearner):
         (lambda: HalfBatch(train_batch_size=16), T.check_prelearner_batch_size, "16"),
         (lambda: LosesAnEpisode(), T.check_prelearner_ledger, "does not balance"),
         (lambda: GlobalRandomness(), T.check_prelearner_deterministic, "noise"),
-        (lambda: ForgetsColumns(seed=0), T.check_prelearner_columnar, "postprocess_columns"),
         (lambda: OfflinePreLearner(seed=None), T.check_prelearner_deterministic, "set a seed"),
         (lambda: NeedsMoreThanConfig(scale=2.0), T.check_prelearner_pickles, "config alone"),
         (
@@ -223,7 +208,6 @@ class IgnoresPriorities(OfflinePreLearner):
         "batch_size",
         "ledger",
         "determinism",
-        "columnar",
         "seed",
         "pickle",
         "priorities",
@@ -338,10 +322,13 @@ class DropsRows(Connector):
 
 
 class ZeroesEpisodeRewards(Connector):
-    def on_episodes(self, episodes: list[Episode]) -> list[Episode]:
-        for ep in episodes:
-            ep.rewards[:] = 0
-        return episodes
+    touches = frozenset({"episodes"})
+
+    def on_episodes(
+        self, columns: EpisodeColumns, ctx: ConnectorContext = DEFAULT_CONTEXT
+    ) -> EpisodeColumns:
+        columns.rewards[:] = 0
+        return columns
 
 
 class Counter(Connector):

@@ -1,6 +1,9 @@
 """Connectors: small named transforms over episodes (before the buffer) and sampled batches.
 
 See :mod:`.base` for the two hook points and the pipeline, :mod:`.registry` for names and specs.
+A connector declares the points it acts at (``touches``: ``"episodes"``, ``"batches"``); the
+pipeline runs each hook only on the connectors that declare it, so a batch-only connector never
+touches the episodes on their way to the buffer.
 
 Built-ins, by registered name:
 

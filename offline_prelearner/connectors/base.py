@@ -1,20 +1,28 @@
 """Connectors: small named transforms at two hook points, and the ordered pipeline that runs them.
 
-A :class:`Connector` may act at either or both points of the data flow::
+A :class:`Connector` declares which of the two points of the data flow it acts at
+(:attr:`Connector.touches`)::
 
     episodes ──on_episodes──▶ buffer ──sample──▶ SampleBatch ──__call__(batch, ctx)──▶ learner
 
-* ``on_episodes(episodes, ctx) -> episodes`` runs before the episodes enter the buffer. It is
-  where whole-episode quantities are computed (returns-to-go, GAE advantages): a per-step column
-  added to ``Episode.extras`` is stored by the buffer and gathered at the sampled ``t`` by every
-  unit (transition, n-step, sequence) at no further cost. The episodes may belong to several
-  modules (``Episode.module_id``), so ``ctx.module_id`` is ``None`` here; ``ctx.gamma`` is the
-  run's discount (what ``gamma=None`` in the return connectors means).
-* ``__call__(batch, ctx) -> batch`` runs on every sampled batch (normalise, flatten, one-hot,
-  cast). ``ctx`` is a small frozen :class:`ConnectorContext` (module id, spaces, gamma, rng).
+* ``"episodes"``: ``on_episodes(columns, ctx) -> columns`` runs before the episodes enter the
+  buffer, on the batch's episodes held as one
+  :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns`. It is where whole-episode
+  quantities are computed (returns-to-go, GAE advantages), over the concatenated steps with the
+  episodes' boundaries (``columns.step_rows()``, ``columns.length``), not step by step: a per-step
+  column added to ``columns.extras`` is stored by the buffer and gathered at the sampled ``t`` by
+  every unit (transition, n-step, sequence) at no further cost. Code that wants one episode at a
+  time uses :meth:`~offline_prelearner.episodes.episode_columns.EpisodeColumns.map_episodes`. The
+  episodes may belong to several modules, so ``ctx.module_id`` is ``None`` here; ``ctx.gamma``
+  is the run's discount (what ``gamma=None`` in the return connectors means).
+* ``"batches"``: ``__call__(batch, ctx) -> batch`` runs on every sampled batch (normalise,
+  flatten, one-hot, cast). ``ctx`` is a small frozen :class:`ConnectorContext` (module id,
+  spaces, gamma, rng).
 
-Both default to doing nothing, so a connector overrides only the hook it needs. Connectors may
-keep state (running statistics) exposed as ``get_state() -> dict`` of numpy arrays and JSON
+A pipeline runs each hook only on the connectors that declare it
+(:attr:`ConnectorPipeline.touches_episodes`, :attr:`ConnectorPipeline.touches_batches`), and
+refuses a connector that overrides a hook it does not declare (it would never run). Connectors
+may keep state (running statistics) exposed as ``get_state() -> dict`` of numpy arrays and JSON
 values, restored by ``set_state``.
 
 Connectors are named: a :class:`ConnectorPipeline` addresses them by ``name`` (unique within one
@@ -26,15 +34,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from ..episodes.episode import Episode
+from ..episodes.episode_columns import EpisodeColumns
 from ..errors import ConfigError
 from ..replay.batch import SampleBatch
 
-__all__ = ["DEFAULT_CONTEXT", "Connector", "ConnectorContext", "ConnectorPipeline"]
+__all__ = ["DEFAULT_CONTEXT", "Connector", "ConnectorContext", "ConnectorPipeline", "Touches"]
+
+#: What a connector acts on: the episodes before the buffer, or the sampled batches.
+Touches = Literal["episodes", "batches"]
 
 
 @dataclass(frozen=True)
@@ -64,24 +75,47 @@ DEFAULT_CONTEXT = ConnectorContext()
 
 
 class Connector:
-    """Base class of connectors; both hooks are no-ops. Override one or both.
+    """Base class of connectors; both hooks are no-ops. Override the one(s) you declare.
 
     ``name`` names the connector in a pipeline; a class sets its default (the built-ins: their
     registered name; :func:`~.registry.register_connector` sets it for a class that does not),
     else the class name is used; it may be set per instance.
+
+    ``touches`` declares the hooks the connector acts in: ``{"batches"}`` by default (its
+    ``__call__``), ``{"episodes"}`` for one that works on episodes before the buffer (its
+    ``on_episodes``), or both.
     """
 
     name: str = ""
+    touches: ClassVar[frozenset[Touches]] = frozenset({"batches"})
 
     def on_episodes(
-        self, episodes: list[Episode], ctx: ConnectorContext = DEFAULT_CONTEXT
-    ) -> list[Episode]:
-        """Transforms episodes before they enter the buffer. Must not modify the inputs in
-        place in ways their other holders would see (add columns to a shallow copy)."""
-        return episodes
+        self, columns: EpisodeColumns, ctx: ConnectorContext = DEFAULT_CONTEXT
+    ) -> EpisodeColumns:
+        """Transforms the episodes of one batch before they enter the buffer (a connector that
+        declares ``"episodes"`` in :attr:`touches`).
+
+        Args:
+            columns: The batch's episodes as shared columns. Never change their arrays in
+                place: return a new object (``dataclasses.replace(columns, extras={...})`` shares
+                the rest).
+            ctx: The run's context (``gamma``; ``module_id`` is None: several modules' episodes).
+
+        Returns:
+            The episodes to buffer.
+        """
+        return columns
 
     def __call__(self, batch: SampleBatch, ctx: ConnectorContext) -> SampleBatch:
-        """Transforms one sampled batch (the rows of one module)."""
+        """Transforms one sampled batch (the rows of one module).
+
+        Args:
+            batch: The sampled rows.
+            ctx: The module's context.
+
+        Returns:
+            The batch for the learner.
+        """
         return batch
 
     def get_state(self) -> dict[str, Any]:
@@ -97,6 +131,9 @@ class Connector:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
+
+
+_TOUCHES: frozenset[str] = frozenset({"episodes", "batches"})
 
 
 def _name_of(c: Connector) -> str:
@@ -119,25 +156,54 @@ class ConnectorPipeline:
             self.append(c)
 
     # ------------------------------------------------------------------ running
+    @property
+    def touches_episodes(self) -> bool:
+        """Whether any connector works on episodes (``on_episodes``)."""
+        return any("episodes" in c.touches for c in self._items)
+
+    @property
+    def touches_batches(self) -> bool:
+        """Whether any connector works on sampled batches (``__call__``)."""
+        return any("batches" in c.touches for c in self._items)
+
     def on_episodes(
-        self, episodes: list[Episode], ctx: ConnectorContext | None = None
-    ) -> list[Episode]:
-        """Runs every connector's ``on_episodes`` in order (``ctx``: default context)."""
+        self, columns: EpisodeColumns, ctx: ConnectorContext | None = None
+    ) -> EpisodeColumns:
+        """Runs ``on_episodes`` of every connector that touches episodes, in order.
+
+        Args:
+            columns: The batch's episodes.
+            ctx: The context (None: the default context).
+
+        Returns:
+            The episodes after the last such connector.
+        """
         ctx = ctx if ctx is not None else DEFAULT_CONTEXT
-        out = list(episodes)
         for c in self._items:
-            out = c.on_episodes(out, ctx)
-            if not isinstance(out, list):
+            if "episodes" not in c.touches:
+                continue
+            columns = c.on_episodes(columns, ctx)
+            if not isinstance(columns, EpisodeColumns):
                 raise TypeError(
-                    f"connector {_name_of(c)!r}.on_episodes returned {type(out).__name__}, "
-                    f"expected a list of Episode"
+                    f"connector {_name_of(c)!r}.on_episodes returned {type(columns).__name__}, "
+                    f"expected EpisodeColumns"
                 )
-        return out
+        return columns
 
     def __call__(self, batch: SampleBatch, ctx: ConnectorContext | None = None) -> SampleBatch:
-        """Runs every connector on ``batch`` in order (``ctx``: default context)."""
+        """Runs every connector that touches batches on ``batch``, in order.
+
+        Args:
+            batch: The sampled rows of one module.
+            ctx: The context (None: the default context).
+
+        Returns:
+            The batch after the last such connector.
+        """
         ctx = ctx if ctx is not None else DEFAULT_CONTEXT
         for c in self._items:
+            if "batches" not in c.touches:
+                continue
             batch = c(batch, ctx)
             if not isinstance(batch, SampleBatch):
                 raise TypeError(
@@ -155,6 +221,20 @@ class ConnectorPipeline:
     def _check_new(self, c: Connector) -> None:
         if not isinstance(c, Connector):
             raise ConfigError(f"not a Connector: {c!r} ({type(c).__name__})")
+        touches = c.touches
+        if not (isinstance(touches, frozenset) and touches and touches <= _TOUCHES):
+            raise ConfigError(
+                f"connector {_name_of(c)!r}: touches must be a non-empty frozenset of "
+                f"{sorted(_TOUCHES)}, found {touches!r}"
+            )
+        for hook, point in (("on_episodes", "episodes"), ("__call__", "batches")):
+            own = getattr(type(c), hook) is not getattr(Connector, hook)
+            if own and point not in touches:
+                raise ConfigError(
+                    f"connector {_name_of(c)!r} defines {hook} but its touches "
+                    f"{sorted(touches)} lacks {point!r}, so it would never run; declare "
+                    f"touches = frozenset({{{point!r}, ...}})"
+                )
         if _name_of(c) in self.names:
             raise ConfigError(
                 f"the pipeline already has a connector named {_name_of(c)!r}; give the new one "

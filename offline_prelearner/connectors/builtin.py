@@ -51,7 +51,8 @@ def _real_mask(batch: SampleBatch) -> np.ndarray | None:
 
 def _column(batch: SampleBatch, name: str, connector: str) -> np.ndarray:
     try:
-        return batch[name]
+        col: np.ndarray = batch[name]
+        return col
     except KeyError:
         raise SchemaError(
             f"{connector}: the batch has no column {name!r}; it has {sorted(batch.keys())}",

@@ -1,9 +1,11 @@
 """Episode-level return math: discounted returns-to-go and GAE advantages, as extra columns.
 
-Both connectors act in ``on_episodes``: they concatenate the rewards (and values) of all given
-episodes, run one vectorized segmented scan over the whole list (no loop per step, nor per
-episode), and add a per-step extra column to shallow copies of the episodes. The buffer stores the
-column like any extra and every unit gathers it at the sampled ``t``.
+Both connectors act in ``on_episodes``, on the batch's
+:class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns`: they gather the rewards (and
+values) of every episode in table order (``columns.step_rows()``), run one vectorized segmented
+scan over them with the episodes' lengths as segment boundaries (no loop per step, nor per
+episode), and add a per-step extra column to a copy of the table that shares every other array.
+The buffer stores the column like any extra and every unit gathers it at the sampled ``t``.
 
 Edges, stated once:
 
@@ -19,17 +21,17 @@ Edges, stated once:
 
 from __future__ import annotations
 
-import copy
 import warnings
 from collections.abc import Sequence
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from ..config import check_float
-from ..episodes.episode import Episode
+from ..episodes.episode_columns import EpisodeColumns
 from ..errors import ConfigError, EpisodeValidationError, SchemaError, Where
-from .base import DEFAULT_CONTEXT, Connector, ConnectorContext
+from .base import DEFAULT_CONTEXT, Connector, ConnectorContext, Touches
 
 __all__ = ["GAE", "DiscountedReturns", "discounted_cumsum"]
 
@@ -47,6 +49,14 @@ def discounted_cumsum(
     ``2**r`` steps and the discount product over them (zero once the window crosses its segment's
     end), so ``ceil(log2(max(lengths)))`` whole-array rounds suffice. No ``discount**-k`` scaling is
     involved, so long segments and ``discount = 0`` neither overflow nor lose precision.
+
+    Args:
+        x: The concatenated per-step values, 1-d.
+        discount: The factor per step.
+        lengths: The segments' lengths, in order, summing to ``len(x)``.
+
+    Returns:
+        The sums, float64, as long as ``x``.
     """
     a = np.array(x, dtype=np.float64)
     lengths = np.asarray(lengths, dtype=np.int64)
@@ -80,7 +90,7 @@ def _gamma(own: float | None, ctx: ConnectorContext) -> float:
 
 def _check_dtype(value: Any) -> np.dtype:
     try:
-        dt = np.dtype(value)
+        dt: np.dtype = np.dtype(value)
     except TypeError:
         raise ConfigError(f"dtype must be a numpy float dtype, found {value!r}") from None
     if dt.kind != "f":
@@ -88,57 +98,22 @@ def _check_dtype(value: Any) -> np.dtype:
     return dt
 
 
-def _shallow_copy(ep: Episode) -> Episode:
-    """A new Episode object sharing ``ep``'s arrays (``copy.copy`` is several times slower)."""
-    if type(ep) is not Episode or not _FAST_COPY:  # a subclass may carry more than the slots
-        return copy.copy(ep)
-    new = object.__new__(Episode)
-    new.id = ep.id
-    new.observations = ep.observations
-    new.actions = ep.actions
-    new.rewards = ep.rewards
-    new.terminated = ep.terminated
-    new.truncated = ep.truncated
-    new.agent_id = ep.agent_id
-    new.module_id = ep.module_id
-    new.t_started = ep.t_started
-    new.infos = ep.infos
-    new.extras = ep.extras
-    return new
-
-
-# The fast copy above names every slot; fall back to copy.copy if Episode grows another.
-_FAST_COPY = set(Episode.__slots__) == {
-    "id",
-    "observations",
-    "actions",
-    "rewards",
-    "terminated",
-    "truncated",
-    "agent_id",
-    "module_id",
-    "t_started",
-    "infos",
-    "extras",
-}
-
-
-def _with_columns(
-    episodes: list[Episode], lengths: np.ndarray, columns: dict[str, np.ndarray]
-) -> list[Episode]:
-    """Shallow copies of ``episodes`` with per-step columns added to their extras; each column
-    is the concatenation over episodes (``lengths`` steps each) and is handed out as views."""
-    bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
-    out = []
-    for i, ep in enumerate(episodes):
-        a, b = bounds[i], bounds[i + 1]
-        new = _shallow_copy(ep)
-        extras = dict(ep.extras)
-        for name, flat in columns.items():
-            extras[name] = flat[a:b]
-        new.extras = extras
-        out.append(new)
-    return out
+def _with_columns(columns: EpisodeColumns, new: dict[str, np.ndarray]) -> EpisodeColumns:
+    """``columns`` with per-step ``new`` columns added to its extras (replacing one of the same
+    name in its place). Each new column holds the steps of every episode in table order
+    (``step_rows()``); it is laid out like the table's step arrays (one row per row of
+    ``actions``, zero where no episode of the table has a step)."""
+    rows = columns.step_rows()
+    total = len(columns.actions)
+    extras = dict(columns.extras)
+    for name, flat in new.items():
+        if isinstance(rows, slice) and rows.start == 0 and rows.stop == total:
+            extras[name] = flat
+        else:
+            full = np.zeros((total, *flat.shape[1:]), flat.dtype)
+            full[rows] = flat
+            extras[name] = full
+    return replace(columns, extras=extras)
 
 
 class DiscountedReturns(Connector):
@@ -157,6 +132,7 @@ class DiscountedReturns(Connector):
     """
 
     name = "returns_to_go"
+    touches: ClassVar[frozenset[Touches]] = frozenset({"episodes"})
 
     def __init__(
         self,
@@ -188,30 +164,40 @@ class DiscountedReturns(Connector):
         )
 
     def on_episodes(
-        self, episodes: list[Episode], ctx: ConnectorContext = DEFAULT_CONTEXT
-    ) -> list[Episode]:
-        """The episodes with the discounted returns column added; raises
-        :class:`EpisodeValidationError` for a not-done episode under ``incomplete="raise"``."""
-        if not episodes:
-            return episodes
-        if self.incomplete == "raise":
-            for ep in episodes:
-                if not ep.is_done:
-                    raise EpisodeValidationError(
-                        f"{self.name}: episode is neither terminated nor truncated, so its "
-                        f"returns-to-go would be partial (incomplete='raise')",
-                        Where(episode_id=ep.id, timestep=ep.t_end),
-                        reason="incomplete_episode",
-                    )
-        lengths = np.fromiter((len(ep) for ep in episodes), np.int64, len(episodes))
-        rewards = np.concatenate([ep.rewards for ep in episodes])
+        self, columns: EpisodeColumns, ctx: ConnectorContext = DEFAULT_CONTEXT
+    ) -> EpisodeColumns:
+        """The episodes with the discounted returns column added.
+
+        Args:
+            columns: The batch's episodes.
+            ctx: The run's context (its ``gamma`` where this connector's is None).
+
+        Returns:
+            The same episodes with ``column`` (and ``<column>_partial`` under
+            ``incomplete="mark"``) among their extras.
+
+        Raises:
+            EpisodeValidationError: a not-done episode under ``incomplete="raise"``.
+        """
+        if not len(columns):
+            return columns
+        open_ = ~columns.done
+        if self.incomplete == "raise" and open_.any():
+            e = int(np.argmax(open_))
+            raise EpisodeValidationError(
+                f"{self.name}: episode is neither terminated nor truncated, so its "
+                f"returns-to-go would be partial (incomplete='raise')",
+                Where(episode_id=columns.ids[e], timestep=int(columns.t_end[e])),
+                reason="incomplete_episode",
+            )
+        lengths = columns.length
+        rewards = columns.rewards[columns.step_rows()]
         gamma = _gamma(self.gamma, ctx)
         ret = discounted_cumsum(rewards, gamma, lengths).astype(self.dtype, copy=False)
         cols = {self.column: ret}
         if self.incomplete == "mark":
-            open_ = np.fromiter((not ep.is_done for ep in episodes), bool, len(episodes))
             cols[self.partial_column] = np.repeat(open_, lengths)
-        return _with_columns(episodes, lengths, cols)
+        return _with_columns(columns, cols)
 
 
 class GAE(Connector):
@@ -241,6 +227,7 @@ class GAE(Connector):
     """
 
     name = "gae"
+    touches: ClassVar[frozenset[Touches]] = frozenset({"episodes"})
 
     def __init__(
         self,
@@ -276,54 +263,58 @@ class GAE(Connector):
             f"value_column={self.value_column!r}, missing={self.missing!r})"
         )
 
-    def _values(self, ep: Episode) -> np.ndarray:
-        v = ep.extras[self.value_column]
+    def _values(self, columns: EpisodeColumns) -> np.ndarray:
+        """The value column's steps of every episode, in table order, as one number each."""
+        v = columns.extras[self.value_column]
         if v.ndim == 2 and v.shape[1] == 1:
             v = v[:, 0]
         if v.ndim != 1 or v.dtype.kind not in "iuf":
             raise SchemaError(
                 f"{self.name}: value column must hold one number per step ([T] or [T, 1]), "
                 f"found {v.dtype}{list(v.shape)}",
-                Where(column=self.value_column, episode_id=ep.id),
+                Where(column=self.value_column, episode_id=columns.ids[0]),
             )
-        return v
+        return v[columns.step_rows()]
 
     def on_episodes(
-        self, episodes: list[Episode], ctx: ConnectorContext = DEFAULT_CONTEXT
-    ) -> list[Episode]:
-        """The episodes with ``advantages`` and ``value_targets`` added; episodes without the value
-        column follow ``missing`` (see the class docstring)."""
-        if not episodes:
-            return episodes
-        has = [self.value_column in ep.extras for ep in episodes]
-        if not any(has):
+        self, columns: EpisodeColumns, ctx: ConnectorContext = DEFAULT_CONTEXT
+    ) -> EpisodeColumns:
+        """The episodes with ``advantages`` and ``value_targets`` added.
+
+        Args:
+            columns: The batch's episodes.
+            ctx: The run's context (its ``gamma`` where this connector's is None).
+
+        Returns:
+            The same episodes with the two columns among their extras, or unchanged when they
+            have no value column and ``missing="skip"``.
+
+        Raises:
+            SchemaError: no value column (``missing="raise"``), or one that is not one number
+                per step.
+        """
+        if not len(columns):
+            return columns
+        if self.value_column not in columns.extras:
             msg = (
                 f"{self.name}: episodes have no value column {self.value_column!r} (extras: "
-                f"{sorted(episodes[0].extras)}); record value estimates or set value_column"
+                f"{sorted(columns.extras)}); record value estimates or set value_column"
             )
             if self.missing == "skip":
                 warnings.warn(msg + "; advantages are not computed", stacklevel=2)
-                return episodes
-            raise SchemaError(msg, Where(column=self.value_column, episode_id=episodes[0].id))
-        if not all(has):
-            bad = episodes[has.index(False)]
-            raise SchemaError(
-                f"{self.name}: some episodes carry {self.value_column!r} and this one does not",
-                Where(column=self.value_column, episode_id=bad.id),
-            )
-        n_eps = len(episodes)
-        lengths = np.fromiter((len(ep) for ep in episodes), np.int64, n_eps)
-        rewards = np.concatenate([ep.rewards for ep in episodes]).astype(np.float64)
-        values = np.concatenate([self._values(ep) for ep in episodes]).astype(np.float64)
-        terminated = np.fromiter((ep.terminated for ep in episodes), bool, n_eps)
+                return columns
+            raise SchemaError(msg, Where(column=self.value_column, episode_id=columns.ids[0]))
+        lengths = columns.length
+        rewards = columns.rewards[columns.step_rows()].astype(np.float64)
+        values = self._values(columns).astype(np.float64)
         nonempty = lengths > 0
         ends = np.cumsum(lengths)[nonempty] - 1
         v_next = np.empty_like(values)
         v_next[:-1] = values[1:]
-        v_next[ends] = np.where(terminated[nonempty], 0.0, values[ends])
+        v_next[ends] = np.where(columns.terminated[nonempty], 0.0, values[ends])
         gamma = _gamma(self.gamma, ctx)
         delta = rewards + gamma * v_next - values
         adv = discounted_cumsum(delta, gamma * self.lambda_, lengths)
         targets = (adv + values).astype(self.dtype, copy=False)
         adv = adv.astype(self.dtype, copy=False)
-        return _with_columns(episodes, lengths, {self.advantages: adv, self.value_targets: targets})
+        return _with_columns(columns, {self.advantages: adv, self.value_targets: targets})

@@ -31,6 +31,7 @@ episode ``e`` would have in the assembled array.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -245,6 +246,46 @@ class EpisodeColumns:
                 )
             )
         return out
+
+    def iter_episodes(self) -> Iterator[Episode]:
+        """Every episode as an object (views of the shared arrays), in table order: for code
+        that wants one episode at a time."""
+        return iter(self.episodes())
+
+    def map_episodes(self, fn: Callable[[Episode], Episode]) -> EpisodeColumns:
+        """``fn`` applied to every episode, one at a time, and the results held as columns again
+        (one copy of every column): the per-episode helper for code that cannot work on the
+        columns as a whole. Slower than a change made on the columns (an object per episode).
+
+        Args:
+            fn: Takes one episode (a read-only view: never change its arrays in place) and
+                returns the episode to keep in its place (``copy.copy`` it to add extras).
+
+        Returns:
+            The episodes ``fn`` returned, in table order, in this table's observation layout.
+        """
+        if not len(self):
+            return self
+        return EpisodeColumns.from_episodes(
+            [fn(ep) for ep in self.iter_episodes()], split=self.last_obs is not None
+        )
+
+    @classmethod
+    def join_fragments(cls, parts: Sequence[EpisodeColumns]) -> EpisodeColumns:
+        """The fragments of one episode, each part holding one, joined into one episode (the
+        rule of :meth:`Episode.concat_fragments`: in ``t_started`` order, each starting where
+        the previous ended and repeating its last observation).
+
+        Args:
+            parts: One-episode tables of the same episode, at least one.
+
+        Returns:
+            A one-episode table, in the first part's observation layout.
+        """
+        if len(parts) == 1:
+            return parts[0]
+        joined = Episode.concat_fragments([p.episode(0) for p in parts])
+        return cls.from_episodes([joined], split=parts[0].last_obs is not None)
 
     # ------------------------------------------------------------------ observations
     def _joined(self, e: int) -> np.ndarray:

@@ -243,7 +243,8 @@ class MultiAgentBatch:
         self.env_steps = int(env_steps)
 
     def __getitem__(self, module_id: Any) -> SampleBatch:
-        return self.policy_batches[module_id]
+        batch: SampleBatch = self.policy_batches[module_id]
+        return batch
 
     def __contains__(self, module_id: object) -> bool:
         return module_id in self.policy_batches

@@ -305,7 +305,8 @@ def _read_array(root: Path, gen: str | None, name: str, entry: Any) -> np.ndarra
             f"{dtype}{list(shape)}",
             fpath,
         )
-    return arr
+    out: np.ndarray = arr
+    return out
 
 
 def _bad(message: str, path: Path | str, field: str | None = None) -> DecodeError:

@@ -3,7 +3,7 @@
 ::
 
     buf = EpisodeReplayBuffer(1_000_000, unit=NStep(3, 0.99), seed=0)
-    buf.add(episodes)                      # Episode objects, whole or fragments
+    buf.add(episodes)                      # EpisodeColumns, or Episode objects (whole or fragments)
     batch = buf.sample(256)                # SampleBatch: obs, actions, rewards, new_obs, ...
     buf.save("ckpt/")                      # atomic, no pickle; buf.load("ckpt/") resumes exactly
 
@@ -16,8 +16,7 @@ seed fed the same episodes draw the same samples, and a checkpoint resumes the s
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from .samplers.base import Sampler, ValidStarts, ranges
 from .samplers.in_order import InOrder
 from .samplers.prioritized import Prioritized
 from .samplers.uniform import Uniform
+from .storage.placement import same_layout
 from .storage.ring import Change, EpisodeStorage, Placements
 from .storage.table import handles_of, normalize_id
 from .units.base import AllSteps, ExpandsAll, SampleUnit, StepTable, ones
@@ -47,11 +47,13 @@ __all__ = [
     "INDICES",
     "EpisodeReplayBuffer",
     "agent_keys",
+    "as_columns",
     "real_ids",
     "sample_all_columns",
-    "sample_all_episodes",
-    "with_ids",
 ]
+
+#: Observation bytes per table when :func:`as_columns` joins episode objects.
+_TABLE_BYTES = 8 << 20
 
 #: The column of a sample holding handles for ``update_priorities``.
 INDICES = "indices"
@@ -139,39 +141,50 @@ class EpisodeReplayBuffer:
         return self.storage.num_timesteps
 
     # ------------------------------------------------------------------ adding
-    def add(self, episodes: Episode | Iterable[Episode]) -> None:
+    def add(self, episodes: EpisodeColumns | Episode | Iterable[Episode]) -> None:
         """Stores episodes (or fragments of episodes already held), evicting the oldest.
 
-        Episodes are added in order; one that contradicts what is held (see
-        :meth:`EpisodeStorage.add`) raises after the ones before it were added.
+        Episodes travel as :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns`
+        (what a reader gives and the prelearner passes); Episode objects (built by hand) are
+        joined into columns here, once, a table per run of one column layout, and take the
+        same path. Episodes are added in order; one that contradicts what is held (see
+        :meth:`EpisodeStorage.add_episode`) raises after the ones before it were added.
+
+        Args:
+            episodes: The episodes, in order.
+
+        Raises:
+            TypeError: an item is not an Episode (after the ones before it were added).
+            EpisodeValidationError: an episode contradicts what is held.
         """
-        eps: list[Episode] = []
+        items: list[Episode] = []
         stop: BaseException | None = None
-        try:
-            for ep in [episodes] if isinstance(episodes, Episode) else episodes:
-                if not isinstance(ep, Episode):
-                    raise TypeError(f"add() takes Episode objects, found {type(ep).__name__}")
-                eps.append(ep)
-        except BaseException as e:  # add the ones before it, then raise
-            stop = e
+        if isinstance(episodes, EpisodeColumns):
+            parts: Iterable[EpisodeColumns | Episode] = [episodes]
+        else:
+            try:
+                for ep in [episodes] if isinstance(episodes, Episode) else episodes:
+                    if not isinstance(ep, Episode):
+                        raise TypeError(
+                            f"add() takes EpisodeColumns or Episode objects, found "
+                            f"{type(ep).__name__}"
+                        )
+                    items.append(ep)
+            except BaseException as e:  # add the ones before it, then raise
+                stop = e
+            parts = as_columns(items)
         changes: list[Change | Placements] = []
         try:
-            self.storage.add_many(eps, changes)
+            for part in parts:
+                if isinstance(part, EpisodeColumns):
+                    self.storage.add_columns(part, changes)
+                else:
+                    change = self.storage.add_episode(part)
+                    changes += [*change.side, change]
         finally:
             self._notify(changes)
         if stop is not None:
             raise stop
-
-    def add_columns(self, columns: EpisodeColumns) -> None:
-        """:meth:`add` for episodes held as shared columns (the rows reader's
-        :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns`): the same result,
-        without an object per episode. A subclass that overrides :meth:`add` overrides this too
-        (``self.add(columns.episodes())`` is always right, and slower)."""
-        changes: list[Change | Placements] = []
-        try:
-            self.storage.add_columns(columns, changes)
-        finally:
-            self._notify(changes)
 
     def _notify(self, changes: list[Change | Placements]) -> None:
         """Tells the sampler which valid starts went away and which arrived (net of this add).
@@ -442,6 +455,56 @@ class EpisodeReplayBuffer:
         checkpoint.restore(path, self.get_state, self.set_state)
 
 
+def as_columns(episodes: Sequence[Episode]) -> Iterator[EpisodeColumns | Episode]:
+    """Episode objects as the buffer takes them: each run of consecutive episodes of one column
+    layout joined into :class:`EpisodeColumns`, in order, a table per ~8 MiB of observations
+    (a copy the size of a cache, reused, where one table of a whole pixel run would fault in
+    fresh pages). Infos, which no storage keeps, are left behind; an episode with composite
+    observations, which columns do not hold yet, stays itself (the storage adds it alone).
+
+    Args:
+        episodes: The episodes, in order.
+
+    Yields:
+        Tables and lone episodes, in the order of ``episodes``.
+    """
+    i, n = 0, len(episodes)
+    while i < n:
+        ep = episodes[i]
+        if isinstance(ep.observations, dict):
+            yield ep
+            i += 1
+            continue
+        run = episodes[i : i + same_layout(episodes[i:])]
+        limit = max(1, _TABLE_BYTES // max(1, ep.observations[:1].nbytes))  # rows per table
+        ends = np.cumsum(np.fromiter((len(e.actions) + 1 for e in run), np.int64, len(run)))
+        lo = 0
+        while lo < len(run):
+            base = int(ends[lo - 1]) if lo else 0
+            hi = max(lo + 1, int(np.searchsorted(ends, base + limit, side="right")))
+            part = run[lo:hi]
+            if any(e.infos is not None for e in part):
+                part = [_without_infos(e) for e in part]
+            yield EpisodeColumns.from_episodes(list(part))
+            lo = hi
+        i += len(run)
+
+
+def _without_infos(ep: Episode) -> Episode:
+    return Episode._trusted(
+        ep.id,
+        ep.observations,
+        ep.actions,
+        ep.rewards,
+        ep.terminated,
+        ep.truncated,
+        ep.agent_id,
+        ep.module_id,
+        ep.t_started,
+        ep.extras,
+    )
+
+
 def sample_all_columns(
     columns: EpisodeColumns, unit: SampleUnit, *, seed: int | None = None
 ) -> SampleBatch | None:
@@ -452,8 +515,9 @@ def sample_all_columns(
 
     A unit that expands whole episodes from their columns (:class:`~.units.base.ExpandsAll`:
     :class:`~.units.transition.Transition`, :class:`~.units.n_step.NStep` with an int ``n``)
-    does so, without the ring's copy of every column; any other unit, or episodes whose ids
-    repeat, go through such a buffer (which raises what it would raise).
+    does so, without the ring's copy of every column; any other unit, episodes whose ids
+    repeat, or composite observations (a ring column per leaf) go through such a buffer (which
+    raises what it would raise).
 
     Args:
         columns: The episodes, every one done.
@@ -467,7 +531,8 @@ def sample_all_columns(
     if not _normal_ids(ids):
         ids = [normalize_id(i) for i in ids]
     keys = agent_keys(ids, columns.agents)
-    if isinstance(unit, ExpandsAll) and len(set(keys)) == len(keys):
+    plain = isinstance(columns.obs, np.ndarray) and columns.obs.dtype.names is None
+    if plain and isinstance(unit, ExpandsAll) and len(set(keys)) == len(keys):
         steps = AllSteps(columns, ids)
         if not len(steps):
             return None
@@ -479,32 +544,7 @@ def sample_all_columns(
             return batch
     steps_held = int(columns.length.sum()) + len(columns)
     buf = EpisodeReplayBuffer(steps_held + 1, InOrder(), unit, seed=seed)
-    buf.add_columns(columns if keys is ids else replace(columns, ids=keys))
-    return _sample_all_held(buf, keyed=keys is not ids)
-
-
-def sample_all_episodes(
-    episodes: list[Episode], unit: SampleUnit, *, seed: int | None = None
-) -> SampleBatch | None:
-    """:func:`sample_all_columns` for episodes held as objects (every one done): what a fresh
-    :class:`~.samplers.in_order.InOrder` buffer holding just them gives for
-    ``sample(valid_starts().total)``, each agent's episode keyed apart from another agent's of
-    the same id (see :func:`agent_keys`).
-
-    Args:
-        episodes: The episodes, every one done.
-        unit: What each step becomes.
-        seed: The buffer's seed (for a unit that draws per sample).
-
-    Returns:
-        The batch, or None when nothing is sampleable (no steps).
-    """
-    ids = [e.id for e in episodes]
-    keys = agent_keys(ids, [e.agent_id for e in episodes])
-    if keys is not ids:
-        episodes = with_ids(episodes, keys)
-    buf = EpisodeReplayBuffer(sum(len(e) + 1 for e in episodes) + 1, InOrder(), unit, seed=seed)
-    buf.add(episodes)
+    buf.add(columns if keys is ids else replace(columns, ids=keys))
     return _sample_all_held(buf, keyed=keys is not ids)
 
 
@@ -534,24 +574,6 @@ def agent_keys(ids: list[Any], agents: list[Any], *, always: bool = False) -> li
     if not always and agents.count(None) == len(agents):
         return ids
     return [encode(normalize_id(i), agent_key(a)) for i, a in zip(ids, agents, strict=True)]
-
-
-def with_ids(episodes: list[Episode], keys: list[Any]) -> list[Episode]:
-    """Shallow copies of ``episodes`` (their arrays shared) under the ids ``keys``.
-
-    Args:
-        episodes: The episodes.
-        keys: Their new ids, one each.
-
-    Returns:
-        The copies, in order.
-    """
-    out = []
-    for ep, key in zip(episodes, keys, strict=True):  # per episode, not per step
-        c = copy.copy(ep)
-        c.id = key
-        out.append(c)
-    return out
 
 
 def real_ids(batch: SampleBatch) -> SampleBatch:
@@ -585,8 +607,8 @@ def _batch_size(batch_size: object) -> int:
     """``sample.train_batch_size``'s validator (numpy's ints too): at most 4,194,304 samples."""
     if isinstance(batch_size, np.integer):
         batch_size = int(batch_size)
-    check_int("batch_size", batch_size, 1, MAX_TRAIN_BATCH)
-    return int(batch_size)  # type: ignore[call-overload]
+    checked: int = check_int("batch_size", batch_size, 1, MAX_TRAIN_BATCH)
+    return checked
 
 
 def expand_changes(changes: list[Change | Placements]) -> list[Change]:

@@ -153,7 +153,7 @@ class ReservoirStorage(EpisodeStorage):
             self.counters[name] = 0
 
     # ------------------------------------------------------------------ adding
-    def add(self, episode: Episode) -> Change:
+    def add_episode(self, episode: Episode) -> Change:
         """Admits ``episode`` if its key is below the threshold (evicting the largest keys while
         over budget), or extends it if held; returns what changed.
 
@@ -264,7 +264,7 @@ class ReservoirStorage(EpisodeStorage):
 
     # ------------------------------------------------------------------ placement
     def places_runs(self) -> bool:
-        """False: admission draws a key per episode (see :meth:`add`)."""
+        """False: admission draws a key per episode (see :meth:`add_episode`)."""
         return False
 
     def _place(self, ep: Episode, key: int | str, change: Change) -> None:

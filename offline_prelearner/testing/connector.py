@@ -14,6 +14,7 @@ import numpy as np
 
 from ..connectors.base import Connector, ConnectorContext
 from ..episodes.episode import Episode
+from ..episodes.episode_columns import EpisodeColumns
 from ..replay.batch import SampleBatch
 from .contract import ContractError, diff_columns, pickle_roundtrip, require, snapshot
 from .examples import example_episodes, example_sample_batch
@@ -32,21 +33,19 @@ __all__ = [
 ConnectorFactory = Callable[[], Connector]
 
 
-def _episode_snapshot(episodes: list[Episode]) -> list[dict[str, Any]]:
-    return [
-        {
-            "obs": ep.observations.copy(),
-            "actions": ep.actions.copy(),
-            "rewards": ep.rewards.copy(),
-            "flags": (ep.terminated, ep.truncated, ep.t_started),
-            **{f"extra:{k}": v.copy() for k, v in ep.extras.items()},
-        }
-        for ep in episodes
-    ]
-
-
-def _episode_state(ep: Episode) -> dict[str, Any]:
-    return _episode_snapshot([ep])[0]
+def _columns_snapshot(columns: EpisodeColumns) -> dict[str, Any]:
+    """A copy of every array of a table of episodes, to compare after a call."""
+    arrays = {
+        "obs": columns.obs,
+        "actions": columns.actions,
+        "rewards": columns.rewards,
+        "length": columns.length,
+        "t_started": columns.t_started,
+        "terminated": columns.terminated,
+        "truncated": columns.truncated,
+        **{f"extra:{k}": v for k, v in columns.extras.items()},
+    }
+    return {k: np.array(v, copy=True) for k, v in arrays.items()}
 
 
 def connector_input(
@@ -59,15 +58,19 @@ def connector_input(
 
     Args:
         factory: Returns a fresh connector on each call (the checks build several).
-        episodes: The episodes the connector sees in ``on_episodes``; default
-            :func:`~.examples.example_episodes`. They are not changed.
-        batch_size: Rows of the sampled batch (uniform 1-step transitions, with replacement).
+        episodes: The episodes (default :func:`example_episodes`).
+        batch_size: Rows to sample.
 
     Returns:
-        The batch and a ``ConnectorContext`` for module ``default_policy`` seeded with 0.
+        The batch and the context.
     """
-    eps = factory().on_episodes(list(example_episodes() if episodes is None else episodes))
-    return example_sample_batch(batch_size, episodes=eps), _context()
+    eps = list(example_episodes() if episodes is None else episodes)
+    out = factory().on_episodes(EpisodeColumns.from_episodes(eps))
+    require(
+        isinstance(out, EpisodeColumns),
+        f"on_episodes returned {type(out).__name__}, expected EpisodeColumns",
+    )
+    return example_sample_batch(batch_size, episodes=list(out.iter_episodes())), _context()
 
 
 def _context() -> ConnectorContext:
@@ -84,26 +87,26 @@ def check_connector_rows_and_inputs(
     factory: ConnectorFactory, batch: SampleBatch, episodes: list[Episode] | None = None
 ) -> None:
     """Returns a SampleBatch of as many rows; changes neither its input batch nor (in
-    ``on_episodes``) its input episodes.
+    ``on_episodes``) its input episodes, and keeps every episode there.
 
     Args:
         factory: Returns a fresh connector on each call (the checks build several).
         batch: A sampled batch the connector accepts (see :func:`connector_input`); it is not
             changed.
-        episodes: The episodes the connector sees in ``on_episodes``; default
-            :func:`~.examples.example_episodes`. They are not changed.
-
-    Raises:
-        ContractError: naming the broken rule.
+        episodes: The episodes for ``on_episodes`` (default :func:`example_episodes`).
     """
     eps = list(example_episodes() if episodes is None else episodes)
-    before_eps = _episode_snapshot(eps)
-    out_eps = factory().on_episodes(eps)
-    require(isinstance(out_eps, list), f"on_episodes returned {type(out_eps).__name__}")
-    require(all(isinstance(e, Episode) for e in out_eps), "on_episodes returned non-Episodes")
-    for i, (ep, snap) in enumerate(zip(eps, before_eps, strict=True)):
-        diff = diff_columns(snap, _episode_state(ep))
-        require(not diff, f"on_episodes changed input episode {i} ({ep.id!r}) in place: {diff}")
+    columns = EpisodeColumns.from_episodes(eps)
+    before_eps = _columns_snapshot(columns)
+    out_eps = factory().on_episodes(columns)
+    require(
+        isinstance(out_eps, EpisodeColumns),
+        f"on_episodes returned {type(out_eps).__name__}, expected EpisodeColumns",
+    )
+    n_eps = len(columns)
+    require(len(out_eps) == n_eps, f"on_episodes got {n_eps} episodes, gave {len(out_eps)}")
+    diff = diff_columns(before_eps, _columns_snapshot(columns))
+    require(not diff, f"on_episodes changed its input episodes in place: columns {diff}")
     before, n = snapshot(batch.to_dict()), len(batch)
     out = _apply(factory(), batch)
     require(len(out) == n, f"{n} rows in, {len(out)} out")

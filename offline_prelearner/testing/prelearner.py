@@ -23,7 +23,6 @@ __all__ = [
     "PreLearnerFactory",
     "check_prelearner",
     "check_prelearner_batch_size",
-    "check_prelearner_columnar",
     "check_prelearner_deterministic",
     "check_prelearner_ledger",
     "check_prelearner_output",
@@ -60,7 +59,8 @@ def _run(pl: OfflinePreLearner, batch: Any) -> list[dict[str, np.ndarray]]:
 
 def _num_rows(batch: Any) -> int:
     if isinstance(batch, pa.Table):
-        return batch.num_rows
+        rows: int = batch.num_rows
+        return rows
     return len(next(iter(batch.values())))
 
 
@@ -157,32 +157,6 @@ def check_prelearner_pickles(factory: PreLearnerFactory, batch: Any) -> None:
         require(not diff, f"output {i}: columns {diff} differ after rebuilding from the pickle")
 
 
-def check_prelearner_columnar(factory: PreLearnerFactory, batch: Any) -> None:
-    """A batch the reader gives as columns yields the same rows on the columnar path
-    (``postprocess_columns``) as on the episode path (``postprocess_episodes``, ``module_of``,
-    ``add_to_buffers``): a prelearner that changes episodes says what it does on columns, or
-    returns None from ``postprocess_columns``."""
-    fast, slow = factory(), factory()
-    require(fast.config.seed is not None, "config.seed is None: set a seed to compare paths")
-    slow.postprocess_columns = lambda columns: None  # type: ignore[method-assign]
-    for step in range(2):
-        out_f, out_s = _run(fast, batch), _run(slow, batch)
-        require(
-            len(out_f) == len(out_s),
-            f"call {step}: {len(out_f)} outputs on the columnar path, {len(out_s)} on the "
-            "episode path",
-        )
-        for i, (x, y) in enumerate(zip(out_f, out_s, strict=True)):
-            diff = diff_columns(x, y)
-            require(
-                not diff,
-                f"call {step}, output {i}: columns {diff} differ between the columnar path "
-                "(postprocess_columns) and the episode path (postprocess_episodes, module_of, "
-                "add_to_buffers); make the same change in postprocess_columns, or return None "
-                "there",
-            )
-
-
 def check_prelearner_priorities(factory: PreLearnerFactory, batch: Any) -> bool:
     """With an updatable (prioritized) sampler, ``update_priorities`` takes the ``indices`` of a
     sample and applies them. Returns False (nothing checked) for other samplers."""
@@ -215,7 +189,6 @@ def check_prelearner(factory: PreLearnerFactory, batch: Any) -> list[str]:
         check_prelearner_batch_size,
         check_prelearner_ledger,
         check_prelearner_deterministic,
-        check_prelearner_columnar,
         check_prelearner_pickles,
     ):
         fn(factory, batch)
@@ -251,10 +224,6 @@ class PreLearnerContract:
     def test_deterministic_with_seed(self) -> None:
         """Runs :func:`check_prelearner_deterministic`."""
         check_prelearner_deterministic(self.make_prelearner, self.make_batch())
-
-    def test_columnar_path_matches_episode_path(self) -> None:
-        """Runs :func:`check_prelearner_columnar`."""
-        check_prelearner_columnar(self.make_prelearner, self.make_batch())
 
     def test_pickles_for_ray(self) -> None:
         """Runs :func:`check_prelearner_pickles`."""

@@ -34,6 +34,7 @@ from offline_prelearner.connectors import (
     register_connector,
 )
 from offline_prelearner.episodes.episode import Episode
+from offline_prelearner.episodes.episode_columns import EpisodeColumns
 from offline_prelearner.errors import ConfigError, DataError, EpisodeValidationError, SchemaError
 from offline_prelearner.replay import EpisodeReplayBuffer
 from offline_prelearner.replay.batch import SampleBatch
@@ -84,11 +85,29 @@ def tight(a, b):
 
 
 def sampled(episodes, unit=None, n=64, seed=0):
-    """A real batch sampled from a buffer holding ``episodes``."""
-    cap = sum(len(e) + 1 for e in episodes) + 8
+    """A real batch sampled from a buffer holding ``episodes`` (objects or a table)."""
+    if isinstance(episodes, EpisodeColumns):
+        cap = int(episodes.length.sum()) + len(episodes) + 8
+    else:
+        cap = sum(len(e) + 1 for e in episodes) + 8
     buf = EpisodeReplayBuffer(cap, unit=unit or Transition(), seed=seed)
     buf.add(episodes)
     return buf.sample(n)
+
+
+def columns_of(episodes, keep=None):
+    """``episodes`` as the table an episode connector takes (``keep``: a boolean subset, so the
+    table's steps are not contiguous from row 0 and the new columns are scattered)."""
+    cols = EpisodeColumns.from_episodes(list(episodes))
+    return cols if keep is None else cols.select(np.asarray(keep, bool))
+
+
+def on_eps(connector, episodes, ctx=None, keep=None):
+    """``connector.on_episodes`` on ``episodes`` as columns; the result one Episode each."""
+    cols = columns_of(episodes, keep)
+    out = connector.on_episodes(cols) if ctx is None else connector.on_episodes(cols, ctx)
+    assert isinstance(out, EpisodeColumns) and len(out) == len(cols)
+    return list(out.iter_episodes())
 
 
 floats = st.floats(-100, 100, allow_nan=False, width=32)
@@ -128,14 +147,20 @@ def test_discounted_cumsum_rejects_bad_lengths():
 # returns-to-go
 # ---------------------------------------------------------------------------------------------
 @SETTINGS
-@given(random_episodes(max_len=30), st.sampled_from([0.0, 0.9, 0.99, 1.0]))
-def test_returns_to_go_matches_loop(episodes, gamma):
-    before = [dict(ep.extras) for ep in episodes]
-    out = DiscountedReturns(gamma, dtype="float64").on_episodes(episodes)
+@given(random_episodes(max_len=30), st.sampled_from([0.0, 0.9, 0.99, 1.0]), st.data())
+def test_returns_to_go_matches_loop(episodes, gamma, data):
+    """The columnar scan against a loop per episode, on a whole table and on a subset of one
+    (steps not contiguous from row 0)."""
+    keep = data.draw(st.lists(st.booleans(), min_size=len(episodes), max_size=len(episodes)))
+    cols = columns_of(episodes, keep)
+    episodes = [ep for ep, k in zip(episodes, keep, strict=True) if k]
+    before = dict(cols.extras)
+    out = DiscountedReturns(gamma, dtype="float64").on_episodes(cols)
+    assert cols.extras.keys() == before.keys()  # inputs untouched
     assert len(out) == len(episodes)
-    for ep, new, extras in zip(episodes, out, before, strict=True):
-        assert ep.extras.keys() == extras.keys()  # inputs untouched
-        assert new.id == ep.id and new.rewards is ep.rewards
+    for ep, new in zip(episodes, out.iter_episodes(), strict=True):
+        assert new.id == ep.id
+        np.testing.assert_array_equal(new.rewards, ep.rewards)
         tight(new.extras["returns_to_go"], ref_returns(ep.rewards, gamma))
         partial = new.extras["returns_to_go_partial"]
         assert partial.dtype == bool and partial.shape == (len(ep),)
@@ -145,21 +170,21 @@ def test_returns_to_go_matches_loop(episodes, gamma):
 def test_return_connectors_take_gamma_from_context_unless_given():
     ep = make_episode(6, extras=("vf_preds",))
     ctx = ConnectorContext(gamma=0.5)
-    (a,) = DiscountedReturns(dtype="float64").on_episodes([ep], ctx)
+    (a,) = on_eps(DiscountedReturns(dtype="float64"), [ep], ctx)
     tight(a.extras["returns_to_go"], ref_returns(ep.rewards, 0.5))
-    (b,) = build_pipeline(
-        [{"name": "returns_to_go", "gamma": 0.9, "dtype": "float64"}]
-    ).on_episodes([ep], ctx)
+    (b,) = on_eps(
+        build_pipeline([{"name": "returns_to_go", "gamma": 0.9, "dtype": "float64"}]), [ep], ctx
+    )
     tight(b.extras["returns_to_go"], ref_returns(ep.rewards, 0.9))
-    (c,) = DiscountedReturns(dtype="float64").on_episodes([ep])  # the default context: 0.99
+    (c,) = on_eps(DiscountedReturns(dtype="float64"), [ep])  # the default context: 0.99
     tight(c.extras["returns_to_go"], ref_returns(ep.rewards, 0.99))
-    (d,) = GAE(lambda_=0.7, dtype="float64").on_episodes([ep], ctx)
+    (d,) = on_eps(GAE(lambda_=0.7, dtype="float64"), [ep], ctx)
     tight(d.extras["advantages"], ref_gae(ep.rewards, ep.extras["vf_preds"], True, 0.5, 0.7)[0])
 
 
 def test_returns_to_go_float32_default_and_custom_column():
     ep = make_episode(7)
-    (new,) = DiscountedReturns(0.9, column="rtg").on_episodes([ep])
+    (new,) = on_eps(DiscountedReturns(0.9, column="rtg"), [ep])
     assert new.extras["rtg"].dtype == np.float32
     np.testing.assert_allclose(new.extras["rtg"], ref_returns(ep.rewards, 0.9), rtol=1e-6)
     assert "rtg_partial" in new.extras
@@ -168,16 +193,16 @@ def test_returns_to_go_float32_default_and_custom_column():
 def test_returns_to_go_incomplete_raise_names_episode():
     eps = [make_episode(3, id="done"), make_episode(4, id="open", terminated=False)]
     with pytest.raises(EpisodeValidationError, match="'open'") as info:
-        DiscountedReturns(incomplete="raise").on_episodes(eps)
+        on_eps(DiscountedReturns(incomplete="raise"), eps)
     assert info.value.where.episode_id == "open"
-    (new,) = DiscountedReturns(incomplete="raise").on_episodes(eps[:1])
+    (new,) = on_eps(DiscountedReturns(incomplete="raise"), eps[:1])
     assert "returns_to_go_partial" not in new.extras
 
 
 def test_returns_to_go_stored_and_sampled_at_t():
     """The column goes through the buffer: every sampled row carries the reference at its t."""
     eps = [make_episode(n, id=f"e{n}", seed=n) for n in (1, 5, 9)]
-    eps = DiscountedReturns(0.9).on_episodes(eps)
+    eps = on_eps(DiscountedReturns(0.9), eps)
     ref = {ep.id: ref_returns(ep.rewards, 0.9) for ep in eps}
     batch = sampled(eps, n=200)
     for eid, t, rtg in zip(batch["eps_id"], batch["t"], batch["returns_to_go"], strict=True):
@@ -191,7 +216,8 @@ def test_returns_to_go_stored_and_sampled_at_t():
 
 
 def test_returns_to_go_empty_and_bad_args():
-    assert DiscountedReturns().on_episodes([]) == []
+    empty = columns_of([make_episode(3)], keep=[False])
+    assert DiscountedReturns().on_episodes(empty) is empty
     for bad in ({"gamma": 1.5}, {"gamma": "x"}, {"incomplete": "skip"}, {"dtype": "int32"}):
         with pytest.raises(ConfigError):
             DiscountedReturns(**bad)
@@ -207,12 +233,13 @@ def test_returns_to_go_empty_and_bad_args():
     st.sampled_from([0.0, 0.5, 0.95, 1.0]),
 )
 def test_gae_matches_loop(episodes, gamma, lam):
-    out = GAE(gamma, lam, dtype="float64").on_episodes(episodes)
+    cols = columns_of(episodes)
+    out = list(GAE(gamma, lam, dtype="float64").on_episodes(cols).iter_episodes())
     for ep, new in zip(episodes, out, strict=True):
         adv, targets = ref_gae(ep.rewards, ep.extras["vf_preds"], ep.terminated, gamma, lam)
         tight(new.extras["advantages"], adv)
         tight(new.extras["value_targets"], targets)
-        assert "advantages" not in ep.extras
+    assert "advantages" not in cols.extras  # inputs untouched
 
 
 @pytest.mark.parametrize("end", ["terminated", "truncated", "open"])
@@ -226,7 +253,7 @@ def test_gae_bootstrap_at_ends(end):
         truncated=end == "truncated",
         extras={"vf_preds": np.array([[0.5], [4.0]])},  # [T, 1] is accepted
     )
-    (new,) = GAE(gamma=0.5, lambda_=1.0, dtype="float64").on_episodes([ep])
+    (new,) = on_eps(GAE(gamma=0.5, lambda_=1.0, dtype="float64"), [ep])
     boot = 0.0 if end == "terminated" else 4.0
     a1 = 2.0 + 0.5 * boot - 4.0
     a0 = 1.0 + 0.5 * 4.0 - 0.5 + 0.5 * a1
@@ -236,24 +263,23 @@ def test_gae_bootstrap_at_ends(end):
 
 def test_gae_missing_value_column():
     eps = [make_episode(4, id="a"), make_episode(3, id="b")]
-    with pytest.raises(SchemaError, match="vf_preds"):
-        GAE().on_episodes(eps)
+    cols = columns_of(eps)
+    with pytest.raises(SchemaError, match="vf_preds") as info:
+        GAE().on_episodes(cols)
+    assert info.value.where.episode_id == "a"
     with pytest.warns(UserWarning, match="vf_preds"):
-        assert GAE(missing="skip").on_episodes(eps) is eps
-    mixed = [make_episode(4, id="a", extras=("vf_preds",)), make_episode(3, id="b")]
-    with pytest.raises(SchemaError, match="this one does not") as info:
-        GAE(missing="skip").on_episodes(mixed)
-    assert info.value.where.episode_id == "b"
+        assert GAE(missing="skip").on_episodes(cols) is cols
     bad = make_episode(2, id="c")
     bad.extras = {"vf_preds": np.zeros((2, 3))}
-    with pytest.raises(SchemaError, match=r"\[T\] or \[T, 1\]"):
-        GAE().on_episodes([bad])
+    with pytest.raises(SchemaError, match=r"\[T\] or \[T, 1\]") as info:
+        on_eps(GAE(), [bad])
+    assert info.value.where.episode_id == "c"
 
 
 def test_gae_columns_stored_and_sampled():
     eps = [make_episode(n, id=f"e{n}", seed=n, extras=("vf_preds",)) for n in (2, 6)]
     ref = {ep.id: ref_gae(ep.rewards, ep.extras["vf_preds"], True, 0.99, 0.95)[0] for ep in eps}
-    batch = sampled(GAE().on_episodes(eps), n=100)
+    batch = sampled(on_eps(GAE(), eps), n=100)
     for eid, t, a in zip(batch["eps_id"], batch["t"], batch["advantages"], strict=True):
         assert a == pytest.approx(ref[eid][t], rel=1e-5, abs=1e-5)
     assert batch["value_targets"].dtype == np.float32
@@ -507,6 +533,7 @@ class Tag(Connector):
     """Test connector: appends its tag to ``log`` on both hooks; counts calls as state."""
 
     name = "tag"
+    touches = frozenset({"episodes", "batches"})
 
     def __init__(self, tag: str = "x", log: list | None = None) -> None:
         self.name = tag
@@ -552,7 +579,7 @@ def test_pipeline_order_editing_and_repr():
     assert removed.name == "d" and len(pipe) == 3 and pipe["b"].name == "b"
     out = pipe(SampleBatch(x=np.zeros(2)), CTX)
     assert out["trail"].tolist() == ["abc", "abc"]
-    pipe.on_episodes([make_episode(2)])
+    pipe.on_episodes(columns_of([make_episode(2)]))
     assert log == [("batch", n) for n in "abc"] + [("ep", n) for n in "abc"]
     with pytest.raises(ConfigError, match="already has a connector named 'a'"):
         pipe.append(Tag("a"))
@@ -582,17 +609,18 @@ def test_pipeline_state_round_trip_and_return_type_check():
 
     class Bad(Connector):
         name = "bad"
+        touches = frozenset({"episodes", "batches"})
 
         def __call__(self, batch, ctx):
             return batch.to_dict()
 
-        def on_episodes(self, episodes, ctx):
-            return tuple(episodes)
+        def on_episodes(self, columns, ctx):
+            return list(columns.iter_episodes())
 
     with pytest.raises(TypeError, match="'bad' returned dict"):
         ConnectorPipeline([Bad()])(batch)
-    with pytest.raises(TypeError, match=r"'bad'\.on_episodes returned tuple"):
-        ConnectorPipeline([Bad()]).on_episodes([])
+    with pytest.raises(TypeError, match=r"'bad'\.on_episodes returned list"):
+        ConnectorPipeline([Bad()]).on_episodes(columns_of([make_episode(2)]))
 
 
 def test_pipeline_episode_then_batch_connectors_end_to_end():
@@ -609,7 +637,8 @@ def test_pipeline_episode_then_batch_connectors_end_to_end():
         make_episode(6, id=f"e{i}", seed=i, obs_shape=(2, 2), extras=("vf_preds",))
         for i in range(3)
     ]
-    stored = pipe.on_episodes(eps)
+    assert pipe.touches_episodes and pipe.touches_batches
+    stored = pipe.on_episodes(columns_of(eps))
     batch = sampled(stored, n=12)
     out = pipe(batch, ConnectorContext(action_space=gym.spaces.Discrete(4)))
     assert out["obs"].shape == (12, 4) and out["actions_one_hot"].shape == (12, 4)
@@ -696,11 +725,7 @@ def test_build_pipeline_inputs():
 
 
 def test_episode_connectors_edge_episodes():
-    """Zero-length episodes, infos and Episode subclasses pass through the shallow copy."""
-
-    class MyEpisode(Episode):
-        pass
-
+    """Zero-length episodes among others: their columns are empty, the others' are right."""
     empty = Episode(
         id="empty",
         observations=np.zeros((1, 3), np.float32),
@@ -709,25 +734,63 @@ def test_episode_connectors_edge_episodes():
         terminated=True,
         extras={"vf_preds": np.zeros(0)},
     )
-    full = make_episode(4, id="full", infos=True, extras=("vf_preds",))
-    sub = MyEpisode(
-        id="sub",
+    full = make_episode(4, id="full", extras=("vf_preds",))
+    trunc = Episode(
+        id="trunc",
         observations=full.observations,
         actions=full.actions,
         rewards=full.rewards,
         truncated=True,
         extras=full.extras,
     )
-    eps = [empty, full, empty, sub]
-    out = DiscountedReturns(0.9, dtype="float64").on_episodes(eps)
+    eps = [empty, full, empty, trunc]
+    eps[2] = Episode(
+        id="empty2",
+        observations=empty.observations,
+        actions=empty.actions,
+        rewards=empty.rewards,
+        terminated=True,
+        extras=empty.extras,
+    )
+    out = on_eps(DiscountedReturns(0.9, dtype="float64"), eps)
     assert [len(e.extras["returns_to_go"]) for e in out] == [0, 4, 0, 4]
-    assert type(out[3]) is MyEpisode and out[1].infos is full.infos
     tight(out[3].extras["returns_to_go"], ref_returns(full.rewards, 0.9))
-    gae = GAE(0.9, 0.8, dtype="float64").on_episodes(eps)
+    gae = on_eps(GAE(0.9, 0.8, dtype="float64"), eps)
     for ep, new in zip(eps, gae, strict=True):
         adv, _ = ref_gae(ep.rewards, ep.extras["vf_preds"], ep.terminated, 0.9, 0.8)
         tight(new.extras["advantages"], adv)
         assert repr(new).startswith(f"Episode(id={ep.id!r}")
+
+
+def test_connectors_declare_what_they_touch():
+    """Batch-only connectors leave the episodes alone (the pipeline hands the same table back);
+    episode connectors say so; a hook a connector defines but does not declare is refused."""
+    batch_only = build_pipeline(
+        ["normalize_obs", {"name": "cast", "mapping": {"rewards": "float32"}}]
+    )
+    assert not batch_only.touches_episodes and batch_only.touches_batches
+    cols = columns_of([make_episode(3)])
+    assert batch_only.on_episodes(cols) is cols
+    episodes_only = build_pipeline(["returns_to_go", "gae"])
+    assert episodes_only.touches_episodes and not episodes_only.touches_batches
+    batch = sampled([make_episode(4)], n=5)
+    assert episodes_only(batch, CTX) is batch
+
+    class Undeclared(Connector):
+        name = "undeclared"
+
+        def on_episodes(self, columns, ctx):
+            return columns
+
+    with pytest.raises(ConfigError, match=r"'undeclared' defines on_episodes .* lacks 'episodes'"):
+        ConnectorPipeline([Undeclared()])
+
+    class Nothing(Connector):
+        name = "nothing"
+        touches = frozenset()
+
+    with pytest.raises(ConfigError, match="touches must be a non-empty frozenset"):
+        ConnectorPipeline([Nothing()])
 
 
 def test_pipeline_pickles_with_state():

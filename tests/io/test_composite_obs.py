@@ -367,12 +367,12 @@ def test_each_leaf_column_carries_its_space_in_the_field_metadata() -> None:
 
 
 def test_composite_episodes_travel_to_shards_as_themselves() -> None:
-    from offline_prelearner.replay.shards.routing import to_columns
+    from offline_prelearner.replay.replay_buffer import as_columns
 
     space = {"observation": ("float32", (3,))}
     (ep,) = _episodes(space, [3], seed=7)
     composite = _composite("c", ep)
     plain = _composite("p", ep)
     plain.observations = ep["observation"]
-    packed = to_columns([composite, plain])
-    assert packed[-1] is composite and len(packed) == 2
+    packed = list(as_columns([composite, plain]))  # in order: the composite one alone
+    assert packed[0] is composite and len(packed) == 2

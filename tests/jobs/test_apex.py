@@ -47,16 +47,24 @@ def test_feeder_sends_episodes_of_its_modules_and_counts_the_rest(ray_local: Any
         assert ledger["rows_in"] == sum(map(len, eps)) and ledger["balanced"]
         assert sb.stats()["timesteps_held"] == a_steps  # the feeder waited for its adds
         assert len(list(feeder.sample().policy_batches)) == 0
-        # One module ("a" for all): the reader's columns go to the shards as they are.
+        # One module ("a" for all): the reader's columns go to the shards as they are, episode
+        # connectors' columns with them.
         more = [make_episode(3, id=f"m{i}", seed=50 + i) for i in range(5)]
         table = rows_table(more, ["a"] * 5)
-        probe = bound(cfg)  # its own de-duplication memory
-        cols = probe.validate(probe.map_to_episodes(table)).columns
-        assert cols is not None and probe.columns_module(cols) == "a"
         (row,) = list(feeder(table))
         assert row["episodes_sent"].tolist() == [5] and row["timesteps_sent"].tolist() == [15]
         assert sb.stats()["timesteps_held"] == a_steps + 15
-        assert bound(cfg, connectors=["returns_to_go"]).columns_module(cols) is None
+        rtg = type(
+            "Bound", (ShardFeeder,), {"shards": {"a": ShardedReplayBuffer(cfg, 1, module_id="a")}}
+        )
+        sb2 = rtg.shards["a"]
+        try:
+            (row,) = list(rtg(cfg, connectors=["returns_to_go"])(table))
+            assert row["episodes_sent"].tolist() == [5]
+            sb2.flush()
+            assert "returns_to_go" in sb2.sample(4)
+        finally:
+            sb2.close()
     finally:
         sb.close()
 

@@ -194,17 +194,12 @@ def test_rllib_recorded_files_end_to_end(
 
 # ---------------------------------------------------------------- plug-ins and errors
 PLUGIN = """
-import numpy as np
+import dataclasses
 from offline_prelearner import OfflinePreLearner
 
 class Doubled(OfflinePreLearner):
-    def postprocess_episodes(self, episodes):
-        for ep in episodes:
-            ep.rewards = ep.rewards * 2.0
-        return episodes
-
-    def postprocess_columns(self, columns):
-        return None  # the change is made on episodes: take that path
+    def postprocess_episodes(self, columns):
+        return dataclasses.replace(columns, rewards=columns.rewards * 2.0)
 """
 
 

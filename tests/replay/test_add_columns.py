@@ -1,11 +1,11 @@
-"""Episodes held as shared columns (``EpisodeColumns``) added in bulk, against the object path.
+"""Episodes held as shared columns (``EpisodeColumns``) added in bulk, against one at a time.
 
-The rows reader gives a batch's episodes as views of a few shared arrays; the buffer's
-``add_columns`` writes them without building an object per episode. The reference is the
-per-episode path (``storage.add`` one by one, as in ``test_add_many``): for random streams of new
-episodes, continuations, duplicates, wraps of small rings and dropped episodes (gaps in the shared
-arrays), both sides must hold the same columns, table, counters and sampler notifications, raise
-the same error at the same episode, and draw the same samples.
+The rows reader gives a batch's episodes as views of a few shared arrays; the buffer's ``add``
+writes them (``EpisodeStorage.add_columns``) without building an object per episode. The
+reference is the per-episode step (``storage.add_episode`` one by one, as in ``test_add_many``):
+for random streams of new episodes, continuations, duplicates, wraps of small rings and dropped
+episodes (gaps in the shared arrays), both sides must hold the same columns, table, counters and
+sampler notifications, raise the same error at the same episode, and draw the same samples.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def test_add_columns_equals_one_add_per_episode(
             for got, want in zip(cols.episodes(), chunk, strict=True):
                 assert_same_episode(got, want)
             errors: list[tuple[str, str] | None] = []
-            for fn in (batched.add_columns, lambda c: sequential_add(sequential, c.episodes())):
+            for fn in (batched.add, lambda c: sequential_add(sequential, c.episodes())):
                 try:
                     fn(cols)
                     errors.append(None)
@@ -84,7 +84,7 @@ def test_add_columns_equals_one_add_per_episode(
 def test_runs_of_new_episodes_take_the_bulk_path() -> None:
     eps = [make_episode(i, 3, seed=i) for i in range(6)]
     batched, sequential = buffers(100)
-    batched.add_columns(columns_of(eps[:1]))  # the first add fixes the layout
+    batched.add(columns_of(eps[:1]))  # the first add fixes the layout
     out: list[Any] = []
     batched.storage.add_columns(columns_of(eps[1:]), out)
     assert [type(c).__name__ for c in out] == ["Placements"]

@@ -1,4 +1,5 @@
-"""Batched adds (``EpisodeStorage.add_many``) against one ``add`` per episode.
+"""Batched adds (``EpisodeReplayBuffer.add`` of Episode objects, joined into columns and placed
+in runs by ``EpisodeStorage.add_columns``) against one ``add`` per episode.
 
 The reference is the per-episode path itself: a storage fed one ``add`` at a time, its
 ``Change`` records notified the way a buffer did before batching. Random streams mix new
@@ -18,8 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from offline_prelearner.episodes.episode import Episode
+from offline_prelearner.episodes.episode_columns import EpisodeColumns
 from offline_prelearner.errors import EpisodeValidationError
 from offline_prelearner.replay import EpisodeReplayBuffer
+from offline_prelearner.replay.replay_buffer import as_columns
 from offline_prelearner.replay.samplers import Uniform
 from offline_prelearner.replay.storage.ring import Change, EpisodeStorage, Placements
 
@@ -46,7 +49,7 @@ def sequential_add(buf: EpisodeReplayBuffer, eps: list[Episode]) -> None:
     changes: list[Change] = []
     try:
         for ep in eps:
-            change = buf.storage.add(ep)
+            change = buf.storage.add_episode(ep)
             changes += change.side
             changes.append(change)
     finally:
@@ -153,11 +156,13 @@ def test_placements_expand_to_the_changes_of_single_adds(
     one, many = EpisodeStorage(capacity), EpisodeStorage(capacity)
     ref: list[Change] = []
     for ep in eps:
-        ch = one.add(ep)
+        ch = one.add_episode(ep)
         ref += ch.side
         ref.append(ch)
     out: list[Change | Placements] = []
-    many.add_many(eps, out)
+    for cols in as_columns(eps):
+        assert isinstance(cols, EpisodeColumns)
+        many.add_columns(cols, out)
     got = [c for ch in out for c in (ch.to_changes() if isinstance(ch, Placements) else [ch])]
     assert got == ref
     assert table_state(one) == table_state(many)

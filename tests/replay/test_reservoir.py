@@ -161,7 +161,7 @@ def test_inclusion_probability_matches_algorithm_r():
     for s in range(trials):
         storage = Reservoir(seed=s, headroom=0.2).make_storage(50)  # budget 40 = 8 x 5 slots
         for ep in eps:
-            storage.add(ep)
+            storage.add_episode(ep)
         held = [int(i) for i in storage.ids[storage.alive]]
         assert len(held) == m
         ours[held] += 1
@@ -186,7 +186,7 @@ def test_timesteps_of_long_and_short_episodes_are_held_alike():
     for s in range(trials):
         storage = Reservoir(seed=s, headroom=0.0).make_storage(budget)
         for ep in eps:
-            storage.add(ep)
+            storage.add_episode(ep)
         held[[int(i) for i in storage.ids[storage.alive]]] += 1
     p = held / trials
     short, long_ = p[1::2].mean(), p[::2].mean()

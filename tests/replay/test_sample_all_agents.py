@@ -5,9 +5,9 @@ Two agents that share an episode id are two episodes (the rows reader, de-duplic
 ``sample_all`` and the buffer path fill per module keyed them by the episode id alone: the
 second agent's episode was taken as a repeat of the first's (dropped, its steps silently lost)
 or as an overlapping fragment of it ("fragment t=0..23 overlaps the stored steps"). Here real
-Parquet rows of interleaved agents, cut at batch and file edges, go through the columnar
-``sample_all`` path, the episode path, the buffer path and ``offline-prelearner process
---engine local``, each against a plain-Python reference: every agent's transitions once, none
+Parquet rows of interleaved agents, cut at batch and file edges, go through ``sample_all``,
+the buffer path and ``offline-prelearner process --engine local``, each against a plain-Python
+reference: every agent's transitions once, none
 missing, same content.
 """
 
@@ -30,7 +30,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from offline_prelearner import OfflinePreLearner
-from offline_prelearner.episodes.episode_columns import EpisodeColumns
 from offline_prelearner.errors import DataError
 from offline_prelearner.io.formats.rows.writer import episodes_to_rows
 from offline_prelearner.jobs.file_batches import iter_file_batches
@@ -39,13 +38,6 @@ from offline_prelearner.replay.shards.shard import ReplayShard
 ONE_MODULE = {"a0": "m", "a1": "m", "a2": "m"}
 
 Transition = tuple[Any, int, bytes, bytes, int, float]
-
-
-class EpisodePath(OfflinePreLearner):
-    """The episode path: every batch through Episode objects."""
-
-    def postprocess_columns(self, columns: EpisodeColumns) -> EpisodeColumns | None:
-        return None
 
 
 def recording(seed: int, agents: int = 2, episodes: int = 4, with_t: bool = False) -> pa.Table:
@@ -120,7 +112,7 @@ def cut(table: pa.Table, edges: list[int]) -> list[pa.Table]:
     return [table.slice(a, b - a) for a, b in itertools.pairwise(e)]
 
 
-@pytest.mark.parametrize("cls", [OfflinePreLearner, EpisodePath])
+@pytest.mark.parametrize("cls", [OfflinePreLearner])
 def test_two_agents_one_module_in_one_batch(cls: type[OfflinePreLearner]) -> None:
     # Same lengths for both agents: the second agent's episode was dropped as a repeat.
     eps = [make_episode(24, id="ep0", agent_id=a, seed=i) for i, a in enumerate(["a0", "a1"])]
@@ -135,7 +127,7 @@ def test_two_agents_one_module_in_one_batch(cls: type[OfflinePreLearner]) -> Non
     assert transitions(run(cls, [table])) == reference(table)
 
 
-@pytest.mark.parametrize("cls", [OfflinePreLearner, EpisodePath])
+@pytest.mark.parametrize("cls", [OfflinePreLearner])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_across_batch_and_file_edges(
     tmp_path: Path, cls: type[OfflinePreLearner], seed: int
@@ -194,7 +186,7 @@ def interleavings(draw: Any) -> tuple[pa.Table, list[int], int]:
 def test_random_interleavings_and_cuts(case: tuple[pa.Table, list[int], int]) -> None:
     table, cuts, n_step = case
     want = reference(table)
-    for cls in (OfflinePreLearner, EpisodePath):
+    for cls in (OfflinePreLearner,):
         p = cls(sample_all=True, seed=0, n_step=n_step, **{"modules.agent_to_module": ONE_MODULE})
         out = [o for b in cut(table, cuts) for o in p(b)]
         if n_step == 1:
@@ -206,7 +198,7 @@ def test_random_interleavings_and_cuts(case: tuple[pa.Table, list[int], int]) ->
             assert sum(len(o["obs"]) for o in out) == table.num_rows
 
 
-@pytest.mark.parametrize("cls", [OfflinePreLearner, EpisodePath])
+@pytest.mark.parametrize("cls", [OfflinePreLearner])
 def test_buffer_path_keys_episodes_by_agent(cls: type[OfflinePreLearner]) -> None:
     table = recording(7, agents=3)
     p = cls(seed=0, train_batch_size=64, **{"modules.agent_to_module": ONE_MODULE})

@@ -47,7 +47,7 @@ def test_fifo_eviction_matches_slot_simulation(capacity, lengths):
     eps = [make_episode(i, n, seed=i) for i, n in enumerate(lengths)]
     store = EpisodeStorage(capacity)
     for ep in eps:
-        store.add(ep)
+        store.add_episode(ep)
     held = ref.fifo_held(capacity, lengths)
     got = store.episodes()
     assert [e.id for e in got] == held  # oldest first, exactly the simulated survivors
@@ -66,7 +66,7 @@ def test_rows_of_finds_every_held_slot(capacity, lengths):
     store = EpisodeStorage(capacity)
     for i, n in enumerate(lengths):
         if n + 1 <= capacity:
-            store.add(make_episode(i, n, seed=i))
+            store.add_episode(make_episode(i, n, seed=i))
     for row in np.flatnonzero(store.alive):
         s, n = int(store.starts[row]), int(store.lengths[row])
         slots = np.arange(s, s + n + 1)
@@ -76,9 +76,9 @@ def test_rows_of_finds_every_held_slot(capacity, lengths):
 def test_episode_longer_than_capacity_is_an_error_naming_it():
     store = EpisodeStorage(10)
     with pytest.raises(EpisodeValidationError, match="capacity is 10") as e:
-        store.add(make_episode("long-one", 10))
+        store.add_episode(make_episode("long-one", 10))
     assert e.value.where.episode_id == "long-one"
-    store.add(make_episode("fits", 9))  # 10 slots exactly
+    store.add_episode(make_episode("fits", 9))  # 10 slots exactly
     assert store.num_timesteps == 9
 
 
@@ -86,7 +86,7 @@ def test_episode_longer_than_capacity_is_an_error_naming_it():
 def test_capacity_not_a_power_of_two_and_tiny(capacity):
     store = EpisodeStorage(capacity)
     for i in range(50):
-        store.add(make_episode(i, 1 + i % 3 if capacity > 3 else 1))
+        store.add_episode(make_episode(i, 1 + i % 3 if capacity > 3 else 1))
     assert store.num_episodes > 0
     assert store.head <= capacity
 
@@ -119,7 +119,7 @@ def test_streamed_fragments_join_into_the_episode(lengths, cuts, seed):
     store = EpisodeStorage(sum(len(e) + 1 for e in eps) * 3)
     nxt = [0] * len(eps)
     for i in order:
-        store.add(pieces[i][nxt[i]])
+        store.add_episode(pieces[i][nxt[i]])
         nxt[i] += 1
     got = {e.id: e for e in store.episodes()}
     assert len(got) == len(eps)
@@ -134,12 +134,12 @@ def test_streamed_fragments_join_into_the_episode(lengths, cuts, seed):
 def test_fragment_at_head_is_appended_in_place_else_moved():
     ep = make_episode("a", 10, "terminated")
     store = EpisodeStorage(100)
-    store.add(ep.slice(0, 4))
+    store.add_episode(ep.slice(0, 4))
     start = int(store.starts[0])
-    store.add(ep.slice(4, 7))
+    store.add_episode(ep.slice(4, 7))
     assert int(store.starts[0]) == start and store.counters["episodes_moved"] == 0
-    store.add(make_episode("b", 3))
-    store.add(ep.slice(7, 10))
+    store.add_episode(make_episode("b", 3))
+    store.add_episode(ep.slice(7, 10))
     assert store.counters["episodes_moved"] == 1
     assert_same_episode(store.episode(store.row_of_id("a")), ep)
     assert [e.id for e in store.episodes()] == ["b", "a"]
@@ -148,9 +148,9 @@ def test_fragment_at_head_is_appended_in_place_else_moved():
 def test_moving_a_fragment_can_evict_and_survives_a_full_ring():
     ep = make_episode("a", 8, "terminated")
     store = EpisodeStorage(12)
-    store.add(ep.slice(0, 5))  # slots 0..5
-    store.add(make_episode("b", 4))  # slots 6..10
-    store.add(ep.slice(5, 8))  # joined needs 9 slots: wraps to 0, evicts b
+    store.add_episode(ep.slice(0, 5))  # slots 0..5
+    store.add_episode(make_episode("b", 4))  # slots 6..10
+    store.add_episode(ep.slice(5, 8))  # joined needs 9 slots: wraps to 0, evicts b
     assert [e.id for e in store.episodes()] == ["a"]
     assert_same_episode(store.episodes()[0], ep)
     assert store.counters["episodes_evicted"] == 1
@@ -159,18 +159,18 @@ def test_moving_a_fragment_can_evict_and_survives_a_full_ring():
 def test_duplicates_are_dropped_and_counted():
     ep = make_episode("a", 6, "terminated")
     store = EpisodeStorage(50)
-    store.add(ep)
-    store.add(ep)
-    store.add(ep.slice(2, 4))
+    store.add_episode(ep)
+    store.add_episode(ep)
+    store.add_episode(ep.slice(2, 4))
     assert store.counters["duplicates_dropped"] == 2
     assert store.num_timesteps == 6 and store.counters["timesteps_added"] == 6
     # A re-sent fragment of an unfinished episode too.
     ep2 = make_episode("b", 6, "truncated")
-    store.add(ep2.slice(0, 3))
-    store.add(ep2.slice(0, 3))
+    store.add_episode(ep2.slice(0, 3))
+    store.add_episode(ep2.slice(0, 3))
     assert store.counters["duplicates_dropped"] == 3
     # The same steps again, now done: the flag is taken, nothing duplicated.
-    store.add(
+    store.add_episode(
         Episode(
             id="b",
             observations=ep2.observations[:4],
@@ -204,26 +204,26 @@ def test_duplicates_are_dropped_and_counted():
 def test_fragment_contradictions_are_errors(second, reason):
     ep = make_episode("a", 8, "truncated")
     store = EpisodeStorage(50)
-    store.add(ep.slice(0, 4))
+    store.add_episode(ep.slice(0, 4))
     with pytest.raises(EpisodeValidationError) as e:
-        store.add(second(ep))
+        store.add_episode(second(ep))
     assert e.value.reason == reason and e.value.where.episode_id == "a"
 
 
 def test_continuing_a_finished_episode_is_an_error():
     ep = make_episode("a", 8, "terminated")
     store = EpisodeStorage(50)
-    store.add(ep.slice(0, 8))
+    store.add_episode(ep.slice(0, 8))
     more = make_episode("a", 2, t_started=8)
     with pytest.raises(EpisodeValidationError, match="already ended"):
-        store.add(more)
+        store.add_episode(more)
 
 
 def test_mismatched_columns_are_errors():
     store = EpisodeStorage(50)
-    store.add(make_episode("a", 3))
+    store.add_episode(make_episode("a", 3))
     with pytest.raises(EpisodeValidationError, match="extra columns"):
-        store.add(make_episode("b", 3, logp=None))
+        store.add_episode(make_episode("b", 3, logp=None))
     bad = Episode(
         id="c",
         observations=np.zeros((4, 5), np.float32),
@@ -232,36 +232,36 @@ def test_mismatched_columns_are_errors():
         extras={"logp": np.zeros(3)},
     )
     with pytest.raises(EpisodeValidationError, match="obs steps are float32\\[5\\]") as e:
-        store.add(bad)
+        store.add_episode(bad)
     assert e.value.where.column == "obs"
 
 
 def test_ids_are_normalized():
     store = EpisodeStorage(50)
-    store.add(make_episode(np.int64(7), 2))
-    store.add(make_episode(7, 2))  # same id
+    store.add_episode(make_episode(np.int64(7), 2))
+    store.add_episode(make_episode(7, 2))  # same id
     assert store.counters["duplicates_dropped"] == 1
-    store.add(make_episode(b"x", 2))
+    store.add_episode(make_episode(b"x", 2))
     assert store.row_of_id("x") is not None
     with pytest.raises(EpisodeValidationError, match="without an id"):
-        store.add(make_episode(None, 2))
+        store.add_episode(make_episode(None, 2))
 
 
 # ---------------------------------------------------------------------- handles
 def test_handles_go_stale_on_eviction_and_move():
     store = EpisodeStorage(20)
     a = make_episode("a", 5, "truncated")
-    store.add(a.slice(0, 3))
-    store.add(make_episode("b", 4))
+    store.add_episode(a.slice(0, 3))
+    store.add_episode(make_episode("b", 4))
     slots = np.array([int(store.starts[0]), int(store.starts[1]) + 2])
     h = store.handles(slots, store.rows_of(slots))
     got, ok = store.resolve(h)
     np.testing.assert_array_equal(got, slots)
     assert ok.all()
-    store.add(a.slice(3, 5))  # moves "a": its old handle is stale, b's is not
+    store.add_episode(a.slice(3, 5))  # moves "a": its old handle is stale, b's is not
     np.testing.assert_array_equal(store.resolve(h)[1], [False, True])
     for i in range(10):
-        store.add(make_episode(f"x{i}", 5))
+        store.add_episode(make_episode(f"x{i}", 5))
     assert not store.resolve(h)[1].any()
 
 
@@ -279,7 +279,7 @@ def test_cartpole_memory_within_1_2x_raw_bytes():
             rewards=np.ones(n, np.float32),
             terminated=True,
         )
-        store.add(ep)
+        store.add_episode(ep)
     for ep in store.episodes():
         raw += ep.observations.nbytes + ep.actions.nbytes + ep.rewards.nbytes + len(ep.id)
     ids = sum(len(i) + 49 for i in store.ids if i is not None)  # the str objects themselves

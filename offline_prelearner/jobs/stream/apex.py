@@ -40,7 +40,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ...config import PreLearnerConfig
-from ...episodes.episode import Episode
 from ...episodes.episode_columns import EpisodeColumns
 from ...episodes.ledger import Ledger
 from ...errors import ConfigError
@@ -91,11 +90,9 @@ class FeedStats:
 
 
 class ShardFeeder(OfflinePreLearner):
-    """A prelearner whose buffers are replay shards: ``add_to_buffers`` sends episodes to the
-    :class:`ShardedReplayBuffer` of their module and waits for it; ``sample`` draws nothing.
-    A batch the reader built as :class:`EpisodeColumns` goes to the shards as columns, without
-    an object per episode, when :meth:`columns_module` allows it (one module, and
-    ``postprocess_columns`` keeps the columns).
+    """A prelearner whose buffers are replay shards: ``add_to_buffers`` sends each module's
+    episodes, as columns, to the :class:`ShardedReplayBuffer` of that module and waits for it;
+    ``sample`` draws nothing.
 
     ``shards`` maps module ids to clients; :func:`feed_shards` binds it on a subclass made for
     the job (Ray pickles that class, clients included, into the map_batches actors).
@@ -107,50 +104,22 @@ class ShardFeeder(OfflinePreLearner):
         super().__init__(config, **kw)
         self.counters.update(dict.fromkeys(_COUNTS, 0))
 
-    def postprocess_columns(self, columns: EpisodeColumns) -> EpisodeColumns | None:
-        """The base columns, unchanged: ``__call__`` sends them to the shards itself (and
-        ``add_to_buffers`` below is the episode path's sender)."""
-        return super().postprocess_columns(columns)
+    def add_to_buffers(self, columns: EpisodeColumns) -> None:
+        """Sends the episodes to the shards of their modules and waits for them to be held.
 
-    def add_to_buffers(self, episodes: list[Episode]) -> None:
-        """Sends the episodes to the shards of their modules and waits for them to be held."""
-        by_module: dict[str, list[Episode]] = {}
-        for ep in episodes:
-            by_module.setdefault(self.module_of(ep), []).append(ep)
-        for module_id, eps in by_module.items():
-            self._send(module_id, eps, len(eps), sum(len(e) for e in eps))
-        self._wait()
-
-    def _send(self, module_id: str, eps: Any, count: int, steps: int) -> None:
-        client = self.shards.get(module_id)
-        kind = "unrouted" if client is None else "sent"
-        self.counters[f"episodes_{kind}"] += count
-        self.counters[f"timesteps_{kind}"] += steps
-        if client is not None:
-            client.add(eps)
-            self.counters["fragments_added"] += count
-
-    def _wait(self) -> None:
+        Args:
+            columns: The batch's episodes (what ``postprocess_episodes`` returned).
+        """
+        for module_id, part in self._by_module(columns):
+            client = self.shards.get(module_id)
+            kind = "unrouted" if client is None else "sent"
+            self.counters[f"episodes_{kind}"] += len(part)
+            self.counters[f"timesteps_{kind}"] += int(part.length.sum())
+            if client is not None:
+                client.add(part)
+                self.counters["fragments_added"] += len(part)
         for client in self.shards.values():
             client.flush()
-
-    def columns_module(self, columns: EpisodeColumns) -> str | None:
-        """The one module all of a batch's columnar episodes belong to, when they may go to the
-        shards as columns (:meth:`postprocess_columns` keeps them columns), else None."""
-        kept = self.postprocess_columns(columns)
-        return None if kept is None else self._one_module(kept)
-
-    def _one_module(self, columns: EpisodeColumns) -> str | None:
-        mods = set(columns.modules)
-        if len(mods) != 1:
-            return None
-        (mod,) = mods
-        if mod is not None:
-            return str(mod)
-        mapped = self.config.modules.agent_to_module is not None
-        return (
-            None if mapped and set(columns.agents) != {None} else self.config.modules.default_module
-        )
 
     def sample(self) -> MultiAgentBatch:
         """An empty batch: a feeder's samples are drawn from the shards by the learners."""
@@ -161,14 +130,7 @@ class ShardFeeder(OfflinePreLearner):
         before = {k: self.counters[k] for k in _COUNTS}
         episodes = self.validate(self.map_to_episodes(batch))
         self.ledger += episodes.ledger
-        cols = episodes.columns
-        cols = None if cols is None or not len(cols) else self.postprocess_columns(cols)
-        module = None if cols is None else self._one_module(cols)
-        if cols is not None and module is not None:  # no object per episode on this path
-            self._send(module, cols, len(cols), int(cols.length.sum()))
-            self._wait()
-        else:
-            self.add_to_buffers(self.postprocess_episodes(episodes.episodes))
+        self.add_to_buffers(self.postprocess_episodes(self._columns(episodes)))
         self.counters["batches"] += 1
         row = {k: np.array([self.counters[k] - before[k]], np.int64) for k in _COUNTS}
         yield {"ledger": np.array([json.dumps(episodes.ledger.to_dict())]), **row}

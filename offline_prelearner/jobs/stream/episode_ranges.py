@@ -66,7 +66,7 @@ def episode_owners(codes: np.ndarray, done: np.ndarray, range_of: np.ndarray) ->
     Returns:
         Per row, the owning range (an int64 array; ``<= range_of``, equal for most rows).
     """
-    owner = np.asarray(range_of, dtype=np.int64).copy()
+    owner: np.ndarray = np.asarray(range_of, dtype=np.int64).copy()
     codes = np.asarray(codes, dtype=np.int64)
     if len(codes) == 0:
         return owner

@@ -97,7 +97,8 @@ def ranges(first: np.ndarray, count: np.ndarray) -> np.ndarray:
     ends = np.cumsum(count)
     # Each range contributes first[i] + (position - ends[i-1]).
     shift = np.repeat(first - (ends - count), count)
-    return np.arange(total, dtype=np.int64) + shift
+    out: np.ndarray = np.arange(total, dtype=np.int64) + shift
+    return out
 
 
 @runtime_checkable

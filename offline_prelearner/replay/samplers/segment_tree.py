@@ -340,7 +340,8 @@ class _SegmentTree(ABC):
 
     def values(self) -> FloatArray:
         """A copy of all ``capacity`` leaves."""
-        return self._tree[self._size : self._size + self._capacity].copy()
+        out: FloatArray = self._tree[self._size : self._size + self._capacity].copy()
+        return out
 
     def get_state(self) -> dict[str, Any]:
         """Plain state (an int and one array): the leaves. Parents are rebuilt on load."""

@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ...episodes.episode import Episode
 from ...episodes.episode_columns import EpisodeColumns
 from ..storage.table import normalize_id
 
@@ -29,7 +28,6 @@ __all__ = [
     "handle_bits",
     "shard_of",
     "split_counts",
-    "to_columns",
 ]
 
 _U64 = (1 << 64) - 1
@@ -58,7 +56,8 @@ def shard_of(ids: Sequence[Any], num_shards: int) -> np.ndarray:
         [zlib.crc32(k.encode("utf-8", "surrogatepass")) for k in keys if isinstance(k, str)],
         np.uint64,
     )
-    return (h % np.uint64(num_shards)).astype(np.int64)
+    out: np.ndarray = (h % np.uint64(num_shards)).astype(np.int64)
+    return out
 
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:
@@ -66,7 +65,8 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
     z = x + np.uint64(0x9E3779B97F4A7C15)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
+    out: np.ndarray = z ^ (z >> np.uint64(31))
+    return out
 
 
 def handle_bits(num_shards: int) -> int:
@@ -182,30 +182,8 @@ def global_weights(
     share = np.divide(q, mass, out=np.zeros_like(q), where=live)
     p_min = float(np.min(share[live] * np.asarray(min_mass, np.float64)[live]))
     p = share[shard] * np.asarray(row_mass, np.float64)
-    return np.power(p / p_min, -float(beta))
-
-
-def to_columns(episodes: Sequence[Episode]) -> list[EpisodeColumns | Episode]:
-    """Episodes for the trip to a shard: one :class:`EpisodeColumns` per column layout (a few
-    arrays travel through Ray's object store without a copy, where pickling one object per
-    episode costs ~70 us each), and episodes with ``infos`` or composite observations (which
-    columns do not hold) as themselves. Episodes of one layout keep their order.
-
-    Args:
-        episodes: The episodes routed to one shard.
-
-    Returns:
-        The column batches (one per layout, in order of first appearance), then the episodes
-        that travel as themselves.
-    """
-    groups: dict[tuple[Any, ...], list[Episode]] = {}
-    loose: list[EpisodeColumns | Episode] = []
-    for ep in episodes:
-        if ep.infos is None and not isinstance(ep.observations, dict):  # composite: as itself
-            groups.setdefault(_layout(ep), []).append(ep)
-        else:
-            loose.append(ep)
-    return [*(EpisodeColumns.from_episodes(g) for g in groups.values()), *loose]
+    weights: np.ndarray = np.power(p / p_min, -float(beta))
+    return weights
 
 
 def compact(columns: EpisodeColumns) -> EpisodeColumns:
@@ -232,9 +210,3 @@ def compact(columns: EpisodeColumns) -> EpisodeColumns:
         obs_at=step_at + np.arange(len(columns)),
         step_at=step_at,
     )
-
-
-def _layout(ep: Episode) -> tuple[Any, ...]:
-    o, a, r = ep.observations, ep.actions, ep.rewards
-    extras = tuple((k, v.shape[1:], v.dtype.str) for k, v in ep.extras.items())
-    return o.shape[1:], o.dtype.str, a.shape[1:], a.dtype.str, r.dtype.str, extras

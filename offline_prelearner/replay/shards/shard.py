@@ -10,6 +10,7 @@ for it, and reports its sampling mass with every reply.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -25,7 +26,7 @@ from ...episodes.episode_columns import EpisodeColumns
 from ...errors import ConfigError, DataError, EmptyBufferError, Where
 from .. import checkpoint
 from ..build import build_buffer
-from ..replay_buffer import INDICES, EpisodeReplayBuffer, agent_keys, real_ids, with_ids
+from ..replay_buffer import INDICES, EpisodeReplayBuffer, agent_keys, as_columns, real_ids
 from ..samplers.prioritized import Prioritized
 
 __all__ = ["ReplayShard", "ShardInfo", "ShardSample"]
@@ -113,11 +114,11 @@ class ReplayShard:
         return ShardInfo(self.shard, self.seq, mass, low, st["timesteps_added"], buf.samples_drawn)
 
     def add(self, episodes: Iterable[Episode | EpisodeColumns]) -> ShardInfo:
-        """Stores episodes -- Episode objects and/or :class:`EpisodeColumns` -- in order.
+        """Stores episodes -- :class:`EpisodeColumns` and/or Episode objects -- in order.
 
         Args:
-            episodes: Episodes routed to this shard, as :func:`~.routing.to_columns` packs them;
-                the first ones decide whether the shard keys them by agent too.
+            episodes: Tables or episodes; objects are joined into tables (see
+                :func:`~..replay_buffer.as_columns`).
 
         Returns:
             The shard's info after the add.
@@ -126,26 +127,25 @@ class ReplayShard:
             DataError: episodes with agent ids after episodes without (``agent_keys``), or any
                 error of the buffer's add (a fragment that contradicts what it holds).
         """
+        parts: list[EpisodeColumns | Episode] = []
         run: list[Episode] = []
         for item in episodes:
             if isinstance(item, EpisodeColumns):
-                if run:
-                    self.buffer.add(self._keyed_episodes(run))
-                    run = []
-                if self._keyed(item.agents):
-                    item = replace(item, ids=agent_keys(item.ids, item.agents, always=True))
-                self.buffer.add_columns(item)
+                parts += as_columns(run)
+                parts.append(item)
+                run = []
             else:
                 run.append(item)
-        if run:
-            self.buffer.add(self._keyed_episodes(run))
+        parts += as_columns(run)
+        for part in parts:
+            if isinstance(part, EpisodeColumns):
+                if self._keyed(part.agents):
+                    part = replace(part, ids=agent_keys(part.ids, part.agents, always=True))
+            elif self._keyed([part.agent_id]):  # composite observations: an episode alone
+                part = copy.copy(part)
+                part.id = agent_keys([part.id], [part.agent_id], always=True)[0]
+            self.buffer.add(part)
         return self.info()
-
-    def _keyed_episodes(self, eps: list[Episode]) -> list[Episode]:
-        agents = [e.agent_id for e in eps]
-        if not self._keyed(agents):
-            return eps
-        return with_ids(eps, agent_keys([e.id for e in eps], agents, always=True))
 
     def _keyed(self, agents: list[Any]) -> bool:
         """Whether episodes of ``agents`` go in under agent keys (two agents of one episode id

@@ -68,7 +68,7 @@ from ...episodes.episode_columns import EpisodeColumns
 from ...errors import ConfigError, EmptyBufferError
 from .. import checkpoint
 from ..batch import SampleBatch
-from ..replay_buffer import INDICES, _batch_size
+from ..replay_buffer import INDICES, _batch_size, as_columns
 from .routing import (
     compact,
     decode_handles,
@@ -76,7 +76,6 @@ from .routing import (
     global_weights,
     shard_of,
     split_counts,
-    to_columns,
 )
 from .shard import ReplayShard, ShardInfo, ShardSample
 
@@ -91,7 +90,6 @@ __all__ = [
     "global_weights",
     "shard_of",
     "split_counts",
-    "to_columns",
 ]
 
 _CLIENT_MANIFEST = "sharded"
@@ -231,40 +229,42 @@ class ShardedReplayBuffer:
     def add(self, episodes: Episode | Iterable[Episode] | EpisodeColumns) -> np.ndarray:
         """Sends episodes to their shards (asynchronously); returns episodes sent per shard.
 
-        Episodes travel as :class:`EpisodeColumns` (objects are grouped into them by
-        :func:`to_columns`; columns are split by shard and compacted). An error in a shard (e.g.
-        a fragment that contradicts what it holds) is raised by a later call that waits for it:
-        :meth:`flush`, or an ``add`` / ``update_priorities`` past ``max_in_flight``.
+        Episodes travel as :class:`EpisodeColumns`, split by shard and compacted (objects are
+        joined into columns first, by :func:`~..replay_buffer.as_columns`). An error in a shard
+        (e.g. a fragment that contradicts what it holds) is raised by a later call that waits
+        for it: :meth:`flush`, or an ``add`` / ``update_priorities`` past ``max_in_flight``.
 
         Args:
-            episodes: One episode, an iterable of episodes, or :class:`EpisodeColumns`; each
-                goes to the shard :func:`shard_of` picks for its id.
+            episodes: A table of episodes, or Episode objects.
 
         Returns:
             int64 ``[num_shards]``: episodes sent to each shard by this call.
-
-        Raises:
-            TypeError: an item of the iterable is not an :class:`Episode`.
         """
         if isinstance(episodes, EpisodeColumns):
-            cols, shard = episodes, shard_of(episodes.ids, self.num_shards)
-            for s in np.unique(shard).tolist():
-                mine = compact(cols.select(shard == s))
-                self._submit(self.actors[s].add.remote([mine]))
-            steps = int(cols.length.sum())
+            parts: list[EpisodeColumns | Episode] = [episodes]
         else:
             eps = [episodes] if isinstance(episodes, Episode) else list(episodes)
             for ep in eps:
                 if not isinstance(ep, Episode):
                     raise TypeError(f"add() takes Episode objects, found {type(ep).__name__}")
-            shard = shard_of([e.id for e in eps], self.num_shards)
+            parts = list(as_columns(eps))
+        sent = np.zeros(self.num_shards, np.int64)
+        steps = 0
+        for part in parts:
+            if isinstance(part, Episode):  # composite observations: the episode alone
+                s = int(shard_of([part.id], self.num_shards)[0])
+                self._submit(self.actors[s].add.remote([part]))
+                sent[s] += 1
+                steps += len(part)
+                continue
+            shard = shard_of(part.ids, self.num_shards)
             for s in np.unique(shard).tolist():
-                part = [eps[i] for i in np.flatnonzero(shard == s).tolist()]
-                self._submit(self.actors[s].add.remote(to_columns(part)))
-            steps = sum(len(e) for e in eps)
-        self.counters["episodes_sent"] += len(shard)
+                self._submit(self.actors[s].add.remote([compact(part.select(shard == s))]))
+            sent += np.bincount(shard, minlength=self.num_shards)
+            steps += int(part.length.sum())
+        self.counters["episodes_sent"] += int(sent.sum())
         self.counters["timesteps_sent"] += steps
-        return np.bincount(shard, minlength=self.num_shards)
+        return sent
 
     # ------------------------------------------------------------------ sampling
     def sample(self, batch_size: int) -> SampleBatch:
@@ -379,7 +379,7 @@ class ShardedReplayBuffer:
     def refresh(self) -> list[ShardInfo]:
         """Asks every shard for its info now (one round, after any waiting priorities)."""
         self._send_queued()
-        infos = _ray().get([a.info.remote() for a in self.actors])
+        infos: list[ShardInfo] = _ray().get([a.info.remote() for a in self.actors])
         for info in infos:
             self._note(info)
         return infos
@@ -436,7 +436,7 @@ class ShardedReplayBuffer:
                 if waiting is not None:
                     self._submit(self.actors[s].feedback.remote(*waiting))
                 self._queued[s] = (local[rows], td[rows])
-        sent = bounds[-1]
+        sent = int(bounds[-1])
         self.counters["updates_sent"] += sent
         self.counters["updates_foreign"] += len(h) - sent
         return sent

@@ -1,8 +1,9 @@
 """What an add did: the records a storage reports and buffers and samplers react to.
 
-:class:`Change` describes what one :meth:`~.ring.EpisodeStorage.add` did to one episode (new,
-appended, moved, duplicate, ...) and what it evicted on the way. :class:`Placements` describes a
-run of new episodes that :meth:`~.ring.EpisodeStorage.add_many` placed together, as arrays:
+:class:`Change` describes what one :meth:`~.ring.EpisodeStorage.add_episode` did to one episode
+(new, appended, moved, duplicate, ...) and what it evicted on the way. :class:`Placements`
+describes a run of new episodes that :meth:`~.ring.EpisodeStorage.add_columns` placed together,
+as arrays:
 exactly the ``"new"`` changes their ``add`` calls would have returned
 (:meth:`Placements.to_changes`).
 """
@@ -18,7 +19,7 @@ __all__ = ["Change", "Placements"]
 
 @dataclass
 class Change:
-    """What one :meth:`~.ring.EpisodeStorage.add` did, for samplers' hooks and counters.
+    """What one :meth:`~.ring.EpisodeStorage.add_episode` did, for samplers' hooks and counters.
 
     ``removed_*`` describe episodes whose slots stopped being usable (evicted, or the old place of
     a moved episode -- for kind ``"moved"`` always the first record), with their length and done
@@ -46,7 +47,7 @@ class Change:
 
 @dataclass
 class Placements:
-    """New episodes that one step of :meth:`~.ring.EpisodeStorage.add_many` placed together:
+    """New episodes that one step of :meth:`~.ring.EpisodeStorage.add_columns` placed together:
     exactly what their ``add`` calls would have returned (a ``"new"`` :class:`Change` each), as
     arrays.
 

@@ -118,7 +118,7 @@ def reuse_freed_heap(keep_mb: int = 512) -> bool:
     if mallopt is None:  # not glibc
         return False
     ok = mallopt(_M_MMAP_THRESHOLD, 32 * 2**20) == 1
-    return ok and mallopt(_M_TRIM_THRESHOLD, keep_mb * 2**20) == 1
+    return ok and bool(mallopt(_M_TRIM_THRESHOLD, keep_mb * 2**20) == 1)
 
 
 def for_worker_process() -> None:

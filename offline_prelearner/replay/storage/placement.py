@@ -1,22 +1,22 @@
 """Batched placement: runs of new episodes written into the ring with one copy per column.
 
-:meth:`EpisodeStorage.add_many <.storage.EpisodeStorage.add_many>` stores episodes exactly as
-``add`` on each would. Most of them, in a stream of new data, are *new* (ids not held, distinct,
-in a column layout already accepted, shorter than the ring): ``add`` would write each at the head
-in turn. A :class:`RunPlacement`, which the storage holds, finds such runs and writes the longest
-stretch of one that fits before the end of the ring with one copy per column:
+:meth:`EpisodeStorage.add_columns <.storage.EpisodeStorage.add_columns>` stores a table of
+episodes exactly as ``add`` on each would. Most of them, in a stream of new data, are *new* (ids
+not held, distinct, in a column layout already accepted, shorter than the ring): ``add`` would
+write each at the head in turn. A :class:`RunPlacement`, which the storage holds, finds such runs
+and writes the longest stretch of one that fits before the end of the ring with one copy per
+column:
 
-* :meth:`RunPlacement.episode_run` / :meth:`RunPlacement.column_run` -- the :class:`Run` of new
-  episodes from position ``i`` (from episode objects, or from a reader's shared
-  :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns`), given the keys the
-  storage holds and the layouts it accepted;
+* :meth:`RunPlacement.column_run` -- the :class:`Run` of new episodes from position ``i`` of a
+  table (:class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns`), given the keys
+  the storage holds;
 * :meth:`RunPlacement.place` -- given the ring's columns and head, writes the stretch of the run
   that fits and returns where it went (:class:`Placed`), or None when the first episode would
   wrap the ring (the ordinary ``add`` handles it).
 
 It never touches the storage: the storage enters what was placed in its table and counters and
-moves its head (:meth:`~.ring.EpisodeStorage.add_many`). Where the columns of a run come from
-is an :class:`EpisodeSource`: :class:`ListedEpisodes` or :class:`SharedColumns`.
+moves its head (:meth:`~.ring.EpisodeStorage.add_columns`). Where the columns of a run come
+from is an :class:`EpisodeSource` (:class:`SharedColumns`).
 """
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ from .table import normalize_id
 
 __all__ = [
     "EpisodeSource",
-    "ListedEpisodes",
     "Placed",
     "Run",
     "RunPlacement",
     "SharedColumns",
     "layout",
+    "same_layout",
     "write_episode",
 ]
 
@@ -137,62 +137,6 @@ class EpisodeSource(Protocol):
             The episodes' steps of that column, concatenated: ``[sum(T), ...]``.
         """
         ...
-
-
-class ListedEpisodes:
-    """A list of :class:`Episode` objects as a source.
-
-    Args:
-        eps: The episodes, in the order the run indexes them.
-    """
-
-    def __init__(self, eps: Sequence[Episode]) -> None:
-        self.eps = eps
-
-    def episode(self, i: int) -> Episode:
-        """Episode ``i`` of the list.
-
-        Args:
-            i: Position in the list.
-
-        Returns:
-            The episode object itself.
-        """
-        return self.eps[i]
-
-    def write_observations(self, dest: np.ndarray, lo: int, hi: int) -> None:
-        """Writes episodes ``lo:hi``'s observations into ``dest``, one copy per frame.
-
-        Args:
-            dest: Rows to fill: exactly the episodes' ``sum(T + 1)`` observations.
-            lo: First episode (inclusive).
-            hi: End episode (exclusive).
-        """
-        at = 0
-        for e in self.eps[lo:hi]:  # one copy per frame, episode by episode
-            n = len(e.observations)
-            dest[at : at + n] = e.observations
-            at += n
-
-    def steps(self, column: str, lo: int, hi: int) -> np.ndarray:
-        """Episodes ``lo:hi``'s steps of ``column`` (``actions``, ``rewards`` or ``extras/<name>``),
-        concatenated.
-
-        Args:
-            column: ``"actions"``, ``"rewards"`` or ``"extras/<name>"``.
-            lo: First episode (inclusive).
-            hi: End episode (exclusive).
-
-        Returns:
-            The episodes' steps of that column, concatenated: ``[sum(T), ...]``.
-        """
-        part = self.eps[lo:hi]
-        if column == "actions":
-            return np.concatenate([e.actions for e in part])
-        if column == "rewards":
-            return np.concatenate([e.rewards for e in part])
-        name = column.removeprefix("extras/")
-        return np.concatenate([e.extras[name] for e in part])
 
 
 class SharedColumns:
@@ -306,39 +250,6 @@ class RunPlacement:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
 
-    def episode_run(
-        self, eps: Sequence[Episode], i: int, held: Container[Any], accepted: Container[Layout]
-    ) -> Run | None:
-        """The longest run of episodes from ``eps[i]`` that ``add`` would each store fresh
-        without an error or a new column layout (all in one layout), or None if ``eps[i]`` is
-        not such an episode. ``held``: the keys the storage holds; ``accepted``: its layouts.
-
-        Args:
-            eps: The episodes of one ``add_many`` call.
-            i: Where the run starts in ``eps``.
-            held: The normalized keys the storage holds.
-            accepted: The column layouts (:func:`layout`) the storage accepted.
-
-        Returns:
-            The run from ``eps[i]``, or None.
-        """
-        stop = i
-        while stop < len(eps) and len(eps[stop].actions) < self.capacity:
-            stop += 1
-        keys = self._fresh_keys(held, [ep.id for ep in eps[i:stop]])  # the run's keys, in order
-        run = eps[i : i + len(keys)]
-        m = _same_layout(run, accepted)
-        if m == 0:
-            return None
-        run = run[:m]
-        return Run(
-            keys[:m],
-            [len(e.actions) for e in run],
-            [e.t_started for e in run],
-            [e.terminated for e in run],
-            [e.truncated for e in run],
-        )
-
     def column_run(self, cols: EpisodeColumns, i: int, held: Container[Any]) -> Run | None:
         """The longest run of episodes from ``i`` of shared columns that ``add`` would each store
         fresh (ids not held, distinct, shorter than the ring), or None if episode ``i`` is not
@@ -438,18 +349,20 @@ class RunPlacement:
         return list(seen)
 
 
-def _same_layout(run: Sequence[Episode], accepted: Container[Layout]) -> int:
-    """How many episodes from the start of ``run`` share one column layout already accepted
-    (0 if the first one's is not)."""
-    if not run:
-        return 0
-    extras = run[0].extras
+def same_layout(run: Sequence[Episode]) -> int:
+    """How many episodes from the start of ``run`` share the first one's column layout
+    (:func:`layout`), one pass per column over the whole run.
+
+    Args:
+        run: Episodes, at least one.
+
+    Returns:
+        The length of that prefix (at least 1).
+    """
     first = layout(run[0])
-    if first not in accepted:
-        return 0
     if len(run) == 1:
         return 1
-    # One pass per column over the whole run (cheap), then locate a change only if any.
+    extras = run[0].extras
     same = {_obs_signature(e.observations) for e in run} == {first[:2]}
     same = same and {(e.actions.dtype, e.actions.shape[1:]) for e in run} == {first[2:4]}
     same = same and {e.rewards.dtype for e in run} == {first[4]}
@@ -461,7 +374,7 @@ def _same_layout(run: Sequence[Episode], accepted: Container[Layout]) -> int:
         }
     if same:
         return len(run)
-    for m, e in enumerate(run):
+    for m, e in enumerate(run):  # locate the change only where there is one
         if layout(e) != first:
             return m
     return len(run)

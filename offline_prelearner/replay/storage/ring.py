@@ -24,8 +24,8 @@ ring order: slot -> row is a binary search, with no per-slot map (that keeps Car
 ~1.15x its raw bytes). An episode moved to the head gets a new placement; the old one stays, dead,
 until it ages out.
 
-Batched adds (:meth:`EpisodeStorage.add_many`, :meth:`EpisodeStorage.add_columns`) write runs of
-new episodes together: the storage holds a :class:`~.placement.RunPlacement`, which finds the runs
+Batched adds (:meth:`EpisodeStorage.add_columns`, of a table of episodes) write runs of new
+episodes together: the storage holds a :class:`~.placement.RunPlacement`, which finds the runs
 and writes their columns, and records what it placed (table, head, counters) as one
 :class:`~.changes.Placements`. What an add did comes back as :class:`~.changes.Change` records;
 both record types, and :func:`~.table.normalize_id`, are importable from here.
@@ -34,7 +34,6 @@ both record types, and :func:`~.table.normalize_id`, are importable from here.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -48,7 +47,6 @@ from .memory import zeroed
 from .obs_leaves import obs_items, obs_names, read_obs, same_obs
 from .placement import (
     EpisodeSource,
-    ListedEpisodes,
     Placed,
     Run,
     RunPlacement,
@@ -152,7 +150,7 @@ class EpisodeStorage:
         return self.table.resolve(handles)
 
     # ------------------------------------------------------------------ adding
-    def add(self, episode: Episode) -> Change:
+    def add_episode(self, episode: Episode) -> Change:
         """Stores one episode or fragment. Raises EpisodeValidationError for data that contradicts
         what is held (a gap in ``t``, an overlap, a discontinuous observation, other shapes)."""
         key = normalize_id(episode.id)
@@ -170,45 +168,33 @@ class EpisodeStorage:
         change.key = key
         return change
 
-    def add_many(self, episodes: Sequence[Episode], out: list[Change | Placements]) -> None:
-        """Stores episodes in order, exactly as ``add`` on each would, appending each one's
-        records (side records first, then the change) to ``out`` as it goes: after an error,
-        ``out`` describes what the episodes before the failing one did.
+    def add_columns(self, columns: EpisodeColumns, out: list[Change | Placements]) -> None:
+        """Stores episodes held as shared columns (a reader's
+        :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns`) in order, exactly
+        as :meth:`add_episode` on each would, appending each one's records (side records first, then
+        the change) to ``out`` as it goes: after an error, ``out`` describes what the episodes
+        before the failing one did.
 
         Runs of new episodes (ids not held, distinct, in a column layout already accepted) are
         written together -- one copy per column and one table append for every stretch of the
-        run that fits before the end of the ring -- and reported as one :class:`Placements`.
-        Everything else (continuations, duplicates, an episode that wraps the ring, the first
-        of a new layout, subclasses that place episodes their own way) goes through ``add``.
-        """
-        bulk = self.places_runs()
-        src, i, n = ListedEpisodes(episodes), 0, len(episodes)
-        while i < n:
-            run = None
-            if bulk and self.columns:
-                run = self._runs.episode_run(episodes, i, self.table.where, self._accepted)
-            if run is None:
-                self._add_one(episodes[i], out)
-                i += 1
-                continue
-            i = self._add_run(src, i, run, out)
+        run that fits before the end of the ring -- and reported as one :class:`Placements`,
+        without an object per episode. Everything else (continuations, duplicates, an episode
+        that wraps the ring, the first of a new layout, subclasses that place episodes their own
+        way) is built as an object and goes through :meth:`add_episode`.
 
-    def add_columns(self, columns: EpisodeColumns, out: list[Change | Placements]) -> None:
-        """:meth:`add_many` for episodes held as shared columns (a reader's
-        :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns`): the same result,
-        record for record, without building an object per episode on the bulk path (only an
-        episode that takes the ordinary path -- a continuation, a duplicate key, one that wraps
-        the ring -- is built)."""
+        Args:
+            columns: The episodes, in order.
+            out: Where the records go.
+        """
         n = len(columns)
-        if n == 0:
+        if not self.places_runs():  # every episode through add_episode, its objects built at once
+            for ep in columns.iter_episodes():
+                self._add_one(ep, out)
             return
-        allowed = self.places_runs()
         src, i, bulk = SharedColumns(columns), 0, False
         while i < n:
             # One layout for every episode (shared arrays): once accepted, accepted for all.
-            bulk = bulk or (
-                allowed and bool(self.columns) and layout(columns.episode(i)) in self._accepted
-            )
+            bulk = bulk or (bool(self.columns) and layout(columns.episode(i)) in self._accepted)
             run = self._runs.column_run(columns, i, self.table.where) if bulk else None
             if run is None:
                 self._add_one(columns.episode(i), out)
@@ -217,15 +203,15 @@ class EpisodeStorage:
             i = self._add_run(src, i, run, out)
 
     def places_runs(self) -> bool:
-        """Whether :meth:`add_columns` (and ``add_many``) may place a run of new episodes in one
-        step, bypassing :meth:`add` and ``_place``: True here. A storage that admits or places
-        episodes its own way (:class:`~offline_prelearner.replay.reservoir.ReservoirStorage`)
-        returns False, and every episode takes its ``add``."""
+        """Whether :meth:`add_columns` may place a run of new episodes in one step, bypassing
+        :meth:`add_episode` and ``_place``: True here. A storage that admits or places episodes
+        its own way (:class:`~offline_prelearner.replay.reservoir.ReservoirStorage`)
+        returns False, and every episode takes its ``add_episode``."""
         return True
 
     def _add_one(self, ep: Episode, out: list[Change | Placements]) -> None:
-        """The ordinary path for one episode: ``add``, its records appended to ``out``."""
-        change = self.add(ep)
+        """The ordinary path for one episode: ``add_episode``, its records appended to ``out``."""
+        change = self.add_episode(ep)
         out += change.side
         out.append(change)
 

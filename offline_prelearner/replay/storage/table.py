@@ -267,7 +267,8 @@ class EpisodeTable:
             return self.cols["alive"].take(idx)
         current = inside.copy()
         current[inside] = self.cols["alive"][idx[inside]]
-        return current
+        out: np.ndarray = current
+        return out
 
     def resolve(self, handles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(slots, current)`` of ``handles``: the slot each names and whether its record still

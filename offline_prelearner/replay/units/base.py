@@ -184,7 +184,8 @@ class AllSteps:
             ``values`` gathered at every row, ``[len(self), ...]``.
         """
         if isinstance(self.steps, slice):
-            return values[self.steps].copy()
+            out: np.ndarray = values[self.steps].copy()
+            return out
         return values.take(self.steps, axis=0)
 
     def step_index(self) -> np.ndarray:
@@ -253,7 +254,8 @@ def stack_index(idx: np.ndarray, first: np.ndarray, frames: int) -> np.ndarray:
         int64 slots of shape ``[*idx.shape, frames]``, oldest frame first.
     """
     back = np.arange(1 - frames, 1, dtype=np.int64)
-    return np.maximum(idx[..., None] + back, np.asarray(first)[..., None])
+    out: np.ndarray = np.maximum(idx[..., None] + back, np.asarray(first)[..., None])
+    return out
 
 
 def episode_columns(
