@@ -117,7 +117,7 @@ class RowDecoder:
                 reason="bad_flag",
                 rows=bad,
             )
-        return arr != 0
+        return np.asarray(arr != 0)
 
     def flags(self, frame: ColumnBatch, source: str | None) -> tuple[np.ndarray, np.ndarray]:
         """The ``terminateds`` and ``truncateds`` of a batch as bools (False where not mapped).
