@@ -53,8 +53,11 @@ __all__ = ["EpisodeColumns", "layout_of"]
 
 def layout_of(ep: Episode) -> tuple[Any, ...]:
     """What must agree between episodes held in one :class:`EpisodeColumns`: the observation's
-    step shape and dtype (per leaf for a composite), the actions', the rewards' dtype and the
-    extra columns' names, step shapes and dtypes, in order.
+    step shape and dtype (per leaf for a composite), the actions' step shape and the extra
+    columns' names and step shapes, in order. Actions, rewards and extras of other numeric types
+    are held in their common type (RLlib writes a step as a Python number in one record and as a
+    float32 array in another, for the same data); observations are not promoted (a frame of
+    another dtype is another dataset).
 
     Args:
         ep: Any episode.
@@ -68,8 +71,8 @@ def layout_of(ep: Episode) -> tuple[Any, ...]:
         if O.is_composite(obs)
         else (obs.shape[1:], obs.dtype)
     )
-    xs = tuple((k, v.shape[1:], v.dtype) for k, v in ep.extras.items())
-    return (o, ep.actions.shape[1:], ep.actions.dtype, ep.rewards.dtype, xs)
+    xs = tuple((k, v.shape[1:]) for k, v in ep.extras.items())
+    return (o, ep.actions.shape[1:], xs)
 
 
 def _ro(a: np.ndarray) -> np.ndarray:
@@ -194,8 +197,9 @@ class EpisodeColumns:
         """The episodes of ``parts`` as one table, in order (each array joined: one copy).
 
         Parts without episodes are skipped. The others must hold the same layout (assembled or
-        split observations), the same extra columns in the same order and the same dtypes
-        (numpy would promote them, which a buffer's ring does not): a ``ValueError`` otherwise.
+        split observations), the same extra columns in the same order, the same step shapes and
+        the same observation dtype: a ``ValueError`` otherwise. Actions, rewards and extras are
+        joined in their common type (see :func:`layout_of`).
 
         Args:
             parts: Columns to join.
@@ -216,10 +220,10 @@ class EpisodeColumns:
         for p in parts[1:]:
             if (p.last_obs is not None) != split or list(p.extras) != list(first.extras):
                 raise ValueError("cannot join columns of different layouts or extra columns")
-            pairs = [(p.obs, first.obs), (p.actions, first.actions), (p.rewards, first.rewards)]
+            pairs = [(p.obs, first.obs), (p.actions, first.actions)]
             pairs += [(x, first.extras[k]) for k, x in p.extras.items()]
-            if any(a.dtype != b.dtype or a.shape[1:] != b.shape[1:] for a, b in pairs):
-                raise ValueError("cannot join columns of different dtypes or step shapes")
+            if p.obs.dtype != first.obs.dtype or any(a.shape[1:] != b.shape[1:] for a, b in pairs):
+                raise ValueError("cannot join columns of different obs dtypes or step shapes")
         steps = np.cumsum([0] + [len(p.actions) for p in parts[:-1]])
         places = np.cumsum([0] + [len(p.obs) + (len(p) if split else 0) for p in parts[:-1]])
 

@@ -269,7 +269,7 @@ def _build_matched(
         return
 
     def steps(c: _Lists) -> np.ndarray:
-        return np.maximum(c.count - c.lookback, 0)
+        return np.asarray(np.maximum(c.count - c.lookback, 0))
 
     obs, act, rew = core
     assert obs is not None and act is not None and rew is not None

@@ -29,9 +29,11 @@ import numpy as np
 import pyarrow as pa
 
 from ....config import DEFAULT_LIMITS, DecodeLimits, ReadConfig
+from ....episodes import observations as O
 from ....episodes.episode import Episode
+from ....episodes.episode_columns import EpisodeColumns, layout_of
 from ....episodes.ledger import EpisodeBatch
-from ....errors import DataError, DecodeError, SchemaError, Where
+from ....errors import DataError, DecodeError, EpisodeValidationError, SchemaError, Where
 from ....spaces import space_from_dict
 from ...codec import packb, unpackb
 from .decoder import decode_batch
@@ -111,7 +113,20 @@ class EpisodesReader:
 
     # ---------------------------------------------------------------- reading
     def read(self, batch: _Batch, source: str | None = None) -> EpisodeBatch:
-        """Decodes every record of ``batch``; each record is one input row of the ledger."""
+        """Decodes every record of ``batch``; each record is one input row of the ledger.
+
+        Records decode one at a time (msgpack); the batch's episodes become columns once, at
+        the end. A batch holds one layout: a record whose episode differs from the batch's
+        first (another observation shape or dtype, other action or extra columns) is refused
+        under ``on_invalid`` (reason ``obs_shape``, ``obs_dtype`` or ``layout``), naming both.
+
+        Args:
+            batch: An Arrow table or record batch with the ``item`` column.
+            source: The file the batch came from, for error messages.
+
+        Returns:
+            The batch's episodes as columns, with its ledger and rejections.
+        """
         if isinstance(batch, pa.RecordBatch):
             batch = pa.Table.from_batches([batch])
         buf, offsets, valid = _item_buffer(batch, source)
@@ -122,20 +137,27 @@ class EpisodesReader:
         built, spaces = decode_batch(self._scanner, buf, bounds, valid)
         if spaces:
             self._space_bytes.update(spaces)
+        kept: list[Episode] = []
+        layout: tuple[Any, ...] | None = None
         for row in range(n):
             done = built[row]
-            if isinstance(done, Episode):
-                out.add(done, 1)
-                continue
             seen_id = done.episode_id if isinstance(done, Fallback) else None
-            result = self._general(buf[bounds[row] : bounds[row + 1]], bool(valid[row]))
+            result: Episode | DataError = (
+                done
+                if isinstance(done, Episode)
+                else self._general(buf[bounds[row] : bounds[row + 1]], bool(valid[row]))
+            )
             if isinstance(result, Episode):
-                out.add(result, 1)
+                layout = layout_of(result) if layout is None else layout
+                result = result if layout_of(result) == layout else _other_layout(result, kept[0])
+            if isinstance(result, Episode):
+                kept.append(result)
             else:
                 error = _locate(result, Where(file=source, column=ITEM, row=row), seen_id)
                 out.reject(
                     error, 1, rows=_row_table(batch, row), episodes=1, policy=self.config.on_invalid
                 )
+        out.add(EpisodeColumns.from_episodes(kept), np.ones(len(kept), np.int64))
         out.declared_spaces = self._declared()
         return out
 
@@ -154,6 +176,25 @@ class EpisodesReader:
             if space is not None:
                 self._space_bytes[key] = packb(space)
         return episode
+
+
+def _other_layout(ep: Episode, first: Episode) -> DataError:
+    """The error refusing ``ep``, whose layout differs from the batch's ``first`` episode."""
+
+    def show(e: Episode) -> str:
+        obs = {k: f"{v.dtype}{list(v.shape[1:])}" for k, v in O.leaves(e.observations).items()}
+        extras = {k: f"{v.dtype}{list(v.shape[1:])}" for k, v in e.extras.items()}
+        act = f"{e.actions.dtype}{list(e.actions.shape[1:])}"
+        return f"obs {obs}, actions {act}, rewards {e.rewards.dtype}, extras {extras}"
+
+    a, b = layout_of(ep)[0], layout_of(first)[0]
+    reason = "layout" if a == b else "obs_dtype" if len(a) == 2 and a[0] == b[0] else "obs_shape"
+    return EpisodeValidationError(
+        f"episode layout ({show(ep)}) differs from the batch's, set by episode {first.id!r} "
+        f"({show(first)}); one batch holds one layout",
+        Where(episode_id=ep.id),
+        reason=reason,
+    )
 
 
 def _locate(err: DataError, where: Where, episode_id: Any) -> DataError:
