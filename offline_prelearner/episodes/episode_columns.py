@@ -289,6 +289,17 @@ class EpisodeColumns:
         """Per episode, whether it ended (terminated or truncated)."""
         return np.asarray(self.terminated | self.truncated)
 
+    def returns(self) -> np.ndarray:
+        """Per episode, the sum of its rewards (float64; 0 for an episode of no step)."""
+        rew = np.asarray(self.rewards[self.step_rows()], np.float64)
+        out = np.zeros(len(self), np.float64)
+        has = self.length > 0
+        if has.any():
+            starts = np.zeros(len(self), np.int64)
+            np.cumsum(self.length[:-1], out=starts[1:])
+            out[has] = np.add.reduceat(rew, starts[has])
+        return out
+
     @property
     def composite(self) -> bool:
         """Whether the observations are composite (``obs`` a record array of leaves)."""
