@@ -67,11 +67,11 @@ def layout_of(ep: Episode) -> tuple[Any, ...]:
     """
     obs: Any = ep.observations
     o = (
-        tuple((k, v.shape[1:], v.dtype) for k, v in obs.items())
-        if O.is_composite(obs)
-        else (obs.shape[1:], obs.dtype)
+        (obs.shape[1:], obs.dtype)
+        if isinstance(obs, np.ndarray)
+        else tuple([(k, v.shape[1:], v.dtype) for k, v in obs.items()])
     )
-    xs = tuple((k, v.shape[1:]) for k, v in ep.extras.items())
+    xs = tuple([(k, v.shape[1:]) for k, v in ep.extras.items()]) if ep.extras else ()
     return (o, ep.actions.shape[1:], xs)
 
 

@@ -137,8 +137,7 @@ class EpisodesReader:
         built, spaces = decode_batch(self._scanner, buf, bounds, valid)
         if spaces:
             self._space_bytes.update(spaces)
-        kept: list[Episode] = []
-        layout: tuple[Any, ...] | None = None
+        kept: list[tuple[int, Episode]] = []
         for row in range(n):
             done = built[row]
             seen_id = done.episode_id if isinstance(done, Fallback) else None
@@ -148,18 +147,43 @@ class EpisodesReader:
                 else self._general(buf[bounds[row] : bounds[row + 1]], bool(valid[row]))
             )
             if isinstance(result, Episode):
-                layout = layout_of(result) if layout is None else layout
-                result = result if layout_of(result) == layout else _other_layout(result, kept[0])
-            if isinstance(result, Episode):
-                kept.append(result)
+                kept.append((row, result))
             else:
                 error = _locate(result, Where(file=source, column=ITEM, row=row), seen_id)
                 out.reject(
                     error, 1, rows=_row_table(batch, row), episodes=1, policy=self.config.on_invalid
                 )
-        out.add(EpisodeColumns.from_episodes(kept), np.ones(len(kept), np.int64))
+        eps = [ep for _, ep in kept]
+        try:
+            cols = EpisodeColumns.from_episodes(eps)
+        except ValueError:  # another layout in the batch (rare): those records are refused
+            cols = EpisodeColumns.from_episodes(self._one_layout(out, batch, kept, source))
+        out.add(cols, np.ones(len(cols), np.int64))
         out.declared_spaces = self._declared()
         return out
+
+    def _one_layout(
+        self,
+        out: EpisodeBatch,
+        batch: pa.Table,
+        kept: list[tuple[int, Episode]],
+        source: str | None,
+    ) -> list[Episode]:
+        """The episodes of the first one's layout; each other one is refused under
+        ``on_invalid`` (its record kept under quarantine), naming both episodes."""
+        layout = layout_of(kept[0][1])
+        same: list[Episode] = []
+        for row, ep in kept:  # the error path: one look per record
+            if layout_of(ep) == layout:
+                same.append(ep)
+                continue
+            error = _locate(
+                _other_layout(ep, kept[0][1]), Where(file=source, column=ITEM, row=row), None
+            )
+            out.reject(
+                error, 1, rows=_row_table(batch, row), episodes=1, policy=self.config.on_invalid
+            )
+        return same
 
     def _general(self, item: bytes, valid: bool) -> Episode | DataError:
         """The general path for one record: its episode, or the error that rejects it (the
