@@ -193,16 +193,19 @@ class EpisodeColumns:
         )
 
     @classmethod
-    def concat(cls, parts: Sequence[EpisodeColumns]) -> EpisodeColumns:
+    def concat(cls, parts: Sequence[EpisodeColumns], *, promote: bool = False) -> EpisodeColumns:
         """The episodes of ``parts`` as one table, in order (each array joined: one copy).
 
         Parts without episodes are skipped. The others must hold the same layout (assembled or
         split observations), the same extra columns in the same order, the same step shapes and
-        the same observation dtype: a ``ValueError`` otherwise. Actions, rewards and extras are
-        joined in their common type (see :func:`layout_of`).
+        the same dtypes (numpy would promote them, which a buffer's ring does not): a
+        ``ValueError`` otherwise.
 
         Args:
             parts: Columns to join.
+            promote: Join actions, rewards and extras of other numeric types in their common
+                type (see :func:`layout_of`) instead of refusing them: what a batch being read
+                does; observations must agree either way.
 
         Returns:
             One table of every part's episodes (:meth:`empty` when none has any).
@@ -220,10 +223,12 @@ class EpisodeColumns:
         for p in parts[1:]:
             if (p.last_obs is not None) != split or list(p.extras) != list(first.extras):
                 raise ValueError("cannot join columns of different layouts or extra columns")
-            pairs = [(p.obs, first.obs), (p.actions, first.actions)]
+            pairs = [(p.obs, first.obs), (p.actions, first.actions), (p.rewards, first.rewards)]
             pairs += [(x, first.extras[k]) for k, x in p.extras.items()]
-            if p.obs.dtype != first.obs.dtype or any(a.shape[1:] != b.shape[1:] for a, b in pairs):
-                raise ValueError("cannot join columns of different obs dtypes or step shapes")
+            if any(a.shape[1:] != b.shape[1:] for a, b in pairs) or any(
+                a.dtype != b.dtype for a, b in (pairs[:1] if promote else pairs)
+            ):
+                raise ValueError("cannot join columns of different dtypes or step shapes")
         steps = np.cumsum([0] + [len(p.actions) for p in parts[:-1]])
         places = np.cumsum([0] + [len(p.obs) + (len(p) if split else 0) for p in parts[:-1]])
 

@@ -198,12 +198,12 @@ class EpisodeBatch:
         """Appends kept episodes and counts them in the ledger.
 
         Args:
-            columns: The episodes, in the layout of those held (see
-                :meth:`EpisodeColumns.concat`).
+            columns: The episodes, in the layout of those held (step columns of other numeric
+                types are held in the common type, see :meth:`EpisodeColumns.concat`).
             source_rows: Input rows each was built from (default: each one's length).
         """
         rows = columns.length if source_rows is None else source_rows
-        self.columns = EpisodeColumns.concat([self.columns, columns])
+        self.columns = EpisodeColumns.concat([self.columns, columns], promote=True)
         self.source_rows = np.concatenate([self.source_rows, np.asarray(rows, np.int64)])
         self.sync()
 
@@ -270,7 +270,7 @@ class EpisodeBatch:
         Args:
             other: The batch to append; its episodes share this batch's layout.
         """
-        self.columns = EpisodeColumns.concat([self.columns, other.columns])
+        self.columns = EpisodeColumns.concat([self.columns, other.columns], promote=True)
         self.source_rows = np.concatenate([self.source_rows, other.source_rows])
         self.ledger += other.ledger
         self.rejections.extend(other.rejections)

@@ -136,7 +136,7 @@ def test_episodes_of_another_layout_cannot_share_columns() -> None:
                     rewards=np.zeros(2), extras={"logp": np.zeros(2, np.float32)})  # fmt: skip
     with pytest.raises(ValueError, match="different layouts"):
         EpisodeColumns.from_episodes([*eps, other])
-    with pytest.raises(ValueError, match="obs dtypes or step shapes"):
+    with pytest.raises(ValueError, match="dtypes or step shapes"):
         EpisodeColumns.concat(
             [EpisodeColumns.from_episodes(eps), EpisodeColumns.from_episodes([other])]
         )
