@@ -25,8 +25,8 @@ file; rows in recording order). Episodes:
 
 **Composite observations** (``observations/<key>`` groups, nested; :mod:`.dataset`):
 the leaves ride through the steps above as one record array (one field per leaf path; the
-continuity check compares whole rows, every leaf) and episodes get ``{leaf path: array}``
-observations, built as objects.
+continuity check compares whole rows, every leaf) and stay the batch's observation column;
+episode views get ``{leaf path: array}`` observations.
 
 Episode ids are ``"<file stem>:<k>"`` (``k`` counts episodes in the file from 0). A row is a step.
 """

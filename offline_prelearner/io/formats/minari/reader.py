@@ -15,8 +15,8 @@ episode group, which Minari ignores; :mod:`.writer`); any other dataset, Minari'
 **Composite observations** (Dict / Tuple spaces, nested): struct columns (the hdf5 backend's
 nested groups arrive as the same struct, :mod:`.dataset`) become the flat
 ``{leaf path: [T + 1, ...]}`` maps of :mod:`offline_prelearner.episodes.observations`, each leaf
-shaped and typed by its space; such episodes are built as objects (views of the batch's leaf
-arrays), one per episode.
+shaped and typed by its space; the batch's columns hold them as one record array (a field per
+leaf path, :func:`~offline_prelearner.episodes.observations.to_records`).
 
 **The dataset's own spaces are checked**, leaf by leaf, as one vector pass per leaf over the
 batch (:class:`~offline_prelearner.episodes.validate.SpaceCheck`: shape, dtype kind, bounds):
