@@ -75,6 +75,13 @@ def layout_of(ep: Episode) -> tuple[Any, ...]:
     return (o, ep.actions.shape[1:], xs)
 
 
+def _fields(e: Episode) -> tuple[Any, ...]:
+    return (
+        e.id, e.agent_id, e.module_id, e.t_started, e.terminated, e.truncated, e.infos,
+        e.observations, e.actions, e.rewards, e.extras,
+    )  # fmt: skip
+
+
 def _ro(a: np.ndarray) -> np.ndarray:
     """``a`` (a fresh view or array) made read-only: an episode view never writes its batch."""
     a.flags.writeable = False
@@ -166,30 +173,43 @@ class EpisodeColumns:
         """
         if not eps:
             return cls.empty()
-        first = layout_of(eps[0])
-        if any(layout_of(e) != first for e in eps[1:]):
+        cols = list(zip(*[_fields(e) for e in eps], strict=True))  # one pass over the objects
+        ids, agents, modules, t0, term, trunc, infos, obs, acts, rews, extras = cols
+        # What np.concatenate would not refuse by itself: another obs dtype (it would promote),
+        # other extra columns, composite leaves (checked whole by their signature).
+        if isinstance(obs[0], np.ndarray):
+            same = len({o.dtype for o in obs}) == 1 and all(isinstance(o, np.ndarray) for o in obs)
+        else:
+            sig = layout_of(eps[0])[0]
+            same = all(layout_of(e)[0] == sig for e in eps)
+        names = list(extras[0])
+        if not same or any(list(x) != names for x in extras):
             raise ValueError("episodes of different layouts cannot share columns")
-        n = np.array([len(e.actions) for e in eps], np.int64)
+        try:
+            actions = np.concatenate(acts)
+            extra = {k: np.concatenate([x[k] for x in extras]) for k in names}
+            obs_col, last = _obs_of(list(obs), split)
+        except ValueError:  # step shapes differ
+            raise ValueError("episodes of different layouts cannot share columns") from None
+        n = np.fromiter(map(len, acts), np.int64, len(eps))
         step_at = np.zeros(len(eps), np.int64)
         np.cumsum(n[:-1], out=step_at[1:])
-        obs, last = _obs_of([e.observations for e in eps], split)
-        infos = [e.infos for e in eps]
         return cls(
-            obs=obs,
+            obs=obs_col,
             last_obs=last,
-            actions=np.concatenate([e.actions for e in eps]),
-            rewards=np.concatenate([e.rewards for e in eps]),
-            extras={k: np.concatenate([e.extras[k] for e in eps]) for k in eps[0].extras},
+            actions=actions,
+            rewards=np.concatenate(rews),
+            extras=extra,
             obs_at=step_at + np.arange(len(eps)),
             step_at=step_at,
             length=n,
-            t_started=np.array([e.t_started for e in eps], np.int64),
-            terminated=np.array([e.terminated for e in eps], bool),
-            truncated=np.array([e.truncated for e in eps], bool),
-            ids=[e.id for e in eps],
-            agents=[e.agent_id for e in eps],
-            modules=[e.module_id for e in eps],
-            infos=None if all(i is None for i in infos) else infos,
+            t_started=np.array(t0, np.int64),
+            terminated=np.array(term, bool),
+            truncated=np.array(trunc, bool),
+            ids=list(ids),
+            agents=list(agents),
+            modules=list(modules),
+            infos=None if all(i is None for i in infos) else list(infos),
         )
 
     @classmethod

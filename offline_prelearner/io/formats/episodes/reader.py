@@ -134,11 +134,14 @@ class EpisodesReader:
         out = EpisodeBatch()
         out.ledger.rows_in += n
         bounds = offsets.tolist()
-        built, spaces = decode_batch(self._scanner, buf, bounds, valid)
+        groups, built, spaces = decode_batch(self._scanner, buf, bounds, valid)
         if spaces:
             self._space_bytes.update(spaces)
+        held = np.zeros(n, bool)  # rows a group holds
+        for rows, _ in groups:
+            held[rows] = True
         kept: list[tuple[int, Episode]] = []
-        for row in range(n):
+        for row in np.flatnonzero(~held).tolist():  # the records no learned layout took
             done = built[row]
             seen_id = done.episode_id if isinstance(done, Fallback) else None
             result: Episode | DataError = (
@@ -153,14 +156,34 @@ class EpisodesReader:
                 out.reject(
                     error, 1, rows=_row_table(batch, row), episodes=1, policy=self.config.on_invalid
                 )
-        eps = [ep for _, ep in kept]
-        try:
-            cols = EpisodeColumns.from_episodes(eps)
-        except ValueError:  # another layout in the batch (rare): those records are refused
-            cols = EpisodeColumns.from_episodes(self._one_layout(out, batch, kept, source))
+        cols = self._columns(out, batch, groups, kept, source)
         out.add(cols, np.ones(len(cols), np.int64))
         out.declared_spaces = self._declared()
         return out
+
+    def _columns(
+        self,
+        out: EpisodeBatch,
+        batch: pa.Table,
+        groups: list[tuple[np.ndarray, EpisodeColumns]],
+        kept: list[tuple[int, Episode]],
+        source: str | None,
+    ) -> EpisodeColumns:
+        """The batch's episodes as one table in record order: the decoder's groups and the
+        records decoded one by one, joined once (episodes of another layout than the first
+        record's refused, see :meth:`_one_layout`)."""
+        rows = [r for r, _ in groups] + [np.array([r for r, _ in kept], np.int64)]
+        try:
+            one = EpisodeColumns.from_episodes([e for _, e in kept])
+            cols = EpisodeColumns.concat([*(c for _, c in groups), one], promote=True)
+        except ValueError:  # another layout in the batch (rare): one look per record
+            every = [
+                (int(r), e) for g, c in groups for r, e in zip(g, c.iter_episodes(), strict=True)
+            ]
+            every = sorted(every + kept, key=lambda x: x[0])
+            return EpisodeColumns.from_episodes(self._one_layout(out, batch, every, source))
+        order = np.argsort(np.concatenate(rows), kind="stable")
+        return cols if bool(np.all(order[1:] > order[:-1])) else cols.select(order)
 
     def _one_layout(
         self,
