@@ -135,23 +135,9 @@ class EpisodeColumns:
 
     @classmethod
     def empty(cls) -> EpisodeColumns:
-        """No episode (the columns of an empty batch; :meth:`concat` skips them)."""
-        none = np.zeros(0, np.int64)
-        return cls(
-            obs=np.zeros(0, np.float32),
-            actions=np.zeros(0, np.int64),
-            rewards=np.zeros(0, np.float32),
-            extras={},
-            obs_at=none,
-            step_at=none,
-            length=none,
-            t_started=none,
-            terminated=np.zeros(0, bool),
-            truncated=np.zeros(0, bool),
-            ids=[],
-            agents=[],
-            modules=[],
-        )
+        """No episode (the columns of an empty batch; :meth:`concat` skips them). One shared
+        object: its arrays are read-only."""
+        return _EMPTY
 
     @classmethod
     def from_episodes(cls, eps: Sequence[Episode], *, split: bool = False) -> EpisodeColumns:
@@ -564,3 +550,25 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray | slice:
     offsets = np.zeros(len(lengths), np.int64)
     np.cumsum(lengths[:-1], out=offsets[1:])
     return np.arange(total, dtype=np.int64) + np.repeat(starts - offsets, lengths)
+
+
+def _empty() -> EpisodeColumns:
+    none = _ro(np.zeros(0, np.int64))
+    return EpisodeColumns(
+        obs=_ro(np.zeros(0, np.float32)),
+        actions=_ro(np.zeros(0, np.int64)),
+        rewards=_ro(np.zeros(0, np.float32)),
+        extras={},
+        obs_at=none,
+        step_at=none,
+        length=none,
+        t_started=none,
+        terminated=_ro(np.zeros(0, bool)),
+        truncated=_ro(np.zeros(0, bool)),
+        ids=[],
+        agents=[],
+        modules=[],
+    )
+
+
+_EMPTY = _empty()

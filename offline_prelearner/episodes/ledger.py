@@ -202,9 +202,13 @@ class EpisodeBatch:
                 types are held in the common type, see :meth:`EpisodeColumns.concat`).
             source_rows: Input rows each was built from (default: each one's length).
         """
-        rows = columns.length if source_rows is None else source_rows
-        self.columns = EpisodeColumns.concat([self.columns, columns], promote=True)
-        self.source_rows = np.concatenate([self.source_rows, np.asarray(rows, np.int64)])
+        rows = np.asarray(columns.length if source_rows is None else source_rows, np.int64)
+        if len(self.columns):
+            self.columns = EpisodeColumns.concat([self.columns, columns], promote=True)
+            rows = np.concatenate([self.source_rows, rows])
+        else:  # a reader's one add: nothing to join
+            self.columns = columns
+        self.source_rows = rows
         self.sync()
 
     def sync(self) -> None:
