@@ -167,7 +167,7 @@ class EpisodeBatch:
         self.columns = EpisodeColumns.empty() if columns is None else columns
         rows = self.columns.length if source_rows is None else source_rows
         self.source_rows: np.ndarray = np.asarray(rows, np.int64)
-        if len(self.source_rows) != len(self.columns):
+        if columns is not None and len(self.source_rows) != len(self.columns):
             raise ValueError(
                 f"{len(self.source_rows)} source_rows for {len(self.columns)} episodes"
             )
@@ -202,7 +202,7 @@ class EpisodeBatch:
                 types are held in the common type, see :meth:`EpisodeColumns.concat`).
             source_rows: Input rows each was built from (default: each one's length).
         """
-        rows = np.asarray(columns.length if source_rows is None else source_rows, np.int64)
+        rows = columns.length if source_rows is None else np.asarray(source_rows, np.int64)
         if len(self.columns):
             self.columns = EpisodeColumns.concat([self.columns, columns], promote=True)
             rows = np.concatenate([self.source_rows, rows])
@@ -213,8 +213,10 @@ class EpisodeBatch:
 
     def sync(self) -> None:
         """Recomputes the kept counters from the episodes held."""
-        self.ledger.rows_kept = int(self.source_rows.sum()) + self.ledger.rows_held
-        self.ledger.episodes_kept = self.ledger.fragments = len(self)
+        rows = self.source_rows
+        led, n = self.ledger, len(rows)
+        led.rows_kept = (int(rows.sum()) if n else 0) + led.rows_held
+        led.episodes_kept = led.fragments = n
 
     def episode_keys(self) -> list[tuple[Any, Any]]:
         """``(episode id, agent id)`` of each episode held, in order."""
