@@ -166,7 +166,7 @@ class HalfBatch(OfflinePreLearner):
 class LosesAnEpisode(OfflinePreLearner):
     def validate(self, episodes: EpisodeBatch) -> EpisodeBatch:
         eb = super().validate(episodes)
-        eb.episodes, eb.source_rows = eb.episodes[1:], eb.source_rows[1:]  # not recorded
+        eb.columns, eb.source_rows = eb.columns.select(np.arange(1, len(eb))), eb.source_rows[1:]
         eb.sync()
         return eb
 

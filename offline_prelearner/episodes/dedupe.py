@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..config import MAX_STEPS, check_int
-from .episode import Episode
+from .episode_columns import EpisodeColumns
 from .ledger import EpisodeBatch
 
 __all__ = ["Deduplicator"]
@@ -44,10 +46,6 @@ class Deduplicator:
         """Number of keys remembered."""
         return len(self._t_end)
 
-    def is_duplicate(self, ep: Episode) -> bool:
-        """Whether ``ep`` overlaps what was seen; remembers it when it does not."""
-        return self._seen((ep.id, ep.agent_id), ep.t_started, ep.t_end)
-
     def _seen(self, key: tuple[Any, Any], t_started: int, t_end: int) -> bool:
         seen = self._t_end.get(key)
         if seen is not None:
@@ -60,33 +58,42 @@ class Deduplicator:
             del self._t_end[next(iter(self._t_end))]
         return False
 
-    def _keep_columns(self, keys: list[tuple[Any, Any]], cols: Any) -> list[bool]:
-        """Per episode of ``cols`` (``keys`` theirs): not a duplicate. Keys never seen and
-        distinct within the batch (all but an episode continued across batches, usually) are
-        remembered in one ``dict.update``; the rest take :meth:`_seen` one by one, in order."""
-        t0, t1 = cols.t_started.tolist(), cols.t_end.tolist()
+    def keep(self, cols: EpisodeColumns) -> np.ndarray:
+        """Per episode of ``cols``: True where it is not a duplicate; what is kept is remembered.
+
+        Keys never seen and distinct within the batch (all but an episode continued across
+        batches, usually) are remembered in one ``dict.update``; the rest are walked one by one,
+        in order (a dict lookup each, no episode object).
+
+        Args:
+            cols: The batch's episodes.
+
+        Returns:
+            A bool per episode.
+        """
+        keys = list(zip(cols.ids, cols.agents, strict=True))
+        t1 = cols.t_end.tolist()
         known = set(filter(self._t_end.__contains__, keys))  # (keys() & keys copies all keys)
         if self.max_ids is not None or len(set(keys)) != len(keys):
             known = set(keys)  # FIFO forgetting, or a key twice: every episode in order
-        if known:
-            seen = self._seen
-            keep = [
-                not (k in known and seen(k, a, b)) for k, a, b in zip(keys, t0, t1, strict=True)
-            ]
-            fresh = [(k, b) for k, b in zip(keys, t1, strict=True) if k not in known]
-        else:
-            keep, fresh = [True] * len(keys), list(zip(keys, t1, strict=True))
-        self._t_end.update(fresh)
-        return keep
+        if not known:
+            self._t_end.update(zip(keys, t1, strict=True))
+            return np.ones(len(keys), bool)
+        seen, t0 = self._seen, cols.t_started.tolist()
+        keep = [not (k in known and seen(k, a, b)) for k, a, b in zip(keys, t0, t1, strict=True)]
+        self._t_end.update((k, b) for k, b in zip(keys, t1, strict=True) if k not in known)
+        return np.array(keep, bool)
 
     def dedupe(self, batch: EpisodeBatch) -> EpisodeBatch:
-        """Removes duplicates from ``batch`` and counts them (rows and episodes); returns it."""
-        cols = batch.columns
-        if cols is not None:  # the same walk over plain values, no objects built
-            keep = self._keep_columns(list(zip(cols.ids, cols.agents, strict=True)), cols)
-        else:
-            keep = [not self.is_duplicate(ep) for ep in batch.episodes]
-        _, dropped_rows = batch.keep_only(keep)
-        batch.ledger.rows_duplicate += sum(dropped_rows)
+        """Removes duplicates from ``batch`` and counts them (rows and episodes).
+
+        Args:
+            batch: The batch, changed in place.
+
+        Returns:
+            ``batch``.
+        """
+        _, dropped_rows = batch.keep_only(self.keep(batch.columns))
+        batch.ledger.rows_duplicate += int(dropped_rows.sum())
         batch.ledger.episodes_duplicate += len(dropped_rows)
         return batch

@@ -22,9 +22,13 @@ plain observation is the same ``ndarray`` as before and takes none of the new pa
 rather than nested: each operation is one loop over leaves; nesting is rebuilt only on the
 learner side (``MultiAgentBatch.from_rows``).
 
-Slices are views; nothing is copied until two fragments are concatenated. ``get_state`` and
-``from_state`` speak RLlib's ``SingleAgentEpisode`` state layout, so RLlib's msgpack episodes
-decode and our episodes can be read by RLlib.
+Episodes travel through the pipeline as :class:`~.episode_columns.EpisodeColumns`; an
+``Episode`` is a read-only view of one of them (``EpisodeColumns.episode`` /
+``iter_episodes``: its arrays are not writeable), for user code and tests, or one a user builds
+from their own arrays (``EpisodeColumns.from_episodes`` and the buffer take those). Slices are
+views; nothing is copied until two fragments are concatenated. ``get_state`` and ``from_state``
+speak RLlib's ``SingleAgentEpisode`` state layout, so RLlib's msgpack episodes decode and our
+episodes can be read by RLlib.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
-"""The episodes of one batch held as shared columns rather than as one object each.
+"""Episodes as shared columns: the one form episodes travel in, from a reader to the buffer.
 
-The rows reader builds every episode of a batch as views of a few arrays (all observations in one
-``[rows + episodes, ...]`` array, actions, rewards and extras in episode order). Short episodes
-make a Python object per episode the dominant cost of the whole pipeline (CartPole: 22 steps on
-average, ~180 episodes per 4096 rows), so the batch keeps those arrays plus a table of offsets,
-and the stages that can work on columns (validation, de-duplication, the buffer's bulk add) do;
-anything that wants :class:`~offline_prelearner.episodes.episode.Episode` objects gets them, built
-on first use (:meth:`EpisodeColumns.episodes`), identical to what the reader would have built one
-by one.
+Every reader builds a batch's episodes as a few arrays (all observations in one
+``[rows + episodes, ...]`` array, actions, rewards and extras in episode order) plus a table of
+offsets; validation, de-duplication, stitching and the buffer's add work on those arrays as
+vectors. An :class:`~offline_prelearner.episodes.episode.Episode` is a read-only window onto one
+episode of them (:meth:`EpisodeColumns.episode`, :meth:`EpisodeColumns.iter_episodes`), for user
+code and tests; :meth:`EpisodeColumns.map_episodes` is the convenient, slow path for code that
+wants to change one episode at a time, and :meth:`EpisodeColumns.from_episodes` takes episodes a
+user built from their own arrays.
 
 Episode ``e`` of the table::
 
@@ -15,6 +15,14 @@ Episode ``e`` of the table::
     actions      = actions[step_at[e] : step_at[e] + length[e]]     (rewards, extras alike)
 
 Dropping episodes (:meth:`EpisodeColumns.select`) filters the table; the arrays are shared.
+
+**Composite observations** (gymnasium ``Dict`` / ``Tuple``) are one *record* array: one field
+per leaf path (:func:`~offline_prelearner.episodes.observations.to_records`), so every offset,
+gather and concatenation is the same operation as for a plain observation; an episode's view
+holds ``{leaf path: view}`` (:func:`~offline_prelearner.episodes.observations.record_leaves`).
+
+**Infos** (Python objects, RLlib's ``T + 1`` dicts per episode, the reset info first) are held
+per episode in ``infos``, None for a batch without any.
 
 **Split observations.** A reader whose rows are already in episode order can hand over the rows'
 own observations instead of assembling that ``[rows + episodes, ...]`` array (for pixel rows, a
@@ -37,23 +45,61 @@ from typing import Any
 
 import numpy as np
 
+from . import observations as O
 from .episode import Episode
 
-__all__ = ["EpisodeColumns"]
+__all__ = ["EpisodeColumns", "layout_of"]
+
+
+def layout_of(ep: Episode) -> tuple[Any, ...]:
+    """What must agree between episodes held in one :class:`EpisodeColumns`: the observation's
+    step shape and dtype (per leaf for a composite), the actions' step shape and the extra
+    columns' names and step shapes, in order. Actions, rewards and extras of other numeric types
+    are held in their common type (RLlib writes a step as a Python number in one record and as a
+    float32 array in another, for the same data); observations are not promoted (a frame of
+    another dtype is another dataset).
+
+    Args:
+        ep: Any episode.
+
+    Returns:
+        A hashable signature; equal signatures can share columns.
+    """
+    obs: Any = ep.observations
+    o = (
+        (obs.shape[1:], obs.dtype)
+        if isinstance(obs, np.ndarray)
+        else tuple([(k, v.shape[1:], v.dtype) for k, v in obs.items()])
+    )
+    xs = tuple([(k, v.shape[1:]) for k, v in ep.extras.items()]) if ep.extras else ()
+    return (o, ep.actions.shape[1:], xs)
+
+
+def _fields(e: Episode) -> tuple[Any, ...]:
+    return (
+        e.id, e.agent_id, e.module_id, e.t_started, e.terminated, e.truncated, e.infos,
+        e.observations, e.actions, e.rewards, e.extras,
+    )  # fmt: skip
+
+
+def _ro(a: np.ndarray) -> np.ndarray:
+    """``a`` (a fresh view or array) made read-only: an episode view never writes its batch."""
+    a.flags.writeable = False
+    return a
 
 
 @dataclass(frozen=True)
 class EpisodeColumns:
     """Episodes as shared arrays plus a per-episode table (see the module docstring).
 
-    Invariants the builder guarantees (the rows reader checks them as vectors, and passes one
-    episode of the batch through the checking :class:`Episode` constructor): lengths match,
-    ``terminated & truncated`` is never set, ``t_started >= 0``, one dtype and step shape per
-    column. ``infos`` are not held here (a batch with infos is built as objects).
+    Invariants the builder guarantees (readers check them as vectors, and pass one episode of
+    the batch through the checking :class:`Episode` constructor): lengths match,
+    ``terminated & truncated`` is never set, one dtype and step shape per column.
 
     Attributes:
         obs: All observations: ``[rows + episodes, ...]`` in episode order, or one per step
-            with split observations (see the module docstring).
+            with split observations (see the module docstring); a record array (one field per
+            leaf path) for composite observations.
         actions: ``[rows, ...]``, the steps of every episode in episode order.
         rewards: ``[rows]``, like ``actions``.
         extras: Further per-step columns, like ``actions``.
@@ -68,6 +114,7 @@ class EpisodeColumns:
         modules: Per episode, its module id (None: the default module).
         last_obs: With split observations, per episode the observation after its last step;
             else None.
+        infos: Per episode, its ``length + 1`` info dicts or None; None when no episode has any.
     """
 
     obs: np.ndarray
@@ -84,13 +131,23 @@ class EpisodeColumns:
     agents: list[Any]
     modules: list[Any]
     last_obs: np.ndarray | None = None  # set: split observations (see the module docstring)
+    infos: list[list[Any] | None] | None = None
 
     @classmethod
-    def from_episodes(cls, eps: list[Episode], *, split: bool = False) -> EpisodeColumns:
-        """``eps`` (one column layout, no infos, at least one) copied into shared columns.
+    def empty(cls) -> EpisodeColumns:
+        """No episode (the columns of an empty batch; :meth:`concat` skips them). One shared
+        object: its arrays are read-only."""
+        return _EMPTY
+
+    @classmethod
+    def from_episodes(cls, eps: Sequence[Episode], *, split: bool = False) -> EpisodeColumns:
+        """``eps`` (one layout, see :func:`layout_of`) copied into shared columns.
+
+        The boundary where episodes a user built from their own arrays, or a reader decoded one
+        record at a time, become columns: one copy per column for the whole batch.
 
         Args:
-            eps: The episodes, in table order.
+            eps: The episodes, in table order (none: :meth:`empty`).
             split: Hold split observations (one per step plus ``last_obs``, see the module
                 docstring) instead of the assembled ``[rows + episodes, ...]`` array.
 
@@ -98,52 +155,73 @@ class EpisodeColumns:
             The episodes as columns.
 
         Raises:
-            ValueError: an episode carries infos.
+            ValueError: the episodes differ in layout.
         """
-        if any(e.infos is not None for e in eps):
-            raise ValueError("EpisodeColumns holds no infos; keep such episodes as objects")
-        n = np.array([len(e.actions) for e in eps], np.int64)
+        if not eps:
+            return cls.empty()
+        cols = list(zip(*[_fields(e) for e in eps], strict=True))  # one pass over the objects
+        ids, agents, modules, t0, term, trunc, infos, obs, acts, rews, extras = cols
+        # What np.concatenate would not refuse by itself: another obs dtype (it would promote),
+        # other extra columns, composite leaves (checked whole by their signature).
+        if isinstance(obs[0], np.ndarray):
+            same = len({o.dtype for o in obs}) == 1 and all(isinstance(o, np.ndarray) for o in obs)
+        else:
+            sig = layout_of(eps[0])[0]
+            same = all(layout_of(e)[0] == sig for e in eps)
+        names = list(extras[0])
+        if not same or any(list(x) != names for x in extras):
+            raise ValueError("episodes of different layouts cannot share columns")
+        try:
+            actions = np.concatenate(acts)
+            extra = {k: np.concatenate([x[k] for x in extras]) for k in names}
+            obs_col, last = _obs_of(list(obs), split)
+        except ValueError:  # step shapes differ
+            raise ValueError("episodes of different layouts cannot share columns") from None
+        n = np.fromiter(map(len, acts), np.int64, len(eps))
         step_at = np.zeros(len(eps), np.int64)
         np.cumsum(n[:-1], out=step_at[1:])
-        if split:
-            obs = np.concatenate([e.observations[:-1] for e in eps])
-            last: np.ndarray | None = np.stack([e.observations[-1] for e in eps])
-        else:
-            obs, last = np.concatenate([e.observations for e in eps]), None
         return cls(
-            obs=obs,
+            obs=obs_col,
             last_obs=last,
-            actions=np.concatenate([e.actions for e in eps]),
-            rewards=np.concatenate([e.rewards for e in eps]),
-            extras={k: np.concatenate([e.extras[k] for e in eps]) for k in eps[0].extras},
+            actions=actions,
+            rewards=np.concatenate(rews),
+            extras=extra,
             obs_at=step_at + np.arange(len(eps)),
             step_at=step_at,
             length=n,
-            t_started=np.array([e.t_started for e in eps], np.int64),
-            terminated=np.array([e.terminated for e in eps], bool),
-            truncated=np.array([e.truncated for e in eps], bool),
-            ids=[e.id for e in eps],
-            agents=[e.agent_id for e in eps],
-            modules=[e.module_id for e in eps],
+            t_started=np.array(t0, np.int64),
+            terminated=np.array(term, bool),
+            truncated=np.array(trunc, bool),
+            ids=list(ids),
+            agents=list(agents),
+            modules=list(modules),
+            infos=None if all(i is None for i in infos) else list(infos),
         )
 
     @classmethod
-    def concat(cls, parts: list[EpisodeColumns]) -> EpisodeColumns:
+    def concat(cls, parts: Sequence[EpisodeColumns], *, promote: bool = False) -> EpisodeColumns:
         """The episodes of ``parts`` as one table, in order (each array joined: one copy).
 
-        Every part must hold the same layout (assembled or split observations), the same
-        extra columns in the same order and the same dtypes (numpy would promote them, which a
-        buffer's ring does not): a ``ValueError`` otherwise.
+        Parts without episodes are skipped. The others must hold the same layout (assembled or
+        split observations), the same extra columns in the same order, the same step shapes and
+        the same dtypes (numpy would promote them, which a buffer's ring does not): a
+        ``ValueError`` otherwise.
 
         Args:
-            parts: Columns to join, at least one.
+            parts: Columns to join.
+            promote: Join actions, rewards and extras of other numeric types in their common
+                type (see :func:`layout_of`) instead of refusing them: what a batch being read
+                does; observations must agree either way.
 
         Returns:
-            One table of every part's episodes.
+            One table of every part's episodes (:meth:`empty` when none has any).
 
         Raises:
             ValueError: the parts differ in layout, extra columns or dtypes.
         """
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return cls.empty()
         first = parts[0]
         if len(parts) == 1:
             return first
@@ -153,19 +231,22 @@ class EpisodeColumns:
                 raise ValueError("cannot join columns of different layouts or extra columns")
             pairs = [(p.obs, first.obs), (p.actions, first.actions), (p.rewards, first.rewards)]
             pairs += [(x, first.extras[k]) for k, x in p.extras.items()]
-            if any(a.dtype != b.dtype or a.shape[1:] != b.shape[1:] for a, b in pairs):
+            if any(a.shape[1:] != b.shape[1:] for a, b in pairs) or any(
+                a.dtype != b.dtype for a, b in (pairs[:1] if promote else pairs)
+            ):
                 raise ValueError("cannot join columns of different dtypes or step shapes")
         steps = np.cumsum([0] + [len(p.actions) for p in parts[:-1]])
         places = np.cumsum([0] + [len(p.obs) + (len(p) if split else 0) for p in parts[:-1]])
 
-        def cat(get: Any) -> np.ndarray:
+        def cat(get: Callable[[EpisodeColumns], Any]) -> np.ndarray:
             return np.concatenate([get(p) for p in parts])
 
+        with_infos = any(p.infos is not None for p in parts)
         return cls(
             obs=cat(lambda p: p.obs),
             actions=cat(lambda p: p.actions),
             rewards=cat(lambda p: p.rewards),
-            extras={k: cat(lambda p, k=k: p.extras[k]) for k in first.extras},
+            extras={k: np.concatenate([p.extras[k] for p in parts]) for k in first.extras},
             obs_at=np.concatenate([p.obs_at + o for p, o in zip(parts, places, strict=True)]),
             step_at=np.concatenate([p.step_at + o for p, o in zip(parts, steps, strict=True)]),
             length=cat(lambda p: p.length),
@@ -176,7 +257,35 @@ class EpisodeColumns:
             agents=[a for p in parts for a in p.agents],
             modules=[m for p in parts for m in p.modules],
             last_obs=cat(lambda p: p.last_obs) if split else None,
+            infos=[i for p in parts for i in p.infos or [None] * len(p)] if with_infos else None,
         )
+
+    @classmethod
+    def join_fragments(cls, parts: Sequence[EpisodeColumns]) -> EpisodeColumns:
+        """Fragments of *one* episode, one per part and in ``t`` order, joined into one episode.
+
+        A fragment cut across input batches (the prelearner's ``sample_all`` keeps open ones)
+        continues where the previous one ended: the same ``(id, agent)``, ``t_started`` equal to
+        the previous ``t_end``, the previous one not done, its first observation the previous
+        one's last (checked: an
+        :class:`~offline_prelearner.errors.EpisodeValidationError` names the episode and ``t``).
+
+        Args:
+            parts: Columns of one episode each, the fragments in order, at least one.
+
+        Returns:
+            Columns of one episode (in the first part's observation layout).
+
+        Raises:
+            ValueError: a part holds other than one episode.
+            EpisodeValidationError: the fragments do not continue one another.
+        """
+        if not parts or any(len(p) != 1 for p in parts):
+            raise ValueError("join_fragments needs parts of exactly one episode each")
+        if len(parts) == 1:
+            return parts[0]
+        joined = Episode.concat_fragments(p.episode(0) for p in parts)
+        return cls.from_episodes([joined], split=parts[0].last_obs is not None)
 
     def __len__(self) -> int:
         return len(self.length)
@@ -184,85 +293,111 @@ class EpisodeColumns:
     @property
     def t_end(self) -> np.ndarray:
         """Per episode, the env step after its last step (``t_started + length``)."""
-        return self.t_started + self.length
+        return np.asarray(self.t_started + self.length)
 
     @property
     def done(self) -> np.ndarray:
         """Per episode, whether it ended (terminated or truncated)."""
-        return self.terminated | self.truncated
+        return np.asarray(self.terminated | self.truncated)
 
-    # ------------------------------------------------------------------ objects
+    def returns(self) -> np.ndarray:
+        """Per episode, the sum of its rewards (float64; 0 for an episode of no step)."""
+        rew = np.asarray(self.rewards[self.step_rows()], np.float64)
+        out = np.zeros(len(self), np.float64)
+        has = self.length > 0
+        if has.any():
+            starts = np.zeros(len(self), np.int64)
+            np.cumsum(self.length[:-1], out=starts[1:])
+            out[has] = np.add.reduceat(rew, starts[has])
+        return out
+
+    @property
+    def composite(self) -> bool:
+        """Whether the observations are composite (``obs`` a record array of leaves)."""
+        return self.obs.dtype.names is not None
+
+    # ------------------------------------------------------------------ one episode at a time
     def episode(self, e: int) -> Episode:
-        """Episode ``e`` as an object (views of the shared arrays; with split observations, its
-        observations are copied into one array)."""
+        """Episode ``e`` as a read-only view of the shared arrays.
+
+        With split observations its observations are copied into one (read-only) array; with
+        composite ones they are ``{leaf path: view}``.
+
+        Args:
+            e: The episode's index in the table.
+
+        Returns:
+            An :class:`Episode` whose arrays are not writeable.
+        """
         o, s, n = int(self.obs_at[e]), int(self.step_at[e]), int(self.length[e])
-        return Episode._trusted(
-            self.ids[e],
+        return self._view(
+            e,
             self.obs[o : o + n + 1] if self.last_obs is None else self._joined(e),
-            self.actions[s : s + n],
-            self.rewards[s : s + n],
+            s,
+            n,
             bool(self.terminated[e]),
             bool(self.truncated[e]),
-            self.agents[e],
-            self.modules[e],
             int(self.t_started[e]),
-            {k: x[s : s + n] for k, x in self.extras.items()},
         )
 
-    def episodes(self, leaves: dict[str, np.ndarray] | None = None) -> list[Episode]:
-        """Every episode as an object, in table order. ``leaves``: composite observations as
-        ``{leaf path: [rows, ...]}`` indexed like ``obs`` (by ``obs_at``), which is then unused;
-        each episode holds views of the leaf arrays."""
-        if self.last_obs is not None and leaves is None:
-            return [self.episode(e) for e in range(len(self))]
-        obs, act, rew, xs = self.obs, self.actions, self.rewards, list(self.extras.items())
-        items = list(leaves.items()) if leaves is not None else None
-        out: list[Episode] = []
+    def _view(
+        self, e: int, obs: np.ndarray, s: int, n: int, term: bool, trunc: bool, t0: int
+    ) -> Episode:
+        observations: Any = (
+            {k: _ro(v) for k, v in O.record_leaves(obs).items()} if self.composite else _ro(obs)
+        )
+        return Episode._trusted(
+            self.ids[e],
+            observations,
+            _ro(self.actions[s : s + n]),
+            _ro(self.rewards[s : s + n]),
+            term,
+            trunc,
+            self.agents[e],
+            self.modules[e],
+            t0,
+            {k: _ro(x[s : s + n]) for k, x in self.extras.items()},
+            None if self.infos is None else self.infos[e],
+        )
+
+    def iter_episodes(self) -> Iterator[Episode]:
+        """Every episode as a read-only :class:`Episode` view, in table order.
+
+        The per-episode path, for user code and tests: a Python object per episode, so not for
+        the pipeline's own hot paths (which work on the columns).
+
+        Returns:
+            An iterator of views (see :meth:`episode`).
+        """
+        if self.last_obs is not None:
+            yield from (self.episode(e) for e in range(len(self)))
+            return
         rows = zip(
-            self.ids,
             self.obs_at.tolist(),
             self.step_at.tolist(),
             self.length.tolist(),
             self.terminated.tolist(),
             self.truncated.tolist(),
-            self.agents,
-            self.modules,
             self.t_started.tolist(),
             strict=True,
         )
-        for eid, o, s, n, term, trunc, agent, module, t0 in rows:  # building objects: per episode
-            out.append(
-                Episode._trusted(
-                    eid,
-                    obs[o : o + n + 1] if items is None else _leaf_views(items, o, o + n + 1),
-                    act[s : s + n],
-                    rew[s : s + n],
-                    term,
-                    trunc,
-                    agent,
-                    module,
-                    t0,
-                    {k: x[s : s + n] for k, x in xs},
-                )
-            )
-        return out
-
-    def iter_episodes(self) -> Iterator[Episode]:
-        """Every episode as an object (views of the shared arrays), in table order: for code
-        that wants one episode at a time."""
-        return iter(self.episodes())
+        obs = self.obs
+        for e, (o, s, n, term, trunc, t0) in enumerate(rows):  # a view per episode, by design
+            yield self._view(e, obs[o : o + n + 1], s, n, term, trunc, t0)
 
     def map_episodes(self, fn: Callable[[Episode], Episode]) -> EpisodeColumns:
-        """``fn`` applied to every episode, one at a time, and the results held as columns again
-        (one copy of every column): the per-episode helper for code that cannot work on the
-        columns as a whole. Slower than a change made on the columns (an object per episode).
+        """``fn`` applied to each episode, the results gathered into new columns.
+
+        The convenient, slow path for code that wants one episode at a time (a Python call and
+        an object per episode, then one copy of every column): ``fn`` receives a read-only view
+        and returns a new :class:`Episode` (``Episode(...)`` from new arrays, or the view itself
+        to keep it). Work on the columns themselves where speed matters.
 
         Args:
-            fn: Takes one episode (a read-only view: never change its arrays in place) and
-                returns the episode to keep in its place (``copy.copy`` it to add extras).
+            fn: Maps one episode to its replacement; every result must share one layout.
 
         Returns:
-            The episodes ``fn`` returned, in table order, in this table's observation layout.
+            New columns holding ``fn``'s episodes, in order, in this table's observation layout.
         """
         if not len(self):
             return self
@@ -270,34 +405,18 @@ class EpisodeColumns:
             [fn(ep) for ep in self.iter_episodes()], split=self.last_obs is not None
         )
 
-    @classmethod
-    def join_fragments(cls, parts: Sequence[EpisodeColumns]) -> EpisodeColumns:
-        """The fragments of one episode, each part holding one, joined into one episode (the
-        rule of :meth:`Episode.concat_fragments`: in ``t_started`` order, each starting where
-        the previous ended and repeating its last observation).
-
-        Args:
-            parts: One-episode tables of the same episode, at least one.
-
-        Returns:
-            A one-episode table, in the first part's observation layout.
-        """
-        if len(parts) == 1:
-            return parts[0]
-        joined = Episode.concat_fragments([p.episode(0) for p in parts])
-        return cls.from_episodes([joined], split=parts[0].last_obs is not None)
-
     # ------------------------------------------------------------------ observations
     def _joined(self, e: int) -> np.ndarray:
-        assert self.last_obs is not None
+        if self.last_obs is None:  # pragma: no cover - callers check the layout
+            raise ValueError("assembled observations need no joining")
         s, n = int(self.step_at[e]), int(self.length[e])
         return np.concatenate([self.obs[s : s + n], self.last_obs[e : e + 1]])
 
     def final_obs(self, e: int) -> np.ndarray:
         """The observation after episode ``e``'s last step (a view)."""
         if self.last_obs is not None:
-            return self.last_obs[e]
-        return self.obs[int(self.obs_at[e] + self.length[e])]
+            return np.asarray(self.last_obs[e])
+        return np.asarray(self.obs[int(self.obs_at[e] + self.length[e])])
 
     def observations(self, lo: int = 0, hi: int | None = None) -> np.ndarray:
         """The observations of episodes ``lo:hi`` (each ``length + 1``), concatenated: a view
@@ -323,11 +442,11 @@ class EpisodeColumns:
             ``[len(k), *obs_shape]`` observations.
         """
         if self.last_obs is None:
-            return self.obs.take(self.obs_at.take(episode) + k, axis=0)
+            return np.asarray(self.obs.take(self.obs_at.take(episode) + k, axis=0))
         at = self.step_at.take(episode) + k
         final = k == self.length.take(episode)
         if not final.any():
-            return self.obs.take(at, axis=0)
+            return np.asarray(self.obs.take(at, axis=0))
         out = self.obs.take(np.where(final, 0, at), axis=0) if len(self.obs) else None
         if out is None:  # every episode is empty: final observations only
             return self.last_obs.take(episode, axis=0)
@@ -365,7 +484,14 @@ class EpisodeColumns:
 
     # ------------------------------------------------------------------ subsets
     def select(self, keep: np.ndarray) -> EpisodeColumns:
-        """The episodes where the boolean ``keep`` is true (or at the given indices)."""
+        """The episodes where ``keep`` is true, or at the given indices (the arrays shared).
+
+        Args:
+            keep: A boolean mask over the episodes, or int indices.
+
+        Returns:
+            A table of the chosen episodes.
+        """
         keep = np.asarray(keep)
         idx = np.flatnonzero(keep) if keep.dtype == bool else keep.astype(np.int64)
         pick = idx.tolist()
@@ -381,6 +507,7 @@ class EpisodeColumns:
             ids=[self.ids[i] for i in pick],
             agents=[self.agents[i] for i in pick],
             modules=[self.modules[i] for i in pick],
+            infos=None if self.infos is None else [self.infos[i] for i in pick],
         )
 
     def step_rows(self, lo: int = 0, hi: int | None = None) -> np.ndarray | slice:
@@ -396,9 +523,20 @@ class EpisodeColumns:
         return _ranges(self.obs_at[lo:hi], self.length[lo:hi] + 1)
 
 
-def _leaf_views(items: list[tuple[str, np.ndarray]], lo: int, hi: int) -> Any:
-    """A composite observation's leaves ``lo:hi`` (an episode holds them as a dict of views)."""
-    return {k: v[lo:hi] for k, v in items}
+def _obs_of(obs: list[Any], split: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """Episodes' observations (arrays, or ``{leaf path: array}``) as one column: assembled, or
+    split into one per step plus the last ones (records for composite observations)."""
+    if O.is_composite(obs[0]):
+        leaves = [{k: np.asarray(v) for k, v in o.items()} for o in obs]
+        if split:
+            steps = O.to_records(
+                {k: np.concatenate([o[k][:-1] for o in leaves]) for k in leaves[0]}
+            )
+            return steps, O.to_records({k: np.stack([o[k][-1] for o in leaves]) for k in leaves[0]})
+        return O.to_records({k: np.concatenate([o[k] for o in leaves]) for k in leaves[0]}), None
+    if split:
+        return np.concatenate([o[:-1] for o in obs]), np.stack([o[-1] for o in obs])
+    return np.concatenate(obs), None
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray | slice:
@@ -412,3 +550,25 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray | slice:
     offsets = np.zeros(len(lengths), np.int64)
     np.cumsum(lengths[:-1], out=offsets[1:])
     return np.arange(total, dtype=np.int64) + np.repeat(starts - offsets, lengths)
+
+
+def _empty() -> EpisodeColumns:
+    none = _ro(np.zeros(0, np.int64))
+    return EpisodeColumns(
+        obs=_ro(np.zeros(0, np.float32)),
+        actions=_ro(np.zeros(0, np.int64)),
+        rewards=_ro(np.zeros(0, np.float32)),
+        extras={},
+        obs_at=none,
+        step_at=none,
+        length=none,
+        t_started=none,
+        terminated=_ro(np.zeros(0, bool)),
+        truncated=_ro(np.zeros(0, bool)),
+        ids=[],
+        agents=[],
+        modules=[],
+    )
+
+
+_EMPTY = _empty()

@@ -23,6 +23,7 @@ validation), which passes it to :meth:`EpisodeBatch.reject`; the data carries no
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,32 +143,34 @@ class Ledger:
 class EpisodeBatch:
     """Episodes on their way through read -> validate -> dedup, with the rows they account for.
 
-    ``source_rows[i]`` is the number of input rows ``episodes[i]`` was built from (its length for
-    row data, 1 for a msgpack episode record). The ledger's ``rows_kept``/``episodes_kept`` are
-    derived from the episodes still held, so stages only record what they remove.
-
-    A reader may hand the episodes over as shared columns (:attr:`columns`, an
-    :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns`) instead of objects;
-    stages that work on columns use them, and the first access to :attr:`episodes` builds the
-    objects (after which :attr:`columns` is None and the list is the one truth).
+    The episodes are one :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns`
+    (:attr:`columns`, possibly empty); every stage works on it as vectors. ``source_rows[i]`` is
+    the number of input rows episode ``i`` was built from (its length for row data, 1 for a
+    msgpack episode record). The ledger's ``rows_kept``/``episodes_kept`` are derived from the
+    episodes still held, so stages only record what they remove.
 
     Args:
-        episodes: The episodes kept (default: none).
-        source_rows: Input rows each episode was built from, one per episode (default: none).
+        columns: The episodes kept (default: none).
+        source_rows: Input rows each episode was built from, one per episode (default: each
+            episode's length).
         ledger: The counters so far (default: a new :class:`Ledger`).
         rejections: The episodes or rows refused so far, with their errors.
     """
 
     def __init__(
         self,
-        episodes: list[Episode] | None = None,
-        source_rows: list[int] | None = None,
+        columns: EpisodeColumns | None = None,
+        source_rows: Sequence[int] | np.ndarray | None = None,
         ledger: Ledger | None = None,
         rejections: list[Rejection] | None = None,
     ) -> None:
-        self._episodes: list[Episode] = [] if episodes is None else episodes
-        self._columns: EpisodeColumns | None = None
-        self.source_rows: list[int] = [] if source_rows is None else source_rows
+        self.columns = EpisodeColumns.empty() if columns is None else columns
+        rows = self.columns.length if source_rows is None else source_rows
+        self.source_rows: np.ndarray = np.asarray(rows, np.int64)
+        if columns is not None and len(self.source_rows) != len(self.columns):
+            raise ValueError(
+                f"{len(self.source_rows)} source_rows for {len(self.columns)} episodes"
+            )
         self.ledger = Ledger() if ledger is None else ledger
         self.rejections: list[Rejection] = [] if rejections is None else rejections
         #: ``(observation space, action space)`` the data itself declares (a msgpack record's
@@ -177,60 +180,47 @@ class EpisodeBatch:
         self.sync()
 
     def __repr__(self) -> str:
-        cols = self._columns
-        held = len(self._episodes) if cols is None else f"columns[{len(cols)}]"
-        return f"EpisodeBatch(episodes={held}, ledger={self.ledger})"
+        return f"EpisodeBatch(episodes={len(self)}, ledger={self.ledger})"
 
     # ------------------------------------------------------------------ what is held
     @property
     def episodes(self) -> list[Episode]:
-        """The episodes as objects (built from :attr:`columns` on first access)."""
-        if self._columns is not None:
-            self._episodes.extend(self._columns.episodes())
-            self._columns = None
-        return self._episodes
-
-    @episodes.setter
-    def episodes(self, value: list[Episode]) -> None:
-        self._columns = None
-        self._episodes = value
-
-    @property
-    def columns(self) -> EpisodeColumns | None:
-        """The episodes as shared columns, when a reader gave them so and nothing has asked for
-        objects since (None otherwise: use :attr:`episodes`)."""
-        return self._columns
+        """The episodes as read-only :class:`Episode` views, built on each access (for user
+        code and tests; the pipeline works on :attr:`columns`)."""
+        return list(self.columns.iter_episodes())
 
     def __len__(self) -> int:
-        return len(self._episodes) + (0 if self._columns is None else len(self._columns))
+        return len(self.columns)
 
-    def add_columns(self, columns: EpisodeColumns) -> None:
-        """Appends episodes held as columns (each accounts for ``length`` input rows)."""
-        if self._episodes or self._columns is not None:  # one form at a time: objects
-            self.episodes.extend(columns.episodes())
-        else:
-            self._columns = columns
-        self.source_rows.extend(columns.length.tolist())
+    def add(
+        self, columns: EpisodeColumns, source_rows: Sequence[int] | np.ndarray | None = None
+    ) -> None:
+        """Appends kept episodes and counts them in the ledger.
+
+        Args:
+            columns: The episodes, in the layout of those held (step columns of other numeric
+                types are held in the common type, see :meth:`EpisodeColumns.concat`).
+            source_rows: Input rows each was built from (default: each one's length).
+        """
+        rows = columns.length if source_rows is None else np.asarray(source_rows, np.int64)
+        if len(self.columns):
+            self.columns = EpisodeColumns.concat([self.columns, columns], promote=True)
+            rows = np.concatenate([self.source_rows, rows])
+        else:  # a reader's one add: nothing to join
+            self.columns = columns
+        self.source_rows = rows
         self.sync()
 
     def sync(self) -> None:
         """Recomputes the kept counters from the episodes held."""
-        self.ledger.rows_kept = sum(self.source_rows) + self.ledger.rows_held
-        self.ledger.episodes_kept = self.ledger.fragments = len(self)
+        rows = self.source_rows
+        led, n = self.ledger, len(rows)
+        led.rows_kept = (int(rows.sum()) if n else 0) + led.rows_held
+        led.episodes_kept = led.fragments = n
 
     def episode_keys(self) -> list[tuple[Any, Any]]:
-        """``(episode id, agent id)`` of each episode held, without building objects."""
-        cols = self._columns
-        held = [(e.id, e.agent_id) for e in self._episodes]
-        return held if cols is None else held + list(zip(cols.ids, cols.agents, strict=True))
-
-    def add(self, episode: Episode, source_rows: int) -> None:
-        """Adds a kept episode built from ``source_rows`` input rows and counts it in the ledger."""
-        self.episodes.append(episode)
-        self.source_rows.append(source_rows)
-        self.ledger.rows_kept += source_rows
-        self.ledger.episodes_kept += 1
-        self.ledger.fragments += 1
+        """``(episode id, agent id)`` of each episode held, in order."""
+        return list(zip(self.columns.ids, self.columns.agents, strict=True))
 
     def reject(
         self,
@@ -242,9 +232,17 @@ class EpisodeBatch:
         policy: OnInvalid,
         episode: Episode | None = None,
     ) -> None:
-        """Applies ``policy`` (the calling stage's ``on_invalid``) to bad data that is *not* in
-        ``episodes``: raise, or count it (and, under quarantine, keep the refused ``rows`` or
-        ``episode``)."""
+        """Applies ``policy`` (the calling stage's ``on_invalid``) to bad data that is *not* held:
+        raise, or count it (and, under quarantine, keep the refused ``rows`` or ``episode``).
+
+        Args:
+            error: What is wrong, naming file, column, episode and row where known.
+            num_rows: Input rows refused.
+            rows: The refused input rows (kept under quarantine).
+            episodes: Episodes refused.
+            policy: ``"raise"``, ``"skip"`` or ``"quarantine"``.
+            episode: The refused episode, when one was built (kept under quarantine).
+        """
         if policy == "raise":
             raise error
         self.ledger.rows_rejected[error.reason] += num_rows
@@ -254,30 +252,32 @@ class EpisodeBatch:
         else:
             self.rejections.append(Rejection(error, num_rows))
 
-    def keep_only(self, mask: list[bool]) -> tuple[list[Episode], list[int]]:
-        """Drops the episodes whose ``mask`` entry is False; returns the dropped ones (built as
-        objects) and their source rows."""
-        dropped_rows = [r for r, k in zip(self.source_rows, mask, strict=True) if not k]
-        if not dropped_rows:
-            return [], []
-        if self._columns is not None:
-            cols, keep = self._columns, np.asarray(mask, bool)
-            dropped = [cols.episode(i) for i in np.flatnonzero(~keep).tolist()]
-            self._columns = cols.select(keep)
-        else:
-            dropped = [e for e, k in zip(self._episodes, mask, strict=True) if not k]
-            self._episodes = [e for e, k in zip(self._episodes, mask, strict=True) if k]
-        self.source_rows = [r for r, k in zip(self.source_rows, mask, strict=True) if k]
+    def keep_only(self, keep: np.ndarray | Sequence[bool]) -> tuple[EpisodeColumns, np.ndarray]:
+        """Drops the episodes whose ``keep`` entry is False.
+
+        Args:
+            keep: One bool per episode held.
+
+        Returns:
+            The dropped episodes (columns sharing the arrays) and their source rows.
+        """
+        mask = np.asarray(keep, bool)
+        if mask.all():
+            return EpisodeColumns.empty(), np.zeros(0, np.int64)
+        dropped = self.columns.select(~mask), self.source_rows[~mask]
+        self.columns = self.columns.select(mask)
+        self.source_rows = self.source_rows[mask]
         self.sync()
-        return dropped, dropped_rows
+        return dropped
 
     def extend(self, other: EpisodeBatch) -> None:
-        """Appends another batch (episodes, ledger, rejections)."""
-        if other.columns is not None and not self._episodes and self._columns is None:
-            self._columns = other.columns
-        else:
-            self.episodes.extend(other.episodes)
-        self.source_rows.extend(other.source_rows)
+        """Appends another batch (episodes, ledger, rejections).
+
+        Args:
+            other: The batch to append; its episodes share this batch's layout.
+        """
+        self.columns = EpisodeColumns.concat([self.columns, other.columns], promote=True)
+        self.source_rows = np.concatenate([self.source_rows, other.source_rows])
         self.ledger += other.ledger
         self.rejections.extend(other.rejections)
         self.sync()

@@ -29,7 +29,9 @@ __all__ = [
     "length",
     "map_leaves",
     "nest",
+    "record_leaves",
     "same",
+    "to_records",
 ]
 
 #: One array (a plain space) or a flat map path -> leaf array (a Dict / Tuple space).
@@ -106,3 +108,36 @@ def same(a: Any, b: Any) -> bool:
         return all(same(a[k], b[k]) for k in a)
     a, b = np.asarray(a), np.asarray(b)
     return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+
+
+def to_records(leaves: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The leaves as one record array ``[rows]``, one field per leaf path (one copy).
+
+    This is how :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns` holds
+    composite observations: one array like a plain observation column, so offsets, gathers and
+    concatenation are the same operations for both.
+
+    Args:
+        leaves: ``{leaf path: [rows, ...]}``, every leaf as long, at least one.
+
+    Returns:
+        A structured array of ``rows`` records.
+    """
+    n = len(next(iter(leaves.values())))
+    dtype = np.dtype([(k, v.dtype, v.shape[1:]) for k, v in leaves.items()])
+    out = np.empty(n, dtype)
+    for k, v in leaves.items():
+        out[k] = v
+    return out
+
+
+def record_leaves(rec: np.ndarray) -> dict[str, np.ndarray]:
+    """A record array's fields as ``{leaf path: [rows, ...]}`` views (no copy).
+
+    Args:
+        rec: A structured array built by :func:`to_records` (or a slice of one).
+
+    Returns:
+        One strided view per leaf.
+    """
+    return {k: rec[k] for k in rec.dtype.names or ()}

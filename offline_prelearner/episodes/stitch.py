@@ -1,8 +1,9 @@
 """Joining fragments of one episode that arrived in different batches or files.
 
 Readers emit what one batch holds; an episode recorded across several files arrives as several
-fragments with the same id whose ``t`` ranges follow each other. :func:`stitch_fragments` joins them
-(``Episode.concat_fragments`` checks that ``t`` continues and the boundary observation repeats);
+fragments with the same id whose ``t`` ranges follow each other. :func:`stitch_fragments` joins
+them (``EpisodeColumns.join_fragments`` checks that ``t`` continues and the boundary observation
+repeats);
 fragments that cannot be joined are rejected through the caller's policy, never silently dropped.
 """
 
@@ -11,9 +12,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Literal
 
+import numpy as np
+
 from ..config import OnInvalid
 from ..errors import DataError, EpisodeValidationError, Where
-from .episode import Episode
+from .episode_columns import EpisodeColumns
 from .ledger import EpisodeBatch
 
 __all__ = ["settle_open_episodes", "stitch_fragments"]
@@ -24,37 +27,51 @@ def stitch_fragments(batch: EpisodeBatch, on_invalid: OnInvalid = "raise") -> Ep
 
     Only chains that continue (``t_started`` equal to the previous fragment's end, previous not
     done) are joined. Overlapping copies stay separate, for the de-duplicator to count; a chain
-    whose boundary observations disagree is rejected under ``on_invalid`` (the reading stage's
-    policy: ``ReadConfig.on_invalid``).
+    whose boundary observations disagree is rejected under ``on_invalid``. A batch whose keys are
+    all distinct (the usual case) is returned as it is.
+
+    Args:
+        batch: The episodes read so far.
+        on_invalid: The reading stage's policy (``ReadConfig.on_invalid``) for a chain that
+            cannot be joined.
+
+    Returns:
+        The stitched batch (``batch`` itself when nothing needed joining).
     """
+    cols, src = batch.columns, batch.source_rows
+    keys = batch.episode_keys()
+    if len(set(keys)) == len(keys):
+        return batch
     groups: dict[tuple[Any, Any], list[int]] = defaultdict(list)
-    for i, ep in enumerate(batch.episodes):
-        groups[(ep.id, ep.agent_id)].append(i)
+    for i, key in enumerate(keys):  # only batches with repeated keys get here
+        groups[key].append(i)
+    t0, t1, done = cols.t_started.tolist(), cols.t_end.tolist(), cols.done.tolist()
+    parts: list[EpisodeColumns] = []
+    rows: list[int] = []
     out = EpisodeBatch(ledger=batch.ledger, rejections=batch.rejections)
     out.declared_spaces = batch.declared_spaces
-    eps, src = batch.episodes, batch.source_rows
     for idx in groups.values():
-        if len(idx) == 1:
-            out.add(eps[idx[0]], src[idx[0]])
-            continue
-        for chain in _chains(sorted(idx, key=lambda i: (eps[i].t_started, i)), eps):
-            rows = sum(src[i] for i in chain)
+        for chain in _chains(sorted(idx, key=lambda i: (t0[i], i)), t0, t1, done):
+            n = int(src[chain].sum())
             try:
-                joined = Episode.concat_fragments(eps[i] for i in chain)
+                parts.append(
+                    EpisodeColumns.join_fragments([cols.select(np.array([i])) for i in chain])
+                )
             except DataError as e:
-                out.reject(e, rows, episodes=1, policy=on_invalid)
+                out.reject(e, n, episodes=1, policy=on_invalid)
                 continue
-            out.add(joined, rows)
+            rows.append(n)
+    out.add(EpisodeColumns.concat(parts), rows)
     return out
 
 
-def _chains(order: list[int], eps: list[Episode]) -> list[list[int]]:
+def _chains(order: list[int], t0: list[int], t1: list[int], done: list[bool]) -> list[list[int]]:
     """Splits fragments (sorted by t_started) into runs that continue one another."""
     chains: list[list[int]] = []
     for i in order:
         for chain in chains:
-            last = eps[chain[-1]]
-            if not last.is_done and eps[i].t_started == last.t_end:
+            last = chain[-1]
+            if not done[last] and t0[i] == t1[last]:
                 chain.append(i)
                 break
         else:
@@ -64,18 +81,27 @@ def _chains(order: list[int], eps: list[Episode]) -> list[list[int]]:
 
 def settle_open_episodes(batch: EpisodeBatch, policy: str, on_invalid: str) -> int:
     """What a conversion does with the episodes that never end within the data, once their
-    fragments are joined; returns how many there are.
+    fragments are joined.
 
     Under ``policy="reject"`` each is refused (reason ``not_done``): quarantined under
     ``on_invalid="quarantine"``, otherwise skipped and counted (an open end is what
     ``fragments="reject"`` asks to drop, not bad data to stop the job for). Any other policy keeps
     them as not-done episodes.
+
+    Args:
+        batch: The stitched episodes, changed in place.
+        policy: The conversion's ``fragments`` policy (``"reject"`` drops open episodes).
+        on_invalid: The conversion's ``on_invalid`` (``"quarantine"`` keeps what is dropped).
+
+    Returns:
+        How many episodes never end.
     """
-    open_ = [not e.is_done for e in batch.episodes]
-    if policy == "reject" and any(open_):
-        dropped, rows = batch.keep_only([not o for o in open_])
+    done = batch.columns.done
+    n_open = int((~done).sum())
+    if policy == "reject" and n_open:
+        dropped, rows = batch.keep_only(done)
         how: Literal["skip", "quarantine"] = "quarantine" if on_invalid == "quarantine" else "skip"
-        for ep, r in zip(dropped, rows, strict=True):
+        for ep, r in zip(dropped.iter_episodes(), rows.tolist(), strict=True):  # error path
             err = EpisodeValidationError(
                 f"episode never ends within the data (last step t={ep.t_end - 1}); "
                 "fragments='keep' writes it as a not-done episode",
@@ -83,4 +109,4 @@ def settle_open_episodes(batch: EpisodeBatch, policy: str, on_invalid: str) -> i
                 reason="not_done",
             )
             batch.reject(err, r, episode=ep, policy=how)
-    return sum(open_)
+    return n_open

@@ -10,7 +10,8 @@ balances::
 
     rows_in == rows_kept + sum(rows_rejected.values()) + rows_duplicate
 
-Each check is a few numpy reductions over one episode's columns; the only loop is over episodes.
+Each check is a few numpy reductions over the batch's columns; an episode is looked at alone
+(:meth:`Validator.check`, on a read-only view) only when they do not clear it.
 """
 
 from __future__ import annotations
@@ -185,7 +186,9 @@ class Validator:
     ) -> None:
         self.config = config or ValidateConfig()
         self.on_invalid = check_on_invalid(on_invalid)
-        self._expected_obs: tuple[tuple[int, ...], np.dtype[Any], Any] | None = None
+        #: (step shape, dtype, the episode that set them); (leaf signatures, ``_LEAVES``, the
+        #: episode) for composite observations.
+        self._expected_obs: tuple[Any, Any, Any] | None = None
         self._warned: set[str] = set()
         spaces = (("obs", self.config.observation_space), ("actions", self.config.action_space))
         self._spaces = {col: SpaceCheck(sp) for col, sp in spaces if sp is not None}
@@ -205,8 +208,9 @@ class Validator:
                 self._spaces[col] = SpaceCheck(space)
 
     @property
-    def expected_obs(self) -> tuple[tuple[int, ...], np.dtype[Any]] | None:
-        """Per-step observation shape and dtype every episode must have (None before the first)."""
+    def expected_obs(self) -> tuple[Any, Any] | None:
+        """Per-step observation shape and dtype every episode must have (None before the first;
+        leaf signatures and ``"leaves"`` for composite observations)."""
         return None if self._expected_obs is None else self._expected_obs[:2]
 
     def validate(self, batch: EpisodeBatch) -> EpisodeBatch:
@@ -215,11 +219,18 @@ class Validator:
         Under ``on_invalid="raise"`` the first failure raises an
         :class:`~offline_prelearner.errors.EpisodeValidationError` naming the episode, the column,
         the timestep and what was expected; under ``"quarantine"`` each rejection keeps the
-        refused episode (the quarantine writer turns it into rows).
+        refused episode (the quarantine writer turns it into rows). The checks run as vectors
+        over the batch's columns; only the episodes they do not clear are looked at one by one.
+
+        Args:
+            batch: The batch, changed in place.
+
+        Returns:
+            ``batch``.
         """
         policy = self.on_invalid
         self._use_declared(batch.declared_spaces)
-        held = _Held.of(batch)
+        held = _Held(batch.columns)
         failed: list[tuple[int, EpisodeValidationError]] = []
         i = 0
         while i < len(held) and self._expected_obs is None:  # until an episode fixes the spec
@@ -243,7 +254,7 @@ class Validator:
         for i, error in failed:  # this stage's policy wins over the batch's
             keep[i] = False
             refused = held.episode(i) if policy == "quarantine" else None
-            batch.reject(error, batch.source_rows[i], episode=refused, policy=policy)
+            batch.reject(error, int(batch.source_rows[i]), episode=refused, policy=policy)
         batch.keep_only(keep)
         return batch
 
@@ -256,8 +267,6 @@ class Validator:
             return np.zeros(m, bool)
         shape, dtype, _ = self._expected_obs
         composite = dtype is _LEAVES
-        if composite and held.cols is not None:
-            return np.zeros(m, bool)  # shared columns hold plain observations only
         n = held.lengths()
         # Empty episodes warn (or fail min_length): always the detailed path.
         ok = n >= max(cfg.min_length, 1)
@@ -288,8 +297,7 @@ class Validator:
                 ok[good] = False
         if "actions" in self._spaces and ok.any():
             good = np.flatnonzero(ok)
-            acts = held.actions(good)
-            if acts is None or not self._space_clear("actions", acts):
+            if not self._space_clear("actions", held.actions(good)):
                 ok[good] = False
         return ok
 
@@ -306,8 +314,9 @@ class Validator:
         subs = None if check is None else check.leaves
         if check is not None and (subs is None or set(subs) != {k for k, _, _ in leaves}):
             return ~clear  # the space does not fit the layout: ``check`` says how
+        obs = held.observations(which)
         for path, _, dtype in leaves:
-            x = held.leaf(which, path)
+            x = np.asarray(obs[path])
             bad = np.zeros(len(x), bool)
             if self.config.check_finite_obs and dtype.kind in "fc":
                 bad |= ~np.isfinite(x).reshape(len(x), -1).all(axis=1)
@@ -502,99 +511,61 @@ def _show_leaves(leaves: Any) -> str:
 
 
 class _Held:
-    """The episodes of a batch as the vector checks see them: a list of objects, or the batch's
-    shared columns (no objects built), from episode ``start`` on."""
+    """The episodes of a batch from episode ``start`` on, as the vector checks see them (views of
+    the batch's columns; no episode object unless one is asked for)."""
 
-    def __init__(
-        self, eps: list[Episode] | None, cols: EpisodeColumns | None, start: int = 0
-    ) -> None:
-        self.eps: list[Episode] = eps or []
+    def __init__(self, cols: EpisodeColumns, start: int = 0) -> None:
         self.cols, self.start = cols, start
 
-    @classmethod
-    def of(cls, batch: EpisodeBatch) -> _Held:
-        cols = batch.columns
-        return cls(None, cols) if cols is not None else cls(batch.episodes, None)
-
     def __len__(self) -> int:
-        return len(self.cols) - self.start if self.cols is not None else len(self.eps)
+        return len(self.cols) - self.start
 
     def tail(self, i: int) -> _Held:
-        if self.cols is not None:
-            return _Held(None, self.cols, self.start + i)
-        return _Held(self.eps[i:], None)
+        return _Held(self.cols, self.start + i)
 
     def episode(self, i: int) -> Episode:
-        return self.cols.episode(self.start + i) if self.cols is not None else self.eps[i]
+        return self.cols.episode(self.start + i)
 
     def lengths(self) -> np.ndarray:
-        if self.cols is not None:
-            return self.cols.length[self.start :]
-        return np.fromiter((len(e.actions) for e in self.eps), np.int64, len(self))
+        return self.cols.length[self.start :]
 
     def t_started(self) -> np.ndarray:
-        if self.cols is not None:
-            return self.cols.t_started[self.start :]
-        return np.fromiter((e.t_started for e in self.eps), np.int64, len(self))
+        return self.cols.t_started[self.start :]
 
     def done(self) -> np.ndarray:
-        if self.cols is not None:
-            return self.cols.done[self.start :]
-        return np.fromiter((e.terminated or e.truncated for e in self.eps), bool, len(self))
+        return self.cols.done[self.start :]
 
     def obs_layout_is(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
-        if self.cols is not None:  # one array: one layout
-            obs = self.cols.obs
-            return np.full(len(self), obs.shape[1:] == shape and obs.dtype == dtype)
-        same = (
-            not O.is_composite(e.observations)
-            and e.observations.shape[1:] == shape
-            and e.observations.dtype == dtype
-            for e in self.eps
-        )
-        return np.fromiter(same, bool, len(self))
+        obs = self.cols.obs  # one array: one layout
+        plain = not self.cols.composite
+        return np.full(len(self), plain and obs.shape[1:] == shape and obs.dtype == dtype)
 
     def leaves_are(self, leaves: Any) -> np.ndarray:
-        """Per held episode (objects): composite observations with exactly these leaf
-        signatures (path, step shape, dtype)."""
-        same = (
-            O.is_composite(e.observations) and _obs_layout(e.observations)[0] == leaves
-            for e in self.eps
-        )
-        return np.fromiter(same, bool, len(self))
-
-    def leaf(self, which: np.ndarray, path: str) -> np.ndarray:
-        """Leaf ``path`` of the composite observations of episodes ``which``, concatenated."""
-        return np.concatenate([cast(Any, self.eps[g].observations)[path] for g in which.tolist()])
+        """Per held episode: composite observations with exactly these leaf signatures (path,
+        step shape, dtype)."""
+        cols = self.cols
+        same = cols.composite and _obs_layout(O.record_leaves(cols.obs[:0]))[0] == leaves
+        return np.full(len(self), same)
 
     def rewards(self) -> np.ndarray:
         """Every held episode's rewards, concatenated in order."""
-        if self.cols is not None:
-            return self.cols.rewards[self.cols.step_rows(self.start)]
-        return np.concatenate([e.rewards for e in self.eps])
+        return np.asarray(self.cols.rewards[self.cols.step_rows(self.start)])
 
     def observations(self, which: np.ndarray) -> np.ndarray:
         """The observations of episodes ``which`` (ascending), concatenated."""
-        if self.cols is not None:
-            return self.cols.select(which + self.start).observations()
-        return np.concatenate([self.eps[g].observations for g in which.tolist()])
+        return self.cols.select(which + self.start).observations()
 
-    def actions(self, which: np.ndarray) -> np.ndarray | None:
-        """The actions of episodes ``which`` concatenated, or None if their layouts differ."""
-        if self.cols is not None:
-            sel = self.cols.select(which + self.start)
-            return sel.actions[sel.step_rows()]
-        acts = [self.eps[g].actions for g in which.tolist()]
-        if len({(a.dtype, a.shape[1:]) for a in acts}) != 1:
-            return None
-        return np.concatenate(acts)
+    def actions(self, which: np.ndarray) -> np.ndarray:
+        """The actions of episodes ``which`` concatenated."""
+        sel = self.cols.select(which + self.start)
+        return np.asarray(sel.actions[sel.step_rows()])
 
 
 def _none_per_episode(bad: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     """Per segment ``bounds[k]:bounds[k + 1]`` of ``bad`` (bools): True where none is set."""
     counts = np.zeros(len(bad) + 1, np.int64)
     np.cumsum(bad, out=counts[1:])
-    return counts[bounds[1:]] == counts[bounds[:-1]]
+    return np.asarray(counts[bounds[1:]] == counts[bounds[:-1]])
 
 
 def _error(

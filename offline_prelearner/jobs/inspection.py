@@ -16,14 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ReadConfig, ValidateConfig
+from ..config import OnInvalid, ReadConfig, ValidateConfig
 from ..episodes import columns as C
 from ..episodes import observations as O
 from ..episodes.dedupe import Deduplicator
+from ..episodes.episode_columns import layout_of
 from ..episodes.ledger import EpisodeBatch
 from ..episodes.stitch import stitch_fragments
 from ..episodes.validate import Validator
-from ..errors import DataError, Where
+from ..errors import DataError, EpisodeValidationError, Where
 from ..io.quarantine import write_quarantine
 from ..io.readers import make_reader
 from ..io.schema import load_schema
@@ -51,10 +52,9 @@ class InspectReport:
     def to_dict(self) -> dict[str, Any]:
         """The report as a JSON-able dict: the ledger, episode length and return statistics, and the
         files read."""
-        eps = self.batch.episodes
+        cols = self.batch.columns
         led = self.batch.ledger
-        lens = np.array([len(e) for e in eps], dtype=np.int64)
-        rets = np.array([e.total_reward for e in eps], dtype=np.float64)
+        lens, rets = cols.length, cols.returns()
 
         def stats(a: np.ndarray) -> dict[str, float] | None:
             if a.size == 0:
@@ -66,7 +66,7 @@ class InspectReport:
                 "std": float(a.std()),
             }
 
-        first = eps[0] if eps else None
+        first = cols.episode(0) if len(cols) else None
         return {
             "path": self.path,
             "format": self.format,
@@ -75,11 +75,11 @@ class InspectReport:
             "files_unreadable": self.files_unreadable,
             "per_file": self.per_file,
             "rows": led.rows_in,
-            "episodes": len(eps),
+            "episodes": len(cols),
             "timesteps": int(lens.sum()),
-            "terminated": sum(e.terminated for e in eps),
-            "truncated": sum(e.truncated for e in eps),
-            "not_done": sum(not e.is_done for e in eps),
+            "terminated": int(cols.terminated.sum()),
+            "truncated": int(cols.truncated.sum()),
+            "not_done": int((~cols.done).sum()),
             "duplicates": led.episodes_duplicate,
             "duplicate_rows": led.rows_duplicate,
             "rejected": dict(sorted(led.rows_rejected.items())),
@@ -92,15 +92,16 @@ class InspectReport:
             "return": stats(rets),
             "quarantine_file": self.quarantine_file,
             "seconds": round(self.seconds, 4),
-            "episode_stats": [
-                {
-                    "id": _jsonable_id(e.id),
-                    "len": len(e),
-                    "return": e.total_reward,
-                    "terminated": e.terminated,
-                    "truncated": e.truncated,
-                }
-                for e in eps
+            "episode_stats": [  # the report lists every episode: one entry each
+                {"id": _jsonable_id(i), "len": n, "return": r, "terminated": t, "truncated": u}
+                for i, n, r, t, u in zip(
+                    cols.ids,
+                    lens.tolist(),
+                    rets.tolist(),
+                    cols.terminated.tolist(),
+                    cols.truncated.tolist(),
+                    strict=True,
+                )
             ],
         }
 
@@ -166,12 +167,12 @@ def inspect_path(
         # Old-stack JSON lines through the reader's own parser: its errors name the line.
         got = by_line(f) if by_line is not None else reader.read(table, source=f)
         tally.read(f, got.ledger.rows_in if table is None else table.num_rows, got)
-        total.extend(got)
+        _extend(total, got, read.on_invalid, f)
         if progress is not None:
             progress(i + 1, len(files), f)
     finish = getattr(reader, "finish", None)  # rows a reader held for a next row that never came
     if finish is not None:
-        total.extend(finish())
+        _extend(total, finish(), read.on_invalid, None)
     batch = stitch_fragments(total, read.on_invalid)
     batch = Validator(validate, read.on_invalid).validate(batch)
     duplicate = batch.ledger.rows_duplicate
@@ -195,6 +196,28 @@ def inspect_path(
         seconds=time.perf_counter() - start,
         per_file=tally.to_list(),
     )
+
+
+def _extend(total: EpisodeBatch, got: EpisodeBatch, policy: OnInvalid, file: str | None) -> None:
+    """``got`` appended to ``total``; a file whose episodes have another layout than those read
+    before (one batch holds one layout) has them refused under ``policy`` (reason
+    ``obs_shape``, as validation would), each naming its file and episode."""
+    try:
+        total.extend(got)
+        return
+    except ValueError:
+        pass
+    first = total.columns.episode(0)
+    for ep, rows in zip(got.columns.iter_episodes(), got.source_rows.tolist(), strict=True):
+        err = EpisodeValidationError(  # an error path: one per refused episode
+            f"episode layout {layout_of(ep)} differs from {layout_of(first)}, that of episode "
+            f"{first.id!r} read before",
+            Where(file=file, episode_id=ep.id),
+            reason="obs_shape",
+        )
+        total.reject(err, rows, episode=ep, policy=policy)
+    got.keep_only(np.zeros(len(got), bool))
+    total.extend(got)
 
 
 class _Tally:

@@ -168,7 +168,7 @@ def report(
     validate = validate or ValidateConfig()
     found = inspect_path(path, read, validate, quarantine_dir=quarantine_dir, progress=progress)
     d = found.to_dict()
-    episodes = found.batch.episodes
+    episodes = found.batch.columns
     obs_space, act_space = _spaces(os.fspath(path), validate, found.batch.declared_spaces)
     c = Collector(len(episodes), obs_space, act_space)
     for chunk in chunks(episodes):

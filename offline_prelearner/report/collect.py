@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 
 from ..episodes import observations as O
-from ..episodes.episode import Episode
+from ..episodes.episode_columns import EpisodeColumns
 from ..spaces import leaf_spaces
 from .stats import Moments, OutOfBounds, Sample
 
@@ -116,23 +116,27 @@ class LeafStats:
         return 0 if oob is None or oob.count is None else int(oob.count.sum())
 
 
-def chunks(episodes: list[Episode]) -> Iterator[list[Episode]]:
+def chunks(columns: EpisodeColumns) -> Iterator[EpisodeColumns]:
     """The episodes in order, a chunk of at most :data:`CHUNK_EPISODES` episodes or about
-    :data:`CHUNK_BYTES` of observations at a time."""
-    if not episodes:
+    :data:`CHUNK_BYTES` of observations at a time.
+
+    Args:
+        columns: The kept episodes.
+
+    Returns:
+        An iterator of tables sharing the arrays of ``columns``.
+    """
+    if not len(columns):
         return
-    per_step = max(
-        sum(a.nbytes // max(len(a), 1) for a in O.leaves(episodes[0].observations).values()), 1
-    )
-    lengths = np.fromiter((len(e) + 1 for e in episodes), np.int64, len(episodes))
+    per_step = max(columns.obs.dtype.itemsize * int(np.prod(columns.obs.shape[1:])), 1)
     room = max(CHUNK_BYTES // per_step, 1)  # observations per chunk
-    ends = np.cumsum(lengths)
+    ends = np.cumsum(columns.length + 1)
     lo = 0
-    while lo < len(episodes):
+    while lo < len(columns):
         base = ends[lo - 1] if lo else 0
         hi = int(np.searchsorted(ends, base + room, side="right"))
         hi = min(max(hi, lo + 1), lo + CHUNK_EPISODES)
-        yield episodes[lo:hi]
+        yield columns.select(np.arange(lo, hi))
         lo = hi
 
 
@@ -170,16 +174,16 @@ class Collector:
             np.linspace(0, max(episodes - 1, 0), min(FRAMES, episodes)).astype(int).tolist()
         )
 
-    def add(self, chunk: list[Episode]) -> None:
+    def add(self, chunk: EpisodeColumns) -> None:
         """Adds a chunk of episodes (in episode order).
 
         Args:
             chunk: The episodes.
         """
-        if not chunk:
+        if not len(chunk):
             return
-        actions = np.concatenate([e.actions for e in chunk])
-        rewards = np.concatenate([e.rewards for e in chunk])
+        steps = chunk.step_rows()
+        actions, rewards = chunk.actions[steps], chunk.rewards[steps]
         self._per_episode(chunk, rewards)
         self._observations(chunk)
         if self.actions is None:
@@ -191,9 +195,9 @@ class Collector:
         self._count_actions(actions)
         self.seen += len(chunk)
 
-    def _per_episode(self, chunk: list[Episode], rewards: np.ndarray) -> None:
+    def _per_episode(self, chunk: EpisodeColumns, rewards: np.ndarray) -> None:
         n = len(chunk)
-        lengths = np.fromiter((len(e) for e in chunk), np.int64, n)
+        lengths = chunk.length
         starts = np.cumsum(lengths) - lengths
         returns = np.zeros(n)
         has = lengths > 0
@@ -202,7 +206,7 @@ class Collector:
         self.lengths.append(lengths)
         self.returns.append(returns)
         codes = np.zeros(n, np.int64)
-        keys = [e.module_id if e.module_id is not None else e.agent_id for e in chunk]
+        keys = [m if m is not None else a for m, a in zip(chunk.modules, chunk.agents, strict=True)]
         if any(k is not None for k in keys) or self.groups:
             if not self.groups and len(self.lengths) > 1:  # the chunks before: all "default"
                 self.groups["default"] = 0
@@ -211,11 +215,12 @@ class Collector:
                 codes[i] = self.groups.setdefault(label, len(self.groups))
         self.group_codes.append(codes)
 
-    def _observations(self, chunk: list[Episode]) -> None:
-        first = chunk[0].observations
-        for path in O.leaves(first):
-            arrays = [O.leaves(e.observations)[path] for e in chunk]
-            x = np.concatenate(arrays)
+    def _observations(self, chunk: EpisodeColumns) -> None:
+        obs = chunk.observations()
+        leaves = O.record_leaves(obs) if chunk.composite else {"": obs}
+        n = chunk.length + 1
+        middle = (np.cumsum(n) - n + n // 2).tolist()  # each episode's middle observation
+        for path, x in leaves.items():
             name = "obs" if path == "" else f"obs{O.SEP}{path}"
             leaf = self.leaves.get(name)
             if leaf is None:
@@ -223,9 +228,9 @@ class Collector:
                 self.leaves[name] = leaf
             leaf.update(x)
             if leaf.image:
-                for k, a in enumerate(arrays):
+                for k, at in enumerate(middle):
                     if self.seen + k in self._frame_at and len(leaf.frames) < FRAMES:
-                        leaf.frames.append(np.array(a[len(a) // 2]))
+                        leaf.frames.append(np.array(x[at]))
 
     def _count_actions(self, actions: np.ndarray) -> None:
         if self.action_counts is None:

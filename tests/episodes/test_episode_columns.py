@@ -1,125 +1,145 @@
-"""Batches held as shared columns (``EpisodeColumns``) through validation and de-duplication.
+"""Episodes held as shared columns (``EpisodeColumns``), the one carrier from reader to buffer.
 
-The rows reader hands a batch over as columns; ``Validator.validate`` and
-``Deduplicator.dedupe`` then work on the columns without building objects. The reference is the
-same batch held as objects: for random mixes of good and bad episodes (one column layout, as a
-reader's batch has) and episodes sent again, both forms must keep the same episodes and record
-the same rejections, duplicates, ledger and warnings. The prelearner's columnar path must emit
-exactly what its object path emits, on real recorded rows.
+Episode views of the columns are the episodes given, and read-only; composite observations and
+infos travel in the columns; the per-episode helpers (``iter_episodes``, ``map_episodes``,
+``join_fragments``) rebuild what they are given; split and assembled observations read alike.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from conftest import REPO
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_validate_batch import episode, outcome, validate_configs, validator
 
-from offline_prelearner.config import PreLearnerConfig
-from offline_prelearner.episodes.dedupe import Deduplicator
+from offline_prelearner.episodes import observations as O
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.episode_columns import EpisodeColumns
-from offline_prelearner.episodes.ledger import EpisodeBatch, Ledger
-from offline_prelearner.episodes.validate import Validator
-from offline_prelearner.prelearner import OfflinePreLearner
-
-#: The kinds of test_validate_batch that keep one column layout (a reader's batch has one).
-SAME_LAYOUT = [
-    "good", "good", "good", "good", "short", "empty", "bad_t", "open", "nan_reward",
-    "inf_reward", "nan_obs", "obs_out", "act_out",
-]  # fmt: skip
+from offline_prelearner.errors import EpisodeValidationError
 
 
-def columns_batch(eps: list[Episode]) -> EpisodeBatch:
-    n = sum(len(e) for e in eps)
-    batch = EpisodeBatch(ledger=Ledger(rows_in=n))
-    if eps:
-        batch.add_columns(EpisodeColumns.from_episodes(eps))
-    return batch
+def _episodes(lengths: list[int], seed: int = 0, **kw: Any) -> list[Episode]:
+    rng = np.random.default_rng(seed)
+    return [
+        Episode(
+            id=f"e{k}",
+            observations=rng.standard_normal((n + 1, 3)).astype(np.float32),
+            actions=rng.integers(0, 2, n),
+            rewards=rng.random(n),
+            terminated=k % 2 == 0,
+            truncated=k % 2 == 1,
+            t_started=k,
+            extras={"logp": rng.random(n).astype(np.float32)},
+            **kw,
+        )
+        for k, n in enumerate(lengths)
+    ]
 
 
-def objects_batch(eps: list[Episode]) -> EpisodeBatch:
-    rows = [len(e) for e in eps]
-    return EpisodeBatch(list(eps), rows, Ledger(rows_in=sum(rows)))
-
-
-@st.composite
-def cases(draw: st.DrawFn) -> tuple[dict[str, Any], list[list[Episode]]]:
-    cfg = draw(validate_configs())
-    out: list[list[Episode]] = []
-    sent: list[Episode] = []
-    k = 0
-    for _ in range(draw(st.integers(1, 3))):
-        batch: list[Episode] = []
-        for kind, n in draw(
-            st.lists(
-                st.tuples(st.sampled_from([*SAME_LAYOUT, "again"]), st.integers(1, 8)), max_size=25
-            )
-        ):
-            if kind == "again" and sent:  # sent before: a duplicate (or a repeat in this batch)
-                ep = draw(st.sampled_from(sent))
-            else:
-                ep = episode("good" if kind == "again" else kind, k := k + 1, n)
-            if all(e.id != ep.id for e in batch):  # a reader never gives one key twice a batch
-                batch.append(ep)
-                sent.append(ep)
-        out.append(batch)
-    return cfg, out
-
-
-def run(v: Validator, d: Deduplicator, batch: EpisodeBatch) -> None:
-    d.dedupe(v.validate(batch))
-
-
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cases())
-def test_columns_validate_and_dedupe_like_objects(
-    case: tuple[dict[str, Any], list[list[Episode]]],
-) -> None:
-    cfg, batches = case
-    fast = (validator(cfg), Deduplicator())
-    slow = (validator(cfg), Deduplicator())
-    for eps in batches:
-        a, b = columns_batch(eps), objects_batch(eps)
-        got = outcome(fast[0], lambda v, x: run(v, fast[1], x), a)
-        want = outcome(slow[0], lambda v, x: run(v, slow[1], x), b)
-        assert got == want
-        if got["raised"]:
-            break
-
-
-class ObjectPath(OfflinePreLearner):
-    """The same prelearner, forced onto the per-object path (its columnar hook declines)."""
-
-    def postprocess_columns(self, columns: EpisodeColumns) -> None:
-        return None
-
-
-@pytest.mark.parametrize(
-    "updates",
-    [{}, {"n_step": 3}, {"buffer.kind": "prioritized", "buffer.capacity": 3000}],
-    ids=["uniform", "nstep3", "prioritized-small"],
-)
-def test_prelearner_columnar_path_emits_what_the_object_path_emits(updates: dict[str, Any]) -> None:
-    table = pq.read_table(sorted((REPO / "datasets/cartpole-v1/rows").glob("*.parquet")))
-    cfg = PreLearnerConfig().with_updates(
-        {"read.format": "rows", "train_batch_size": 64, **updates}
+def assert_same(a: Episode, b: Episode) -> None:
+    assert (a.id, a.agent_id, a.module_id, a.t_started) == (
+        b.id,
+        b.agent_id,
+        b.module_id,
+        b.t_started,
     )
-    fast, slow = OfflinePreLearner(cfg), ObjectPath(cfg)
-    for start in range(0, table.num_rows, 700):  # batch edges cut episodes: fragments too
-        part = table.slice(start, 700)
-        got, want = list(fast(part)), list(slow(part))
-        assert len(got) == len(want)
-        for g, w in zip(got, want, strict=True):
-            assert g.keys() == w.keys()
-            for k in g:
-                np.testing.assert_array_equal(g[k], w[k], err_msg=k)
-    assert fast.stats() == slow.stats()
+    assert (a.terminated, a.truncated, a.infos) == (b.terminated, b.truncated, b.infos)
+    assert O.same(a.observations, b.observations)
+    for x, y in [(a.actions, b.actions), (a.rewards, b.rewards)] + [
+        (a.extras[k], b.extras[k]) for k in b.extras
+    ]:
+        assert x.dtype == y.dtype and np.array_equal(x, y)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_episode_views_are_the_episodes_given_and_read_only(split: bool) -> None:
+    eps = _episodes([3, 1, 0, 5])
+    cols = EpisodeColumns.from_episodes(eps, split=split)
+    views = list(cols.iter_episodes())
+    assert len(views) == len(cols) == 4
+    for view, ep in zip(views, eps, strict=True):
+        assert_same(view, ep)
+        for arr in (view.observations, view.actions, view.rewards, view.extras["logp"]):
+            assert not arr.flags.writeable
+        with pytest.raises(ValueError, match="read-only"):
+            view.rewards[:] = 0.0
+    np.testing.assert_allclose(cols.returns(), [e.total_reward for e in eps], rtol=1e-12)
+
+
+def test_composite_observations_and_infos_travel_in_columns() -> None:
+    rng = np.random.default_rng(1)
+    eps = [
+        Episode(
+            id=k,
+            observations={"pos": rng.random((n + 1, 2)), "img": rng.integers(0, 9, (n + 1, 4, 4))},
+            actions=np.arange(n),
+            rewards=np.ones(n),
+            infos=[{"k": k, "t": t} for t in range(n + 1)] if k != 1 else None,
+        )
+        for k, n in enumerate([2, 4, 1])
+    ]
+    cols = EpisodeColumns.from_episodes(eps)
+    assert cols.composite and cols.obs.dtype.names == ("pos", "img")
+    for view, ep in zip(cols.iter_episodes(), eps, strict=True):
+        assert_same(view, ep)
+    joined = EpisodeColumns.concat([cols.select(np.array([2])), EpisodeColumns.empty(), cols])
+    assert [e.id for e in joined.iter_episodes()] == [2, 0, 1, 2]
+    assert joined.infos is not None and joined.infos[1] == eps[0].infos and joined.infos[2] is None
+
+
+def test_map_episodes_rebuilds_columns_from_what_fn_returns() -> None:
+    eps = _episodes([4, 2, 3])
+    cols = EpisodeColumns.from_episodes(eps, split=True)
+
+    def scaled(ep: Episode) -> Episode:
+        return Episode(
+            id=ep.id, observations=ep.observations, actions=ep.actions, rewards=ep.rewards * 2,
+            terminated=ep.terminated, truncated=ep.truncated, t_started=ep.t_started,
+            extras={**ep.extras, "ret": np.cumsum(ep.rewards[::-1])[::-1]},
+        )  # fmt: skip
+
+    out = cols.map_episodes(scaled)
+    assert out.last_obs is not None and list(out.extras) == ["logp", "ret"]
+    for view, ep in zip(out.iter_episodes(), eps, strict=True):
+        assert np.array_equal(view.rewards, ep.rewards * 2)
+        assert np.array_equal(view.observations, ep.observations)
+    assert cols.map_episodes(lambda e: e) is not cols  # the identity still copies once
+    assert EpisodeColumns.empty().map_episodes(scaled).ids == []
+
+
+@pytest.mark.parametrize("cuts", [[], [3], [1, 2, 6]])
+def test_join_fragments_gives_back_the_episode(cuts: list[int]) -> None:
+    (ep,) = _episodes([7], seed=3)
+    bounds = [0, *cuts, 7]
+    parts = [EpisodeColumns.from_episodes([ep.slice(a, b)]) for a, b in itertools.pairwise(bounds)]
+    (joined,) = EpisodeColumns.join_fragments(parts).iter_episodes()
+    assert_same(joined, ep)
+
+
+def test_join_fragments_refuses_what_does_not_continue() -> None:
+    (ep,) = _episodes([6])
+    a, b = ep.slice(0, 2), ep.slice(3)  # a step missing between them
+    with pytest.raises(EpisodeValidationError, match="do not continue"):
+        EpisodeColumns.join_fragments([EpisodeColumns.from_episodes([x]) for x in (a, b)])
+    with pytest.raises(ValueError, match="exactly one episode"):
+        EpisodeColumns.join_fragments([EpisodeColumns.from_episodes([ep, ep])])
+
+
+def test_episodes_of_another_layout_cannot_share_columns() -> None:
+    eps = _episodes([2, 3])
+    other = Episode(id="x", observations=np.zeros((3, 4), np.float32), actions=np.zeros(2, int),
+                    rewards=np.zeros(2), extras={"logp": np.zeros(2, np.float32)})  # fmt: skip
+    with pytest.raises(ValueError, match="different layouts"):
+        EpisodeColumns.from_episodes([*eps, other])
+    with pytest.raises(ValueError, match="dtypes or step shapes"):
+        EpisodeColumns.concat(
+            [EpisodeColumns.from_episodes(eps), EpisodeColumns.from_episodes([other])]
+        )
 
 
 # ---------------------------------------------------------------------------- split observations
@@ -193,11 +213,11 @@ def test_rows_reader_hands_over_split_observations_and_the_buffer_stores_the_sam
     table = pq.read_table(sorted((REPO / "datasets/cartpole-v1/rows").glob("*.parquet"))[0])
     batch = make_reader(ReadConfig()).read(table)
     cols = batch.columns
-    assert cols is not None and cols.last_obs is not None
+    assert cols.last_obs is not None
     a = EpisodeReplayBuffer(10_000, Uniform(), Transition(), seed=0)
     b = EpisodeReplayBuffer(10_000, Uniform(), Transition(), seed=0)
-    a.add(cols)
-    b.add(cols.episodes())
+    a.add_columns(cols)
+    b.add(list(cols.iter_episodes()))
     sa, sb = a.sample(500), b.sample(500)
     for k in ("obs", "new_obs", "actions", "rewards"):
         assert (np.asarray(sa[k]) == np.asarray(sb[k])).all()

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from offline_prelearner.episodes.episode import Episode
+from offline_prelearner.episodes.episode_columns import EpisodeColumns
 from offline_prelearner.episodes.ledger import EpisodeBatch
 from offline_prelearner.episodes.stitch import stitch_fragments
 from offline_prelearner.errors import EpisodeValidationError
@@ -44,9 +45,7 @@ def test_cut_and_shuffled_fragments_join_back(specs, rnd) -> None:
         bounds = [0, *points, n]
         frags += [ep.slice(a, b) for a, b in itertools.pairwise(bounds)]
     rnd.shuffle(frags)
-    batch = EpisodeBatch()
-    for f in frags:
-        batch.add(f, len(f))
+    batch = EpisodeBatch(EpisodeColumns.from_episodes(frags))
     batch.ledger.rows_in = sum(len(f) for f in frags)
     out = stitch_fragments(batch)
     got = {e.id: e for e in out.episodes}
@@ -60,9 +59,7 @@ def test_cut_and_shuffled_fragments_join_back(specs, rnd) -> None:
 
 def test_overlapping_copies_stay_apart_for_the_deduplicator() -> None:
     ep = _episode("x", 5)
-    batch = EpisodeBatch()
-    batch.add(ep, 5)
-    batch.add(ep, 5)
+    batch = EpisodeBatch(EpisodeColumns.from_episodes([ep, ep]), [5, 5])
     out = stitch_fragments(batch)
     assert len(out.episodes) == 2 and out.ledger.rows_kept == 10
 
@@ -79,14 +76,12 @@ def test_boundary_mismatch_is_rejected_by_policy() -> None:
         terminated=True,
     )
     for policy in ("raise", "skip"):
-        batch = EpisodeBatch()
-        batch.add(a, 4)
-        batch.add(b, 3)
+        batch = EpisodeBatch(EpisodeColumns.from_episodes([a, b]), [4, 3])
         batch.ledger.rows_in = 7
         if policy == "raise":
             with pytest.raises(EpisodeValidationError, match="first observation differs"):
                 stitch_fragments(batch, policy)
         else:
             out = stitch_fragments(batch, policy)
-            assert out.episodes == [] and out.ledger.rows_rejected == {"inconsistent": 7}
+            assert len(out) == 0 and out.ledger.rows_rejected == {"inconsistent": 7}
             assert out.ledger.balanced()

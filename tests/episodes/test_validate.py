@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from offline_prelearner.episodes.dedupe import Deduplicator
 from offline_prelearner.episodes.episode import Episode
+from offline_prelearner.episodes.episode_columns import EpisodeColumns, layout_of
 from offline_prelearner.episodes.ledger import EpisodeBatch, Ledger
 from offline_prelearner.episodes.validate import (
     OddDataWarning,
@@ -55,9 +56,14 @@ def make_episode(
     )
 
 
+def numbered(ep: Episode, i: int) -> Episode:
+    """``ep`` with its place in a stream as its module id (what a test follows it by)."""
+    return Episode(**{**{k: getattr(ep, k) for k in Episode.__slots__}, "module_id": i})
+
+
 def make_batch(episodes: list[Episode], source_rows: list[int] | None = None) -> EpisodeBatch:
     rows = source_rows if source_rows is not None else [len(e) for e in episodes]
-    return EpisodeBatch(list(episodes), list(rows), Ledger(rows_in=sum(rows)))
+    return EpisodeBatch(EpisodeColumns.from_episodes(episodes), rows, Ledger(rows_in=sum(rows)))
 
 
 def run(episodes: list[Episode], policy: str = "skip", **cfg: Any) -> EpisodeBatch:
@@ -169,11 +175,16 @@ def test_non_finite_reward_passes_when_check_is_off_and_int_rewards_pass() -> No
     assert len(run([make_episode("i", 2, rewards=np.array([1, 2]))], "raise").episodes) == 1
 
 
-def test_obs_shape_must_agree_within_a_batch() -> None:
+def test_obs_shape_must_agree_with_the_first_episode_accepted() -> None:
+    """A batch holds one layout (a reader refuses another within a batch); the next batch's
+    observations must have the shape of the first episode accepted."""
     odd = make_episode("b", obs=np.zeros((5, 3), np.float32))
+    with pytest.raises(ValueError, match="different layouts"):
+        make_batch([make_episode("a"), odd])
     v = Validator(ValidateConfig())
+    v.validate(make_batch([make_episode("a")]))
     with pytest.raises(EpisodeValidationError) as info:
-        v.validate(make_batch([make_episode("a"), odd]))
+        v.validate(make_batch([odd]))
     err = info.value
     assert err.reason == "obs_shape" and err.where.episode_id == "b" and err.where.column == "obs"
     assert "(3,)" in str(err) and "expected (4,)" in str(err) and "episode 'a'" in str(err)
@@ -188,18 +199,21 @@ def test_obs_shape_and_dtype_must_agree_with_the_first_batch_seen() -> None:
         make_episode("shape", obs=np.zeros((5, 4, 1), np.float32)),
         make_episode("dtype", obs=np.zeros((5, 4), np.float64)),
     ]
-    out = v.validate(make_batch(later))
-    assert [e.id for e in out.episodes] == ["ok"]
-    assert reasons(out) == {"obs_shape": 1, "obs_dtype": 1}
-    msgs = {r.reason: str(r.error) for r in out.rejections}
+    outs = [v.validate(make_batch([ep])) for ep in later]  # one layout a batch
+    assert [e.id for out in outs for e in out.episodes] == ["ok"]
+    assert [reasons(out) for out in outs] == [{}, {"obs_shape": 1}, {"obs_dtype": 1}]
+    msgs = {r.reason: str(r.error) for out in outs for r in out.rejections}
     assert "float64" in msgs["obs_dtype"] and "expected float32" in msgs["obs_dtype"]
     assert "episode 'dtype'" in msgs["obs_dtype"]
 
 
 def test_rejected_episode_does_not_set_the_expected_obs() -> None:
     bad = make_episode("bad", obs=np.zeros((5, 3), np.float32), terminated=False)
-    out = run([bad, make_episode("good")])
-    assert [e.id for e in out.episodes] == ["good"] and reasons(out) == {"not_done": 1}
+    v = Validator(ValidateConfig(), "skip")
+    first = v.validate(make_batch([bad]))
+    out = v.validate(make_batch([make_episode("good")]))
+    assert reasons(first) == {"not_done": 1} and v.expected_obs == ((4,), np.dtype(np.float32))
+    assert [e.id for e in out.episodes] == ["good"] and reasons(out) == {}
 
 
 def test_non_finite_obs_rejected_only_when_asked() -> None:
@@ -384,7 +398,9 @@ def test_quarantine_keeps_the_episode_rows_with_the_reason(tmp_path: Path) -> No
     out = run([make_episode("g"), bad, nan], "quarantine", action_space=gym.spaces.Discrete(2))
     assert [r.reason for r in out.rejections] == ["out_of_space", "nan_reward"]
     # Validation hands back the refused episode; the quarantine writer makes it rows.
-    assert out.rejections[0].episode is bad and out.rejections[0].rows is None
+    refused = out.rejections[0].episode
+    assert refused is not None and out.rejections[0].rows is None
+    assert refused.id == bad.id and np.array_equal(refused.actions, bad.actions)
     rows = quarantine_rows(out.rejections[0])
     assert rows is not None and rows.equals(episodes_to_rows([bad]))
     path = write_quarantine(out.rejections, tmp_path / "q")
@@ -427,11 +443,22 @@ def test_ledger_balances_on_random_mixes(
         for e, r, k, d in zip(eps, rows, kinds, [*dup, False], strict=False)
         if k == "good" and d
     ]
-    batch = make_batch(eps + [e for e, _ in extra], rows + [r for _, r in extra])
+    held = eps + [e for e, _ in extra]
+    held_rows = rows + [r for _, r in extra]
     cfg = ValidateConfig(action_space=gym.spaces.Discrete(2))
-    out = Deduplicator().dedupe(Validator(cfg, policy).validate(batch))
+    v, d, led = Validator(cfg, policy), Deduplicator(), Ledger()
+    kept: list[Any] = []
+    rejections = []
+    # A batch holds one layout: the good episodes' batch first, then each other layout's.
+    for lay in dict.fromkeys(layout_of(e) for e in held):
+        pick = [i for i, e in enumerate(held) if layout_of(e) == lay]
+        out = d.dedupe(
+            v.validate(make_batch([held[i] for i in pick], [held_rows[i] for i in pick]))
+        )
+        led += out.ledger
+        kept += [e.id for e in out.episodes]
+        rejections += out.rejections
 
-    led = out.ledger
     assert led.balanced()
     assert led.rows_in == led.rows_kept + sum(led.rows_rejected.values()) + led.rows_duplicate
     expect_rows: dict[str, int] = {}
@@ -441,11 +468,9 @@ def test_ledger_balances_on_random_mixes(
     assert dict(led.rows_rejected) == {k: v for k, v in expect_rows.items()}
     assert led.episodes_duplicate == len(extra)
     assert led.rows_duplicate == sum(r for _, r in extra)
-    assert [e.id for e in out.episodes] == [
-        e.id for e, k in zip(eps, kinds, strict=True) if k == "good"
-    ]
+    assert kept == [e.id for e, k in zip(eps, kinds, strict=True) if k == "good"]
     if policy == "quarantine":
-        path = write_quarantine(out.rejections, tmp_path / "q")
+        path = write_quarantine(rejections, tmp_path / "q")
         n_rows = sum(len(e) for e, k in zip(eps, kinds, strict=True) if k != "good")
         assert (0 if path is None else pq.read_metadata(path).num_rows) == n_rows
 
@@ -538,23 +563,25 @@ streams = st.lists(
 def test_dedup_matches_plain_loop_reference(
     stream: list[tuple[str, str, int, int]], cuts: list[int], max_ids: int | None
 ) -> None:
-    eps = [make_episode(e, n, agent_id=a, t_started=s) for e, a, s, n in stream]
+    eps = [numbered(make_episode(e, n, agent_id=a, t_started=s), i)
+           for i, (e, a, s, n) in enumerate(stream)]  # fmt: skip
     d = Deduplicator(max_ids=max_ids)
-    kept: list[Episode] = []
+    kept: list[int] = []
     bounds = [0, *sorted(c for c in cuts if c < len(eps)), len(eps)]
     for lo, hi in itertools.pairwise(bounds):  # the stream split into batches
         out = d.dedupe(make_batch(eps[lo:hi]))
         assert out.ledger.balanced()
-        kept.extend(out.episodes)
-    expected = [e for e, k in zip(eps, reference_dedup(stream, max_ids), strict=True) if k]
-    assert [id(e) for e in kept] == [id(e) for e in expected]
+        kept.extend(out.columns.modules)  # each episode's place in the stream
+    expected = [i for i, k in enumerate(reference_dedup(stream, max_ids)) if k]
+    assert kept == expected
 
 
 @settings(max_examples=100, deadline=None)
 @given(stream=streams)
 def test_dedup_is_idempotent(stream: list[tuple[str, str, int, int]]) -> None:
-    eps = [make_episode(e, n, agent_id=a, t_started=s) for e, a, s, n in stream]
+    eps = [numbered(make_episode(e, n, agent_id=a, t_started=s), i)
+           for i, (e, a, s, n) in enumerate(stream)]  # fmt: skip
     once = Deduplicator().dedupe(make_batch(eps))
     twice = Deduplicator().dedupe(make_batch(once.episodes))
-    assert [id(e) for e in twice.episodes] == [id(e) for e in once.episodes]
+    assert twice.columns.modules == once.columns.modules
     assert twice.ledger.episodes_duplicate == 0

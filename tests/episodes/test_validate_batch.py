@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from offline_prelearner.config import ValidateConfig
 from offline_prelearner.episodes.episode import Episode
+from offline_prelearner.episodes.episode_columns import EpisodeColumns, layout_of
 from offline_prelearner.episodes.ledger import EpisodeBatch, Ledger
 from offline_prelearner.episodes.validate import Validator
 from offline_prelearner.errors import EpisodeValidationError
@@ -86,7 +87,7 @@ def reference(v: Validator, batch: EpisodeBatch) -> EpisodeBatch:
             failed.append((i, error))
     for i, error in failed:
         refused = batch.episodes[i] if policy == "quarantine" else None
-        batch.reject(error, batch.source_rows[i], episode=refused, policy=policy)
+        batch.reject(error, int(batch.source_rows[i]), episode=refused, policy=policy)
     batch.keep_only(keep)
     return batch
 
@@ -169,10 +170,13 @@ def test_batched_validation_equals_checking_each_episode(
 def batched_equals_each_episode(cfg: dict[str, Any], batches: list[list[Episode]]) -> None:
     """The batched validation and the per-episode reference, fed the same batches in turn,
     keep, reject, warn and raise alike (until the first raise)."""
-    fast, slow = validator(cfg), validator(cfg)
-    for eps in batches:
+    fast, slow = Validator(ValidateConfig(**cfg)), Validator(ValidateConfig(**cfg))
+    for eps in (run for b in batches for run in layout_runs(b)):
         rows = [len(e) + 1 for e in eps]
-        a, b = (EpisodeBatch(list(eps), list(rows), Ledger(rows_in=sum(rows))) for _ in "ab")
+        a, b = (
+            EpisodeBatch(EpisodeColumns.from_episodes(eps), rows, Ledger(rows_in=sum(rows)))
+            for _ in "ab"
+        )
         got = outcome(fast, Validator.validate, a)
         want = outcome(slow, reference, b)
         assert got == want
@@ -180,11 +184,16 @@ def batched_equals_each_episode(cfg: dict[str, Any], batches: list[list[Episode]
             break
 
 
-def validator(cfg: dict[str, Any]) -> Validator:
-    """A validator of the checks in ``cfg`` and its ``on_invalid`` policy (given beside them)."""
-    checks = dict(cfg)
-    policy = checks.pop("on_invalid", "raise")
-    return Validator(ValidateConfig(**checks), policy)
+def layout_runs(eps: list[Episode]) -> list[list[Episode]]:
+    """``eps`` cut where the layout changes: a batch holds one layout (a reader refuses another
+    within a batch), so a mix of layouts reaches validation as consecutive batches."""
+    runs: list[list[Episode]] = []
+    for ep in eps:
+        if runs and layout_of(runs[-1][-1]) == layout_of(ep):
+            runs[-1].append(ep)
+        else:
+            runs.append([ep])
+    return runs
 
 
 def test_a_clean_batch_never_calls_check() -> None:
@@ -205,6 +214,8 @@ def test_a_clean_batch_never_calls_check() -> None:
         "skip",
     )
     eps = [episode("good", k, 5) for k in range(20)] + [episode("nan_reward", 99, 5)]
-    batch = v.validate(EpisodeBatch(eps, [6] * 21, Ledger(rows_in=126)))
+    batch = v.validate(
+        EpisodeBatch(EpisodeColumns.from_episodes(eps), [6] * 21, Ledger(rows_in=126))
+    )
     assert calls == ["good-0", "nan_reward-99"]
     assert len(batch.episodes) == 20 and batch.ledger.balanced()

@@ -14,6 +14,7 @@ from test_validate_batch import batched_equals_each_episode, draw_batches
 
 from offline_prelearner.config import ValidateConfig
 from offline_prelearner.episodes.episode import Episode
+from offline_prelearner.episodes.episode_columns import EpisodeColumns
 from offline_prelearner.episodes.ledger import EpisodeBatch, Ledger
 from offline_prelearner.episodes.validate import SpaceCheck, Validator
 from offline_prelearner.errors import EpisodeValidationError
@@ -110,7 +111,9 @@ def test_a_clean_composite_batch_never_calls_check() -> None:
 
     v = Counting(ValidateConfig(check_finite_obs=True, observation_space=SPACE), "skip")
     eps = [episode("good", k, 5) for k in range(20)] + [episode("pos_out", 99, 5)]
-    batch = v.validate(EpisodeBatch(eps, [6] * 21, Ledger(rows_in=126)))
+    batch = v.validate(
+        EpisodeBatch(EpisodeColumns.from_episodes(eps), [6] * 21, Ledger(rows_in=126))
+    )
     assert calls == ["good-0", "pos_out-99"]  # the first fixes the layout
     assert len(batch.episodes) == 20 and batch.ledger.rows_rejected == {"out_of_space": 6}
 
@@ -119,7 +122,7 @@ def test_the_error_names_the_leaf_and_step() -> None:
     v = Validator(ValidateConfig(observation_space=SPACE))
     ep = episode("good", 1, 4)
     ep.observations["pair.1"][3, 0] = 3  # type: ignore[call-overload]
-    batch = EpisodeBatch([ep], [5], Ledger(rows_in=5))
+    batch = EpisodeBatch(EpisodeColumns.from_episodes([ep]), [5], Ledger(rows_in=5))
     try:
         v.validate(batch)
     except EpisodeValidationError as e:

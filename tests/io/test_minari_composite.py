@@ -17,6 +17,7 @@ from fixtures.make_nested_minari import LENGTHS, make_nested, nested_space
 from offline_prelearner.config import ReadConfig, ValidateConfig
 from offline_prelearner.episodes import observations as O
 from offline_prelearner.episodes.episode import Episode
+from offline_prelearner.episodes.episode_columns import EpisodeColumns
 from offline_prelearner.episodes.ledger import EpisodeBatch
 from offline_prelearner.episodes.validate import Validator
 from offline_prelearner.errors import EpisodeValidationError
@@ -126,9 +127,7 @@ def test_a_leaf_outside_its_space(
 def test_validator_checks_each_leaf(nested: dict[str, Path]) -> None:
     """``validate.observation_space`` set to a composite space: each leaf against its space."""
     eps = read_all(nested["parquet"]).episodes
-    ok = EpisodeBatch()
-    for e in eps:
-        ok.add(e, len(e))
+    ok = EpisodeBatch(EpisodeColumns.from_episodes(eps))
     Validator(ValidateConfig(observation_space=nested_space())).validate(ok)
     assert len(ok) == len(eps)
 
@@ -143,9 +142,7 @@ def test_validator_checks_each_leaf(nested: dict[str, Path]) -> None:
         terminated=bad_ep.terminated,
         truncated=bad_ep.truncated,
     )
-    batch = EpisodeBatch()
-    batch.add(eps[0], len(eps[0]))
-    batch.add(broken, len(broken))
+    batch = EpisodeBatch(EpisodeColumns.from_episodes([eps[0], broken]))
     v = Validator(ValidateConfig(observation_space=nested_space()))
     with pytest.raises(EpisodeValidationError, match=r"obs\.pair\.0 at t=4") as info:
         v.validate(batch)
@@ -155,8 +152,7 @@ def test_validator_checks_each_leaf(nested: dict[str, Path]) -> None:
     del short["pixels"]
     missing = Episode(id="m", observations=short, actions=bad_ep.actions, rewards=bad_ep.rewards,
                       terminated=True)  # fmt: skip
-    batch = EpisodeBatch()
-    batch.add(missing, len(missing))
+    batch = EpisodeBatch(EpisodeColumns.from_episodes([missing]))
     Validator(ValidateConfig(observation_space=nested_space()), "skip").validate(batch)
     assert len(batch) == 0 and batch.ledger.rows_rejected == {"obs_shape": len(missing)}
 

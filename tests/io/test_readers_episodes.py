@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from offline_prelearner.config import DecodeLimits, ReadConfig
 from offline_prelearner.episodes.episode import Episode
-from offline_prelearner.errors import DataError, DecodeError, SchemaError
+from offline_prelearner.errors import DataError, DecodeError, EpisodeValidationError, SchemaError
 from offline_prelearner.io.codec import packb
 from offline_prelearner.io.formats.episodes.reader import (
     ITEM,
@@ -139,17 +139,40 @@ def table_of(items: list[bytes | None]) -> pa.Table:
     return pa.table({ITEM: pa.array(items, type=pa.binary())})
 
 
-def assert_same_episode(a: Episode, b: Episode) -> None:
-    """Equal ids, flags, t, infos, and columns equal in value, dtype and shape."""
+def assert_same_episode(a: Episode, b: Episode, common: dict[str, Any] | None = None) -> None:
+    """Equal ids, flags, t, infos, and columns equal in value, dtype and shape; ``common``: the
+    dtypes of ``a``'s step columns (a batch holds actions, rewards and extras in the common
+    type of its episodes', :func:`common_types`)."""
     assert (a.id, a.agent_id, a.module_id) == (b.id, b.agent_id, b.module_id)
     assert (a.terminated, a.truncated, a.t_started) == (b.terminated, b.truncated, b.t_started)
     assert a.infos == b.infos
     assert sorted(a.extras) == sorted(b.extras)
-    pairs = [(a.observations, b.observations), (a.actions, b.actions), (a.rewards, b.rewards)]
-    pairs += [(a.extras[k], b.extras[k]) for k in a.extras]
+    c = common or {}
+
+    def want(name: str, x: np.ndarray) -> np.ndarray:
+        return x.astype(c[name]) if name in c else x
+
+    pairs = [
+        (a.observations, b.observations),
+        (a.actions, want("actions", b.actions)),
+        (a.rewards, want("rewards", b.rewards)),
+    ]
+    pairs += [(a.extras[k], want(k, b.extras[k])) for k in a.extras]
     for x, y in pairs:
         assert x.dtype == y.dtype and x.shape == y.shape
         assert np.array_equal(x, y, equal_nan=x.dtype.kind in "fc")
+
+
+def common_types(eps: list[Episode]) -> dict[str, Any]:
+    """The dtypes one batch holds ``eps``' actions, rewards and extras in."""
+    if not eps:
+        return {}
+    out = {
+        "actions": np.result_type(*(e.actions for e in eps)),
+        "rewards": np.result_type(*(e.rewards for e in eps)),
+    }
+    out.update({k: np.result_type(*(e.extras[k] for e in eps)) for k in eps[0].extras})
+    return out
 
 
 def reference(items: list[bytes | None]) -> tuple[list[Episode], Counter[str]]:
@@ -248,7 +271,7 @@ def test_rllib_file_decodes_twelve_done_episodes(rllib_table: pa.Table) -> None:
     assert isinstance(reader, EpisodesReader)
     out = reader.read(rllib_table, RLLIB_FILE)
     eps = out.episodes
-    assert len(eps) == 12 and out.source_rows == [1] * 12
+    assert len(eps) == 12 and out.source_rows.tolist() == [1] * 12
     assert out.ledger.rows_in == 12 and out.ledger.balanced()
     # What RLlib 2.60's own SingleAgentEpisode.from_state gives for this file (the data README's
     # "lengths 11-49" is not what the file holds).
@@ -328,10 +351,11 @@ def test_fast_path_equals_general_path(batch: tuple[list[Episode], list[bytes]])
         out = reader.read(table_of(items))
         ref, rejected = reference(items)
         assert not rejected and out.ledger.balanced()
+        common = common_types(ref)
         for a, b, orig in zip(out.episodes, ref, eps, strict=True):
-            assert_same_episode(a, b)
+            assert_same_episode(a, b, common)
             assert np.array_equal(a.observations, orig.observations)
-            assert np.array_equal(a.actions, orig.actions)
+            assert np.array_equal(a.actions, orig.actions.astype(common["actions"]))
             assert (a.id, a.t_started, a.terminated) == (orig.id, orig.t_started, orig.terminated)
 
 
@@ -364,8 +388,9 @@ def test_corrupted_records_are_handled_like_the_general_path(
     assert out.ledger.balanced() and out.ledger.rows_in == len(bad)
     assert Counter(r.reason for r in out.rejections) == rejected
     assert len(out.episodes) == len(ref)
+    common = common_types(ref)
     for a, b in zip(out.episodes, ref, strict=True):
-        assert_same_episode(a, b)
+        assert_same_episode(a, b, common)
 
 
 def test_finalized_records_written_by_us_round_trip(tmp_path: Path, make_episode: Any) -> None:
@@ -379,11 +404,36 @@ def test_finalized_records_written_by_us_round_trip(tmp_path: Path, make_episode
     pq.write_table(episodes_to_table(eps, space, gym.spaces.Discrete(4)), path)
     table = pq.read_table(path)
     reader = EpisodesReader()
-    out = reader.read(table, str(path))
-    for a, b in zip(out.episodes, eps, strict=True):
-        assert_same_episode(a, b)
+    for k, want in enumerate(eps):  # three layouts: a batch holds one, so one record a batch
+        (got,) = reader.read(table.slice(k, 1), str(path)).episodes
+        assert_same_episode(got, want)
     assert reader.observation_space == space  # the last record's space
     assert reader.action_space == gym.spaces.Discrete(4)
+
+
+@pytest.mark.parametrize("policy", ["skip", "raise"])
+def test_a_record_of_another_layout_is_refused_by_the_batch(make_episode: Any, policy: str) -> None:
+    """A batch holds one layout (the first episode's): a record of another observation shape
+    is refused under the reader's policy, naming both episodes, its row and the shapes."""
+    eps = [
+        make_episode(4, id="a"),
+        make_episode(2, id="odd", obs_shape=(2, 2)),
+        make_episode(3, id="b"),
+    ]
+    table = table_of([pack_rllib(rllib_state(e)) for e in eps])
+    reader = EpisodesReader(ReadConfig(format="episodes", on_invalid=policy))
+    if policy == "raise":
+        with pytest.raises(EpisodeValidationError, match=r"float32\[2, 2\].*'a'") as e:
+            reader.read(table, "f.parquet")
+        assert (e.value.reason, e.value.where.episode_id, e.value.where.row) == (
+            "obs_shape",
+            "odd",
+            1,
+        )
+        return
+    out = reader.read(table, "f.parquet")
+    assert [e.id for e in out.episodes] == ["a", "b"]
+    assert out.ledger.rows_rejected == {"obs_shape": 1} and out.ledger.balanced()
 
 
 def test_sliced_chunked_and_large_binary_columns(make_episode: Any) -> None:
@@ -409,7 +459,8 @@ def test_sliced_chunked_and_large_binary_columns(make_episode: Any) -> None:
 
 
 def test_more_layouts_than_the_scanner_learns(make_episode: Any, monkeypatch: Any) -> None:
-    """Twelve layouts in one batch (other extras): eight are learned, the rest are walked."""
+    """Twelve layouts (other extras) in one stream: eight are learned, the rest are walked (a
+    batch holds one column layout, so each record is its own batch to one reader)."""
     import offline_prelearner.io.formats.episodes.reader as module
 
     eps = [make_episode(3 + k % 4, id=f"e{k}", seed=k, extras=(f"x{k % 12}",)) for k in range(40)]
@@ -418,9 +469,10 @@ def test_more_layouts_than_the_scanner_learns(make_episode: Any, monkeypatch: An
     real = module.decode_episode
     monkeypatch.setattr(module, "decode_episode", lambda b, lim=None: general.append(b) or real(b))
     for _ in range(2):
-        out = EpisodesReader().read(table_of(items))
-        for a, b in zip(out.episodes, eps, strict=True):
-            assert_same_episode(a, b)
+        reader = EpisodesReader()
+        for item, want in zip(items, eps, strict=True):
+            (got,) = reader.read(table_of([item])).episodes
+            assert_same_episode(got, want)
     assert general == []
 
 

@@ -369,11 +369,9 @@ def cartpole() -> pa.Table:
 
 
 def assert_columns_equal(a: EpisodeBatch, b: EpisodeBatch) -> None:
-    """The same episodes (in any order), both held as columns."""
-    ca, cb = a.columns, b.columns
-    assert ca is not None and cb is not None  # the columnar path is kept
-    assert len(ca) == len(cb)
-    assert_same_episodes(ca.episodes(), cb.episodes())
+    """The same episodes (in any order)."""
+    assert len(a) == len(b)
+    assert_same_episodes(a.episodes, b.episodes)
 
 
 @pytest.mark.parametrize("with_t", [True, False])

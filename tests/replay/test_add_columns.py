@@ -64,10 +64,10 @@ def test_add_columns_equals_one_add_per_episode(
             if keep.any() and not keep.all():  # gaps in the shared arrays
                 cols = cols.select(keep)
                 chunk = [e for e, k in zip(chunk, keep.tolist(), strict=True) if k]
-            for got, want in zip(cols.episodes(), chunk, strict=True):
+            for got, want in zip(cols.iter_episodes(), chunk, strict=True):
                 assert_same_episode(got, want)
             errors: list[tuple[str, str] | None] = []
-            for fn in (batched.add, lambda c: sequential_add(sequential, c.episodes())):
+            for fn in (batched.add, lambda c: sequential_add(sequential, list(c.iter_episodes()))):
                 try:
                     fn(cols)
                     errors.append(None)

@@ -33,7 +33,7 @@ from offline_prelearner.replay.units.transition import Transition
 
 def through_buffer(cols: EpisodeColumns, unit: Any) -> SampleBatch | None:
     """The reference: a fresh buffer holding the episodes (added as objects), drawn in order."""
-    eps = cols.episodes()
+    eps = list(cols.iter_episodes())
     buf = EpisodeReplayBuffer(sum(len(e) + 1 for e in eps) + 1, InOrder(), unit, seed=0)
     buf.add(eps)
     total = buf.valid_starts().total
@@ -129,8 +129,8 @@ def test_concat_keeps_each_part_and_refuses_other_dtypes() -> None:
     a = EpisodeColumns.from_episodes([make_episode(0, 3), make_episode(1, 0, seed=1)], split=True)
     b = EpisodeColumns.from_episodes([make_episode(2, 2, seed=2)], split=True)
     both = EpisodeColumns.concat([a, b])
-    got = both.episodes()
-    want = a.episodes() + b.episodes()
+    got = list(both.iter_episodes())
+    want = [*a.iter_episodes(), *b.iter_episodes()]
     assert [e.id for e in got] == [0, 1, 2]
     for x, y in zip(got, want, strict=True):
         np.testing.assert_array_equal(x.observations, y.observations)

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from offline_prelearner.episodes.episode import Episode
+from offline_prelearner.episodes.episode_columns import EpisodeColumns
 from offline_prelearner.report.anomalies import anomalies, drift
 from offline_prelearner.report.collect import Collector, chunks
 from offline_prelearner.report.frames import to_png
@@ -179,7 +180,7 @@ def _summary(**kw: object) -> dict:
 
 def _collect(eps: list[Episode], obs_space: object = None, act_space: object = None) -> Collector:
     c = Collector(len(eps), obs_space, act_space)  # type: ignore[arg-type]
-    for chunk in chunks(eps):
+    for chunk in chunks(EpisodeColumns.from_episodes(eps)):
         c.add(chunk)
     return c
 
@@ -223,9 +224,9 @@ def test_chunks_cover_every_episode_in_order(monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.setattr(collect, "CHUNK_BYTES", 200)  # 3 float32 dims: 16 observations a chunk
     eps = [make_episode(n, id=i) for i, n in enumerate([1, 20, 3, 3, 3, 40, 2])]
-    parts = list(chunks(eps))
-    assert [e.id for p in parts for e in p] == list(range(7))
-    assert len(parts) > 3 and all(p for p in parts)
+    parts = list(chunks(EpisodeColumns.from_episodes(eps)))
+    assert [i for p in parts for i in p.ids] == list(range(7))
+    assert len(parts) > 3 and all(len(p) for p in parts)
 
 
 def test_collector_equals_plain_numpy_over_the_episodes() -> None:
@@ -256,8 +257,10 @@ def test_frames_are_pngs_of_the_frame() -> None:
 
 def test_modules_keep_their_codes_across_chunks() -> None:
     c = Collector(4)
-    c.add([make_episode(3, id=0), make_episode(3, id=1)])  # single-agent so far
-    c.add([make_episode(3, id=2, agent_id="a1"), make_episode(3, id=3)])
+    c.add(EpisodeColumns.from_episodes([make_episode(3, id=0), make_episode(3, id=1)]))
+    c.add(
+        EpisodeColumns.from_episodes([make_episode(3, id=2, agent_id="a1"), make_episode(3, id=3)])
+    )
     names = c.group_names
     assert [names[k] for k in c.episode_groups.tolist()] == ["default", "default", "a1", "default"]
 

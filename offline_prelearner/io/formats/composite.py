@@ -5,11 +5,11 @@ Arrow struct columns (nested for nested spaces; a ``Tuple`` as fields ``"0"``, `
 leaf converts like any tensor column (:func:`~offline_prelearner.io.arrow_numpy.to_numpy`), named
 by its path (``"desired_goal"``, ``"a.b"``; see :mod:`offline_prelearner.episodes.observations`).
 
-Inside the rows reader the leaves travel as one numpy *record* array (one field per leaf path,
-:func:`records`) so that its row machinery -- grouping, sorting, duplicate and continuity checks,
-the scatter into episodes -- runs unchanged on one array per column; episodes get contiguous
-per-leaf arrays back (:func:`split_records`), one copy per leaf per batch. The Minari and D4RL
-readers hand leaves over as episodes with :func:`add_leaf_episodes`.
+Readers then hold the leaves as one numpy *record* array (one field per leaf path,
+:func:`~offline_prelearner.episodes.observations.to_records`): the rows reader's row machinery --
+grouping, sorting, duplicate and continuity checks, the scatter into episodes -- runs unchanged on
+one array per column, and the batch's
+:class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns` holds it as its ``obs``.
 """
 
 from __future__ import annotations
@@ -19,12 +19,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ...episodes.episode_columns import EpisodeColumns
-from ...episodes.ledger import EpisodeBatch
 from ...errors import Where
 from ..arrow_numpy import ColumnValueError, to_numpy
 
-__all__ = ["add_leaf_episodes", "is_struct", "records", "split_records", "struct_leaves"]
+__all__ = ["is_struct", "struct_leaves"]
 
 
 def is_struct(column: Any) -> bool:
@@ -76,32 +74,3 @@ def _leaves(
                 reason="bad_type",
             )
         out[path] = leaf
-
-
-def records(leaves: dict[str, np.ndarray]) -> np.ndarray:
-    """The leaves as one record array ``[rows]``, one field per leaf path (one copy)."""
-    n = len(next(iter(leaves.values())))
-    dtype = np.dtype([(k, v.dtype, v.shape[1:]) for k, v in leaves.items()])
-    out = np.empty(n, dtype)
-    for k, v in leaves.items():
-        out[k] = v
-    return out
-
-
-def split_records(rec: np.ndarray) -> dict[str, np.ndarray]:
-    """A record array's fields as contiguous per-leaf arrays (one copy each)."""
-    return {k: np.ascontiguousarray(rec[k]) for k in rec.dtype.names or ()}
-
-
-def add_leaf_episodes(
-    out: EpisodeBatch, cols: EpisodeColumns, leaves: dict[str, np.ndarray]
-) -> None:
-    """Episodes with composite observations into ``out``, one object each: ``cols`` gives the
-    table (offsets, flags, ids) and the step columns, ``leaves`` the observations as
-    ``{leaf path: [rows, ...]}`` indexed by ``cols.obs_at`` (``cols.obs`` is not used). Each
-    episode holds views of the leaf arrays. Per-episode Python work: an
-    :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns` holds one plain
-    observation array, so composite episodes travel as objects (as the rows reader's do)."""
-    out.episodes.extend(cols.episodes(leaves))
-    out.source_rows.extend(cols.length.tolist())
-    out.sync()

@@ -279,13 +279,19 @@ class _Owners:
         touched: dict[Key, _Unit] = {}
         if got is not None:
             unit.batch.rejections.extend(got.rejections)
-            for ep, rows in zip(got.episodes, got.source_rows, strict=True):
-                key = (ep.id, ep.agent_id)
+            cols = got.columns
+            takes: dict[int, tuple[_Unit, list[int]]] = {}  # owner unit -> its episodes here
+            t0, t1, done = cols.t_started.tolist(), cols.t_end.tolist(), cols.done.tolist()
+            spans = zip(t0, t1, done, strict=True)
+            for i, (key, span) in enumerate(zip(got.episode_keys(), spans, strict=True)):
                 if self.taken and self.taken.get(_key_text(key), -1) >= f:
                     continue  # a reused unit holds this fragment already
-                u = touched[key] = self.owner.setdefault(key, unit)
-                u.batch.add(ep, rows)
-                u.frags.setdefault(key, []).append((ep.t_started, ep.t_end, ep.is_done))
+                u = touched[key] = self.owner.setdefault(key, unit)  # per key: who owns it
+                takes.setdefault(id(u), (u, []))[1].append(i)
+                u.frags.setdefault(key, []).append(span)
+            for u, idx in takes.values():
+                pick = np.asarray(idx, np.int64)
+                u.batch.add(cols.select(pick), got.source_rows[pick])
         for key, u in touched.items():
             if u is not unit:
                 u.reaches[key] = f
@@ -436,12 +442,12 @@ def _commit_unit(
     """Stitches a unit's episodes, writes its files, then its record (the unit commit)."""
     batch = stitch_fragments(unit.batch, job.read.on_invalid)
     n_fragments = settle_open_episodes(batch, job.fragments, job.read.on_invalid)
-    for ep in batch.episodes:
-        ep.id = str(ep.id)
+    cols = batch.columns
+    episodes = list(dataclasses.replace(cols, ids=[str(i) for i in cols.ids]).iter_episodes())
     tables = (
-        rows_tables(batch.episodes, job.rows_per_file, job.layout, info)
+        rows_tables(episodes, job.rows_per_file, job.layout, info)
         if job.to == "rows"
-        else episode_tables(batch.episodes, job.episodes_per_file, info)
+        else episode_tables(episodes, job.episodes_per_file, info)
     )
     k = unit.index
     written: list[dict[str, Any]] = []
@@ -463,12 +469,12 @@ def _commit_unit(
         [
             unit.read,
             {
-                "rows_kept": sum(batch.source_rows),
+                "rows_kept": int(batch.source_rows.sum()),
                 "rows_rejected": dict(led.rows_rejected),
                 "episodes_rejected": dict(led.episodes_rejected),
-                "episodes_written": len(batch.episodes),
-                "episodes_terminated": sum(e.terminated for e in batch.episodes),
-                "episodes_truncated": sum(e.truncated for e in batch.episodes),
+                "episodes_written": len(cols),
+                "episodes_terminated": int(cols.terminated.sum()),
+                "episodes_truncated": int(cols.truncated.sum()),
                 "fragments": n_fragments,
             },
         ]

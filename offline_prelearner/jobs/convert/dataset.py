@@ -154,7 +154,7 @@ def convert_dataset(
         try:
             batch, reader = _read_all(files, read, progress, dones)
             n_fragments = settle_open_episodes(batch, fragments, read.on_invalid)
-            episodes = batch.episodes
+            episodes = list(batch.columns.iter_episodes())  # the writers take one at a time
             info = _info(files, reader, given, episodes)
             written = _write(staging.path, config, episodes, info, dataset_id)
         except BaseException:
@@ -170,12 +170,12 @@ def convert_dataset(
             "out_dir": str(out),
             "files_written": [f["name"] for f in written],
             "rows_in": led.rows_in,
-            "rows_out": sum(batch.source_rows),
+            "rows_out": int(batch.source_rows.sum()),
             "rows_rejected": dict(sorted(led.rows_rejected.items())),
             "rows_duplicate": led.rows_duplicate,
             "episodes_written": len(episodes),
-            "episodes_terminated": sum(e.terminated for e in episodes),
-            "episodes_truncated": sum(e.truncated for e in episodes),
+            "episodes_terminated": int(batch.columns.terminated.sum()),
+            "episodes_truncated": int(batch.columns.truncated.sum()),
             "fragments": n_fragments if fragments == "keep" else 0,
             "fragments_rejected": n_fragments if fragments == "reject" else 0,
             "episodes_rejected": dict(sorted(led.episodes_rejected.items())),
@@ -186,7 +186,7 @@ def convert_dataset(
             "units": 1,
             "units_reused": 0,
             "seconds": round(seconds, 4),
-            "steps_per_s": round(sum(batch.source_rows) / seconds, 1) if seconds > 0 else None,
+            "steps_per_s": round(int(batch.source_rows.sum()) / seconds, 1) if seconds else None,
         }
         # The layout the rows were written in, as a rows -> rows convert records it.
         staging.commit(stats, written, {"to": to, **({"layout": layout} if to == "rows" else {})})

@@ -99,7 +99,7 @@ def _read(h5py: Any, obj: Any, path: str) -> np.ndarray | dict[str, np.ndarray]:
     """A dataset's array; a group's datasets as ``{leaf path: array}`` (nested groups joined
     with "."), in name order."""
     if isinstance(obj, h5py.Dataset):
-        return obj[()]
+        return np.asarray(obj[()])
     leaves: dict[str, np.ndarray] = {}
 
     def visit(name: str, child: Any) -> None:

@@ -25,8 +25,8 @@ file; rows in recording order). Episodes:
 
 **Composite observations** (``observations/<key>`` groups, nested; :mod:`.dataset`):
 the leaves ride through the steps above as one record array (one field per leaf path; the
-continuity check compares whole rows, every leaf) and episodes get ``{leaf path: array}``
-observations, built as objects.
+continuity check compares whole rows, every leaf) and stay the batch's observation column;
+episode views get ``{leaf path: array}`` observations.
 
 Episode ids are ``"<file stem>:<k>"`` (``k`` counts episodes in the file from 0). A row is a step.
 """
@@ -41,10 +41,10 @@ import numpy as np
 import pyarrow as pa
 
 from ....config import ReadConfig
+from ....episodes import observations as O
 from ....episodes.episode_columns import EpisodeColumns
 from ....episodes.ledger import EpisodeBatch
 from ....errors import DataError, EpisodeValidationError, SchemaError, Where
-from ..composite import add_leaf_episodes, records, split_records
 from .dataset import METADATA_KEY
 
 __all__ = ["D4RLReader", "split_d4rl"]
@@ -166,10 +166,7 @@ class D4RLReader:
             agents=[None] * len(k_idx),
             modules=[None] * len(k_idx),
         )
-        if obs_out.dtype.names is not None:  # composite: per-leaf arrays, one object each
-            add_leaf_episodes(out, cols, split_records(obs_out))
-        else:
-            out.add_columns(cols)
+        out.add(cols)  # composite observations stay one record array
         return out
 
 
@@ -196,13 +193,13 @@ def _column(table: pa.Table, name: str, shapes: dict[str, list[int]]) -> np.ndar
                 leaves[sub] = _array(child, shapes[f"{name}.{sub}"])
 
     walk(arr, "")
-    return records(leaves)
+    return O.to_records(leaves)
 
 
 def _array(arr: pa.Array, shape: list[int]) -> np.ndarray:
     if pa.types.is_fixed_size_list(arr.type):
-        return arr.flatten().to_numpy(zero_copy_only=False).reshape(len(arr), *shape)
-    return arr.to_numpy(zero_copy_only=False)
+        return np.asarray(arr.flatten().to_numpy(zero_copy_only=False)).reshape(len(arr), *shape)
+    return np.asarray(arr.to_numpy(zero_copy_only=False))
 
 
 def _flags(a: np.ndarray) -> np.ndarray:
@@ -256,4 +253,4 @@ def _time_limit_ends(term: np.ndarray, max_steps: int) -> np.ndarray:
     seg_start[after] = after
     np.maximum.accumulate(seg_start, out=seg_start)
     k = np.arange(n) - seg_start
-    return ((k + 1) % max_steps == 0) & ~term
+    return np.asarray(((k + 1) % max_steps == 0) & ~term)

@@ -11,9 +11,11 @@
    matrix per template and compared with the template's prefix; payloads are cut out and viewed as
    the template's dtype. Lengths, flags and ``t`` are checked as vectors too: a record passes only
    if :meth:`Episode._from_parts` would accept it.
-3. **Build.** Episodes are made of views into those arrays (one loop over records, no per-step
-   work). The first record of each layout goes through the full constructor, so everything that is
-   the same for all records of a layout (dtypes, shapes) is checked by the real invariants.
+3. **Build.** The records a program matched become one
+   :class:`~offline_prelearner.episodes.episode_columns.EpisodeColumns` (its observations are the
+   program's observation values as they lie; step columns are gathered once, without lookback).
+   The first record of each layout goes through the full constructor, so everything that is the
+   same for all records of a layout (dtypes, shapes) is checked by the real invariants.
 
 Records that fail any check come back as :class:`~.layout.Fallback`: the reader decodes
 them with the general path, which gives the definitive episode or error.
@@ -27,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ....episodes.episode import Episode
+from ....episodes.episode_columns import EpisodeColumns
 from .layout import EMPTY_MAP, Fallback, Template, be_uint, gather, ints_at, scalar
 from .layout import scalar_lengths as _scalar_lengths
 from .scanner import DATA, EXTRA, FLAG_BYTE, SCALAR, SKIP, Column, EpisodeScanner, Plan, Program
@@ -34,6 +37,8 @@ from .scanner import DATA, EXTRA, FLAG_BYTE, SCALAR, SKIP, Column, EpisodeScanne
 __all__ = ["decode_batch"]
 
 Result = Episode | Fallback | None
+#: The records a program matched, as columns: their rows (ascending) and the columns.
+Group = tuple[np.ndarray, EpisodeColumns]
 
 
 @dataclass
@@ -50,14 +55,24 @@ class _Lists:
 
 def decode_batch(
     scanner: EpisodeScanner, buf: bytes, offsets: list[int], valid: np.ndarray
-) -> tuple[list[Result], dict[str, bytes]]:
-    """Episodes (or ``Fallback``, or ``None`` for invalid rows) for each record of ``buf``.
+) -> tuple[list[Group], list[Result], dict[str, bytes]]:
+    """The records of ``buf`` decoded: those a learned program matches as columns (one group
+    per program), the others one by one.
 
-    ``offsets`` are the ``n + 1`` record boundaries in ``buf``. Also returns the space maps of the
-    last record decoded here, for the reader's ``observation_space``/``action_space``.
+    Args:
+        scanner: The reader's scanner (its learned programs; it learns new ones here).
+        buf: The batch's records, back to back.
+        offsets: The ``n + 1`` record boundaries in ``buf``.
+        valid: Per record, whether it is not null.
+
+    Returns:
+        The groups; per record an ``Episode`` or a ``Fallback`` (``None`` for invalid rows and
+        rows a group holds); the space maps of the last record decoded here, for the reader's
+        ``observation_space``/``action_space``.
     """
     n = len(offsets) - 1
     out: list[Result] = [None] * n
+    groups: list[Group] = []
     data = np.frombuffer(buf, dtype=np.uint8)
     bounds = np.asarray(offsets, dtype=np.int64)
     todo = np.flatnonzero(valid[:n]) if n else np.zeros(0, np.int64)
@@ -67,7 +82,9 @@ def decode_batch(
     while len(todo):
         for prog in [p for p in scanner.programs if id(p) not in tried and len(data)]:
             tried.add(id(prog))
-            matched = _match_program(prog, data, buf, bounds[todo], bounds[todo + 1], todo, out)
+            matched = _match_program(
+                prog, data, buf, bounds[todo], bounds[todo + 1], todo, out, groups
+            )
             if len(matched):
                 spaces = max(spaces, (int(matched[-1]), prog.spaces), key=lambda s: s[0])
                 todo = todo[~np.isin(todo, matched)]
@@ -87,7 +104,7 @@ def decode_batch(
     last = max((p for p in plans if p.spaces), key=lambda p: p.row, default=None)
     if last is not None and last.row > spaces[0]:
         spaces = (last.row, last.spaces)
-    return out, spaces[1]
+    return groups, out, spaces[1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -149,8 +166,10 @@ def _match_program(
     ends: np.ndarray,
     rows: np.ndarray,
     out: list[Result],
+    groups: list[Group],
 ) -> np.ndarray:
-    """Matches ``prog`` against records ``rows``; fills ``out`` for them; returns those matched."""
+    """Matches ``prog`` against records ``rows``; adds their group (``Fallback`` in ``out`` for
+    those that fail a check); returns those matched."""
     pos = starts.copy()
     alive = np.ones(len(rows), dtype=bool)
     scalars: dict[str, np.ndarray] = {}
@@ -199,6 +218,7 @@ def _match_program(
         {k: v[keep] for k, v in flags.items()},
         sub,
         out,
+        groups,
     )
     return rows[keep]
 
@@ -251,6 +271,7 @@ def _build_matched(
     flags: dict[str, np.ndarray],
     lists: list[_Lists],
     out: list[Result],
+    groups: list[Group],
 ) -> None:
     m = len(rows)
     ok = np.ones(m, dtype=bool)
@@ -269,7 +290,7 @@ def _build_matched(
         return
 
     def steps(c: _Lists) -> np.ndarray:
-        return np.maximum(c.count - c.lookback, 0)
+        return np.asarray(np.maximum(c.count - c.lookback, 0))
 
     obs, act, rew = core
     assert obs is not None and act is not None and rew is not None
@@ -296,54 +317,70 @@ def _build_matched(
         ok[bad] = False
         columns[key] = (values, offs, c.lookback)
     extras = [(k[2:], columns[k]) for k in by_name if k.startswith("x:")]
-    checked = False
-    t0_list, ok_list = t0.tolist(), ok.tolist()
-    term_list, trunc_list = term.tolist(), trunc.tolist()
+    for j in np.flatnonzero(~ok).tolist():
+        out[row_list[j]] = Fallback(ids[j])
+    good = np.flatnonzero(ok)
+    if not len(good):
+        return
+    j = int(good[0])
 
-    def col(key: str, j: int) -> Any:
+    def col(key: str) -> np.ndarray:
         values, offs, lb = columns[key]
         assert values is not None
         return values[offs[j] + lb : offs[j + 1]]
 
-    for j, row in enumerate(row_list):  # one iteration per episode: views, no copies
-        if not ok_list[j]:
-            out[row] = Fallback(ids[j])
-            continue
-        parts = (
-            ids[j],
-            col("observations", j),
-            col("actions", j),
-            col("rewards", j),
-            term_list[j],
-            trunc_list[j],
-            agents[j],
-            modules[j],
-            t0_list[j],
-            {name: col("x:" + name, j) for name, _ in extras},
+    try:  # the first episode of a layout meets every invariant of the real constructor
+        Episode._from_parts(
+            id=ids[j],
+            observations=col("observations"),
+            actions=col("actions"),
+            rewards=col("rewards"),
+            terminated=bool(term[j]),
+            truncated=bool(trunc[j]),
+            agent_id=agents[j],
+            module_id=modules[j],
+            t_started=int(t0[j]),
+            t=None,
+            infos=None,
+            extras={name: col("x:" + name) for name, _ in extras},
         )
-        if checked:
-            out[row] = Episode._trusted(*parts)
-            continue
-        try:  # the first episode of a layout meets every invariant of the real constructor
-            out[row] = Episode._from_parts(
-                id=parts[0],
-                observations=parts[1],
-                actions=parts[2],
-                rewards=parts[3],
-                terminated=parts[4],
-                truncated=parts[5],
-                agent_id=parts[6],
-                module_id=parts[7],
-                t_started=parts[8],
-                t=None,
-                infos=None,
-                extras=parts[9],
-            )
-            checked = True
-        except Exception:  # the layout itself is invalid: every record goes the general way
-            for k, r in enumerate(row_list):
-                out[r] = Fallback(ids[k])
-            return
+    except Exception:  # the layout itself is invalid: every record goes the general way
+        for k, r in enumerate(row_list):
+            out[r] = Fallback(ids[k])
+        return
+    length = n[good].astype(np.int64)
+    step_at = np.zeros(len(good), np.int64)
+    np.cumsum(length[:-1], out=step_at[1:])
+
+    def steps_of(key: str) -> np.ndarray:  # one gather per column, lookback left out
+        values, offs, lb = columns[key]
+        assert values is not None
+        first = np.asarray(offs[:-1], np.int64)[good] + lb
+        return values[np.repeat(first - step_at, length) + np.arange(int(length.sum()))]
+
+    obs_values, obs_offs, obs_lb = columns["observations"]
+    assert obs_values is not None
+    pick = good.tolist()
+    groups.append(
+        (
+            rows[good],
+            EpisodeColumns(
+                obs=obs_values,  # as they lie: each record's observations after its lookback
+                obs_at=np.asarray(obs_offs[:-1], np.int64)[good] + obs_lb,
+                actions=steps_of("actions"),
+                rewards=steps_of("rewards"),
+                extras={name: steps_of("x:" + name) for name, _ in extras},
+                step_at=step_at,
+                length=length,
+                t_started=t0[good],
+                terminated=term[good],
+                truncated=trunc[good],
+                ids=[ids[k] for k in pick],
+                agents=[agents[k] for k in pick],
+                modules=[modules[k] for k in pick],
+            ),
+        )
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -104,7 +104,7 @@ def _fixint_ok(b: np.ndarray) -> np.ndarray:
 
 
 def _bool_ok(b: np.ndarray) -> np.ndarray:
-    return (b == 0xC2) | (b == 0xC3)
+    return np.asarray((b == 0xC2) | (b == 0xC3))
 
 
 FIXINT = Template(
@@ -225,7 +225,7 @@ def gather(data: np.ndarray, pos: np.ndarray, length: int) -> np.ndarray:
     """``[len(pos), length]`` bytes starting at each of ``pos`` (positions clamped in range)."""
     if length > len(data):
         return np.zeros((len(pos), length), dtype=np.uint8)
-    return sliding_window_view(data, length)[np.clip(pos, 0, len(data) - length)]
+    return np.asarray(sliding_window_view(data, length)[np.clip(pos, 0, len(data) - length)])
 
 
 def be_uint(data: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
@@ -249,7 +249,7 @@ _VAR_WIDTH = {0xD9: 1, 0xDA: 2, 0xDB: 4, 0xC4: 1, 0xC5: 2, 0xC6: 4}  # str/bin l
 def scalar_lengths(data: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """Byte length of the scalar at each of ``pos``; -1 where the value is not a scalar."""
     c = data[np.minimum(pos, len(data) - 1)]
-    out = _FIXED_LEN[c]
+    out: np.ndarray = _FIXED_LEN[c]
     for code, width in _VAR_WIDTH.items():
         at = np.flatnonzero(c == code)
         if len(at):

@@ -29,9 +29,11 @@ import numpy as np
 import pyarrow as pa
 
 from ....config import DEFAULT_LIMITS, DecodeLimits, ReadConfig
+from ....episodes import observations as O
 from ....episodes.episode import Episode
+from ....episodes.episode_columns import EpisodeColumns, layout_of
 from ....episodes.ledger import EpisodeBatch
-from ....errors import DataError, DecodeError, SchemaError, Where
+from ....errors import DataError, DecodeError, EpisodeValidationError, SchemaError, Where
 from ....spaces import space_from_dict
 from ...codec import packb, unpackb
 from .decoder import decode_batch
@@ -111,7 +113,20 @@ class EpisodesReader:
 
     # ---------------------------------------------------------------- reading
     def read(self, batch: _Batch, source: str | None = None) -> EpisodeBatch:
-        """Decodes every record of ``batch``; each record is one input row of the ledger."""
+        """Decodes every record of ``batch``; each record is one input row of the ledger.
+
+        Records decode one at a time (msgpack); the batch's episodes become columns once, at
+        the end. A batch holds one layout: a record whose episode differs from the batch's
+        first (another observation shape or dtype, other action or extra columns) is refused
+        under ``on_invalid`` (reason ``obs_shape``, ``obs_dtype`` or ``layout``), naming both.
+
+        Args:
+            batch: An Arrow table or record batch with the ``item`` column.
+            source: The file the batch came from, for error messages.
+
+        Returns:
+            The batch's episodes as columns, with its ledger and rejections.
+        """
         if isinstance(batch, pa.RecordBatch):
             batch = pa.Table.from_batches([batch])
         buf, offsets, valid = _item_buffer(batch, source)
@@ -119,25 +134,79 @@ class EpisodesReader:
         out = EpisodeBatch()
         out.ledger.rows_in += n
         bounds = offsets.tolist()
-        built, spaces = decode_batch(self._scanner, buf, bounds, valid)
+        groups, built, spaces = decode_batch(self._scanner, buf, bounds, valid)
         if spaces:
             self._space_bytes.update(spaces)
-        for row in range(n):
+        held = np.zeros(n, bool)  # rows a group holds
+        for rows, _ in groups:
+            held[rows] = True
+        kept: list[tuple[int, Episode]] = []
+        for row in np.flatnonzero(~held).tolist():  # the records no learned layout took
             done = built[row]
-            if isinstance(done, Episode):
-                out.add(done, 1)
-                continue
             seen_id = done.episode_id if isinstance(done, Fallback) else None
-            result = self._general(buf[bounds[row] : bounds[row + 1]], bool(valid[row]))
+            result: Episode | DataError = (
+                done
+                if isinstance(done, Episode)
+                else self._general(buf[bounds[row] : bounds[row + 1]], bool(valid[row]))
+            )
             if isinstance(result, Episode):
-                out.add(result, 1)
+                kept.append((row, result))
             else:
                 error = _locate(result, Where(file=source, column=ITEM, row=row), seen_id)
                 out.reject(
                     error, 1, rows=_row_table(batch, row), episodes=1, policy=self.config.on_invalid
                 )
+        cols = self._columns(out, batch, groups, kept, source)
+        out.add(cols, np.ones(len(cols), np.int64))
         out.declared_spaces = self._declared()
         return out
+
+    def _columns(
+        self,
+        out: EpisodeBatch,
+        batch: pa.Table,
+        groups: list[tuple[np.ndarray, EpisodeColumns]],
+        kept: list[tuple[int, Episode]],
+        source: str | None,
+    ) -> EpisodeColumns:
+        """The batch's episodes as one table in record order: the decoder's groups and the
+        records decoded one by one, joined once (episodes of another layout than the first
+        record's refused, see :meth:`_one_layout`)."""
+        rows = [r for r, _ in groups] + [np.array([r for r, _ in kept], np.int64)]
+        try:
+            one = EpisodeColumns.from_episodes([e for _, e in kept])
+            cols = EpisodeColumns.concat([*(c for _, c in groups), one], promote=True)
+        except ValueError:  # another layout in the batch (rare): one look per record
+            every = [
+                (int(r), e) for g, c in groups for r, e in zip(g, c.iter_episodes(), strict=True)
+            ]
+            every = sorted(every + kept, key=lambda x: x[0])
+            return EpisodeColumns.from_episodes(self._one_layout(out, batch, every, source))
+        order = np.argsort(np.concatenate(rows), kind="stable")
+        return cols if bool(np.all(order[1:] > order[:-1])) else cols.select(order)
+
+    def _one_layout(
+        self,
+        out: EpisodeBatch,
+        batch: pa.Table,
+        kept: list[tuple[int, Episode]],
+        source: str | None,
+    ) -> list[Episode]:
+        """The episodes of the first one's layout; each other one is refused under
+        ``on_invalid`` (its record kept under quarantine), naming both episodes."""
+        layout = layout_of(kept[0][1])
+        same: list[Episode] = []
+        for row, ep in kept:  # the error path: one look per record
+            if layout_of(ep) == layout:
+                same.append(ep)
+                continue
+            error = _locate(
+                _other_layout(ep, kept[0][1]), Where(file=source, column=ITEM, row=row), None
+            )
+            out.reject(
+                error, 1, rows=_row_table(batch, row), episodes=1, policy=self.config.on_invalid
+            )
+        return same
 
     def _general(self, item: bytes, valid: bool) -> Episode | DataError:
         """The general path for one record: its episode, or the error that rejects it (the
@@ -154,6 +223,25 @@ class EpisodesReader:
             if space is not None:
                 self._space_bytes[key] = packb(space)
         return episode
+
+
+def _other_layout(ep: Episode, first: Episode) -> DataError:
+    """The error refusing ``ep``, whose layout differs from the batch's ``first`` episode."""
+
+    def show(e: Episode) -> str:
+        obs = {k: f"{v.dtype}{list(v.shape[1:])}" for k, v in O.leaves(e.observations).items()}
+        extras = {k: f"{v.dtype}{list(v.shape[1:])}" for k, v in e.extras.items()}
+        act = f"{e.actions.dtype}{list(e.actions.shape[1:])}"
+        return f"obs {obs}, actions {act}, rewards {e.rewards.dtype}, extras {extras}"
+
+    a, b = layout_of(ep)[0], layout_of(first)[0]
+    reason = "layout" if a == b else "obs_dtype" if len(a) == 2 and a[0] == b[0] else "obs_shape"
+    return EpisodeValidationError(
+        f"episode layout ({show(ep)}) differs from the batch's, set by episode {first.id!r} "
+        f"({show(first)}); one batch holds one layout",
+        Where(episode_id=ep.id),
+        reason=reason,
+    )
 
 
 def _locate(err: DataError, where: Where, episode_id: Any) -> DataError:

@@ -167,7 +167,7 @@ class EpisodeScanner:
         try:
             up = self._unpacker(buf, pos, end, None)
             up.skip()
-            new = pos + up.tell()
+            new: int = pos + up.tell()
         except Exception:
             raise Fallback from None
         if remember and len(self._skips) < self._MAX_CACHED and new - pos <= 4096:

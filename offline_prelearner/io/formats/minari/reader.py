@@ -15,8 +15,8 @@ episode group, which Minari ignores; :mod:`.writer`); any other dataset, Minari'
 **Composite observations** (Dict / Tuple spaces, nested): struct columns (the hdf5 backend's
 nested groups arrive as the same struct, :mod:`.dataset`) become the flat
 ``{leaf path: [T + 1, ...]}`` maps of :mod:`offline_prelearner.episodes.observations`, each leaf
-shaped and typed by its space; such episodes are built as objects (views of the batch's leaf
-arrays), one per episode.
+shaped and typed by its space; the batch's columns hold them as one record array (a field per
+leaf path, :func:`~offline_prelearner.episodes.observations.to_records`).
 
 **The dataset's own spaces are checked**, leaf by leaf, as one vector pass per leaf over the
 batch (:class:`~offline_prelearner.episodes.validate.SpaceCheck`: shape, dtype kind, bounds):
@@ -40,12 +40,12 @@ import numpy as np
 import pyarrow as pa
 
 from ....config import ReadConfig
+from ....episodes import observations as O
 from ....episodes.episode_columns import EpisodeColumns
 from ....episodes.ledger import EpisodeBatch
 from ....episodes.validate import Miss, SpaceCheck
 from ....errors import DataError, DecodeError, EpisodeValidationError, SchemaError, Where
 from ...optional import import_pil_image
-from ..composite import add_leaf_episodes
 from .dataset import (
     EXTRAS_KEY,
     METADATA_KEY,
@@ -147,7 +147,7 @@ class MinariReader:
         if not keep.any():
             return out
         cols = EpisodeColumns(
-            obs=obs if not isinstance(obs, dict) else np.empty(0),
+            obs=O.to_records(obs) if isinstance(obs, dict) else obs,
             actions=actions,
             rewards=rewards,
             extras=_extras(batch, step),
@@ -161,11 +161,7 @@ class MinariReader:
             agents=[None] * len(ids),
             modules=[None] * len(ids),
         )
-        cols = cols if keep.all() else cols.select(keep)
-        if isinstance(obs, dict):
-            add_leaf_episodes(out, cols, obs)
-        else:
-            out.add_columns(cols)
+        out.add(cols if keep.all() else cols.select(keep))
         return out
 
     def _space_misses(
@@ -224,7 +220,7 @@ class MinariReader:
 
 def _flags(table: pa.Table, name: str) -> np.ndarray:
     col = table.column(name)
-    return col.fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+    return np.asarray(col.fill_null(False).to_numpy(zero_copy_only=False), bool)
 
 
 def _observations(
@@ -267,16 +263,16 @@ def _array(arr: pa.Array, name: str, space: dict[str, Any], source: str | None) 
         if pa.types.is_fixed_size_list(arr.type):
             flat = arr.flatten()
             values = flat.fill_null(0).to_numpy() if flat.null_count else flat.to_numpy()
-            return values.reshape(len(arr), *shape).astype(dtype, copy=False)
+            return np.asarray(values.reshape(len(arr), *shape), dtype)
         if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
             values = arr.flatten().to_numpy()
-            return values.reshape(len(arr), *shape).astype(dtype, copy=False)
+            return np.asarray(values.reshape(len(arr), *shape), dtype)
         values = arr.fill_null(0).to_numpy() if arr.null_count else arr.to_numpy()
         if values.ndim != 1 + len(shape) and values.size == len(arr) * int(np.prod(shape)):
             values = values.reshape(len(arr), *shape)
         if values.shape[1:] != shape:
             raise ValueError(f"per-step shape {values.shape[1:]}")
-        return values.astype(dtype, copy=False)
+        return np.asarray(values, dtype)
     except (ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
         raise SchemaError(
             f"{name} ({arr.type}) does not hold {shape}-shaped {dtype} steps as its space "

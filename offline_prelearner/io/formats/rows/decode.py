@@ -19,10 +19,11 @@ import pyarrow as pa
 
 from ....config import DecodeLimits
 from ....episodes import columns as C
+from ....episodes import observations as O
 from ....errors import Where
 from ...arrow_numpy import ColumnValueError, decode_cells
 from ...schema import ColumnSchema
-from ..composite import is_struct, records, struct_leaves
+from ..composite import is_struct, struct_leaves
 from .frame import ColumnBatch
 from .row_arrays import RowColumns, ids_column, infos_column, type_error
 
@@ -97,7 +98,7 @@ class RowDecoder:
         col = self.schema.column(field) or field
         raw = frame.raw(col)
         if self.schema.codec(col) is None and is_struct(raw):
-            return records(struct_leaves(raw, col, source))
+            return O.to_records(struct_leaves(raw, col, source))
         return self._numeric(frame, field, source)
 
     def _flag(self, frame: ColumnBatch, col: str | None, source: str | None) -> np.ndarray:
@@ -117,7 +118,7 @@ class RowDecoder:
                 reason="bad_flag",
                 rows=bad,
             )
-        return arr != 0
+        return np.asarray(arr != 0)
 
     def flags(self, frame: ColumnBatch, source: str | None) -> tuple[np.ndarray, np.ndarray]:
         """The ``terminateds`` and ``truncateds`` of a batch as bools (False where not mapped).

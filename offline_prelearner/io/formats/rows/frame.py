@@ -101,8 +101,8 @@ class ColumnBatch:
             return self._arrays[name]
         col = self._table.column(name)
         if col.num_chunks == 1:
-            return col.chunk(0).to_numpy(zero_copy_only=False)
-        return col.to_numpy()
+            return np.asarray(col.chunk(0).to_numpy(zero_copy_only=False))
+        return np.asarray(col.to_numpy())
 
     def pylist(self, name: str) -> list[Any]:
         """The column as Python values (for per-row objects like infos)."""

@@ -66,7 +66,7 @@ follows D4RL's ``qlearning_dataset`` (which skips a timeout row and keeps a term
   column types Arrow cannot unify, is refused in one line (the held rows stay held).
 
 Fragments stitch as the rows' fragments do: the fragment before a cut ends at the held row's
-``obs`` and ``t``, the next one starts with the held row, so :meth:`Episode.concat_fragments`
+``obs`` and ``t``, the next one starts with the held row, so :meth:`EpisodeColumns.join_fragments`
 and the buffer join them. The held row lives in this reader: fragments of one episode read by
 *different* readers (Ray Data blocks spread over actors) lose the step across the cut -- the
 first fragment stays open, the second starts one ``t`` later and they do not join; nothing wrong
@@ -74,20 +74,22 @@ is emitted, but read each episode's rows in one stream (the batch job's units do
 episode reach one prelearner, in file order).
 
 Struct ``obs`` / ``new_obs`` columns (gymnasium Dict / Tuple spaces, nested) are read leaf by leaf
-(:mod:`..composite`) and give episodes whose observations are ``{leaf path: array}`` maps.
+(:mod:`..composite`) into one record array per batch (a field per leaf path): the columns' composite
+layout, whose episode views hold ``{leaf path: array}`` maps.
 
-Unmapped columns become per-step ``Episode.extras``; a mapped ``infos`` column becomes
-``Episode.infos = [{}] + row infos``. Under ``on_invalid="skip"``/``"quarantine"`` a bad episode is
-rejected whole (its rows as payload) and counted, so ``rows_in == kept + rejected + duplicate``;
-under ``"raise"`` the first :class:`~offline_prelearner.errors.DataError` propagates naming file,
-column, episode id and row (the row's index in the batch given to :meth:`RowsReader.read`).
+Every batch's episodes are one :class:`EpisodeColumns`. Unmapped columns become per-step
+``extras``; a mapped ``infos`` column becomes each episode's ``[{}] + row infos``. Under
+``on_invalid="skip"``/``"quarantine"`` a bad episode is rejected whole (its rows as payload) and
+counted, so ``rows_in == kept + rejected + duplicate``; under ``"raise"`` the first
+:class:`~offline_prelearner.errors.DataError` propagates naming file, column, episode id and row
+(the row's index in the batch given to :meth:`RowsReader.read`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -100,7 +102,6 @@ from ....episodes.ledger import EpisodeBatch
 from ....errors import ConfigError, DataError, EpisodeValidationError, Where
 from ...arrow_numpy import ColumnValueError
 from ...schema import ColumnSchema, load_schema
-from ..composite import split_records
 from .decode import RowDecoder
 from .duplicates import find_duplicates
 from .frame import (
@@ -323,10 +324,9 @@ class RowsReader:
         cut = ~term if self._next_row else None
         if cut is not None:
             length = length - cut
-        composite = c.obs.dtype.names is not None  # leaves split per episode: objects path
         # Rows already in episode order: the episodes' observations are the rows' own obs plus
         # each last row's new_obs (split observations: no frame is copied here).
-        split = gr.perm is None and not composite
+        split = gr.perm is None
         cols = EpisodeColumns(
             obs=c.obs if split else assemble_observations(gr, c.obs, c.new_obs),
             last_obs=c.new_obs[last] if split else None,
@@ -343,18 +343,22 @@ class RowsReader:
             agents=gr.agents,
             modules=c.module[gr.first].tolist() if c.module is not None else [None] * n_ep,
         )
+        if c.infos is not None:
+            cols = dataclasses.replace(cols, infos=_episode_infos(c.infos, gr.perm, cols))
         good = np.ones(n_ep, bool)
         good[list(v.bad)] = False
         empty = length == 0  # a 1-row episode cut to no step (next_row only)
-        keep = good & ~empty
-        first = np.flatnonzero(keep)[:1].tolist()
         # Shared arrays: what the vector checks above do not cover (dtypes, object columns) is
-        # the same for every episode, so one pass through the checking constructor covers all.
-        if c.infos is None and not composite and (not first or self._constructs(cols, first[0])):
-            out.add_columns(cols if keep.all() else cols.select(keep))
-        else:
-            self._build_objects(out, cols, c, gr, v, rows, source, empty)
-            good[list(v.bad)] = False
+        # the same for every episode, so one episode through the checking constructor covers
+        # all (each is tried in turn until one passes).
+        for e in np.flatnonzero(good & ~empty).tolist():
+            err = _construct_error(cols, e)
+            if err is None:
+                break
+            v.record(e, locate(err, source, rows, gr.ids[e], int(gr.first[e])))
+            good[e] = False
+        keep = good & ~empty
+        out.add(cols if keep.all() else cols.select(keep))
         for e in sorted(v.bad):
             pos = np.arange(gr.starts[e], gr.ends[e])
             self._reject(out, v.bad[e], frame, pos if gr.perm is None else gr.perm[pos])
@@ -413,60 +417,6 @@ class RowsReader:
         reader then holds nothing; its episodes are no longer pending.
         """
         return self._open.finish()
-
-    @staticmethod
-    def _constructs(cols: EpisodeColumns, e: int) -> bool:
-        """Whether episode ``e`` passes the checking :class:`Episode` constructor."""
-        ep = cols.episode(e)
-        try:
-            Episode(**{k: getattr(ep, k) for k in Episode.__slots__})
-        except EpisodeValidationError:
-            return False
-        return True
-
-    def _build_objects(
-        self,
-        out: EpisodeBatch,
-        cols: EpisodeColumns,
-        c: RowColumns,
-        gr: Groups,
-        v: Verdicts,
-        rows: np.ndarray,
-        source: str | None,
-        empty: np.ndarray,
-    ) -> None:
-        """Episodes one object at a time: with infos (Python objects per row), or when an episode
-        fails the checking constructor (each is then checked until one passes). ``empty``
-        episodes (no step left; rows without a next-observation column) are not built."""
-        infos = c.infos
-        leaves = split_records(cols.obs) if cols.obs.dtype.names is not None else None
-        if infos is not None and gr.perm is not None:
-            infos = [infos[i] for i in gr.perm.tolist()]  # Python objects: per row by nature
-        kept: list[Episode] = []
-        sizes: list[int] = []
-        checked = False  # has one episode of this batch passed the checking constructor?
-        for e in range(len(cols)):
-            if e in v.bad or empty[e]:
-                continue
-            ep = cols.episode(e)
-            st, en = int(cols.step_at[e]), int(cols.step_at[e] + cols.length[e])
-            if leaves is not None:  # per-leaf views of the batch's leaf arrays
-                a, b = int(cols.obs_at[e]), int(cols.obs_at[e] + cols.length[e] + 1)
-                ep.observations = cast(Any, {k: v[a:b] for k, v in leaves.items()})
-            if infos is not None:
-                ep.infos = [{}, *(i or {} for i in infos[st:en])]
-            if not checked:
-                try:
-                    ep = Episode(**{k: getattr(ep, k) for k in Episode.__slots__})
-                    checked = True
-                except EpisodeValidationError as err:
-                    v.record(e, locate(err, source, rows, ep.id, int(gr.first[e])))
-                    continue
-            kept.append(ep)
-            sizes.append(en - st)
-        out.episodes.extend(kept)
-        out.source_rows.extend(sizes)
-        out.sync()
 
     def _check(self, gr: Groups, c: RowColumns, v: Verdicts, names: list[str]) -> np.ndarray:
         """Row-level contracts, vectorized; returns ``t_started`` per episode."""
@@ -535,3 +485,24 @@ class RowsReader:
                 reason="discontinuous",
             )
         return t_started
+
+
+def _construct_error(cols: EpisodeColumns, e: int) -> EpisodeValidationError | None:
+    """What the checking :class:`Episode` constructor says about episode ``e`` (None: it passes)."""
+    ep = cols.episode(e)
+    try:
+        Episode(**{k: getattr(ep, k) for k in Episode.__slots__})
+    except EpisodeValidationError as err:
+        return err
+    return None
+
+
+def _episode_infos(
+    infos: list[Any], perm: np.ndarray | None, cols: EpisodeColumns
+) -> list[list[Any] | None]:
+    """Per episode, RLlib's ``length + 1`` info dicts (an empty reset info first) from the rows'
+    infos (Python objects: one per row by nature)."""
+    if perm is not None:
+        infos = [infos[i] for i in perm.tolist()]
+    spans = zip(cols.step_at.tolist(), cols.length.tolist(), strict=True)
+    return [[{}, *(i or {} for i in infos[s : s + n])] for s, n in spans]

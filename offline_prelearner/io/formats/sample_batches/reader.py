@@ -285,7 +285,7 @@ def _arrow_json(data: bytes) -> pa.Table | None:
 
 
 def _empty_struct_list(t: pa.DataType) -> bool:
-    return (
+    return bool(
         (pa.types.is_list(t) or pa.types.is_large_list(t))
         and pa.types.is_struct(t.value_type)
         and t.value_type.num_fields == 0

@@ -380,7 +380,7 @@ def _policy_columns(
 def _null_mask(arr: _Column) -> np.ndarray:
     if arr.null_count == 0:
         return np.zeros(len(arr), bool)
-    return arr.is_null().to_numpy(zero_copy_only=False)
+    return np.asarray(arr.is_null().to_numpy(zero_copy_only=False))
 
 
 def arrow_parts(
