@@ -216,7 +216,7 @@ def test_rows_reader_hands_over_split_observations_and_the_buffer_stores_the_sam
     assert cols.last_obs is not None
     a = EpisodeReplayBuffer(10_000, Uniform(), Transition(), seed=0)
     b = EpisodeReplayBuffer(10_000, Uniform(), Transition(), seed=0)
-    a.add_columns(cols)
+    a.add(cols)
     b.add(list(cols.iter_episodes()))
     sa, sb = a.sample(500), b.sample(500)
     for k in ("obs", "new_obs", "actions", "rewards"):

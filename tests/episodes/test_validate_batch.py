@@ -170,7 +170,7 @@ def test_batched_validation_equals_checking_each_episode(
 def batched_equals_each_episode(cfg: dict[str, Any], batches: list[list[Episode]]) -> None:
     """The batched validation and the per-episode reference, fed the same batches in turn,
     keep, reject, warn and raise alike (until the first raise)."""
-    fast, slow = Validator(ValidateConfig(**cfg)), Validator(ValidateConfig(**cfg))
+    fast, slow = validator(cfg), validator(cfg)
     for eps in (run for b in batches for run in layout_runs(b)):
         rows = [len(e) + 1 for e in eps]
         a, b = (
@@ -182,6 +182,13 @@ def batched_equals_each_episode(cfg: dict[str, Any], batches: list[list[Episode]
         assert got == want
         if got["raised"]:
             break
+
+
+def validator(cfg: dict[str, Any]) -> Validator:
+    """A validator of the checks in ``cfg`` and its ``on_invalid`` policy (given beside them)."""
+    checks = dict(cfg)
+    policy = checks.pop("on_invalid", "raise")
+    return Validator(ValidateConfig(**checks), policy)
 
 
 def layout_runs(eps: list[Episode]) -> list[list[Episode]]:

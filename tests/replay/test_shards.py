@@ -233,7 +233,9 @@ def same_episode(a: Episode, b: Episode) -> bool:
 
 
 def unpacked(items: list[Any]) -> list[Episode]:
-    return [e for it in items for e in (it.episodes() if isinstance(it, EpisodeColumns) else [it])]
+    return [
+        e for it in items for e in (it.iter_episodes() if isinstance(it, EpisodeColumns) else [it])
+    ]
 
 
 @settings(max_examples=40, deadline=None)
@@ -265,7 +267,7 @@ def test_compact_keeps_the_selected_episodes_in_arrays_of_their_own(episodes, da
         keep[0] = True
     small = compact(cols.select(keep))
     want = [e for e, k in zip(episodes, keep, strict=True) if k]
-    assert all(same_episode(a, b) for a, b in zip(want, small.episodes(), strict=True))
+    assert all(same_episode(a, b) for a, b in zip(want, small.iter_episodes(), strict=True))
     assert len(small.obs) == sum(len(e) + 1 for e in want)
     assert len(small.actions) == len(small.rewards) == sum(len(e) for e in want)
 
