@@ -36,7 +36,6 @@ from .config import PreLearnerConfig
 from .connectors.base import ConnectorContext, ConnectorPipeline
 from .connectors.registry import build_pipeline
 from .episodes.dedupe import Deduplicator
-from .episodes.episode import Episode
 from .episodes.episode_columns import EpisodeColumns
 from .episodes.ledger import EpisodeBatch, Ledger, Rejection
 from .episodes.validate import Validator
@@ -272,7 +271,7 @@ class OfflinePreLearner:
         """One input batch -> zero or more output batches (one per trained module)."""
         episodes = self.validate(self.map_to_episodes(batch))
         self._count_episodes(episodes)
-        columns = self.postprocess_episodes(self._columns(episodes))
+        columns = self.postprocess_episodes(episodes.columns)
         if self.config.sample.sample_all:
             result = self.sample_all(columns)
         else:
@@ -336,39 +335,6 @@ class OfflinePreLearner:
         wanted = self.config.modules.modules_to_train
         return wanted is None or module_id in wanted
 
-    @staticmethod
-    def _columns(episodes: EpisodeBatch) -> EpisodeColumns:
-        """The batch's episodes as columns.
-
-        TODO(issue 31): remove once every reader hands over columns (``EpisodeBatch.columns`` always
-        set, carrier-read's change): then ``episodes.columns`` is all this is. Until then a reader
-        that builds objects (msgpack episodes, sample batches, composite observations) has them
-        joined here, once per batch; infos, which no buffer stores, are left behind.
-        """
-        cols = episodes.columns
-        if cols is not None:
-            return cols
-        eps = episodes.episodes
-        if not eps:
-            return _NO_EPISODES
-        if any(e.infos is not None for e in eps):
-            eps = [
-                Episode._trusted(
-                    e.id,
-                    e.observations,
-                    e.actions,
-                    e.rewards,
-                    e.terminated,
-                    e.truncated,
-                    e.agent_id,
-                    e.module_id,
-                    e.t_started,
-                    e.extras,
-                )
-                for e in eps
-            ]
-        return EpisodeColumns.from_episodes(eps)
-
     def _complete(self, columns: EpisodeColumns) -> EpisodeColumns:
         """The episodes complete after this batch, in table order: a fragment that ends an open
         episode stands where it ended, joined with its earlier fragments; fragments that do not
@@ -424,20 +390,3 @@ def _cast_like(columns: EpisodeColumns, like: EpisodeColumns) -> EpisodeColumns:
     if last is not None:
         last = last.astype(like.obs.dtype, copy=False)
     return replace(columns, obs=obs, actions=actions, rewards=rewards, extras=extras, last_obs=last)
-
-
-_NO_EPISODES = EpisodeColumns(
-    obs=np.zeros((0,)),
-    actions=np.zeros((0,)),
-    rewards=np.zeros((0,), np.float32),
-    extras={},
-    obs_at=np.zeros(0, np.int64),
-    step_at=np.zeros(0, np.int64),
-    length=np.zeros(0, np.int64),
-    t_started=np.zeros(0, np.int64),
-    terminated=np.zeros(0, bool),
-    truncated=np.zeros(0, bool),
-    ids=[],
-    agents=[],
-    modules=[],
-)

@@ -258,7 +258,7 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
         if self.to_learner == "episodes":
             kept = inner.validate(inner.map_to_episodes(_files_read(batch)))
             inner._count_episodes(kept)
-            complete = inner._complete(inner._columns(kept))
+            complete = inner._complete(kept.columns)
             modules = inner.module_of(complete)
             return [
                 _whole_episode(ep)

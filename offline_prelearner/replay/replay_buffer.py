@@ -25,6 +25,7 @@ import numpy as np
 
 from ..config import MAX_STEPS, MAX_TRAIN_BATCH, check_int
 from ..episodes import columns as C
+from ..episodes import observations as O
 from ..episodes.episode import Episode
 from ..episodes.episode_columns import EpisodeColumns
 from ..errors import ConfigError, DataError, EmptyBufferError, Where
@@ -160,7 +161,7 @@ class EpisodeReplayBuffer:
         items: list[Episode] = []
         stop: BaseException | None = None
         if isinstance(episodes, EpisodeColumns):
-            parts: Iterable[EpisodeColumns | Episode] = [episodes]
+            parts: Iterable[EpisodeColumns] = [episodes]
         else:
             try:
                 for ep in [episodes] if isinstance(episodes, Episode) else episodes:
@@ -176,11 +177,7 @@ class EpisodeReplayBuffer:
         changes: list[Change | Placements] = []
         try:
             for part in parts:
-                if isinstance(part, EpisodeColumns):
-                    self.storage.add_columns(part, changes)
-                else:
-                    change = self.storage.add_episode(part)
-                    changes += [*change.side, change]
+                self.storage.add_columns(part, changes)
         finally:
             self._notify(changes)
         if stop is not None:
@@ -455,28 +452,25 @@ class EpisodeReplayBuffer:
         checkpoint.restore(path, self.get_state, self.set_state)
 
 
-def as_columns(episodes: Sequence[Episode]) -> Iterator[EpisodeColumns | Episode]:
+def as_columns(episodes: Sequence[Episode]) -> Iterator[EpisodeColumns]:
     """Episode objects as the buffer takes them: each run of consecutive episodes of one column
     layout joined into :class:`EpisodeColumns`, in order, a table per ~8 MiB of observations
     (a copy the size of a cache, reused, where one table of a whole pixel run would fault in
-    fresh pages). Infos, which no storage keeps, are left behind; an episode with composite
-    observations, which columns do not hold yet, stays itself (the storage adds it alone).
+    fresh pages). Composite observations become the table's record column, as readers build
+    them; infos, which no storage keeps, are left behind.
 
     Args:
         episodes: The episodes, in order.
 
     Yields:
-        Tables and lone episodes, in the order of ``episodes``.
+        Tables, in the order of ``episodes``.
     """
     i, n = 0, len(episodes)
     while i < n:
         ep = episodes[i]
-        if isinstance(ep.observations, dict):
-            yield ep
-            i += 1
-            continue
         run = episodes[i : i + same_layout(episodes[i:])]
-        limit = max(1, _TABLE_BYTES // max(1, ep.observations[:1].nbytes))  # rows per table
+        row = sum(leaf[:1].nbytes for leaf in O.leaves(ep.observations).values())
+        limit = max(1, _TABLE_BYTES // max(1, row))  # observation rows per table
         ends = np.cumsum(np.fromiter((len(e.actions) + 1 for e in run), np.int64, len(run)))
         lo = 0
         while lo < len(run):

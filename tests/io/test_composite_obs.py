@@ -371,7 +371,7 @@ def test_each_leaf_column_carries_its_space_in_the_field_metadata() -> None:
     assert with_leaf_spaces(table, gym.spaces.Box(0, 1, (2,))) is table  # plain: unchanged
 
 
-def test_composite_episodes_travel_to_shards_as_themselves() -> None:
+def test_composite_episodes_travel_to_shards_as_record_columns() -> None:
     from offline_prelearner.replay.replay_buffer import as_columns
 
     space = {"observation": ("float32", (3,))}
@@ -379,5 +379,9 @@ def test_composite_episodes_travel_to_shards_as_themselves() -> None:
     composite = _composite("c", ep)
     plain = _composite("p", ep)
     plain.observations = ep["observation"]
-    packed = list(as_columns([composite, plain]))  # in order: the composite one alone
-    assert packed[0] is composite and len(packed) == 2
+    packed = list(as_columns([composite, plain]))  # in order, a table per layout
+    assert [p.ids for p in packed] == [["c"], ["p"]]
+    assert packed[0].composite and not packed[1].composite
+    got = packed[0].episode(0).observations
+    assert isinstance(got, dict)
+    np.testing.assert_array_equal(got["observation"], composite.observations["observation"])

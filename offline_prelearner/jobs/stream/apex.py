@@ -130,7 +130,7 @@ class ShardFeeder(OfflinePreLearner):
         before = {k: self.counters[k] for k in _COUNTS}
         episodes = self.validate(self.map_to_episodes(batch))
         self.ledger += episodes.ledger
-        self.add_to_buffers(self.postprocess_episodes(self._columns(episodes)))
+        self.add_to_buffers(self.postprocess_episodes(episodes.columns))
         self.counters["batches"] += 1
         row = {k: np.array([self.counters[k] - before[k]], np.int64) for k in _COUNTS}
         yield {"ledger": np.array([json.dumps(episodes.ledger.to_dict())]), **row}

@@ -10,7 +10,6 @@ for it, and reports its sampling mass with every reply.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -127,7 +126,7 @@ class ReplayShard:
             DataError: episodes with agent ids after episodes without (``agent_keys``), or any
                 error of the buffer's add (a fragment that contradicts what it holds).
         """
-        parts: list[EpisodeColumns | Episode] = []
+        parts: list[EpisodeColumns] = []
         run: list[Episode] = []
         for item in episodes:
             if isinstance(item, EpisodeColumns):
@@ -138,12 +137,8 @@ class ReplayShard:
                 run.append(item)
         parts += as_columns(run)
         for part in parts:
-            if isinstance(part, EpisodeColumns):
-                if self._keyed(part.agents):
-                    part = replace(part, ids=agent_keys(part.ids, part.agents, always=True))
-            elif self._keyed([part.agent_id]):  # composite observations: an episode alone
-                part = copy.copy(part)
-                part.id = agent_keys([part.id], [part.agent_id], always=True)[0]
+            if self._keyed(part.agents):
+                part = replace(part, ids=agent_keys(part.ids, part.agents, always=True))
             self.buffer.add(part)
         return self.info()
 

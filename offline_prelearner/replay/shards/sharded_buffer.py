@@ -241,7 +241,7 @@ class ShardedReplayBuffer:
             int64 ``[num_shards]``: episodes sent to each shard by this call.
         """
         if isinstance(episodes, EpisodeColumns):
-            parts: list[EpisodeColumns | Episode] = [episodes]
+            parts: list[EpisodeColumns] = [episodes]
         else:
             eps = [episodes] if isinstance(episodes, Episode) else list(episodes)
             for ep in eps:
@@ -251,12 +251,6 @@ class ShardedReplayBuffer:
         sent = np.zeros(self.num_shards, np.int64)
         steps = 0
         for part in parts:
-            if isinstance(part, Episode):  # composite observations: the episode alone
-                s = int(shard_of([part.id], self.num_shards)[0])
-                self._submit(self.actors[s].add.remote([part]))
-                sent[s] += 1
-                steps += len(part)
-                continue
             shard = shard_of(part.ids, self.num_shards)
             for s in np.unique(shard).tolist():
                 self._submit(self.actors[s].add.remote([compact(part.select(shard == s))]))
