@@ -185,3 +185,23 @@ def test_a_parquet_file_corrupt_in_its_second_row_group_is_counted_once(
     manifest = json.loads((out / "_manifest.json").read_text())
     samples = sum(pq.read_metadata(out / "samples" / f["name"]).num_rows for f in manifest["files"])
     assert samples == stats["samples_written"] > 0
+
+
+def test_publish_uploads_a_file_the_manifest_does_not_list(s3_store: str, tmp_path: Path) -> None:
+    """A committed local folder with a file the manifest does not list: it goes up under its
+    name, with the same bytes (streamed in blocks: 16 KiB here, the path is the same)."""
+    from offline_prelearner.jobs.store_commit import StoreStaging, publish
+
+    local = tmp_path / "local"
+    convert(str(EPISODES), str(local), ConvertConfig(to="rows"))
+    (local / "notes").mkdir()
+    extra = bytes(range(256)) * 64
+    (local / "notes" / "extra.bin").write_bytes(extra)
+    out = f"{s3_store}/pub"
+    staging = StoreStaging(out, {})
+    staging.acquire()
+    stats = publish(str(local), staging)
+    root = locate(out)
+    assert root.join("notes", "extra.bin").read_bytes() == extra
+    manifest = json.loads(root.join("_manifest.json").read_bytes())
+    assert stats["out_dir"] == out and manifest["job_id"] in manifest["files"][0]["name"]
