@@ -795,19 +795,22 @@ def _remove_all_but(root: Path, keep: set[Path]) -> None:
         _remove(p)
 
 
-def iter_manifest_files(out: str | os.PathLike[str]) -> Iterator[Path]:
+def iter_manifest_files(out: str | os.PathLike[str]) -> Iterator[str]:
     """The data files a committed output holds, as its manifest lists them, each checked present
     and of its recorded size (:meth:`~offline_prelearner.io.manifest.Manifest.checked_paths`).
 
     Args:
-        out: The committed output folder (the one holding ``_manifest.json``), a local path.
+        out: The committed output (the folder holding ``_manifest.json``): a local path or a
+            store URI (``s3://bucket/prefix``).
 
     Yields:
-        Each listed file's path, in the manifest's order.
+        Each listed file, in the manifest's order: a local path, or on a store its URI
+        (``s3://bucket/prefix/samples/...``), as :func:`~offline_prelearner.io.sources.expand_paths`
+        names it.
 
     Raises:
-        FileNotFoundError: No manifest, or a listed file is missing.
+        FileNotFoundError: No local manifest, or a listed file is missing.
+        StorageError: The store refused or could not answer, or holds no manifest there.
         DataError: The manifest cannot be read, or a file's size differs from the recorded one.
     """
-    for path in Manifest.read(out).checked_paths():
-        yield Path(path)
+    yield from Manifest.read(out).checked_paths()

@@ -378,15 +378,22 @@ def prefetch(items: Iterator[T], depth: int = 1) -> Iterator[T]:
 
     Args:
         items: The iterator to run on the thread (its ``next`` is called there only).
-        depth: How many items may wait, produced but not yet taken (at least 1; 0 would
-            make the queue unbounded).
+        depth: How many items may wait, produced but not yet taken (at least 1: a queue of
+            size 0 would have no bound).
 
-    Yields:
-        The items of ``items``, in order.
+    Returns:
+        A generator of the items of ``items``, in order.
 
     Raises:
+        ValueError: ``depth`` is below 1 (raised here, before any thread starts).
         BaseException: Whatever ``items`` raised, once the items before it were taken.
     """
+    if depth < 1:
+        raise ValueError(f"prefetch: depth must be at least 1, got {depth}")
+    return _prefetch(items, depth)
+
+
+def _prefetch(items: Iterator[T], depth: int) -> Iterator[T]:
     q: queue.Queue[object] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 

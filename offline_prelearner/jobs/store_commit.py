@@ -726,13 +726,13 @@ def attempt_name(name: str, job_id: str) -> str:
 
 
 def publish(local: str, staging: StoreStaging) -> dict[str, Any]:
-    """Commits a job committed in the local folder ``local`` to ``staging``'s store: each file
-    its manifest lists uploaded under :func:`attempt_name` (the same bytes: the same sizes and
-    sha256) -- or, for a layout of fixed names in folders (Minari's), under a folder named by
-    the job, the manifest's ``files_dir`` -- then the manifest, last
-    (:meth:`StoreStaging.commit_manifest`).
-    Other files of the folder (not data) are uploaded under their names first; returns the
-    stats.
+    """Commits a job committed in the local folder ``local`` to ``staging``'s store: other files
+    of the folder (not data) are uploaded under their names first, then each file its manifest
+    lists under :func:`attempt_name` (the same bytes: the same sizes and sha256) -- or, for a
+    layout of fixed names in folders (Minari's), under a folder named by the job, the manifest's
+    ``files_dir`` -- then the manifest, last (:meth:`StoreStaging.commit_manifest`), with the
+    stats naming the store: ``out_dir`` is ``staging.out``, ``quarantine_file`` and
+    ``files_written`` the names uploaded.
 
     Args:
         local: The local folder of a committed job (its ``_manifest.json`` and ``stats.json``
@@ -740,7 +740,7 @@ def publish(local: str, staging: StoreStaging) -> dict[str, Any]:
         staging: The store output to commit into; its ``job.json`` takes the local job's id.
 
     Returns:
-        The local job's stats (``stats.json``), as committed.
+        The local job's stats (``stats.json``) as committed, naming the store.
 
     Raises:
         CommitError: As :meth:`StoreStaging.commit_manifest`; nothing is committed.
@@ -758,30 +758,53 @@ def publish(local: str, staging: StoreStaging) -> dict[str, Any]:
     listed = {key: file_records(manifest.get(key) or [], where) for key in ("files", _QUARANTINE)}
     nested = not folder and any("/" in _name(f) for f in listed["files"])
     renamed: dict[str, list[dict[str, Any]]] = {"files": [], _QUARANTINE: []}
-    done: set[str] = {MANIFEST_FILE, _STATS_FILE}
+    uploads: list[tuple[str, str]] = []  # (local name, store name), data in manifest order
+    for key, under in (("files", folder), (_QUARANTINE, "")):
+        for f in listed[key]:
+            keep = nested and key == "files"
+            name = _name(f) if keep else attempt_name(_name(f), job_id)
+            rel = posixpath.join(under, _name(f)) if under else _name(f)
+            uploads.append((rel, posixpath.join(job_id if keep else under, name).strip("/")))
+            renamed[key].append(dataclasses.replace(f, name=name).to_dict(with_stat=False))
+    base = root.path.rstrip("/") + "/"
+    data = {rel for rel, _ in uploads}
+    others = [
+        (rel, rel)
+        for rel in (f.path[len(base) :].replace("\\", "/") for f in root.walk())
+        if rel not in data and rel not in (MANIFEST_FILE, _STATS_FILE)
+    ]
     with store_failure(staging.out):
-        for key, under in (("files", folder), (_QUARANTINE, "")):
-            for f in listed[key]:
-                rel = posixpath.join(under, _name(f)) if under else _name(f)
-                keep = nested and key == "files"
-                name = _name(f) if keep else attempt_name(_name(f), job_id)
-                there = posixpath.join(job_id if keep else under, name)
-                src = root.join(*rel.split("/"))
-                dst = staging.root.join(*there.strip("/").split("/"))
-                with src.open_input_stream() as fin, dst.open_output_stream() as fout:
-                    while block := fin.read(1 << 22):
-                        fout.write(block)
-                done.add(rel)
-                renamed[key].append(dataclasses.replace(f, name=name).to_dict(with_stat=False))
-        base = root.path.rstrip("/") + "/"
-        for other in root.walk():
-            rel = other.path[len(base) :].replace("\\", "/")
-            if rel not in done:
-                staging.root.join(*rel.split("/")).write_bytes(other.read_bytes())
+        for rel, there in [*others, *uploads]:
+            src, dst = root.join(*rel.split("/")), staging.root.join(*there.split("/"))
+            with src.open_input_stream() as fin, dst.open_output_stream() as fout:
+                while block := fin.read(1 << 22):
+                    fout.write(block)
     out = {**manifest, "files": renamed["files"]}
     if nested:
         out["files_dir"] = job_id
     if manifest.get(_QUARANTINE) is not None:
         out[_QUARANTINE] = renamed[_QUARANTINE]
+    stats = _stats_on_store(stats, root, staging, dict(uploads), renamed["files"])
     staging.commit_manifest(out, stats)
+    return stats
+
+
+def _stats_on_store(
+    stats: dict[str, Any],
+    root: Location,
+    staging: StoreStaging,
+    uploaded: dict[str, str],
+    files: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """``stats`` of the local job as the store holds it: ``out_dir`` the store's ``out``, the
+    quarantine file its URI there, ``files_written`` the names the manifest lists."""
+    stats = dict(stats)
+    if "out_dir" in stats:
+        stats["out_dir"] = staging.out
+    if "files_written" in stats:
+        stats["files_written"] = [f["name"] for f in files]
+    qfile = stats.get("quarantine_file")
+    if isinstance(qfile, str):
+        rel = os.path.relpath(qfile, root.path).replace(os.sep, "/")
+        stats["quarantine_file"] = staging.root.join(*uploaded.get(rel, rel).split("/")).uri
     return stats

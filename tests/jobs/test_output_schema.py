@@ -114,8 +114,8 @@ def check_convert(out: Path | str) -> tuple[dict[str, Any], dict[str, Any]]:
     assert_valid("manifest", manifest, out)
     assert manifest["content"] == "dataset" and manifest["to"] == stats["to"]
     assert manifest.get("layout") == stats.get("layout")
-    if isinstance(out, Path):  # on a store the names carry the job's id
-        assert [f["name"] for f in manifest["files"]] == stats["files_written"]
+    assert [f["name"] for f in manifest["files"]] == stats["files_written"]
+    assert stats["out_dir"] == str(out)  # on a store its URI, not the local folder converted into
     return stats, manifest
 
 
@@ -351,7 +351,7 @@ def test_convert_into_a_store_is_valid(
     stats, manifest = check_convert(out)
     (q,) = manifest["quarantine"]
     assert manifest["files_dir"] == "" and manifest["job_id"] in q["name"]
-    assert stats["quarantine_file"] is not None
+    assert stats["quarantine_file"] == f"{out}/{q['name']}"  # where the store holds it
 
 
 # ============================================================================ convert

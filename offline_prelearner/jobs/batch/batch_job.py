@@ -124,11 +124,15 @@ def _cluster_info() -> dict[str, Any]:
     }
 
 
-def _check_accounting(stats: JobStats, plan: Plan, config: PreLearnerConfig) -> None:
-    """Row data: every input row (Parquet footers) was read by exactly one unit."""
+def _check_accounting(
+    stats: JobStats, plan: Plan, config: PreLearnerConfig, listed: list[dict[str, Any]]
+) -> None:
+    """Row data: every input row (Parquet footers) was read by exactly one unit; of a file the
+    reader gave up on (skip / quarantine: its ``error`` in ``listed``), the rows read before."""
     if config.read.format != "rows" or any(f.rows is None for f in plan.files):
         return
-    expected = sum(f.rows or 0 for f in plan.files)
+    failed = {e["file"]: e["rows_read"] for e in listed if e["error"] is not None}
+    expected = sum(failed.get(f.path, f.rows or 0) for f in plan.files)
     if stats.rows_in != expected or not stats.rows_balance:
         raise JobFailed(
             f"accounting mismatch: the input holds {expected} rows, the units read "
@@ -329,7 +333,8 @@ def _run_job(
         clock.engine_and_units(_run_on_ray(job, todo, config, finished))
     seconds = clock.seconds()
     stats = JobStats.summed(records.values())
-    _check_accounting(stats, plan, config)
+    listed = per_file(files, config.read.format, (r.per_file for r in records.values()))
+    _check_accounting(stats, plan, config, listed)
     with output.failures():
         sample_files = _cap(
             staging,
@@ -338,7 +343,6 @@ def _run_job(
         )
     quarantined = sorted((f for r in records.values() for f in r.quarantine), key=lambda f: f.name)
     samples_out = sum(f.rows for f in sample_files)
-    listed = per_file(files, config.read.format, (r.per_file for r in records.values()))
     stats = dataclasses.replace(
         stats,
         input=tuple(os.fspath(p) for p in (path if isinstance(path, list) else [path])),

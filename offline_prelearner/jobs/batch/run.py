@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ...config import DEFAULT_LIMITS, DecodeLimits, PreLearnerConfig
-from ...errors import DataError
+from ...errors import DataError, Where
 from ...io.fast_tensor import Layout, parquet_dictionary_columns
 from ...io.formats.rows.writer import columns_to_table
 from ...io.quarantine import quarantine_table
@@ -80,7 +80,7 @@ def read_part(
             table.slice(s, step) for s in range(0, max(table.num_rows, 1), step)
         )
     else:
-        chunks = parquet_chunks(path, step, limits=limits)
+        chunks = _read_so_far(parquet_chunks(path, step, limits=limits))
     start = 0
     drop_end = _drop_end(plan, part)
     for chunk in chunks:
@@ -103,6 +103,25 @@ def read_part(
                 chunk, rows = chunk.filter(mask), rows[m]
         if chunk.num_rows:
             yield chunk, rows
+
+
+def _read_so_far(chunks: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    """``chunks``; a file that turns unreadable after its first chunks (a corrupt later row
+    group) is an error naming the row it failed at: the rows before it were passed on and are
+    counted read (the file's ``rows_read``), the rest of the file is not read."""
+    n = 0
+    try:
+        for chunk in chunks:
+            yield chunk
+            n += chunk.num_rows
+    except DataError as e:
+        if e.reason != "unreadable_file" or not n:
+            raise
+        raise DataError(
+            f"{e.message} (its first {n} rows were read)",
+            e.where.merged(Where(row=n)),
+            reason=e.reason,
+        ) from None
 
 
 def _drop_end(plan: Plan, part: Part) -> int | None:

@@ -359,7 +359,11 @@ def _run_units(
                 table = read_table(f, limits=read.limits)
                 got = reader.read(table, source=f)
                 seen -= table.num_rows
-        except OSError as e:
+        except (OSError, DataError) as e:  # read_table: DataError(reason="unreadable_file")
+            if isinstance(e, DataError) and (
+                e.reason != "unreadable_file" or read.on_invalid == "raise"
+            ):
+                raise
             got = None
             if read.on_invalid == "raise":
                 raise DataError(

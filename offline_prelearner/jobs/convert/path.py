@@ -233,7 +233,8 @@ def _convert_to_store(
     """:func:`convert` into a store's prefix: the store is probed and ``out`` checked first (one
     line, exit 2), the job commits into a local folder of its own (``--resume`` works there as on
     disk), whose files are then uploaded under names with the job's id and committed by
-    ``_manifest.json``, written last (:func:`~..store_commit.publish`)."""
+    ``_manifest.json``, written last (:func:`~..store_commit.publish`). The stats returned are the
+    ones committed, naming the store (``out_dir``, ``quarantine_file``, ``files_written``)."""
     from ..store_commit import StoreStaging, publish
 
     staging = StoreStaging(out, {}, overwrite=overwrite)
@@ -244,8 +245,8 @@ def _convert_to_store(
     with store_failure(out):
         staging.check_out()
     twin = _local_twin(out)
-    stats = convert(path, twin, config, progress, overwrite=True, resume=resume)
-    publish(twin, staging)
+    convert(path, twin, config, progress, overwrite=True, resume=resume)
+    stats = publish(twin, staging)  # as committed: naming the store, not the twin
     shutil.rmtree(twin, ignore_errors=True)
     with contextlib.suppress(OSError):  # its folder, if nothing else is in it
         os.rmdir(os.path.dirname(twin))
