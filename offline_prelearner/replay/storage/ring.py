@@ -215,6 +215,7 @@ class EpisodeStorage:
             EpisodeValidationError: The episode has no id, needs more slots than the capacity,
                 has other columns, shapes or dtypes than the buffer holds, or as a fragment
                 overlaps, leaves a gap, follows an ended episode or breaks the observations.
+            ConfigError: The first episode's columns at this capacity would not fit in memory.
         """
         key = normalize_id(episode.id)
         idx = self.table.index_of(key)
