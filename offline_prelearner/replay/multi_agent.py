@@ -119,7 +119,18 @@ class MultiAgentEpisodeReplayBuffer:
 
     # ------------------------------------------------------------------ adding
     def module_of(self, episode: Episode) -> int | str:
-        """The module an episode is stored under (see the module docstring)."""
+        """The module an episode is stored under (see the module docstring).
+
+        Args:
+            episode: An episode; its ``module_id`` wins, else ``mapping_fn(agent_id, episode)``,
+                else ``"default_policy"``.
+
+        Returns:
+            The module id, normalized to ``int`` or ``str``.
+
+        Raises:
+            ConfigError: ``mapping_fn`` returned None.
+        """
         mid = episode.module_id
         if mid is None:
             mid = (
@@ -136,6 +147,17 @@ class MultiAgentEpisodeReplayBuffer:
 
         Episodes of one module are added in order; an episode that its buffer refuses raises
         after the ones before it (in that module) were added.
+
+        Args:
+            episodes: One episode or an iterable of them, each with its ``agent_id`` (and
+                ``module_id``, or routed by ``mapping_fn``); fragments continue what the module
+                holds under the same ``(episode id, agent id)``.
+
+        Raises:
+            TypeError: An item is not an :class:`Episode` (nothing is added then).
+            ConfigError: ``mapping_fn`` returned None, or ``make_buffer`` built no
+                :class:`EpisodeReplayBuffer`.
+            EpisodeValidationError: A module's buffer refused an episode.
         """
         eps = [episodes] if isinstance(episodes, Episode) else episodes
         groups: dict[int | str, list[tuple[Episode, str, Any, Any]]] = {}
@@ -202,6 +224,22 @@ class MultiAgentEpisodeReplayBuffer:
 
         ``batch_size`` may be ``None`` in independent mode only, for module buffers that size
         their own batches (a mix-in buffer with ``replay_ratio < 1``).
+
+        Args:
+            batch_size: Rows per module (independent) or env steps drawn over all modules
+                (lockstep), 1 to 4,194,304; None as above.
+
+        Returns:
+            One :class:`SampleBatch` per module that could sample, each with ``eps_id`` (the real
+            episode ids), ``agent_id``, ``weights`` and ``indices``; ``env_steps`` is
+            ``batch_size`` (with None, the largest module batch).
+
+        Raises:
+            EmptyBufferError: No module can sample (or, in lockstep, every module holding the
+                drawn steps is rate limited).
+            ConfigError: ``batch_size`` is None for a module buffer that needs one, or is out
+                of range.
+            DataError: Lockstep sampling met a ``t`` outside ``0 .. 2**31``.
         """
         if self.sampling == "lockstep":
             return self._lockstep(_batch_size(batch_size))
@@ -314,7 +352,21 @@ class MultiAgentEpisodeReplayBuffer:
         return per_module, merged, total
 
     def update_priorities(self, module_id: Any, indices: Any, priorities: Any) -> int:
-        """Priority feedback for one module's rows (its buffer must be prioritized)."""
+        """Priority feedback for one module's rows (its buffer must be prioritized).
+
+        Args:
+            module_id: The module the rows were sampled from (a key of the batch).
+            indices: That module batch's ``indices`` column.
+            priorities: One TD error or priority per index, as the module buffer's
+                ``update_priorities`` takes them.
+
+        Returns:
+            How many priorities were applied (handles of evicted or moved episodes are not).
+
+        Raises:
+            TypeError: The module's buffer has no updatable (prioritized) sampler.
+            KeyError: No buffer holds ``module_id``.
+        """
         buf = self.buffers[normalize_id(module_id)]
         fn = getattr(buf, "update_priorities", None)
         if fn is None or not isinstance(buf.sampler, UpdatableSampler):
@@ -343,7 +395,17 @@ class MultiAgentEpisodeReplayBuffer:
         return {"meta": meta, "arrays": arrays}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Restores :meth:`get_state` output; module buffers come from ``make_buffer``."""
+        """Restores :meth:`get_state` output; module buffers come from ``make_buffer``.
+
+        Args:
+            state: ``{"meta": ..., "arrays": ...}`` of :meth:`get_state`: module ids, each
+                module's buffer state (arrays prefixed ``m<i>/``) and the lockstep generator.
+
+        Raises:
+            ConfigError: The state is of another buffer type or sampling mode, or a module's
+                buffer differs from the one saved (see ``EpisodeReplayBuffer.set_state``).
+            DataError: A module's state breaks its buffer's invariants.
+        """
         meta, arrays = state["meta"], state["arrays"]
         if meta.get("buffer") != type(self).__name__ or meta.get("sampling") != self.sampling:
             raise ConfigError(
@@ -363,12 +425,30 @@ class MultiAgentEpisodeReplayBuffer:
         self.rng.bit_generator.state = meta["rng"]
 
     def save(self, path: str | Path) -> Path | str:
-        """Writes one checkpoint directory for all modules, atomically (see :mod:`.checkpoint`)."""
+        """Writes one checkpoint directory for all modules, atomically (see :mod:`.checkpoint`).
+
+        Args:
+            path: A local directory or object-store URI; an existing one must be a checkpoint.
+
+        Returns:
+            Where the checkpoint was written.
+
+        Raises:
+            ConfigError: ``path`` exists and is not a checkpoint directory.
+        """
         state = self.get_state()
         return checkpoint.write(path, state["meta"], state["arrays"])
 
     def load(self, path: str | Path) -> None:
-        """Restores :meth:`save` output, checked as ``EpisodeReplayBuffer.load`` checks it."""
+        """Restores :meth:`save` output, checked as ``EpisodeReplayBuffer.load`` checks it.
+
+        Args:
+            path: A checkpoint written by :meth:`save`.
+
+        Raises:
+            DataError: A file fails its checksum or the state breaks an invariant.
+            ConfigError: The checkpoint is of another buffer configuration.
+        """
         checkpoint.restore(path, self.get_state, self.set_state)
 
 

@@ -65,7 +65,20 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
     def update_priorities(self, indices: npt.ArrayLike, priorities: npt.ArrayLike) -> int:
         """New priorities for sampled rows: ``indices`` is a sample's ``"indices"`` column,
         ``priorities`` one TD error (or priority) per row. Rows whose episode was evicted or
-        moved since they were sampled are ignored. Returns how many were applied."""
+        moved since they were sampled are ignored. Returns how many were applied.
+
+        Args:
+            indices: int64 handles, the ``"indices"`` column of a :meth:`sample` (any shape).
+            priorities: One TD error or priority per handle, same shape; the sampler stores
+                ``|x| + eps`` (the last of duplicate handles wins).
+
+        Returns:
+            How many priorities were applied (stale handles are counted in :meth:`stats`).
+
+        Raises:
+            TypeError: ``indices`` are not integers (another column was passed).
+            ValueError: The shapes differ, or a priority is NaN or infinite (nothing applied).
+        """
         return self.sampler.update_priorities(
             self.storage, np.asarray(indices), np.asarray(priorities)
         )

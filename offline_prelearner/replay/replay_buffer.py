@@ -290,6 +290,19 @@ class EpisodeReplayBuffer:
 
         Raises :class:`EmptyBufferError` before ``learning_starts`` timesteps were added or while
         nothing is sampleable (e.g. only unfinished episodes shorter than an n-step window).
+
+        Args:
+            batch_size: Rows to draw, an integer (numpy's too) from 1 to 4,194,304.
+
+        Returns:
+            The unit's columns for ``batch_size`` rows, plus ``weights`` (float32 importance
+            weights; all ones for a sampler without them) and ``indices`` (int64 handles for
+            :meth:`~.prioritized.PrioritizedEpisodeReplayBuffer.update_priorities`).
+
+        Raises:
+            EmptyBufferError: Before ``learning_starts``, with nothing sampleable, or when the
+                rate limit refuses the rows (:class:`RateLimitExceeded`).
+            ConfigError: ``batch_size`` is not an integer in range.
         """
         batch_size = _batch_size(batch_size)
         self._check_learning_starts()
@@ -393,7 +406,18 @@ class EpisodeReplayBuffer:
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restores :meth:`get_state` output into this buffer, which must have the same unit and
-        sampler configuration and capacity (a :class:`ConfigError` says which differs)."""
+        sampler configuration and capacity (a :class:`ConfigError` says which differs).
+
+        Args:
+            state: ``{"meta": JSON-able dict, "arrays": {name: ndarray}}`` as :meth:`get_state`
+                returns it (storage arrays, and the sampler's under ``sampler/``).
+
+        Raises:
+            ConfigError: The state was saved with another unit, sampler, eviction, generator
+                type or capacity.
+            DataError: A counter, the generator state or the storage state is malformed or
+                breaks the ring's invariants.
+        """
         meta, arrays = state["meta"], state["arrays"]
         for name in ("unit", "sampler"):
             if meta[name] != repr(getattr(self, name)):
@@ -441,14 +465,34 @@ class EpisodeReplayBuffer:
             self._step_table.rebuild(self.storage, self.valid_starts().slots())
 
     def save(self, path: str | Path) -> Path | str:
-        """Writes a checkpoint directory atomically (see :mod:`.checkpoint`); returns its path."""
+        """Writes a checkpoint directory atomically (see :mod:`.checkpoint`); returns its path.
+
+        Args:
+            path: A local directory (created if missing) or an object-store URI; an existing
+                directory must be a checkpoint, which this save replaces.
+
+        Returns:
+            The checkpoint's path (a :class:`~pathlib.Path` locally, the URI on a store).
+
+        Raises:
+            ConfigError: ``path`` exists and is not a checkpoint directory.
+        """
         state = self.get_state()
         return checkpoint.write(path, state["meta"], state["arrays"])
 
     def load(self, path: str | Path) -> None:
         """Restores a checkpoint written by :meth:`save`, verifying every file's checksum and
         every invariant of the ring (a :class:`DataError` names the manifest and the field);
-        a failed load leaves the buffer as it was."""
+        a failed load leaves the buffer as it was.
+
+        Args:
+            path: A checkpoint directory or URI written by :meth:`save`.
+
+        Raises:
+            DataError: A file fails its checksum or the state breaks an invariant.
+            ConfigError: The checkpoint is of another buffer configuration.
+            DecodeError: The checkpoint cannot be read.
+        """
         checkpoint.restore(path, self.get_state, self.set_state)
 
 
@@ -606,7 +650,15 @@ def _batch_size(batch_size: object) -> int:
 
 
 def expand_changes(changes: list[Change | Placements]) -> list[Change]:
-    """``changes`` with every :class:`Placements` replaced by its :class:`Change` records."""
+    """``changes`` with every :class:`Placements` replaced by its :class:`Change` records.
+
+    Args:
+        changes: What the storage's adds reported, in order (as ``_notify`` receives them).
+
+    Returns:
+        A new list of :class:`Change` records in the same order, one per placed episode of each
+        :class:`Placements`.
+    """
     out: list[Change] = []
     for ch in changes:
         out += ch.to_changes() if isinstance(ch, Placements) else [ch]

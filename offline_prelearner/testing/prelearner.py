@@ -65,7 +65,16 @@ def _num_rows(batch: Any) -> int:
 
 
 def check_prelearner_output(factory: PreLearnerFactory, batch: Any) -> None:
-    """Every output is a dict of numpy columns of one row count, with :data:`REQUIRED_COLUMNS`."""
+    """Every output is a dict of numpy columns of one row count, with :data:`REQUIRED_COLUMNS`.
+
+    Args:
+        factory: Returns a fresh prelearner on each call (its config fixes the seed).
+        batch: One input batch as Ray Data hands it over: an Arrow table or a dict of columns.
+
+    Raises:
+        ContractError: No output, or an output that is not such a dict (missing columns, columns
+            without a row axis or of different lengths, Python objects other than strings).
+    """
     outputs = _run(factory(), batch)
     require(outputs, "the prelearner produced no output for the batch (learning_starts?)")
     for i, out in enumerate(outputs):
@@ -86,7 +95,16 @@ def check_prelearner_output(factory: PreLearnerFactory, batch: Any) -> None:
 
 def check_prelearner_batch_size(factory: PreLearnerFactory, batch: Any) -> None:
     """Each trained module gets ``train_batch_size`` rows per input batch (not with
-    ``sample_all``); untrained modules get none."""
+    ``sample_all``); untrained modules get none.
+
+    Args:
+        factory: Returns a fresh prelearner on each call (its config fixes the seed).
+        batch: One input batch as Ray Data hands it over: an Arrow table or a dict of columns.
+
+    Raises:
+        ContractError: No rows at all, rows of a module outside ``modules_to_train``, or a
+            module whose row count is not ``train_batch_size``.
+    """
     pl = factory()
     outputs = _run(pl, batch)
     per_module: dict[str, int] = {}
@@ -105,7 +123,16 @@ def check_prelearner_batch_size(factory: PreLearnerFactory, batch: Any) -> None:
 
 
 def check_prelearner_ledger(factory: PreLearnerFactory, batch: Any) -> None:
-    """``stats()["ledger"]`` counts every input row: rows_in = kept + rejected + duplicate."""
+    """``stats()["ledger"]`` counts every input row: rows_in = kept + rejected + duplicate.
+
+    Args:
+        factory: Returns a fresh prelearner on each call (its config fixes the seed).
+        batch: One input batch as Ray Data hands it over: an Arrow table or a dict of columns.
+
+    Raises:
+        ContractError: ``rows_in`` differs from the batch's row count, or the ledger does not
+            balance.
+    """
     pl = factory()
     _run(pl, batch)
     led = pl.stats()["ledger"]
@@ -120,7 +147,16 @@ def check_prelearner_ledger(factory: PreLearnerFactory, batch: Any) -> None:
 
 
 def check_prelearner_deterministic(factory: PreLearnerFactory, batch: Any) -> None:
-    """Two fresh prelearners (a fixed seed) give identical outputs, batch after batch."""
+    """Two fresh prelearners (a fixed seed) give identical outputs, batch after batch.
+
+    Args:
+        factory: Returns a fresh prelearner on each call; its ``config.seed`` must be set.
+        batch: One input batch (an Arrow table or a dict of columns), fed twice to each.
+
+    Raises:
+        ContractError: ``config.seed`` is None, or the two give different numbers of outputs or
+            columns that differ (bytes, dtype or shape).
+    """
     a, b = factory(), factory()
     require(a.config.seed is not None, "config.seed is None: set a seed for reproducible runs")
     for step in range(2):
@@ -133,7 +169,16 @@ def check_prelearner_deterministic(factory: PreLearnerFactory, batch: Any) -> No
 
 def check_prelearner_pickles(factory: PreLearnerFactory, batch: Any) -> None:
     """What Ray ships to its workers -- the class (by reference) and ``config`` -- pickles, and
-    ``cls(config=...)`` rebuilt from them behaves like the factory's instance."""
+    ``cls(config=...)`` rebuilt from them behaves like the factory's instance.
+
+    Args:
+        factory: Returns a fresh prelearner on each call (its config fixes the seed).
+        batch: One input batch as Ray Data hands it over: an Arrow table or a dict of columns.
+
+    Raises:
+        ContractError: The class or its config does not pickle, the class unpickles as another,
+            ``cls(config=...)`` fails, or the rebuilt prelearner's outputs differ.
+    """
     pl = factory()
     cls = type(pl)
     try:
@@ -159,7 +204,20 @@ def check_prelearner_pickles(factory: PreLearnerFactory, batch: Any) -> None:
 
 def check_prelearner_priorities(factory: PreLearnerFactory, batch: Any) -> bool:
     """With an updatable (prioritized) sampler, ``update_priorities`` takes the ``indices`` of a
-    sample and applies them. Returns False (nothing checked) for other samplers."""
+    sample and applies them. Returns False (nothing checked) for other samplers.
+
+    Args:
+        factory: Returns a fresh prelearner on each call (its config fixes the seed).
+        batch: One input batch as Ray Data hands it over: an Arrow table or a dict of columns.
+
+    Returns:
+        True when at least one buffer's sampler takes priorities (and the check ran), else
+        False.
+
+    Raises:
+        ContractError: An output lacks ``indices``, ``update_priorities`` applied none (or more
+            than it was given) of a module's fresh handles, or no output follows the update.
+    """
     pl = factory()
     outputs = _run(pl, batch)
     updatable = {m for m, b in pl.buffers.items() if hasattr(b.sampler, "update_priorities")}
@@ -182,7 +240,19 @@ def check_prelearner_priorities(factory: PreLearnerFactory, batch: Any) -> bool:
 
 
 def check_prelearner(factory: PreLearnerFactory, batch: Any) -> list[str]:
-    """Runs every prelearner check; returns the names of those that applied."""
+    """Runs every prelearner check; returns the names of those that applied.
+
+    Args:
+        factory: Returns a fresh prelearner on each call (its config fixes the seed).
+        batch: One input batch as Ray Data hands it over: an Arrow table or a dict of columns.
+
+    Returns:
+        The names of the checks that ran, in order (``check_prelearner_priorities`` only
+        where a sampler takes priorities).
+
+    Raises:
+        ContractError: The first check that fails, with its message.
+    """
     done = []
     for fn in (
         check_prelearner_output,

@@ -96,6 +96,11 @@ class ShardFeeder(OfflinePreLearner):
 
     ``shards`` maps module ids to clients; :func:`feed_shards` binds it on a subclass made for
     the job (Ray pickles that class, clients included, into the map_batches actors).
+
+    Args:
+        config: As for :class:`~offline_prelearner.OfflinePreLearner`: a config, a dict, a
+            JSON/YAML path, or None for defaults.
+        **kw: Field updates applied to ``config``, as the base class takes them.
     """
 
     shards: ClassVar[Mapping[str, ShardedReplayBuffer]] = {}

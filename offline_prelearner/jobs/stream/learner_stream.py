@@ -60,6 +60,12 @@ class OfflinePreLearnerActor:
     batch of 14 columns, half the prelearner's whole cost per 4096-row input batch. This builds the
     same schema (Ray's tensor type for columns of arrays, strings for ids) in ~0.25 ms, and hands
     anything it cannot type (mixed-type ids) to Ray unchanged.
+
+    Args:
+        prelearner: The prelearner class (not an instance); the actor builds one, with
+            ``config``, and keeps it (and its buffers) for its whole life.
+        config: The job's resolved config; ``validate.observation_space``, when set, is
+            attached to each output table per observation leaf.
     """
 
     def __init__(
@@ -84,7 +90,18 @@ class ReadingPreLearnerActor(OfflinePreLearnerActor):
     itself, in ``config.ray.rows_per_batch``-row batches, one batch ahead on a thread, across groups
     when it is the only actor (:class:`~offline_prelearner.jobs.file_batches.ReadAhead`: the
     input never passes through the object store). The prelearner is told each batch's file, so
-    its errors name it."""
+    its errors name it.
+
+    Args:
+        prelearner: The prelearner class, as for :class:`OfflinePreLearnerActor`.
+        config: The job's resolved config (``ray.rows_per_batch``, ``ray.read_threads``,
+            ``read.limits``).
+        groups: The file groups of the whole job, indexed by the ``group`` column of the task
+            rows; each group is file names, or :class:`FilePiece` ranges when several actors
+            read episodes whole. None: no groups, so a task's index names none.
+        read_ahead: Read the next batch on a thread, across groups; only right when this is
+            the only actor (with several, the next group is another actor's).
+    """
 
     last_group = -1  # the file group read last
 
@@ -120,7 +137,15 @@ class ReadingPreLearnerActor(OfflinePreLearnerActor):
 
 def to_arrow_block(columns: dict[str, Any]) -> Any:
     """A dict of numpy columns as the Arrow table Ray Data would make of it (or the dict itself
-    when a column is not one Arrow type, e.g. ids of mixed types: Ray then converts it)."""
+    when a column is not one Arrow type, e.g. ids of mixed types: Ray then converts it).
+
+    Args:
+        columns: Column name to numpy array, all of one row count: arrays of more than one
+            dimension become Ray's tensor columns, object arrays (ids) Arrow strings or ints.
+
+    Returns:
+        A :class:`pyarrow.Table` with the columns in order, or ``columns`` unchanged.
+    """
     import pyarrow as pa
     from ray.data.extensions import ArrowTensorArray
 
@@ -144,7 +169,26 @@ def build_dataset(
     *,
     prelearner: Any = None,
 ) -> Any:
-    """The lazy Ray Dataset of learner-ready rows (read -> [groupby] -> map_batches -> [limit])."""
+    """The lazy Ray Dataset of learner-ready rows (read -> [groupby] -> map_batches -> [limit]).
+
+    Starts Ray (:func:`~..session.ray_session.init_ray`) and checks that every node sees the
+    local input files; nothing is read until the dataset is consumed.
+
+    Args:
+        path: A data file, a folder of them, a glob, a store URI, or a list of these.
+        config: The job's config (any form :func:`~..preflight.job_config` takes works too); it
+            is resolved against the files before use.
+        prelearner: A subclass of :class:`~offline_prelearner.OfflinePreLearner` or
+            ``"package.module:Class"``; default ``config.prelearner``, else the base class.
+
+    Returns:
+        A ``ray.data.Dataset`` whose rows are the prelearner's output rows (at most
+        ``sample.num_samples`` when set).
+
+    Raises:
+        ConfigError: The config, the files or the prelearner are refused before Ray runs.
+        FileNotFoundError: Nothing matches ``path``.
+    """
     ray = import_ray()
     files, config, cls = prepare(path, config, prelearner)
     init_ray(config)
@@ -231,7 +275,14 @@ def _map(
 
 def reads_in_actor(config: PreLearnerConfig) -> bool:
     """Whether the learner stream's actors read their files themselves (``ray.read="actor"``, and
-    ``"auto"`` unless the rows are grouped by episode: that needs Ray Data's read and shuffle)."""
+    ``"auto"`` unless the rows are grouped by episode: that needs Ray Data's read and shuffle).
+
+    Args:
+        config: The job's config; ``ray.read`` and ``ray.group_by_episode`` decide.
+
+    Returns:
+        True when the actors read the files, False when Ray Data's read tasks do.
+    """
     mode = config.ray.read
     return mode == "actor" or (mode == "auto" and not config.ray.group_by_episode)
 
@@ -242,7 +293,15 @@ FOOTER_ACTORS_ENV = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
 
 
 def footer_readers(config: PreLearnerConfig, num_files: int) -> int:
-    """How many Parquet footer actors a read of ``num_files`` files starts (see RayConfig)."""
+    """How many Parquet footer actors a read of ``num_files`` files starts (see RayConfig).
+
+    Args:
+        config: The job's config; ``ray.footer_readers``, when set, is the answer.
+        num_files: Files in the read (0 or more).
+
+    Returns:
+        ``ray.footer_readers``, else one actor per 10 files, at least 1 and at most 32.
+    """
     if config.ray.footer_readers is not None:
         return config.ray.footer_readers
     return max(1, min(32, -(-num_files // 10)))
@@ -268,7 +327,15 @@ def _read(ray: Any, files: list[str], config: PreLearnerConfig) -> Any:
 def ray_read_args(files: list[str]) -> tuple[list[str], dict[str, Any]]:
     """What Ray Data's readers take for ``files``: local paths as they are; a store's files as
     paths in its filesystem, with ``filesystem=`` the one ``io.stores.locate`` built from
-    the store's settings (Ray's own resolution would not see a custom endpoint)."""
+    the store's settings (Ray's own resolution would not see a custom endpoint).
+
+    Args:
+        files: The expanded input files, all local or all store URIs (the first decides).
+
+    Returns:
+        ``(paths, kwargs)`` for ``ray.data.read_*``: ``files`` and no kwargs for local files or
+        files on several stores; else paths inside the store and ``{"filesystem": fs}``.
+    """
     if not files or not is_remote(files[0]):
         return files, {}
     locs = [locate(f) for f in files]
@@ -320,7 +387,16 @@ def train_batches(
     ``rows`` rows, in order; only the last may be shorter. A batch inside one block is a view
     (the prelearner's blocks hold whole train batches, so that is every batch); one that spans
     two blocks is copied. Cheaper than Ray Data's own ``iter_batches(batch_size=rows)``, whose
-    per-batch work cost 2 learners sharing a split 1/4 of their rows/s (bench_learners.py)."""
+    per-batch work cost 2 learners sharing a split 1/4 of their rows/s (bench_learners.py).
+
+    Args:
+        blocks: Dicts of numpy columns, every block with the same column names; a block may
+            be empty.
+        rows: Rows per batch (``sample.train_batch_size``), at least 1.
+
+    Yields:
+        Dicts of the same columns, ``rows`` rows each except possibly the last.
+    """
     held: dict[str, np.ndarray] | None = None  # a block's tail, shorter than a batch
     for block in blocks:
         n = len(next(iter(block.values()))) if block else 0

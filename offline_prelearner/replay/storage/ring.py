@@ -71,7 +71,16 @@ _COUNTERS = (
 
 
 class EpisodeStorage:
-    """Ring arrays of timesteps and a table of the episodes they hold. See the module docstring."""
+    """Ring arrays of timesteps and a table of the episodes they hold. See the module docstring.
+
+    Args:
+        capacity: Slots per column (timesteps plus one final observation per held episode), an
+            integer from 2 to ``MAX_STEPS``; the columns take ``capacity + 1`` rows, allocated
+            at the first episode.
+
+    Raises:
+        ConfigError: ``capacity`` is not an integer in range.
+    """
 
     def __init__(self, capacity: int) -> None:
         if isinstance(capacity, np.integer):
@@ -124,12 +133,30 @@ class EpisodeStorage:
         return self.num_timesteps
 
     def row_of_id(self, eid: Any) -> int | None:
-        """The table row of a held episode, or None."""
+        """The table row of a held episode, or None.
+
+        Args:
+            eid: The episode's id, in any form :func:`normalize_id` accepts.
+
+        Returns:
+            The row of its live placement, or None when the episode is not held.
+
+        Raises:
+            EpisodeValidationError: ``eid`` is None.
+        """
         idx = self.table.index_of(normalize_id(eid))
         return None if idx is None else idx - self.table.lo
 
     def rows_of(self, slots: np.ndarray) -> np.ndarray:
-        """Table rows of the episodes holding ``slots`` (which must be held; not checked)."""
+        """Table rows of the episodes holding ``slots`` (which must be held; not checked).
+
+        Args:
+            slots: Integer ring slots inside stored episodes; any other slot gives a meaningless
+                row.
+
+        Returns:
+            int64 row per slot.
+        """
         return self.table.rows_of(slots)
 
     def last_and_t_base(self) -> tuple[np.ndarray, np.ndarray]:
@@ -137,22 +164,59 @@ class EpisodeStorage:
         return self.table.last_and_t_base()
 
     def handles(self, slots: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Opaque int64 handles for sampled slots (placement serial and slot)."""
+        """Opaque int64 handles for sampled slots (placement serial and slot).
+
+        Args:
+            slots: Sampled ring slots.
+            rows: Table row of each slot's episode (as :meth:`rows_of` gives).
+
+        Returns:
+            int64 handle per slot, for a sample's ``indices`` column; :meth:`resolve` reads it.
+        """
         return self.table.handles(slots, rows)
 
     def is_current(self, serials: np.ndarray) -> np.ndarray:
-        """True where a placement serial still holds its episode (not evicted, not moved)."""
+        """True where a placement serial still holds its episode (not evicted, not moved).
+
+        Args:
+            serials: Placement serials (the high bits of handles).
+
+        Returns:
+            bool per serial.
+        """
         return self.table.is_current(serials)
 
     def resolve(self, handles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(slots, current)``: ``current`` is False where the episode that held the slot at
-        sampling time has since been evicted or moved (the slot may now hold something else)."""
+        sampling time has since been evicted or moved (the slot may now hold something else).
+
+        Args:
+            handles: int64 handles from :meth:`handles` (a sample's ``indices`` column).
+
+        Returns:
+            int64 slot per handle and bool ``current`` per handle.
+        """
         return self.table.resolve(handles)
 
     # ------------------------------------------------------------------ adding
     def add_episode(self, episode: Episode) -> Change:
         """Stores one episode or fragment. Raises EpisodeValidationError for data that contradicts
-        what is held (a gap in ``t``, an overlap, a discontinuous observation, other shapes)."""
+        what is held (a gap in ``t``, an overlap, a discontinuous observation, other shapes).
+
+        Args:
+            episode: A whole episode, or a fragment of one already held (same id, starting at the
+                stored end, its first observation equal to the stored last one).
+
+        Returns:
+            What the add did: ``new``, ``appended``, ``moved``, ``flagged`` (only the end flags
+            changed), ``duplicate`` or ``noop``, with the slots placed and evicted.
+
+        Raises:
+            EpisodeValidationError: The episode has no id, needs more slots than the capacity,
+                has other columns, shapes or dtypes than the buffer holds, or as a fragment
+                overlaps, leaves a gap, follows an ended episode or breaks the observations.
+            ConfigError: The first episode's columns at this capacity would not fit in memory.
+        """
         key = normalize_id(episode.id)
         idx = self.table.index_of(key)
         if not self.columns:
@@ -449,7 +513,17 @@ class EpisodeStorage:
         )
 
     def episode(self, row: int) -> Episode:
-        """The held episode at table ``row``, copied out (ids come back normalized)."""
+        """The held episode at table ``row``, copied out (ids come back normalized).
+
+        Args:
+            row: A table row, ``0 <= row < num_rows``, of a live placement.
+
+        Returns:
+            A new :class:`Episode` with copies of its steps.
+
+        Raises:
+            IndexError: ``row`` is out of range or its placement is dead.
+        """
         if not (0 <= row < self.num_rows) or not self.alive[row]:
             raise IndexError(f"row {row} does not hold an episode")
         return self._read(row + self.table.lo)
@@ -483,7 +557,17 @@ class EpisodeStorage:
     def set_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         """Restores :meth:`get_state` output after :func:`check_state` (a state of another
         capacity is a :class:`ConfigError`; one that breaks the ring's invariants a
-        :class:`DataError` naming the field)."""
+        :class:`DataError` naming the field).
+
+        Args:
+            meta: JSON-able scalars of :meth:`get_state`: ``capacity``, ``head``,
+                ``first_serial``, ``extra_names`` and ``counters``.
+            arrays: Its arrays: ring columns under ``col/``, table columns under ``tab/``.
+
+        Raises:
+            ConfigError: The state is of a storage with another capacity.
+            DataError: The state breaks the ring's invariants.
+        """
         if state_capacity(meta) != self.capacity:
             raise ConfigError(
                 f"state is of a storage with capacity {meta['capacity']}, this one "

@@ -42,7 +42,18 @@ _NOTHING = (
 
 
 def normalize_id(eid: Any) -> int | str:
-    """Episode ids are kept as ``int`` (any integer) or ``str`` (anything else, via ``str``)."""
+    """Episode ids are kept as ``int`` (any integer) or ``str`` (anything else, via ``str``).
+
+    Args:
+        eid: An episode id as a source gave it: a Python or numpy integer (not a bool), ``bytes``
+            (decoded as UTF-8, bad bytes replaced) or anything with a ``str`` form.
+
+    Returns:
+        The id as an ``int`` for an integer, else as a ``str``.
+
+    Raises:
+        EpisodeValidationError: ``eid`` is None (reason ``no_id``).
+    """
     if isinstance(eid, (int, np.integer)) and not isinstance(eid, (bool, np.bool_)):
         return int(eid)
     if eid is None:
@@ -56,7 +67,15 @@ def normalize_id(eid: Any) -> int | str:
 
 def handles_of(serials: np.ndarray, slots: np.ndarray) -> np.ndarray:
     """Opaque int64 handles: each placement serial and slot in one int64 (``serials`` is
-    consumed: shifted in place when it is already int64)."""
+    consumed: shifted in place when it is already int64).
+
+    Args:
+        serials: Placement serials, one per handle (integers; an int64 array is overwritten).
+        slots: Ring slots, one per serial (broadcastable to ``serials``), each below ``2**32``.
+
+    Returns:
+        int64 handles, the serial in the high bits and the slot in the low 32 bits.
+    """
     serial = np.asarray(serials, dtype=np.int64)
     serial <<= _SLOT_BITS
     serial |= slots
@@ -87,7 +106,15 @@ class EpisodeTable:
 
     # ------------------------------------------------------------------ window views
     def view(self, field: str) -> np.ndarray:
-        """The live window of column ``field`` (a view)."""
+        """The live window of column ``field`` (a view).
+
+        Args:
+            field: A column name: ``start``, ``length``, ``t_started``, ``terminated``,
+                ``truncated``, ``alive`` or ``ids``.
+
+        Returns:
+            The column's rows ``[lo, hi)``, a view that sees later in-place writes.
+        """
         return self.cols[field][self.lo : self.hi]
 
     @property
@@ -96,12 +123,28 @@ class EpisodeTable:
         return self.hi - self.lo
 
     def index_of(self, key: int | str) -> int | None:
-        """Index of the record of episode ``key``, or None if it has none."""
+        """Index of the record of episode ``key``, or None if it has none.
+
+        Args:
+            key: An episode id as :func:`normalize_id` returns it.
+
+        Returns:
+            The index (``serial - base``, not the row) of the episode's live placement, or None
+            when no live record holds it.
+        """
         serial = self.where.get(key)
         return None if serial is None else serial - self.base
 
     def get(self, idx: int) -> tuple[int, int, int, bool, bool]:
-        """``(start, length, t_started, terminated, truncated)`` of record ``idx``."""
+        """``(start, length, t_started, terminated, truncated)`` of record ``idx``.
+
+        Args:
+            idx: A record index (``serial - base``, as :meth:`index_of` returns), not a row.
+
+        Returns:
+            The record's first slot, its number of steps, the env step of its first slot and its
+            two end flags, as Python scalars.
+        """
         c = self.cols
         return (
             int(c["start"][idx]),
@@ -121,7 +164,19 @@ class EpisodeTable:
         terminated: bool,
         truncated: bool,
     ) -> int:
-        """Adds a live record at the back; returns its index."""
+        """Adds a live record at the back; returns its index.
+
+        Args:
+            key: The episode's id (normalized; not held by another live record).
+            start: Ring slot of the episode's first stored step.
+            length: Steps stored from ``start`` on.
+            t_started: Env step of the slot ``start`` (the episode's ``t`` there).
+            terminated: Whether the episode ended in a terminal state.
+            truncated: Whether the episode was cut off (time limit, end of data).
+
+        Returns:
+            The new record's index (``serial - base``).
+        """
         if self.hi == len(self.cols["start"]):
             self._grow()
         i = self.hi
@@ -144,7 +199,19 @@ class EpisodeTable:
         truncated: np.ndarray,
     ) -> int:
         """Adds live records at the back, in order, as ``append`` one by one would (``keys``
-        must be distinct and not held); returns the index of the first."""
+        must be distinct and not held); returns the index of the first.
+
+        Args:
+            keys: The episodes' ids, one per record, normalized.
+            start: int64 first ring slot per record, in placement order.
+            length: Steps stored per record.
+            t_started: Env step of each record's first slot.
+            terminated: bool per record: ended in a terminal state.
+            truncated: bool per record: cut off (time limit, end of data).
+
+        Returns:
+            The index of the first new record; the others follow it.
+        """
         m = len(keys)
         cap = len(self.cols["start"])
         if self.hi + m > cap:
@@ -164,7 +231,16 @@ class EpisodeTable:
     def drop_front_inside(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Drops the front records while they start inside slots ``[lo, hi)`` -- what a run of
         ``kill`` (live ones) and ``pop_front`` calls would do. Returns ``(start, length, done)``
-        of the live records dropped, oldest first."""
+        of the live records dropped, oldest first.
+
+        Args:
+            lo: First ring slot of the range about to be overwritten.
+            hi: One past its last slot (``lo <= hi``; no wrap inside the range).
+
+        Returns:
+            int64 ``start``, int64 ``length`` and bool ``done`` (terminated or truncated) of the
+            live records dropped; three shared read-only empty arrays when nothing is dropped.
+        """
         c, first = self.cols, self.lo
         if first == self.hi or not lo <= c["start"][first] < hi:  # nothing to drop: common
             return _NOTHING
@@ -194,13 +270,24 @@ class EpisodeTable:
         return out
 
     def update(self, idx: int, *, length: int, terminated: bool, truncated: bool) -> None:
-        """Sets record ``idx``'s length and end flags (the episode grew or ended)."""
+        """Sets record ``idx``'s length and end flags (the episode grew or ended).
+
+        Args:
+            idx: A record index (``serial - base``).
+            length: The record's new number of stored steps.
+            terminated: Whether the episode now ends in a terminal state.
+            truncated: Whether the episode is now cut off.
+        """
         c = self.cols
         c["length"][idx], c["terminated"][idx], c["truncated"][idx] = length, terminated, truncated
         self.version += 1
 
     def kill(self, idx: int) -> None:
-        """Marks record ``idx`` dead (evicted or moved); it keeps its place in the window."""
+        """Marks record ``idx`` dead (evicted or moved); it keeps its place in the window.
+
+        Args:
+            idx: Index (``serial - base``) of a live record; its id is no longer held.
+        """
         self.cols["alive"][idx] = False
         del self.where[self.cols["ids"][idx]]
         self.version += 1
@@ -225,7 +312,15 @@ class EpisodeTable:
 
     # ------------------------------------------------------------------ lookups
     def rows_of(self, slots: np.ndarray) -> np.ndarray:
-        """Rows of the records whose slots contain ``slots`` (held slots; not checked)."""
+        """Rows of the records whose slots contain ``slots`` (held slots; not checked).
+
+        Args:
+            slots: Integer ring slots, each inside some record's ``[start, start + length)``; a
+                slot no record holds gives a meaningless row.
+
+        Returns:
+            int64 row (index into the window) per slot.
+        """
         starts = self.view("start")
         w = self._wrap_point()
         a = np.searchsorted(starts[:w], slots, side="right") - 1
@@ -256,11 +351,26 @@ class EpisodeTable:
         return last, t_base
 
     def handles(self, slots: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Handles of ``slots`` in table ``rows``: the row's serial and the slot in one int64."""
+        """Handles of ``slots`` in table ``rows``: the row's serial and the slot in one int64.
+
+        Args:
+            slots: Ring slots, one per handle.
+            rows: Window rows of the records holding them (as :meth:`rows_of` gives).
+
+        Returns:
+            int64 handles, as :func:`handles_of` packs them.
+        """
         return handles_of(np.add(rows, self.base + self.lo, dtype=np.int64), slots)
 
     def is_current(self, serials: np.ndarray) -> np.ndarray:
-        """Per serial: whether its record is in the window and alive."""
+        """Per serial: whether its record is in the window and alive.
+
+        Args:
+            serials: Placement serials (any integers; those outside the window are not current).
+
+        Returns:
+            bool per serial.
+        """
         idx = np.asarray(serials, dtype=np.int64) - self.base
         inside = (idx >= self.lo) & (idx < self.hi)
         if inside.all():  # the usual case: a gather, no masking
@@ -272,7 +382,15 @@ class EpisodeTable:
 
     def resolve(self, handles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(slots, current)`` of ``handles``: the slot each names and whether its record still
-        stands."""
+        stands.
+
+        Args:
+            handles: int64 handles from :meth:`handles` (e.g. a sample's ``indices`` column).
+
+        Returns:
+            int64 slot per handle, and bool per handle: its placement is in the window and alive
+            (False once the episode was evicted or moved).
+        """
         handles = np.asarray(handles, dtype=np.int64)
         return handles & _SLOT_MASK, self.is_current(handles >> _SLOT_BITS)
 
@@ -296,7 +414,16 @@ class EpisodeTable:
 
     def set_state(self, first_serial: int, arrays: dict[str, Any]) -> None:
         """Restores :meth:`get_state`'s arrays with ``first_serial``; raises :class:`ValueError` if
-        the columns' lengths differ."""
+        the columns' lengths differ.
+
+        Args:
+            first_serial: Serial of the first record, as :meth:`get_state` returned it; handles
+                taken before the save stay valid after the load.
+            arrays: The numeric columns plus ``ids_kind``, ``ids_int`` and ``ids_str``.
+
+        Raises:
+            ValueError: A column's length differs from ``start``'s.
+        """
         n = len(arrays["start"])
         for f in (*_NUMERIC, "ids_kind", "ids_int", "ids_str"):
             if len(arrays[f]) != n:
