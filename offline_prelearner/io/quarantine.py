@@ -31,7 +31,16 @@ __all__ = ["quarantine_rows", "quarantine_table", "write_quarantine"]
 
 
 def quarantine_rows(rejection: Rejection) -> pa.Table | None:
-    """The rows a rejection kept (its input rows, or its episode as rows), or None."""
+    """The rows a rejection kept (its input rows, or its episode as rows), or None.
+
+    Args:
+        rejection: One refused item from a batch's ledger: the input rows a reader refused, or
+            an episode validation refused after it was built.
+
+    Returns:
+        The input rows as they came, or the episode as rows in the recorder layout
+        (:func:`~.formats.rows.writer.episodes_to_rows`); None when the rejection kept neither.
+    """
     if rejection.rows is not None:
         return rejection.rows
     if rejection.episode is not None:
@@ -50,6 +59,19 @@ def write_quarantine(
     without it the leaf columns are written all the same, without spaces. ``out_dir`` may be a
     store's prefix (``s3://bucket/prefix``). Returns the path written, or None when nothing was
     quarantined.
+
+    Args:
+        rejections: What was refused (a ledger's rejections); those without rows or with zero
+            rows are skipped.
+        out_dir: The folder (created if missing) or store prefix to write one new
+            ``quarantine-<12 hex>.parquet`` file into.
+        observation_space: The dataset's observation space; a composite one (Dict / Tuple)
+            puts each leaf space in its ``obs.<path>`` column's field metadata. None writes the
+            columns without spaces.
+
+    Returns:
+        The path or URI of the file written, or None when there were no rows (nothing is
+        written then).
     """
     table = quarantine_table(rejections, observation_space)
     if table is None:
@@ -70,7 +92,18 @@ def quarantine_table(
     rejections: list[Rejection], observation_space: gym.Space[Any] | None = None
 ) -> pa.Table | None:
     """The rows of ``rejections`` with ``_reject_reason`` and ``_reject_message`` as one table
-    (what :func:`write_quarantine` writes; the batch job writes it per unit), or None."""
+    (what :func:`write_quarantine` writes; the batch job writes it per unit), or None.
+
+    Args:
+        rejections: What was refused, in order; each contributes its rows
+            (:func:`quarantine_rows`), every row tagged with the rejection's reason and message.
+        observation_space: The dataset's observation space, to put leaf spaces in the field
+            metadata of composite observation columns; None leaves the metadata out.
+
+    Returns:
+        The concatenated rows (columns missing from some tables are null), or None when no
+        rejection kept any row.
+    """
     tables = []
     for rej in rejections:
         rows = quarantine_rows(rej)

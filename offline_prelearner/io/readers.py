@@ -135,7 +135,15 @@ def make_reader(config: ReadConfig) -> Reader:
 
 def detect_batch_format(column_names: list[str]) -> str:
     """``episodes`` (an ``item`` column), ``sample_batches`` (a ``type`` column of old-stack
-    records) or ``rows``, from a batch's column names."""
+    records) or ``rows``, from a batch's column names.
+
+    Args:
+        column_names: The top-level column names of one input batch, in any order.
+
+    Returns:
+        The format name to read the batch with: ``"episodes"``, ``"sample_batches"`` or
+        ``"rows"`` (the fallback for anything else).
+    """
     names = set(column_names)
     if names == {"item"} or ("item" in names and "obs" not in names):
         return "episodes"
@@ -145,7 +153,12 @@ def detect_batch_format(column_names: list[str]) -> str:
 
 
 class AutoReader:
-    """Picks the reader from the first batch's columns, then keeps it (``format="auto"``)."""
+    """Picks the reader from the first batch's columns, then keeps it (``format="auto"``).
+
+    Args:
+        config: The read settings; every one but ``format`` is passed on to the reader picked
+            (built with ``format`` replaced by the detected one).
+    """
 
     def __init__(self, config: ReadConfig) -> None:
         self.config = config
@@ -153,7 +166,19 @@ class AutoReader:
 
     def read(self, batch: Batch, source: str | None = None) -> EpisodeBatch:
         """Episodes of ``batch``, read by the reader of the format detected from the first batch's
-        column names."""
+        column names.
+
+        Args:
+            batch: One batch of input records (an Arrow table / record batch or a dict of numpy
+                columns); the first one seen decides the format for all later ones.
+            source: The file the batch came from, for error messages; None when unknown.
+
+        Returns:
+            The batch's episodes, as the picked reader returns them.
+
+        Raises:
+            DataError: The picked reader refused a row and ``config.on_invalid`` is ``"raise"``.
+        """
         if self.reader is None:
             if isinstance(batch, pa.Table | pa.RecordBatch):
                 names = list(batch.column_names)

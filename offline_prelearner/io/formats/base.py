@@ -30,4 +30,18 @@ class Reader(Protocol):
 
     def read(self, batch: Batch, source: str | None = None) -> EpisodeBatch:
         """Episodes from one input ``batch`` (a table or dict of columns); ``source`` names the file
-        in errors."""
+        in errors.
+
+        Args:
+            batch: One batch of input records: an Arrow table / record batch, or a dict of numpy
+                columns (the two Ray Data batch formats).
+            source: The file the batch came from, named in error messages and in the ledger;
+                None when unknown.
+
+        Returns:
+            The batch's episodes, with a ledger that accounts for every input row (kept,
+            rejected or duplicate).
+
+        Raises:
+            DataError: A row or episode is invalid and ``config.on_invalid`` is ``"raise"``.
+        """

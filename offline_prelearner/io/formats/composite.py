@@ -26,12 +26,36 @@ __all__ = ["is_struct", "struct_leaves"]
 
 
 def is_struct(column: Any) -> bool:
-    """Whether ``column`` (Arrow, or anything else) is an Arrow struct column."""
+    """Whether ``column`` (Arrow, or anything else) is an Arrow struct column.
+
+    Args:
+        column: Any batch column: an Arrow (chunked) array, a numpy array or anything else; only
+            an Arrow array of struct type answers True.
+
+    Returns:
+        True for an Arrow struct column (a gymnasium ``Dict`` / ``Tuple`` observation).
+    """
     return isinstance(column, pa.ChunkedArray | pa.Array) and pa.types.is_struct(column.type)
 
 
 def struct_leaves(column: Any, name: str, source: str | None = None) -> dict[str, np.ndarray]:
-    """A struct column as ``{leaf path: [rows, *leaf_shape]}`` (nested structs flattened)."""
+    """A struct column as ``{leaf path: [rows, *leaf_shape]}`` (nested structs flattened).
+
+    Args:
+        column: An Arrow struct column (chunked or not; see :func:`is_struct`), one row per
+            step; nested structs are walked down to their leaves.
+        name: The column's name (``"obs"``, ``"new_obs"``), used in error messages and to name
+            the leaves' columns (``"obs.a.b"``).
+        source: The file the column came from, for error messages; None when unknown.
+
+    Returns:
+        One numeric numpy array per leaf, keyed by its dotted path (``"a.b"``; a ``Tuple``'s
+        fields are ``"0"``, ``"1"``...), each with the column's row count as its first axis.
+
+    Raises:
+        ColumnValueError: The struct has no fields, a row is null, a field name contains
+            ``"."``, or a leaf is not numeric (reason ``bad_type`` / ``null_value``).
+    """
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     out: dict[str, np.ndarray] = {}
     _leaves(arr, name, "", source, out)

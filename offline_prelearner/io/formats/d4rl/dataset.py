@@ -40,12 +40,37 @@ HDF5_SUFFIXES = (".hdf5", ".h5")
 
 
 def is_d4rl_file(path: str) -> bool:
-    """An ``.hdf5``/``.h5`` file (the reader checks its keys)."""
+    """An ``.hdf5``/``.h5`` file (the reader checks its keys).
+
+    Args:
+        path: A local path or store URI; only its suffix is looked at (the file is not opened).
+
+    Returns:
+        True where ``path`` ends in ``.hdf5`` or ``.h5``.
+    """
     return path.endswith(HDF5_SUFFIXES)
 
 
 def read_d4rl_file(path: str) -> pa.Table:
-    """One D4RL file as a table of its transition columns (see the module docstring)."""
+    """One D4RL file as a table of its transition columns (see the module docstring).
+
+    Args:
+        path: A local path or store URI of a D4RL HDF5 file; it needs the datasets
+            ``observations`` (a dataset, or a group of them for composite observations),
+            ``actions``, ``rewards`` and ``terminals``, and may hold ``timeouts`` and
+            ``next_observations``. Other keys are ignored.
+
+    Returns:
+        One row per transition, one column per dataset present (``[N, 1]`` flags and rewards
+        squeezed to ``[N]``, booleans as uint8, a group as a struct column), with the file's
+        path and per-column step shapes in the schema metadata under :data:`METADATA_KEY`.
+
+    Raises:
+        UnsupportedFormatError: h5py is not installed.
+        SchemaError: A required dataset is missing, an observation group is empty or has a key
+            with ``"."``, or a dataset's row count differs from the observations'.
+        DataError: The file cannot be opened or read (reason ``unreadable_file``).
+    """
     h5py = import_h5py(f"reading the D4RL file {path!r}")
     where = Where(file=path)
     try:

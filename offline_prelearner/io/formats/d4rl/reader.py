@@ -51,7 +51,12 @@ __all__ = ["D4RLReader", "split_d4rl"]
 
 
 class D4RLReader:
-    """Turns D4RL file tables into episodes (see the module docstring)."""
+    """Turns D4RL file tables into episodes (see the module docstring).
+
+    Args:
+        config: The read settings (``on_invalid``, ``max_episode_steps``,
+            ``check_continuity``...); None means the defaults with ``format="d4rl"``.
+    """
 
     def __init__(self, config: ReadConfig | None = None) -> None:
         self.config = config if config is not None else ReadConfig(format="d4rl")
@@ -60,7 +65,24 @@ class D4RLReader:
 
     def read(self, batch: Any, source: str | None = None) -> EpisodeBatch:
         """Episodes of a whole D4RL file as ``io.sources.read_table`` gives it; raises
-        :class:`SchemaError` for anything without the D4RL metadata."""
+        :class:`SchemaError` for anything without the D4RL metadata.
+
+        Args:
+            batch: The table of one whole file from
+                :func:`~offline_prelearner.io.formats.d4rl.dataset.read_d4rl_file` (a record
+                batch of it is accepted too), with its D4RL schema metadata; rows in recording
+                order.
+            source: The file named in errors and ids; None takes the path from the metadata.
+
+        Returns:
+            The file's episodes (ids ``"<file stem>:<k>"``); steps and episodes refused
+            (``next_obs_unknown``, ``discontinuous``) are in the ledger.
+
+        Raises:
+            SchemaError: ``batch`` is not a table with D4RL metadata.
+            EpisodeValidationError: An episode is discontinuous and ``config.on_invalid`` is
+                ``"raise"``.
+        """
         if isinstance(batch, pa.RecordBatch):
             batch = pa.Table.from_batches([batch])
         if not isinstance(batch, pa.Table) or METADATA_KEY not in (batch.schema.metadata or {}):
@@ -171,7 +193,16 @@ class D4RLReader:
 
 
 def split_d4rl(batch: pa.Table, config: ReadConfig | None = None) -> EpisodeBatch:
-    """A D4RL file table as episodes (the library's one-call form of :class:`D4RLReader`)."""
+    """A D4RL file table as episodes (the library's one-call form of :class:`D4RLReader`).
+
+    Args:
+        batch: One whole file's table from
+            :func:`~offline_prelearner.io.formats.d4rl.dataset.read_d4rl_file`.
+        config: The read settings; None means the defaults with ``format="d4rl"``.
+
+    Returns:
+        The file's episodes, as :meth:`D4RLReader.read` gives them.
+    """
     return D4RLReader(config).read(batch)
 
 

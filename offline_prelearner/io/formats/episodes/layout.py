@@ -66,6 +66,13 @@ class Template:
         """Rows of a ``[rows, size]`` byte matrix that are not elements of this layout.
 
         None when every row is (checked with one comparison over the whole matrix first).
+
+        Args:
+            mat: uint8 ``[rows, size]``: one candidate element per row, ``size`` bytes each.
+
+        Returns:
+            The indices (int64, ascending) of the rows whose prefix differs or that ``check``
+            refuses, or None when every row fits.
         """
         plen = len(self.prefix)
         ok = None
@@ -81,7 +88,15 @@ class Template:
         return np.flatnonzero(~ok)
 
     def values(self, mat: np.ndarray) -> np.ndarray:
-        """The payloads of a ``[rows, size]`` byte matrix as ``[rows, *shape]`` values."""
+        """The payloads of a ``[rows, size]`` byte matrix as ``[rows, *shape]`` values.
+
+        Args:
+            mat: uint8 ``[rows, size]`` of elements already checked with :meth:`bad_rows`.
+
+        Returns:
+            ``[rows, *shape]`` of ``dtype`` (zeros for a zero-size payload), passed through
+            ``convert`` where the template has one.
+        """
         n = len(mat)
         if self.size == len(self.prefix):  # zero-size payloads
             out = np.zeros((n, *self.shape), dtype=self.dtype)
@@ -160,8 +175,18 @@ _INT_STRUCTS = {c: struct.Struct(f) for c, f in _INT_FORMATS.items()}
 # header-level walking
 # --------------------------------------------------------------------------------------------
 def map_len(buf: bytes, pos: int) -> tuple[int, int]:
-    """``(entries, position after the header)`` of the msgpack map header at ``buf[pos]``; raises
-    :class:`ValueError` if none is there."""
+    """``(entries, position after the header)`` of the msgpack map header at ``buf[pos]``.
+
+    Args:
+        buf: The msgpack bytes.
+        pos: Offset of the header's first byte in ``buf``.
+
+    Returns:
+        The map's number of key/value pairs and the offset just after its header.
+
+    Raises:
+        Fallback: No map header (fixmap, map16, map32) starts at ``buf[pos]``.
+    """
     c = buf[pos]
     if 0x80 <= c <= 0x8F:
         return c & 0x0F, pos + 1
@@ -173,8 +198,18 @@ def map_len(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def array_len(buf: bytes, pos: int) -> tuple[int, int]:
-    """``(items, position after the header)`` of the msgpack array header at ``buf[pos]``; raises
-    :class:`ValueError` if none is there."""
+    """``(items, position after the header)`` of the msgpack array header at ``buf[pos]``.
+
+    Args:
+        buf: The msgpack bytes.
+        pos: Offset of the header's first byte in ``buf``.
+
+    Returns:
+        The array's number of items and the offset just after its header.
+
+    Raises:
+        Fallback: No array header (fixarray, array16, array32) starts at ``buf[pos]``.
+    """
     c = buf[pos]
     if 0x90 <= c <= 0x9F:
         return c & 0x0F, pos + 1
@@ -186,7 +221,19 @@ def array_len(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def scalar(buf: bytes, pos: int) -> tuple[Any, int]:
-    """Decodes one scalar (nil, bool, int, float, str, bin); containers raise :class:`Fallback`."""
+    """Decodes one scalar (nil, bool, int, float, str, bin); containers raise :class:`Fallback`.
+
+    Args:
+        buf: The msgpack bytes.
+        pos: Offset of the scalar's type byte in ``buf``.
+
+    Returns:
+        The Python value (None, bool, int, float, str or bytes) and the offset just after it.
+
+    Raises:
+        Fallback: A container, an extension type, or a str8/16/32 or bin value cut short by
+            the end of ``buf``.
+    """
     c = buf[pos]
     if c <= 0x7F:
         return c, pos + 1
@@ -214,7 +261,14 @@ def scalar(buf: bytes, pos: int) -> tuple[Any, int]:
 
 
 def is_container(c: int) -> bool:
-    """Whether msgpack type byte ``c`` starts a map or an array."""
+    """Whether msgpack type byte ``c`` starts a map or an array.
+
+    Args:
+        c: One msgpack type byte, 0..255.
+
+    Returns:
+        True for fixmap, fixarray, array16/32 and map16/32 type bytes.
+    """
     return 0x80 <= c <= 0x9F or 0xDC <= c <= 0xDF
 
 
@@ -222,14 +276,36 @@ def is_container(c: int) -> bool:
 # the same, for many positions at once
 # --------------------------------------------------------------------------------------------
 def gather(data: np.ndarray, pos: np.ndarray, length: int) -> np.ndarray:
-    """``[len(pos), length]`` bytes starting at each of ``pos`` (positions clamped in range)."""
+    """``[len(pos), length]`` bytes starting at each of ``pos`` (positions clamped in range).
+
+    Args:
+        data: uint8 ``[n]``, the whole buffer.
+        pos: Integer offsets into ``data``; one past ``n - length`` (or below 0) reads the
+            window clamped to the buffer's end (or start), so callers check lengths first.
+        length: Bytes per window.
+
+    Returns:
+        uint8 ``[len(pos), length]``, one window per offset (all zeros where ``length`` exceeds
+        the buffer).
+    """
     if length > len(data):
         return np.zeros((len(pos), length), dtype=np.uint8)
     return np.asarray(sliding_window_view(data, length)[np.clip(pos, 0, len(data) - length)])
 
 
 def be_uint(data: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
-    """Big-endian unsigned integers of ``width`` bytes (1, 2 or 4) at each of ``pos``."""
+    """Big-endian unsigned integers of ``width`` bytes (1, 2 or 4) at each of ``pos``.
+
+    Args:
+        data: uint8 ``[n]``, the whole buffer.
+        pos: Integer offsets of each integer's first byte; bytes past the end read as the
+            buffer's last byte.
+        width: Bytes per integer; 8 is used too (for int64/uint64, wrapping to two's
+            complement).
+
+    Returns:
+        int64 ``[len(pos)]``.
+    """
     out = np.zeros(len(pos), dtype=np.int64)
     for k in range(width):  # a loop over bytes of one integer, not over rows
         out = (out << 8) | data[np.minimum(pos + k, len(data) - 1)]
@@ -247,7 +323,16 @@ _VAR_WIDTH = {0xD9: 1, 0xDA: 2, 0xDB: 4, 0xC4: 1, 0xC5: 2, 0xC6: 4}  # str/bin l
 
 
 def scalar_lengths(data: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """Byte length of the scalar at each of ``pos``; -1 where the value is not a scalar."""
+    """Byte length of the scalar at each of ``pos``; -1 where the value is not a scalar.
+
+    Args:
+        data: uint8 ``[n]``, the whole msgpack buffer.
+        pos: Integer offsets of each value's type byte.
+
+    Returns:
+        int64 ``[len(pos)]``: type byte, length prefix and payload together; -1 for containers
+        and extension types.
+    """
     c = data[np.minimum(pos, len(data) - 1)]
     out: np.ndarray = _FIXED_LEN[c]
     for code, width in _VAR_WIDTH.items():
@@ -269,7 +354,16 @@ _INT_WIDTHS = {
 
 
 def ints_at(data: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The integers at each of ``pos`` and where there is one (uint64 counts as not one)."""
+    """The integers at each of ``pos`` and where there is one (uint64 counts as not one).
+
+    Args:
+        data: uint8 ``[n]``, the whole msgpack buffer.
+        pos: Integer offsets of each value's type byte.
+
+    Returns:
+        ``(values, is_int)``: int64 ``[len(pos)]`` values (meaningless where not an integer) and
+        a bool ``[len(pos)]`` mask of the positions holding a msgpack integer that fits int64.
+    """
     c = data[np.minimum(pos, len(data) - 1)].astype(np.int64)
     is_int = (c <= 0x7F) | (c >= 0xE0)
     val = np.where(c <= 0x7F, c, c - 0x100)

@@ -49,7 +49,20 @@ ITEM = "item"
 
 
 def decode_episode(item: bytes, limits: DecodeLimits = DEFAULT_LIMITS) -> Episode:
-    """Decodes one record with the general path: safe msgpack decoding, then ``from_state``."""
+    """Decodes one record with the general path: safe msgpack decoding, then ``from_state``.
+
+    Args:
+        item: One msgpack episode record (an ``item`` cell): RLlib's
+            ``SingleAgentEpisode.get_state()`` dict.
+        limits: Size bounds for the message and each array in it.
+
+    Returns:
+        The episode the record holds.
+
+    Raises:
+        DecodeError: The record is above a limit, is not valid msgpack, or its state does not
+            describe an episode.
+    """
     return Episode.from_state(unpackb(bytes(item), limits))
 
 
@@ -60,6 +73,15 @@ def episodes_to_table(
 
     RLlib's ``SingleAgentEpisode.from_state(msgpack.unpackb(item, object_hook=m.decode))`` reads
     the records (their buffers are written finalized, as numpy arrays).
+
+    Args:
+        episodes: The episodes to write, one record each, in order.
+        observation_space: A gymnasium space stored in every record's state (RLlib's
+            ``_observation_space``); None stores none.
+        action_space: The same for ``_action_space``.
+
+    Returns:
+        A table with one row per episode and one binary ``item`` column.
     """
     items = [packb(ep.get_state(observation_space, action_space)) for ep in episodes]
     return pa.table({ITEM: pa.array(items, type=pa.binary())})
@@ -71,6 +93,10 @@ class EpisodesReader:
     The reader keeps what it learned about a dataset's record layouts between batches, so use one
     reader per dataset (per worker). :attr:`observation_space` / :attr:`action_space` are the spaces
     of the last record read, decoded on first access.
+
+    Args:
+        config: The read settings (``on_invalid``, ``limits``...); None means the defaults with
+            ``format="episodes"``.
     """
 
     def __init__(self, config: ReadConfig | None = None) -> None:

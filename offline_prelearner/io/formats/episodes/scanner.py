@@ -122,6 +122,11 @@ class EpisodeScanner:
     A record is first matched against the layouts (:class:`Program`) learned so far; if none
     fits, it is walked key by key, which teaches a new layout. Templates of per-step records and
     byte strings of space maps are cached too. One scanner per reader (per dataset).
+
+    Args:
+        limits: Size bounds for untrusted bytes: a record above ``max_message_bytes`` is never
+            scanned, and ``max_array_bytes`` / ``max_message_bytes`` bound the bin and str
+            values the C decoder accepts.
     """
 
     _MAX_CACHED = 64
@@ -185,6 +190,22 @@ class EpisodeScanner:
 
         Learned programs are tried first (unless ``try_programs`` is false); otherwise the record
         is walked, which teaches a new program.
+
+        Args:
+            buf: The bytes holding the record (a whole column's buffer, or the record alone).
+            start: Offset of the record's first byte in ``buf``.
+            end: Offset one past its last byte; the record must end exactly there.
+            row: The record's row in the batch, kept in the plan for error messages.
+            try_programs: Whether to match the learned programs first; False walks the record
+                (and may learn from it) even when a program would fit.
+
+        Returns:
+            Where the record's buffers, scalar fields and space maps are.
+
+        Raises:
+            Fallback: The record is above ``limits.max_message_bytes``, malformed, or laid out
+                in a way the scanner does not handle; its ``args[0]`` is the episode id when
+                one was read. The caller then decodes the record with the general path.
         """
         if end - start > self.limits.max_message_bytes:
             raise Fallback

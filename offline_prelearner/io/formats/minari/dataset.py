@@ -101,7 +101,17 @@ def _is_data_dir(p: Path | Location) -> bool:
 
 def find_data_dir(path_or_id: str | os.PathLike[str]) -> Path | Location | None:
     """The ``data`` folder of a Minari dataset given by folder (on the local disk or a store: a
-    :class:`~...stores.Location` there) or id; None if it is not one."""
+    :class:`~...stores.Location` there) or id; None if it is not one.
+
+    Args:
+        path_or_id: The dataset's folder or its ``data`` folder (local, or a store URI), or a
+            Minari dataset id (``"D4RL/door/human-v2"``) looked up under the local Minari root
+            when no such path exists.
+
+    Returns:
+        The folder that holds ``metadata.json`` and the data files (a
+        :class:`~...stores.Location` for a store), or None.
+    """
     if is_remote(path_or_id):
         loc = locate(path_or_id)
         return next((c for c in (loc, loc.join("data")) if _is_data_dir(c)), None)
@@ -119,7 +129,15 @@ def find_data_dir(path_or_id: str | os.PathLike[str]) -> Path | Location | None:
 
 
 def data_dir_of(file: str | os.PathLike[str]) -> Path | None:
-    """The ``data`` folder a Minari data file belongs to (None: not a Minari data file)."""
+    """The ``data`` folder a Minari data file belongs to (None: not a Minari data file).
+
+    Args:
+        file: A path to ``main_data.hdf5`` or to ``<episode id>/part-*.arrow|parquet``; the
+            folder must hold ``metadata.json``.
+
+    Returns:
+        The ``data`` folder, or None.
+    """
     d = _data_dir_of(os.fspath(file))
     return None if d is None else Path(d)
 
@@ -145,13 +163,33 @@ def _has_metadata(data_dir: str) -> bool:
 
 
 def is_minari_file(path: str) -> bool:
-    """A Minari data file (main_data.hdf5 or <id>/part-*.arrow|parquet beside metadata.json)."""
+    """A Minari data file (main_data.hdf5 or <id>/part-*.arrow|parquet beside metadata.json).
+
+    Args:
+        path: A local path or store URI; its ``data`` folder's ``metadata.json`` is looked for
+            (cached per folder).
+
+    Returns:
+        True where ``path`` is a data file of a Minari dataset.
+    """
     return _data_dir_of(path) is not None
 
 
 def minari_files(data_dir: Path | Location) -> list[str]:
     """The data files of a dataset: ``main_data.hdf5``, or the episode files in id order (a
-    store's as URIs)."""
+    store's as URIs).
+
+    Args:
+        data_dir: The dataset's ``data`` folder (from :func:`find_data_dir`): a local path or a
+            store :class:`~...stores.Location`.
+
+    Returns:
+        ``[main_data.hdf5]``, or every ``<id>/part-*.arrow|parquet`` with episode folders in
+        numeric id order.
+
+    Raises:
+        FileNotFoundError: The folder holds neither.
+    """
     if isinstance(data_dir, Location):
         if data_dir.join(_HDF5).is_file():
             return [data_dir.join(_HDF5).uri]
@@ -201,7 +239,14 @@ class MinariMetadata:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> MinariMetadata:
-        """From :meth:`to_json` (cached: every step table of a dataset carries the same)."""
+        """From :meth:`to_json` (cached: every step table of a dataset carries the same).
+
+        Args:
+            text: What :meth:`to_json` wrote (str, or its UTF-8 bytes from schema metadata).
+
+        Returns:
+            The metadata (the same object for the same text, while cached).
+        """
         return _from_json(bytes(text, "utf-8") if isinstance(text, str) else bytes(text))
 
     def check_supported(self) -> None:
@@ -234,7 +279,21 @@ class MinariMetadata:
 
 
 def read_metadata(data_dir: str | os.PathLike[str]) -> MinariMetadata:
-    """The dataset's metadata (cached per folder and modification time)."""
+    """The dataset's metadata (cached per folder and modification time).
+
+    Args:
+        data_dir: The dataset's ``data`` folder (local path or store URI) holding
+            ``metadata.json``; the file is stat'ed again at most once a second.
+
+    Returns:
+        The parsed metadata, already checked for spaces the episode model can hold.
+
+    Raises:
+        SchemaError: ``metadata.json`` is not JSON or lacks ``data_format`` /
+            ``observation_space`` / ``action_space``.
+        UnsupportedFormatError: A composite action space, a key with ``"."`` or an unsupported
+            leaf space (:meth:`MinariMetadata.check_supported`).
+    """
     return _metadata_and_json(os.fspath(data_dir))[0]
 
 
@@ -306,7 +365,19 @@ def _from_json(text: bytes) -> MinariMetadata:
 
 # ---------------------------------------------------------------------------------- spaces
 def space_from_minari(d: dict[str, Any]) -> gym.Space[Any]:
-    """A gymnasium space from Minari's serialization (``minari.serialization``)."""
+    """A gymnasium space from Minari's serialization (``minari.serialization``).
+
+    Args:
+        d: One serialized space (``{"type": "Box", "dtype": ..., "shape": ..., "low": ...,
+            "high": ...}``, Discrete, MultiDiscrete, MultiBinary, or a Dict / Tuple of those
+            under ``"subspaces"``).
+
+    Returns:
+        The gymnasium space.
+
+    Raises:
+        UnsupportedFormatError: Another space type (e.g. Text).
+    """
     kind = d["type"]
     spaces = gym.spaces
     if kind == "Box":
@@ -328,7 +399,17 @@ def space_from_minari(d: dict[str, Any]) -> gym.Space[Any]:
 
 def space_to_minari(space: gym.Space[Any]) -> dict[str, Any]:
     """Minari's serialization of a Box / Discrete / MultiDiscrete / MultiBinary space, or of a
-    Dict / Tuple of those (nested)."""
+    Dict / Tuple of those (nested).
+
+    Args:
+        space: The gymnasium space to serialize.
+
+    Returns:
+        A JSON-ready dict, as ``minari.serialization`` writes it.
+
+    Raises:
+        UnsupportedFormatError: Another space class.
+    """
     spaces = gym.spaces
     if isinstance(space, spaces.Box):
         return {"type": "Box", "dtype": str(space.dtype), "shape": list(space.shape),
@@ -354,7 +435,16 @@ _LEAF_TYPES = ("Box", "Discrete", "MultiDiscrete", "MultiBinary")
 def leaf_items(space: dict[str, Any], prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
     """``[(leaf path, leaf space)]`` of a serialized space, in its order: ``"desired_goal"``,
     ``"0"`` for a Tuple's first item, ``"a.b"`` nested; a leaf space is the one path ``""``.
-    The paths are those of composite episodes (:mod:`offline_prelearner.episodes.observations`)."""
+    The paths are those of composite episodes (:mod:`offline_prelearner.episodes.observations`).
+
+    Args:
+        space: A serialized space (:func:`space_to_minari`'s form).
+        prefix: The path of ``space`` itself inside an enclosing space (used when recursing);
+            ``""`` at the top.
+
+    Returns:
+        One ``(path, serialized leaf space)`` per leaf, depth first in the space's order.
+    """
     kind = space.get("type")
     if kind == "Dict":
         items: Any = space["subspaces"].items()
@@ -380,12 +470,30 @@ def _dict_keys(space: dict[str, Any]) -> list[str]:
 
 
 def is_composite(space: dict[str, Any]) -> bool:
-    """Whether a Minari space dict is a Dict or Tuple space (with nested parts)."""
+    """Whether a Minari space dict is a Dict or Tuple space (with nested parts).
+
+    Args:
+        space: A serialized space (:func:`space_to_minari`'s form).
+
+    Returns:
+        True for a Dict or Tuple space.
+    """
     return space.get("type") in ("Dict", "Tuple")
 
 
 def leaf_shape_dtype(space: dict[str, Any]) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    """Step shape and dtype of a leaf space (Box, Discrete, MultiDiscrete, MultiBinary)."""
+    """Step shape and dtype of a leaf space (Box, Discrete, MultiDiscrete, MultiBinary).
+
+    Args:
+        space: A serialized leaf space.
+
+    Returns:
+        The shape of one step's value (``()`` for Discrete) and its dtype (int64 unless the
+        space says otherwise; int8 for MultiBinary).
+
+    Raises:
+        UnsupportedFormatError: ``space`` is not a leaf type listed above.
+    """
     kind = space["type"]
     if kind == "Box":
         return tuple(space["shape"]), np.dtype(space["dtype"])
@@ -401,7 +509,21 @@ def leaf_shape_dtype(space: dict[str, Any]) -> tuple[tuple[int, ...], np.dtype[A
 
 # ---------------------------------------------------------------------------------- reading
 def read_minari_file(path: str) -> pa.Table:
-    """One Minari data file as a step table (see the module docstring)."""
+    """One Minari data file as a step table (see the module docstring).
+
+    Args:
+        path: A local path or store URI of ``main_data.hdf5`` or of one episode's
+            ``part-*.arrow|parquet``, inside a dataset's ``data`` folder with ``metadata.json``.
+
+    Returns:
+        The file's steps with an ``episode_id`` column, and the dataset's metadata JSON under
+        :data:`METADATA_KEY` in the schema metadata.
+
+    Raises:
+        DataError: Not a Minari data file, or it cannot be read (reason ``unreadable_file``).
+        SchemaError: The dataset's ``metadata.json`` is malformed (see :func:`read_metadata`).
+        UnsupportedFormatError: The dataset's spaces are not supported.
+    """
     data_dir = _data_dir_of(path)
     if data_dir is None:
         raise DataError(
@@ -612,7 +734,15 @@ def _nest(space: dict[str, Any], leaves: dict[str, pa.Array]) -> pa.Array:
 
 
 def struct_of(leaves: dict[str, pa.Array]) -> pa.Array:
-    """Flat ``{leaf path: column}`` (paths ``"a.b"``) as one nested struct column."""
+    """Flat ``{leaf path: column}`` (paths ``"a.b"``) as one nested struct column.
+
+    Args:
+        leaves: One Arrow array per leaf, all of the same length, keyed by dotted path.
+
+    Returns:
+        A struct array whose fields follow the paths (``"a.b"`` becomes field ``b`` of field
+        ``a``), in the order of ``leaves``.
+    """
     tree = nest(leaves)
 
     def build(node: dict[str, Any]) -> pa.Array:

@@ -61,7 +61,12 @@ __all__ = ["MinariReader", "decode_jpeg_column"]
 
 
 class MinariReader:
-    """Turns Minari step tables into episodes (see the module docstring)."""
+    """Turns Minari step tables into episodes (see the module docstring).
+
+    Args:
+        config: The read settings (``on_invalid`` for refused episodes...); None means the
+            defaults with ``format="minari"``.
+    """
 
     def __init__(self, config: ReadConfig | None = None) -> None:
         self.config = config if config is not None else ReadConfig(format="minari")
@@ -81,7 +86,23 @@ class MinariReader:
 
     def read(self, batch: Any, source: str | None = None) -> EpisodeBatch:
         """Episodes of one Minari step table as ``io.sources.read_table`` gives it; raises
-        :class:`SchemaError` for a table without the Minari metadata."""
+        :class:`SchemaError` for a table without the Minari metadata.
+
+        Args:
+            batch: The step table of one data file from
+                :func:`~.dataset.read_minari_file` (a record batch of it is accepted too),
+                with the dataset's metadata in its schema; rows of one episode are contiguous.
+            source: The file named in errors; None when unknown.
+
+        Returns:
+            The table's episodes; steps of refused episodes (``inconsistent``,
+            ``out_of_space``, ``bad_image``...) are in the ledger.
+
+        Raises:
+            SchemaError: ``batch`` is not a table with Minari metadata.
+            UnsupportedFormatError: The dataset's spaces are not supported.
+            DataError: An episode is refused and ``config.on_invalid`` is ``"raise"``.
+        """
         if isinstance(batch, pa.RecordBatch):
             batch = pa.Table.from_batches([batch])
         if not isinstance(batch, pa.Table) or METADATA_KEY not in (batch.schema.metadata or {}):
@@ -284,7 +305,23 @@ def _array(arr: pa.Array, name: str, space: dict[str, Any], source: str | None) 
 def decode_jpeg_column(
     arr: pa.Array, shape: tuple[int, ...], source: str | None, name: str = "observations"
 ) -> np.ndarray:
-    """JPEG bytes per row (as Minari stores image leaves) as ``[rows, *shape]`` uint8."""
+    """JPEG bytes per row (as Minari stores image leaves) as ``[rows, *shape]`` uint8.
+
+    Args:
+        arr: A binary Arrow array, one JPEG image per row (no nulls).
+        shape: The step shape the space declares, e.g. ``(84, 84, 3)``; every decoded image
+            must have exactly this shape.
+        source: The file named in errors; None when unknown.
+        name: The column or leaf named in errors and in the Pillow install hint.
+
+    Returns:
+        uint8 ``[len(arr), *shape]``.
+
+    Raises:
+        UnsupportedFormatError: Pillow is not installed.
+        DecodeError: A row is not a decodable image or has another shape (reason
+            ``bad_image``, naming the row).
+    """
     image = import_pil_image(f"decoding the JPEG-encoded {name} of a Minari dataset")
     out = np.empty((len(arr), *shape), np.uint8)
     for i, blob in enumerate(arr.to_pylist()):

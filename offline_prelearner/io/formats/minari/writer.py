@@ -54,7 +54,20 @@ MINARI_WRITE_VERSION = "0.5.4"
 
 def infer_space(column: np.ndarray, role: str) -> gym.Space[Any]:
     """A space for data with none: integer scalars -> Discrete(max + 1), else an unbounded Box
-    (uint8 images -> Box(0, 255))."""
+    (uint8 images -> Box(0, 255)).
+
+    Args:
+        column: ``[steps, *step_shape]`` values of one column; only this data is looked at, so
+            a Discrete's ``n`` is what this column reaches.
+        role: What the column is (``"actions"``, ``"observations leaf 'a'"``), named in errors.
+
+    Returns:
+        Discrete for non-negative integer scalars, MultiBinary for bools, Box(0, 255) for
+        uint8, otherwise a Box over the dtype's whole range (``-inf..inf`` for floats).
+
+    Raises:
+        UnsupportedFormatError: A dtype that is neither bool nor numeric.
+    """
     step = column.shape[1:]
     if column.dtype.kind in "iu" and step == () and column.size and column.min() >= 0:
         return gym.spaces.Discrete(int(column.max()) + 1)
@@ -74,7 +87,18 @@ def infer_space(column: np.ndarray, role: str) -> gym.Space[Any]:
 def infer_obs_space(observations: Any) -> gym.Space[Any]:
     """:func:`infer_space` of a plain observation; a composite one (a flat ``{leaf path: array}``
     map) as a Dict of its leaves' spaces, nested along the paths (a Tuple cannot be told from a
-    Dict with keys "0", "1"...: pass the space to keep it a Tuple)."""
+    Dict with keys "0", "1"...: pass the space to keep it a Tuple).
+
+    Args:
+        observations: One episode's observations: an array ``[T + 1, *shape]``, or a flat
+            ``{leaf path: array}`` map for a composite observation.
+
+    Returns:
+        The inferred space.
+
+    Raises:
+        UnsupportedFormatError: A leaf of a dtype :func:`infer_space` cannot describe.
+    """
     if not isinstance(observations, dict):
         return infer_space(observations, "observations")
     tree: dict[str, Any] = {}
@@ -196,6 +220,27 @@ def write_minari_dataset(
 
     Spaces default to :func:`infer_space` from the first episode. Returns the metadata written.
     Raises ConfigError for a malformed ``dataset_id`` or a ``folder/data`` that already exists.
+
+    Args:
+        folder: The dataset folder (local); ``folder/data`` is created and must not exist.
+        episodes: The episodes to write, in order; each becomes ``episode_<k>`` (k from 0),
+            its own id kept as the ``source_id`` attribute where it differs.
+        dataset_id: A Minari id, ``(namespace/)name(-vN)``, a namespace of at least 2
+            characters.
+        observation_space: The observation space written to the metadata; None infers it from
+            the first episode (:func:`infer_obs_space`).
+        action_space: The action space; None infers it from the first episode's actions.
+        description: The metadata's description; None writes "converted by offline_prelearner".
+        env_spec: A gymnasium EnvSpec as JSON, stored as is; None leaves it out.
+        eval_env_spec: The same for the evaluation environment.
+
+    Returns:
+        The metadata written to ``data/metadata.json``.
+
+    Raises:
+        ConfigError: A malformed ``dataset_id``, an existing ``folder/data``, or no episodes.
+        UnsupportedFormatError: h5py is missing, a space or dtype cannot be written, or the
+            episodes' extra columns differ or contain ``"/"``.
     """
     if not _ID.match(dataset_id) or ("/" in dataset_id and len(dataset_id.split("/")[0]) < 2):
         raise ConfigError(

@@ -55,6 +55,11 @@ class RowDecoder:
         ``base64(lz4_frame(pickle))`` text. Recognised from the data, not guessed from a name: the
         column is text where an observation is expected, and its first cell starts with the
         base64 of the lz4 frame magic. Decoding still needs the user's ``legacy_pickle``.
+
+        Args:
+            batch: The first batch of a dataset (an Arrow table or a dict of numpy columns);
+                only the first non-null cell of the mapped ``obs`` / ``new_obs`` columns is
+                looked at. Columns with a declared compression are left as they are.
         """
         for field_name in (C.OBS, C.NEW_OBS):
             col = self.schema.column(field_name)
@@ -125,6 +130,13 @@ class RowDecoder:
 
         A legacy ``dones`` column is read as ``terminateds``, as RLlib did.
 
+        Args:
+            frame: The batch's rows.
+            source: The file named in errors; None when unknown.
+
+        Returns:
+            ``(terminated, truncated)``, bool ``[rows]`` each.
+
         Raises:
             ColumnValueError: a flag column holds other values than true/false (or 0/1).
         """
@@ -136,6 +148,14 @@ class RowDecoder:
 
     def columns(self, frame: ColumnBatch, source: str | None) -> RowColumns:
         """The batch's columns as the numpy arrays episodes are built from (rows in frame order).
+
+        Args:
+            frame: The batch's rows.
+            source: The file named in errors; None when unknown.
+
+        Returns:
+            ``obs`` / ``new_obs`` (the same array under ``next_row``), actions, rewards, flags,
+            and where mapped ``t``, module ids, infos and extra columns, one row per frame row.
 
         Raises:
             ColumnValueError: a column cannot be read as its field needs (type, shape, flag

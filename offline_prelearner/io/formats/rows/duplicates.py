@@ -62,6 +62,22 @@ def find_duplicates(
     ``content`` holds the frame columns (frame row order) that make two rows copies; ``t`` the
     step per frame row, or None; ``done`` (needed without ``t``) is ``terminated | truncated``
     per frame row; ``infos`` the per-row Python values, if mapped.
+
+    Args:
+        gr: The frame's episodes (grouped order and bounds).
+        content: Frame columns (frame row order) whose values make two rows copies: obs,
+            actions, rewards...
+        done: bool ``[m]`` ``terminated | truncated`` per frame row; may be None only when
+            ``t`` is given.
+        t: int ``[m]`` step per frame row; None detects copies by repeated runs of rows.
+        infos: One Python value per frame row, compared too; None when infos are not mapped.
+
+    Returns:
+        The frame rows to drop and how many episode copies they make up, or None when there
+        are none (or fewer than two rows).
+
+    Raises:
+        ValueError: Neither ``t`` nor ``done`` is given.
     """
     if len(gr.ep_of) < 2:
         return None

@@ -50,6 +50,16 @@ class ColumnBatch:
 
     These are Ray Data's ``"pyarrow"`` and ``"numpy"`` batch formats. Converted columns are
     cached; :meth:`filter` gives a new batch (with an empty cache).
+
+    Args:
+        batch: An Arrow table or record batch, or a mapping of column name to values (numpy
+            arrays, Arrow arrays or sequences; ragged nested lists are kept as object cells),
+            all of one length.
+        source: The file the batch came from, named in errors; None when unknown.
+
+    Raises:
+        SchemaError: ``batch`` is neither, or its columns differ in length (reason
+            ``bad_batch``).
     """
 
     def __init__(self, batch: Any, source: str | None = None) -> None:
@@ -83,11 +93,30 @@ class ColumnBatch:
         self.num_rows = next(iter(lengths.values()), 0)
 
     def raw(self, name: str) -> pa.ChunkedArray | np.ndarray:
-        """The column as given (Arrow or numpy), unconverted."""
+        """The column as given (Arrow or numpy), unconverted.
+
+        Args:
+            name: A column of the batch (:attr:`names`); another name raises ``KeyError``.
+
+        Returns:
+            The Arrow chunked array of a table batch, or the numpy array of a dict batch.
+        """
         return self._table.column(name) if self._table is not None else self._arrays[name]
 
     def to_numpy(self, name: str) -> np.ndarray:
-        """The column through :func:`to_numpy` (cached)."""
+        """The column through :func:`to_numpy` (cached).
+
+        Args:
+            name: A column of the batch (:attr:`names`).
+
+        Returns:
+            ``[rows, *step_shape]`` numpy values (a struct column as a record array of its
+            leaves); the same array on every call.
+
+        Raises:
+            ColumnValueError: The column cannot be converted (nulls, ragged rows, a bad type),
+                naming the column and row.
+        """
         if name not in self._cache:
             if self._table is not None:
                 self._cache[name] = column_to_numpy(self._table, name, self.source)
@@ -96,7 +125,15 @@ class ColumnBatch:
         return self._cache[name]
 
     def cells(self, name: str) -> np.ndarray:
-        """The column's cells as an object array (blobs to decode, Python values)."""
+        """The column's cells as an object array (blobs to decode, Python values).
+
+        Args:
+            name: A column of the batch (:attr:`names`).
+
+        Returns:
+            ``[rows]`` numpy array of the cells as Arrow hands them over (bytes, str, Python
+            values); a dict batch's column as given.
+        """
         if self._table is None:
             return self._arrays[name]
         col = self._table.column(name)
@@ -105,18 +142,39 @@ class ColumnBatch:
         return np.asarray(col.to_numpy())
 
     def pylist(self, name: str) -> list[Any]:
-        """The column as Python values (for per-row objects like infos)."""
+        """The column as Python values (for per-row objects like infos).
+
+        Args:
+            name: A column of the batch (:attr:`names`).
+
+        Returns:
+            One Python value per row (dicts for struct cells, None for nulls).
+        """
         raw = self.raw(name)
         return raw.to_pylist() if isinstance(raw, pa.ChunkedArray) else list(raw)
 
     def filter(self, mask: np.ndarray) -> ColumnBatch:
-        """The rows where ``mask`` is true, as a new batch."""
+        """The rows where ``mask`` is true, as a new batch.
+
+        Args:
+            mask: bool ``[num_rows]``.
+
+        Returns:
+            A batch of the kept rows in order, with the same ``source`` and an empty cache.
+        """
         if self._table is not None:
             return ColumnBatch(self._table.filter(pa.array(mask)), self.source)
         return ColumnBatch({k: v[mask] for k, v in self._arrays.items()}, self.source)
 
     def take(self, indices: np.ndarray) -> pa.Table:
-        """Rows as an Arrow table (payload of rejected rows)."""
+        """Rows as an Arrow table (payload of rejected rows).
+
+        Args:
+            indices: Integer row numbers of the batch, in the order wanted.
+
+        Returns:
+            Those rows with every column, as an Arrow table (a dict batch converted).
+        """
         if self._table is not None:
             return self._table.take(pa.array(indices, pa.int64()))
         return pa.table({k: from_numpy(v[indices]) for k, v in self._arrays.items()})
@@ -141,6 +199,18 @@ def factorize(values: pa.ChunkedArray | pa.Array | np.ndarray) -> tuple[np.ndarr
 
     Nulls are a value of their own (``None``); so is NaN in numpy input, which is how Ray's
     ``"numpy"`` batch format hands over an all-null column. Hash-based (Arrow), no sort.
+
+    Args:
+        values: One id column, ``[rows]`` of scalars (Arrow or numpy; object ids Arrow cannot
+            type are hashed in Python).
+
+    Returns:
+        ``(codes, distinct)``: int64 ``[rows]`` codes into ``distinct``, the distinct values
+        as Python objects in order of first appearance.
+
+    Raises:
+        SchemaError: A numpy column that is not 1-D, or an Arrow type that cannot be
+            dictionary-encoded (reason ``bad_type``).
     """
     if isinstance(values, np.ndarray):
         if values.ndim != 1:
@@ -192,6 +262,18 @@ def rows_differ(
     Only rows where ``where`` (bool, one per ``i``) is true are compared; the others come out
     False. Rows are compared as bytes first (a wide unsigned integer view, in cache-sized chunks
     into one reused buffer) and only rows whose bytes differ are compared again by value.
+
+    Args:
+        a: ``[n_a, *shape]`` values, one row per step.
+        b: ``[n_b, *shape_b]`` values; rows of another step shape always differ, rows of
+            another dtype are compared by value.
+        ia: Integer indices into ``a``, one per comparison (all in range); None compares
+            ``a``'s rows in order.
+        ib: The same for ``b``; with ``ia`` None, the first ``len(a)`` rows of ``b``.
+        where: bool, one per comparison; None compares all.
+
+    Returns:
+        bool ``[k]`` (k = ``len(ia)``, or ``len(a)``): True where the rows differ.
     """
     k = len(a) if ia is None else len(ia)
     out = np.zeros(k, dtype=bool)
@@ -270,7 +352,17 @@ def _words(x: np.ndarray, m: int, width: int) -> np.ndarray:
 
 
 def order_rows(codes: np.ndarray, t: np.ndarray | None) -> np.ndarray | None:
-    """Row permutation grouping episodes (then ordering by ``t``), or None if already so."""
+    """Row permutation grouping episodes (then ordering by ``t``), or None if already so.
+
+    Args:
+        codes: int64 ``[rows]`` dense episode codes (:func:`factorize`), all ``>= 0``.
+        t: int ``[rows]`` timesteps, or None to keep each episode's rows in input order.
+
+    Returns:
+        int64 ``[rows]`` frame rows in grouped order (episodes in order of their smallest code,
+        rows by ascending ``t``, stably), or None when the rows are already grouped (and
+        strictly increasing in ``t`` within each episode).
+    """
     changes = np.count_nonzero(codes[1:] != codes[:-1])
     grouped = changes + 1 == np.count_nonzero(np.bincount(codes))
     if t is None:
@@ -314,7 +406,18 @@ class Groups:
     @classmethod
     def of(cls, codes: np.ndarray, t: np.ndarray | None, rows: np.ndarray, keys: Keys) -> Groups:
         """Groups the rows of a frame by episode ``codes`` (in ``t`` order within an episode when
-        ``t`` is given); ``rows`` are their batch rows, ``keys`` their ids."""
+        ``t`` is given); ``rows`` are their batch rows, ``keys`` their ids.
+
+        Args:
+            codes: int64 ``[m]`` episode code of each frame row (indices into ``keys.ids``).
+            t: int ``[m]`` timesteps, or None to keep input order within an episode.
+            rows: int ``[m]`` batch row of each frame row (negative for rows held over from
+                an earlier batch, which have none).
+            keys: The batch's episode keys: ``ids`` / ``agents`` per code.
+
+        Returns:
+            The grouped order and, per episode, its bounds, id and agent id.
+        """
         m = len(codes)
         perm = order_rows(codes, t)
         sc = codes if perm is None else codes[perm]
@@ -334,7 +437,14 @@ class Groups:
         )
 
     def g(self, a: np.ndarray) -> np.ndarray:
-        """A frame column in grouped order (the column itself when already grouped)."""
+        """A frame column in grouped order (the column itself when already grouped).
+
+        Args:
+            a: ``[m, ...]``, one entry per frame row.
+
+        Returns:
+            ``a`` permuted by :attr:`perm` (a copy), or ``a`` itself when :attr:`perm` is None.
+        """
         return a if self.perm is None else a[self.perm]
 
     @property
@@ -349,7 +459,14 @@ class Groups:
 
 
 class Verdicts:
-    """The first error of each bad episode; raised at once under ``on_invalid="raise"``."""
+    """The first error of each bad episode; raised at once under ``on_invalid="raise"``.
+
+    Args:
+        gr: The frame's episodes, which positions and episode numbers refer to.
+        source: The file named in errors; None when unknown.
+        raise_now: Raise the first error recorded (``on_invalid="raise"``) instead of keeping
+            it in :attr:`bad`.
+    """
 
     def __init__(self, gr: Groups, source: str | None, raise_now: bool) -> None:
         self.gr, self.source, self.raise_now = gr, source, raise_now
@@ -357,7 +474,15 @@ class Verdicts:
 
     def record(self, e: int, err: DataError) -> None:
         """Keeps the first error of episode ``e``, or raises it at once under
-        ``on_invalid="raise"``."""
+        ``on_invalid="raise"``.
+
+        Args:
+            e: The episode's index in the frame (into ``gr.starts``).
+            err: What is wrong with it, naming file, column, episode and row.
+
+        Raises:
+            DataError: ``err`` itself, when ``raise_now``.
+        """
         if self.raise_now:
             raise err
         self.bad.setdefault(e, err)
@@ -371,7 +496,20 @@ class Verdicts:
         *,
         reason: str,
     ) -> None:
-        """Flags the episodes holding ``positions`` (ascending), each at its first position."""
+        """Flags the episodes holding ``positions`` (ascending), each at its first position.
+
+        Args:
+            positions: int, ascending positions in grouped order; each episode is flagged
+                once, at the first of its positions (an episode already bad is left as is).
+            message: The error message, or a function of the position that builds it (called
+                only for the positions flagged).
+            column: The column named in the error; None names none.
+            ts: Timestep per position (``[m]``), named in the error; None names none.
+            reason: The error's reason code (``"nan_reward"``, ``"discontinuous"``...).
+
+        Raises:
+            EpisodeValidationError: The first one built, when ``raise_now``.
+        """
         if len(positions) == 0:
             return
         eps, i = np.unique(self.gr.ep_of[positions], return_index=True)
@@ -394,6 +532,16 @@ def assemble_observations(gr: Groups, obs: np.ndarray, new_obs: np.ndarray) -> n
 
     Episode ``e`` is rows ``starts[e] + e : ends[e] + e + 1``: its rows' obs, then the new_obs
     of its last row.
+
+    Args:
+        gr: The frame's episodes.
+        obs: ``[m, *obs_shape]`` observation of each frame row (frame order, not grouped).
+        new_obs: ``[m, *obs_shape]`` next observation of each frame row; only each episode's
+            last row's is used.
+
+    Returns:
+        ``[m + episodes, *obs_shape]`` observations, episode after episode, in the common dtype
+        of ``obs`` and ``new_obs``.
     """
     m, n_ep = len(gr.ep_of), len(gr.starts)
     out = np.empty((m + n_ep, *obs.shape[1:]), np.result_type(obs, new_obs))

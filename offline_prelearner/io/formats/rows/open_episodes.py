@@ -77,11 +77,20 @@ class OpenEpisodes:
         return bool(self._pending)
 
     def poison(self, key: tuple[Any, Any]) -> None:
-        """A fragment of episode ``key`` was rejected: its later rows cannot be placed."""
+        """A fragment of episode ``key`` was rejected: its later rows cannot be placed.
+
+        Args:
+            key: ``(episode id, agent id)`` of the episode (agent id None where rows carry
+                none); its continuation in later batches is refused too.
+        """
         self._pending[key] = _POISONED
 
     def close(self, key: tuple[Any, Any]) -> None:
-        """Episode ``key`` ended (done): nothing more of it is awaited."""
+        """Episode ``key`` ended (done): nothing more of it is awaited.
+
+        Args:
+            key: ``(episode id, agent id)`` of the episode; a key not pending is ignored.
+        """
         self._pending.pop(key, None)
 
     def track(self, cols: EpisodeColumns, good: np.ndarray) -> None:

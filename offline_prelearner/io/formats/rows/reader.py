@@ -122,7 +122,16 @@ _NEEDED = (C.OBS, C.NEW_OBS, C.ACTIONS, C.REWARDS)
 
 
 class RowsReader:
-    """Reads row batches into episodes; see the module docstring for the semantics."""
+    """Reads row batches into episodes; see the module docstring for the semantics.
+
+    Args:
+        config: The read settings (``schema``, ``on_invalid``, ``legacy_pickle``, ``limits``...);
+            None means the defaults (format ``rows``).
+
+    Raises:
+        ConfigError: The schema maps no column for ``obs``, ``actions``, ``rewards`` or (unless
+            ``next_obs_from: next_row``) ``new_obs``.
+    """
 
     def __init__(self, config: ReadConfig | None = None) -> None:
         self.config = config if config is not None else ReadConfig()
@@ -166,7 +175,27 @@ class RowsReader:
     def read(
         self, batch: pa.Table | Mapping[str, np.ndarray], source: str | None = None
     ) -> EpisodeBatch:
-        """Turns one batch of rows into episodes; every row ends up kept or rejected."""
+        """Turns one batch of rows into episodes; every row ends up kept or rejected.
+
+        The reader is stateful across calls: episodes left open (not done, data without ``t``)
+        and held rows (``next_obs_from: next_row``) continue in the next batch.
+
+        Args:
+            batch: One batch of transition rows: an Arrow table / record batch or a dict of
+                numpy columns, mapped to fields by ``config.schema``.
+            source: The file named in errors and used to number its episodes when rows carry
+                no episode id; None when unknown.
+
+        Returns:
+            The batch's episodes; rejected, duplicate and held rows are in the ledger.
+
+        Raises:
+            SchemaError: ``batch`` is not a table or dict of equal-length columns (under
+                every policy).
+            DecodeError: A compressed column is present and ``legacy_pickle`` is off (a
+                configuration problem: under every policy).
+            DataError: A row or episode is refused and ``config.on_invalid`` is ``"raise"``.
+        """
         out = EpisodeBatch()
         frame = ColumnBatch(batch, source)
         out.ledger.rows_in += frame.num_rows

@@ -36,7 +36,15 @@ class RowColumns:
     extras: dict[str, np.ndarray]
 
     def select(self, keep: np.ndarray) -> RowColumns:
-        """The rows where ``keep`` (bool per row) is true."""
+        """The rows where ``keep`` (bool per row) is true.
+
+        Args:
+            keep: bool ``[rows]``, one flag per frame row.
+
+        Returns:
+            New columns holding the kept rows in order (copies; ``t`` / ``module`` / ``infos``
+            stay None where they were).
+        """
         idx = np.flatnonzero(keep)
 
         def take(a: np.ndarray) -> np.ndarray:
@@ -72,7 +80,20 @@ class RowColumns:
 
 # ---------------------------------------------------------------------------------------------
 def infos_column(values: list[Any], col: str, source: str | None) -> list[Any]:
-    """Per-row infos; JSON text cells (how this project's writer stores them) are decoded."""
+    """Per-row infos; JSON text cells (how this project's writer stores them) are decoded.
+
+    Args:
+        values: One Python value per row (dicts, None, or JSON text as str / bytes).
+        col: The infos column's name, for errors.
+        source: The file named in errors; None when unknown.
+
+    Returns:
+        The values, with every text cell replaced by its decoded JSON.
+
+    Raises:
+        ColumnValueError: A text cell is not JSON (reason ``bad_infos``; ``rows`` lists every
+            such row).
+    """
     out: list[Any] = []
     bad: list[int] = []
     for i, v in enumerate(values):  # Python objects: per row by nature
@@ -93,7 +114,14 @@ def infos_column(values: list[Any], col: str, source: str | None) -> list[Any]:
 
 
 def ids_column(values: np.ndarray) -> np.ndarray:
-    """An id column as objects, NaN as None (Ray's numpy format turns null columns into NaN)."""
+    """An id column as objects, NaN as None (Ray's numpy format turns null columns into NaN).
+
+    Args:
+        values: ``[rows]`` ids (e.g. module ids) as Ray hands them over.
+
+    Returns:
+        ``values`` itself unless it is floating point; then an object copy with NaN as None.
+    """
     if values.dtype.kind != "f":
         return values
     out = values.astype(object)
@@ -105,7 +133,20 @@ def factorize_column(
     frame: ColumnBatch, col: str, source: str | None
 ) -> tuple[np.ndarray, list[Any]]:
     """``(codes, values)`` of column ``col``: an int code per row and the distinct values; a column
-    that cannot be factorized raises :class:`SchemaError` naming the file and column."""
+    that cannot be factorized raises :class:`SchemaError` naming the file and column.
+
+    Args:
+        frame: The batch's rows.
+        col: An id column of the batch (episode or agent ids).
+        source: The file named in errors; None when unknown.
+
+    Returns:
+        int64 ``[rows]`` codes and the distinct values in order of first appearance
+        (:func:`~.frame.factorize`; null is a value, None).
+
+    Raises:
+        SchemaError: The column holds non-scalars or a type Arrow cannot hash.
+    """
     try:
         return factorize(frame.raw(col))
     except SchemaError as e:
@@ -120,7 +161,19 @@ def locate(
     row: int | None = None,
 ) -> DataError:
     """``err`` with file, episode and *batch* row (``row`` / ``err.where.row`` are frame rows;
-    a row carried from the previous batch, negative in ``rows``, is named by no row)."""
+    a row carried from the previous batch, negative in ``rows``, is named by no row).
+
+    Args:
+        err: An error whose row, if any, is a frame row.
+        source: The file named when ``err`` names none; None when unknown.
+        rows: int ``[m]`` batch row of each frame row (negative: carried from the previous
+            batch).
+        episode_id: The episode to name; None keeps ``err``'s.
+        row: The frame row to name; None keeps ``err``'s.
+
+    Returns:
+        A new error of ``err``'s type with the same message and reason, naming the batch row.
+    """
     w = err.where
     r = row if row is not None else w.row
     if r is not None and rows[r] < 0:
@@ -142,7 +195,20 @@ def type_error(
     arr: np.ndarray, col: str, field: str, kinds: str, codec: str | None, source: str | None
 ) -> ColumnValueError:
     """The error for column ``col`` (field ``field``) holding values not of ``kinds``, with an
-    example value and, for encoded cells read without a codec, a hint."""
+    example value and, for encoded cells read without a codec, a hint.
+
+    Args:
+        arr: The column as read; its first non-null value among the first 1,000 is shown.
+        col: The column's name in the data.
+        field: The field it is mapped to (``obs``, ``actions``...).
+        kinds: The numpy dtype kinds accepted: ``"biuf"``, ``"iu"`` or ``"b"``.
+        codec: The compression declared for the column; None adds the hint to declare one
+            when ``obs`` / ``new_obs`` / ``actions`` hold text.
+        source: The file named in the error; None when unknown.
+
+    Returns:
+        The error (reason ``bad_type``), for the caller to raise.
+    """
     want = {"biuf": "numbers or bools", "iu": "integers", "b": "true/false flags"}.get(kinds, kinds)
     sample = next((v for v in arr[:1000].tolist() if v is not None), None) if len(arr) else None
     found = "strings" if isinstance(sample, str) else f"dtype {arr.dtype}"

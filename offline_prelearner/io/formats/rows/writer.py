@@ -93,7 +93,18 @@ _FIXED = (
 
 
 def tensor_field(name: str, value_type: pa.DataType, shape: tuple[int, ...]) -> pa.Field:
-    """The Arrow field Ray Data reads back as a tensor column of per-row ``shape``."""
+    """The Arrow field Ray Data reads back as a tensor column of per-row ``shape``.
+
+    Args:
+        name: The column's name.
+        value_type: The Arrow type of one element (``pa.float32()``...).
+        shape: The per-row shape, e.g. ``(4,)`` or ``(84, 84, 4)``; the values are stored
+            flattened, the shape goes in the field metadata.
+
+    Returns:
+        A ``large_list<element: value_type>`` field tagged with Ray's
+        ``ray.data.arrow_tensor_v2`` extension name and the shape as JSON.
+    """
     return pa.field(
         name,
         pa.large_list(pa.field("element", value_type)),
@@ -158,7 +169,20 @@ def _object_strings(values: np.ndarray) -> pa.Array | None:
 
 def columns_to_table(columns: dict[str, np.ndarray], *, layout: Layout = "rllib") -> pa.Table:
     """A dict of per-row numpy columns (the prelearner's output) as an Arrow table: arrays of
-    one dimension as plain columns, of more in ``layout`` (see the module docstring)."""
+    one dimension as plain columns, of more in ``layout`` (see the module docstring).
+
+    Args:
+        columns: Column name -> ``[rows, *shape]`` values, all with the same number of rows.
+        layout: How per-step values of one or more dimensions are laid out: ``"rllib"``
+            (Ray Data tensor extension), ``"lists"``, ``"fast"`` or ``"auto"`` (module
+            docstring); 1-D columns are plain columns whatever the layout.
+
+    Returns:
+        One column per entry, in the dict's order.
+
+    Raises:
+        SchemaError: ``layout`` is not one of the layouts.
+    """
     layout = _layout(layout)
     cols = [_column(name, np.asarray(v), layout) for name, v in columns.items()]
     return pa.Table.from_arrays([a for _, a in cols], schema=pa.schema([f for f, _ in cols]))
@@ -313,6 +337,23 @@ def episodes_to_rows(
     Python loops are per episode (ids, shape checks) and per row for ``infos`` (JSON text).
     An empty sequence gives an empty table whose obs/actions columns have type ``null``.
     ``layout`` lays out per-step arrays of one or more dimensions (module docstring).
+
+    Args:
+        episodes: The episodes, in order; each writes ``len(episode)`` rows (none for an
+            empty one). All must have the same extra columns and observation leaves.
+        with_t: Write the ``t`` column (``t_started + step``); False leaves it out.
+        layout: How per-step values of one or more dimensions are laid out: ``"rllib"``
+            (Ray Data tensor extension), ``"lists"``, ``"fast"`` or ``"auto"`` (module
+            docstring); 1-D columns are plain columns whatever the layout.
+
+    Returns:
+        One row per transition: ids, ``obs``, ``actions``, ``rewards`` (float64),
+        ``new_obs``, flags (set on each episode's last row), ``t``, extras and ``infos``
+        (JSON text, when any episode has infos).
+
+    Raises:
+        SchemaError: An unknown ``layout``; episodes whose extra columns, per-step shapes or
+            observation leaves differ; an extra column named like a row-layout column.
     """
     layout = _layout(layout)
     episodes = list(episodes)
@@ -384,7 +425,20 @@ def write_rows(
     """Writes :func:`episodes_to_rows` to one Parquet file (parent folders are created); on an
     object store (a URI) as one object, whole once written.
 
-    Returns the path written.
+    Args:
+        episodes: The episodes to write (see :func:`episodes_to_rows`).
+        path: The file's local path or store URI; an existing file is overwritten.
+        with_t: Write the ``t`` column.
+        layout: How per-step values of one or more dimensions are laid out: ``"rllib"``
+            (Ray Data tensor extension), ``"lists"``, ``"fast"`` or ``"auto"`` (module
+            docstring); 1-D columns are plain columns whatever the layout.
+
+    Returns:
+        ``path`` as given (as a str).
+
+    Raises:
+        SchemaError: The episodes cannot be laid out as rows (see :func:`episodes_to_rows`).
+        StorageError: The store refused the write.
     """
     table = episodes_to_rows(episodes, with_t=with_t, layout=layout)
     return write_parquet(table, path)
@@ -393,6 +447,14 @@ def write_rows(
 def write_parquet(table: pa.Table, path: str | os.PathLike[str]) -> str:
     """Writes ``table`` as one Parquet file at ``path``, a local path (parent folders are
     created) or a store's URI (one object); returns the path as given.
+
+    Args:
+        table: The table to write; columns :func:`parquet_dictionary_columns` picks are
+            dictionary-encoded.
+        path: The file's local path or store URI; an existing file is overwritten.
+
+    Returns:
+        ``path`` as given (as a str).
 
     Raises:
         StorageError: The store refused the write (denied, no such bucket, unreachable).

@@ -110,6 +110,20 @@ class SampleBatchesReader:
 
         ``first_line``: the file line of the batch's first record, when the batch is a whole
         file (messages then name lines; otherwise the record's index in the batch).
+
+        Args:
+            batch: One record per row: an Arrow table / record batch (as ``pyarrow.json`` or
+                Ray Data's ``read_json`` give it), or a dict of columns, one value per record.
+            source: The file named in errors; None when unknown.
+            first_line: The 1-based file line of the first record when ``batch`` is a whole
+                file; None names records by their index in the batch.
+
+        Returns:
+            The episodes of every policy; records refused whole and refused steps are in the
+            ledger (also counted in :attr:`records_rejected`).
+
+        Raises:
+            DataError: A record or episode is refused and ``config.on_invalid`` is ``"raise"``.
         """
         if not isinstance(batch, pa.Table | pa.RecordBatch):
             batch = pa.table({k: pa.array(list(v)) for k, v in batch.items()})
@@ -133,6 +147,18 @@ class SampleBatchesReader:
 
         JSON lines go through Arrow's parser when it can type the whole file without loss (no
         blank lines, infos all empty); otherwise each line is parsed on its own.
+
+        Args:
+            path: A local path or store URI; ``.parquet`` / ``.pq`` is read as a table with
+                one record per row, anything else as JSON lines (a line that is not JSON is a
+                refused record, not an error).
+
+        Returns:
+            The file's episodes, as :meth:`read` gives them, with errors naming file lines.
+
+        Raises:
+            OSError: The file cannot be read.
+            DataError: A record or episode is refused and ``config.on_invalid`` is ``"raise"``.
         """
         path = os.fspath(path)
         if path.endswith((".parquet", ".pq")):

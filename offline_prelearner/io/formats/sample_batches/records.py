@@ -114,7 +114,22 @@ class _Decoder:
 # parsed JSON objects (the general path)
 # ---------------------------------------------------------------------------------------------
 def parse_record(obj: Any, where: Where) -> list[tuple[str | None, dict[str, Any]]]:
-    """One record's policies and their raw columns; ``{"value": {...}}`` wrappers are unwrapped."""
+    """One record's policies and their raw columns; ``{"value": {...}}`` wrappers are unwrapped.
+
+    Args:
+        obj: One parsed JSON record: a SampleBatch or MultiAgentBatch object, or either
+            wrapped as ``{"value": {...}}``.
+        where: The file and record (line) named in errors.
+
+    Returns:
+        ``(policy id, {column: raw value})`` per policy, the policy id None for a SampleBatch;
+        values are lists or compressed strings, not yet decoded.
+
+    Raises:
+        SchemaError: Not an object, no or an unknown ``type``, or a MultiAgentBatch without
+            valid ``policy_batches`` (reasons ``bad_record``, ``missing_type``,
+            ``unknown_type``).
+    """
     if isinstance(obj, dict) and set(obj) == {"value"} and isinstance(obj["value"], dict):
         obj = obj["value"]
     if not isinstance(obj, dict):
@@ -202,7 +217,20 @@ def object_parts(
     where_of: Callable[[int], Where],
     text_of: Callable[[int], str | None],
 ) -> Parsed:
-    """Parsed objects ``(record index, obj | DataError)`` -> parts (per record / column loops)."""
+    """Parsed objects ``(record index, obj | DataError)`` -> parts (per record / column loops).
+
+    Args:
+        records: ``(record index, parsed JSON object)`` per record, or the
+            :class:`~offline_prelearner.errors.DataError` that parsing its line raised.
+        decode: Decodes compressed columns (legacy base64(lz4(pickle))), refusing them unless
+            ``legacy_pickle`` is on.
+        where_of: The :class:`~offline_prelearner.errors.Where` of a record index, for errors.
+        text_of: The raw text of a record index, kept with a refused record (None: not kept).
+
+    Returns:
+        The parts per policy of the records that parsed, and the records refused whole (sorted
+        by index), with ``num_records = len(records)``.
+    """
     res = Parsed(num_records=len(records))
     per_policy = _parse_records(records, decode, where_of, text_of, res.bad)
     bad_idx = _refuse_odd_records(per_policy, where_of, text_of, res.bad)
@@ -341,7 +369,15 @@ def _objects(values: list[Any]) -> np.ndarray:
 # Arrow tables, one record per row (the vectorized path)
 # ---------------------------------------------------------------------------------------------
 def unwrap_table(table: pa.Table) -> pa.Table:
-    """``{"value": {...}}`` wrapped records, read by Arrow as one struct column, unwrapped."""
+    """``{"value": {...}}`` wrapped records, read by Arrow as one struct column, unwrapped.
+
+    Args:
+        table: A table of records, one per row.
+
+    Returns:
+        The struct's fields as the table's columns where ``table`` is exactly one struct
+        column named ``value``; otherwise ``table`` itself.
+    """
     if table.column_names == ["value"] and pa.types.is_struct(table.schema.field("value").type):
         col = table.column("value").combine_chunks()
         return pa.Table.from_arrays(col.flatten(), names=[f.name for f in col.type])
@@ -388,7 +424,22 @@ def arrow_parts(
     decode: _Decoder,
     where_of: Callable[[int], Where],
 ) -> Parsed:
-    """A table of records (one per row) -> parts; list lengths checked as vectors."""
+    """A table of records (one per row) -> parts; list lengths checked as vectors.
+
+    Args:
+        table: One record per row (``{"value": ...}`` wrappers are unwrapped first).
+        decode: Decodes compressed columns (legacy base64(lz4(pickle))), refusing them unless
+            ``legacy_pickle`` is on.
+        where_of: The :class:`~offline_prelearner.errors.Where` of a record index, for errors.
+
+    Returns:
+        The parts per policy of the good records and the records refused whole.
+
+    Raises:
+        pyarrow.ArrowInvalid: Arrow typed the records in a way this path cannot take apart
+            (also ``ArrowNotImplementedError`` / ``ArrowTypeError``); the caller then parses
+            the records one by one with :func:`object_parts`.
+    """
     table = unwrap_table(table)
     n_rec = table.num_rows
     res = Parsed(num_records=n_rec)
