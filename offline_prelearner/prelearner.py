@@ -97,7 +97,15 @@ class OfflinePreLearner:
         return build_unit(self.config.sample)
 
     def build_buffer(self, module_id: str) -> EpisodeReplayBuffer:
-        """A fresh buffer for one module, as ``config.buffer`` describes."""
+        """A fresh buffer for one module, as ``config.buffer`` describes.
+
+        Args:
+            module_id: The module the buffer holds episodes of (its name in stats and in a
+                checkpoint); the prelearner calls this on a module's first episodes.
+
+        Returns:
+            An empty :class:`EpisodeReplayBuffer` with the configured sampler and sample unit.
+        """
         return build_buffer(self.config, module_id, self.build_unit())
 
     def build_connectors(self) -> ConnectorPipeline:
@@ -117,11 +125,32 @@ class OfflinePreLearner:
 
     # ================================================================== the steps
     def map_to_episodes(self, batch: Batch) -> EpisodeBatch:
-        """Input batch -> episodes, every row accounted for (the registered reader)."""
+        """Input batch -> episodes, every row accounted for (the registered reader).
+
+        Args:
+            batch: One Ray Data batch: a ``pyarrow.Table`` or a dict of numpy columns, in the
+                layout of ``config.read.format`` (its column names mapped by ``read.schema``).
+
+        Returns:
+            The batch's episodes as one :class:`EpisodeColumns` inside an
+            :class:`EpisodeBatch`, with the ledger of every input row and the rejections
+            (``read.on_invalid``).
+        """
         return self.reader.read(batch, self.source)
 
     def validate(self, episodes: EpisodeBatch) -> EpisodeBatch:
-        """Contract checks, then de-duplication within the batch and against earlier batches."""
+        """Contract checks, then de-duplication within the batch and against earlier batches.
+
+        Args:
+            episodes: What :meth:`map_to_episodes` returned.
+
+        Returns:
+            The same batch with the episodes that failed a check (under ``read.on_invalid``
+            skip or quarantine) and the repeats removed, each counted in its ledger.
+
+        Raises:
+            EpisodeValidationError: An episode broke a check under ``read.on_invalid="raise"``.
+        """
         return self.deduplicator.dedupe(self.validator.validate(episodes))
 
     def postprocess_episodes(self, columns: EpisodeColumns) -> EpisodeColumns:
@@ -246,7 +275,14 @@ class OfflinePreLearner:
         return MultiAgentBatch(out, env_steps=sum(len(b) for b in out.values()))
 
     def run_connectors(self, batch: MultiAgentBatch) -> MultiAgentBatch:
-        """Batch-level connectors, module by module."""
+        """Batch-level connectors, module by module (a pipeline without one returns ``batch``).
+
+        Args:
+            batch: The sampled train batch, one :class:`SampleBatch` per module.
+
+        Returns:
+            The batch each module's connectors made, with ``batch``'s env step count.
+        """
         if not self.connectors.touches_batches:
             return batch
         out = {}
@@ -261,7 +297,14 @@ class OfflinePreLearner:
         return MultiAgentBatch(out, env_steps=batch.env_steps)
 
     def to_output(self, batch: MultiAgentBatch) -> Iterator[dict[str, np.ndarray]]:
-        """One dict of numpy columns per module, with a ``module_id`` column (Arrow-friendly)."""
+        """One dict of numpy columns per module, with a ``module_id`` column (Arrow-friendly).
+
+        Args:
+            batch: The train batch after :meth:`run_connectors`.
+
+        Yields:
+            ``{column: ndarray}`` per module that has rows, one row per sample.
+        """
         for module_id, sb in batch.policy_batches.items():
             if len(sb):
                 yield sb.to_rows(module_id)
@@ -286,8 +329,21 @@ class OfflinePreLearner:
     def update_priorities(
         self, indices: np.ndarray, priorities: np.ndarray, module_id: str | None = None
     ) -> int:
-        """Sends TD errors back to a prioritized buffer (same process only). Returns how many of
-        the handles were still current (stale ones, evicted since sampling, are ignored)."""
+        """Sends TD errors back to a prioritized buffer (same process only).
+
+        Args:
+            indices: The sample's ``indices`` column (int64 buffer handles), as it was emitted.
+            priorities: One new priority per handle (|TD error|, before ``buffer.prioritized``'s
+                ``alpha``), float, as long as ``indices``.
+            module_id: The module whose buffer sampled them; None means ``default_module``.
+
+        Returns:
+            How many of the handles were still current (stale ones, evicted since sampling, are
+            ignored).
+
+        Raises:
+            ConfigError: No buffer of that module, or its sampler is not prioritized.
+        """
         module_id = module_id or self.config.modules.default_module
         buf = self.buffers.get(module_id)
         if buf is None:
