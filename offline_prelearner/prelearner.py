@@ -333,8 +333,9 @@ class OfflinePreLearner:
 
         Args:
             indices: The sample's ``indices`` column (int64 buffer handles), as it was emitted.
-            priorities: One new priority per handle (|TD error|, before ``buffer.prioritized``'s
-                ``alpha``), float, as long as ``indices``.
+            priorities: One TD error per handle (its sign dropped; the buffer keeps
+                ``|x| + eps``, raised to ``buffer.prioritized.alpha`` when drawn), as long as
+                ``indices``.
             module_id: The module whose buffer sampled them; None means ``default_module``.
 
         Returns:
