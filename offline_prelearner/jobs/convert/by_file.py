@@ -114,8 +114,8 @@ def convert_by_file(
     Raises:
         CommitError: ``out_dir`` is not empty (without ``overwrite``), another job is writing
             it, or ``resume`` finds nothing to resume or a job with another config.
-        DataError: Bad data under ``read.on_invalid="raise"`` (or ``fragments="reject"`` with
-            that policy), naming the file, episode and row.
+        DataError: Bad data under ``read.on_invalid="raise"``, naming the file, episode and
+            row (open episodes under ``fragments="reject"`` are counted, never raised).
     """
     env_id = config.env_id
     info = info_from_env_id(env_id) if env_id is not None else DatasetInfo()
