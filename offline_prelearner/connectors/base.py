@@ -123,7 +123,17 @@ class Connector:
         return {}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
-        """Restores what :meth:`get_state` returned."""
+        """Restores what :meth:`get_state` returned.
+
+        The base connector keeps no state, so it accepts only an empty mapping; a stateful
+        subclass overrides this.
+
+        Args:
+            state: A mapping from :meth:`get_state` (state key to numpy array or JSON value).
+
+        Raises:
+            ConfigError: ``state`` has keys (this connector keeps no state to restore).
+        """
         if state:
             raise ConfigError(
                 f"connector {self.name!r} keeps no state, found state keys {sorted(state)}"
@@ -250,19 +260,47 @@ class ConnectorPipeline:
             ) from None
 
     def append(self, connector: Connector) -> None:
-        """Adds ``connector`` at the end. Raises :class:`ConfigError` if it is not a connector or
-        its name is taken."""
+        """Adds ``connector`` at the end of the pipeline.
+
+        Args:
+            connector: The connector to run after all the present ones; its name (``.name``, or
+                its class name where that is empty) must not be in :attr:`names` yet.
+
+        Raises:
+            ConfigError: ``connector`` is not a :class:`Connector`, its ``touches`` is not a
+                non-empty frozenset of ``"episodes"`` / ``"batches"``, it overrides a hook its
+                ``touches`` does not declare, or its name is taken.
+        """
         self._check_new(connector)
         self._items.append(connector)
 
     def insert_before(self, name: str, connector: Connector) -> None:
-        """Inserts ``connector`` right before the one named ``name``."""
+        """Inserts ``connector`` right before the one named ``name``.
+
+        Args:
+            name: The name of a connector already in the pipeline (one of :attr:`names`).
+            connector: The connector to insert; checked as in :meth:`append`.
+
+        Raises:
+            ConfigError: No connector is named ``name``, or ``connector`` is refused as in
+                :meth:`append`.
+        """
         i = self._index(name)
         self._check_new(connector)
         self._items.insert(i, connector)
 
     def remove(self, name: str) -> Connector:
-        """Removes and returns the connector named ``name``."""
+        """Removes and returns the connector named ``name``.
+
+        Args:
+            name: The name of a connector in the pipeline (one of :attr:`names`).
+
+        Returns:
+            The removed connector.
+
+        Raises:
+            ConfigError: No connector is named ``name``.
+        """
         return self._items.pop(self._index(name))
 
     def __getitem__(self, name: str) -> Connector:
@@ -283,8 +321,16 @@ class ConnectorPipeline:
         return {_name_of(c): s for c in self._items if (s := c.get_state())}
 
     def set_state(self, state: Mapping[str, Mapping[str, Any]]) -> None:
-        """Restores what :meth:`get_state` returned: each named connector gets its own state. Raises
-        :class:`ConfigError` for a name not in the pipeline."""
+        """Restores what :meth:`get_state` returned: each named connector gets its own state.
+
+        Args:
+            state: ``{connector name: that connector's state}``; a connector of the pipeline not
+                named here keeps its present state.
+
+        Raises:
+            ConfigError: ``state`` names a connector not in the pipeline (or a connector refuses
+                its state).
+        """
         unknown = sorted(set(state) - set(self.names))
         if unknown:
             raise ConfigError(f"state for connectors {unknown} not in the pipeline {self.names}")

@@ -120,7 +120,16 @@ class NormalizeObservations(Connector):
         )
 
     def stats_for(self, module_id: Any = None) -> RunningMeanStd:
-        """The statistics of one module (created empty on first use)."""
+        """The statistics of one module (created empty on first use).
+
+        Args:
+            module_id: The module's id (``ctx.module_id``); keyed by ``str(module_id)``, so
+                ``None`` (single-agent use) is the key ``"None"``.
+
+        Returns:
+            That module's running statistics, the object this connector keeps (updating it
+            updates the connector's state).
+        """
         return self.stats.setdefault(str(module_id), RunningMeanStd())
 
     def _lead(self, x: np.ndarray, batch: SampleBatch, ctx: ConnectorContext) -> int:
@@ -172,8 +181,18 @@ class NormalizeObservations(Connector):
         return {k: v.get_state() for k, v in self.stats.items() if v.count}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
-        """Restores per-module statistics from :meth:`get_state`'s ``{module id: statistics}``;
-        raises :class:`ConfigError` for any other shape."""
+        """Restores per-module statistics from :meth:`get_state`'s ``{module id: statistics}``.
+
+        The restored statistics replace all present ones (a module not in ``state`` starts empty).
+
+        Args:
+            state: ``{str(module_id): {"count": int, "mean": ndarray, "var": ndarray}}``, as
+                :meth:`get_state` returns it.
+
+        Raises:
+            ConfigError: A value of ``state`` is not a mapping, or a module's statistics are
+                missing a key or misshapen (see :meth:`RunningMeanStd.set_state`).
+        """
         stats = {}
         for key, sub in state.items():
             if not isinstance(sub, Mapping):
@@ -204,6 +223,11 @@ class FlattenObservations(Connector):
     Composite observations stored as numpy structured arrays (one field per sub-space) become
     their fields flattened and concatenated in field order, in the fields' common dtype. Frame
     stacks flatten with their stack axis (``[B, k, *frame] -> [B, k * prod(frame)]``).
+
+    Args:
+        columns: Names of the batch columns to flatten (default ``obs`` and ``new_obs``); a
+            non-empty sequence of strings. A column missing from a batch raises
+            :class:`SchemaError`.
     """
 
     name = "flatten_obs"
@@ -335,6 +359,11 @@ class CastDtypes(Connector):
 
     Casts follow numpy's ``astype`` (float -> int truncates). A column missing from the batch
     raises :class:`SchemaError`.
+
+    Args:
+        mapping: ``{column name: dtype}``, non-empty; each dtype is anything ``np.dtype``
+            accepts (``"float32"``, ``np.int32``) except an object dtype, else
+            :class:`ConfigError`.
     """
 
     name = "cast"

@@ -109,8 +109,25 @@ def available_connectors() -> list[str]:
 
 
 def build_connector(spec: ConnectorSpec) -> Connector:
-    """A connector from a spec; see the module docstring. Bad specs raise :class:`ConfigError`
-    naming the spec."""
+    """A connector from a spec; see the module docstring.
+
+    Args:
+        spec: A :class:`Connector` instance (returned as is, not copied); a registered name
+            (``"returns_to_go"``) or ``"package.module:Name"`` (a class is built with no
+            arguments, an instance it names is returned as is); or a
+            dict with exactly one of ``"name"`` (registered name) or ``"class"``
+            (``"package.module:Name"``), the other keys passed to the constructor as keyword
+            arguments, and an optional ``"as"`` that renames the built connector.
+
+    Returns:
+        The connector.
+
+    Raises:
+        ConfigError: The spec is of another type, names nothing registered or importable,
+            names something that is not a connector, gives both or neither of ``"name"`` and
+            ``"class"``, or its arguments do not fit the constructor; the message names the
+            spec.
+    """
     if isinstance(spec, Connector):
         return spec
     if isinstance(spec, str):

@@ -38,7 +38,16 @@ class RunningMeanStd:
         return None if self.mean is None else self.mean.shape
 
     def update(self, x: np.ndarray, column: str = "obs") -> None:
-        """Adds rows ``x`` (``[N, *feature_shape]``)."""
+        """Adds rows ``x`` to the statistics.
+
+        Args:
+            x: Rows of shape ``[N, *feature_shape]``, any numeric dtype (accumulated as float64);
+                ``N == 0`` changes nothing. ``feature_shape`` must match earlier updates.
+            column: The column the rows come from, named in the error only.
+
+        Raises:
+            SchemaError: The rows' feature shape differs from the statistics' shape.
+        """
         x = np.asarray(x)
         if len(x) == 0:
             return
@@ -54,7 +63,16 @@ class RunningMeanStd:
         self.merge_moments(len(x), mean, var)
 
     def merge_moments(self, count: int, mean: np.ndarray, var: np.ndarray) -> None:
-        """Merges the moments of another set of ``count`` rows into these (Chan's update)."""
+        """Merges the moments of another set of ``count`` rows into these (Chan's update).
+
+        Args:
+            count: Number of rows the moments summarise; ``<= 0`` changes nothing.
+            mean: Their per-feature mean, of the feature shape (cast to float64).
+            var: Their per-feature population variance (divided by ``count``), same shape.
+
+        Raises:
+            SchemaError: ``mean``'s shape differs from the statistics' shape.
+        """
         if count <= 0:
             return
         mean = np.asarray(mean, dtype=np.float64)
@@ -75,7 +93,14 @@ class RunningMeanStd:
         self.count = total
 
     def merge(self, other: RunningMeanStd) -> None:
-        """Merges another instance's statistics into this one."""
+        """Merges another instance's statistics into this one.
+
+        Args:
+            other: The statistics to add (left unchanged); an empty one changes nothing.
+
+        Raises:
+            SchemaError: ``other``'s feature shape differs from this one's.
+        """
         if other.count and other.mean is not None and other.var is not None:
             self.merge_moments(other.count, other.mean, other.var)
 
@@ -87,8 +112,16 @@ class RunningMeanStd:
         return {"count": int(self.count), "mean": self.mean.copy(), "var": self.var.copy()}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
-        """Restores what :meth:`get_state` returned; raises :class:`ConfigError` naming what is
-        missing or misshapen."""
+        """Restores what :meth:`get_state` returned, replacing the present statistics.
+
+        Args:
+            state: ``{"count": int}`` (empty statistics when 0), or ``{"count", "mean", "var"}``
+                with ``mean`` and ``var`` array-likes of one shape and ``var >= 0``.
+
+        Raises:
+            ConfigError: A key is missing, a value does not convert, ``count < 0``, the shapes
+                differ or a variance is negative.
+        """
         try:
             count = int(state["count"])
             if count == 0:

@@ -13,10 +13,11 @@ An episode of ``T`` steps holds
 
 **Composite observations** (gymnasium ``Dict`` / ``Tuple``, nested): ``observations`` is then a
 flat ``dict`` from a leaf's path (``"desired_goal"``; ``"0"``, ``"1"`` for a Tuple; ``"a.b"``
-nested) to that leaf's ``[T + 1, ...]`` array (:mod:`.observations`). Chosen over a single array
-plus side columns because (1) every leaf stays its own contiguous numpy column, so a buffer keeps
-one ring column per leaf and gathers each with one fancy index -- no per-step dicts, no record
-dtype interleaving leaves; (2) the observation stays *one* field: code that does not handle
+nested) to that leaf's ``[T + 1, ...]`` array (:mod:`.observations`); in an episode view these
+are views of the fields of the carrier's one record array (:mod:`.episode_columns`). Chosen over
+a single array plus side columns because (1) every leaf is its own numpy column, so a buffer
+keeps one ring column per leaf and gathers each with one fancy index -- no per-step dicts;
+(2) the observation stays *one* field: code that does not handle
 composite observations fails on a ``dict`` instead of silently dropping a side column; (3) a
 plain observation is the same ``ndarray`` as before and takes none of the new paths. Flat
 rather than nested: each operation is one loop over leaves; nesting is rebuilt only on the
@@ -257,6 +258,16 @@ class Episode:
         """Steps ``[start, stop)`` as a new episode whose arrays are views of this one.
 
         The slice keeps ``terminated``/``truncated`` only if it reaches this episode's end.
+
+        Args:
+            start: First step of the slice; Python slice rules (negative counts from the end,
+                out-of-range values are clipped).
+            stop: One past the last step, same rules; None: to the end. A ``stop`` before
+                ``start`` gives an empty episode (its one observation is step ``start``'s).
+
+        Returns:
+            An episode of ``stop - start`` steps with ``stop - start + 1`` observations (and
+            infos) and ``t_started`` moved on by ``start``.
         """
         n = len(self)
         start, stop, _ = slice(start, stop).indices(n)
@@ -274,7 +285,19 @@ class Episode:
         )
 
     def concat(self, *others: Episode) -> Episode:
-        """Joins later fragments of this episode; see :meth:`concat_fragments`."""
+        """Joins later fragments of this episode; see :meth:`concat_fragments`.
+
+        Args:
+            *others: Further fragments of the same episode id, in any order (sorted by
+                ``t_started``); none: this episode itself is returned.
+
+        Returns:
+            The joined episode.
+
+        Raises:
+            EpisodeValidationError: The fragments do not continue one another (see
+                :meth:`concat_fragments`).
+        """
         return Episode.concat_fragments([self, *others])
 
     @staticmethod
@@ -283,6 +306,20 @@ class Episode:
 
         Each fragment must start where the previous ended (``t_started == previous.t_end``) and
         repeat its last observation as its first; only the last fragment may be done.
+
+        Args:
+            fragments: Fragments of one episode (equal ids, the same extra columns), in any
+                order. The joined episode keeps infos only if every fragment has them.
+
+        Returns:
+            The joined episode, with the first fragment's ids and ``t_started`` and the last
+            fragment's ``terminated``/``truncated``; a single fragment is returned as is.
+
+        Raises:
+            ValueError: ``fragments`` is empty.
+            EpisodeValidationError: The ids differ, a fragment other than the last is done, a
+                fragment does not start at the previous one's ``t_end`` or with its last
+                observation, or the extra columns differ.
         """
         frags = sorted(fragments, key=lambda e: e.t_started)
         if not frags:
@@ -347,7 +384,21 @@ class Episode:
 
     # ------------------------------------------------------------------ RLlib state layout
     def get_state(self, observation_space: Any = None, action_space: Any = None) -> dict[str, Any]:
-        """This episode in RLlib's ``SingleAgentEpisode.get_state()`` layout (finalized buffers)."""
+        """This episode in RLlib's ``SingleAgentEpisode.get_state()`` layout (finalized buffers).
+
+        Args:
+            observation_space: The gymnasium space of the observations, stored serialized (RLlib's
+                dict layout) in the state; None: no space recorded.
+            action_space: The gymnasium space of the actions, likewise.
+
+        Returns:
+            The state dict: the arrays themselves (not copies) as the buffers' data, ``lookback``
+            0, infos as ``T + 1`` dicts (empty dicts when this episode has none), ``t`` the env
+            step of the last observation.
+
+        Raises:
+            DecodeError: A space of a type RLlib's layout cannot hold (``reason="bad_space"``).
+        """
         obs_space = space_to_dict(observation_space)
         act_space = space_to_dict(action_space)
 
@@ -384,6 +435,21 @@ class Episode:
         Each buffer's ``lookback`` steps are dropped: the episode starts at ``t_started``. Infos
         that are all empty (RLlib writes ``{}`` for every step) are dropped too (``infos=None``),
         as are infos whose count does not match the observations.
+
+        Args:
+            state: The state map (``id_``, ``observations``, ``actions``, ``rewards`` buffers,
+                ``is_terminated``, ``t_started``, ``t``, ``extra_model_outputs``...), as RLlib's
+                ``get_state`` or msgpack decoding gives it; buffers may be finalized arrays or
+                lists.
+
+        Returns:
+            The episode.
+
+        Raises:
+            DecodeError: ``state`` is not a map, holds a ``MultiAgentEpisode``, lacks an entry
+                or has one of the wrong type (``reason`` ``bad_episode_state`` or
+                ``unsupported_multi_agent``).
+            DataError: The decoded columns break an episode's contract (lengths, flags, ``t``).
         """
         if not isinstance(state, Mapping):
             raise DecodeError(

@@ -413,14 +413,29 @@ class EpisodeColumns:
         return np.concatenate([self.obs[s : s + n], self.last_obs[e : e + 1]])
 
     def final_obs(self, e: int) -> np.ndarray:
-        """The observation after episode ``e``'s last step (a view)."""
+        """The observation after episode ``e``'s last step (a view).
+
+        Args:
+            e: Index of the episode in this table (``0 <= e < len(self)``).
+
+        Returns:
+            One observation, of the step shape (a record for composite observations).
+        """
         if self.last_obs is not None:
             return np.asarray(self.last_obs[e])
         return np.asarray(self.obs[int(self.obs_at[e] + self.length[e])])
 
     def observations(self, lo: int = 0, hi: int | None = None) -> np.ndarray:
         """The observations of episodes ``lo:hi`` (each ``length + 1``), concatenated: a view
-        when they lie contiguous in ``obs``, else a new array."""
+        when they lie contiguous in ``obs``, else a new array.
+
+        Args:
+            lo: Index of the first episode in this table.
+            hi: One past the last episode; None: to the end of the table.
+
+        Returns:
+            ``[sum(length[lo:hi]) + (hi - lo), *obs_shape]`` observations in episode order.
+        """
         if self.last_obs is None:
             return self.obs[self.obs_rows(lo, hi)]
         hi = len(self) if hi is None else hi
@@ -455,7 +470,14 @@ class EpisodeColumns:
 
     def write_observations(self, dest: np.ndarray, lo: int = 0, hi: int | None = None) -> None:
         """Writes :meth:`observations` ``(lo, hi)`` into ``dest`` (as many rows) without an
-        intermediate array: each frame is copied once, from the batch into ``dest``."""
+        intermediate array: each frame is copied once, from the batch into ``dest``.
+
+        Args:
+            dest: The array to fill, ``[sum(length[lo:hi]) + (hi - lo), *obs_shape]`` of the
+                observations' dtype (a slice of a buffer's ring, say); overwritten entirely.
+            lo: Index of the first episode in this table.
+            hi: One past the last episode; None: to the end of the table.
+        """
         if self.last_obs is None:
             rows = self.obs_rows(lo, hi)
             if isinstance(rows, slice):
@@ -512,12 +534,32 @@ class EpisodeColumns:
 
     def step_rows(self, lo: int = 0, hi: int | None = None) -> np.ndarray | slice:
         """Indices into the step arrays of episodes ``lo:hi``, concatenated in order (a slice
-        when they are contiguous, so gathering is a view)."""
+        when they are contiguous, so gathering is a view).
+
+        Args:
+            lo: Index of the first episode in this table.
+            hi: One past the last episode; None: to the end of the table.
+
+        Returns:
+            A slice, or int64 indices, into ``actions``, ``rewards`` and ``extras`` (and into
+            ``obs`` with split observations).
+        """
         return _ranges(self.step_at[lo:hi], self.length[lo:hi])
 
     def obs_rows(self, lo: int = 0, hi: int | None = None) -> np.ndarray | slice:
         """Indices into ``obs`` of episodes ``lo:hi`` (each ``length + 1`` rows), concatenated
-        (assembled observations only: with split observations use :meth:`observations`)."""
+        (assembled observations only: with split observations use :meth:`observations`).
+
+        Args:
+            lo: Index of the first episode in this table.
+            hi: One past the last episode; None: to the end of the table.
+
+        Returns:
+            A slice when the rows are contiguous, else int64 indices into ``obs``.
+
+        Raises:
+            ValueError: The table holds split observations.
+        """
         if self.last_obs is not None:
             raise ValueError("split observations have no obs rows; use observations()")
         return _ranges(self.obs_at[lo:hi], self.length[lo:hi] + 1)

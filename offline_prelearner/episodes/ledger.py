@@ -16,8 +16,10 @@ A policy (:data:`~offline_prelearner.config.OnInvalid`) decides what happens to 
 ``"quarantine"`` counts it and keeps what was refused -- the input rows a reader refused, or the
 episode validation refused -- in a :class:`Rejection`, for
 :func:`~offline_prelearner.io.quarantine.write_quarantine`. The policy belongs to the stage that
-applies it (``ReadConfig.on_invalid`` for readers, ``ValidateConfig.on_invalid`` for
-validation), which passes it to :meth:`EpisodeBatch.reject`; the data carries none.
+applies it -- one setting, ``read.on_invalid`` (:class:`~offline_prelearner.config.ReadConfig`),
+for the readers and for validation, where it is given to the
+:class:`~offline_prelearner.episodes.validate.Validator` as its second argument -- and the stage
+passes it to :meth:`EpisodeBatch.reject`; the data carries none.
 """
 
 from __future__ import annotations
@@ -109,7 +111,21 @@ class Ledger:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Ledger:
-        """Inverse of :meth:`to_dict` (``balanced`` is derived, not read)."""
+        """Inverse of :meth:`to_dict` (``balanced`` is derived, not read).
+
+        Args:
+            d: A dict as :meth:`to_dict` writes it (a manifest's or report's ledger, read back
+                from JSON): the row and episode counters as ints, ``rows_rejected`` and
+                ``episodes_rejected`` as ``{reason: count}``. ``fragments`` (absent: equal to
+                ``episodes_kept``) and ``rows_held`` (absent: 0) may be missing, as in ledgers
+                written before they existed.
+
+        Returns:
+            The ledger.
+
+        Raises:
+            KeyError: One of the other counters is missing.
+        """
         return cls(
             rows_in=d["rows_in"],
             rows_kept=d["rows_kept"],

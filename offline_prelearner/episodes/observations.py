@@ -41,13 +41,32 @@ SEP = "."
 
 
 def is_composite(obs: Any) -> bool:
-    """Whether ``obs`` is a dict observation (nested parts) rather than one array."""
+    """Whether ``obs`` is a dict observation (nested parts) rather than one array.
+
+    Args:
+        obs: An observation column: an array, or a (flat or nested) mapping of leaves. A tuple
+            or list counts as plain here; :func:`flatten` it first.
+
+    Returns:
+        True for any mapping, empty included.
+    """
     return isinstance(obs, Mapping)
 
 
 def flatten(obs: Any, prefix: str = "") -> dict[str, np.ndarray]:
     """A nested observation (dicts, tuples/lists of arrays) as a flat ``{path: array}`` map;
-    tuple and list positions become keys ``"0"``, ``"1"``, ..."""
+    tuple and list positions become keys ``"0"``, ``"1"``, ...
+
+    Args:
+        obs: The observation: mappings and tuples/lists nest, anything else is a leaf (passed
+            through ``np.asarray``, so a list of numbers is a nesting of scalar leaves, not one
+            array). A flat map flattens to itself.
+        prefix: The path of ``obs`` itself, prepended with ``"."`` to every key; ``""`` at the
+            top. A plain ``obs`` at the top gives ``{"": array}``.
+
+    Returns:
+        ``{path: array}`` in the order the leaves were met.
+    """
     items: Iterable[tuple[Any, Any]]
     if isinstance(obs, Mapping):
         items = obs.items()
@@ -63,7 +82,15 @@ def flatten(obs: Any, prefix: str = "") -> dict[str, np.ndarray]:
 
 
 def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
-    """The nested dicts back from a flat map (Tuple positions stay string keys ``"0"``...)."""
+    """The nested dicts back from a flat map (Tuple positions stay string keys ``"0"``...).
+
+    Args:
+        flat: ``{path: value}`` with paths joined by ``"."``; values are not copied. A path that
+            is also the parent of another path is overwritten by (or overwrites) that subtree.
+
+    Returns:
+        Nested dicts with the values at their leaves.
+    """
     out: dict[str, Any] = {}
     for path, value in flat.items():
         node = out
@@ -75,33 +102,73 @@ def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def leaves(obs: Any) -> dict[str, np.ndarray]:
-    """The leaves of ``obs``: a plain array is the one leaf ``""``."""
+    """The leaves of ``obs``: a plain array is the one leaf ``""``.
+
+    Args:
+        obs: A plain array or a flat ``{leaf path: array}`` map.
+
+    Returns:
+        ``{leaf path: array}`` (a new dict; the arrays are not copied).
+    """
     return dict(obs) if isinstance(obs, Mapping) else {"": obs}
 
 
 def map_leaves(obs: Any, fn: Callable[[np.ndarray], np.ndarray]) -> Any:
-    """``fn`` applied to each leaf (to the array itself for a plain observation)."""
+    """``fn`` applied to each leaf (to the array itself for a plain observation).
+
+    Args:
+        obs: A plain array or a flat ``{leaf path: array}`` map.
+        fn: What to do with one leaf (slice, take, copy...).
+
+    Returns:
+        ``fn(obs)`` for a plain observation, else ``{leaf path: fn(leaf)}``.
+    """
     if isinstance(obs, Mapping):
         return {k: fn(v) for k, v in obs.items()}
     return fn(obs)
 
 
 def length(obs: Any) -> int:
-    """The time axis' length (the leaves agree: the Episode checks it)."""
+    """The time axis' length (the leaves agree: the Episode checks it).
+
+    Args:
+        obs: A plain array or a flat ``{leaf path: array}`` map.
+
+    Returns:
+        The length of axis 0 (of the first leaf; 0 for a map without leaves).
+    """
     if isinstance(obs, Mapping):
         return len(next(iter(obs.values()))) if obs else 0
     return len(obs)
 
 
 def concat(parts: Sequence[Any]) -> Any:
-    """Concatenation along time, leaf by leaf."""
+    """Concatenation along time, leaf by leaf.
+
+    Args:
+        parts: Observations of one layout, all plain arrays or all flat maps with the first
+            one's leaves (further leaves of later parts are ignored); at least one for plain
+            arrays.
+
+    Returns:
+        A new array, or ``{leaf path: array}``.
+    """
     if parts and isinstance(parts[0], Mapping):
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     return np.concatenate(parts)
 
 
 def same(a: Any, b: Any) -> bool:
-    """Equal observations (NaN equals NaN), leaf by leaf."""
+    """Equal observations (NaN equals NaN), leaf by leaf.
+
+    Args:
+        a: A plain observation (array-like) or a (flat or nested) map of leaves.
+        b: The other one, likewise.
+
+    Returns:
+        True when both are maps with the same keys and equal leaves, or both plain with equal
+        shapes and values; dtypes are not compared.
+    """
     if isinstance(a, Mapping) or isinstance(b, Mapping):
         if not (isinstance(a, Mapping) and isinstance(b, Mapping)) or a.keys() != b.keys():
             return False

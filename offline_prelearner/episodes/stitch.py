@@ -3,8 +3,8 @@
 Readers emit what one batch holds; an episode recorded across several files arrives as several
 fragments with the same id whose ``t`` ranges follow each other. :func:`stitch_fragments` joins
 them (``EpisodeColumns.join_fragments`` checks that ``t`` continues and the boundary observation
-repeats);
-fragments that cannot be joined are rejected through the caller's policy, never silently dropped.
+repeats); fragments that cannot be joined are rejected through the caller's policy, never
+silently dropped.
 """
 
 from __future__ import annotations

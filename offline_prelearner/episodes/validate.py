@@ -61,6 +61,11 @@ class SpaceCheck:
     whole column at once; the first bad step is located only when there is one. A Dict / Tuple
     space (nested) is one check per leaf over the flat ``{leaf path: [T, ...]}`` map composite
     observations are (:mod:`.observations`); a miss names its leaf.
+
+    Args:
+        space: The gymnasium space a column's steps must lie in. Box, Discrete, MultiDiscrete
+            and MultiBinary are tested as vectors; Dict / Tuple become one check per leaf; any
+            other space (Text, Graph, Sequence...) is asked step by step (``space.contains``).
     """
 
     def __init__(self, space: gym.Space[Any]) -> None:
@@ -132,7 +137,17 @@ class SpaceCheck:
 
     def rows_ok(self, x: np.ndarray) -> np.ndarray | Miss | None:
         """Per step of a leaf column, whether it lies in the space (None: every step does); a
-        :class:`Miss` when the whole column is of the wrong shape or dtype. One vector pass."""
+        :class:`Miss` when the whole column is of the wrong shape or dtype. One vector pass.
+
+        Args:
+            x: One leaf column, ``[T, *step_shape]``, one entry per step. NaN in a float column
+                of a Box space counts as in the space (``check_finite_obs`` governs it).
+
+        Returns:
+            None when every step is in the space; else a bool ``[T]`` mask, True where the step
+            is; or a :class:`Miss` (``kind`` ``"shape"`` or ``"dtype"``) for the whole column,
+            or (``kind`` ``"value"``, the first bad step) for a space without a vector test.
+        """
         if self.shape is None:
             # Exotic spaces (Text, Graph, Sequence, OneOf, ...) have no vectorized membership
             # test; ask the space itself, one step at a time.
@@ -159,7 +174,15 @@ class SpaceCheck:
         return np.asarray(ok)
 
     def lossy(self, dtype: np.dtype[Any]) -> bool:
-        """True when values in the space are stored in a type it would not cast to safely."""
+        """True when values in the space are stored in a type it would not cast to safely.
+
+        Args:
+            dtype: The dtype the column is stored in.
+
+        Returns:
+            True when this is a Box space and ``dtype`` is neither its dtype nor safely castable
+            to it (float64 data for a float32 Box: odd, warned once); False for other spaces.
+        """
         return (
             self.cast_to is not None
             and dtype != self.cast_to
@@ -340,7 +363,19 @@ class Validator:
         return check(x) is None and (warned or not check.lossy(x.dtype))
 
     def check(self, ep: Episode) -> EpisodeValidationError | None:
-        """The first contract ``ep`` breaks, or None; an accepted episode may fix the obs spec."""
+        """The first contract ``ep`` breaks, or None; an accepted episode may fix the obs spec.
+
+        The checks run in the order of the class docstring. The first episode accepted sets the
+        observations' expected step shape and dtype (or leaves) for every later one; odd but
+        legal data (no steps, a lossy dtype) warns once with :class:`OddDataWarning`.
+
+        Args:
+            ep: The episode (a read-only view from the batch's columns, or one built by hand).
+
+        Returns:
+            The error naming the episode, the reason tag, the column and ``t`` where it applies;
+            None when ``ep`` passes. It is returned, not raised: the policy decides.
+        """
         cfg = self.config
         n = len(ep)
         if n < cfg.min_length:

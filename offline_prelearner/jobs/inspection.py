@@ -131,9 +131,31 @@ def inspect_path(
 ) -> InspectReport:
     """Reads, stitches, validates and de-duplicates everything under ``path``.
 
-    ``read.format == "auto"`` detects the format from the first file. Unreadable files are an error
-    under ``on_invalid="raise"``, otherwise listed in ``files_unreadable``. ``progress(i, n, file)``
-    is called after each file.
+    ``read.format == "auto"`` detects the format from the first file that holds rows. Unreadable
+    files are an error under ``on_invalid="raise"``, otherwise listed in ``files_unreadable``.
+    ``progress(i, n, file)`` is called after each file.
+
+    Args:
+        path: A file, a directory (recursive, name order) or a glob of data files; everything
+            is read into memory, one file at a time.
+        read: Reader options (format, schema, limits, ``on_invalid``: the one policy for
+            reading, stitching and validation); None: ``ReadConfig(format="auto")``.
+        validate: The checks episodes must pass; None: the defaults (every check).
+        quarantine_dir: Where refused data is written (``quarantine.parquet``) when
+            ``read.on_invalid == "quarantine"``; ignored under any other policy; None: refused
+            data is only counted.
+        progress: Called as ``progress(files done, files, file)`` after each readable file
+            (unreadable ones are skipped silently); None: not called.
+
+    Returns:
+        The report: the kept episodes (their batch and ledger), per-file counts, unreadable
+        files, the quarantine file if one was written, and the time taken.
+
+    Raises:
+        FileNotFoundError: Nothing matches ``path``.
+        UnsupportedFormatError: The format cannot be told, or the files hold several formats.
+        DataError: Bad data or an unreadable file under ``on_invalid="raise"``, naming the
+            file, episode and row.
     """
     start = time.perf_counter()
     files = expand_paths(os.fspath(path))

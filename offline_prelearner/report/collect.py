@@ -37,7 +37,14 @@ FRAMES = 8
 
 def is_image(step_shape: tuple[int, ...]) -> bool:
     """Whether a leaf of this per-step shape is an image: ``H x W`` or ``H x W x C`` (C in 1, 3,
-    4), both sides at least 8."""
+    4), both sides at least 8.
+
+    Args:
+        step_shape: The shape of one step's value (without the row axis); channels last.
+
+    Returns:
+        True for an image shape; the dtype is not looked at.
+    """
     if len(step_shape) == 3 and step_shape[2] not in (1, 3, 4):
         return False
     return len(step_shape) in (2, 3) and min(step_shape[:2]) >= 8
@@ -80,7 +87,25 @@ class LeafStats:
 
     @classmethod
     def start(cls, name: str, first: np.ndarray, space: gym.Space[Any] | None, seed: int) -> Any:
-        """The stats of a leaf whose first chunk is ``first`` (``[n, ...]``)."""
+        """The stats of a leaf whose first chunk is ``first`` (``[n, ...]``).
+
+        Only the shape and dtype are taken from ``first``; the caller adds it (and every later
+        chunk) with :meth:`update`.
+
+        Args:
+            name: The leaf's name in the report: ``obs``, ``obs.<leaf path>``, ``actions`` or
+                ``rewards``.
+            first: The leaf's first chunk, ``[n, *step_shape]``; fixes the per-step shape and
+                dtype, and whether the leaf is an image (:func:`is_image`).
+            space: The declared space of the leaf, if any; a Box or Discrete space whose bounds
+                fit the step shape (one bound, or one per dimension) makes the stats count
+                values outside it; any other space (or None) counts nothing.
+            seed: Seed of the row sample (images keep no sample), so the same data gives the
+                same report.
+
+        Returns:
+            Empty stats for the leaf.
+        """
         shape = tuple(first.shape[1:])
         image = is_image(shape)
         bounds = _bounds(space)
@@ -97,7 +122,13 @@ class LeafStats:
         )
 
     def update(self, x: np.ndarray) -> None:
-        """Adds a chunk ``[n, *shape]``."""
+        """Adds a chunk ``[n, *shape]``.
+
+        Args:
+            x: Rows of the leaf, ``[n, *shape]`` in the leaf's dtype. Frames update the moments
+                per channel (every pixel a row); other leaves per dimension, and the sample with
+                their first :data:`SAMPLED_DIMS` dimensions.
+        """
         if self.image:
             channels = self.shape[2] if len(self.shape) == 3 else 1
             self.moments.update(x.reshape(-1, channels))

@@ -88,7 +88,35 @@ def convert_by_file(
 ) -> dict[str, Any]:
     """Converts ``files`` (``config.read.format``: one of :data:`UNIT_FORMATS`) to rows or
     episodes, a unit per file, committed to ``out_dir``; returns the stats. Called by
-    :func:`~.path.convert` once the format is known; ``start`` is when that job started."""
+    :func:`~.path.convert` once the format is known; ``start`` is when that job started.
+
+    Args:
+        path: The input as the user gave it (a file, folder or glob); only recorded in the
+            stats (``"input"``), the files to read are ``files``.
+        out_dir: The folder the result is committed to (staged beside it, manifest last).
+        config: The job's settings; ``config.read.format`` must be resolved already (not
+            ``"auto"``) and ``config.to`` is ``"rows"`` or ``"episodes"``.
+        files: The input files in the order they are read, one unit each (Parquet files only
+            for ``rows`` / ``episodes`` input); their paths, sizes and mtimes identify the job
+            for a resume.
+        progress: Called after each unit's file is read with (files done, files, file, steps
+            read so far), and once up front with the reused units' counts; None: not called.
+        overwrite: Replace a non-empty ``out_dir`` once this job has succeeded.
+        resume: Reuse the units an interrupted or failed run of the same job committed (see
+            the module docstring).
+        start: ``time.perf_counter()`` when the job started (the stats' ``seconds`` and
+            ``steps_per_s`` count from it).
+
+    Returns:
+        The job's stats (counts per the ledger, files written, units and units reused), also
+        written to ``out_dir/stats.json`` by the commit.
+
+    Raises:
+        CommitError: ``out_dir`` is not empty (without ``overwrite``), another job is writing
+            it, or ``resume`` finds nothing to resume or a job with another config.
+        DataError: Bad data under ``read.on_invalid="raise"``, naming the file, episode and
+            row (open episodes under ``fragments="reject"`` are counted, never raised).
+    """
     env_id = config.env_id
     info = info_from_env_id(env_id) if env_id is not None else DatasetInfo()
     info = info.or_else(info_of_files(files))

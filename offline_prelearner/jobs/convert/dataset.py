@@ -73,7 +73,20 @@ Progress = Callable[[int, int, str, int], None]
 
 
 def wants_dataset_job(path: str | os.PathLike[str], to: str, read: ReadConfig | None) -> bool:
-    """Whether ``convert`` of ``path`` to ``to`` is this job's (Minari / D4RL in, Minari out)."""
+    """Whether ``convert`` of ``path`` to ``to`` is this job's (Minari / D4RL in, Minari out).
+
+    Args:
+        path: The input (a file, folder, glob or Minari dataset folder); looked at only when
+            the format is not given (its files are listed to detect the format).
+        to: The target: ``"rows"``, ``"episodes"`` or ``"minari"``.
+        read: The reader options; its ``format`` decides unless it is ``"auto"`` or
+            ``"sample_batches"`` (the old-stack default, which a detected Minari dataset or D4RL
+            file overrides); None: as ``"auto"``.
+
+    Returns:
+        True for ``to="minari"`` or a Minari / D4RL input; False otherwise, also when the
+        format cannot be detected (the per-file job reports that).
+    """
     if to == "minari":
         return True
     return _format(path, read) in WHOLE_FILE_FORMATS
@@ -108,6 +121,28 @@ def convert_dataset(
     ``config.env_id``: the env spec written, from gymnasium's registry (see the module
     docstring). ``config.layout``: the tensor layout of ``to="rows"``. ``config.dones``: how
     old-stack input's legacy ``dones`` is read (:mod:`~...io.formats.sample_batches.reader`).
+
+    Args:
+        path: The input: a Minari dataset (folder), a D4RL HDF5 file, or (for
+            ``to="minari"``) any input :func:`~.path.convert` takes.
+        out_dir: The folder the result is committed to (staged beside it, manifest last).
+        config: The job's settings (target, fragments, reader options and the fields above);
+            ``config.read.format`` ``"auto"`` is detected from the files.
+        progress: Called after each file is read with (files done, files, file, steps read so
+            far); None: not called.
+        overwrite: Replace a non-empty ``out_dir`` once this job has succeeded.
+        resume: Must be False: the whole job is one unit, nothing partial is kept.
+
+    Returns:
+        The job's stats (counts per the ledger, files written, the dataset id and env spec),
+        also written to ``out_dir/stats.json`` by the commit.
+
+    Raises:
+        ConfigError: ``resume`` is set.
+        CommitError: ``out_dir`` is not empty (without ``overwrite``) or another job is
+            writing it.
+        DataError: Bad data under ``read.on_invalid="raise"``, naming the file, episode and
+            row.
     """
     start = time.perf_counter()
     to, fragments, dataset_id, env_id = (

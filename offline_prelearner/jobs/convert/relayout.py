@@ -52,7 +52,17 @@ def _is_tensor(field: pa.Field) -> bool:
 
 
 def relayout_table(table: pa.Table, layout: Layout) -> pa.Table:
-    """``table`` with every tensor column in ``layout`` (others untouched, same order)."""
+    """``table`` with every tensor column in ``layout`` (others untouched, same order).
+
+    Args:
+        table: A rows table; its tensor columns (Ray's tensor extensions, fast tensors, Arrow's
+            shape tensors, fixed-size lists) are decoded to numpy and re-encoded, one at a time.
+        layout: The target layout: ``"rllib"`` (Ray's tensor extension, which RLlib reads) or
+            ``"fast"`` (:mod:`~offline_prelearner.io.fast_tensor`).
+
+    Returns:
+        A new table with the same column names, order and schema metadata.
+    """
     fields, arrays = [], []
     for i, field in enumerate(table.schema):
         if _is_tensor(field):

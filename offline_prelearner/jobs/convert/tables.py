@@ -43,7 +43,22 @@ def rows_tables(
     info: DatasetInfo | None = None,
 ) -> Iterator[pa.Table]:
     """Rows tables, episodes of one layout per table, at most ``rows_per_file`` rows (or one ep);
-    ``info`` in each table's schema metadata (:mod:`.dataset_info`)."""
+    ``info`` in each table's schema metadata (:mod:`.dataset_info`).
+
+    Args:
+        episodes: The episodes to write. They are grouped by layout (observation leaf shapes,
+            action shape, extra column names), each group in input order, the groups in the
+            order their first episode comes; an episode is never split across tables.
+        rows_per_file: Most rows (steps) per table; an episode longer than this is a table
+            of its own.
+        layout: How per-step arrays are written: ``"rllib"`` (Ray's tensor extension) or
+            ``"fast"`` (:mod:`~offline_prelearner.io.fast_tensor`).
+        info: The dataset's env spec and spaces for the schema metadata; None: none written.
+
+    Yields:
+        One rows table (RLlib's recorder layout plus ``t``; composite observations as struct
+        columns ``obs`` / ``new_obs``) per output file.
+    """
     extra = info.to_metadata() if info is not None else {}
     groups: dict[tuple[Any, ...], list[Episode]] = {}
     for ep in episodes:
@@ -69,7 +84,22 @@ def episode_tables(
     """Msgpack episode records, ``per_file`` per table, with ``info``'s spaces in each record and
     ``info`` in the schema metadata. ``_last_step_time`` is None (RLlib's value for an episode
     never stepped): a converted episode has no wall-clock time, and the same input gives the same
-    bytes (``Episode.get_state`` puts the clock's reading there)."""
+    bytes (``Episode.get_state`` puts the clock's reading there).
+
+    Args:
+        episodes: The episodes to write, in order; plain observations only.
+        per_file: Episodes per table (the last table may hold fewer); at least 1.
+        info: The dataset's env spec and spaces, for each record's spaces and the schema
+            metadata; None: no spaces and no env spec.
+
+    Yields:
+        One table of a single binary column ``item`` (one msgpack ``SingleAgentEpisode`` state
+        per row) per output file.
+
+    Raises:
+        UnsupportedFormatError: An episode has composite (Dict / Tuple) observations (raised
+            before any table is yielded).
+    """
     info = info if info is not None else DatasetInfo()
     spaces = (info.observation_space, info.action_space)
     composite = next((ep for ep in episodes if isinstance(ep.observations, dict)), None)
