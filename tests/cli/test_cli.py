@@ -433,8 +433,8 @@ def test_record_unknown_env_is_one_line_with_close_ids(
 def test_format_choices_come_from_the_reader_registry(tmp_path: Path, capsys) -> None:
     """A reader registered by the user's code is a ``--format`` the CLI accepts and runs."""
     from offline_prelearner.io import readers
-    from offline_prelearner.io.formats.rows.reader import RowsReader
     from offline_prelearner.io.formats.registry import _FORMATS
+    from offline_prelearner.io.formats.rows.reader import RowsReader
 
     out = str(tmp_path / "out")
     argv = ["process", str(REPO / "datasets/cartpole-v1/rows"), "--out", out, "--json"]
