@@ -2,7 +2,8 @@
 
 The public API, grouped by stage (everything is also importable from its module)::
 
-    read       ReadConfig, ColumnSchema, load_schema, make_reader, register_reader
+    read       ReadConfig, ColumnSchema, load_schema, make_reader, register_reader,
+               InputFormat, register_format (a format detected from its files)
     samples    read_samples, to_numpy, to_torch (any tensor layout -> numpy / torch)
     episodes   Episode, EpisodeColumns, EpisodeBatch, Ledger
     check      ValidateConfig, Validator, Deduplicator
@@ -53,6 +54,7 @@ from .errors import (
     StorageError,
     UnsupportedFormatError,
 )
+from .io.formats.registry import InputFormat, register_format
 from .io.readers import make_reader, register_reader
 from .io.samples import read_samples, to_numpy, to_torch
 from .io.schema import ColumnSchema, load_schema
@@ -90,6 +92,8 @@ __all__ = [  # noqa: RUF022  (grouped by stage, like the docstring)
     "load_schema",
     "make_reader",
     "register_reader",
+    "InputFormat",
+    "register_format",
     # samples (importing the package also registers the fast layout's Arrow extension type)
     "read_samples",
     "to_numpy",

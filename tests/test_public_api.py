@@ -14,6 +14,8 @@ EXPECTED = {
     "load_schema",
     "make_reader",
     "register_reader",
+    "InputFormat",
+    "register_format",
     "read_samples",
     "to_numpy",
     "to_torch",

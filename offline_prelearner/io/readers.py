@@ -8,13 +8,14 @@ names the file, for error messages.
 Built-in formats, one folder each under :mod:`.formats`: ``rows`` (one transition per row),
 ``episodes`` (msgpack episode records in an ``item`` column), ``sample_batches`` (RLlib's
 old-stack SampleBatch / MultiAgentBatch records), ``minari`` (Minari datasets, any backend) and
-``d4rl`` (D4RL HDF5 files). Register more with :func:`register_reader`.
+``d4rl`` (D4RL HDF5 files). Register more with :func:`~.formats.registry.register_format` (a
+format that is detected too) or :func:`register_reader` (a reader by name only).
 
-The registry maps a format name to a small function that imports its reader and returns the
-factory (Minari's storage registry, ``"hdf5": get_hdf5_storage``), so this module never imports
-an implementation: a reader's module, and whatever it needs, loads only when that format is read,
-and nothing a reader imports can close a cycle back through the registry.
-:func:`available_formats` lists the names without loading anything.
+Each registered :class:`~.formats.registry.InputFormat` holds a small function that imports its
+reader and returns the factory (Minari's storage registry, ``"hdf5": get_hdf5_storage``), so
+this module never imports an implementation: a reader's module, and whatever it needs, loads
+only when that format is read, and nothing a reader imports can close a cycle back through the
+registry. :func:`available_formats` lists the names without loading anything.
 
 ``format="auto"`` gives an :class:`AutoReader`, which picks the reader from the first batch's
 columns (:func:`detect_batch_format`).
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, TypeAlias
+from typing import Any
 
 import pyarrow as pa
 
@@ -32,6 +33,13 @@ from ..config import ReadConfig
 from ..episodes.ledger import EpisodeBatch
 from ..errors import UnsupportedFormatError
 from .formats.base import Batch, Reader
+from .formats.registry import (
+    InputFormat,
+    ReaderFactory,
+    input_format,
+    input_formats,
+    register_format,
+)
 
 __all__ = [
     "AutoReader",
@@ -44,52 +52,12 @@ __all__ = [
     "register_reader",
 ]
 
-#: What a format name stands for: ``factory(config) -> Reader`` (a reader class, usually).
-ReaderFactory: TypeAlias = Callable[[ReadConfig], Reader]
-
-
-def _rows() -> ReaderFactory:
-    from .formats.rows.reader import RowsReader
-
-    return RowsReader
-
-
-def _episodes() -> ReaderFactory:
-    from .formats.episodes.reader import EpisodesReader
-
-    return EpisodesReader
-
-
-def _sample_batches() -> ReaderFactory:
-    from .formats.sample_batches.reader import SampleBatchesReader
-
-    return SampleBatchesReader
-
-
-def _minari() -> ReaderFactory:
-    from .formats.minari.reader import MinariReader
-
-    return MinariReader
-
-
-def _d4rl() -> ReaderFactory:
-    from .formats.d4rl.reader import D4RLReader
-
-    return D4RLReader
-
-
-_REGISTRY: dict[str, Callable[[], ReaderFactory]] = {
-    "rows": _rows,  # one transition per row
-    "episodes": _episodes,  # msgpack episode records in an ``item`` column
-    "sample_batches": _sample_batches,  # RLlib's old-stack SampleBatch / MultiAgentBatch records
-    "minari": _minari,  # Minari datasets (hdf5 / arrow / parquet), as io.sources reads them
-    "d4rl": _d4rl,  # D4RL's flat HDF5 files
-}
-
 
 def register_reader(name: str) -> Callable[[Any], Any]:
     """Class decorator: ``@register_reader("myformat")`` makes ``format="myformat"`` build the
-    class (any ``factory(config) -> Reader``). A name registered again is replaced.
+    class (any ``factory(config) -> Reader``): an :class:`~.formats.registry.InputFormat` with no
+    detection (:func:`~.formats.registry.register_format` declares one that is detected). A name
+    registered again is replaced.
 
     Args:
         name: The ``format`` name that selects the class.
@@ -99,15 +67,19 @@ def register_reader(name: str) -> Callable[[Any], Any]:
     """
 
     def deco(factory: Any) -> Any:
-        _REGISTRY[name] = lambda: factory
+        register_format(InputFormat(name, lambda: factory))
         return factory
 
     return deco
 
 
 def available_formats() -> list[str]:
-    """Registered format names (nothing is imported to list them)."""
-    return sorted(_REGISTRY)
+    """Registered format names, sorted (nothing is imported to list them).
+
+    Returns:
+        The names of the registered formats.
+    """
+    return sorted(spec.name for spec in input_formats())
 
 
 def make_reader(config: ReadConfig) -> Reader:
@@ -124,32 +96,34 @@ def make_reader(config: ReadConfig) -> Reader:
     """
     if config.format == "auto":
         return AutoReader(config)
-    try:
-        load = _REGISTRY[config.format]
-    except KeyError:
+    spec = input_format(config.format)
+    if spec is None:
         raise UnsupportedFormatError(
-            f"no reader for format {config.format!r}; known formats: {sorted(_REGISTRY)}"
-        ) from None
-    return load()(config)
+            f"no reader for format {config.format!r}; known formats: {available_formats()}"
+        )
+    return spec.reader()(config)
 
 
 def detect_batch_format(column_names: list[str]) -> str:
-    """``episodes`` (an ``item`` column), ``sample_batches`` (a ``type`` column of old-stack
-    records) or ``rows``, from a batch's column names.
+    """The first registered format whose ``detect_batch`` claims a batch's column names:
+    ``episodes`` (an ``item`` column without ``obs``), ``sample_batches`` (a ``type`` column of
+    old-stack records), a user's format, or ``rows`` (the fallback).
 
     Args:
         column_names: The top-level column names of one input batch, in any order.
 
     Returns:
-        The format name to read the batch with: ``"episodes"``, ``"sample_batches"`` or
-        ``"rows"`` (the fallback for anything else).
+        The format name to read the batch with.
+
+    Raises:
+        UnsupportedFormatError: No registered format claims the columns (none does with
+            ``rows`` registered).
     """
-    names = set(column_names)
-    if names == {"item"} or ("item" in names and "obs" not in names):
-        return "episodes"
-    if "type" in names and ("count" in names or "policy_batches" in names or "obs" in names):
-        return "sample_batches"
-    return "rows"
+    names = frozenset(column_names)
+    for spec in input_formats():
+        if spec.detect_batch is not None and spec.detect_batch(names):
+            return spec.name
+    raise UnsupportedFormatError(f"no registered format reads a batch of columns {sorted(names)}")
 
 
 class AutoReader:

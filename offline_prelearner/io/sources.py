@@ -17,6 +17,9 @@ expand to their data files in episode order, are detected as ``minari`` and read
 (:mod:`.formats.minari.dataset`); ``.hdf5``/``.h5`` files are D4RL files (``d4rl``,
 :mod:`.formats.d4rl.dataset`).
 Both are read whole (a file is a unit of episodes, never cut into batches).
+
+Which format a file is, and how a file of a format that is not Parquet or JSON lines is read as
+a table, is asked of the registered formats (:mod:`.formats.registry`): nothing here names one.
 """
 
 from __future__ import annotations
@@ -28,21 +31,20 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple, NoReturn, overload
+from typing import NamedTuple, NoReturn, overload
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from ..config import DEFAULT_LIMITS, DecodeLimits
 from ..errors import DataError, UnsupportedFormatError, Where, shown
-from .formats.d4rl.dataset import is_d4rl_file, read_d4rl_file
-from .formats.minari.dataset import (
-    data_dir_of,
-    find_data_dir,
-    is_minari_file,
-    minari_files,
-    read_minari_file,
+from .formats.minari.dataset import find_data_dir, minari_files
+from .formats.registry import (
+    JSON_LINES_SUFFIXES,
+    FileProbe,
+    input_formats,
+    open_bytes,
+    whole_file_formats,
 )
 from .manifest import MANIFEST_FILE, SAMPLES, Manifest, ManifestFile
 from .parquet_guard import open_parquet
@@ -50,7 +52,6 @@ from .stores import Location, StorageError, input_file, is_remote, join_path, lo
 
 __all__ = [
     "LISTING_REASONS",
-    "WHOLE_FILE_FORMATS",
     "check_one_format",
     "detect_format",
     "expand_paths",
@@ -58,13 +59,11 @@ __all__ = [
     "is_empty_parquet",
     "iter_tables",
     "read_table",
+    "whole_file_formats",
 ]
 
-#: Formats whose files are read whole: a file holds whole episodes, never cut into batches.
-WHOLE_FILE_FORMATS = ("minari", "d4rl")
-
 _PARQUET_EXT = (".parquet", ".pq")
-_JSON_EXT = (".json", ".jsonl", ".ndjson")
+_JSON_EXT = JSON_LINES_SUFFIXES
 _SKIP_NAMES = ("_SUCCESS", "_common_metadata", "_metadata")
 
 
@@ -474,46 +473,10 @@ def _loop(link: str, back_to: str) -> NoReturn:
     )
 
 
-def _open_bytes(path: str) -> Any:
-    """A local file opened for reading bytes, or a store's file as a buffered stream."""
-    if is_remote(path):
-        import io
-
-        return io.BufferedReader(locate(path).open_input_file())
-    return open(path, "rb")
-
-
-def _metadata(path: str) -> pq.FileMetaData:
-    """A Parquet file's footer, on the local disk or a store."""
-    if is_remote(path):
-        loc = locate(path)
-        return pq.read_metadata(loc.path, filesystem=loc.fs)
-    return pq.read_metadata(path)
-
-
-def _sniff_json(path: str) -> str | None:
-    with _open_bytes(path) as fh:
-        first = fh.readline(1 << 20).strip()
-    if not first:
-        return None
-    try:
-        rec = json.loads(first)
-    except ValueError:
-        return None
-    if isinstance(rec, dict):
-        if set(rec) == {"value"} and not isinstance(rec["value"], dict):
-            return "sample_batches"  # a broken wrapped record: that reader refuses its line
-        rec = rec.get("value", rec)  # some old writers wrapped records as {"value": {...}}
-        if isinstance(rec, dict) and rec.get("type") in ("SampleBatch", "MultiAgentBatch"):
-            return "sample_batches"
-        if isinstance(rec, dict):
-            return "rows"
-    return None
-
-
 def detect_format(files: list[str]) -> str:
-    """``rows``, ``episodes``, ``sample_batches``, ``minari`` or ``d4rl``, from the first file's
-    name and content; a mix of formats among the files is refused (:func:`check_one_format`).
+    """The registered format of the first file (``rows``, ``episodes``, ``sample_batches``,
+    ``minari``, ``d4rl`` or a user's), from its name and content; a mix of formats among the
+    files is refused (:func:`check_one_format`).
 
     Args:
         files: The input's data files, as :func:`expand_paths` gives them. The first that holds
@@ -545,25 +508,20 @@ def is_empty_parquet(path: str) -> bool:
     """
     if path.endswith(_JSON_EXT) or path.endswith((".hdf5", ".h5", ".arrow")):
         return False
-    try:
-        return bool(_metadata(path).num_rows == 0)
-    except (pa.ArrowInvalid, OSError):
-        return False
-
-
-#: Formats :func:`check_one_format` tells apart file by file (the others are read whole).
-_SNIFFED = ("rows", "episodes", "sample_batches")
+    footer = FileProbe(path).footer
+    return footer is not None and footer.num_rows == 0
 
 
 def check_one_format(files: list[str]) -> None:
-    """Refuses files of more than one format (rows, msgpack episodes, old-stack batches) in one
-    input, in one line naming each format and its files: a reader given another format's file
-    would read it as nothing, or as rows missing columns. A file whose format cannot be told
-    (empty, corrupt) is left to the reader, which refuses or counts it.
+    """Refuses files of more than one format (rows, msgpack episodes, old-stack batches: those
+    not read whole) in one input, in one line naming each format and its files: a reader given
+    another format's file would read it as nothing, or as rows missing columns. A file whose
+    format cannot be told (empty, corrupt) is left to the reader, which refuses or counts it.
 
     Args:
         files: The input's data files; each is opened for its footer or first lines (fewer
-            than two: nothing is checked). Minari and D4RL files are not compared.
+            than two: nothing is checked). Files of a format read whole (Minari, D4RL:
+            :func:`whole_file_formats`) are not compared.
 
     Raises:
         UnsupportedFormatError: Two or more of rows, episodes and sample batches are present.
@@ -571,6 +529,7 @@ def check_one_format(files: list[str]) -> None:
     if len(files) < 2:
         return
     by_format: dict[str, list[str]] = {}
+    whole = whole_file_formats()
     for f in files:
         try:
             fmt = format_of(f, empty=None)
@@ -578,7 +537,7 @@ def check_one_format(files: list[str]) -> None:
             continue
         if fmt is None:  # an empty partition holds no format's rows
             continue
-        if fmt in _SNIFFED:
+        if fmt not in whole:
             by_format.setdefault(fmt, []).append(f)
     if len(by_format) < 2:
         return
@@ -608,41 +567,33 @@ def format_of(first: str, *, empty: str | None = "rows") -> str | None:
             columns as any other file; None or another name is returned as it is.
 
     Returns:
-        ``"minari"``, ``"d4rl"``, ``"rows"``, ``"episodes"`` or ``"sample_batches"``; ``empty``
-        for an empty Parquet file where ``empty`` is not ``"rows"``.
+        The first registered format whose ``detect_file`` claims the file, in detection order
+        (:func:`~.formats.registry.input_formats`): ``"minari"``, ``"d4rl"``, ``"episodes"``,
+        ``"sample_batches"``, a user's format, else ``"rows"``; ``empty`` for an empty Parquet
+        file where ``empty`` is not ``"rows"`` (before any Parquet or JSON-lines format is asked).
 
     Raises:
         UnsupportedFormatError: A JSON-lines file that is not SampleBatch records, or a file
             that is neither Parquet nor JSON lines.
     """
-    if data_dir_of(first) is not None:
-        return "minari"
-    if is_d4rl_file(first):
-        return "d4rl"
-    if first.endswith(_JSON_EXT):
-        fmt = _sniff_json(first)
-        if fmt is None:
-            raise UnsupportedFormatError(
-                f"cannot detect the format of {first!r}: not JSON lines of SampleBatch records"
-            )
-        return fmt
-    try:
-        meta = _metadata(first)
-        schema = meta.schema.to_arrow_schema()
-    except (pa.ArrowInvalid, OSError) as e:
+    probe = FileProbe(first)
+    for spec in input_formats():
+        if spec.detect_file is None:
+            continue
+        if spec.read_table is None and empty != "rows":  # a table format: an empty partition?
+            footer = probe.footer
+            if footer is not None and footer.num_rows == 0:
+                return empty
+        if spec.detect_file(probe):
+            return spec.name
+    if probe.is_json_lines:
         raise UnsupportedFormatError(
-            f"cannot detect the format of {first!r}: not a Parquet or JSON-lines file ({e})"
-        ) from None
-    if meta.num_rows == 0 and empty != "rows":
-        return empty
-    names = set(schema.names)
-    if "item" in names:
-        item_type = schema.field("item").type
-        if pa.types.is_binary(item_type) or pa.types.is_large_binary(item_type):
-            return "episodes"
-    if "type" in names and ("policy_batches" in names or "count" in names):
-        return "sample_batches"
-    return "rows"
+            f"cannot detect the format of {first!r}: not JSON lines of SampleBatch records"
+        )
+    raise UnsupportedFormatError(
+        f"cannot detect the format of {first!r}: not a Parquet or JSON-lines file "
+        f"({probe.footer_error})"
+    )
 
 
 def read_table(
@@ -650,7 +601,8 @@ def read_table(
 ) -> pa.Table:
     """One file as an Arrow table; unreadable files are a DataError naming the file.
 
-    Parquet and JSON lines as they are; a Minari data file or a D4RL file as a step table. A
+    Parquet and JSON lines as they are; a file of a format with its own ``read_table`` (a Minari
+    data file, a D4RL file) as that format reads it, a step table. A
     Parquet file whose footer claims more than ``limits`` allow is refused before it is read
     (:mod:`.parquet_guard`).
 
@@ -662,17 +614,17 @@ def read_table(
             bounds before it is read.
 
     Returns:
-        The file's table (a step table for Minari and D4RL files).
+        The file's table (a step table for Minari, D4RL and other formats' own files).
 
     Raises:
         DataError: The file cannot be read or lacks a requested column (``reason=
             "unreadable_file"``); for a JSON-lines file it names the first line that is not an
             object.
     """
-    if path.endswith((".arrow", ".parquet", ".hdf5")) and is_minari_file(path):
-        return read_minari_file(path)
-    if is_d4rl_file(path):
-        return read_d4rl_file(path)
+    probe = FileProbe(path)
+    for spec in input_formats():
+        if spec.read_table is not None and spec.detect_file is not None and spec.detect_file(probe):
+            return spec.read_table(path, limits)
     try:
         if path.endswith(_JSON_EXT):
             import pyarrow.json as pajson
@@ -697,7 +649,7 @@ def _first_bad_json_line(path: str) -> tuple[int, str] | None:
     """The first line of a JSON-lines file that is not an object, and what it is instead (only
     on the error path: pyarrow's reader names no line)."""
     try:
-        with _open_bytes(path) as fh:
+        with open_bytes(path) as fh:
             for n, raw in enumerate(fh, start=1):
                 if not raw.strip():
                     continue

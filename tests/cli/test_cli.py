@@ -433,6 +433,7 @@ def test_record_unknown_env_is_one_line_with_close_ids(
 def test_format_choices_come_from_the_reader_registry(tmp_path: Path, capsys) -> None:
     """A reader registered by the user's code is a ``--format`` the CLI accepts and runs."""
     from offline_prelearner.io import readers
+    from offline_prelearner.io.formats.registry import _FORMATS
     from offline_prelearner.io.formats.rows.reader import RowsReader
 
     out = str(tmp_path / "out")
@@ -454,7 +455,7 @@ def test_format_choices_come_from_the_reader_registry(tmp_path: Path, capsys) ->
         inspect = build_parser().parse_args(["inspect", out, "--format", "my_rows"])
         assert inspect.format == "my_rows"
     finally:
-        readers._REGISTRY.pop("my_rows")
+        _FORMATS.pop("my_rows")
 
 
 def test_engine_layout_and_policy_choices_are_the_configs_literals(capsys) -> None:

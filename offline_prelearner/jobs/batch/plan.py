@@ -18,7 +18,7 @@ a row of it. The plan reads only the key columns of every file (Parquet column p
 Msgpack episodes and old-stack batches carry their ids inside the records; their plan is one
 unit over all files, in order (correct, not parallel). Data without an episode id column (split
 at done flags) has one unit per file. Minari and D4RL files hold whole episodes and are read
-whole (:data:`~offline_prelearner.io.sources.WHOLE_FILE_FORMATS`): a D4RL file is a unit, and
+whole (:func:`~offline_prelearner.io.sources.whole_file_formats`): a D4RL file is a unit, and
 Minari's episode files (arrow / parquet: a folder per episode) are grouped into units like row
 files (an hdf5 dataset is one file, so one unit).
 
@@ -44,7 +44,7 @@ from ...config import DEFAULT_LIMITS, DecodeLimits, PreLearnerConfig
 from ...errors import DataError
 from ...io.parquet_guard import check_drift, open_parquet
 from ...io.schema import load_schema
-from ...io.sources import WHOLE_FILE_FORMATS, read_table
+from ...io.sources import read_table, whole_file_formats
 from ...io.stores import file_stat, input_file, open_random_access
 
 #: The names of JSON-lines inputs (read whole, with pyarrow's JSON reader; no Parquet footer).
@@ -304,7 +304,7 @@ def plan_units(files: list[str], config: PreLearnerConfig, min_rows: int | None 
         min_rows = int(os.environ.get(UNIT_MIN_ROWS_ENV, UNIT_MIN_ROWS))
     inputs, refused, row_bytes = _check_inputs(files, config)
     fmt = config.read.format
-    if fmt in WHOLE_FILE_FORMATS:
+    if fmt in whole_file_formats():
         unit_of = _group_files(inputs, min_rows) if fmt == "minari" else list(range(len(files)))
         units = [
             Unit(u, tuple(Part(i) for i in range(len(files)) if unit_of[i] == u))

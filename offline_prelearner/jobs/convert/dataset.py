@@ -54,7 +54,7 @@ from ...errors import ConfigError
 from ...io.formats.minari.writer import infer_obs_space, infer_space, write_minari_dataset
 from ...io.formats.sample_batches.reader import DonesRule, SampleBatchesReader
 from ...io.readers import make_reader
-from ...io.sources import WHOLE_FILE_FORMATS, detect_format, expand_paths, read_table
+from ...io.sources import detect_format, expand_paths, read_table, whole_file_formats
 from ..commit import LocalStaging, input_identity, write_parquet_atomic
 from ..dataset_info import (
     DatasetInfo,
@@ -89,7 +89,7 @@ def wants_dataset_job(path: str | os.PathLike[str], to: str, read: ReadConfig | 
     """
     if to == "minari":
         return True
-    return _format(path, read) in WHOLE_FILE_FORMATS
+    return _format(path, read) in whole_file_formats()
 
 
 def _format(path: str | os.PathLike[str], read: ReadConfig | None) -> str | None:
@@ -102,7 +102,7 @@ def _format(path: str | os.PathLike[str], read: ReadConfig | None) -> str | None
         found = detect_format(expand_paths(os.fspath(path)))
     except (FileNotFoundError, ValueError):
         return None if given == "auto" else given  # the old-stack job reports it
-    return found if given == "auto" or found in WHOLE_FILE_FORMATS else given
+    return found if given == "auto" or found in whole_file_formats() else given
 
 
 def convert_dataset(
