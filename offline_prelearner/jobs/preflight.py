@@ -163,9 +163,12 @@ def prepare(
         DataError: As :func:`~offline_prelearner.io.sources.expand_paths` (a manifest).
         UnsupportedFormatError: The format cannot be told, or the files mix formats.
     """
-    files = expand_paths(path if isinstance(path, list) else os.fspath(path))
-    config = resolve_config(job_config(config), files)
+    config = job_config(config)
+    # The prelearner's module is imported before the files are looked at: an input format it
+    # registers (``register_format``) is one the detection below knows.
     cls = prelearner_class(config, prelearner)
+    files = expand_paths(path if isinstance(path, list) else os.fspath(path))
+    config = resolve_config(config, files)
     cls(config)
     return files, config, cls
 

@@ -11,6 +11,8 @@ written from.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -40,8 +42,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from offline_prelearner import InputFormat, register_format
+from offline_prelearner import InputFormat, OfflinePreLearner, register_format
 from offline_prelearner.io.formats.rows.reader import RowsReader
+
+
+class CsvPreLearner(OfflinePreLearner):
+    """The user's prelearner, named on the command line: importing it registers the format."""
 
 
 class TransitionsCsvReader:
@@ -223,3 +229,31 @@ def test_register_format_replaces_a_name_in_its_place(plugin) -> None:
         assert "transitions_csv" not in whole_file_formats()
     finally:
         register_format(plugin.SPEC)
+
+
+def test_the_cli_detects_a_format_its_prelearner_module_registers(
+    data: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A user's format reaches the command line through ``--prelearner``: its module is
+    imported before the files are detected, in a fresh process that never imported it."""
+    _, tcsv = data
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "tcsv_format.py").write_text(textwrap.dedent(PLUGIN))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *sys.path])}
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "offline_prelearner", "process", str(tcsv), "--out", str(out)]
+    cmd += ["--prelearner", "tcsv_format:CsvPreLearner", "--engine", "local", "--json"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert (summary["format"], summary["rows_in"], summary["samples_written"]) == (
+        "transitions_csv",
+        2000,
+        2000,
+    )
+    # Without the module, the same files are refused in one line.
+    cmd = [*cmd[: cmd.index("--prelearner")], "--engine", "local"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode != 0
+    assert "cannot detect the format" in done.stderr
