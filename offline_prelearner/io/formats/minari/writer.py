@@ -25,10 +25,10 @@ metadata has none (Minari then cannot recover the env).
 Flags: as recorded: a terminated episode has ``terminations[-1]``, a truncated one
 ``truncations[-1]``, and a not-done fragment (``convert``'s ``fragments="keep"``) neither, so it
 comes back not done (Minari's DataCollector sets ``truncations[-1]`` on an episode it had to cut;
-a reader that bootstraps unless terminated treats both alike). Extras (RLlib's ``action_logp``...) go into
-datasets ``extras/<name>`` of the episode group, which Minari does not read and our reader does
-(so they round-trip through ``convert``); agent / module ids and infos are not written. Images
-are written raw (``jpeg_encoding: false``): lossless.
+a reader that bootstraps unless terminated treats both alike). Extras (RLlib's
+``action_logp``...) go into datasets ``extras/<name>`` of the episode group, which Minari does
+not read and our reader does (so they round-trip through ``convert``); agent / module ids and
+infos are not written. Images are written raw (``jpeg_encoding: false``): lossless.
 """
 
 from __future__ import annotations
