@@ -8,6 +8,7 @@ an implementation broken in exactly that way.
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 from typing import Any
@@ -181,6 +182,61 @@ class NeedsMoreThanConfig(OfflinePreLearner):
     def __init__(self, config: Any = None, *, scale: float, **kw: Any) -> None:
         super().__init__(config, **kw)
         self.scale = scale
+
+
+class SplitsWhenTold(OfflinePreLearner):
+    """Splits each output in two when built with ``split=True``, which its config does not hold."""
+
+    def __init__(self, config: Any = None, *, split: bool = False, **kw: Any) -> None:
+        super().__init__(config, **kw)
+        self.split = split
+
+    def to_output(self, batch: MultiAgentBatch) -> Any:
+        for out in super().to_output(batch):
+            if not self.split:
+                yield out
+                continue
+            half = len(out["module_id"]) // 2
+            yield {k: v[:half] for k, v in out.items()}
+            yield {k: v[half:] for k, v in out.items()}
+
+
+class DropsAModule(OfflinePreLearner):
+    def sample(self) -> MultiAgentBatch:
+        b = super().sample()
+        return MultiAgentBatch({m: sb for m, sb in b.policy_batches.items() if m != "m1"}, 0)
+
+
+TWO_AGENTS = T.example_episodes(6)
+for _i, _ep in enumerate(TWO_AGENTS):
+    _ep.agent_id = f"a{_i % 2}"
+TWO_AGENT_ROWS = T.example_rows(TWO_AGENTS)
+
+
+def test_pickles_check_fails_on_a_different_number_of_outputs() -> None:
+    with pytest.raises(
+        T.ContractError, match="rebuilt prelearner gives 1 outputs, the factory's 2"
+    ):
+        T.check_prelearner_pickles(lambda: SplitsWhenTold(split=True, seed=0), ROWS)
+    T.check_prelearner_pickles(lambda: SplitsWhenTold(seed=0), ROWS)  # the same when not told
+
+
+def test_batch_size_check_fails_on_a_trained_module_with_no_rows() -> None:
+    def make(cls: Any) -> Any:
+        return lambda: cls(
+            train_batch_size=8,
+            seed=1,
+            **{"agent_to_module": {"a0": "m0", "a1": "m1"}, "modules_to_train": ["m0", "m1"]},
+        )
+
+    T.check_prelearner_batch_size(make(OfflinePreLearner), TWO_AGENT_ROWS)
+    with pytest.raises(T.ContractError, match=re.escape("train_batch_size=8, found {'m1': 0}")):
+        T.check_prelearner_batch_size(make(DropsAModule), TWO_AGENT_ROWS)
+
+
+def test_ledger_check_refuses_a_batch_with_no_columns() -> None:
+    with pytest.raises(T.ContractError, match="a dict with no columns"):
+        T.check_prelearner_ledger(lambda: OfflinePreLearner(seed=0), {})
 
 
 class IgnoresPriorities(OfflinePreLearner):

@@ -53,8 +53,9 @@ class DatasetInfo:
 
     @property
     def env_id(self) -> str | None:
-        """The env id of ``env_spec`` (None without one)."""
-        return None if self.env_spec is None else str(json.loads(self.env_spec).get("id"))
+        """The env id of ``env_spec`` (None without one, or where the spec has no ``id``)."""
+        env_id = None if self.env_spec is None else json.loads(self.env_spec).get("id")
+        return None if env_id is None else str(env_id)
 
     def or_else(self, other: DatasetInfo) -> DatasetInfo:
         """This info, each unknown value taken from ``other``.

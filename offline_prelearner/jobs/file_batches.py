@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..config import DEFAULT_LIMITS, DecodeLimits
-from ..errors import DataError, Where
+from ..errors import ConfigError, DataError, Where
 from ..io.formats.minari.dataset import is_minari_file
 from ..io.parquet_guard import open_parquet
 from ..io.sources import read_table
@@ -486,7 +486,13 @@ class ReadAhead:
 
         Yields:
             The group's batches, in order.
+
+        Raises:
+            ConfigError: ``k`` is not the index of a group (in one line, with how many there
+                are).
         """
+        if not 0 <= k < len(self.groups):
+            raise ConfigError(f"file group {k} does not exist: there are {len(self.groups)}")
         if self._stream is None or self._at != k:
             self.close()
             self._stream = prefetch(self._read(k))

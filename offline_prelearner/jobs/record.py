@@ -130,37 +130,39 @@ def record_env(env_id: str, steps: int, policy: str = "random", seed: int = 0) -
     if steps < 1:
         raise ConfigError(f"steps must be >= 1, found {steps}")
     env = _make(env_id)
-    env.action_space.seed(seed)
-    act = _policy(env_id, policy, env.action_space)
-    rng = np.random.default_rng(seed)
-    id_rng = np.random.default_rng([seed, 1])
-    episodes: list[Episode] = []
-    obs, _ = env.reset(seed=seed)
-    o, a, r = [obs], [], []
-    done_steps = 0
-    while done_steps < steps:
-        action = act(obs, rng)
-        obs, reward, terminated, truncated, _ = env.step(action)
-        o.append(obs)
-        a.append(action)
-        r.append(reward)
-        done_steps += 1
-        cut = done_steps == steps
-        if terminated or truncated or cut:
-            episodes.append(
-                Episode(
-                    id=uuid.UUID(bytes=id_rng.bytes(16), version=4).hex,
-                    observations=np.stack(o),
-                    actions=np.asarray(a),
-                    rewards=np.asarray(r, dtype=np.float64),
-                    terminated=bool(terminated),
-                    truncated=bool(truncated) or (cut and not terminated),
+    try:  # closed however it ends (an unknown policy is refused after the env is made)
+        env.action_space.seed(seed)
+        act = _policy(env_id, policy, env.action_space)
+        rng = np.random.default_rng(seed)
+        id_rng = np.random.default_rng([seed, 1])
+        episodes: list[Episode] = []
+        obs, _ = env.reset(seed=seed)
+        o, a, r = [obs], [], []
+        done_steps = 0
+        while done_steps < steps:
+            action = act(obs, rng)
+            obs, reward, terminated, truncated, _ = env.step(action)
+            o.append(obs)
+            a.append(action)
+            r.append(reward)
+            done_steps += 1
+            cut = done_steps == steps
+            if terminated or truncated or cut:
+                episodes.append(
+                    Episode(
+                        id=uuid.UUID(bytes=id_rng.bytes(16), version=4).hex,
+                        observations=np.stack(o),
+                        actions=np.asarray(a),
+                        rewards=np.asarray(r, dtype=np.float64),
+                        terminated=bool(terminated),
+                        truncated=bool(truncated) or (cut and not terminated),
+                    )
                 )
-            )
-            if not cut:
-                obs, _ = env.reset()
-                o, a, r = [obs], [], []
-    env.close()
+                if not cut:
+                    obs, _ = env.reset()
+                    o, a, r = [obs], [], []
+    finally:
+        env.close()
     return Recording(episodes, env.observation_space, env.action_space, env_id, policy, seed)
 
 

@@ -189,13 +189,16 @@ class MultiAgentEpisodeReplayBuffer:
     def _buffer(self, mid: int | str) -> EpisodeReplayBuffer:
         buf = self.buffers.get(mid)
         if buf is None:
-            buf = self.make_buffer(mid, self._module_seed(mid))
-            if not isinstance(buf, EpisodeReplayBuffer):
-                raise ConfigError(
-                    f"make_buffer must return an EpisodeReplayBuffer, found {type(buf).__name__}"
-                )
-            self.buffers[mid] = buf
+            buf = self.buffers[mid] = self._new_buffer(mid)
             self._names[mid] = Names()
+        return buf
+
+    def _new_buffer(self, mid: int | str) -> EpisodeReplayBuffer:
+        buf = self.make_buffer(mid, self._module_seed(mid))
+        if not isinstance(buf, EpisodeReplayBuffer):
+            raise ConfigError(
+                f"make_buffer must return an EpisodeReplayBuffer, found {type(buf).__name__}"
+            )
         return buf
 
     def _module_seed(self, mid: int | str) -> int | None:
@@ -365,9 +368,11 @@ class MultiAgentEpisodeReplayBuffer:
 
         Raises:
             TypeError: The module's buffer has no updatable (prioritized) sampler.
-            KeyError: No buffer holds ``module_id``.
+            ConfigError: In one line, naming the modules held: no buffer holds ``module_id``.
         """
-        buf = self.buffers[normalize_id(module_id)]
+        buf = self.buffers.get(normalize_id(module_id))
+        if buf is None:
+            raise ConfigError(f"no buffer for module {module_id!r}; have {list(self.buffers)}")
         fn = getattr(buf, "update_priorities", None)
         if fn is None or not isinstance(buf.sampler, UpdatableSampler):
             raise TypeError(f"module {module_id!r} has no prioritized sampler ({buf.sampler!r})")
@@ -404,7 +409,8 @@ class MultiAgentEpisodeReplayBuffer:
         Raises:
             ConfigError: The state is of another buffer type or sampling mode, or a module's
                 buffer differs from the one saved (see ``EpisodeReplayBuffer.set_state``).
-            DataError: A module's state breaks its buffer's invariants.
+            DataError: A module's state breaks its buffer's invariants, or the module list or
+                the generator state is malformed. On any error this buffer is left as it was.
         """
         meta, arrays = state["meta"], state["arrays"]
         if meta.get("buffer") != type(self).__name__ or meta.get("sampling") != self.sampling:
@@ -412,17 +418,39 @@ class MultiAgentEpisodeReplayBuffer:
                 f"state is of a {meta.get('buffer')} with sampling {meta.get('sampling')!r}, "
                 f"this is a {type(self).__name__} with sampling {self.sampling!r}"
             )
-        mids = [_from_json_id(m) for m in meta["modules"]]
-        self.buffers, self._names, self._union = {}, {}, None
-        for i, mid in enumerate(mids):
+        mids = _module_ids(meta)
+        rng_state = self._checked_rng_state(meta.get("rng"))
+        buffers: dict[int | str, EpisodeReplayBuffer] = {}
+        all_names: dict[int | str, Names] = {}
+        for i, mid in enumerate(mids):  # restored aside; swapped in once every module loads
             pre = f"m{i}/"
             sub = {k[len(pre) :]: v for k, v in arrays.items() if k.startswith(pre)}
-            buf = self._buffer(mid)
+            buf = buffers[mid] = self._new_buffer(mid)
             buf.set_state({"meta": meta["per_module"][i], "arrays": sub})
-            names = self._names[mid]
+            names = all_names[mid] = Names()
             names.rebuild(buf.storage)
             names.compactions = buf.storage.counters.get("compactions", 0)
-        self.rng.bit_generator.state = meta["rng"]
+        self.buffers, self._names, self._union = buffers, all_names, None
+        self.rng.bit_generator.state = rng_state
+
+    def _checked_rng_state(self, rng_state: Any) -> dict[str, Any]:
+        """``rng_state`` once a fresh bit generator of this buffer's type took it (checked as
+        ``EpisodeReplayBuffer.set_state`` checks its own)."""
+        kind = type(self.rng.bit_generator)
+        if not isinstance(rng_state, dict):
+            raise DataError(
+                f"rng must be a generator state, found {rng_state!r}", Where(column="rng")
+            )
+        if rng_state.get("bit_generator") != kind.__name__:
+            raise ConfigError(
+                f"state has a {rng_state.get('bit_generator')} generator, this buffer uses "
+                f"{kind.__name__}"
+            )
+        try:
+            kind().state = rng_state
+        except (TypeError, ValueError, KeyError) as e:
+            raise DataError(f"rng state is malformed ({e})", Where(column="rng")) from None
+        return rng_state
 
     def save(self, path: str | Path) -> Path | str:
         """Writes one checkpoint directory for all modules, atomically (see :mod:`.checkpoint`).
@@ -467,6 +495,26 @@ class _DefaultBuffers:
 
 def _json_id(mid: int | str) -> list[Any]:
     return ["i", mid] if isinstance(mid, int) else ["s", mid]
+
+
+def _module_ids(meta: dict[str, Any]) -> list[int | str]:
+    """The module ids a state's meta lists, one per ``per_module`` entry (DataError if not)."""
+    modules: Any = meta.get("modules")
+    per_module = meta.get("per_module")
+    try:
+        mids = [_from_json_id(m) for m in modules]
+    except (TypeError, ValueError):
+        raise DataError(
+            f"modules must be a list of [kind, id] pairs, found {modules!r}",
+            Where(column="modules"),
+        ) from None
+    if not isinstance(per_module, list) or len(per_module) != len(mids):
+        raise DataError(
+            f"per_module must be a list of one state per module ({len(mids)}), found "
+            f"{per_module if not isinstance(per_module, list) else len(per_module)!r}",
+            Where(column="per_module"),
+        )
+    return mids
 
 
 def _from_json_id(v: Any) -> int | str:

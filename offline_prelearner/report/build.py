@@ -103,7 +103,7 @@ class ReportResult:
 
 def _declared(files: list[str]) -> tuple[Any, Any]:
     """The spaces the files declare: a Minari dataset's metadata, or what ``convert`` wrote into
-    Parquet metadata; ``(None, None)`` where they declare none or it cannot be read."""
+    Parquet metadata; ``(None, None)`` where they declare none or declare it in a form not read."""
     from ..io.formats.minari.dataset import data_dir_of, read_metadata, space_from_minari
     from ..jobs.dataset_info import info_of_files
 
@@ -114,8 +114,8 @@ def _declared(files: list[str]) -> tuple[Any, Any]:
             return space_from_minari(meta.observation_space), space_from_minari(meta.action_space)
         info = info_of_files(files)
         return info.observation_space, info.action_space
-    except Exception:  # an unreadable declaration is no declaration (as the jobs take it)
-        return None, None
+    except (ValueError, KeyError):  # malformed or unsupported (SchemaError, bad JSON, a space
+        return None, None  # type not read): no declaration; a file that cannot be read raises
 
 
 def _spaces(path: str, validate: ValidateConfig, declared: tuple[Any, Any]) -> tuple[Any, Any]:

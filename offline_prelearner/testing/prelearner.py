@@ -61,6 +61,7 @@ def _num_rows(batch: Any) -> int:
     if isinstance(batch, pa.Table):
         rows: int = batch.num_rows
         return rows
+    require(batch, "the input batch is a dict with no columns: give rows (example_rows())")
     return len(next(iter(batch.values())))
 
 
@@ -103,7 +104,8 @@ def check_prelearner_batch_size(factory: PreLearnerFactory, batch: Any) -> None:
 
     Raises:
         ContractError: No rows at all, rows of a module outside ``modules_to_train``, or a
-            module whose row count is not ``train_batch_size``.
+            module (one with rows, or any of ``modules_to_train``) whose row count is not
+            ``train_batch_size``.
     """
     pl = factory()
     outputs = _run(pl, batch)
@@ -118,7 +120,8 @@ def check_prelearner_batch_size(factory: PreLearnerFactory, batch: Any) -> None:
         require(not extra, f"modules {extra} are not in modules_to_train {list(wanted)}")
     if not pl.config.sample.sample_all:
         n = pl.config.sample.train_batch_size
-        wrong = {m: k for m, k in per_module.items() if k != n}
+        counts = {**dict.fromkeys(map(str, wanted or ()), 0), **per_module}  # 0: no rows at all
+        wrong = {m: k for m, k in counts.items() if k != n}
         require(not wrong, f"rows per module should be train_batch_size={n}, found {wrong}")
 
 
@@ -130,8 +133,8 @@ def check_prelearner_ledger(factory: PreLearnerFactory, batch: Any) -> None:
         batch: One input batch as Ray Data hands it over: an Arrow table or a dict of columns.
 
     Raises:
-        ContractError: ``rows_in`` differs from the batch's row count, or the ledger does not
-            balance.
+        ContractError: ``rows_in`` differs from the batch's row count, the ledger does not
+            balance, or ``batch`` is a dict with no columns (no row count to hold it to).
     """
     pl = factory()
     _run(pl, batch)
@@ -177,7 +180,8 @@ def check_prelearner_pickles(factory: PreLearnerFactory, batch: Any) -> None:
 
     Raises:
         ContractError: The class or its config does not pickle, the class unpickles as another,
-            ``cls(config=...)`` fails, or the rebuilt prelearner's outputs differ.
+            ``cls(config=...)`` fails, or the rebuilt prelearner's outputs differ (in number
+            or in columns).
     """
     pl = factory()
     cls = type(pl)
@@ -197,7 +201,13 @@ def check_prelearner_pickles(factory: PreLearnerFactory, batch: Any) -> None:
             f"{cls.__qualname__}(config=...) fails ({type(e).__name__}: {e}); Ray builds the "
             f"prelearner from the config alone (fn_constructor_kwargs)"
         ) from None
-    for i, (x, y) in enumerate(zip(_run(pl, batch), _run(rebuilt, batch), strict=True)):
+    out_a, out_b = _run(pl, batch), _run(rebuilt, batch)
+    require(
+        len(out_a) == len(out_b),
+        f"the rebuilt prelearner gives {len(out_b)} outputs, the factory's {len(out_a)}: "
+        "everything that shapes the output must be in the config (Ray rebuilds from it alone)",
+    )
+    for i, (x, y) in enumerate(zip(out_a, out_b, strict=True)):
         diff = diff_columns(x, y)
         require(not diff, f"output {i}: columns {diff} differ after rebuilding from the pickle")
 

@@ -220,7 +220,7 @@ def _check_with_minari(
         np.testing.assert_array_equal(theirs.actions, m.actions)
         np.testing.assert_array_equal(theirs.rewards, m.rewards)
         assert bool(theirs.terminations[-1]) == m.terminated
-        assert bool(theirs.truncations[-1]) == (not m.terminated)
+        assert bool(theirs.truncations[-1]) == m.truncated
 
 
 def _by_order(eps: list[Episode]) -> list[Episode]:
@@ -347,8 +347,8 @@ def test_composite_minari_round_trips_through_rows(dataset: str, tmp_path: Path)
 # ------------------------------------------------------------------------------------ fragments
 def test_fragments_and_t_started(tmp_path: Path) -> None:
     """A fragment that starts mid-episode keeps its ``t_started`` through Minari (an attr Minari
-    ignores); a not-done episode stays not done through episodes and rows, and comes back from
-    Minari truncated (Minari has no "not done")."""
+    ignores); a not-done episode stays not done through episodes, rows and Minari (written with
+    neither flag, as recorded)."""
     import pyarrow.parquet as pq
 
     from offline_prelearner.io.formats.rows.writer import episodes_to_rows
@@ -367,8 +367,7 @@ def test_fragments_and_t_started(tmp_path: Path) -> None:
     stats = _convert(tmp_path / "in", "minari", tmp_path / "ns" / "frag-v0")
     assert stats["fragments"] == 1
     got = read_episodes(tmp_path / "ns" / "frag-v0")
-    truncated = [e._replace(truncated=True) if not e.is_done else e for e in want]
-    assert_same(got, truncated)
+    assert_same(got, want)
 
 
 def test_minari_output_is_the_same_bytes_each_time(tmp_path: Path) -> None:

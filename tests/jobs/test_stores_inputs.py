@@ -286,3 +286,39 @@ def test_a_bad_store_is_one_line_and_exit_2(
     assert done.returncode == 2, done.stderr
     assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert time.monotonic() - t0 < 30
+
+
+def test_a_minari_dataset_on_a_store_declares_its_spaces(s3_store: Any, tmp_path: Path) -> None:
+    """The ``data`` folder of a Minari file on a store stays its URI, so its metadata is read:
+    a report holds the data to the declared action space as on disk (Discrete(3), one action
+    never taken)."""
+    import gymnasium as gym
+    import numpy as np
+
+    from offline_prelearner.episodes.episode import Episode
+    from offline_prelearner.io.formats.minari.dataset import data_dir_of, read_metadata
+    from offline_prelearner.io.formats.minari.writer import write_minari_dataset
+    from offline_prelearner.report.build import report
+
+    pytest.importorskip("h5py")
+    eps = [
+        Episode(
+            id=k,
+            observations=np.arange(5 * 2, dtype=np.float32).reshape(5, 2),
+            actions=np.array([0, 1, 0, 1]),
+            rewards=np.ones(4, np.float32),
+            terminated=True,
+        )
+        for k in range(3)
+    ]
+    write_minari_dataset(tmp_path / "ds", eps, "ns/three-v0", action_space=gym.spaces.Discrete(3))
+    remote = upload(tmp_path / "ds", f"{s3_store}/ds")
+    [file] = expand_paths(remote)
+    data = data_dir_of(file)
+    assert data is not None and str(data) == f"{remote}/data"
+    assert read_metadata(data).action_space["n"] == 3
+    got = {}
+    for name, path in (("local", str(tmp_path / "ds")), ("remote", remote)):
+        got[name] = report(path, tmp_path / f"{name}.html").anomalies
+    assert any("never taken" in a for a in got["local"]), got["local"]
+    assert got["remote"] == got["local"]

@@ -289,3 +289,22 @@ def test_a_file_piece_reads_its_rows(tmp_path: Path, layout: str, runs: Any) -> 
         got = pa.concat_tables([t for t, _ in iter_file_batches([piece], size)])
         want = table.take(np.concatenate([np.arange(a, b) for a, b in runs]))
         assert got.num_rows == piece.rows and got.equals(want.cast(got.schema))
+
+
+def test_the_reading_actor_refuses_no_groups_and_a_group_past_the_end(tmp_path: Path) -> None:
+    """No groups is refused when the actor is made; a task naming a group past the end in one
+    line, read ahead or not (it read nothing, or raised IndexError)."""
+    from offline_prelearner.errors import ConfigError
+    from offline_prelearner.jobs.stream.learner_stream import ReadingPreLearnerActor
+
+    files = write_recording(tmp_path, 0)
+    config = PreLearnerConfig().with_updates({"sample_all": True, "seed": 0})
+    with pytest.raises(ConfigError, match="needs the job's file groups; none given"):
+        ReadingPreLearnerActor(OfflinePreLearner, config, [])
+    groups = read_groups(files, 200)
+    for ahead in (True, False):
+        actor = ReadingPreLearnerActor(OfflinePreLearner, config, groups, read_ahead=ahead)
+        assert list(actor(pa.table({"group": [0]})))  # group 0 is read and sampled
+        task = pa.table({"group": [len(groups)]})
+        with pytest.raises(ConfigError, match=f"file group {len(groups)} does not exist"):
+            list(actor(task))

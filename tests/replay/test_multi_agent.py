@@ -12,7 +12,7 @@ from buffer_helpers import make_episode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from offline_prelearner.errors import ConfigError, EmptyBufferError
+from offline_prelearner.errors import ConfigError, DataError, EmptyBufferError
 from offline_prelearner.replay import (
     DEFAULT_MODULE_ID,
     INDICES,
@@ -343,3 +343,55 @@ def test_lockstep_refuses_huge_t_naming_the_episode():
     with pytest.raises(DataError, match="0 <= t < 2") as exc:
         buf.sample(4)
     assert exc.value.where.episode_id == "far" and exc.value.where.timestep == 2**31 - 2
+
+
+def test_update_priorities_of_an_unknown_module_names_the_modules_held():
+    def make(mid, seed):
+        return PrioritizedEpisodeReplayBuffer(500, Prioritized(0.6, 0.4), seed=seed)
+
+    buf = MultiAgentEpisodeReplayBuffer(make_buffer=make, mapping_fn=shared_or_solo, seed=1)
+    buf.add([make_episode("e0", 8, agent="a0"), make_episode("e0", 8, agent="b", seed=1)])
+    with pytest.raises(
+        ConfigError, match=r"no buffer for module 'nope'; have \['shared', 'solo'\]"
+    ):
+        buf.update_priorities("nope", [0], [1.0])
+
+
+@pytest.mark.parametrize(
+    ("where", "bad", "error", "said"),
+    [
+        ("rng", "not a state", DataError, "rng must be a generator state"),
+        ("rng", {"bit_generator": "PCG64", "state": "x"}, DataError, "rng state is malformed"),
+        ("rng", {"bit_generator": "MT19937"}, ConfigError, "MT19937 generator"),
+        ("modules", [["i"]], DataError, "modules must be a list"),
+        ("per_module", [], DataError, "per_module must be a list of one state per module"),
+    ],
+)
+def test_a_malformed_state_is_refused_and_leaves_the_buffer_as_it_was(where, bad, error, said):
+    def build():
+        return MultiAgentEpisodeReplayBuffer(500, mapping_fn=shared_or_solo, seed=5)
+
+    a = build()
+    a.add([make_episode(f"e{i}", 6, agent=g, seed=i) for i in range(6) for g in ("a0", "b")])
+    state = a.get_state()
+    b = build()
+    b.add([make_episode("x", 9, agent="a0")])
+    before = b.stats()
+    state["meta"][where] = bad
+    with pytest.raises(error, match=said):
+        b.set_state(state)
+    assert b.stats() == before
+    assert sorted(b.sample(4)) == ["shared"]  # still the one module it held, and samples
+
+
+def test_a_module_failing_to_load_leaves_the_buffer_as_it_was():
+    a = MultiAgentEpisodeReplayBuffer(500, mapping_fn=shared_or_solo, seed=5)
+    a.add([make_episode(f"e{i}", 6, agent=g, seed=i) for i in range(6) for g in ("a0", "b")])
+    state = a.get_state()
+    state["meta"]["per_module"][1]["samples_drawn"] = -1  # the second module's state is bad
+    b = MultiAgentEpisodeReplayBuffer(500, mapping_fn=shared_or_solo, seed=5)
+    b.add([make_episode("x", 9, agent="a0")])
+    before = b.stats()
+    with pytest.raises(DataError, match="samples_drawn"):
+        b.set_state(state)
+    assert b.stats() == before

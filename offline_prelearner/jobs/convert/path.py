@@ -24,7 +24,7 @@ output, are whole datasets (:mod:`.dataset`). Everything else runs file by file
 **What round-trips.** ``a -> b -> a`` gives the same episodes (ids compared as strings; lengths,
 observations, actions, rewards, flags, ``t_started``, extras exactly) for rows, episodes and
 Minari, except where a format has no place for a value: Minari keeps no agent / module ids and
-no infos, and has no "not done" (a fragment comes back truncated); its ids, ``t_started`` and
+no infos; its ids, ``t_started`` and
 extras ride in parts of the episode group Minari ignores (:mod:`...io.formats.minari.writer`).
 Infos (none in the data the tests use): msgpack records keep them; rows keep the step infos as
 JSON text, not the reset info (``infos[0]``), which reads back as ``{}``. Old-stack and D4RL data

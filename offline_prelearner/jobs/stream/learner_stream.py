@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from ...config import PreLearnerConfig, check_int
+from ...errors import ConfigError
 from ...io.leaf_spaces import with_leaf_spaces
 from ...io.parquet_guard import check_files
 from ...io.stores import is_remote, locate
@@ -98,7 +99,8 @@ class ReadingPreLearnerActor(OfflinePreLearnerActor):
             ``read.limits``).
         groups: The file groups of the whole job, indexed by the ``group`` column of the task
             rows; each group is file names, or :class:`FilePiece` ranges when several actors
-            read episodes whole. None: no groups, so a task's index names none.
+            read episodes whole. At least one (ConfigError otherwise); a task naming a group
+            past the end is refused in one line (:meth:`ReadAhead.batches`).
         read_ahead: Read the next batch on a thread, across groups; only right when this is
             the only actor (with several, the next group is another actor's).
     """
@@ -109,16 +111,16 @@ class ReadingPreLearnerActor(OfflinePreLearnerActor):
         self,
         prelearner: type[OfflinePreLearner],
         config: PreLearnerConfig,
-        groups: Sequence[Sequence[str | FilePiece]] | None = None,
+        groups: Sequence[Sequence[str | FilePiece]],
         read_ahead: bool = True,
     ) -> None:
+        if not groups:  # every task names a group: with none, each would read nothing
+            raise ConfigError("ReadingPreLearnerActor needs the job's file groups; none given")
         super().__init__(prelearner, config)
         # Ray caps a worker's thread pools at its CPUs (OMP_NUM_THREADS); this actor does the
         # reading that read tasks did on other CPUs, and decodes its columns in parallel.
         pa.set_cpu_count(max(pa.cpu_count(), config.ray.read_threads))
-        self.reader = ReadAhead(
-            groups or [], config.ray.rows_per_batch, read_ahead, config.read.limits
-        )
+        self.reader = ReadAhead(groups, config.ray.rows_per_batch, read_ahead, config.read.limits)
 
     def __call__(self, batch: Any) -> Iterator[Any]:
         # The prelearner's state (fragments waiting for their continuation) needs the groups in

@@ -128,18 +128,18 @@ def find_data_dir(path_or_id: str | os.PathLike[str]) -> Path | Location | None:
     return cand if _is_data_dir(cand) else None
 
 
-def data_dir_of(file: str | os.PathLike[str]) -> Path | None:
+def data_dir_of(file: str | os.PathLike[str]) -> Location | None:
     """The ``data`` folder a Minari data file belongs to (None: not a Minari data file).
 
     Args:
-        file: A path to ``main_data.hdf5`` or to ``<episode id>/part-*.arrow|parquet``; the
-            folder must hold ``metadata.json``.
+        file: A local path or store URI of ``main_data.hdf5`` or of
+            ``<episode id>/part-*.arrow|parquet``; the folder must hold ``metadata.json``.
 
     Returns:
-        The ``data`` folder, or None.
+        The ``data`` folder (a store URI stays one: ``str()`` gives it back), or None.
     """
     d = _data_dir_of(os.fspath(file))
-    return None if d is None else Path(d)
+    return None if d is None else locate(d)
 
 
 @lru_cache(maxsize=1 << 16)
@@ -278,7 +278,7 @@ class MinariMetadata:
                     )
 
 
-def read_metadata(data_dir: str | os.PathLike[str]) -> MinariMetadata:
+def read_metadata(data_dir: str | os.PathLike[str] | Location) -> MinariMetadata:
     """The dataset's metadata (cached per folder and modification time).
 
     Args:
@@ -294,7 +294,9 @@ def read_metadata(data_dir: str | os.PathLike[str]) -> MinariMetadata:
         UnsupportedFormatError: A composite action space, a key with ``"."`` or an unsupported
             leaf space (:meth:`MinariMetadata.check_supported`).
     """
-    return _metadata_and_json(os.fspath(data_dir))[0]
+    return _metadata_and_json(
+        str(data_dir) if isinstance(data_dir, Location) else os.fspath(data_dir)
+    )[0]
 
 
 _RECHECK_S = 1.0  # metadata.json is stat'ed again after this long (episode files: thousands/s)

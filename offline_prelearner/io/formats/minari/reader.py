@@ -280,15 +280,17 @@ def _array(arr: pa.Array, name: str, space: dict[str, Any], source: str | None) 
     shape, dtype = leaf_shape_dtype(space)
     if pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type):
         return decode_jpeg_column(arr, shape, source, name)
-    try:
+    try:  # zero_copy_only=False: bool leaves (MultiBinary) are bit-packed in Arrow
         if pa.types.is_fixed_size_list(arr.type):
             flat = arr.flatten()
-            values = flat.fill_null(0).to_numpy() if flat.null_count else flat.to_numpy()
+            flat = flat.fill_null(0) if flat.null_count else flat
+            values = flat.to_numpy(zero_copy_only=False)
             return np.asarray(values.reshape(len(arr), *shape), dtype)
         if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
-            values = arr.flatten().to_numpy()
+            values = arr.flatten().to_numpy(zero_copy_only=False)
             return np.asarray(values.reshape(len(arr), *shape), dtype)
-        values = arr.fill_null(0).to_numpy() if arr.null_count else arr.to_numpy()
+        arr = arr.fill_null(0) if arr.null_count else arr
+        values = arr.to_numpy(zero_copy_only=False)
         if values.ndim != 1 + len(shape) and values.size == len(arr) * int(np.prod(shape)):
             values = values.reshape(len(arr), *shape)
         if values.shape[1:] != shape:

@@ -22,18 +22,21 @@ and ``t_started`` round-trip). ``env_spec`` / ``eval_env_spec`` (gymnasium ``Env
 go into the metadata, where ``MinariDataset.recover_environment()`` finds them; without one the
 metadata has none (Minari then cannot recover the env).
 
-Flags: a terminated episode has ``terminations[-1]``; a truncated one and a not-done fragment
-``truncations[-1]`` (what Minari's DataCollector writes for an episode it had to cut: Minari has
-no "not done", so a fragment comes back truncated). Extras (RLlib's ``action_logp``...) go into
-datasets ``extras/<name>`` of the episode group, which Minari does not read and our reader does
-(so they round-trip through ``convert``); agent / module ids and infos are not written. Images
-are written raw (``jpeg_encoding: false``): lossless.
+Flags: as recorded: a terminated episode has ``terminations[-1]``, a truncated one
+``truncations[-1]``, and a not-done fragment (``convert``'s ``fragments="keep"``) neither, so it
+comes back not done (Minari's DataCollector sets ``truncations[-1]`` on an episode it had to cut;
+a reader that bootstraps unless terminated treats both alike). Extras (RLlib's
+``action_logp``...) go into datasets ``extras/<name>`` of the episode group, which Minari does
+not read and our reader does (so they round-trip through ``convert``); agent / module ids and
+infos are not written. Images are written raw (``jpeg_encoding: false``): lossless.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -62,7 +65,8 @@ def infer_space(column: np.ndarray, role: str) -> gym.Space[Any]:
         role: What the column is (``"actions"``, ``"observations leaf 'a'"``), named in errors.
 
     Returns:
-        Discrete for non-negative integer scalars, MultiBinary for bools, Box(0, 255) for
+        Discrete for non-negative integer scalars, MultiBinary of the step shape for bools
+        (``MultiBinary([])``, shape ``()``, for scalar bools), Box(0, 255) for
         uint8, otherwise a Box over the dtype's whole range (``-inf..inf`` for floats).
 
     Raises:
@@ -72,7 +76,7 @@ def infer_space(column: np.ndarray, role: str) -> gym.Space[Any]:
     if column.dtype.kind in "iu" and step == () and column.size and column.min() >= 0:
         return gym.spaces.Discrete(int(column.max()) + 1)
     if column.dtype.kind == "b":
-        return gym.spaces.MultiBinary(list(step) if step else 1)
+        return gym.spaces.MultiBinary(list(step))  # [] for a scalar: shape (), as the data's
     if column.dtype == np.uint8:
         return gym.spaces.Box(0, 255, shape=step, dtype=np.uint8)
     if column.dtype.kind not in "iuf":
@@ -222,7 +226,9 @@ def write_minari_dataset(
     Raises ConfigError for a malformed ``dataset_id`` or a ``folder/data`` that already exists.
 
     Args:
-        folder: The dataset folder (local); ``folder/data`` is created and must not exist.
+        folder: The dataset folder (local); ``folder/data`` is created and must not exist. On
+            any failure ``folder/data`` is removed again (and ``folder`` if this call made it
+            and it is empty), so a retry is not refused with "exists".
         episodes: The episodes to write, in order; each becomes ``episode_<k>`` (k from 0),
             its own id kept as the ``source_id`` attribute where it differs.
         dataset_id: A Minari id, ``(namespace/)name(-vN)``, a namespace of at least 2
@@ -251,7 +257,40 @@ def write_minari_dataset(
     data = Path(folder) / "data"
     if data.exists():
         raise ConfigError(f"{str(data)!r} exists; a Minari dataset is written into a new folder")
+    made = [p for p in (data.parent, data) if not p.exists()]
     data.mkdir(parents=True)
+    try:
+        return _write(
+            h5py,
+            data,
+            episodes,
+            dataset_id,
+            observation_space,
+            action_space,
+            description,
+            env_spec,
+            eval_env_spec,
+        )
+    except BaseException:  # nothing left behind to block a retry with "exists"
+        shutil.rmtree(data, ignore_errors=True)
+        if data.parent in made:
+            with contextlib.suppress(OSError):
+                data.parent.rmdir()  # only if empty
+        raise
+
+
+def _write(
+    h5py: Any,
+    data: Path,
+    episodes: Iterable[Episode],
+    dataset_id: str,
+    observation_space: gym.Space[Any] | None,
+    action_space: gym.Space[Any] | None,
+    description: str | None,
+    env_spec: str | None,
+    eval_env_spec: str | None,
+) -> dict[str, Any]:
+    """:func:`write_minari_dataset` into the new folder ``data``."""
     n_eps = n_steps = 0
     obs_paths: dict[str, str] | None = None
     extras: list[str] | None = None
@@ -277,9 +316,9 @@ def write_minari_dataset(
             h5.dataset(g, "rewards", ep.rewards)
             term = np.zeros(t, bool)
             trunc = np.zeros(t, bool)
-            if t:
+            if t:  # as recorded: a fragment (convert's fragments="keep") ends with neither
                 term[-1] = ep.terminated
-                trunc[-1] = not ep.terminated
+                trunc[-1] = ep.truncated
             h5.dataset(g, "terminations", term)
             h5.dataset(g, "truncations", trunc)
             h5.group(g, "infos")
