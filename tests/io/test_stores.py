@@ -176,18 +176,24 @@ def test_glob_matches_python_glob_on_random_trees(
 
 
 # ---------------------------------------------------------------------------------------------
-# bad stores: one StorageError line, within seconds
+# bad stores: one StorageError line, never a retry loop
 # ---------------------------------------------------------------------------------------------
+#: A bad store's error must come before this (the clients' default retries take minutes).
+HANG_SECONDS = 60
+
+
 @pytest.fixture
 def quick() -> Iterator[Any]:
-    """Asserts the block raises one StorageError line within 5 s; yields a checker."""
+    """Asserts the block raises one StorageError line, and does not sit in a store client's
+    retry loop (those back off for minutes): the bound is a hang guard, far above the second or
+    so it takes when idle, so a loaded machine never fails it; speed is not tested here."""
 
     def check(call: Any, match: str) -> StorageError:
         t0 = time.monotonic()
         with pytest.raises(StorageError, match=match) as info:
             call()
         took = time.monotonic() - t0
-        assert took < 5, f"{took:.1f} s"
+        assert took < HANG_SECONDS, f"{took:.1f} s: a retry loop?"
         text = str(info.value)
         assert "\n" not in text and len(text) < 400, text
         return info.value
