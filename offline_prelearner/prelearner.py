@@ -400,9 +400,13 @@ class OfflinePreLearner:
         done = columns.done
         pending = self._pending
         special = set(np.flatnonzero(~done).tolist())
-        if pending:
-            keys = zip(columns.ids, columns.agents, strict=True)
-            special.update(i for i, key in enumerate(keys) if key in pending)
+        if pending:  # the episodes that continue a pending one: a dict lookup per pending key
+            keys = list(zip(columns.ids, columns.agents, strict=True))
+            index = dict(zip(keys, range(len(keys)), strict=True))
+            if len(index) == len(keys):
+                special.update([index[key] for key in pending if key in index])
+            else:  # a key twice in the batch: every one of its fragments
+                special.update([i for i, key in enumerate(keys) if key in pending])
         if not special:
             return columns
         joined: dict[int, EpisodeColumns] = {}
