@@ -400,9 +400,15 @@ class OfflinePreLearner:
         done = columns.done
         pending = self._pending
         special = set(np.flatnonzero(~done).tolist())
-        if pending:
-            keys = zip(columns.ids, columns.agents, strict=True)
-            special.update(i for i, key in enumerate(keys) if key in pending)
+        ids, agents = columns.ids, columns.agents
+        for key in pending:  # few; the episodes that continue one, found by C-level list scans
+            hits = ids.count(key[0])
+            if hits == 1:
+                i = ids.index(key[0])
+                if agents[i] == key[1]:
+                    special.add(i)
+            elif hits:  # the id more than once (agents, or fragments in one batch): each one
+                special.update([i for i, k in enumerate(zip(ids, agents, strict=True)) if k == key])
         if not special:
             return columns
         joined: dict[int, EpisodeColumns] = {}

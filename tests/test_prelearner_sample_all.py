@@ -134,3 +134,31 @@ def test_a_subclass_with_its_own_sample_all_keeps_it() -> None:
     table = rows_table([3, 4], open_last=False, ids="str", with_t=False, modules=False, seed=0)
     out = list(Counting(sample_all=True)(table))
     assert Counting.calls == 1 and len(out[0]["obs"]) == 7
+
+
+def test_fragments_of_one_episode_in_one_batch_join_with_a_pending_one() -> None:
+    """msgpack records may hold two fragments of one episode in a batch: both continue the
+    pending one (the id more than once in ``_complete``), and the output is the whole episode's."""
+    from offline_prelearner.episodes.episode import Episode
+    from offline_prelearner.io.formats.episodes.reader import episodes_to_table
+
+    rng = np.random.default_rng(0)
+    obs = rng.standard_normal((13, 4)).astype(np.float32)
+    act, rew = rng.integers(0, 2, 12), rng.standard_normal(12)
+
+    def part(a: int, b: int, done: bool) -> Episode:
+        return Episode(id="A", observations=obs[a : b + 1], actions=act[a:b], rewards=rew[a:b],
+                       terminated=done, t_started=a)  # fmt: skip
+
+    other = Episode(id="B", observations=obs[:4], actions=act[:3], rewards=rew[:3], terminated=True)
+    config = {"read": {"format": "episodes"}, "sample": {"sample_all": True, "n_step": 3}}
+    stream = OfflinePreLearner(config)
+    batches = [[part(0, 4, False), other], [part(4, 8, False), part(8, 12, True)]]
+    got = by_module([out for b in batches for out in stream(episodes_to_table(b))])
+    want = by_module(list(OfflinePreLearner(config)(episodes_to_table([other, part(0, 12, True)]))))
+    assert stream.stats()["pending_fragments"] == 0
+    for m, cols in want.items():
+        order_got = np.argsort(got[m]["eps_id"].astype(str), kind="stable")
+        order_want = np.argsort(cols["eps_id"].astype(str), kind="stable")
+        for k, y in cols.items():
+            assert got[m][k][order_got].tolist() == y[order_want].tolist(), k

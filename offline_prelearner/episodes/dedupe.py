@@ -61,9 +61,10 @@ class Deduplicator:
     def keep(self, cols: EpisodeColumns) -> np.ndarray:
         """Per episode of ``cols``: True where it is not a duplicate; what is kept is remembered.
 
-        Keys never seen and distinct within the batch (all but an episode continued across
-        batches, usually) are remembered in one ``dict.update``; the rest are walked one by one,
-        in order (a dict lookup each, no episode object).
+        When the batch's keys are distinct and nothing is forgotten, the keys never seen (all but
+        an episode continued across batches, usually) are remembered in one ``dict.update`` and
+        only the keys seen before are walked; otherwise every episode is walked in order (a
+        dict lookup each, no episode object).
 
         Args:
             cols: The batch's episodes.
@@ -73,16 +74,21 @@ class Deduplicator:
         """
         keys = list(zip(cols.ids, cols.agents, strict=True))
         t1 = cols.t_end.tolist()
-        known = set(filter(self._t_end.__contains__, keys))  # (keys() & keys copies all keys)
         if self.max_ids is not None or len(set(keys)) != len(keys):
-            known = set(keys)  # FIFO forgetting, or a key twice: every episode in order
-        if not known:
-            self._t_end.update(zip(keys, t1, strict=True))
-            return np.ones(len(keys), bool)
-        seen, t0 = self._seen, cols.t_started.tolist()
-        keep = [not (k in known and seen(k, a, b)) for k, a, b in zip(keys, t0, t1, strict=True)]
-        self._t_end.update((k, b) for k, b in zip(keys, t1, strict=True) if k not in known)
-        return np.array(keep, bool)
+            # FIFO forgetting, or a key twice: every episode in order
+            seen, t0 = self._seen, cols.t_started.tolist()
+            keep = [not seen(k, a, b) for k, a, b in zip(keys, t0, t1, strict=True)]
+            return np.array(keep, bool)
+        known = set(filter(self._t_end.__contains__, keys))  # (keys() & keys copies all keys)
+        fresh = dict(zip(keys, t1, strict=True))
+        out = np.ones(len(keys), bool)
+        if known:  # distinct keys: the known ones (few) walked alone, in any order
+            at = dict(zip(keys, range(len(keys)), strict=True))
+            for k in known:
+                i = at[k]
+                out[i] = not self._seen(k, int(cols.t_started[i]), fresh.pop(k))
+        self._t_end.update(fresh)
+        return out
 
     def dedupe(self, batch: EpisodeBatch) -> EpisodeBatch:
         """Removes duplicates from ``batch`` and counts them (rows and episodes).

@@ -411,6 +411,26 @@ def test_finalized_records_written_by_us_round_trip(tmp_path: Path, make_episode
     assert reader.action_space == gym.spaces.Discrete(4)
 
 
+def test_finalized_records_written_by_us_take_the_columnar_match(make_episode: Any) -> None:
+    """A guard for the speed: records of our own writer (one array record per buffer) are
+    matched as columns after the first is walked, and decode as the general path does."""
+    from offline_prelearner.io.formats.episodes.decoder import decode_batch
+    from offline_prelearner.io.formats.episodes.scanner import EpisodeScanner
+
+    eps = [make_episode(n, id=str(n), extras=("logp",)) for n in (1, 3, 15, 16, 300)]
+    items = episodes_to_table(eps).column(ITEM).to_pylist()
+    buf = b"".join(items)
+    offsets = np.cumsum([0, *map(len, items)]).tolist()
+    groups, out, _ = decode_batch(
+        EpisodeScanner(DecodeLimits()), buf, offsets, np.ones(len(items), bool)
+    )
+    assert [rows.tolist() for rows, _ in groups] == [[1, 2, 3, 4]]
+    assert isinstance(out[0], Episode) and out[1:] == [None] * 4
+    got = [out[0], *groups[0][1].iter_episodes()]
+    for a, b in zip(got, reference(items)[0], strict=True):
+        assert_same_episode(a, b)
+
+
 @pytest.mark.parametrize("policy", ["skip", "raise"])
 def test_a_record_of_another_layout_is_refused_by_the_batch(make_episode: Any, policy: str) -> None:
     """A batch holds one layout (the first episode's): a record of another observation shape

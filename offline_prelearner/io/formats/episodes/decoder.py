@@ -30,7 +30,16 @@ import numpy as np
 
 from ....episodes.episode import Episode
 from ....episodes.episode_columns import EpisodeColumns
-from .layout import EMPTY_MAP, Fallback, Template, be_uint, gather, ints_at, scalar
+from .layout import (
+    EMPTY_MAP,
+    ArrayHint,
+    Fallback,
+    Template,
+    be_uint,
+    gather,
+    ints_at,
+    scalar,
+)
 from .layout import scalar_lengths as _scalar_lengths
 from .scanner import DATA, EXTRA, FLAG_BYTE, SCALAR, SKIP, Column, EpisodeScanner, Plan, Program
 
@@ -140,6 +149,32 @@ def _list_headers(
     return pos + header, count, (fix | a16 | a32) & (pos + header <= ends)
 
 
+def _array_records(
+    data: np.ndarray, pos: np.ndarray, ends: np.ndarray, alive: np.ndarray, hint: ArrayHint
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``alive`` narrowed to the records holding an array record of ``hint``'s layout at
+    ``pos``; where each one's payload starts, and its element count (the first dimension)."""
+    alive = _literal(data, pos, ends, alive, hint.head)
+    at = pos + len(hint.head)
+    count, is_int = ints_at(data, at)
+    length = _scalar_lengths(data, at)
+    # a count above the record's bytes is no array of it (and could overflow count * size)
+    alive &= is_int & (length > 0) & (count > 0) & (count <= ends - at)
+    count = np.where(alive, count, 0)
+    at = np.where(alive, at + length, ends)
+    alive = _literal(data, at, ends, alive, hint.mid)
+    at = at + len(hint.mid)
+    c = data[np.minimum(at, len(data) - 1)].astype(np.int64)
+    width = np.where(c == 0xC4, 1, np.where(c == 0xC5, 2, 4))
+    nbytes = np.where(c == 0xC4, be_uint(data, at + 1, 1), 0)
+    for code, w in ((0xC5, 2), (0xC6, 4)):
+        if (c == code).any():
+            nbytes = np.where(c == code, be_uint(data, at + 1, w), nbytes)
+    alive &= (c >= 0xC4) & (c <= 0xC6) & (at + 1 + width <= ends)
+    alive &= nbytes == count * hint.template.size
+    return alive, at + 1 + width, np.where(alive, count, 0)
+
+
 def _first_element_ok(
     data: np.ndarray, first: np.ndarray, ends: np.ndarray, tmpl: Template
 ) -> np.ndarray:
@@ -179,13 +214,18 @@ def _match_program(
         alive = _literal(data, pos, ends, alive, literal)
         pos = pos + len(literal)
         if op in (DATA, EXTRA):
-            if hint is None:  # learned from a finalized array or decoded infos
+            if hint is None:  # learned from an unusual array record or decoded infos
                 return np.zeros(0, dtype=np.int64)
-            first, count, ok = _list_headers(data, pos, ends)
-            ok &= (count > 0) & _first_element_ok(data, first, ends, hint)
-            stop = first + count * hint.size
-            alive &= ok & (stop <= ends)
-            lists.append(_Lists(arg, op == EXTRA, hint, lookback, first, count))
+            if isinstance(hint, ArrayHint):  # a finalized buffer: one array record
+                alive, first, count = _array_records(data, pos, ends, alive, hint)
+                tmpl = hint.template
+            else:
+                first, count, ok = _list_headers(data, pos, ends)
+                alive &= ok & (count > 0) & _first_element_ok(data, first, ends, hint)
+                tmpl = hint
+            stop = first + count * tmpl.size
+            alive &= stop <= ends
+            lists.append(_Lists(arg, op == EXTRA, tmpl, lookback, first, count))
             pos = np.where(alive, stop, ends)
         elif op in (SCALAR, SKIP):
             length = _scalar_lengths(data, pos)

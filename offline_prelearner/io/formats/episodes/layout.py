@@ -24,8 +24,10 @@ __all__ = [
     "EMPTY_MAP",
     "FIXINT",
     "NUMBERS",
+    "ArrayHint",
     "Fallback",
     "Template",
+    "array_hint",
     "array_len",
     "be_uint",
     "gather",
@@ -155,6 +157,71 @@ NUMBERS: dict[int, Template] = {
         (0xD3, ">i8", _as_int64),
     ]
 }
+
+
+@dataclass(frozen=True, eq=False)
+class ArrayHint:
+    """How a finalized buffer (one msgpack-numpy array record) is laid out.
+
+    The record is ``head``, the first dimension (a msgpack integer: the element count), ``mid``,
+    a bin header and the payload: ``count`` elements of ``template`` (no prefix, the array's
+    dtype and inner shape). Only the count and the payload vary between records of one layout.
+    """
+
+    head: bytes
+    mid: bytes
+    template: Template
+
+
+def array_hint(buf: bytes, start: int, end: int, array: np.ndarray) -> ArrayHint | None:
+    """The layout of the msgpack-numpy array record ``buf[start:end]`` that decoded to ``array``.
+
+    Args:
+        buf: The msgpack bytes.
+        start: Offset of the record's map header in ``buf``.
+        end: Offset one past the record's last byte.
+        array: What the record decoded to (with the safe hook).
+
+    Returns:
+        The record's :class:`ArrayHint`, or None when it is not laid out as ``head``, first
+        dimension, ``mid``, bin payload (keys repeated, ``data`` not last, a 0-d array...).
+    """
+    try:
+        n, pos = map_len(buf, start)
+        keys: set[Any] = set()
+        dim_at = dim_end = bin_at = -1
+        for _ in range(n):
+            key, pos = scalar(buf, pos)
+            if key in keys or bin_at >= 0:
+                return None  # a repeated key, or a field after the payload
+            keys.add(key)
+            if key in (b"shape", "shape"):
+                ndim, dim_at = array_len(buf, pos)
+                if ndim != array.ndim or ndim == 0:
+                    return None
+                dim_end = scalar(buf, dim_at)[1]
+                pos = dim_end
+                for _ in range(ndim - 1):
+                    pos = scalar(buf, pos)[1]
+            elif key in (b"data", "data"):
+                if buf[pos] not in (0xC4, 0xC5, 0xC6):
+                    return None
+                bin_at = pos
+                pos = scalar(buf, pos)[1]
+            else:
+                pos = scalar(buf, pos)[1]
+    except (Fallback, IndexError, UnicodeDecodeError, struct.error):
+        return None
+    if pos != end or dim_at < 0 or bin_at < dim_end or scalar(buf, dim_at)[0] != len(array):
+        return None
+    payload = end - bin_at - 1 - (1 << (buf[bin_at] - 0xC4))
+    inner = array.shape[1:]
+    size = array.dtype.itemsize * int(np.prod(inner, dtype=np.int64))
+    if payload != array.nbytes or size == 0:
+        return None
+    tmpl = Template(b"", size, array.dtype, inner)
+    return ArrayHint(buf[start:dim_at], buf[dim_end:bin_at], tmpl)
+
 
 _INT_FORMATS = {
     0xCC: ">B",

@@ -37,6 +37,7 @@ from .layout import (
     NUMBERS,
     Fallback,
     Template,
+    array_hint,
     array_len,
     is_container,
     map_len,
@@ -92,8 +93,9 @@ class Program:
     for byte, then ``op`` reads one varying part as the walker would (``DATA``/``EXTRA``: a list,
     expected to have the template ``hint``; ``SCALAR``: a field; ``FLAG_BYTE``: a flag's last byte,
     ``hint`` mapping it to a value; ``FLAG``: a flag decoded in full; ``SKIP``: any scalar).
-    ``lookback`` is a list's lookback, which is part of the literal bytes. A record that matches
-    every step parses like the record the program was learned from, except in those parts.
+    ``lookback`` is a list's lookback, which is part of the literal bytes. A finalized buffer (one
+    msgpack-numpy array record) has an :class:`~.layout.ArrayHint` as its ``hint``. A record that
+    matches every step parses like the record the program was learned from, except in those parts.
     """
 
     steps: tuple[tuple[bytes, int, Any, int, Any], ...]  # literal, op, name, lookback, hint
@@ -236,6 +238,8 @@ class EpisodeScanner:
             col = (plan.columns if op == DATA else plan.extras).get(arg) if op <= EXTRA else None
             lookback = col.lookback if col is not None else 0
             hint = col.template if col is not None else arg[1] if op == FLAG_BYTE else None
+            if col is not None and col.array is not None:  # a finalized buffer
+                hint = array_hint(buf, a, b, col.array)
             steps.append((buf[prev:a], op, arg, lookback, hint))
             prev = b
         return Program(tuple(steps), buf[prev:end], dict(plan.spaces))
@@ -258,7 +262,7 @@ class EpisodeScanner:
                     count = first = 0
                 if (
                     count
-                    and hint is not None
+                    and isinstance(hint, Template)
                     and startswith(hint.prefix, first)
                     and (hint.first is None or buf[first] in hint.first)
                 ):
