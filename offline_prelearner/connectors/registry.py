@@ -9,7 +9,8 @@ implementation, the implementations import only :mod:`.base`, and no import clos
 :func:`build_connector` builds a connector from a spec -- an instance, a registered name
 (``"returns_to_go"``), ``{"name": ..., **kwargs}``, ``{"class": "pkg.mod:Name", **kwargs}`` or
 the string ``"pkg.mod:Name"``. A spec dict may carry ``"as"`` to rename the built connector (two
-connectors of one kind in one pipeline). :func:`build_pipeline` builds a list of them.
+connectors of one kind in one pipeline); an instance a spec names is shared, never renamed or
+copied, so ``"as"`` is refused there. :func:`build_pipeline` builds a list of them.
 """
 
 from __future__ import annotations
@@ -117,7 +118,11 @@ def build_connector(spec: ConnectorSpec) -> Connector:
             arguments, an instance it names is returned as is); or a
             dict with exactly one of ``"name"`` (registered name) or ``"class"``
             (``"package.module:Name"``), the other keys passed to the constructor as keyword
-            arguments, and an optional ``"as"`` that renames the built connector.
+            arguments, and an optional ``"as"`` that renames the built connector. ``"as"`` is
+            refused on a ``"class"`` naming an instance: that object is shared by every spec
+            naming it (and by the pipelines built from them), so renaming it would rename it
+            everywhere, and a copy would no longer share its state; name its class with
+            arguments instead, or give the instance the name wanted.
 
     Returns:
         The connector.
@@ -125,8 +130,8 @@ def build_connector(spec: ConnectorSpec) -> Connector:
     Raises:
         ConfigError: The spec is of another type, names nothing registered or importable,
             names something that is not a connector, gives both or neither of ``"name"`` and
-            ``"class"``, or its arguments do not fit the constructor; the message names the
-            spec.
+            ``"class"``, gives ``"as"`` that is not a non-empty string or with an instance, or
+            its arguments do not fit the constructor; the message names the spec.
     """
     if isinstance(spec, Connector):
         return spec
@@ -148,10 +153,16 @@ def build_connector(spec: ConnectorSpec) -> Connector:
             raise ConfigError(f"connector spec {spec!r}: use 'class' for an import path")
         if has_class and ":" not in target:
             raise ConfigError(f"connector spec {spec!r}: 'class' must be 'package.module:Name'")
-        built = _instantiate(_resolve(target), kwargs, spec)
+        if alias is not None and (not isinstance(alias, str) or not alias):
+            raise ConfigError(f"connector spec {spec!r}: 'as' must be a non-empty string")
+        obj = _resolve(target)
+        if alias is not None and isinstance(obj, Connector):
+            raise ConfigError(
+                f"connector spec {spec!r}: 'as' renames a connector the spec builds, but "
+                f"{target!r} is a shared instance (named {obj.name!r}); name its class instead"
+            )
+        built = _instantiate(obj, kwargs, spec)
         if alias is not None:
-            if not isinstance(alias, str) or not alias:
-                raise ConfigError(f"connector spec {spec!r}: 'as' must be a non-empty string")
             built.name = alias
         return built
     raise ConfigError(

@@ -808,3 +808,18 @@ def test_pipeline_pickles_with_state():
     np.testing.assert_array_equal(
         copy(batch, CTX)["obs"], FlattenObservations()(frozen(batch, CTX), CTX)["obs"]
     )
+
+
+def test_alias_never_renames_a_shared_instance():
+    """An instance named by ``"pkg.mod:NAME"`` is one object for every spec naming it: ``"as"``
+    on it is refused (it renamed the shared object, in every pipeline and later build), and the
+    instance keeps its name; ``"as"`` on a class builds a new connector under the alias."""
+    spec = {"class": "test_connectors:TINY_INSTANCE", "as": "renamed"}
+    with pytest.raises(ConfigError, match=r"'as' renames .* shared instance \(named 'instance'\)"):
+        build_connector(spec)
+    assert TINY_INSTANCE.name == "instance"
+    pipe = build_pipeline(["test_connectors:TINY_INSTANCE"])
+    assert pipe.names == ["instance"] and pipe["instance"] is TINY_INSTANCE
+    a = build_connector({"class": "test_connectors:TinyConnector", "tag": "t", "as": "first"})
+    b = build_connector({"class": "test_connectors:TinyConnector", "tag": "t"})
+    assert (a.name, b.name) == ("first", "t") and a is not b
