@@ -26,14 +26,17 @@ __all__ = ["episode_tables", "rows_tables"]
 
 
 def _signature(ep: Episode) -> tuple[Any, ...]:
-    """What must agree between the episodes of one rows table: observation (leaf) shapes, the
-    action shape, the extra columns."""
+    """What must agree between the episodes of one rows table: the step shape and dtype of each
+    observation leaf, of the actions and of each extra column. The dtypes keep the values as
+    recorded: one table of two dtypes is one concatenated column, which numpy promotes (float32
+    observations would come back float64, int64 with uint64 as rounded float64)."""
     obs: Any = ep.observations
     if isinstance(obs, dict):
-        shapes: Any = tuple((k, v.shape[1:]) for k, v in sorted(obs.items()))
+        leaves: Any = tuple((k, v.shape[1:], v.dtype.str) for k, v in sorted(obs.items()))
     else:
-        shapes = obs.shape[1:]
-    return (shapes, ep.actions.shape[1:], tuple(sorted(ep.extras)))
+        leaves = (obs.shape[1:], obs.dtype.str)
+    extras = tuple((k, v.shape[1:], v.dtype.str) for k, v in sorted(ep.extras.items()))
+    return (leaves, ep.actions.shape[1:], ep.actions.dtype.str, extras)
 
 
 def rows_tables(
@@ -46,9 +49,11 @@ def rows_tables(
     ``info`` in each table's schema metadata (:mod:`.dataset_info`).
 
     Args:
-        episodes: The episodes to write. They are grouped by layout (observation leaf shapes,
-            action shape, extra column names), each group in input order, the groups in the
-            order their first episode comes; an episode is never split across tables.
+        episodes: The episodes to write. They are grouped by layout (the step shape and dtype
+            of each observation leaf, of the actions and of each extra column), each group in
+            input order, the groups in the order their first episode comes; an episode is never
+            split across tables, and a table holds one dtype per column (no value is cast;
+            rewards are written as float64, as the rows layout says).
         rows_per_file: Most rows (steps) per table; an episode longer than this is a table
             of its own.
         layout: How per-step arrays are written: ``"rllib"`` (Ray's tensor extension) or
