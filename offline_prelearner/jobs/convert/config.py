@@ -47,7 +47,8 @@ class ConvertConfig:
         env_id: A gymnasium env id whose registered spec (and spaces, where the source has
             none) is written with the data; None: the source's, if any.
         dataset_id: ``to="minari"``: the Minari id written; None: ``out_dir``'s
-            ``<parent>/<name>``.
+            ``<parent>/<name>``, or ``<name>`` where Minari refuses the parent as a namespace
+            (:func:`~.dataset.default_dataset_id`).
     """
 
     to: Target

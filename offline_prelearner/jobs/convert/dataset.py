@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -50,7 +51,7 @@ from ...episodes.episode import Episode
 from ...episodes.ledger import EpisodeBatch
 from ...episodes.stitch import settle_open_episodes, stitch_fragments
 from ...episodes.validate import Validator
-from ...errors import ConfigError
+from ...errors import ConfigError, SchemaError, Where
 from ...io.formats.minari.writer import infer_obs_space, infer_space, write_minari_dataset
 from ...io.formats.sample_batches.reader import DonesRule, SampleBatchesReader
 from ...io.readers import make_reader
@@ -67,7 +68,7 @@ from ..ownership import output_storage
 from .config import ConvertConfig
 from .tables import episode_tables, rows_tables
 
-__all__ = ["convert_dataset", "wants_dataset_job"]
+__all__ = ["convert_dataset", "default_dataset_id", "wants_dataset_job"]
 
 Progress = Callable[[int, int, str, int], None]
 
@@ -117,7 +118,7 @@ def convert_dataset(
     """Converts the dataset at ``path`` as ``config`` says, in ``out_dir``; returns the stats.
 
     ``config.dataset_id`` (``to="minari"``): the id written in the metadata; default
-    ``<parent folder>/<folder>`` of ``out_dir`` (``--out ROOT/ns/name-v0`` -> ``ns/name-v0``).
+    :func:`default_dataset_id` of ``out_dir`` (``--out ROOT/ns/name-v0`` -> ``ns/name-v0``).
     ``config.env_id``: the env spec written, from gymnasium's registry (see the module
     docstring). ``config.layout``: the tensor layout of ``to="rows"``. ``config.dones``: how
     old-stack input's legacy ``dones`` is read (:mod:`~...io.formats.sample_batches.reader`).
@@ -165,7 +166,7 @@ def convert_dataset(
         files = [f for f in files if f.endswith(".parquet")]  # not a job's stats.json
     out = Path(out_dir)
     if to == "minari" and dataset_id is None:
-        dataset_id = f"{out.parent.name}/{out.name}" if len(out.parent.name) >= 2 else out.name
+        dataset_id = default_dataset_id(out.parent.name, out.name)
     inputs = [_stat(f) for f in files]
     job = {
         "version": __version__,
@@ -232,20 +233,52 @@ def _stat(path: str) -> dict[str, Any]:
     return input_identity(path)
 
 
+#: A Minari namespace of one path segment: two or more of ``[-_\w]`` (Minari's ``NAMESPACE_RE``,
+#: whose first and last characters are separate terms).
+_NAMESPACE = re.compile(r"[-\w]{2,}")
+
+
+def default_dataset_id(parent: str, name: str) -> str:
+    """The Minari id written without ``--dataset-id``: ``<parent folder>/<folder>`` of the
+    output where the parent's name is a Minari namespace (two or more letters, digits, ``_`` or
+    ``-``), else ``<folder>`` alone: Minari refuses ``a/name-v0`` and ``my.data/name-v0``, and
+    a root has no name. ``--out ROOT/ns/name-v0`` -> ``ns/name-v0``; ``--out ROOT/a/name-v0``
+    -> ``name-v0``.
+
+    Args:
+        parent: The name of the output's parent folder (``""`` for a root).
+        name: The name of the output folder.
+
+    Returns:
+        The dataset id.
+    """
+    return f"{parent}/{name}" if _NAMESPACE.fullmatch(parent) else name
+
+
 def _read_all(
     files: list[str], read: ReadConfig, progress: Progress | None, dones: DonesRule = "auto"
 ) -> tuple[EpisodeBatch, Any]:
     """Every file with one reader (old-stack: line by line, ``dones`` as given), fragments
-    joined, validated and de-duplicated like ``inspect``."""
+    joined, validated and de-duplicated like ``inspect``; a file whose episodes hold another
+    observation dtype or step shape than the earlier files' is a :class:`SchemaError`."""
     old_stack = read.format == "sample_batches"
     reader: Any = SampleBatchesReader(read, dones=dones) if old_stack else make_reader(read)
     total = EpisodeBatch()
     for i, f in enumerate(files):
-        total.extend(
+        got = (
             reader.read_file(f)
             if old_stack
             else reader.read(read_table(f, limits=read.limits), source=f)
         )
+        try:
+            total.extend(got)
+        except ValueError:  # another observation dtype or step shape: not one dataset
+            raise SchemaError(
+                "the episodes' observation dtype or step shapes differ from the earlier files'; "
+                "one dataset holds one layout (convert the files apart)",
+                Where(file=f),
+                reason="schema_drift",  # files of one input disagree: no policy counts that
+            ) from None
         if progress is not None:
             progress(i + 1, len(files), f, total.ledger.rows_in)
     batch = stitch_fragments(total, read.on_invalid)

@@ -79,7 +79,7 @@ from ..ownership import check_out_apart
 from ..store_commit import store_failure
 from .by_file import UNIT_FORMATS, Progress, convert_by_file
 from .config import ConvertConfig, Target
-from .dataset import convert_dataset, wants_dataset_job
+from .dataset import convert_dataset, default_dataset_id, wants_dataset_job
 from .relayout import relayout_rows
 
 __all__ = ["convert", "convert_path"]
@@ -239,8 +239,8 @@ def _convert_to_store(
 
     staging = StoreStaging(out, {}, overwrite=overwrite)
     if config.to == "minari" and config.dataset_id is None:  # named after --out, as on disk
-        name, parent = staging.root.name, staging.root.parent.name
-        config = replace(config, dataset_id=f"{parent}/{name}" if len(parent) >= 2 else name)
+        parent, name = staging.root.parent.name, staging.root.name
+        config = replace(config, dataset_id=default_dataset_id(parent, name))
     staging.acquire()
     with store_failure(out):
         staging.check_out()
