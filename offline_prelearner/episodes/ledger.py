@@ -292,8 +292,6 @@ class EpisodeBatch:
         Args:
             other: The batch to append; its episodes share this batch's layout.
         """
-        self.columns = EpisodeColumns.concat([self.columns, other.columns], promote=True)
-        self.source_rows = np.concatenate([self.source_rows, other.source_rows])
         self.ledger += other.ledger
         self.rejections.extend(other.rejections)
-        self.sync()
+        self.add(other.columns, other.source_rows)
