@@ -186,7 +186,7 @@ def _train_batches(rows: Path) -> list[dict[str, Any]]:
     spaces = (config.observation_space, config.action_space)
     spec = config.get_multi_rl_module_spec(spaces={"default_policy": spaces})
     pre = RLlibPreLearner.configure()(config=config, spaces=spaces, module_spec=spec)
-    return [flat for b in _batches(rows)[:CALLS] for flat in pre(b)]
+    return [flat for flat in (pre(b) for b in _batches(rows)[:CALLS]) if flat]
 
 
 def _train(

@@ -57,7 +57,7 @@ import it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -65,14 +65,18 @@ from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.offline.offline_prelearner import OfflinePreLearner as _RLlibOfflinePreLearner
+from ray.rllib.offline.offline_prelearner import _validate_deprecated_map_args
 from ray.rllib.utils import flatten_dict
 
 from .config import PreLearnerConfig
 from .config.prelearner_config import SECTIONS
 from .episodes import columns as C
 from .episodes.episode import Episode
+from .episodes.episode_columns import EpisodeColumns
 from .errors import ConfigError
+from .io.readers import make_reader
 from .prelearner import OfflinePreLearner
+from .replay.replay_buffer import EpisodeReplayBuffer
 
 __all__ = ["RLlibPreLearner", "config_from_rllib"]
 
@@ -133,12 +137,35 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
         module_state: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(config=config, spaces=spaces, module_state=module_state, **kwargs)
+        # RLlib's constructor, less its episode buffer: this class samples from its own buffer
+        # (``episode_buffer``), so RLlib's is never built. Same attributes, same arguments
+        # (``module_spec`` as OfflineData passes it, else the config's).
+        spec = kwargs.get("module_spec") or config.rl_module_spec
+        self.config = config
+        self._module = spec.build()
+        if module_state:
+            self._module.set_state(module_state)
+        self.observation_space, self.action_space = spaces or (None, None)
+        self._learner_connector = config.build_learner_connector(
+            input_observation_space=self.observation_space,
+            input_action_space=self.action_space,
+        )
         ours = self.prelearner_config
         if ours is None:
             ours = (getattr(config, "learner_config_dict", None) or {}).get("offline_prelearner")
         #: This project's prelearner: reader, validation, buffers and sample unit.
-        self.prelearner = OfflinePreLearner(config_from_rllib(config, spaces, ours))
+        self.prelearner = OfflinePreLearner(
+            config_from_rllib(config, spaces, ours, self.default_prelearner_buffer_class)
+        )
+        #: RLlib's attribute: here the default module's buffer, this project's
+        #: :class:`~offline_prelearner.replay.replay_buffer.EpisodeReplayBuffer` sized and
+        #: weighted by ``prelearner_buffer_class`` / ``prelearner_buffer_kwargs``; None in a
+        #: multi-agent config (one buffer per module, built on its first episodes).
+        self.episode_buffer: EpisodeReplayBuffer | None = None  # type: ignore[assignment]
+        if not getattr(config, "is_multi_agent", False):
+            default = self.prelearner.config.modules.default_module
+            buf = self.prelearner.build_buffer(default)
+            self.prelearner.buffers[default] = self.episode_buffer = buf
 
     @classmethod
     def configure(
@@ -173,12 +200,17 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
         return type(name, (cls,), attrs)
 
     # ------------------------------------------------------------------ the call
-    def __call__(self, batch: Mapping[str, Any]) -> Iterator[dict[str, Any]]:  # type: ignore[override]
-        """One raw batch -> the learner connector's flattened batch (RLlib's own output).
+    def __call__(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        """One raw batch -> the learner connector's batch, flattened (RLlib's own output).
 
-        A generator (Ray Data takes one from ``map_batches``): it yields nothing while no
-        episode is ready (``to_learner="episodes"`` and every episode still open), so no empty
-        batch reaches a Learner.
+        Args:
+            batch: One raw batch as Ray Data hands it (numpy columns).
+
+        Returns:
+            ``{"<module_id>/<column>": array}``, as RLlib's ``OfflinePreLearner`` returns it;
+            ``{}`` while no sample or episode is ready (``to_learner="episodes"`` with every
+            episode of the batch still open, or an empty buffer): Ray Data passes an empty
+            batch on as no rows, so no empty batch reaches a Learner.
         """
         episodes: list[Any] = []
         if self.to_learner == "samples" and self._bulk_ok():
@@ -187,11 +219,11 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
             # through, and no per-sample episode object is built (see _bulk_ok).
             data = self._bulk_batch(batch)
             if not data:
-                return
+                return {}
         else:
             data, episodes = {}, list(self.rllib_episodes(batch))  # one per sample or episode
             if not episodes:
-                return
+                return {}
         out = self._learner_connector(
             rl_module=self._module,
             batch=data,
@@ -202,8 +234,70 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
         for module_id in list(out):
             if not self._should_module_be_updated(module_id, out):
                 del out[module_id]
-        if out:
-            yield flatten_dict(out)
+        return dict(flatten_dict(out)) if out else {}
+
+    # ------------------------------------------------------------------ RLlib's mapping hooks
+    def _map_to_episodes(
+        self, batch: Mapping[str, Any], to_numpy: bool = False, **kwargs: Any
+    ) -> dict[str, list[Any]]:
+        """RLlib's row mapping, through this project's reader: one one-step episode per row.
+
+        The same contract as RLlib's (``{"episodes": [...]}``, one ``SingleAgentEpisode`` per
+        valid row with ``observations=[obs, new_obs]``, the row's flags, its other columns as
+        extra model outputs, ``ignore_final_observation`` honoured; the deprecated
+        ``is_multi_agent`` / ``schema`` / ``input_compress_columns`` keywords with RLlib's
+        warning), with this project's decoding and validation (a bad row is one line naming
+        column and row, or a counted skip with ``read.on_invalid="skip"``). ``__call__`` does
+        not use it: it maps the batch as columns.
+
+        Args:
+            batch: Rows as Ray Data hands them (numpy columns).
+            to_numpy: Whether each episode is turned to numpy (``episode.to_numpy()``).
+            **kwargs: RLlib's deprecated mapping keywords.
+
+        Returns:
+            ``{"episodes": [SingleAgentEpisode, ...]}``.
+        """
+        multi_agent, schema, compressed = _validate_deprecated_map_args(kwargs, self.config)
+        _refuse_multi_agent(multi_agent, "_map_to_episodes")
+        read = self._hook_read("rows", schema, compressed)
+        columns = make_reader(read).read(_files_read(batch), None).columns
+        zero_next = bool(getattr(self.config, "ignore_final_observation", False))
+        return {"episodes": _step_episodes(columns, zero_next=zero_next, to_numpy=to_numpy)}
+
+    def _map_sample_batch_to_episode(
+        self, batch: Mapping[str, Any], to_numpy: bool = False, **kwargs: Any
+    ) -> dict[str, list[Any]]:
+        """RLlib's old-stack mapping, through this project's reader: one episode per episode
+        fragment of each ``SampleBatch`` row (RLlib's: one per row, whatever episodes it holds).
+
+        ``infos`` (RLlib's own JSON writer records them; RLlib's mapping fails on them) come
+        through as the episodes' infos; compressed columns follow ``read.legacy_pickle`` as in
+        ``__call__``. Same keywords and return shape as RLlib's.
+
+        Args:
+            batch: ``SampleBatch`` rows as Ray Data hands them (``read_json`` of old-stack
+                files).
+            to_numpy: Whether each episode is turned to numpy (``episode.to_numpy()``).
+            **kwargs: RLlib's deprecated mapping keywords.
+
+        Returns:
+            ``{"episodes": [SingleAgentEpisode, ...]}``.
+        """
+        multi_agent, schema, compressed = _validate_deprecated_map_args(kwargs, self.config)
+        _refuse_multi_agent(multi_agent, "_map_sample_batch_to_episode")
+        read = self._hook_read("sample_batches", schema, compressed)
+        columns = make_reader(read).read(_files_read(batch), None).columns
+        return {"episodes": [_whole_episode(ep, to_numpy) for ep in columns.iter_episodes()]}
+
+    def _hook_read(self, fmt: str, schema: Mapping[str, str], compressed: list[str]) -> Any:
+        """The read section for a mapping hook: format ``fmt``, RLlib's schema mapped."""
+        del compressed  # packed cells are found in the data; pickle stays read.legacy_pickle's
+        updates: dict[str, Any] = {"read.format": fmt}
+        mapped = _column_schema(schema)
+        if mapped is not None:
+            updates["read.schema"] = mapped
+        return self.prelearner.config.with_updates(updates).read
 
     def _bulk_ok(self) -> bool:
         """Whether the samples can go to the connector as columns (cached per instance).
@@ -272,7 +366,10 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
 
 
 def config_from_rllib(
-    algo_config: Any, spaces: tuple[Any, Any] | None, ours: Mapping[str, Any] | None
+    algo_config: Any,
+    spaces: tuple[Any, Any] | None,
+    ours: Mapping[str, Any] | None,
+    default_buffer_class: type | None = None,
 ) -> PreLearnerConfig:
     """This project's prelearner config from RLlib's offline settings, then ``ours`` on top.
 
@@ -281,6 +378,9 @@ def config_from_rllib(
         spaces: The spaces OfflineData passes (used only where the config has neither its own
             spaces nor an env: with an env they are the vectorized env's).
         ours: :class:`PreLearnerConfig` fields (flat, ``section.field`` or nested sections).
+        default_buffer_class: The prelearner class's ``default_prelearner_buffer_class``, used
+            where the config names no ``prelearner_buffer_class`` (None: RLlib's
+            ``EpisodeReplayBuffer``, i.e. uniform).
 
     Returns:
         The config for :class:`~offline_prelearner.prelearner.OfflinePreLearner`.
@@ -291,7 +391,7 @@ def config_from_rllib(
     """
     updates: dict[str, Any] = {}
     if algo_config is not None:
-        updates.update(_rllib_updates(algo_config))
+        updates.update(_rllib_updates(algo_config, default_buffer_class))
     # The spaces data is checked against: the config's own (one env's spaces). The ``spaces``
     # OfflineData passes are the env runner's vectorized ones (a (1, 3) Box for Pendulum) when
     # the config names an env, so they are used only when they are all there is.
@@ -311,23 +411,16 @@ def config_from_rllib(
     return PreLearnerConfig().with_updates(updates)
 
 
-def _rllib_updates(cfg: Any) -> dict[str, Any]:
+def _rllib_updates(cfg: Any, default_buffer_class: type | None = None) -> dict[str, Any]:
     """RLlib's offline settings as this project's config fields."""
     up: dict[str, Any] = {}
     if cfg.input_read_episodes:
         up["read.format"] = "episodes"
     elif cfg.input_read_sample_batches:
         up["read.format"] = "sample_batches"
-    schema = dict(cfg.input_read_schema or {})
-    if schema:
-        from .io.schema import ColumnSchema, load_schema
-
-        base = load_schema(None).to_dict()
-        columns = dict(base.get("columns", {}))
-        columns.update({k: v for k, v in schema.items() if k in columns})
-        up["read.schema"] = ColumnSchema.from_dict(
-            {**base, "name": "rllib input_read_schema", "columns": columns}
-        )
+    schema = _column_schema(dict(cfg.input_read_schema or {}))
+    if schema is not None:
+        up["read.schema"] = schema
     up["sample.train_batch_size"] = int(cfg.train_batch_size_per_learner or 256)
     n_step = getattr(cfg, "n_step", None)
     if isinstance(n_step, int | tuple) and n_step != 1:
@@ -338,7 +431,7 @@ def _rllib_updates(cfg: Any) -> dict[str, Any]:
     kwargs = dict(cfg.prelearner_buffer_kwargs or {})
     if "capacity" in kwargs:
         up["buffer.capacity"] = int(kwargs["capacity"])
-    buffer_class = cfg.prelearner_buffer_class
+    buffer_class = cfg.prelearner_buffer_class or default_buffer_class
     if buffer_class is not None:
         name = getattr(buffer_class, "__name__", str(buffer_class))
         if "Prioritized" in name:
@@ -358,6 +451,30 @@ def _rllib_updates(cfg: Any) -> dict[str, Any]:
     return up
 
 
+def _column_schema(schema: Mapping[str, str]) -> Any:
+    """RLlib's ``input_read_schema`` (its column keys -> the data's names) as this project's
+    :class:`~offline_prelearner.io.schema.ColumnSchema` over the default names; None when it
+    renames nothing."""
+    from .io.schema import ColumnSchema, load_schema
+
+    base = load_schema(None).to_dict()
+    columns = dict(base.get("columns", {}))
+    renamed = {k: v for k, v in schema.items() if k in columns and columns[k] != v}
+    if not renamed:
+        return None
+    columns.update(renamed)
+    return ColumnSchema.from_dict({**base, "name": "rllib input_read_schema", "columns": columns})
+
+
+def _refuse_multi_agent(multi_agent: bool, hook: str) -> None:
+    """RLlib's mapping hooks are single-agent (RLlib's raise too); this project's call is not."""
+    if multi_agent:
+        raise ConfigError(
+            f"RLlibPreLearner.{hook} maps single-agent data (as RLlib's); multi-agent rows go "
+            "through the prelearner's call, which routes them to their modules"
+        )
+
+
 def _files_read(batch: Mapping[str, Any]) -> Any:
     """A batch of files from ``ray.data.read_binary_files(..., include_paths=True)`` (RLlib's
     ``input_read_method="read_binary_files"``: the way a Minari or D4RL file reaches the
@@ -374,20 +491,23 @@ def _files_read(batch: Mapping[str, Any]) -> Any:
     return pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
 
 
-def _whole_episode(ep: Episode) -> SingleAgentEpisode:
-    """One of this project's episodes as RLlib's, with its extras as extra model outputs."""
+def _whole_episode(ep: Episode, to_numpy: bool = True) -> SingleAgentEpisode:
+    """One of this project's episodes as RLlib's, with its extras as extra model outputs and
+    its infos where it has them."""
     sa = SingleAgentEpisode(
         id_=str(ep.id),
         observations=list(ep.observations),
         actions=list(ep.actions),
         rewards=list(ep.rewards),
-        infos=[{} for _ in range(len(ep) + 1)],
+        infos=list(ep.infos) if ep.infos is not None else [{} for _ in range(len(ep) + 1)],
         terminated=bool(ep.terminated),
         truncated=bool(ep.truncated),
         extra_model_outputs={k: list(v) for k, v in (ep.extras or {}).items()},
+        t_started=int(ep.t_started),
         len_lookback_buffer=0,
     )
-    sa.to_numpy()
+    if to_numpy:
+        sa.to_numpy()
     return sa
 
 
@@ -417,5 +537,46 @@ def _sample_episodes(rows: Mapping[str, np.ndarray]) -> list[SingleAgentEpisode]
             len_lookback_buffer=0,
         )
         sa.to_numpy()
+        out.append(sa)
+    return out
+
+
+def _step_episodes(
+    columns: EpisodeColumns, *, zero_next: bool, to_numpy: bool
+) -> list[SingleAgentEpisode]:
+    """Every step of ``columns`` as a one-step RLlib episode (RLlib's row mapping): the
+    transitions are gathered as columns, then one episode object is built per step (the
+    hook's contract is a list of objects)."""
+    n_ep = len(columns)
+    length = columns.length
+    ep = np.repeat(np.arange(n_ep, dtype=np.int64), length)
+    first = np.cumsum(length) - length  # each episode's first position in the enumeration
+    k = np.arange(len(ep), dtype=np.int64) - np.repeat(first, length)  # step within its episode
+    rows = np.repeat(columns.step_at, length) + k  # its row in actions / rewards / extras
+    obs = columns.gather_observations(ep, k)
+    nxt = np.zeros_like(obs) if zero_next else columns.gather_observations(ep, k + 1)
+    last = k == length.take(ep) - 1
+    term = columns.terminated.take(ep) & last
+    trunc = columns.truncated.take(ep) & last
+    t = columns.t_started.take(ep) + k
+    infos = columns.infos
+    out = []
+    for i in range(len(ep)):
+        e, r = int(ep[i]), int(rows[i])
+        info = infos[e] if infos is not None else None
+        sa = SingleAgentEpisode(
+            id_=str(columns.ids[e]),
+            observations=[obs[i], nxt[i]],
+            actions=[columns.actions[r]],
+            rewards=[columns.rewards[r]],
+            infos=[{}, info[int(k[i]) + 1] if info is not None else {}],
+            terminated=bool(term[i]),
+            truncated=bool(trunc[i]),
+            extra_model_outputs={name: [v[r]] for name, v in columns.extras.items()},
+            t_started=int(t[i]),
+            len_lookback_buffer=0,
+        )
+        if to_numpy:
+            sa.to_numpy()
         out.append(sa)
     return out

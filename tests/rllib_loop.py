@@ -190,9 +190,9 @@ def learner_columns(pendulum: str, out_json: str, own_piece: str = "") -> dict[s
     pre = _prelearner(cls, config, "Pendulum-v1")
     cols: dict[str, list[np.ndarray]] = {}
     for batch in _batches(pendulum):
-        for flat in pre(batch):
-            for key, value in flat.items():
-                cols.setdefault(key, []).append(np.asarray(value))
+        flat = pre(batch)  # one dict, RLlib's contract ({} while nothing is ready)
+        for key, value in flat.items():
+            cols.setdefault(key, []).append(np.asarray(value))
     joined = {k: np.concatenate(v).tolist() for k, v in cols.items()}
     with open(out_json, "w") as fh:
         json.dump(joined, fh)
@@ -223,7 +223,8 @@ def split_episode(path: str) -> dict[str, Any]:
         mine = ours.rllib_episodes(batch)
         out["ours"] += [[e.id_, len(e), bool(e.is_terminated), bool(e.is_truncated)] for e in mine]
         # What the Learner receives from the same batches (MARWIL's connectors, GAE included).
-        for flat in learner_side(batch):
+        flat = learner_side(batch)
+        if flat:
             adv = np.asarray(flat["default_policy/advantages"])
             out["ours_batch_rows"].append([len(adv), bool(np.isfinite(adv).all())])
     return out
