@@ -234,3 +234,20 @@ def test_the_readme_config_trains(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "policy_loss" in proc.stdout
+
+
+def test_rllibs_offline_prelearner_contract() -> None:
+    # tests/rllib_contract, run by RLlib's own interpreter and pytest: RLlib 2.60's class and
+    # ours against the contract RLlib's offline stack relies on, on data RLlib writes itself.
+    proc = subprocess.run(
+        [str(RLLIB_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/rllib_contract"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=_env(),
+        timeout=900,
+    )
+    tail = proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0, tail
+    summary = proc.stdout.strip().splitlines()[-1]
+    assert re.search(r"\b\d+ passed\b", summary) and "skipped" not in summary, summary
