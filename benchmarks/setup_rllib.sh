@@ -24,7 +24,8 @@ torch_spec="${TORCH_SPEC:-torch==2.13.0}"
 ray_version="2.60.0"
 # make_data.py: gymnasium (via ray[rllib]), msgpack + msgpack-numpy (episodes), pyarrow.
 # rllib_pipeline.py: aiohttp (Ray's read_parquet imports fsspec's HTTP filesystem).
-extras=(aiohttp msgpack msgpack-numpy h5py)
+# pytest: the RLlib contract tests run under this interpreter (h5py: Minari/D4RL's HDF5 files).
+extras=(aiohttp msgpack msgpack-numpy h5py pytest)
 
 force=0
 for arg in "$@"; do
@@ -38,7 +39,7 @@ done
 ready() {
     [ -x "$venv/bin/python" ] && "$venv/bin/python" - "$ray_version" <<'EOF' 2>/dev/null
 import sys
-import aiohttp, h5py, msgpack, msgpack_numpy, gymnasium, torch  # noqa: F401
+import aiohttp, h5py, msgpack, msgpack_numpy, gymnasium, pytest, torch  # noqa: F401
 import ray, ray.rllib  # noqa: F401
 import offline_prelearner.rllib  # noqa: F401  (this checkout, editable: the tests in RLlib's loop)
 sys.exit(0 if ray.__version__ == sys.argv[1] else 1)
