@@ -56,7 +56,7 @@ if [ ! -x "$venv/bin/python" ]; then
     mkdir -p "$(dirname "$venv")"
     "$python" -m venv "$venv"
 fi
-pip=("$venv/bin/python" -m pip install --disable-pip-version-check)
+pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 echo "[setup_rllib] installing $torch_spec"
 "${pip[@]}" "$torch_spec"
 echo "[setup_rllib] installing ray[rllib]==$ray_version ${extras[*]}"
