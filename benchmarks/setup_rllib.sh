@@ -24,7 +24,9 @@ torch_spec="${TORCH_SPEC:-torch==2.13.0}"
 ray_version="2.60.0"
 # make_data.py: gymnasium (via ray[rllib]), msgpack + msgpack-numpy (episodes), pyarrow.
 # rllib_pipeline.py: aiohttp (Ray's read_parquet imports fsspec's HTTP filesystem).
-extras=(aiohttp msgpack msgpack-numpy h5py)
+# h5py: Minari's and D4RL's HDF5 files. pytest, pytest-timeout, hypothesis: RLlib's contract
+# tests run under this interpreter's pytest, which loads tests/conftest.py and pyproject's timeout.
+extras=(aiohttp msgpack msgpack-numpy h5py pytest pytest-timeout hypothesis)
 
 force=0
 for arg in "$@"; do
@@ -38,7 +40,7 @@ done
 ready() {
     [ -x "$venv/bin/python" ] && "$venv/bin/python" - "$ray_version" <<'EOF' 2>/dev/null
 import sys
-import aiohttp, h5py, msgpack, msgpack_numpy, gymnasium, torch  # noqa: F401
+import aiohttp, h5py, hypothesis, msgpack, msgpack_numpy, gymnasium, pytest, pytest_timeout, torch  # noqa: F401
 import ray, ray.rllib  # noqa: F401
 import offline_prelearner.rllib  # noqa: F401  (this checkout, editable: the tests in RLlib's loop)
 sys.exit(0 if ray.__version__ == sys.argv[1] else 1)
@@ -55,7 +57,7 @@ if [ ! -x "$venv/bin/python" ]; then
     mkdir -p "$(dirname "$venv")"
     "$python" -m venv "$venv"
 fi
-pip=("$venv/bin/python" -m pip install --disable-pip-version-check)
+pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 echo "[setup_rllib] installing $torch_spec"
 "${pip[@]}" "$torch_spec"
 echo "[setup_rllib] installing ray[rllib]==$ray_version ${extras[*]}"
