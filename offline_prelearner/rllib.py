@@ -85,7 +85,9 @@ ToLearner = Literal["samples", "episodes"]
 #: The learner-connector output's columns that are the sample itself; the others a sample unit
 #: adds (``n_step``, ``weights``, a dataset's extras) travel as extra model outputs.
 _CORE = {C.OBS, C.NEW_OBS, C.ACTIONS, C.REWARDS, C.TERMINATEDS, C.TRUNCATEDS, C.EPS_ID, C.T}
-_NOT_SAMPLE = {"module_id", "agent_id", "batch_indexes", "infos"}
+#: ``indices`` (the buffer's handles, for priority feedback) has no reader in RLlib's loop: no
+#: path leads from its Learner back to a map_batches actor, so it is not handed over.
+_NOT_SAMPLE = {"module_id", "agent_id", "batch_indexes", "infos", "indices"}
 #: Our sample columns as RLlib's learner batch names them (``new_obs`` is ``Columns.NEXT_OBS``).
 _BULK = {
     C.OBS: Columns.OBS,
