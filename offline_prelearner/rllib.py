@@ -381,7 +381,9 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
             batch: One raw batch as Ray Data hands it (numpy columns).
 
         Returns:
-            RLlib ``SingleAgentEpisode``s, numpy-backed.
+            RLlib ``SingleAgentEpisode``s, numpy-backed. ``"episodes"``: those this batch
+            completes here (in table order), then those the fragment bank completed with the
+            fragments this call left open (more than one map_batches actor, rows with ``t``).
         """
         inner = self.prelearner
         if self.to_learner == "episodes":
