@@ -441,9 +441,41 @@ def cover(data: str, concurrency: str, epochs: str, dead: str = "") -> dict[str,
     }
 
 
+def sharing(data: str) -> dict[str, Any]:
+    """Where ``to_learner="episodes"`` shares fragments between actors, without Ray: the
+    concurrency a prelearner reads from RLlib's config (OfflineData's defaults merged with
+    ``map_batches_kwargs``) and whether a batch's rows carry ``t``."""
+    from ray.rllib.algorithms.marwil import MARWILConfig
+
+    from offline_prelearner.rllib import RLlibPreLearner, _carries_t
+
+    obs_space, act_space = _spaces("CartPole-v1")
+    cls = RLlibPreLearner.configure(to_learner="episodes")
+    out: dict[str, Any] = {"concurrency": {}}
+    for name, kwargs, learners in [
+        ("default", {}, 0),
+        ("one", {"concurrency": 1}, 0),
+        ("autoscaling", {"concurrency": (1, 4)}, 0),
+        ("three_learners", {}, 3),
+    ]:
+        config = (
+            MARWILConfig()
+            .environment(observation_space=obs_space, action_space=act_space)
+            .learners(num_learners=learners)
+            .offline_data(map_batches_kwargs=kwargs)
+        )
+        out["concurrency"][name] = _prelearner(cls, config, "CartPole-v1").concurrency
+    batch = _batches(data)[0]
+    read = _prelearner(cls, config, "CartPole-v1").prelearner.config.read
+    out["with_t"] = _carries_t(read, batch)
+    out["without_t"] = _carries_t(read, {k: v for k, v in batch.items() if k != "t"})
+    return out
+
+
 CASES = {
     "marwil_exact": marwil_exact,
     "cover": cover,
+    "sharing": sharing,
     "bc": bc,
     "marwil_cql": marwil_cql,
     "learner_columns": learner_columns,

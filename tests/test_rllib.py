@@ -278,3 +278,12 @@ def test_marwil_value_targets_are_exact_at_rllibs_default_concurrency() -> None:
     assert got["covered"] == 5000, got
     assert got["truncated_rows"] == 7, got
     assert got["exact"] == got["trained"] - got["trained_truncated"], got
+
+
+def test_the_effective_map_batches_concurrency_and_t_are_read_as_rllib_sets_them() -> None:
+    # RLlib's OfflineData runs the class in (its default_map_batches_kwargs | the config's
+    # map_batches_kwargs) actors: 2 by default, max(2, num_learners), an autoscaling pool at
+    # its max. Only rows with t share fragments between actors (without t: the warning).
+    got = _run("sharing", "datasets/cartpole-v1/rows")
+    assert got["concurrency"] == {"default": 2, "one": 1, "autoscaling": 4, "three_learners": 3}
+    assert got["with_t"] is True and got["without_t"] is False, got
