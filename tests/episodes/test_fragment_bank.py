@@ -130,3 +130,57 @@ def test_a_done_fragment_before_its_start_waits(order: str) -> None:
     assert all(r is None for r in results[:2])
     assert results[2] is not None and results[2].t_started.tolist() == [0]
     assert results[2].length.tolist() == [9] and len(held) == 0
+
+
+def plain_overlap_dedup(stream: list[tuple[str, str, int, int]]) -> list[bool]:
+    """A plain loop over (id, agent, t_started, length): kept unless it shares a step with an
+    episode of its key kept before (any order of arrival)."""
+    kept: list[tuple[tuple[str, str], int, int]] = []
+    out = []
+    for eid, agent, start, length in stream:
+        key, end = (eid, agent), start + length
+        dup = length > 0 and any(k == key and s < end and start < e for k, s, e in kept)
+        out.append(not dup)
+        if not dup:
+            kept.append((key, start, end))
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    stream=st.lists(
+        st.tuples(
+            st.sampled_from("abc"),
+            st.sampled_from(["p", "q"]),
+            st.integers(0, 12),
+            st.integers(0, 5),
+        ),
+        max_size=30,
+    ),
+    cuts=st.lists(st.integers(0, 30), max_size=4),
+)
+def test_any_order_dedup_drops_only_overlaps(
+    stream: list[tuple[str, str, int, int]], cuts: list[int]
+) -> None:
+    # The whole-episode paths' Deduplicator: an earlier fragment arriving after a later one is
+    # kept (the joining needs it); only a fragment sharing a step with one kept is a repeat.
+    from conftest import make_episode
+
+    from offline_prelearner.episodes.dedupe import Deduplicator
+    from offline_prelearner.episodes.ledger import EpisodeBatch, Ledger
+
+    eps = [
+        make_episode(n, id=e, agent_id=a, t_started=s, module_id=i)
+        for i, (e, a, s, n) in enumerate(stream)
+    ]
+    d = Deduplicator(any_order=True)
+    kept: list[int] = []
+    bounds = [0, *sorted(c for c in cuts if c < len(eps)), len(eps)]
+    for lo, hi in itertools.pairwise(bounds):
+        part = eps[lo:hi]
+        rows = [len(e) for e in part]
+        batch = EpisodeBatch(EpisodeColumns.from_episodes(part), rows, Ledger(rows_in=sum(rows)))
+        out = d.dedupe(batch)
+        assert out.ledger.balanced()
+        kept.extend(out.columns.modules)
+    assert kept == [i for i, k in enumerate(plain_overlap_dedup(stream)) if k]
