@@ -431,10 +431,13 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
         """Hands the open fragments to the fragment bank (one round trip); returns the episodes
         they completed."""
         if self._bank is None:
+            # RLlib's offline evaluation maps its data with the same class (its config says
+            # in_evaluation): its own bank, so its fragments never complete training's episodes.
+            suffix = "-evaluation" if getattr(self.config, "in_evaluation", False) else ""
             self._bank = (
                 ray.remote(FragmentBank)
                 .options(
-                    name=self.fragment_bank,
+                    name=f"{self.fragment_bank}{suffix}",
                     get_if_exists=True,
                     namespace=_BANK_NAMESPACE,
                     lifetime="detached",  # every actor of the stage needs it, whoever made it
