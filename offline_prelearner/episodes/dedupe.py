@@ -79,7 +79,7 @@ class Deduplicator:
         if a == b:
             return False
         pairs = list(zip(spans[0::2], spans[1::2], strict=True))
-        if any(s < b and a < e for s, e in pairs):
+        if any(s < b and a < e and s < e for s, e in pairs):  # an empty span shares no step
             return True
         pairs.append((a, b))
         pairs.sort()

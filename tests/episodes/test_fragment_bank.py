@@ -134,12 +134,12 @@ def test_a_done_fragment_before_its_start_waits(order: str) -> None:
 
 def plain_overlap_dedup(stream: list[tuple[str, str, int, int]]) -> list[bool]:
     """A plain loop over (id, agent, t_started, length): kept unless it shares a step with an
-    episode of its key kept before (any order of arrival)."""
+    episode of its key kept before (any order of arrival; an empty one shares none)."""
     kept: list[tuple[tuple[str, str], int, int]] = []
     out = []
     for eid, agent, start, length in stream:
         key, end = (eid, agent), start + length
-        dup = length > 0 and any(k == key and s < end and start < e for k, s, e in kept)
+        dup = length > 0 and any(k == key and s < end and start < e for k, s, e in kept if s < e)
         out.append(not dup)
         if not dup:
             kept.append((key, start, end))
