@@ -37,6 +37,7 @@ from .connectors.base import ConnectorContext, ConnectorPipeline
 from .connectors.registry import build_pipeline
 from .episodes.dedupe import Deduplicator
 from .episodes.episode_columns import EpisodeColumns
+from .episodes.fragment_bank import OpenFragments
 from .episodes.ledger import EpisodeBatch, Ledger, Rejection
 from .episodes.validate import Validator
 from .errors import ConfigError, DataError, EmptyBufferError
@@ -72,7 +73,8 @@ class OfflinePreLearner:
         self.source: str | None = None
         self.reader = self.build_reader()
         self.validator = Validator(self.config.validate, self.config.read.on_invalid)
-        self.deduplicator = Deduplicator()
+        # sample_all joins fragments by t in any order, so one is a repeat only where it overlaps
+        self.deduplicator = Deduplicator(any_order=bool(self.config.sample.sample_all))
         self.connectors = self.build_connectors()
         self.buffers: dict[str, EpisodeReplayBuffer] = {}
         self.ledger = Ledger()
@@ -80,8 +82,8 @@ class OfflinePreLearner:
         #: What the last call refused (the batch job counts it per input file).
         self.last_rejections: list[Rejection] = []
         self.counters = {"batches": 0, "samples": 0, "fragments_added": 0, "not_ready": 0}
-        #: sample_all: the fragments of episodes still open, one one-episode table each.
-        self._pending: dict[tuple[Any, Any], list[EpisodeColumns]] = {}
+        #: sample_all: the fragments of episodes still open, joined by ``t`` in any order.
+        self._pending = OpenFragments()
         #: Modules whose buffer keys episodes by (episode id, agent id) (see ``_buffer_for``).
         self._agent_keyed: set[str] = set()
         self._agent_to_module = self._mapping_fn()
@@ -254,9 +256,10 @@ class OfflinePreLearner:
         """Every valid transition (or sequence) of the complete episodes, once, in order.
 
         Takes the batch's episodes as columns (before issue 31: a list of :class:`Episode`).
-        Not-done fragments wait (per episode id, as columns) until their episode ends, so no
-        window is cut by a batch boundary; the fragment that ends an episode stands where it
-        ended, joined with the rest. ``stats()["pending_fragments"]`` says how many are open.
+        Fragments of open episodes wait (per episode and agent id, as columns) until they cover
+        ``t`` from 0 to a done step, in whatever order they arrive (see ``_complete``), so no
+        window is cut by a batch boundary; the fragment that completes an episode stands where
+        it ended, joined with the rest. ``stats()["pending_fragments"]`` says how many wait.
 
         Args:
             columns: The batch's episodes (what :meth:`postprocess_episodes` returned).
@@ -361,7 +364,7 @@ class OfflinePreLearner:
         return {
             **self.counters,
             "ledger": self.ledger.to_dict(),
-            "pending_fragments": sum(len(v) for v in self._pending.values()),
+            "pending_fragments": len(self._pending),
             "buffers": {m: b.stats() for m, b in self.buffers.items()},
         }
 
@@ -393,13 +396,20 @@ class OfflinePreLearner:
         return wanted is None or module_id in wanted
 
     def _complete(self, columns: EpisodeColumns) -> EpisodeColumns:
-        """The episodes complete after this batch, in table order: a fragment that ends an open
-        episode stands where it ended, joined with its earlier fragments; fragments that do not
-        end one wait in ``_pending``. Only the fragments that open or end a pending episode are
-        handled one by one (few: an episode cut at each edge of the batch)."""
+        """The episodes complete after this batch, in table order; the fragments of open ones
+        wait in ``_pending`` (:class:`~offline_prelearner.episodes.fragment_bank.OpenFragments`).
+
+        An episode is complete when its fragments cover ``t`` contiguously from 0 to a done
+        step, whatever order they arrived in (the rows' ``t``; without a ``t`` column a reader
+        numbers fragments in arrival order, so arrival order is then assumed). One that ends
+        here stands where it ended, joined with its earlier fragments. An episode read whole
+        (done, ``t_started == 0``, nothing held for it) passes as it is: only the fragments cut
+        at the batch's edges, a fragment starting later than ``t = 0``, and those of a held
+        episode are handled one by one (few)."""
         done = columns.done
         pending = self._pending
-        special = set(np.flatnonzero(~done).tolist())
+        whole = done & (columns.t_started == 0)
+        special = set(np.flatnonzero(~whole).tolist())
         ids, agents = columns.ids, columns.agents
         for key in pending:  # few; the episodes that continue one, found by C-level list scans
             hits = ids.count(key[0])
@@ -413,25 +423,27 @@ class OfflinePreLearner:
             return columns
         joined: dict[int, EpisodeColumns] = {}
         for i in sorted(special):
-            key = (columns.ids[i], columns.agents[i])
-            pending.setdefault(key, []).append(columns.select(np.array([i])))
-            if done[i]:
-                joined[i] = EpisodeColumns.join_fragments(pending.pop(key))
-        order = np.flatnonzero(done)
+            ep = pending.add((ids[i], agents[i]), columns.select(np.array([i])))
+            if ep is not None:
+                joined[i] = ep
+        plain = np.flatnonzero(whole)
+        if special.intersection(plain.tolist()):
+            plain = np.setdiff1d(plain, np.fromiter(special, np.int64, len(special)))
         if not joined:
-            return columns.select(order)
+            return columns.select(plain)
         at = np.fromiter(joined, np.int64, len(joined))
         split = columns.last_obs is not None
         tails = [  # in the batch's observation layout (a reader may change it between batches)
             t if (t.last_obs is not None) == split else t.from_episodes([t.episode(0)], split=split)
             for t in joined.values()
         ]
-        if int(at[0]) == int(order[0]):  # the first complete episode sets the dtypes
+        if not len(plain) or int(at[0]) < int(plain[0]):  # the first complete one sets dtypes
             columns = _cast_like(columns, tails[0])
         tails = [_cast_like(t, columns) for t in tails]
         both = EpisodeColumns.concat([columns, *tails])
-        order[np.searchsorted(order, at)] = len(columns) + np.arange(len(at))
-        return both.select(order)
+        where = np.concatenate([plain, at])
+        index = np.concatenate([plain, len(columns) + np.arange(len(at))])
+        return both.select(index[np.argsort(where, kind="stable")])
 
 
 def _cast_like(columns: EpisodeColumns, like: EpisodeColumns) -> EpisodeColumns:

@@ -50,6 +50,15 @@ What it hands the learner connector, ``to_learner``:
   (benchmarks/README.md, "Inside RLlib").
 * ``"episodes"``: the complete episodes of the batch, fragments of one episode that arrived in
   earlier batches (or files) joined, each once: GAE (MARWIL) then runs over the real episode.
+  With a ``t`` column, an episode's fragments join by ``t`` whatever order Ray Data delivers
+  them in; it is complete when they cover ``t`` from 0 to a done step
+  (:mod:`offline_prelearner.episodes.fragment_bank`). With more than one ``map_batches`` actor
+  (RLlib's default is 2) the fragments an actor cannot complete go to one named Ray actor per
+  configured class, a :class:`~offline_prelearner.episodes.fragment_bank.FragmentBank`, in one
+  round trip per call that leaves any open; the call whose fragments complete an episode gets it
+  back, once. Without ``t`` fragments are joined in arrival order within one actor: with more
+  than one actor an episode cut between two of them stays open (a warning says so once; use
+  ``map_batches_kwargs={"concurrency": 1}``).
 
 This is the only module of the package that imports RLlib; ``import offline_prelearner`` does not
 import it.
@@ -57,13 +66,17 @@ import it.
 
 from __future__ import annotations
 
+import logging
+import uuid
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 import numpy as np
+import ray
 from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.core.columns import Columns
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+from ray.rllib.offline.offline_data import OfflineData
 from ray.rllib.offline.offline_prelearner import OfflinePreLearner as _RLlibOfflinePreLearner
 from ray.rllib.offline.offline_prelearner import _validate_deprecated_map_args
 from ray.rllib.utils import flatten_dict
@@ -71,14 +84,21 @@ from ray.rllib.utils import flatten_dict
 from .config import PreLearnerConfig
 from .config.prelearner_config import SECTIONS
 from .episodes import columns as C
+from .episodes.dedupe import Deduplicator
 from .episodes.episode import Episode
 from .episodes.episode_columns import EpisodeColumns
+from .episodes.fragment_bank import FragmentBank
 from .errors import ConfigError
-from .io.readers import make_reader
+from .io.readers import detect_batch_format, make_reader
+from .io.schema import load_schema
 from .prelearner import OfflinePreLearner
 from .replay.replay_buffer import EpisodeReplayBuffer
 
 __all__ = ["RLlibPreLearner", "config_from_rllib"]
+
+_log = logging.getLogger(__name__)
+#: The Ray namespace of the fragment banks (named per configured class).
+_BANK_NAMESPACE = "offline_prelearner"
 
 ToLearner = Literal["samples", "episodes"]
 
@@ -130,6 +150,9 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
     prelearner_config: ClassVar[Mapping[str, Any] | None] = None
     #: What the learner connector receives: ``"samples"`` or ``"episodes"`` (module docstring).
     to_learner: ClassVar[ToLearner] = "samples"
+    #: ``"episodes"``: the name of the Ray actor where this class's prelearners join fragments
+    #: cut between them (minted by :meth:`configure`, one per configured class).
+    fragment_bank: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -168,6 +191,14 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
             default = self.prelearner.config.modules.default_module
             buf = self.prelearner.build_buffer(default)
             self.prelearner.buffers[default] = self.episode_buffer = buf
+        if self.to_learner == "episodes":
+            # Fragments join by t in any order: one is a repeat only where it overlaps.
+            self.prelearner.deduplicator = Deduplicator(any_order=True)
+        #: map_batches actors RLlib runs this class in (its defaults | map_batches_kwargs);
+        #: counted for ``to_learner="episodes"`` only.
+        self.concurrency = _map_concurrency(config) if self.to_learner == "episodes" else 1
+        self._shares: bool | None = None  # whether open fragments go to the bank (first call)
+        self._bank: Any = None
 
     @classmethod
     def configure(
@@ -193,9 +224,13 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
         if config is not None:
             config_from_rllib(None, None, config)  # an unknown field fails here, not in an actor
         name = f"{cls.__name__}_configured"
+        bank = (
+            f"offline_prelearner-fragments-{uuid.uuid4().hex}" if to_learner == "episodes" else None
+        )
         attrs = {
             "prelearner_config": dict(config or {}),
             "to_learner": to_learner,
+            "fragment_bank": bank,
             "__module__": cls.__module__,
             "__qualname__": name,
         }
@@ -348,23 +383,117 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
             batch: One raw batch as Ray Data hands it (numpy columns).
 
         Returns:
-            RLlib ``SingleAgentEpisode``s, numpy-backed.
+            RLlib ``SingleAgentEpisode``s, numpy-backed. ``"episodes"``: those this batch
+            completes here (in table order), then those the fragment bank completed with the
+            fragments this call left open (more than one map_batches actor, rows with ``t``).
         """
         inner = self.prelearner
         if self.to_learner == "episodes":
-            kept = inner.validate(inner.map_to_episodes(_files_read(batch)))
+            raw = _files_read(batch)
+            kept = inner.validate(inner.map_to_episodes(raw))
             inner._count_episodes(kept)
-            complete = inner._complete(kept.columns)
-            modules = inner.module_of(complete)
-            return [
-                _whole_episode(ep)
-                for ep, module_id in zip(complete.iter_episodes(), modules, strict=True)
-                if inner._trains(module_id)
-            ]
+            parts = [inner._complete(kept.columns)]
+            if len(inner._pending) and self._shares_fragments(raw):
+                parts += self._deposit()
+            out = []
+            for part in parts:
+                modules = inner.module_of(part)
+                out += [
+                    _whole_episode(ep)
+                    for ep, module_id in zip(part.iter_episodes(), modules, strict=True)
+                    if inner._trains(module_id)
+                ]
+            return out
         episodes: list[SingleAgentEpisode] = []
         for rows in inner(_files_read(batch)):
             episodes.extend(_sample_episodes(rows))
         return episodes
+
+    def _shares_fragments(self, batch: Any) -> bool:
+        """Whether open fragments go to the fragment bank: inside a Ray actor, with more than
+        one map_batches actor, and rows that carry ``t`` (decided on the first batch; without
+        ``t`` a one-line warning, once)."""
+        if self._shares is None:
+            in_actor = ray.is_initialized() and ray.get_runtime_context().get_actor_id()
+            self._shares = (
+                bool(in_actor) and self.concurrency > 1 and self.fragment_bank is not None
+            )
+            if self._shares and not _carries_t(self.prelearner.config.read, batch):
+                self._shares = False
+                _log.warning(
+                    "offline_prelearner.rllib: to_learner='episodes' with %s map_batches actors "
+                    "and rows without a t column: an episode cut between two actors' batches "
+                    "cannot be joined and stays open; set map_batches_kwargs={'concurrency': 1} "
+                    "(or give the rows a t column)",
+                    self.concurrency,
+                )
+        return self._shares
+
+    def _deposit(self) -> list[EpisodeColumns]:
+        """Hands the open fragments to the fragment bank (one round trip); returns the episodes
+        they completed."""
+        if self._bank is None:
+            # RLlib's offline evaluation maps its data with the same class (its config says
+            # in_evaluation): its own bank, so its fragments never complete training's episodes.
+            suffix = "-evaluation" if getattr(self.config, "in_evaluation", False) else ""
+            self._bank = (
+                ray.remote(FragmentBank)
+                .options(
+                    name=f"{self.fragment_bank}{suffix}",
+                    get_if_exists=True,
+                    namespace=_BANK_NAMESPACE,
+                    lifetime="detached",  # every actor of the stage needs it, whoever made it
+                    num_cpus=0,
+                )
+                .remote()
+            )
+        inner = self.prelearner
+        parts = inner._pending.drain()
+        done, duplicates = ray.get(self._bank.deposit.remote(parts))
+        counters = inner.counters
+        counters["fragments_banked"] = counters.get("fragments_banked", 0) + len(parts)
+        counters["episodes_from_bank"] = counters.get("episodes_from_bank", 0) + len(done)
+        counters["bank_duplicates"] = counters.get("bank_duplicates", 0) + duplicates
+        return list(done)
+
+
+def _map_concurrency(config: Any) -> int:
+    """The most map_batches actors RLlib runs the prelearner class in: RLlib's
+    ``OfflineData.default_map_batches_kwargs | config.map_batches_kwargs`` (OfflineData's
+    own merge), an autoscaling ``(min, max)`` counted at its max, None (Ray Data's own
+    choice) as more than one."""
+    data_class = getattr(config, "offline_data_class", None) or OfflineData
+    prop = getattr(data_class, "default_map_batches_kwargs", None)
+    read = prop.fget if isinstance(prop, property) else None
+    defaults = read(_ConfigOnly(config)) if read is not None else {}
+    kwargs = dict(defaults) | dict(getattr(config, "map_batches_kwargs", None) or {})
+    c = kwargs.get("concurrency")
+    if c is None:
+        return 2
+    if isinstance(c, tuple | list):
+        return int(max(c[:2]))
+    return int(c)
+
+
+class _ConfigOnly:
+    """Just enough of an OfflineData for its ``default_map_batches_kwargs`` (it reads
+    ``self.config``)."""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
+
+def _carries_t(read: Any, batch: Any) -> bool:
+    """Whether a batch's episodes take ``t`` from the data (a ``t`` column of rows or of
+    old-stack SampleBatch records; episode records carry ``t_started``) rather than from the
+    order batches arrive in."""
+    names = list(batch.column_names) if hasattr(batch, "column_names") else list(batch)
+    fmt = read.format if read.format != "auto" else detect_batch_format(names)
+    if fmt == "rows":
+        return load_schema(read.schema).present(C.T, names) is not None
+    if fmt == "sample_batches":
+        return C.T in names
+    return bool(fmt == "episodes")
 
 
 def config_from_rllib(

@@ -16,6 +16,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 
@@ -290,7 +291,191 @@ def minari(data_dir: str) -> dict[str, Any]:
     return {"losses": _losses(result), "trained": float(trained)}
 
 
+def marwil_exact(data: str, concurrency: str, iterations: str) -> dict[str, Any]:
+    """MARWIL through Algorithm.train() with ``to_learner="episodes"`` at ``concurrency``
+    map_batches actors ("default": RLlib's own default, 2): every learner row's value target
+    (the rows with the loss mask) against the discounted return of a plain loop over the raw
+    rows, matched by observation. The learner records what ``compute_loss_for_module`` gets;
+    the rows of a truncated episode (``trained_truncated`` of those trained) bootstrap from the
+    value function, by design."""
+    from ray.rllib.algorithms.marwil import MARWILConfig
+    from ray.rllib.algorithms.marwil.torch.marwil_torch_learner import MARWILTorchLearner
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.evaluation.postprocessing import Postprocessing
+
+    from offline_prelearner.rllib import RLlibPreLearner
+
+    seen: list[tuple[np.ndarray, np.ndarray]] = []
+
+    class Recording(MARWILTorchLearner):  # type: ignore[misc]
+        def compute_loss_for_module(self, *, module_id, config=None, batch, fwd_out):  # type: ignore[no-untyped-def]
+            mask = batch.get(Columns.LOSS_MASK)
+            obs = batch[Columns.OBS].cpu().numpy()
+            vt = batch[Postprocessing.VALUE_TARGETS].cpu().numpy()
+            keep = np.ones(len(vt), bool) if mask is None else mask.cpu().numpy().astype(bool)
+            seen.append((obs[keep], vt[keep]))
+            return super().compute_loss_for_module(
+                module_id=module_id, config=config, batch=batch, fwd_out=fwd_out
+            )
+
+    import ray
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    obs_space, act_space = _spaces("CartPole-v1")
+    kwargs = {} if concurrency == "default" else {"concurrency": int(concurrency)}
+    config = (
+        MARWILConfig()
+        .environment(observation_space=obs_space, action_space=act_space)
+        .learners(num_learners=0)
+        .offline_data(
+            input_=[os.path.abspath(data)],
+            dataset_num_iters_per_learner=5,
+            map_batches_kwargs=kwargs,
+            prelearner_class=RLlibPreLearner.configure(to_learner="episodes"),
+        )
+        .training(train_batch_size_per_learner=256, beta=1.0, gamma=0.99, learner_class=Recording)
+        .debugging(seed=0)
+    )
+    algo = config.build_algo()
+    for _ in range(int(iterations)):
+        algo.train()
+    algo.stop()
+    # The plain loop: rows grouped by episode in file order, returns-to-go backwards.
+    table = pq.ParquetDataset(sorted(glob.glob(os.path.join(data, "*.parquet")))).read()
+    ids = table.column("eps_id").to_pylist()
+    obs = np.stack(table.column("obs").to_numpy(zero_copy_only=False)).astype(np.float32)
+    rewards = table.column("rewards").to_numpy()
+    truncated = set(np.asarray(ids, dtype=object)[table.column("truncateds").to_numpy()].tolist())
+    cut: set[bytes] = {obs[i].tobytes() for i, e in enumerate(ids) if e in truncated}
+    want: dict[bytes, float] = {}
+    by_episode: dict[Any, list[int]] = {}
+    for i, e in enumerate(ids):
+        by_episode.setdefault(e, []).append(i)
+    for rows in by_episode.values():
+        g = 0.0
+        for i in reversed(rows):
+            g = float(rewards[i]) + 0.99 * g
+            want[obs[i].tobytes()] = g
+    trained = exact = trained_truncated = 0
+    covered: set[bytes] = set()
+    for o, vt in seen:
+        for row, v in zip(o.astype(np.float32), vt, strict=True):
+            key = row.tobytes()
+            trained += 1
+            trained_truncated += int(key in cut)
+            covered.add(key)
+            exact += int(
+                key in want and math.isclose(float(v), want[key], rel_tol=1e-4, abs_tol=1e-4)
+            )
+    return {
+        "trained": trained,
+        "exact": exact,
+        "covered": len(covered),
+        "rows": len(want),
+        "trained_truncated": trained_truncated,  # rows of truncated episodes: bootstrapped
+        "truncated_rows": len(cut),
+    }
+
+
+def cover(data: str, concurrency: str, epochs: str, dead: str = "") -> dict[str, Any]:
+    """MARWIL's prelearner with ``to_learner="episodes"`` in ``Dataset.map_batches`` over a
+    materialized dataset, at ``concurrency`` actors ("default": RLlib's, 2), for ``epochs``
+    passes (each runs the map again, in new actors): per pass the learner rows that are real
+    steps (loss mask) and how many distinct observations they hold; then the fragment bank's
+    stats (None where there is none). ``dead`` non-empty: the data's longest episode loses its
+    done row first, so it never completes and its fragments stay in the bank."""
+    import ray
+    from ray.rllib.algorithms.marwil import MARWILConfig
+
+    from offline_prelearner.rllib import RLlibPreLearner
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    table = pq.ParquetDataset(sorted(glob.glob(os.path.join(data, "*.parquet")))).read()
+    removed = 0
+    if dead:
+        ids = np.asarray(table.column("eps_id").to_pylist(), dtype=object)
+        names, counts = np.unique(ids, return_counts=True)
+        longest = names[np.argmax(counts)]
+        t = table.column("t").to_numpy()
+        keep = ~((ids == longest) & (t == t[ids == longest].max()))
+        table = table.filter(pa.array(keep))
+        removed = int(counts.max())
+    obs_space, act_space = _spaces("CartPole-v1")
+    kwargs = {} if concurrency == "default" else {"concurrency": int(concurrency)}
+    config = (
+        MARWILConfig()
+        .environment(observation_space=obs_space, action_space=act_space)
+        .offline_data(map_batches_kwargs=kwargs)
+        .training(train_batch_size_per_learner=256, beta=1.0)
+    )
+    spec = config.get_multi_rl_module_spec(spaces={"default_policy": (obs_space, act_space)})
+    cls = RLlibPreLearner.configure(to_learner="episodes")
+    effective = kwargs.get("concurrency", max(2, config.num_learners))  # RLlib's default
+    ds = ray.data.from_arrow(table).repartition(5).materialize()
+    mapped = ds.map_batches(
+        cls,
+        fn_constructor_kwargs={"config": config, "module_spec": spec},
+        batch_size=256,
+        concurrency=effective,
+        zero_copy_batch=True,
+    )
+    passes = []
+    for _ in range(int(epochs)):
+        real, keys = 0, set()
+        for b in mapped.iter_batches(batch_size=256):
+            m = b["default_policy/loss_mask"].astype(bool)
+            real += int(m.sum())
+            keys.update(o.astype(np.float32).tobytes() for o in b["default_policy/obs"][m])
+        passes.append({"real": real, "distinct": len(keys)})
+    try:
+        bank = ray.get_actor(cls.fragment_bank, namespace="offline_prelearner")
+        stats = ray.get(bank.stats.remote())
+    except ValueError:
+        stats = None
+    return {
+        "passes": passes,
+        "rows": table.num_rows,
+        "dead_rows": removed - 1 if dead else 0,
+        "concurrency": effective,
+        "bank": stats,
+    }
+
+
+def sharing(data: str) -> dict[str, Any]:
+    """Where ``to_learner="episodes"`` shares fragments between actors, without Ray: the
+    concurrency a prelearner reads from RLlib's config (OfflineData's defaults merged with
+    ``map_batches_kwargs``) and whether a batch's rows carry ``t``."""
+    from ray.rllib.algorithms.marwil import MARWILConfig
+
+    from offline_prelearner.rllib import RLlibPreLearner, _carries_t
+
+    obs_space, act_space = _spaces("CartPole-v1")
+    cls = RLlibPreLearner.configure(to_learner="episodes")
+    out: dict[str, Any] = {"concurrency": {}}
+    for name, kwargs, learners in [
+        ("default", {}, 0),
+        ("one", {"concurrency": 1}, 0),
+        ("autoscaling", {"concurrency": (1, 4)}, 0),
+        ("three_learners", {}, 3),
+    ]:
+        config = (
+            MARWILConfig()
+            .environment(observation_space=obs_space, action_space=act_space)
+            .learners(num_learners=learners)
+            .offline_data(map_batches_kwargs=kwargs)
+        )
+        out["concurrency"][name] = _prelearner(cls, config, "CartPole-v1").concurrency
+    batch = _batches(data)[0]
+    read = _prelearner(cls, config, "CartPole-v1").prelearner.config.read
+    out["with_t"] = _carries_t(read, batch)
+    out["without_t"] = _carries_t(read, {k: v for k, v in batch.items() if k != "t"})
+    return out
+
+
 CASES = {
+    "marwil_exact": marwil_exact,
+    "cover": cover,
+    "sharing": sharing,
     "bc": bc,
     "marwil_cql": marwil_cql,
     "learner_columns": learner_columns,
