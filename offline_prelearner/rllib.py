@@ -353,6 +353,20 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
             self._bulk = ok
         return bool(ok)
 
+    def _constant_columns(self) -> tuple[str, ...]:
+        """``n_step`` / ``weights`` where they would be all ones over rows: RLlib's own row path
+        hands neither (only its buffer's samples of episodes and sample batches carry them), and
+        every column costs the Learner's iterator each batch (BC's 6 columns against 8)."""
+        cfg = self.prelearner.config
+        if cfg.read.format not in ("rows", "auto"):
+            return ()
+        out = []
+        if cfg.sample.n_step == 1:
+            out.append(C.N_STEP)
+        if cfg.buffer.kind != "prioritized":
+            out.append(C.WEIGHTS)
+        return tuple(out)
+
     def _bulk_batch(self, batch: Mapping[str, Any]) -> dict[str, Any]:
         """The sampled rows as the connector batch: ``{column: {(key,): [rows]}}``."""
         out: dict[str, Any] = {}
@@ -364,8 +378,13 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
             cols = {_BULK.get(k, k): v for k, v in rows.items() if k not in _NOT_SAMPLE}
             for k in (C.EPS_ID, C.T) if self._next_obs else (C.EPS_ID, C.T, Columns.NEXT_OBS):
                 cols.pop(k, None)
-            cols.setdefault(C.N_STEP, np.ones(n, np.int64))
-            cols.setdefault(C.WEIGHTS, np.ones(n, np.float32))
+            drop = self._constant_columns()
+            for column in drop:
+                cols.pop(column, None)
+            if C.N_STEP not in drop:
+                cols.setdefault(C.N_STEP, np.ones(n, np.int64))
+            if C.WEIGHTS not in drop:
+                cols.setdefault(C.WEIGHTS, np.ones(n, np.float32))
             for column, value in cols.items():
                 ConnectorV2.add_n_batch_items(
                     out,
@@ -406,7 +425,7 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
             return out
         episodes: list[SingleAgentEpisode] = []
         for rows in inner(_files_read(batch)):
-            episodes.extend(_sample_episodes(rows))
+            episodes.extend(_sample_episodes(rows, self._constant_columns()))
         return episodes
 
     def _shares_fragments(self, batch: Any) -> bool:
@@ -642,8 +661,11 @@ def _whole_episode(ep: Episode, to_numpy: bool = True) -> SingleAgentEpisode:
     return sa
 
 
-def _sample_episodes(rows: Mapping[str, np.ndarray]) -> list[SingleAgentEpisode]:
-    """Sampled rows (one per transition) as the one-step episodes RLlib's buffer samples."""
+def _sample_episodes(
+    rows: Mapping[str, np.ndarray], drop: tuple[str, ...] = ()
+) -> list[SingleAgentEpisode]:
+    """Sampled rows (one per transition) as the one-step episodes RLlib's buffer samples, less
+    the all-ones columns ``drop`` names (``RLlibPreLearner._constant_columns``)."""
     obs, new_obs = rows[C.OBS], rows[C.NEW_OBS]
     actions, rewards = rows[C.ACTIONS], rows[C.REWARDS]
     term, trunc = rows[C.TERMINATEDS], rows[C.TRUNCATEDS]
@@ -653,6 +675,8 @@ def _sample_episodes(rows: Mapping[str, np.ndarray]) -> list[SingleAgentEpisode]
     extra = {k: v for k, v in rows.items() if k not in _CORE and k not in _NOT_SAMPLE}
     extra.setdefault(C.N_STEP, np.ones(n, np.int64))
     extra.setdefault(C.WEIGHTS, np.ones(n, np.float32))
+    for column in drop:
+        extra.pop(column, None)
     out = []
     for i in range(n):
         sa = SingleAgentEpisode(
