@@ -516,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--algos", nargs="+", choices=ALGOS, default=list(ALGOS))
     parser.add_argument("--settings", nargs="+", choices=SETTINGS, default=list(SETTINGS))
     parser.add_argument(
-        "--iterations", type=int, default=6, help="timed iterations after the first (6)"
+        "--iterations", type=int, default=50, help="timed iterations after the first (50)"
     )
     parser.add_argument(
         "--seeds", type=int, nargs="+", default=[0, 1, 2], help="BC's seed per round, cycled"
@@ -528,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
         default=["defaults"],
         help="CQL's settings, of those --settings names (default: defaults only)",
     )
-    parser.add_argument("--cql-iterations", type=int, default=2, help="CQL's timed iterations (2)")
+    parser.add_argument("--cql-iterations", type=int, default=5, help="CQL's timed iterations (5)")
     parser.add_argument("--profile", action="store_true", help="cProfile the timed iterations")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run (300)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
