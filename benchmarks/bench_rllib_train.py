@@ -251,8 +251,9 @@ def _child_run(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _raw_batches(path: str) -> list[dict[str, np.ndarray]]:
-    """The rows as numpy batches of 256 in file order (the last one shorter), vectors stacked."""
+def _raw_batches(path: str, size: int) -> list[dict[str, np.ndarray]]:
+    """The rows as numpy batches of ``size`` in file order (the last one shorter), vectors
+    stacked: what ``map_batches(batch_size=train_batch_size_per_learner)`` hands a prelearner."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -264,7 +265,7 @@ def _raw_batches(path: str) -> list[dict[str, np.ndarray]]:
             col = np.stack(col)
         cols[name] = col
     n = table.num_rows
-    return [{k: v[i : i + BATCH] for k, v in cols.items()} for i in range(0, n, BATCH)]
+    return [{k: v[i : i + size] for k, v in cols.items()} for i in range(0, n, size)]
 
 
 def _child_fraction(job: dict[str, Any]) -> dict[str, Any]:
@@ -273,7 +274,7 @@ def _child_fraction(job: dict[str, Any]) -> dict[str, Any]:
     from ray.rllib.offline.offline_prelearner import OfflinePreLearner
 
     algo = job["algo"]
-    batches = _raw_batches(job["data"])
+    batches = _raw_batches(job["data"], CQL_BATCH if algo == "cql" else BATCH)
     out: dict[str, Any] = {"rows_in": int(sum(len(b[next(iter(b))]) for b in batches))}
     for side in SIDES:
         config = _config(algo, "c1", side, job["data"])
