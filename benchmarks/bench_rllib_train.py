@@ -8,7 +8,8 @@ repository root::
 Sides: ``rllib`` (RLlib's own ``OfflinePreLearner``, the class OfflineData uses when none is
 given) and ``ours`` (``offline_prelearner.rllib.RLlibPreLearner.configure(...)`` as
 ``prelearner_class``). Algorithms, one learner in the driver (``num_learners=0``),
-``train_batch_size_per_learner=256``, 5 learner updates per iteration:
+``train_batch_size_per_learner=256`` (CQL 128), 5 learner updates per iteration, ``--iterations``
+(50) timed iterations after the first (CQL ``--cql-iterations``, 5):
 
 * ``bc``: ``datasets/cartpole-v1-heuristic/rows`` (3,000 rows, 6 episodes), ``lr=1e-2``; ours
   ``configure()``. BC's default ``materialize_mapped_data=True`` maps the whole dataset through
@@ -16,12 +17,16 @@ given) and ``ours`` (``offline_prelearner.rllib.RLlibPreLearner.configure(...)``
   materialized result, so the prelearner is not in the timed iterations at all.
 * ``marwil``: ``datasets/cartpole-v1/rows`` (5,000 rows, 222 episodes), ``beta=1.0``; ours
   ``configure(to_learner="episodes")``. MARWIL streams (``materialize_mapped_data=False``): the
-  prelearner runs in every iteration.
+  prelearner runs on every pass over the data, and each new pass starts Ray Data's
+  ``map_batches`` actors again (one iteration of seconds per pass).
 * ``cql``: a Pendulum-v1 set recorded once per benchmark run into a temporary folder with this
   project's CLI (``record Pendulum-v1 --steps 3000 --policy random --seed 0 --rows-per-file
-  1000``), ``lr=None``; ours ``configure()``. RLlib 2.60's CQL needs ``lr=None``: its config keeps
-  the base ``lr=3e-4`` next to ``actor_lr``/``critic_lr``/``alpha_lr``, and building the algorithm
-  then fails (see benchmarks/README.md, "Training through RLlib", for the error).
+  1000``), batch 128 (its update costs ~0.2-0.4 s per 128 rows on a CPU), ``lr=None``; ours
+  ``configure()``; only in the settings ``--cql-settings`` names (default ``defaults``).
+  RLlib 2.60's CQL needs ``lr=None``: its config keeps the base ``lr=3e-4`` next to
+  ``actor_lr``/``critic_lr``/``alpha_lr``, and ``build_algo()`` then fails in SAC's
+  ``validate()`` ("Basic learning rate parameter `lr` is not `None`"). CQL also maps its data
+  once (``materialize_mapped_data=True``, AlgorithmConfig's default).
 
 ``dataset_num_iters_per_learner`` is 5 for all three: RLlib's default is ``None`` (one pass over
 the data per update call), and with a local learner (``num_learners=0``) MARWIL's, BC's (MARWIL's
@@ -55,7 +60,10 @@ Ray: two algorithms in one Ray can deadlock for CPUs). JSON lines (``_common.py`
   dataset transitions (rows whose ``loss_mask`` is true where the batch has one; MARWIL's
   ``AddOneTsToEpisodesAndTruncate`` adds one padding row per episode, and RLlib's prelearner makes
   every row a one-step episode), from the side's prelearner class run over the whole dataset in
-  batches of 256 outside Ray (built as OfflineData builds it), once per benchmark run.
+  batches of the train batch size outside Ray (built as OfflineData builds it), once per
+  benchmark run.
+* ``rllib_train.<algo>.<setting>.run`` per side and round: that run's figures, with each timed
+  iteration's seconds and steps (``iteration_s``, ``iteration_steps``) and ``build_s``.
 * ``rllib_train.<algo>.<setting>`` ``impl`` ``ratio``: ours / rllib of the medians and per round
   (``ratio_rounds``), for ``steps_per_s``, ``real_transitions_per_s``,
   ``median_iteration_steps_per_s`` and ``first_iteration_s`` (there rllib / ours: > 1 means ours
