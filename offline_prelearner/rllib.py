@@ -191,6 +191,14 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
             default = self.prelearner.config.modules.default_module
             buf = self.prelearner.build_buffer(default)
             self.prelearner.buffers[default] = self.episode_buffer = buf
+        n_step = self.prelearner.config.sample.n_step
+        if n_step != 1 and type(config).__name__ == "CQLConfig":
+            _log.warning(
+                "n_step=%s with CQL: RLlib 2.60's CQL learner bootstraps with gamma, not "
+                "gamma**n_step (not implemented there), so these n-step rewards are discounted "
+                "as one step; use n_step=1 with CQL",
+                n_step,
+            )
         if self.to_learner == "episodes":
             # Fragments join by t in any order: one is a repeat only where it overlaps.
             self.prelearner.deduplicator = Deduplicator(any_order=True)

@@ -345,3 +345,23 @@ def test_rows_table_is_read_as_ray_data_hands_it(recordings: Any) -> None:
     pre = _build("ours", _config())
     episodes = pre._map_to_episodes(table)["episodes"]
     assert len(episodes) == table.num_rows
+
+
+def test_ours_says_once_that_rllibs_cql_ignores_n_step(caplog: pytest.LogCaptureFixture) -> None:
+    # RLlib 2.60's CQL learner discounts the bootstrap with gamma, whatever n_step (its TODO):
+    # n-step rewards would be discounted wrong there, so building the prelearner says so.
+    from ray.rllib.algorithms.cql import CQLConfig
+
+    pendulum = gym.make("Pendulum-v1")
+    spaces = (pendulum.observation_space, pendulum.action_space)
+    for n_step, warned in ((3, True), (1, False)):
+        config = (
+            CQLConfig()
+            .environment(observation_space=spaces[0], action_space=spaces[1])
+            .training(lr=None, n_step=n_step)
+        )
+        spec = config.get_multi_rl_module_spec(spaces={MODULE: spaces})
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            RLlibPreLearner(config=config, module_spec=spec)
+        assert ("gamma**n_step" in caplog.text) is warned, caplog.text
