@@ -97,9 +97,9 @@ class Watch:
                 if sid == cli or ppid == cli or ppid in self.seen or _marked(pid, prefix):
                     self.seen[pid] = int(f[19])
                     grew = True
-        for pid in self.seen:  # a process seen between its fork and its exec shows no name yet
-            if pid in table and not self.names.get(pid, "").strip(" /"):
-                self.names[pid] = _cmd(pid)
+        for pid in self.seen:  # seen between its fork and its exec, a process shows no name
+            if pid in table:  # yet, or its parent's (the raylet as "python -m ..."): the last
+                self.names[pid] = _cmd(pid) or self.names.get(pid, "")  # name it shows counts
 
     def alive(self) -> list[str]:
         left = []
