@@ -15,10 +15,12 @@ position a learner checkpoints with its model.
 The order (:mod:`.epoch_order`): the batch job's units, which own whole episodes, are shuffled
 per epoch and grouped into windows of up to ``shuffle_rows`` input rows; each window's samples
 are permuted and the windows, one after the other, are cut into train batches. Ray Data runs the
-windows (``map_batches`` on an actor pool, ``preserve_order``): each window is computed from
-scratch by a fresh prelearner per unit, seeded by the unit's index as the batch job seeds it, so
-a window read again after a crash holds the same samples, and an actor Ray restarts loses
-nothing (unlike the long-lived actors of :func:`~.learner_stream.iter_learner_batches`).
+windows (``map_batches`` tasks, ``ray.concurrency`` at once, ``preserve_order``): each window is
+computed from scratch by a fresh prelearner per unit, seeded by the unit's index as the batch job
+seeds it, so a window read again after a crash holds the same samples, and a task Ray retries
+loses nothing (unlike the long-lived actors of :func:`~.learner_stream.iter_learner_batches`).
+Tasks, not actors: Ray's worker processes are reused from one stream to the next, so a stream
+built to resume starts without a new process per actor.
 
 Learner ``r`` of ``R`` takes global batches ``P0 + r, P0 + r + R, ...`` from the position ``P0``
 it started at; each learner runs its own stream (in its own process), so each computes every
@@ -30,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -118,34 +119,31 @@ def window_samples(
     return block
 
 
-class WindowActor:
-    """Computes windows of one epoch, one per call (``map_batches`` on an actor pool): holds the
-    plan, the config and the order, so that each task names only its window.
+def run_windows(
+    batch: pa.Table,
+    plan: Plan,
+    config: PreLearnerConfig,
+    prelearner: type[OfflinePreLearner],
+    order: EpochOrder,
+) -> Iterator[Any]:
+    """The ``map_batches`` function of the stream: the windows named in ``batch``, each computed
+    from scratch (a Ray task, which Ray may retry: a window holds no state between calls).
 
     Args:
+        batch: Rows with a ``window`` column, the windows' indices.
         plan: The stream's plan.
         config: The stream's resolved config.
         prelearner: The prelearner class.
         order: The epoch's order.
+
+    Yields:
+        Each window's block (:func:`window_samples`); none for a window without samples.
     """
-
-    def __init__(
-        self,
-        plan: Plan,
-        config: PreLearnerConfig,
-        prelearner: type[OfflinePreLearner],
-        order: EpochOrder,
-    ) -> None:
-        for_worker_process()  # see replay/storage/memory.py
-        self.plan, self.config, self.cls, self.order = plan, config, prelearner, order
-        # Ray caps a worker's thread pools at its CPUs; this actor reads its own files.
-        pa.set_cpu_count(max(pa.cpu_count(), config.ray.read_threads))
-
-    def __call__(self, batch: pa.Table) -> Iterator[Any]:
-        for w in batch.column("window").to_pylist():
-            block = window_samples(self.plan, self.config, self.cls, self.order, w)
-            if block is not None:
-                yield block
+    for_worker_process()  # see replay/storage/memory.py
+    for w in batch.column("window").to_pylist():
+        block = window_samples(plan, config, prelearner, order, w)
+        if block is not None:
+            yield block
 
 
 class EpochStream:
@@ -280,15 +278,12 @@ class EpochStream:
             "prelearner": self.prelearner,
             "order": order,
         }
-        with data_context(ray, self.config), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
+        with data_context(ray, self.config):
             tasks = ray.data.from_items(items, override_num_blocks=len(items))
             return tasks.map_batches(
-                WindowActor,
-                fn_constructor_kwargs=kwargs,
-                compute=ray.data.ActorPoolStrategy(
-                    size=rc.concurrency or 1, max_tasks_in_flight_per_actor=2
-                ),
+                run_windows,
+                fn_kwargs=kwargs,
+                concurrency=rc.concurrency or 1,
                 batch_size=1,
                 batch_format="pyarrow",
                 **remote_args,
@@ -328,7 +323,7 @@ def epoch_learner_batches(
 
     The order is shuffled across files by unit (the batch job's units, each owning whole
     episodes) and within windows of up to ``shuffle_rows`` input rows (see
-    :mod:`.epoch_order`); ``ray.concurrency`` actors compute the windows, which changes the
+    :mod:`.epoch_order`); ``ray.concurrency`` Ray tasks compute the windows, which changes the
     speed, never the order. Plans the input (reading its key columns) and starts Ray here;
     nothing is read until the stream is iterated.
 
