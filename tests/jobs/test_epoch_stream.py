@@ -94,7 +94,7 @@ def test_an_epoch_is_every_row_once_as_a_plain_loop_reads_them(epoch0_batches: l
     assert len({e for e, _ in list(seen)[:256]}) > 5
 
 
-def test_the_order_is_the_seeds_and_epochs_whatever_the_actors(
+def test_the_order_is_the_seeds_and_epochs_whatever_the_concurrency(
     epoch0: list[list[Key]],
 ) -> None:
     assert _batches(_stream(config={"ray.concurrency": 2})) == epoch0
