@@ -14,7 +14,8 @@ The public API, grouped by stage (everything is also importable from its module)
     connect    Connector, ConnectorPipeline, build_pipeline, register_connector
     batches    SampleBatch, MultiAgentBatch
     run        PreLearnerConfig, OfflinePreLearner, run_pipeline, iter_learner_batches,
-               split_learner_batches, convert_path, feed_shards, start_feed, FeedStats
+               split_learner_batches, epoch_learner_batches (shuffled epochs that resume),
+               convert_path, feed_shards, start_feed, FeedStats
     look       report (one HTML page about a dataset; the ``report`` extra)
     errors     OfflinePrelearnerError and its subclasses; Interrupted, ContractError and the
                warnings OddDataWarning, CommittedWarning (the tree: offline_prelearner.errors)
@@ -81,6 +82,7 @@ from .report import report  # isort: skip
 if TYPE_CHECKING:  # the Ray jobs: loaded on first use (see __getattr__); typed for checkers
     from .jobs.batch.batch_job import run_pipeline
     from .jobs.stream.apex import FeedStats, feed_shards, start_feed
+    from .jobs.stream.epochs import epoch_learner_batches
     from .jobs.stream.learner_stream import iter_learner_batches, split_learner_batches
 
 
@@ -135,6 +137,7 @@ __all__ = [  # noqa: RUF022  (grouped by stage, like the docstring)
     "FeedStats",
     "OfflinePreLearner",
     "convert_path",
+    "epoch_learner_batches",
     "feed_shards",
     "iter_learner_batches",
     "run_pipeline",
@@ -173,6 +176,10 @@ def __getattr__(name: str) -> Any:
         from .jobs.stream import learner_stream
 
         return getattr(learner_stream, name)
+    if name == "epoch_learner_batches":
+        from .jobs.stream.epochs import epoch_learner_batches
+
+        return epoch_learner_batches
     if name in ("feed_shards", "start_feed", "FeedStats"):
         from .jobs.stream import apex
 

@@ -50,6 +50,7 @@ EXPECTED = {
     "convert_path",
     "iter_learner_batches",
     "split_learner_batches",
+    "epoch_learner_batches",
     "run_pipeline",
     "feed_shards",
     "start_feed",
@@ -143,6 +144,9 @@ def test_lazy_exports_are_the_defining_modules_objects() -> None:
         learner_stream.iter_learner_batches,
         learner_stream.split_learner_batches,
     )
+    from offline_prelearner.jobs.stream import epochs
+
+    assert op.epoch_learner_batches is epochs.epoch_learner_batches
     assert op.PrioritizedEpisodeReplayBuffer is prioritized.PrioritizedEpisodeReplayBuffer
     assert (replay.build_buffer, replay.build_unit) == (build.build_buffer, build.build_unit)
     assert replay.ReplayShard is shards.ReplayShard
