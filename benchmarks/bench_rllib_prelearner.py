@@ -44,6 +44,7 @@ from typing import Any
 
 import _common as C
 import numpy as np
+from _rllib import greedy_return
 
 BATCH = 256
 #: Batches the prelearner-call line times (the first of the data).
@@ -132,29 +133,6 @@ def _prelearner_lines(rows: Path, repeats: int) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _evaluate(algo: Any, episodes: int = 5) -> float:
-    """Greedy mean return of the learner's module on CartPole-v1, seeds 100..."""
-    import gymnasium as gym
-    import torch
-    from ray.rllib.core.columns import Columns
-
-    module = algo.learner_group._learner.module["default_policy"]
-    env = gym.make("CartPole-v1")
-    returns = []
-    for i in range(episodes):
-        obs, _ = env.reset(seed=100 + i)
-        done, total = False, 0.0
-        while not done:
-            with torch.no_grad():
-                out = module.forward_inference({Columns.OBS: torch.as_tensor(obs[None])})
-            action = int(torch.argmax(out[Columns.ACTION_DIST_INPUTS][0]))
-            obs, reward, term, trunc, _ = env.step(action)
-            total += float(reward)
-            done = term or trunc
-        returns.append(total)
-    return float(np.mean(returns))
-
-
 def _learner_only(algo: Any, batches: list[dict[str, Any]], repeats: int = 5) -> float:
     """Env steps per second of ``Learner.update`` alone on pre-made train batches: the best of
     ``repeats`` passes (a ceiling; torch's threads lose the most to a busy machine)."""
@@ -223,7 +201,7 @@ def _train(
         wall = time.perf_counter() - t0
         first = first or wall
         elapsed += wall
-        returns.append(round(_evaluate(algo), 1))
+        returns.append(round(greedy_return(algo), 1))
         if returns[-1] >= args.target:
             reached_at = (i + 1, elapsed)
             break

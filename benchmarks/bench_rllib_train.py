@@ -104,6 +104,7 @@ from typing import Any
 
 import _common as C
 import numpy as np
+from _rllib import greedy_return
 
 ALGOS = ("bc", "marwil", "cql")
 SETTINGS = ("defaults", "c1", "materialized")
@@ -183,29 +184,6 @@ def _spaces(algo: str) -> tuple[Any, Any]:
 # ----------------------------------------------------------------------------- child: one run
 
 
-def _evaluate(algo: Any, episodes: int = 5) -> float:
-    """Greedy mean return of the learner's module on CartPole-v1, seeds 100..."""
-    import gymnasium as gym
-    import torch
-    from ray.rllib.core.columns import Columns
-
-    module = algo.learner_group._learner.module["default_policy"]
-    env = gym.make("CartPole-v1")
-    returns = []
-    for i in range(episodes):
-        obs, _ = env.reset(seed=100 + i)
-        done, total = False, 0.0
-        while not done:
-            with torch.no_grad():
-                out = module.forward_inference({Columns.OBS: torch.as_tensor(obs[None])})
-            action = int(torch.argmax(out[Columns.ACTION_DIST_INPUTS][0]))
-            obs, reward, term, trunc, _ = env.step(action)
-            total += float(reward)
-            done = term or trunc
-        returns.append(total)
-    return float(np.mean(returns))
-
-
 def _profile_split(prof: cProfile.Profile, wall: float) -> dict[str, float]:
     """Seconds of the timed iterations in the learner's update, in the data wait, and the rest.
 
@@ -261,7 +239,7 @@ def _child_run(job: dict[str, Any]) -> dict[str, Any]:
     if prof is not None:
         out["profile"] = _profile_split(prof, sum(walls))
     if algo_name == "bc":
-        out["greedy_return"] = _evaluate(algo)
+        out["greedy_return"] = greedy_return(algo)
     algo.stop()
     ray.shutdown()
     return out
