@@ -27,7 +27,7 @@ import queue
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -394,41 +394,64 @@ def prefetch(items: Iterator[T], depth: int = 1) -> Iterator[T]:
 
 
 def _prefetch(items: Iterator[T], depth: int) -> Iterator[T]:
-    q: queue.Queue[object] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
+    ahead = Prefetcher(items, depth)  # the thread starts at the generator's first next()
+    try:
+        yield from ahead
+    finally:
+        ahead.close()
 
-    def produce() -> None:
+
+class Prefetcher(Generic[T]):
+    """``items`` produced on a thread from construction on, up to ``depth`` ahead: what
+    :func:`prefetch` runs once its generator is first asked, for a caller that wants the work
+    started now (the epoch stream starts Ray Data's windows while it computes one itself).
+    Iterate it once; :meth:`close` stops the thread at its next item (call it in a ``finally``).
+
+    Args:
+        items: The iterator to run on the thread (its ``next`` is called there only).
+        depth: How many items may wait, produced but not yet taken, at least 1.
+    """
+
+    def __init__(self, items: Iterator[T], depth: int) -> None:
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._produce, args=(items,), name="offline-prelearner-read", daemon=True
+        )
+        self._thread.start()
+
+    def _produce(self, items: Iterator[T]) -> None:
         try:
             for item in items:
-                while not stop.is_set():
+                while not self._stop.is_set():
                     try:
-                        q.put(item, timeout=0.1)
+                        self._queue.put(item, timeout=0.1)
                         break
                     except queue.Full:
                         continue
-                if stop.is_set():
+                if self._stop.is_set():
                     return
-            q.put(_DONE)
+            self._queue.put(_DONE)
         except BaseException as e:  # handed to the consumer, raised there
-            q.put(e)
+            self._queue.put(e)
 
-    thread = threading.Thread(target=produce, name="offline-prelearner-read", daemon=True)
-    thread.start()
-    try:
+    def __iter__(self) -> Iterator[T]:
         while True:
-            item = q.get()
+            item = self._queue.get()
             if item is _DONE:
                 return
             if isinstance(item, BaseException):
                 raise item
             yield item  # type: ignore[misc]
-    finally:
-        stop.set()
-        while thread.is_alive():  # unblock a producer waiting on a full queue
+
+    def close(self) -> None:
+        """Stops the thread at its next item and waits for it (items not taken are dropped)."""
+        self._stop.set()
+        while self._thread.is_alive():  # unblock a producer waiting on a full queue
             try:
-                q.get_nowait()
+                self._queue.get_nowait()
             except queue.Empty:
-                thread.join(0.05)
+                self._thread.join(0.05)
 
 
 class ReadAhead:

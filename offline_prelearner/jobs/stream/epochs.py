@@ -31,6 +31,7 @@ its samples, whichever learner trains on them.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -47,6 +48,7 @@ from ...replay.batch import MultiAgentBatch
 from ...replay.storage.memory import for_worker_process
 from ..batch.plan import Plan, Unit, plan_units
 from ..batch.run import read_unit, unit_seed
+from ..file_batches import Prefetcher
 from ..preflight import ConfigLike, NodeCheck, job_config, prepare
 from ..session.ray_session import data_context, import_ray, init_ray, worker_env
 from .epoch_order import Cursor, EpochOrder, StreamState, plan_fingerprint, unit_rows
@@ -259,10 +261,32 @@ class EpochStream:
         self._state, self._cursor = start, cursor
         if start.window >= len(order.windows):
             return
-        ds = self._dataset(order, start.window)
-        blocks = ds.iter_batches(batch_format="numpy", batch_size=None)
-        for rows in cursor.batches(_with_windows(blocks)):
-            yield MultiAgentBatch.from_rows(rows)
+        # The window the stream starts in is computed here, in the learner's process, while Ray
+        # Data starts the tasks of the windows after it (their workers' start-up, seconds, is
+        # what a resumed learner would otherwise wait for its first batch): the same function of
+        # (plan, config, order, window) either way, so the same samples.
+        rest = None
+        if start.window + 1 < len(order.windows):
+            ds = self._dataset(order, start.window + 1)
+            rest = Prefetcher(ds.iter_batches(batch_format="numpy", batch_size=None), 1)
+        try:
+            blocks = itertools.chain(self._here(order, start.window), rest or ())
+            for rows in cursor.batches(_with_windows(blocks)):
+                yield MultiAgentBatch.from_rows(rows)
+        finally:
+            if rest is not None:
+                rest.close()
+
+    def _here(self, order: EpochOrder, window: int) -> Iterator[dict[str, np.ndarray]]:
+        """One window computed in this process, as Ray Data would hand it over (numpy)."""
+        block = window_samples(self.plan, self.config, self.prelearner, order, window)
+        if block is None:
+            return
+        if isinstance(block, pa.Table):
+            from ray.data.block import BlockAccessor
+
+            block = BlockAccessor.for_block(block).to_batch_format("numpy")
+        yield block
 
     def _dataset(self, order: EpochOrder, first: int) -> Any:
         ray = import_ray()
