@@ -484,8 +484,28 @@ CASES = {
     "minari": minari,
 }
 
+
+def many(cases: str) -> dict[str, Any]:
+    """Several cases in this one process (RLlib imported once), each with a Ray of its own:
+    ``cases`` is a JSON object ``{name: [case, *args]}``; each name maps to ``{"result": ...}``
+    or, where the case raised, ``{"error": its traceback}`` (the others still run)."""
+    import traceback
+
+    import ray
+
+    out: dict[str, Any] = {}
+    for name, (case, *args) in json.loads(cases).items():
+        if ray.is_initialized():
+            ray.shutdown()
+        try:
+            out[name] = {"result": CASES[case](*args)}
+        except Exception:
+            out[name] = {"error": traceback.format_exc()[-4000:]}
+    return out
+
+
 if __name__ == "__main__":
-    result = CASES[sys.argv[1]](*sys.argv[2:])
+    result = many(sys.argv[2]) if sys.argv[1] == "many" else CASES[sys.argv[1]](*sys.argv[2:])
 
     def _clean(x: Any) -> Any:
         if isinstance(x, float) and not math.isfinite(x):

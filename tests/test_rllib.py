@@ -75,6 +75,34 @@ def _run(*args: str, timeout: int = 600) -> Any:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+#: The cases that run together in one RLlib process (the ``grouped`` fixture): RLlib's import
+#: and the interpreter's start-up paid once, not once a test.
+GROUPED = {
+    "cover_1": ["cover", "datasets/cartpole-v1/rows", "1", "2"],
+    "cover_default": ["cover", "datasets/cartpole-v1/rows", "default", "2"],
+    "cover_dead": ["cover", "datasets/cartpole-v1/rows", "default", "2", "dead"],
+    "sharing": ["sharing", "datasets/cartpole-v1/rows"],
+    "packed": ["packed", "{shared_data}/cartpole-v1_rows_compressed.parquet"],
+}
+
+
+@pytest.fixture(scope="module")
+def grouped(shared_data: Path) -> dict[str, Any]:
+    """The results of :data:`GROUPED`, by name (each ``{"result"}`` or ``{"error"}``)."""
+    cases = {
+        name: [a.replace("{shared_data}", str(shared_data)) for a in args]
+        for name, args in GROUPED.items()
+    }
+    return dict(_run("many", json.dumps(cases), timeout=900))
+
+
+def _grouped(grouped: dict[str, Any], name: str) -> Any:
+    got = grouped[name]
+    if "error" in got:
+        pytest.fail(f"{GROUPED[name][0]} raised in RLlib's venv:\n{got['error']}")
+    return got["result"]
+
+
 def _cli(*args: str) -> None:
     proc = subprocess.run(
         [str(RLLIB_PYTHON), "-m", "offline_prelearner", *args],
@@ -192,10 +220,12 @@ def test_rows_of_an_episode_cut_across_files(tmp_path: Path) -> None:
     ]
 
 
-def test_rllibs_packed_recording_trains_with_the_legacy_pickle_opt_in(shared_data: Path) -> None:
+def test_rllibs_packed_recording_trains_with_the_legacy_pickle_opt_in(
+    grouped: dict[str, Any],
+) -> None:
     # RLlib's own recorder with its default compression: obs/new_obs are base64(lz4(pickle))
     # strings, decoded only with read.legacy_pickle (RLlib's settings are not taken as consent).
-    got = _run("packed", str(shared_data / "cartpole-v1_rows_compressed.parquet"))
+    got = _grouped(grouped, "packed")
     assert got["trained"] == 2 * 64, got
     assert got["losses"] and all(math.isfinite(v) for v in got["losses"].values()), got
 
@@ -260,12 +290,14 @@ def test_rllibs_offline_prelearner_contract() -> None:
 
 
 @pytest.mark.parametrize("concurrency", ["1", "default"])
-def test_whole_episodes_reach_the_learner_once_at_any_concurrency(concurrency: str) -> None:
+def test_whole_episodes_reach_the_learner_once_at_any_concurrency(
+    grouped: dict[str, Any], concurrency: str
+) -> None:
     # MARWIL's prelearner with to_learner="episodes" in Ray Data's map_batches (blocks reach
     # the actors in no promised order; RLlib's default runs 2 actors, which split episodes cut
     # at batch edges between them): two passes, each delivering every one of the 5,000 steps
     # of the 222 episodes as a real learner row, once.
-    got = _run("cover", "datasets/cartpole-v1/rows", concurrency, "2")
+    got = _grouped(grouped, f"cover_{concurrency}")
     assert got["rows"] == 5000, got
     assert got["passes"] == [{"real": 5000, "distinct": 5000}] * 2, got
     if concurrency == "default":
@@ -278,11 +310,13 @@ def test_whole_episodes_reach_the_learner_once_at_any_concurrency(concurrency: s
         assert got["bank"] is None, got  # one actor: no bank
 
 
-def test_a_later_pass_never_joins_what_an_earlier_pass_left_in_the_bank() -> None:
+def test_a_later_pass_never_joins_what_an_earlier_pass_left_in_the_bank(
+    grouped: dict[str, Any],
+) -> None:
     # The longest episode loses its done row: it never completes, so its fragments stay in
     # the bank after the first pass. The second pass (new actors) delivers the same rows; its
     # copies of the stuck fragments are counted as duplicates, never joined into an episode.
-    got = _run("cover", "datasets/cartpole-v1/rows", "default", "2", "dead")
+    got = _grouped(grouped, "cover_dead")
     real = got["rows"] - got["dead_rows"]
     assert got["passes"] == [{"real": real, "distinct": real}] * 2, got
     bank = got["bank"]
@@ -302,10 +336,12 @@ def test_marwil_value_targets_are_exact_at_rllibs_default_concurrency() -> None:
     assert got["exact"] == got["trained"] - got["trained_truncated"], got
 
 
-def test_the_effective_map_batches_concurrency_and_t_are_read_as_rllib_sets_them() -> None:
+def test_the_effective_map_batches_concurrency_and_t_are_read_as_rllib_sets_them(
+    grouped: dict[str, Any],
+) -> None:
     # RLlib's OfflineData runs the class in (its default_map_batches_kwargs | the config's
     # map_batches_kwargs) actors: 2 by default, max(2, num_learners), an autoscaling pool at
     # its max. Only rows with t share fragments between actors (without t: the warning).
-    got = _run("sharing", "datasets/cartpole-v1/rows")
+    got = _grouped(grouped, "sharing")
     assert got["concurrency"] == {"default": 2, "one": 1, "autoscaling": 4, "three_learners": 3}
     assert got["with_t"] is True and got["without_t"] is False, got
