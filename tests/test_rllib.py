@@ -87,13 +87,48 @@ GROUPED = {
 
 
 @pytest.fixture(scope="module")
-def grouped(shared_data: Path) -> dict[str, Any]:
-    """The results of :data:`GROUPED`, by name (each ``{"result"}`` or ``{"error"}``)."""
+def grouped(
+    shared_data: Path, pendulum: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    """The results of :data:`GROUPED` and of the cases whose inputs are made here (the split
+    episode's files, a Minari dataset, the learner columns' files), by name (each
+    ``{"result"}`` or ``{"error"}``)."""
     cases = {
         name: [a.replace("{shared_data}", str(shared_data)) for a in args]
         for name, args in GROUPED.items()
     }
-    return dict(_run("many", json.dumps(cases), timeout=900))
+    split = tmp_path_factory.mktemp("split")
+    cases["split_episode"] = ["split_episode", str(split)]
+    _split_episode_files(split)
+    columns = tmp_path_factory.mktemp("learner_columns")
+    for own in ("", "own"):
+        out = columns / f"learner{own}.json"
+        cases[f"learner_columns{own}"] = ["learner_columns", str(pendulum), str(out), own]
+    try:
+        from fixtures.make_minari import record_minari_dataset
+    except ImportError:  # minari is in the test extra; without it the test skips
+        pass
+    else:
+        made = record_minari_dataset(tmp_path_factory.mktemp("minari"), "cartpole/random-v0",
+                                     "arrow", seed=0)  # fmt: skip
+        cases["minari"] = ["minari", str(made.path / "data")]
+    got = dict(_run("many", json.dumps(cases), timeout=900))
+    got["learner_columns_dir"] = columns
+    return got
+
+
+def _split_episode_files(folder: Path) -> list[int]:
+    """Three CartPole episodes in two files, the second cut in two (as RLlib's recorder cuts
+    them); the episodes' lengths."""
+    table = pq.read_table(REPO / "datasets/cartpole-v1/rows/cartpole-v1-rows-00000.parquet")
+    ids = table.column("eps_id").to_pylist()
+    first = list(dict.fromkeys(ids))[:3]
+    lengths = [ids.count(e) for e in first]
+    table = table.slice(0, sum(lengths))
+    cut = lengths[0] + lengths[1] // 2
+    pq.write_table(table.slice(0, cut), folder / "part-0.parquet")
+    pq.write_table(table.slice(cut), folder / "part-1.parquet")
+    return lengths
 
 
 def _grouped(grouped: dict[str, Any], name: str) -> Any:
@@ -147,14 +182,15 @@ def test_marwil_and_cql_train_with_finite_losses(pendulum: Path) -> None:
 
 @pytest.mark.parametrize("own_piece", [False, True], ids=["columns", "episode_per_sample"])
 def test_the_learner_batch_holds_the_batch_jobs_transitions(
-    pendulum: Path, tmp_path: Path, own_piece: bool
+    grouped: dict[str, Any], pendulum: Path, tmp_path: Path, own_piece: bool
 ) -> None:
     # CQL with n_step=3: every transition once (sample_all) through RLlib's learner connector,
     # against `process --set n_step=3` on the same files, column by column (rows in any order).
     # With RLlib's default pieces only, the samples go in as columns; with a piece of the user's
     # own in the pipeline, as one episode each (RLlib's way): the same batch either way.
-    learner_json = tmp_path / "learner.json"
-    got = _run("learner_columns", str(pendulum), str(learner_json), "own" if own_piece else "")
+    own = "own" if own_piece else ""
+    learner_json = grouped["learner_columns_dir"] / f"learner{own}.json"
+    got = _grouped(grouped, f"learner_columns{own}")
     assert got["bulk"] is not own_piece, got
     learner = {
         k.removeprefix("default_policy/"): np.asarray(v)
@@ -195,18 +231,13 @@ def test_the_learner_batch_holds_the_batch_jobs_transitions(
     assert (learner["n_step"] < 3).sum() == 2 * 5  # the last two steps of each of 5 episodes
 
 
-def test_rows_of_an_episode_cut_across_files(tmp_path: Path) -> None:
+def test_rows_of_an_episode_cut_across_files(grouped: dict[str, Any]) -> None:
     # Three CartPole episodes, the second cut in two files (as RLlib's recorder cuts them).
     table = pq.read_table(REPO / "datasets/cartpole-v1/rows/cartpole-v1-rows-00000.parquet")
     ids = table.column("eps_id").to_pylist()
     first = list(dict.fromkeys(ids))[:3]
     lengths = [ids.count(e) for e in first]
-    table = table.slice(0, sum(lengths))
-    cut = lengths[0] + lengths[1] // 2
-    pq.write_table(table.slice(0, cut), tmp_path / "part-0.parquet")
-    pq.write_table(table.slice(cut), tmp_path / "part-1.parquet")
-
-    got = _run("split_episode", str(tmp_path))
+    got = _grouped(grouped, "split_episode")
     # RLlib's own prelearner: one one-step episode per row (its documented behaviour).
     assert [n for _, n in got["rllib"]] == [1] * sum(lengths)
     # Ours: the three real episodes, the cut one joined across the files, each once, done.
@@ -230,15 +261,12 @@ def test_rllibs_packed_recording_trains_with_the_legacy_pickle_opt_in(
     assert got["losses"] and all(math.isfinite(v) for v in got["losses"].values()), got
 
 
-def test_a_minari_dataset_trains_inside_rllib(tmp_path: Path) -> None:
+def test_a_minari_dataset_trains_inside_rllib(grouped: dict[str, Any]) -> None:
     # No Ray Data reader knows Minari's files: RLlib reads them as binary files with their paths
     # (input_read_method="read_binary_files") and our reader reads the paths (arrow backend,
     # one file per episode; 12 CartPole episodes).
     pytest.importorskip("minari")
-    from fixtures.make_minari import record_minari_dataset
-
-    case = record_minari_dataset(tmp_path, "cartpole/random-v0", "arrow", seed=0)
-    got = _run("minari", str(case.path / "data"))
+    got = _grouped(grouped, "minari")
     assert got["trained"] == 2 * 32, got
     assert got["losses"] and all(math.isfinite(v) for v in got["losses"].values()), got
 
