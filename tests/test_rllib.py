@@ -29,6 +29,7 @@ LOOP = REPO / "tests" / "rllib_loop.py"
 pytestmark = [
     pytest.mark.ray,
     pytest.mark.slow,
+    pytest.mark.timeout(900),  # the first test to ask for `grouped` runs its cases (~2-3 min)
     pytest.mark.skipif(
         not RLLIB_PYTHON.is_file(),
         reason=f"no RLlib venv at {RLLIB_PYTHON} (benchmarks/setup_rllib.sh, or RLLIB_PYTHON)",
