@@ -21,6 +21,10 @@
 #
 # numpy < 2.4: lerobot 0.4.4 hands 1-element arrays to float() (a TypeError from numpy 2.4 on).
 #
+# LEROBOT_VERSION=0.3.3 (with OFFLINE_PRELEARNER_LEROBOT_VENV=.bench/lerobot021-venv) builds the
+# venv that writes format v2.1: its pins (torch < 2.8, datasets <= 3.6) are overridden by the
+# same torch as above and datasets 3.6 (its writer and loader run with them).
+#
 # Idempotent: when the venv already imports lerobot's dataset module with the pinned version, it
 # does nothing (pass --force to reinstall the packages).
 set -euo pipefail
@@ -30,10 +34,12 @@ repo="$(dirname "$here")"
 venv="${OFFLINE_PRELEARNER_LEROBOT_VENV:-$repo/.bench/lerobot-venv}"
 python="${PYTHON:-python3}"
 torch_spec="${TORCH_SPEC:-torch==2.9.1 torchvision==0.24.1}"
-lerobot_version="0.4.4"
+lerobot_version="${LEROBOT_VERSION:-0.4.4}"
 # What lerobot.datasets imports (lerobot 0.4.4's own pins), plus what the fixture script uses.
+datasets_spec="datasets>=4.0.0,<5.0.0"
+case "$lerobot_version" in 0.3.*) datasets_spec="datasets>=2.19.0,<=3.6.0" ;; esac
 deps=(
-    "datasets>=4.0.0,<5.0.0" "huggingface-hub>=0.34.2,<0.36.0" "av>=15.0.0,<16.0.0"
+    "$datasets_spec" "huggingface-hub>=0.34.2,<0.36.0" "av>=15.0.0,<16.0.0"
     "jsonlines>=4.0.0,<5.0.0" "packaging>=24.2,<26.0" "draccus==0.10.0" "einops>=0.8.0,<0.9.0"
     "termcolor>=2.4.0,<4.0.0" "deepdiff>=7.0.1,<9.0.0" "gymnasium>=1.1.1,<2.0.0"
     "accelerate>=1.10.0,<2.0.0" pandas pillow
