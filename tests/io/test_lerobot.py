@@ -26,9 +26,10 @@ from offline_prelearner.io.sources import detect_format, expand_paths, read_tabl
 pytest.importorskip("av")
 
 HERE = Path(__file__).resolve().parent.parent / "fixtures" / "lerobot"
-DATASETS = ["v30_av1", "v30_h264"]
+DATASETS = ["v30_av1", "v30_h264", "v21_av1"]
 CAMERAS = {
     "v30_av1": ["observation.images.top", "observation.images.wrist"],
+    "v21_av1": ["observation.images.top", "observation.images.wrist"],
     "v30_h264": ["observation.images.front"],
 }
 
@@ -53,9 +54,12 @@ def copy(tmp_path: Path):
 @pytest.mark.parametrize("name", DATASETS)
 def test_frames_equal_lerobot_loader(name: str) -> None:
     """Every camera's frames, decoded per episode with one seek, are bit-equal to what
-    ``LeRobotDataset(..., video_backend="pyav")[i]`` returned for the same index."""
+    ``LeRobotDataset(..., video_backend="pyav")[i]`` returned for the same index (v3.0: one
+    data file and one video a camera for all episodes; v2.1: one of each per episode)."""
     ref = reference(name)
-    table = read_table(str(data_file(HERE / name)))
+    files = expand_paths(str(HERE / name))
+    assert len(files) == (3 if name == "v21_av1" else 1) and detect_format(files) == "lerobot"
+    table = pa.concat_tables(read_table(f) for f in files)
     assert table.column("episode_index").to_numpy().tolist() == ref["episode_index"].tolist()
     assert table.column("frame_index").to_numpy().tolist() == ref["frame_index"].tolist()
     leaves = struct_leaves(table.column("obs"), "obs")
@@ -131,6 +135,10 @@ def test_inspect_root_shows_cameras_fps_codecs_tasks(capsys: pytest.CaptureFixtu
     out = capsys.readouterr().out
     assert "observation.images.front 32x32x3 h264" in out
     assert "(matches the 2 episodes read)" in out
+    assert main(["inspect", str(HERE / "v21_av1")]) == 0
+    out = capsys.readouterr().out
+    assert "lerobot     v2.1" in out and "(matches the 3 episodes read)" in out
+    assert "tasks       'pick'; 'push'" in out
 
 
 def test_process_root_stacks_decoded_frames(tmp_path: Path) -> None:
