@@ -142,6 +142,7 @@ def _print_report(d: dict[str, Any]) -> None:
         f"accounting  rows in = kept + rejected + duplicate: "
         f"{'yes' if d['rows_balance'] else 'NO'}",
     ]
+    lines += _dataset_lines(d)
     if d["files_unreadable"]:
         lines.append(f"unreadable  {', '.join(d['files_unreadable'])}")
     if d["quarantine_file"]:
@@ -154,6 +155,28 @@ def _print_report(d: dict[str, Any]) -> None:
             f"{f['rows_duplicate']}{error}"
         )
     print("\n".join(lines))
+
+
+def _dataset_lines(d: dict[str, Any]) -> list[str]:
+    """What the dataset's metadata declares (a LeRobot dataset's ``info.json``), beside what was
+    read: the episode count there and here."""
+    about = d.get("dataset")
+    if not about or "lerobot_version" not in about:
+        return []
+    read = d["episodes"] + sum(d["rejected_episodes"].values()) + d["duplicates"]
+    declared = about.get("total_episodes")
+    match = "matches" if declared == read else "DIFFERS"
+    cams = ", ".join(
+        f"{k} {'x'.join(map(str, c['shape']))} {c['codec'] or '?'}"
+        for k, c in about["cameras"].items()
+    )
+    return [
+        f"lerobot     {about['lerobot_version']}  fps {about['fps']:g}  robot "
+        f"{about['robot_type'] or '-'}  info.json: {declared} episodes, "
+        f"{about.get('total_frames')} frames ({match} the {read} episodes read)",
+        f"cameras     {cams or '-'}",
+        f"tasks       {'; '.join(repr(t) for t in about['tasks']) or '-'}",
+    ]
 
 
 def inspect(args: argparse.Namespace) -> int:

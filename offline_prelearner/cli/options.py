@@ -139,7 +139,8 @@ def format_choices() -> list[str]:
 
 FORMAT_HELP = (
     "the input format: rows (one transition per row), episodes (msgpack episode records), "
-    "sample_batches (RLlib's old stack), minari, d4rl, or any registered with register_reader; "
+    "sample_batches (RLlib's old stack), minari, d4rl, lerobot (a LeRobot dataset's root), or any "
+    "registered with register_reader; "
     "auto (default) detects it from the data"
 )
 MAX_STEPS_HELP = (

@@ -7,19 +7,21 @@ from typing import Any
 
 from ..errors import UnsupportedFormatError
 
-__all__ = ["MINARI_EXTRA", "import_h5py", "import_pil_image"]
+__all__ = ["MINARI_EXTRA", "VIDEO_EXTRA", "import_av", "import_h5py", "import_pil_image"]
 
 #: What installs everything the Minari / D4RL readers and writer can need.
 MINARI_EXTRA = 'pip install "offline_prelearner[minari]"'
 
+#: What installs the video decoder (PyAV) that LeRobot datasets' cameras need.
+VIDEO_EXTRA = 'pip install "offline_prelearner[video]"'
 
-def _import(module: str, what: str, package: str) -> Any:
+
+def _import(module: str, what: str, package: str, extra: str = MINARI_EXTRA) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError:
         raise UnsupportedFormatError(
-            f"{what} needs {package}, which is not installed: {MINARI_EXTRA} (or pip install "
-            f"{package})"
+            f"{what} needs {package}, which is not installed: {extra} (or pip install {package})"
         ) from None
 
 
@@ -51,3 +53,18 @@ def import_pil_image(what: str) -> Any:
         UnsupportedFormatError: Pillow is not installed; the message says how to install it.
     """
     return _import("PIL.Image", what, "pillow")
+
+
+def import_av(what: str) -> Any:
+    """PyAV (``av``), for ``what`` (decoding a LeRobot dataset's camera video).
+
+    Args:
+        what: What needs it, as the error message begins.
+
+    Returns:
+        The ``av`` module.
+
+    Raises:
+        UnsupportedFormatError: PyAV is not installed; the message names the ``video`` extra.
+    """
+    return _import("av", what, "av", VIDEO_EXTRA)

@@ -38,6 +38,7 @@ import pyarrow.fs as pafs
 
 from ..config import DEFAULT_LIMITS, DecodeLimits
 from ..errors import DataError, UnsupportedFormatError, Where, shown
+from .formats.lerobot.dataset import find_root, lerobot_files
 from .formats.minari.dataset import find_data_dir, minari_files
 from .formats.registry import (
     JSON_LINES_SUFFIXES,
@@ -178,6 +179,8 @@ class _Listing:
         data_dir = find_data_dir(text) if loc.local else None  # a local id too
         if data_dir is not None:
             return minari_files(data_dir)
+        if loc.local and find_root(text) is not None:  # a LeRobot dataset: its data files
+            return lerobot_files(text)
         if loc.local:
             p = Path(text)
             kind = (

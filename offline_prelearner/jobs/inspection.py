@@ -48,6 +48,9 @@ class InspectReport:
     quarantine_file: str | None = None
     seconds: float = 0.0
     per_file: list[dict[str, Any]] = field(default_factory=list)
+    #: What the dataset's own metadata declares, where the format has any (a reader's
+    #: ``about``: a LeRobot dataset's version, fps, cameras, codecs, tasks, declared counts).
+    dataset: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The report as a JSON-able dict: the ledger, episode length and return statistics, and the
@@ -73,6 +76,7 @@ class InspectReport:
             "schema": self.schema,
             "files": self.files,
             "files_unreadable": self.files_unreadable,
+            "dataset": self.dataset,
             "per_file": self.per_file,
             "rows": led.rows_in,
             "episodes": len(cols),
@@ -217,6 +221,7 @@ def inspect_path(
         quarantine_file=qfile,
         seconds=time.perf_counter() - start,
         per_file=tally.to_list(),
+        dataset=getattr(reader, "about", None),
     )
 
 

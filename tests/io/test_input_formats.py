@@ -152,8 +152,8 @@ def data(tmp_path: Path) -> tuple[Path, Path]:
 def test_the_registry_holds_the_built_ins_in_detection_order() -> None:
     names = [s.name for s in input_formats()]
     assert names[-1] == "rows"  # the fallback, last
-    assert names[:4] == ["minari", "d4rl", "episodes", "sample_batches"]
-    assert whole_file_formats()[:2] == ("minari", "d4rl")
+    assert names[:5] == ["minari", "d4rl", "lerobot", "episodes", "sample_batches"]
+    assert whole_file_formats()[:3] == ("minari", "d4rl", "lerobot")
     assert available_formats() == sorted(names)
 
 

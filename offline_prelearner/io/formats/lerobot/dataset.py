@@ -1,0 +1,520 @@
+"""LeRobot datasets on disk: the root, its ``meta/info.json``, its episodes, its data files.
+
+A LeRobot dataset is a folder (its *root*) holding::
+
+    meta/info.json                       codebase_version, fps, features, data_path, video_path
+    meta/episodes/chunk-*/file-*.parquet (v3.0) episode_index, length, tasks, and per camera
+                                         videos/<key>/{chunk_index,file_index,from_timestamp}
+    meta/episodes.jsonl                  (v2.1) episode_index, tasks, length
+    meta/tasks.parquet | tasks.jsonl     task_index -> the task's text
+    data/chunk-*/file-*.parquet          (v3.0; v2.1: data/chunk-*/episode_*.parquet) one row a
+                                         frame: episode_index, frame_index, timestamp, index,
+                                         task_index, observation.*, action, next.reward/done...
+    videos/<key>/chunk-*/file-*.mp4      (v3.0: many episodes a file, each from its
+                                         from_timestamp; v2.1: videos/chunk-*/<key>/episode_*.mp4,
+                                         one episode a file, from 0)
+
+A data file is read whole (:func:`read_lerobot_file`) as a *step table* that the rows reader
+reads with :data:`STEP_SCHEMA`: one row a frame, every ``observation.*`` feature a leaf of one
+struct column ``obs`` (``observation.images.top`` -> leaf ``images.top``), camera features
+(``dtype: "video"``) decoded from their videos (:mod:`.video`, frames ``uint8 [H, W, 3]`` in
+the fast tensor layout), ``action``, the reward (``next.reward``, else 0) and the flags: an
+episode's last frame is *terminated* where ``next.done`` says so, else *truncated* (a recording
+stops; nothing says its last state is terminal, so the last frame is the final observation and
+its action is not a step, D4RL's rule). ``task`` (the text of ``task_index``), ``timestamp``,
+``task_index`` and every other feature are per-step extras; the global ``index`` is dropped.
+
+Files are untrusted: ``info.json`` and ``episodes.jsonl`` are read with size limits, a missing
+video or one shorter than its timestamps is one line naming the file, the episode and the frame.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ....config import DEFAULT_LIMITS, DecodeLimits
+from ....errors import DataError, SchemaError, UnsupportedFormatError, Where
+from ...fast_tensor import fixed_binary_column
+from ...parquet_guard import open_parquet
+from ...schema import ColumnSchema
+from .video import decode_episode
+
+__all__ = [
+    "INFO_FILE",
+    "MAX_INFO_BYTES",
+    "MAX_JSONL_BYTES",
+    "STEP_SCHEMA",
+    "Camera",
+    "LeRobotMeta",
+    "find_root",
+    "is_lerobot_file",
+    "lerobot_files",
+    "load_meta",
+    "read_lerobot_file",
+]
+
+INFO_FILE = "meta/info.json"
+#: ``info.json`` is a few KB (features of a 50-joint robot: tens of KB); more is refused.
+MAX_INFO_BYTES = 4 << 20
+#: ``meta/episodes.jsonl`` / ``meta/tasks.jsonl`` (v2.1): ~200 bytes an episode.
+MAX_JSONL_BYTES = 512 << 20
+#: LeRobot's default ``tolerance_s`` (``LeRobotDataset(..., tolerance_s=1e-4)``).
+DEFAULT_TOLERANCE_S = 1e-4
+_VERSIONS = ("v2.1", "v3.0")
+_DEFAULT_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+
+#: How the rows reader reads a step table of :func:`read_lerobot_file`.
+STEP_SCHEMA = ColumnSchema(
+    name="lerobot",
+    columns={
+        "eps_id": "episode_index",
+        "t": "frame_index",
+        "obs": "obs",
+        "actions": "action",
+        "rewards": "reward",
+        "terminateds": "terminated",
+        "truncateds": "truncated",
+    },
+    required=("eps_id", "t", "obs", "actions", "rewards", "terminateds", "truncateds"),
+    ignore=("index", "__index_level_0__"),
+    description="LeRobot dataset (meta/info.json): frames with their cameras decoded",
+    next_obs_from="next_row",
+)
+
+
+@dataclass(frozen=True)
+class Camera:
+    """A camera feature (``dtype: "video"``) of ``info.json``.
+
+    Attributes:
+        key: The feature's name (``observation.images.top``).
+        shape: ``(H, W, C)`` of its frames.
+        codec: ``video.codec`` (``av1``, ``h264``...), as ``info.json`` says; None if absent.
+    """
+
+    key: str
+    shape: tuple[int, int, int]
+    codec: str | None
+
+
+@dataclass(frozen=True)
+class LeRobotMeta:
+    """What a dataset's ``meta`` folder says, read once per root (:func:`load_meta`).
+
+    Attributes:
+        root: The dataset's folder.
+        info: ``info.json`` as parsed.
+        version: ``codebase_version`` (``v3.0`` or ``v2.1``).
+        fps: Frames per second.
+        cameras: The video features, in ``info.json`` order.
+        episodes: Per episode index: ``length``, ``tasks`` and, per camera key, ``(video file
+            relative to the root, from_timestamp)``.
+        tasks: ``task_index`` -> the task's text.
+    """
+
+    root: str
+    info: dict[str, Any]
+    version: str
+    fps: float
+    cameras: tuple[Camera, ...]
+    episodes: dict[int, dict[str, Any]]
+    tasks: dict[int, str]
+
+    @property
+    def features(self) -> dict[str, Any]:
+        """``info.json``'s ``features``."""
+        return dict(self.info.get("features") or {})
+
+    def describe(self) -> dict[str, Any]:
+        """What ``inspect`` shows of the dataset: version, fps, cameras (shape, codec), tasks,
+        robot type and the episode and frame counts ``info.json`` declares.
+
+        Returns:
+            A JSON-able dict.
+        """
+        return {
+            "lerobot_version": self.version,
+            "fps": self.fps,
+            "robot_type": self.info.get("robot_type"),
+            "cameras": {c.key: {"shape": list(c.shape), "codec": c.codec} for c in self.cameras},
+            "tasks": [self.tasks[k] for k in sorted(self.tasks)],
+            "total_episodes": self.info.get("total_episodes"),
+            "total_frames": self.info.get("total_frames"),
+        }
+
+
+def find_root(path: str | os.PathLike[str]) -> Path | None:
+    """The LeRobot dataset ``path`` is (its root, holding ``meta/info.json``), or None.
+
+    Args:
+        path: A folder (local).
+
+    Returns:
+        ``path`` as a :class:`Path` where it holds ``meta/info.json``; else None.
+    """
+    p = Path(path)
+    return p if (p / INFO_FILE).is_file() else None
+
+
+def _root_of_file(path: str) -> Path | None:
+    """The root of a data file ``<root>/data/chunk-*/<file>.parquet``, or None."""
+    p = Path(path)
+    if p.suffix != ".parquet" or len(p.parts) < 3 or p.parent.parent.name != "data":
+        return None
+    return find_root(p.parent.parent.parent)
+
+
+def is_lerobot_file(path: str) -> bool:
+    """A data file of a LeRobot dataset (``<root>/data/chunk-*/*.parquet`` beside
+    ``<root>/meta/info.json``; local only).
+
+    Args:
+        path: A file path (a store URI answers False).
+
+    Returns:
+        True where ``path`` is one of a LeRobot dataset's data files.
+    """
+    return "://" not in path and _root_of_file(path) is not None
+
+
+def lerobot_files(root: str | os.PathLike[str]) -> list[str]:
+    """A dataset's data files in episode order (chunk, then file name).
+
+    Args:
+        root: The dataset's folder (:func:`find_root`).
+
+    Returns:
+        Every ``data/chunk-*/*.parquet``, as paths under ``root`` as written.
+    """
+    data = Path(root) / "data"
+    chunks = sorted(c for c in data.iterdir() if c.is_dir()) if data.is_dir() else []
+    return [str(f) for c in chunks for f in sorted(c.glob("*.parquet"))]
+
+
+def _read_bounded(path: Path, limit: int) -> bytes:
+    size = path.stat().st_size
+    if size > limit:
+        raise DataError(
+            f"{path.name} is {size:,} bytes, more than the {limit:,} a LeRobot dataset's "
+            "metadata may hold",
+            Where(file=str(path)),
+            reason="unreadable_file",
+        )
+    return path.read_bytes()
+
+
+def _json_lines(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for i, line in enumerate(_read_bounded(path, MAX_JSONL_BYTES).splitlines()):
+        if line.strip():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                rec = None
+            if not isinstance(rec, dict):
+                raise DataError(
+                    f"line {i + 1} is not a JSON object", Where(file=str(path)),
+                    reason="unreadable_file",
+                )  # fmt: skip
+            out.append(rec)
+    return out
+
+
+def load_meta(root: str | os.PathLike[str], limits: DecodeLimits | None = None) -> LeRobotMeta:
+    """A dataset's metadata (kept per root while its ``info.json`` is unchanged).
+
+    Args:
+        root: The dataset's folder.
+        limits: Bounds for the episodes' Parquet files; None: the defaults.
+
+    Returns:
+        The parsed metadata.
+
+    Raises:
+        DataError: A metadata file is too large, unreadable or not what LeRobot writes.
+        UnsupportedFormatError: A ``codebase_version`` other than v2.1 / v3.0, or image
+            features stored in the data files (``dtype: "image"``).
+    """
+    info = Path(root) / INFO_FILE
+    st = info.stat()
+    return _load_meta(str(root), st.st_mtime_ns, st.st_size, limits)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_meta(root: str, _mtime: int, _size: int, limits: DecodeLimits | None) -> LeRobotMeta:
+    info_path = Path(root) / INFO_FILE
+    try:
+        info = json.loads(_read_bounded(info_path, MAX_INFO_BYTES))
+    except ValueError as e:
+        raise DataError(
+            f"not JSON: {e}", Where(file=str(info_path)), reason="unreadable_file"
+        ) from None
+    if not isinstance(info, dict) or not isinstance(info.get("features"), dict):
+        raise DataError(
+            "info.json must be an object with 'features'", Where(file=str(info_path)),
+            reason="unreadable_file",
+        )  # fmt: skip
+    version = info.get("codebase_version")
+    if version not in _VERSIONS:
+        raise UnsupportedFormatError(
+            f"{info_path}: LeRobot codebase_version {version!r}; this reader reads "
+            f"{' and '.join(_VERSIONS)}"
+        )
+    cameras = []
+    for key, feat in info["features"].items():
+        dtype = feat.get("dtype") if isinstance(feat, dict) else None
+        if dtype == "image":
+            raise UnsupportedFormatError(
+                f"{info_path}: feature {key!r} holds images in the data files (dtype 'image'); "
+                "this reader reads cameras stored as video (dtype 'video')"
+            )
+        if dtype == "video":
+            shape = tuple(int(s) for s in feat.get("shape", ()))
+            if len(shape) != 3 or shape[2] != 3:
+                raise DataError(
+                    f"camera {key!r} has shape {list(shape)}; expected [height, width, 3]",
+                    Where(file=str(info_path)),
+                    reason="unreadable_file",
+                )
+            codec = (feat.get("info") or {}).get("video.codec")
+            cameras.append(Camera(key, (shape[0], shape[1], shape[2]), codec))
+    meta_dir = Path(root) / "meta"
+    if version == "v3.0":
+        episodes = _episodes_v3(meta_dir, info, cameras, limits)
+        tasks = _tasks_v3(meta_dir / "tasks.parquet", limits)
+    else:
+        episodes = _episodes_v21(meta_dir, info, cameras)
+        tasks = {
+            int(r["task_index"]): str(r["task"]) for r in _json_lines(meta_dir / "tasks.jsonl")
+        }
+    return LeRobotMeta(
+        root=root,
+        info=info,
+        version=version,
+        fps=float(info.get("fps", 0)),
+        cameras=tuple(cameras),
+        episodes=episodes,
+        tasks=tasks,
+    )
+
+
+def _episodes_v3(
+    meta_dir: Path, info: dict[str, Any], cameras: list[Camera], limits: DecodeLimits | None
+) -> dict[int, dict[str, Any]]:
+    files = sorted((meta_dir / "episodes").glob("chunk-*/*.parquet"))
+    if not files:
+        raise DataError(
+            "no meta/episodes/chunk-*/*.parquet", Where(file=str(meta_dir)),
+            reason="unreadable_file",
+        )  # fmt: skip
+    video_path = info.get("video_path") or ""
+    out: dict[int, dict[str, Any]] = {}
+    for f in files:
+        pf = open_parquet(str(f), limits or DEFAULT_LIMITS)
+        cols = ["episode_index", "length", "tasks"]
+        for c in cameras:
+            cols += [f"videos/{c.key}/{n}" for n in ("chunk_index", "file_index", "from_timestamp")]
+        missing = [c for c in cols if c not in pf.schema_arrow.names]
+        if missing:
+            raise DataError(
+                f"the episodes table lacks {missing}", Where(file=str(f)), reason="unreadable_file"
+            )
+        for rec in pf.read(columns=cols).to_pylist():
+            videos = {
+                c.key: (
+                    video_path.format(
+                        video_key=c.key,
+                        chunk_index=rec[f"videos/{c.key}/chunk_index"],
+                        file_index=rec[f"videos/{c.key}/file_index"],
+                    ),
+                    float(rec[f"videos/{c.key}/from_timestamp"]),
+                )
+                for c in cameras
+            }
+            out[int(rec["episode_index"])] = {
+                "length": int(rec["length"]),
+                "tasks": list(rec["tasks"] or []),
+                "videos": videos,
+            }
+    return out
+
+
+def _episodes_v21(
+    meta_dir: Path, info: dict[str, Any], cameras: list[Camera]
+) -> dict[int, dict[str, Any]]:
+    video_path = info.get("video_path") or ""
+    chunks = int(info.get("chunks_size") or 1000)
+    out: dict[int, dict[str, Any]] = {}
+    for rec in _json_lines(meta_dir / "episodes.jsonl"):
+        ep = int(rec["episode_index"])
+        videos = {
+            c.key: (
+                video_path.format(episode_chunk=ep // chunks, video_key=c.key, episode_index=ep),
+                0.0,
+            )
+            for c in cameras
+        }
+        out[ep] = {
+            "length": int(rec["length"]),
+            "tasks": list(rec.get("tasks") or []),
+            "videos": videos,
+        }
+    return out
+
+
+def _tasks_v3(path: Path, limits: DecodeLimits | None) -> dict[int, str]:
+    if not path.is_file():
+        return {}
+    table = open_parquet(str(path), limits or DEFAULT_LIMITS).read()
+    text = next((n for n in ("task", "__index_level_0__") if n in table.column_names), None)
+    if text is None or "task_index" not in table.column_names:
+        raise DataError(
+            f"tasks.parquet has columns {table.column_names}; expected task_index and task",
+            Where(file=str(path)),
+            reason="unreadable_file",
+        )
+    return dict(
+        zip(
+            (int(i) for i in table.column("task_index").to_pylist()),
+            (str(t) for t in table.column(text).to_pylist()),
+            strict=True,
+        )
+    )
+
+
+def read_lerobot_file(
+    path: str, limits: DecodeLimits, tolerance_s: float = DEFAULT_TOLERANCE_S
+) -> pa.Table:
+    """One data file of a LeRobot dataset as a step table (see the module docstring): its
+    columns, the observations as one struct column ``obs`` with every camera decoded.
+
+    Args:
+        path: A data file (``<root>/data/chunk-*/*.parquet``).
+        limits: Bounds for the Parquet files.
+        tolerance_s: The largest distance accepted between a frame's timestamp and its video
+            frame (LeRobot's ``tolerance_s``).
+
+    Returns:
+        The step table, one row a frame, in the file's order.
+
+    Raises:
+        DataError: The file or its metadata is unreadable, an episode is not in the episodes
+            metadata, or a camera's video is missing or shorter than the episode's timestamps.
+        SchemaError: The file lacks a column the step table needs.
+    """
+    root = _root_of_file(path)
+    if root is None:
+        raise DataError(
+            "not a data file of a LeRobot dataset", Where(file=path), reason="unreadable_file"
+        )
+    meta = load_meta(root, limits)
+    table = open_parquet(path, limits).read()
+    need = ["episode_index", "frame_index", "timestamp", "action"]
+    missing = [c for c in need if c not in table.column_names]
+    if missing:
+        raise SchemaError(f"a LeRobot data file without {missing}", Where(file=path))
+    eid = table.column("episode_index").to_numpy()
+    n = len(eid)
+    starts = np.flatnonzero(np.r_[True, eid[1:] != eid[:-1]]) if n else np.zeros(0, np.int64)
+    ends = np.r_[starts[1:], n].astype(np.int64)
+    leaves: dict[str, Any] = {}  # a feature's array, or a camera's (field, array)
+    for key, feat in meta.features.items():
+        if key.startswith("observation.") and (feat or {}).get("dtype") != "video":
+            leaves[key] = table.column(key).combine_chunks()
+    ts = table.column("timestamp").to_numpy().astype(np.float64)
+    for cam in meta.cameras:
+        frames = np.empty((n, *cam.shape), np.uint8)
+        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+            ep = int(eid[s])
+            got = meta.episodes.get(ep)
+            if got is None:
+                raise DataError(
+                    f"episode {ep} is not in the dataset's episodes metadata",
+                    Where(file=path, episode_id=ep, row=s),
+                    reason="unreadable_file",
+                )
+            video, from_ts = got["videos"][cam.key]
+            decoded = decode_episode(
+                os.path.join(root, video), from_ts + ts[s:e], tolerance_s, episode=ep
+            )
+            if decoded.shape[1:] != cam.shape:
+                raise DataError(
+                    f"camera {cam.key!r} frames are {list(decoded.shape[1:])}, info.json says "
+                    f"{list(cam.shape)}",
+                    Where(file=os.path.join(root, video), episode_id=ep),
+                    reason="bad_video",
+                )
+            frames[s:e] = decoded
+        fld, arr = fixed_binary_column(cam.key, frames)
+        leaves[cam.key] = (fld, arr)
+    if not leaves:
+        raise SchemaError("a LeRobot dataset without observation.* features", Where(file=path))
+    cols: dict[str, Any] = {"obs": _struct(leaves)}
+    cols["episode_index"] = table.column("episode_index")
+    cols["frame_index"] = table.column("frame_index")
+    cols["action"] = table.column("action")
+    reward = (
+        table.column("next.reward").cast(pa.float32())
+        if "next.reward" in table.column_names
+        else pa.array(np.zeros(n, np.float32))
+    )
+    done = (
+        np.asarray(table.column("next.done").to_numpy(zero_copy_only=False), bool)
+        if "next.done" in table.column_names
+        else np.zeros(n, bool)
+    )
+    last = np.zeros(n, bool)
+    last[ends - 1] = True
+    cols["reward"] = reward
+    cols["terminated"] = pa.array(done)
+    cols["truncated"] = pa.array(last & ~done)
+    if "task_index" in table.column_names:
+        idx = table.column("task_index")
+        cols["task"] = pa.array([meta.tasks.get(int(i)) for i in pc.unique(idx).to_pylist()])
+        cols["task"] = pc.take(cols["task"], pc.index_in(idx, pc.unique(idx)))
+    skip = set(cols) | {"next.reward", "next.done", "index"} | set(leaves)
+    for name in table.column_names:
+        if name not in skip:
+            cols[name] = table.column(name)
+    return pa.table(cols)
+
+
+def _struct(leaves: dict[str, Any]) -> pa.StructArray:
+    """``{"observation.a.b": array or (field, array)}`` as one struct column of nested structs
+    (``{"a": {"b": ...}}``)."""
+    tree: dict[str, Any] = {}
+    for key, value in leaves.items():
+        path = key.split(".")[1:]
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise SchemaError(f"feature {key!r} is under another feature's name")
+        node[path[-1]] = value
+    return _build(tree)
+
+
+def _build(tree: dict[str, Any]) -> pa.StructArray:
+    arrays, fields = [], []
+    for name, value in tree.items():
+        if isinstance(value, dict):
+            arr = _build(value)
+            fld = pa.field(name, arr.type, nullable=False)
+        elif isinstance(value, tuple):
+            fld, arr = value
+            fld = fld.with_name(name)
+        else:
+            arr = value
+            fld = pa.field(name, arr.type)
+        arrays.append(arr)
+        fields.append(fld)
+    return pa.StructArray.from_arrays(arrays, fields=fields)

@@ -1,0 +1,126 @@
+"""A camera's frames for one episode, decoded in order with PyAV: one seek, then forward.
+
+LeRobot's own loader (``LeRobotDataset.__getitem__``, its ``"pyav"`` backend) decodes each item
+on its own: it seeks to the keyframe at or before the item's timestamp, decodes forward to it,
+and keeps the decoded frame whose presentation time is nearest the query (the first of equals),
+refusing one farther than ``tolerance_s``. A batch job needs every frame of an episode, so
+:func:`decode_episode` seeks once, to the keyframe before the episode's first timestamp, decodes
+forward to its last, and picks for each query the same frame by the same rule. Decoding from a
+keyframe is deterministic, so the pixels are those LeRobot returns (its float ``/ 255`` aside:
+we keep the ``uint8`` frames, ``[T, H, W, 3]``, channels last as images are stored here).
+
+PyAV is imported on first use (the ``video`` extra).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ....errors import DataError, Where
+from ...optional import import_av
+
+__all__ = ["decode_episode"]
+
+
+def decode_episode(
+    path: str,
+    times: np.ndarray,
+    tolerance_s: float,
+    *,
+    episode: int | None = None,
+) -> np.ndarray:
+    """The frames of one episode of a camera: for each query time, the nearest decoded frame.
+
+    Args:
+        path: The mp4 file (a local path).
+        times: The episode's frame times in the file, seconds, ascending (LeRobot: its
+            ``timestamp`` column plus the episode's ``from_timestamp``).
+        tolerance_s: The largest distance accepted between a query time and its frame.
+        episode: The episode index, named in errors.
+
+    Returns:
+        ``uint8 [len(times), H, W, 3]`` (rgb24), frame ``i`` the one nearest ``times[i]``.
+
+    Raises:
+        DataError: The file is missing or not a video (reason ``bad_video``), or a query time
+            has no frame within ``tolerance_s`` (a video shorter than its timestamps, or a
+            timestamp off the frame grid): one line naming the file, the episode and the frame.
+        UnsupportedFormatError: PyAV is not installed.
+    """
+    if not os.path.isfile(path):
+        raise DataError(
+            "the episode's video file is missing", Where(file=path, episode_id=episode),
+            reason="bad_video",
+        )  # fmt: skip
+    n = len(times)
+    if n == 0:
+        return np.zeros((0, 0, 0, 3), np.uint8)
+    av = import_av(f"decoding the camera video {os.path.basename(path)!r}")
+    first, last = float(times[0]), float(times[-1])
+    kept_t: list[float] = []
+    kept: list[np.ndarray] = []
+    try:
+        with av.open(path) as container:
+            stream = container.streams.video[0]
+            base = stream.time_base
+            # One seek: the keyframe at or before the first frame (a frame's margin below it).
+            container.seek(max(int((first - tolerance_s) / base) - 1, 0), stream=stream)
+            for frame in container.decode(stream):
+                if frame.pts is None:
+                    continue
+                t = float(frame.pts * base)
+                if t < first - tolerance_s:  # before the episode: never a query's nearest
+                    continue
+                kept_t.append(t)
+                kept.append(frame.to_ndarray(format="rgb24"))
+                if t >= last:
+                    break
+    except (av.error.FFmpegError, IndexError, ValueError) as e:
+        raise DataError(
+            f"cannot decode the video: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+            Where(file=path, episode_id=episode),
+            reason="bad_video",
+        ) from None
+    return _nearest(kept_t, kept, times, tolerance_s, path, episode)
+
+
+def _nearest(
+    kept_t: list[float],
+    kept: list[np.ndarray],
+    times: np.ndarray,
+    tolerance_s: float,
+    path: str,
+    episode: int | None,
+) -> np.ndarray:
+    """Each query's nearest decoded frame (the earlier of two at equal distance, as LeRobot's
+    ``argmin`` takes the first), every one within ``tolerance_s``."""
+    if not kept:
+        raise DataError(
+            f"no frame at or after t={float(times[0]):.4f}s: the video ends before the episode",
+            Where(file=path, episode_id=episode, timestep=0),
+            reason="bad_video",
+        )
+    at = np.asarray(kept_t)
+    q = np.asarray(times, np.float64)
+    right = np.clip(np.searchsorted(at, q), 0, len(at) - 1)
+    left = np.maximum(right - 1, 0)
+    pick = np.where(np.abs(at[left] - q) <= np.abs(at[right] - q), left, right)
+    gap = np.abs(at[pick] - q)
+    bad = np.flatnonzero(~(gap < tolerance_s))  # LeRobot 0.4: strictly within
+    if len(bad):
+        i = int(bad[0])
+        why = (
+            f"the video ends at t={at[-1]:.4f}s"
+            if q[i] > at[-1]
+            else f"the nearest frame is at t={at[pick[i]]:.4f}s"
+        )
+        raise DataError(
+            f"frame {i} of the episode is at t={q[i]:.4f}s in the video, but {why} (tolerance "
+            f"{tolerance_s}s; {len(bad)} frame(s) of the episode without a video frame)",
+            Where(file=path, episode_id=episode, timestep=i),
+            reason="bad_video",
+        )
+    frames = np.stack(kept)
+    return frames[pick] if not np.array_equal(pick, np.arange(len(kept))) else frames
