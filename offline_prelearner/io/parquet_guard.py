@@ -49,6 +49,7 @@ __all__ = [
     "check_parquet",
     "decoded_bytes",
     "open_parquet",
+    "parse_footer",
 ]
 
 #: Files whose footer claims at most this many decoded bytes are never refused for their ratio
@@ -314,6 +315,43 @@ def open_parquet(
             _PASSED.clear()
         _PASSED.add(key)
     return pf
+
+
+def parse_footer(
+    path: str, footer: bytes, size: int, mtime_ns: int, limits: DecodeLimits | None
+) -> pq.FileMetaData:
+    """A Parquet footer read by the caller (its Thrift bytes and the 8-byte tail: length and
+    ``PAR1``), parsed under the same Thrift caps as :func:`open_parquet` and, unless ``limits``
+    is None, checked by :func:`check_parquet` (and remembered as passed, as :func:`open_parquet`
+    remembers it): the one-open planning scan reads a file's tail once and parses it here.
+
+    Args:
+        path: The file, as an error names it (a local path or a store's URI).
+        footer: The footer's bytes followed by the file's last 8 bytes.
+        size: The file's size in bytes (caps the Thrift strings and lists, sizes the ratio).
+        mtime_ns: The file's modification time (what a passed check is remembered under).
+        limits: The decode bounds; None parses without checking.
+
+    Returns:
+        The footer, as :attr:`pyarrow.parquet.ParquetFile.metadata` gives it.
+
+    Raises:
+        DataError: A footer beyond ``limits`` (see :func:`check_parquet`).
+        pyarrow.ArrowInvalid, OSError: The bytes are not a Parquet footer.
+    """
+    pf = pq.ParquetFile(
+        pa.BufferReader(b"PAR1" + footer),
+        thrift_string_size_limit=max(1 << 10, min(_THRIFT_STRING_MAX, size)),
+        thrift_container_size_limit=max(1 << 10, min(_THRIFT_CONTAINER_MAX, size)),
+    )
+    if limits is not None:
+        key = (path if is_remote(path) else os.path.abspath(path), size, mtime_ns, limits)
+        if key not in _PASSED:
+            check_parquet(path, pf, size, limits)
+            if len(_PASSED) >= _PASSED_MAX:
+                _PASSED.clear()
+            _PASSED.add(key)
+    return pf.metadata
 
 
 #: Files this process checked and passed, by (path, size, mtime, limits): planning, the plan's
