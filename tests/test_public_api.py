@@ -70,6 +70,7 @@ EXPECTED = {
     "OfflinePrelearnerError",
     "RateLimitExceeded",
     "SchemaError",
+    "StaleIndexWarning",
     "StorageError",
     "UnsupportedFormatError",
 }

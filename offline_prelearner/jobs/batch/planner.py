@@ -16,6 +16,7 @@ import os
 
 from ...config import PreLearnerConfig
 from ..commit import input_fingerprint
+from .index import scans_from_index
 from .plan import Plan, plan_scans
 from .scan import RayScanner, Scanner, ScanSpec, ThreadScanner
 
@@ -61,7 +62,9 @@ def plan_job(
     """
     scanner = scanner if scanner is not None else ThreadScanner()
     spec = ScanSpec.of(config)
-    scans = scanner.scan(files, spec)
+    scans = scans_from_index(path, files, spec, scanner)
+    if scans is None:
+        scans = scanner.scan(files, spec)
     plan = plan_scans(scans, config)
     fingerprints = tuple(
         s.fingerprint if s.fingerprint is not None else input_fingerprint(s.file.path)
