@@ -25,6 +25,7 @@ repo's dataset, tiled with fresh episode ids (episodes cross files), cached unde
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -114,12 +115,10 @@ def first_unit(mode: str, path: str) -> float:
         raise _First
 
     start = time.perf_counter()
-    try:
+    with contextlib.suppress(_First):
         run_pipeline(
             path if mode == "index" else [path], {"format": "rows"}, engine="local", progress=stop
         )
-    except _First:
-        pass
     return time.perf_counter() - start
 
 
