@@ -46,6 +46,7 @@ __all__ = [
     "SMALL_FILE_BYTES",
     "check_drift",
     "check_files",
+    "check_footer",
     "check_parquet",
     "decoded_bytes",
     "open_parquet",
@@ -317,41 +318,53 @@ def open_parquet(
     return pf
 
 
-def parse_footer(
-    path: str, footer: bytes, size: int, mtime_ns: int, limits: DecodeLimits | None
-) -> pq.FileMetaData:
-    """A Parquet footer read by the caller (its Thrift bytes and the 8-byte tail: length and
-    ``PAR1``), parsed under the same Thrift caps as :func:`open_parquet` and, unless ``limits``
-    is None, checked by :func:`check_parquet` (and remembered as passed, as :func:`open_parquet`
-    remembers it): the one-open planning scan reads a file's tail once and parses it here.
+def parse_footer(path: str, data: bytes, size: int) -> pq.ParquetFile:
+    """A Parquet file from bytes the caller read, under the same Thrift caps as
+    :func:`open_parquet`: the whole file, or its footer and last 8 bytes (length and ``PAR1``)
+    alone (then only the footer can be used): the one-open planning scan reads a file's tail
+    once and parses it here.
 
     Args:
         path: The file, as an error names it (a local path or a store's URI).
-        footer: The footer's bytes followed by the file's last 8 bytes.
-        size: The file's size in bytes (caps the Thrift strings and lists, sizes the ratio).
-        mtime_ns: The file's modification time (what a passed check is remembered under).
-        limits: The decode bounds; None parses without checking.
+        data: The whole file, or the footer's bytes followed by the file's last 8 bytes.
+        size: The file's size in bytes (caps the Thrift strings and lists).
 
     Returns:
-        The footer, as :attr:`pyarrow.parquet.ParquetFile.metadata` gives it.
+        The file over ``data`` (its footer read, not yet checked: :func:`check_footer`).
 
     Raises:
-        DataError: A footer beyond ``limits`` (see :func:`check_parquet`).
         pyarrow.ArrowInvalid, OSError: The bytes are not a Parquet footer.
     """
-    pf = pq.ParquetFile(
-        pa.BufferReader(b"PAR1" + footer),
+    source = data if len(data) == size else b"PAR1" + data
+    return pq.ParquetFile(
+        pa.BufferReader(source),
         thrift_string_size_limit=max(1 << 10, min(_THRIFT_STRING_MAX, size)),
         thrift_container_size_limit=max(1 << 10, min(_THRIFT_CONTAINER_MAX, size)),
     )
-    if limits is not None:
-        key = (path if is_remote(path) else os.path.abspath(path), size, mtime_ns, limits)
-        if key not in _PASSED:
-            check_parquet(path, pf, size, limits)
-            if len(_PASSED) >= _PASSED_MAX:
-                _PASSED.clear()
-            _PASSED.add(key)
-    return pf.metadata
+
+
+def check_footer(
+    path: str, pf: pq.ParquetFile, size: int, mtime_ns: int, limits: DecodeLimits
+) -> None:
+    """:func:`check_parquet`, remembered as passed as :func:`open_parquet` remembers it (a unit
+    of this process that opens the file later does not check it again).
+
+    Args:
+        path: The file, as the error names it.
+        pf: The file (:func:`parse_footer`).
+        size: The file's size in bytes.
+        mtime_ns: Its modification time (what a passed check is remembered under).
+        limits: The decode bounds.
+
+    Raises:
+        DataError: A footer beyond ``limits``.
+    """
+    key = (path if is_remote(path) else os.path.abspath(path), size, mtime_ns, limits)
+    if key not in _PASSED:
+        check_parquet(path, pf, size, limits)
+        if len(_PASSED) >= _PASSED_MAX:
+            _PASSED.clear()
+        _PASSED.add(key)
 
 
 #: Files this process checked and passed, by (path, size, mtime, limits): planning, the plan's

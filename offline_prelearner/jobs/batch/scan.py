@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 
 from ...config import DEFAULT_LIMITS, DecodeLimits, PreLearnerConfig
 from ...errors import DataError
-from ...io.parquet_guard import decoded_bytes, open_parquet, parse_footer
+from ...io.parquet_guard import check_footer, decoded_bytes, open_parquet, parse_footer
 from ...io.schema import load_schema
 from ...io.sources import read_table
 from ...io.stores import file_stat, is_remote, open_random_access
@@ -151,11 +151,14 @@ def row_keys(table: pa.Table, key_columns: tuple[str, ...]) -> pa.Array:
         col = table.column(name)
         if pa.types.is_null(col.type):
             continue
-        try:
-            text = pc.cast(col, pa.string())
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            text = pc.cast(pc.cast(col, pa.binary()), pa.string(), safe=False)
-        parts.append(pc.fill_null(text, ""))
+        if col.type == pa.string():
+            text = col  # already what the cast gives
+        else:
+            try:
+                text = pc.cast(col, pa.string())
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                text = pc.cast(pc.cast(col, pa.binary()), pa.string(), safe=False)
+        parts.append(pc.fill_null(text, "") if text.null_count else text)
     if not parts:
         return pa.array([""] * table.num_rows, pa.string())
     if len(parts) == 1:
@@ -327,39 +330,43 @@ def _scan_other(path: str, spec: ScanSpec) -> FileScan:
     return FileScan(got, input_fingerprint(path), decoded=decoded)
 
 
-def _read_tail(fh: Any, size: int) -> bytes | None:
-    """A Parquet file's footer and last 8 bytes, or None where the tail is not Parquet's (as
-    :func:`~offline_prelearner.jobs.commit.input_fingerprint` decides)."""
+def _read_tail(fh: Any, size: int) -> tuple[bytes, bytes] | None:
+    """What one read of a Parquet file's tail gives: the bytes read (the whole file where it
+    is at most :data:`TAIL_BYTES`) and its footer with the last 8 bytes; None where the tail
+    is not Parquet's (as :func:`~offline_prelearner.jobs.commit.input_fingerprint` decides)."""
     if size < 12:
         return None
     start = max(0, size - TAIL_BYTES)
     fh.seek(start)
-    tail = fh.read(size - start)
+    tail = bytes(fh.read(size - start))
     n = int.from_bytes(tail[-8:-4], "little")
     if tail[-4:] != b"PAR1" or n > size - 12:
         return None
     if n + 8 > len(tail):
         fh.seek(size - 8 - n)
-        tail = fh.read(n + 8 - len(tail)) + tail
-    return bytes(tail[len(tail) - 8 - n :])
+        tail = bytes(fh.read(n + 8 - len(tail))) + tail
+    return tail, tail[len(tail) - 8 - n :]
 
 
 def _scan_parquet(path: str, spec: ScanSpec) -> tuple[FileScan, pa.Schema | None]:
     st = file_stat(path)
     size, mtime = st.st_size, st.st_mtime_ns
     with open_random_access(path) as fh:
-        footer = _read_tail(fh, size)
-        if footer is None:  # not a Parquet tail: the general path names what it is
+        got = _read_tail(fh, size)
+        if got is None:  # not a Parquet tail: the general path names what it is
             return _scan_other(path, spec), None
+        data, footer = got
         fingerprint = "footer:" + hashlib.sha256(b"parquet-footer\0" + footer).hexdigest()
+        whole = len(data) == size  # a small file: its columns came with the footer
         try:
-            meta = parse_footer(path, footer, size, mtime, None)
-            schema = meta.schema.to_arrow_schema()
+            pf = parse_footer(path, data if whole else footer, size)
+            meta = pf.metadata
+            schema = pf.schema_arrow
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
             return FileScan(InputFile(path, size, mtime, None), fingerprint), None
         sid = schema_id(schema)
         try:
-            parse_footer(path, footer, size, mtime, spec.limits)
+            check_footer(path, pf, size, mtime, spec.limits)
         except DataError as e:
             if spec.on_invalid == "raise":
                 return FileScan(InputFile(path, size, mtime, None), None, error=e), None
@@ -371,11 +378,13 @@ def _scan_parquet(path: str, spec: ScanSpec) -> tuple[FileScan, pa.Schema | None
         key_columns: tuple[str, ...] | None = spec.key_columns(schema.names)
         keys = last = None
         if key_columns and rows:
-            got = _read_keys(fh, meta, key_columns, is_remote(path))
-            if got is None:
+            if not whole:
+                pf = pq.ParquetFile(fh, metadata=meta, pre_buffer=is_remote(path))
+            keys_got = _read_keys(pf, key_columns)
+            if keys_got is None:
                 key_columns = None  # unreadable: the unit that reads the file names it
             else:
-                keys, last = got
+                keys, last = keys_got
     return (
         FileScan(
             InputFile(path, size, mtime, rows),
@@ -408,19 +417,15 @@ def _bound(path: str, meta: pq.FileMetaData, size: int) -> tuple[int, int] | Non
     return max(per, default=0), sum(per)
 
 
-def _read_keys(
-    fh: Any, meta: pq.FileMetaData, columns: tuple[str, ...], remote: bool
-) -> tuple[pa.Array, np.ndarray] | None:
+def _read_keys(pf: pq.ParquetFile, columns: tuple[str, ...]) -> tuple[pa.Array, np.ndarray] | None:
     """The file's distinct keys (first-seen order) and each one's last row, from the key
-    columns alone, through the open file and its parsed footer; None where they cannot be
-    read (the serial plan passed over such a file too)."""
+    columns alone; None where they cannot be read (the serial plan passed over such a file
+    too)."""
     try:
-        pf = pq.ParquetFile(fh, metadata=meta, pre_buffer=remote)
-        table = pf.read(columns=list(columns))
+        table = pf.read(columns=list(columns), use_threads=False)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
         return None
-    k = row_keys(table, columns)
-    return last_rows(k)
+    return last_rows(row_keys(table, columns))
 
 
 def last_rows(k: pa.Array) -> tuple[pa.Array, np.ndarray]:
