@@ -11,6 +11,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -25,7 +26,7 @@ from offline_prelearner.io.sources import expand_paths
 from offline_prelearner.jobs.batch import index as I
 from offline_prelearner.jobs.batch import scan as S
 from offline_prelearner.jobs.batch.planner import plan_job
-from offline_prelearner.jobs.batch.scan import ScanSpec, ThreadScanner
+from offline_prelearner.jobs.batch.scan import FileScan, InputFile, ScanSpec, ThreadScanner
 from offline_prelearner.jobs.commit import input_fingerprint
 
 CONFIG = PreLearnerConfig().with_updates({"format": "rows"})
@@ -80,6 +81,27 @@ def test_a_stale_index_is_scanned_afresh_where_stale(tmp_path: Path) -> None:
         assert fps == tuple(input_fingerprint(f) for f in now)
     finally:
         del os.environ["OFFLINE_PRELEARNER_UNIT_MIN_ROWS"]
+
+
+def test_a_large_index_passes_the_decode_limits(tmp_path: Path) -> None:
+    n = 30_000
+    scans = [
+        FileScan(
+            InputFile(str(tmp_path / f"part-{i:06d}.parquet"), 4000 + i, 10**18 + i, 20),
+            "footer:" + "ab" * 32,
+            "cd" * 16,
+            1800,
+            False,
+            ("eps_id", "agent_id"),
+            pa.array([f"{i:032x}", f"{i + 1:032x}"]),
+            np.array([9, 19]),
+            (5000, 5000),
+        )
+        for i in range(n)
+    ]
+    (tmp_path / I.INDEX_FILE).write_bytes(I._encode(I._table(str(tmp_path), scans)))
+    table = I.read_index(str(tmp_path / I.INDEX_FILE))
+    assert table.num_rows == n and table.column("keys")[n - 1].as_py()[1] == f"{n:032x}"
 
 
 @pytest.mark.parametrize("kind", ["garbage", "other_table", "too_large", "bad_rows"])

@@ -146,13 +146,25 @@ def write_index(
     scans.raise_first_error()
     table = _table(root, scans.files)
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd", row_group_size=1 << 16)
+    # Plain strings, no dictionaries: the footer then bounds what the index decodes to exactly,
+    # so a reader's decode limits never refuse a large one (parquet_guard sizes a
+    # dictionary-coded list column at its worst).
+    pq.write_table(table, sink, compression="zstd", row_group_size=1 << 14, use_dictionary=False)
     data = sink.getvalue().to_pybytes()
     target = locate(root).join(INDEX_FILE)
     _write_whole(target, data)
     episodes = len(pc.unique(pc.list_flatten(table.column("keys")))) if table.num_rows else 0
     rows = int(pc.sum(table.column("rows")).as_py() or 0)
     return IndexSummary(target.uri, table.num_rows, rows, episodes, len(data))
+
+
+def _encode(table: pa.Table) -> bytes:
+    """The index's bytes. Plain strings, no dictionaries: the footer then bounds what the index
+    decodes to exactly, so a reader's decode limits never refuse a large one (parquet_guard
+    sizes a dictionary-coded list column at its worst)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd", row_group_size=1 << 14, use_dictionary=False)
+    return bytes(sink.getvalue().to_pybytes())
 
 
 def _write_whole(target: Location, data: bytes) -> None:
@@ -254,7 +266,7 @@ def read_index(where: str | os.PathLike[str]) -> pa.Table:
     except DataError as e:
         if "not a dataset index" in str(e):
             raise
-        raise _bad(text, str(e).split(" (")[0]) from None
+        raise _bad(text, e.message.split(" (raise it")[0]) from None
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError) as e:
         raise _bad(text, str(e).splitlines()[0] if str(e) else type(e).__name__) from None
     _check_columns(text, table)
