@@ -10,6 +10,7 @@ import json
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -169,8 +170,11 @@ def test_process_commits_the_same_bytes_with_and_without_an_index(
         plain = run_pipeline(d, settings, out_dir=tmp_path / "a", engine="local")
         I.write_index(d)
 
-        def no_scan(path: str, spec: ScanSpec) -> None:
-            raise AssertionError(f"{path} was scanned: the index covers it")
+        scan_file = S.scan_file
+
+        def no_scan(path: str, spec: ScanSpec) -> Any:
+            assert not path.startswith(str(d)), f"{path} was scanned: the index covers it"
+            return scan_file(path, spec)  # the output's own index, written after its commit
 
         monkeypatch.setattr(S, "scan_file", no_scan)
         indexed = run_pipeline(d, settings, out_dir=tmp_path / "b", engine="local")
@@ -179,3 +183,8 @@ def test_process_commits_the_same_bytes_with_and_without_an_index(
     assert len(plain.files_written) == len(indexed.files_written) > 1
     for a, b in zip(plain.files_written, indexed.files_written, strict=True):
         assert Path(a).name == Path(b).name and Path(a).read_bytes() == Path(b).read_bytes()
+    # process writes the index of what it committed beside it (after the commit point)
+    index = I.read_index(str(tmp_path / "b" / I.INDEX_FILE))
+    assert index.column("path").to_pylist() == [
+        f"samples/{Path(f).name}" for f in indexed.files_written
+    ]

@@ -16,8 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from plan_reference import serial_plan
 
+from offline_prelearner import run_pipeline
 from offline_prelearner.config import DecodeLimits, PreLearnerConfig
-from offline_prelearner.errors import DataError
+from offline_prelearner.errors import DataError, UnsupportedFormatError
+from offline_prelearner.io.sources import check_one_format
 from offline_prelearner.jobs.batch.plan import plan_scans, plan_units
 from offline_prelearner.jobs.batch.scan import RayScanner, ScanSpec, ThreadScanner
 from offline_prelearner.jobs.commit import input_fingerprint
@@ -97,3 +99,16 @@ def test_ray_tasks_plan_what_threads_plan(tmp_path: Path) -> None:
     assert scans.files == local.files
     assert plan_scans(scans, CONFIG, 40) == plan_units(files, CONFIG, 40)
     assert plan_scans(scans, CONFIG, 40) == serial_plan(files, CONFIG, 40)
+
+
+@pytest.mark.parametrize("fmt", ["auto", "rows"])
+def test_mixed_formats_are_refused_from_the_scan_as_before(tmp_path: Path, fmt: str) -> None:
+    files = write_files(tmp_path, [[("a", None)] * 3, [("b", None)] * 3], [False])
+    episodes = tmp_path / "part-00002.parquet"  # msgpack episodes: an 'item' binary column
+    pq.write_table(pa.table({"item": pa.array([b"x"], pa.binary())}), episodes)
+    files.append(str(episodes))
+    with pytest.raises(UnsupportedFormatError) as before:
+        check_one_format(files)
+    with pytest.raises(UnsupportedFormatError) as now:
+        run_pipeline(str(tmp_path), {"format": fmt}, engine="local")
+    assert str(now.value) == str(before.value) and "mixed formats" in str(now.value)

@@ -46,6 +46,7 @@ from ..session.ray_session import import_ray, init_ray, release_ray, worker_env
 from ..staging import Staging, staging_for
 from ..store_commit import CommittedWarning
 from .file_tally import per_file
+from .index import index_output
 from .plan import Plan, unit_key
 from .planner import plan_job, plans_on_ray, ray_scanner
 from .run import UnitJob, run_unit, units_by_node
@@ -288,7 +289,9 @@ def _run_job(
     run, without ``out_dir``, stages in a temporary folder and commits nothing)."""
     clock = _Clock()
     resume = staging.resume
-    files, config, cls = prepare(path, config, prelearner)
+    # Mixed formats are refused from the planning scan, which reads every footer anyway.
+    check = config.read.format in ("auto", "rows", "episodes", "sample_batches")
+    files, config, cls = prepare(path, config, prelearner, check_formats=False)
     scanner = None
     if plans_on_ray(engine, config):  # the files are scanned by Ray tasks on every node
         clock.lap("plan")
@@ -297,7 +300,7 @@ def _run_job(
         scanner = ray_scanner()
     # The inputs as they are now: a resume reuses a unit only if its key (its parts and the
     # size, mtime and content fingerprint of every file it reads) is the one planned now.
-    plan, fingerprints = plan_job(path, files, config, scanner)
+    plan, fingerprints = plan_job(path, files, config, scanner, check_formats=check)
     eng = choose_engine(engine, config, plan)
     seed = config.seed
     if seed is None:  # the interrupted run's (to resume), else fresh
@@ -377,11 +380,12 @@ def _run_job(
         return PipelineResult(None, [], dataclasses.replace(stats, phases=dict(clock.phases)))
     # Holds the commit point; stats.json's phases have no commit or stop seconds yet.
     staging.commit(stats.to_dict(), sample_files, {QUARANTINE: quarantined})
+    written = [staging.output_file("samples", f.name) for f in sample_files]
+    index_output(staging.output_file(), written)  # after the commit point, like stats.json
     clock.lap("commit")
     _stop(clock)
     stats = dataclasses.replace(stats, phases=dict(clock.phases))
     _restate(staging, stats)
-    written = [staging.output_file("samples", f.name) for f in sample_files]
     return PipelineResult(os.fspath(out_dir), written, stats)
 
 

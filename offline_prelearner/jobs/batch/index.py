@@ -39,7 +39,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ...config import DEFAULT_LIMITS, DecodeLimits, PreLearnerConfig
-from ...errors import DataError, StaleIndexWarning, Where
+from ...errors import CommittedWarning, DataError, OfflinePrelearnerError, StaleIndexWarning, Where
 from ...io.parquet_guard import SMALL_FILE_BYTES, open_parquet
 from ...io.sources import expand_paths
 from ...io.stores import Location, file_stat, input_file, is_remote, locate
@@ -50,6 +50,7 @@ __all__ = [
     "INDEX_SCHEMA",
     "MAX_INDEX_BYTES",
     "IndexSummary",
+    "index_output",
     "read_index",
     "scans_from_index",
     "write_index",
@@ -78,6 +79,7 @@ INDEX_SCHEMA = pa.schema(
         pa.field("key_columns", pa.list_(pa.string())),  # None: keys not read
         pa.field("keys", pa.list_(pa.string())),  # distinct episode keys, first-seen order
         pa.field("last", pa.list_(pa.int64())),  # the last row of each
+        pa.field("format", pa.string()),  # as detection tells it (None: cannot, or empty)
     ]
 )
 
@@ -158,6 +160,32 @@ def write_index(
     return IndexSummary(target.uri, table.num_rows, rows, episodes, len(data))
 
 
+def index_output(out: str, files: Sequence[str]) -> IndexSummary | None:
+    """The index of a job's committed output, written after its commit point (as ``stats.json``
+    is written again then): not part of the commit, so the manifest does not list it, and a
+    reader checks it against the listing like any index. A failure is a warning: the output is
+    committed.
+
+    Args:
+        out: The committed output's folder (path or URI).
+        files: Its data files (the manifest's), under ``out``.
+
+    Returns:
+        What was written, or None (no files, or the write failed: warned).
+    """
+    if not files:
+        return None
+    try:
+        return write_index(out, files=files)
+    except (OfflinePrelearnerError, OSError) as e:
+        warnings.warn(
+            f"{out}: committed; writing its index ({INDEX_FILE}) failed ({e})",
+            CommittedWarning,
+            stacklevel=2,
+        )
+        return None
+
+
 def _encode(table: pa.Table) -> bytes:
     """The index's bytes. Plain strings, no dictionaries: the footer then bounds what the index
     decodes to exactly, so a reader's decode limits never refuse a large one (parquet_guard
@@ -206,6 +234,7 @@ def _table(root: str, scans: Sequence[FileScan]) -> pa.Table:
         ),
         _lists([s.keys for s in scans], pa.string()),
         _lists([s.last for s in scans], pa.int64()),
+        col([s.format for s in scans], f.field("format")),
     ]
     meta = {_META_KEY: json.dumps({"version": INDEX_VERSION}).encode()}
     return pa.Table.from_arrays(cols, schema=INDEX_SCHEMA.with_metadata(meta))
@@ -437,6 +466,7 @@ def _merge(table: pa.Table, files: list[str], use: list[int | None], fresh: Scan
     bg = table.column("bound_group").to_pylist()
     bf = table.column("bound_file").to_pylist()
     key_cols = table.column("key_columns").to_pylist()
+    formats = table.column("format").to_pylist()
     keys = table.column("keys").combine_chunks()
     last = table.column("last").combine_chunks()
     k_off = keys.offsets.to_numpy()
@@ -463,6 +493,7 @@ def _merge(table: pa.Table, files: list[str], use: list[int | None], fresh: Scan
                 k_val.slice(k_off[j], k_off[j + 1] - k_off[j]) if got else None,
                 l_val[l_off[j] : l_off[j + 1]] if got else None,
                 (bg[j], bf[j]),
+                format=formats[j],
             )
         )
         first_of.setdefault(sid[j], f)

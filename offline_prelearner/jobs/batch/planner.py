@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 
 from ...config import PreLearnerConfig
+from ...io.sources import check_formats_of
 from ..commit import input_fingerprint
 from .index import scans_from_index
 from .plan import Plan, plan_scans
@@ -45,6 +46,8 @@ def plan_job(
     files: list[str],
     config: PreLearnerConfig,
     scanner: Scanner | None = None,
+    *,
+    check_formats: bool = False,
 ) -> tuple[Plan, tuple[str, ...]]:
     """The job's plan and each file's content fingerprint.
 
@@ -53,18 +56,24 @@ def plan_job(
         files: Its data files, in name order (:func:`~offline_prelearner.io.sources.expand_paths`).
         config: The job's config.
         scanner: What scans files that no valid index entry covers (None: threads here).
+        check_formats: Refuse a mix of formats from the scans' footers
+            (:func:`~offline_prelearner.io.sources.check_formats_of`): the job's preflight
+            left it to the scan, which reads every footer anyway.
 
     Returns:
         The plan (:func:`~.plan.plan_scans`) and the fingerprints, by file.
 
     Raises:
         DataError: As :func:`~.plan.plan_scans`; an index that is not one (naming it).
+        UnsupportedFormatError: ``check_formats`` and the files hold more than one format.
     """
     scanner = scanner if scanner is not None else ThreadScanner()
     spec = ScanSpec.of(config)
     scans = scans_from_index(path, files, spec, scanner)
     if scans is None:
         scans = scanner.scan(files, spec)
+    if check_formats and len(files) > 1:
+        check_formats_of(files, [s.format for s in scans.files])
     plan = plan_scans(scans, config)
     fingerprints = tuple(
         s.fingerprint if s.fingerprint is not None else input_fingerprint(s.file.path)

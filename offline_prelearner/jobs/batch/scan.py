@@ -20,7 +20,6 @@ by the plan in file order, so any scanner raises what the serial plan raised.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 from collections.abc import Callable, Iterator
@@ -34,10 +33,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ...config import DEFAULT_LIMITS, DecodeLimits, PreLearnerConfig
-from ...errors import DataError
+from ...errors import DataError, UnsupportedFormatError
+from ...io.formats.registry import FileProbe
 from ...io.parquet_guard import check_footer, decoded_bytes, open_parquet, parse_footer
 from ...io.schema import load_schema
-from ...io.sources import read_table
+from ...io.sources import format_of, read_table
 from ...io.stores import file_stat, is_remote, open_random_access
 from ..commit import input_fingerprint
 
@@ -131,7 +131,7 @@ class InputFile:
 
     def to_dict(self) -> dict[str, Any]:
         """The file as a JSON-able dict (a unit record's inputs)."""
-        return dataclasses.asdict(self)
+        return {"path": self.path, "size": self.size, "mtime_ns": self.mtime_ns, "rows": self.rows}
 
 
 def row_keys(table: pa.Table, key_columns: tuple[str, ...]) -> pa.Array:
@@ -259,6 +259,9 @@ class FileScan:
             (:func:`~offline_prelearner.io.parquet_guard.decoded_bytes`), where asked and the
             footer is consistent; else None.
         error: What opening the file raised, raised by the plan in file order; else None.
+        format: Its format as detection tells it from the footer read
+            (:func:`~offline_prelearner.io.sources.format_of`, ``empty=None``); None: an empty
+            partition, or a format that cannot be told.
     """
 
     file: InputFile
@@ -271,6 +274,7 @@ class FileScan:
     last: np.ndarray | None = field(default=None, compare=False)
     bound: tuple[int, int] | None = None
     error: BaseException | None = field(default=None, compare=False)
+    format: str | None = None
 
 
 @dataclass(frozen=True)
@@ -326,8 +330,18 @@ def _scan_other(path: str, spec: ScanSpec) -> FileScan:
             return FileScan(InputFile(path, 0, 0, None), None, error=e)
         st = file_stat(path)
         got = InputFile(path, st.st_size, st.st_mtime_ns, None)
-        return FileScan(got, input_fingerprint(path), refused=True)
-    return FileScan(got, input_fingerprint(path), decoded=decoded)
+        return FileScan(got, input_fingerprint(path), refused=True, format=_format(path))
+    return FileScan(got, input_fingerprint(path), decoded=decoded, format=_format(path))
+
+
+def _format(path: str, footer: pq.FileMetaData | None = None) -> str | None:
+    """The file's format as the mixed-format check tells it (None: cannot be told, or an
+    empty partition), from the footer already read where there is one."""
+    probe = FileProbe(path, footer) if footer is not None else None
+    try:
+        return format_of(path, empty=None, probe=probe)
+    except (UnsupportedFormatError, OSError):
+        return None
 
 
 def _read_tail(fh: Any, size: int) -> tuple[bytes, bytes] | None:
@@ -363,15 +377,17 @@ def _scan_parquet(path: str, spec: ScanSpec) -> tuple[FileScan, pa.Schema | None
             meta = pf.metadata
             schema = pf.schema_arrow
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
-            return FileScan(InputFile(path, size, mtime, None), fingerprint), None
+            scan = FileScan(InputFile(path, size, mtime, None), fingerprint, format=_format(path))
+            return scan, None
         sid = schema_id(schema)
+        fmt = _format(path, meta)
         try:
             check_footer(path, pf, size, mtime, spec.limits)
         except DataError as e:
             if spec.on_invalid == "raise":
                 return FileScan(InputFile(path, size, mtime, None), None, error=e), None
-            scan = FileScan(InputFile(path, size, mtime, None), fingerprint, sid, refused=True)
-            return scan, schema
+            unknown = InputFile(path, size, mtime, None)
+            return FileScan(unknown, fingerprint, sid, refused=True, format=fmt), schema
         rows = meta.num_rows
         decoded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
         bound = _bound(path, meta, size) if spec.bounds else None
@@ -396,6 +412,7 @@ def _scan_parquet(path: str, spec: ScanSpec) -> tuple[FileScan, pa.Schema | None
             keys,
             last,
             bound,
+            format=fmt,
         ),
         schema,
     )
