@@ -1,9 +1,9 @@
 """Planning the batch job over many small files (issue 33): plan seconds and seconds to the
 first unit against the number of files, on the local disk and on an S3 server, for
 
-* ``old``: the serial plan the job had before the scan (``tests/jobs/plan_reference.py``: every
-  footer, then every file's key columns, one after another, by path) plus the content
-  fingerprint of each file, one after another, as the job computed it;
+* ``old``: what the job did before the scan, one file after another: the preflight's format
+  check (every footer), the serial plan (``tests/jobs/plan_reference.py``: every footer again,
+  then every file's key columns, by path) and each file's content fingerprint;
 * ``one_thread``: one scan per file (``jobs/batch/scan.py``), one file after another;
 * ``threads``: the same scans in a thread pool (the local engine's planning);
 * ``index``: the plan from the folder's ``_index.parquet`` (written once, untimed, and timed
@@ -90,7 +90,7 @@ class _First(Exception):
 def plan_once(mode: str, path: str, ref: Any) -> float:
     """Seconds to list, plan and fingerprint ``path`` one way."""
     from offline_prelearner.config import PreLearnerConfig
-    from offline_prelearner.io.sources import expand_paths
+    from offline_prelearner.io.sources import check_one_format, expand_paths
     from offline_prelearner.jobs.batch.planner import plan_job
     from offline_prelearner.jobs.batch.scan import ThreadScanner
     from offline_prelearner.jobs.commit import input_fingerprint
@@ -98,7 +98,8 @@ def plan_once(mode: str, path: str, ref: Any) -> float:
     config = PreLearnerConfig().with_updates({"format": "rows"})
     start = time.perf_counter()
     files = expand_paths(path)
-    if mode == "old":
+    if mode == "old":  # the old job's preflight read every footer for the format, too
+        check_one_format(files)
         plan = ref.serial_plan(files, config)
         _ = [input_fingerprint(f.path) for f in plan.files]
     else:

@@ -453,25 +453,35 @@ def scans_from_index(
     return merged
 
 
+_SCALARS = (
+    "size",
+    "mtime_ns",
+    "rows",
+    "fingerprint",
+    "schema",
+    "decoded",
+    "bound_group",
+    "bound_file",
+    "format",
+)
+
+
 def _merge(table: pa.Table, files: list[str], use: list[int | None], fresh: Scans) -> Scans | None:
     """Scans from the index's entries (``use[i]``: the entry of file ``i``, None: scanned
     afresh, in ``fresh``), and each schema read from the first file that has it (None where that
     file's schema is not the one indexed)."""
-    size = table.column("size").to_numpy()
-    mtime = table.column("mtime_ns").to_numpy()
-    rows = table.column("rows").to_pylist()
-    fps = table.column("fingerprint").to_pylist()
-    sid = table.column("schema").to_pylist()
-    decoded = table.column("decoded").to_pylist()
-    bg = table.column("bound_group").to_pylist()
-    bf = table.column("bound_file").to_pylist()
-    key_cols = table.column("key_columns").to_pylist()
-    formats = table.column("format").to_pylist()
+    col = {name: table.column(name).to_pylist() for name in _SCALARS}
+    size, mtime, rows, fps, sid = (
+        col[n] for n in ("size", "mtime_ns", "rows", "fingerprint", "schema")
+    )
+    decoded, bg, bf, formats = (col[n] for n in ("decoded", "bound_group", "bound_file", "format"))
+    key_cols = [None if c is None else tuple(c) for c in table.column("key_columns").to_pylist()]
     keys = table.column("keys").combine_chunks()
     last = table.column("last").combine_chunks()
-    k_off = keys.offsets.to_numpy()
+    has_keys = keys.is_valid().to_pylist()
+    k_off = keys.offsets.to_pylist()
     k_val = keys.values
-    l_off = last.offsets.to_numpy()
+    l_off = last.offsets.to_pylist()
     l_val = last.values.to_numpy(zero_copy_only=False)
     out: list[FileScan] = []
     again = iter(fresh.files)
@@ -481,15 +491,15 @@ def _merge(table: pa.Table, files: list[str], use: list[int | None], fresh: Scan
             out.append(next(again))
             continue
         cols = key_cols[j]
-        got = cols is not None and keys[j].is_valid
+        got = cols is not None and has_keys[j]
         out.append(
             FileScan(
-                InputFile(f, int(size[j]), int(mtime[j]), rows[j]),
+                InputFile(f, size[j], mtime[j], rows[j]),
                 fps[j],
                 sid[j],
                 decoded[j],
                 False,
-                tuple(cols) if cols is not None else None,
+                cols,
                 k_val.slice(k_off[j], k_off[j + 1] - k_off[j]) if got else None,
                 l_val[l_off[j] : l_off[j + 1]] if got else None,
                 (bg[j], bf[j]),

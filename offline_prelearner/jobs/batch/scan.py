@@ -512,8 +512,9 @@ def _collect(results: Iterator[tuple[FileScan, pa.Schema | None]]) -> Scans:
 
 def default_workers(files: list[str]) -> int:
     """Threads for a :class:`ThreadScanner`: ``$OFFLINE_PRELEARNER_PLAN_WORKERS``, else 32 for
-    a store's files (each scan mostly waits for its two requests) and twice the CPUs (at most
-    16) for the local disk's.
+    a store's files (each scan mostly waits for its requests) and one per CPU (at most 8) for
+    the local disk's (a cached file's scan is mostly Python: more threads than cores only
+    queue for the GIL; benchmarks/README.md, "Planning").
 
     Args:
         files: The files to scan (the first says whether they are on a store).
@@ -526,7 +527,7 @@ def default_workers(files: list[str]) -> int:
         return max(1, int(env))
     if files and is_remote(files[0]):
         return 32
-    return max(1, min(16, 2 * (os.cpu_count() or 1)))
+    return max(1, min(8, os.cpu_count() or 1))
 
 
 @dataclass(frozen=True)
