@@ -297,7 +297,7 @@ def _run_job(
         clock.lap("plan")
         init_ray(config)
         clock.lap("engine_start")
-        scanner = ray_scanner()
+        scanner = ray_scanner(files)
     # The inputs as they are now: a resume reuses a unit only if its key (its parts and the
     # size, mtime and content fingerprint of every file it reads) is the one planned now.
     plan, fingerprints = plan_job(path, files, config, scanner, check_formats=check)

@@ -16,6 +16,7 @@ import os
 
 from ...config import PreLearnerConfig
 from ...io.sources import check_formats_of
+from ...io.stores import is_remote
 from ..commit import input_fingerprint
 from .index import scans_from_index
 from .plan import Plan, plan_scans
@@ -82,6 +83,21 @@ def plan_job(
     return plan, fingerprints
 
 
-def ray_scanner() -> Scanner:
-    """The scanner of a job on Ray (the caller has connected to the cluster)."""
+def ray_scanner(files: list[str]) -> Scanner:
+    """The scanner of a job on Ray (the caller has connected to the cluster): Ray tasks where
+    every node sees the files as the driver does (a store's files, or a cluster of one node);
+    local paths on a cluster of several nodes are scanned here, by threads (the job's node
+    check then names a node that does not see them, in one line, before any unit starts).
+
+    Args:
+        files: The job's input files.
+
+    Returns:
+        A :class:`~.scan.RayScanner` or a :class:`~.scan.ThreadScanner`.
+    """
+    from ..session.ray_session import import_ray
+
+    nodes = [n for n in import_ray().nodes() if n.get("Alive")]
+    if len(nodes) > 1 and not all(is_remote(f) for f in files):
+        return ThreadScanner()
     return RayScanner()
