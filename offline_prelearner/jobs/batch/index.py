@@ -405,8 +405,9 @@ def scans_from_index(
     table = read_index(target.uri)
     entries = {p: j for j, p in enumerate(table.column("path").to_pylist())}
     now = _stats(root, files)
-    size = table.column("size").to_numpy()
-    mtime = table.column("mtime_ns").to_numpy()
+    stamps = list(
+        zip(table.column("size").to_pylist(), table.column("mtime_ns").to_pylist(), strict=True)
+    )
     bg = table.column("bound_group").to_pylist()
     bf = table.column("bound_file").to_pylist()
     sid = table.column("schema").to_pylist()
@@ -422,7 +423,7 @@ def scans_from_index(
             use.append(None)
             continue
         seen.add(j)
-        if st != (int(size[j]), int(mtime[j])):
+        if st != stamps[j]:
             changed += 1
             use.append(None)
         elif sid[j] is None or fps[j] is None or not _passes(bg[j], bf[j], st[0], spec.limits):
