@@ -58,7 +58,7 @@ def _load(name: str, path: Path) -> Any:
 
 def make_files(folder: Path, n: int) -> Path:
     """``n`` files of 20 CartPole rows (cached: a folder holding ``n`` files is reused)."""
-    if folder.is_dir() and len(list(folder.glob("*.parquet"))) == n:
+    if folder.is_dir() and len(list(folder.glob("part-*.parquet"))) == n:
         return folder
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -82,7 +82,7 @@ def upload(folder: Path, fs: Any, prefix: str) -> None:
             out.write(p.read_bytes())
 
     with ThreadPoolExecutor(16) as pool:
-        list(pool.map(put, sorted(folder.glob("*.parquet"))))
+        list(pool.map(put, sorted(folder.glob("part-*.parquet"))))
 
 
 class _First(Exception):
