@@ -31,6 +31,7 @@ import contextlib
 import importlib.util
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -208,6 +209,8 @@ def main() -> None:
         stores_py = _load("_test_stores", C.REPO / "tests" / "stores.py")
         work = Path(tempfile.mkdtemp(prefix="s3-", dir=SCRATCH))
         server = stores_py.SeaweedS3(work)
+        # a SIGTERM (a killed run) stops the server too: the finally below runs
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         server.start()
         try:
             os.environ.update(server.env)
