@@ -18,7 +18,8 @@ The public API, grouped by stage (everything is also importable from its module)
                convert_path, feed_shards, start_feed, FeedStats
     look       report (one HTML page about a dataset; the ``report`` extra)
     errors     OfflinePrelearnerError and its subclasses; Interrupted, ContractError and the
-               warnings OddDataWarning, CommittedWarning (the tree: offline_prelearner.errors)
+               warnings OddDataWarning, CommittedWarning, StaleIndexWarning (the tree:
+               offline_prelearner.errors)
 """
 
 # isort: off
@@ -52,6 +53,7 @@ from .errors import (
     OfflinePrelearnerError,
     RateLimitExceeded,
     SchemaError,
+    StaleIndexWarning,
     StorageError,
     UnsupportedFormatError,
 )
@@ -161,6 +163,7 @@ __all__ = [  # noqa: RUF022  (grouped by stage, like the docstring)
     "OfflinePrelearnerError",
     "RateLimitExceeded",
     "SchemaError",
+    "StaleIndexWarning",
     "StorageError",
     "UnsupportedFormatError",
 ]

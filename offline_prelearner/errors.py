@@ -28,6 +28,7 @@
                                                 raised as a ColumnValueError before they leave it
     OddDataWarning (UserWarning)                legal but suspicious data (warned once, not raised)
     CommittedWarning (UserWarning)              the job committed; a step after its commit failed
+    StaleIndexWarning (UserWarning)             a dataset index its folder no longer matches
 
 The two internal sentinels do not derive from :class:`OfflinePrelearnerError`, so that a caller's
 ``except OfflinePrelearnerError`` (a unit that reports our errors, the CLI) never swallows one
@@ -69,6 +70,7 @@ __all__ = [
     "OfflinePrelearnerError",
     "RateLimitExceeded",
     "SchemaError",
+    "StaleIndexWarning",
     "StorageError",
     "UnsupportedFormatError",
     "Where",
@@ -383,6 +385,11 @@ class _Bad(Exception):
 
 class OddDataWarning(UserWarning):
     """Legal but suspicious data (float64 observations for a float32 space, empty episodes)."""
+
+
+class StaleIndexWarning(UserWarning):
+    """A dataset index that no longer matches its folder (files changed, added or gone since
+    it was written): those files are read afresh, the index is not trusted for them."""
 
 
 class CommittedWarning(UserWarning):

@@ -71,6 +71,7 @@ EXPECTED = {
     "OfflinePrelearnerError",
     "RateLimitExceeded",
     "SchemaError",
+    "StaleIndexWarning",
     "StorageError",
     "UnsupportedFormatError",
 }

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from ..jobs.session import interrupts, ray_session
 from .cmd_convert import add_convert
+from .cmd_index import add_index
 from .cmd_inspect import add_inspect
 from .cmd_process import add_process
 from .cmd_record import add_record
@@ -43,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         "named when a job fails)",
     )
     sub = p.add_subparsers(dest="command", required=True)
-    for add in (add_record, add_process, add_inspect, add_report, add_convert):
+    for add in (add_record, add_process, add_inspect, add_report, add_convert, add_index):
         add(sub)
     for command, parser in sub.choices.items():
         parser.formatter_class = argparse.RawDescriptionHelpFormatter

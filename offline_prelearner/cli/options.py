@@ -191,6 +191,10 @@ _EXAMPLES: dict[str, list[str]] = {
         "convert datasets/cartpole-v1/rows --to minari --env-id CartPole-v1 --out mr/cp/rows-v0",
         "convert mr/cp/rows-v0 --to episodes --out cp-episodes/",
     ],
+    "index": [
+        "index data/cp",
+        "index s3://bucket/recordings --json",
+    ],
 }
 
 

@@ -46,9 +46,11 @@ __all__ = [
     "SMALL_FILE_BYTES",
     "check_drift",
     "check_files",
+    "check_footer",
     "check_parquet",
     "decoded_bytes",
     "open_parquet",
+    "parse_footer",
 ]
 
 #: Files whose footer claims at most this many decoded bytes are never refused for their ratio
@@ -314,6 +316,55 @@ def open_parquet(
             _PASSED.clear()
         _PASSED.add(key)
     return pf
+
+
+def parse_footer(path: str, data: bytes, size: int) -> pq.ParquetFile:
+    """A Parquet file from bytes the caller read, under the same Thrift caps as
+    :func:`open_parquet`: the whole file, or its footer and last 8 bytes (length and ``PAR1``)
+    alone (then only the footer can be used): the one-open planning scan reads a file's tail
+    once and parses it here.
+
+    Args:
+        path: The file, as an error names it (a local path or a store's URI).
+        data: The whole file, or the footer's bytes followed by the file's last 8 bytes.
+        size: The file's size in bytes (caps the Thrift strings and lists).
+
+    Returns:
+        The file over ``data`` (its footer read, not yet checked: :func:`check_footer`).
+
+    Raises:
+        pyarrow.ArrowInvalid, OSError: The bytes are not a Parquet footer.
+    """
+    source = data if len(data) == size else b"PAR1" + data
+    return pq.ParquetFile(
+        pa.BufferReader(source),
+        thrift_string_size_limit=max(1 << 10, min(_THRIFT_STRING_MAX, size)),
+        thrift_container_size_limit=max(1 << 10, min(_THRIFT_CONTAINER_MAX, size)),
+    )
+
+
+def check_footer(
+    path: str, pf: pq.ParquetFile, size: int, mtime_ns: int, limits: DecodeLimits
+) -> None:
+    """:func:`check_parquet`, remembered as passed as :func:`open_parquet` remembers it (a unit
+    of this process that opens the file later does not check it again).
+
+    Args:
+        path: The file, as the error names it.
+        pf: The file (:func:`parse_footer`).
+        size: The file's size in bytes.
+        mtime_ns: Its modification time (what a passed check is remembered under).
+        limits: The decode bounds.
+
+    Raises:
+        DataError: A footer beyond ``limits``.
+    """
+    key = (path if is_remote(path) else os.path.abspath(path), size, mtime_ns, limits)
+    if key not in _PASSED:
+        check_parquet(path, pf, size, limits)
+        if len(_PASSED) >= _PASSED_MAX:
+            _PASSED.clear()
+        _PASSED.add(key)
 
 
 #: Files this process checked and passed, by (path, size, mtime, limits): planning, the plan's

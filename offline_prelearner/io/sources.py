@@ -53,6 +53,7 @@ from .stores import Location, StorageError, input_file, is_remote, join_path, lo
 
 __all__ = [
     "LISTING_REASONS",
+    "check_formats_of",
     "check_one_format",
     "detect_format",
     "expand_paths",
@@ -476,7 +477,7 @@ def _loop(link: str, back_to: str) -> NoReturn:
     )
 
 
-def detect_format(files: list[str]) -> str:
+def detect_format(files: list[str], *, check: bool = True) -> str:
     """The registered format of the first file (``rows``, ``episodes``, ``sample_batches``,
     ``minari``, ``d4rl`` or a user's), from its name and content; a mix of formats among the
     files is refused (:func:`check_one_format`).
@@ -484,6 +485,8 @@ def detect_format(files: list[str]) -> str:
     Args:
         files: The input's data files, as :func:`expand_paths` gives them. The first that holds
             rows says the format (the first file, if all are empty partitions).
+        check: Refuse a mix of formats here (False: the caller checks, as the batch job's
+            planning scan does from the footers it reads anyway).
 
     Returns:
         The format's name.
@@ -498,7 +501,8 @@ def detect_format(files: list[str]) -> str:
     # all: the first file holding rows says the format, if any does.
     first = next((f for f in files if not is_empty_parquet(f)), files[0])
     fmt = format_of(first)
-    check_one_format(files)
+    if check:
+        check_one_format(files)
     return fmt
 
 
@@ -531,13 +535,31 @@ def check_one_format(files: list[str]) -> None:
     """
     if len(files) < 2:
         return
+    check_formats_of(files, [_format_or_none(f) for f in files])
+
+
+def _format_or_none(path: str) -> str | None:
+    try:
+        return format_of(path, empty=None)
+    except (UnsupportedFormatError, OSError):
+        return None
+
+
+def check_formats_of(files: list[str], formats: list[str | None]) -> None:
+    """:func:`check_one_format` over formats already told (a planning scan tells each file's
+    from the footer it read).
+
+    Args:
+        files: The input's data files.
+        formats: Each file's :func:`format_of` with ``empty=None`` (None: an empty partition,
+            or a format that cannot be told).
+
+    Raises:
+        UnsupportedFormatError: Two or more of rows, episodes and sample batches are present.
+    """
     by_format: dict[str, list[str]] = {}
     whole = whole_file_formats()
-    for f in files:
-        try:
-            fmt = format_of(f, empty=None)
-        except (UnsupportedFormatError, OSError):
-            continue
+    for f, fmt in zip(files, formats, strict=True):
         if fmt is None:  # an empty partition holds no format's rows
             continue
         if fmt not in whole:
@@ -557,10 +579,12 @@ def check_one_format(files: list[str]) -> None:
 
 
 @overload
-def format_of(first: str) -> str: ...
+def format_of(first: str, *, probe: FileProbe | None = None) -> str: ...
 @overload
-def format_of(first: str, *, empty: str | None) -> str | None: ...
-def format_of(first: str, *, empty: str | None = "rows") -> str | None:
+def format_of(first: str, *, empty: str | None, probe: FileProbe | None = None) -> str | None: ...
+def format_of(
+    first: str, *, empty: str | None = "rows", probe: FileProbe | None = None
+) -> str | None:
     """The format of one file, from its name and content (see :func:`detect_format`); ``empty``
     for a Parquet file of zero rows (an empty partition), whose columns may say nothing.
 
@@ -568,6 +592,7 @@ def format_of(first: str, *, empty: str | None = "rows") -> str | None:
         first: The file's path or URI (the first data file, for a whole input).
         empty: What a Parquet file of zero rows is: ``"rows"`` (the default) reads its
             columns as any other file; None or another name is returned as it is.
+        probe: The file's probe where the caller holds one (its footer read already).
 
     Returns:
         The first registered format whose ``detect_file`` claims the file, in detection order
@@ -579,7 +604,7 @@ def format_of(first: str, *, empty: str | None = "rows") -> str | None:
         UnsupportedFormatError: A JSON-lines file that is not SampleBatch records, or a file
             that is neither Parquet nor JSON lines.
     """
-    probe = FileProbe(first)
+    probe = probe if probe is not None else FileProbe(first)
     for spec in input_formats():
         if spec.detect_file is None:
             continue

@@ -150,20 +150,22 @@ def tmp_tag() -> str:
     return f"{os.getpid()}-{_TMP_TOKEN}"
 
 
-def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
+def write_json_atomic(path: str | os.PathLike[str], obj: Any, *, indent: int | None = 2) -> None:
     """Writes JSON under a temporary name, flushes it to disk, then renames it into place.
 
     Args:
         path: The local file to write; its folder must exist. An existing file is replaced
             whole; a reader sees the old or the new content, never a part.
-        obj: What to write, indented by 2 with a final newline; a value JSON cannot hold is
-            written as its ``str``.
+        obj: What to write, with a final newline; a value JSON cannot hold is written as its
+            ``str``.
+        indent: Indented by this (None: on one line, which ``json``'s C encoder writes many
+            times faster: a job's description of 100,000 inputs).
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{tmp_tag()}")
     try:
         with open(tmp, "w") as fh:
-            json.dump(obj, fh, indent=2, default=str)
+            fh.write(json.dumps(obj, indent=indent, default=str))
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
@@ -555,7 +557,7 @@ class LocalStaging:
         self.samples.mkdir(parents=True, exist_ok=True)
         self.units.mkdir(exist_ok=True)
         self.job["job_id"] = self.job_id
-        write_json_atomic(self.path / _JOB_FILE, self.job)
+        write_json_atomic(self.path / _JOB_FILE, self.job, indent=None)  # 100k inputs: fast
         return kept
 
     def _resumable(self) -> dict[int, dict[str, Any]]:

@@ -71,7 +71,9 @@ def job_config(config: ConfigLike) -> PreLearnerConfig:
     return PreLearnerConfig.coerce(config)
 
 
-def resolve_config(config: PreLearnerConfig, files: list[str]) -> PreLearnerConfig:
+def resolve_config(
+    config: PreLearnerConfig, files: list[str], *, check_formats: bool = True
+) -> PreLearnerConfig:
     """Fills in what depends on the files: the detected format, and the spaces a ``convert``
     wrote into the Parquet metadata (enforced where the config declares none: the config's win).
     Files of several formats are refused whatever the format chosen
@@ -81,6 +83,8 @@ def resolve_config(config: PreLearnerConfig, files: list[str]) -> PreLearnerConf
         config: The job's config; ``read.format="auto"`` is replaced by the detected format,
             and ``validate``'s spaces left None may be filled from the files.
         files: The input's data files (:func:`~offline_prelearner.io.sources.expand_paths`).
+        check_formats: Open every file to refuse a mix of formats (False: the caller checks
+            them, as the batch job does from its planning scan, which reads every footer).
 
     Returns:
         A new config (or ``config`` itself where nothing was filled in).
@@ -89,8 +93,9 @@ def resolve_config(config: PreLearnerConfig, files: list[str]) -> PreLearnerConf
         UnsupportedFormatError: The format cannot be detected, or the files mix formats.
     """
     if config.read.format == "auto":
-        config = replace(config, read=replace(config.read, format=detect_format(files)))
-    elif config.read.format in ("rows", "episodes", "sample_batches"):
+        fmt = detect_format(files, check=check_formats)
+        config = replace(config, read=replace(config.read, format=fmt))
+    elif check_formats and config.read.format in ("rows", "episodes", "sample_batches"):
         check_one_format(files)
     return _declared_spaces(config, files)
 
@@ -140,7 +145,11 @@ def prelearner_class(config: PreLearnerConfig, cls: Any = None) -> type[OfflineP
 
 
 def prepare(
-    path: str | os.PathLike[str] | list[str], config: ConfigLike, prelearner: Any = None
+    path: str | os.PathLike[str] | list[str],
+    config: ConfigLike,
+    prelearner: Any = None,
+    *,
+    check_formats: bool = True,
 ) -> tuple[list[str], PreLearnerConfig, type[OfflinePreLearner]]:
     """Everything that can fail before Ray starts: the config (:func:`job_config`), files,
     format, the class, and one dry construction of the prelearner (connectors, buffers, reader),
@@ -152,6 +161,7 @@ def prepare(
         config: The config in any form :func:`job_config` takes.
         prelearner: The prelearner class or its import path, as :func:`prelearner_class`
             takes it; None: the config's.
+        check_formats: As :func:`resolve_config` (False: the caller refuses mixed formats).
 
     Returns:
         ``(files, config, cls)``: the data files, the config resolved against them
@@ -168,7 +178,7 @@ def prepare(
     # registers (``register_format``) is one the detection below knows.
     cls = prelearner_class(config, prelearner)
     files = expand_paths(path if isinstance(path, list) else os.fspath(path))
-    config = resolve_config(config, files)
+    config = resolve_config(config, files, check_formats=check_formats)
     cls(config)
     return files, config, cls
 

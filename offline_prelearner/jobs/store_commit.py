@@ -100,6 +100,12 @@ def write_json(loc: Location, obj: Any) -> None:
     loc.write_bytes((json.dumps(obj, indent=2, default=str) + "\n").encode())
 
 
+def _write_job(loc: Location, job: Any) -> None:
+    """``job.json`` on one line: ``json``'s C encoder writes a job of 100,000 inputs many times
+    faster than the indented form."""
+    loc.write_bytes((json.dumps(job, default=str) + "\n").encode())
+
+
 def _read_json(loc: Location) -> Any:
     """The JSON at ``loc``, or None when it is absent or not JSON."""
     try:
@@ -445,7 +451,7 @@ class StoreStaging:
         self.job["job_id"] = self.job_id
         self.job.setdefault("started_at", time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         with store_failure(self.out):
-            write_json(self.path.join(_JOB_FILE), self.job)
+            _write_job(self.path.join(_JOB_FILE), self.job)
 
     def _open(self) -> dict[int, dict[str, Any]]:
         self.check_out()

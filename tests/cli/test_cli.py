@@ -360,7 +360,7 @@ def _parsers() -> dict[str, argparse.ArgumentParser]:
 
 def test_every_help_ends_with_examples_that_parse(capsys) -> None:
     commands = _parsers()
-    assert set(commands) == {"", "record", "process", "inspect", "report", "convert"}
+    assert set(commands) == {"", "record", "process", "inspect", "report", "convert", "index"}
     for command in commands:
         with pytest.raises(SystemExit):
             main([command, "--help"] if command else ["--help"])

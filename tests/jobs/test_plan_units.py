@@ -13,11 +13,13 @@ import pyarrow.parquet as pq
 from conftest import REPO
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from plan_reference import _check_inputs as _reference_check_inputs
 
 from offline_prelearner import run_pipeline
 from offline_prelearner.config import PreLearnerConfig
 from offline_prelearner.jobs.batch import plan as P
 from offline_prelearner.jobs.batch.run import read_unit, units_by_node
+from offline_prelearner.jobs.batch.scan import row_keys
 from offline_prelearner.jobs.records import UnitRecord
 
 CONFIG = PreLearnerConfig().with_updates({"format": "rows"})
@@ -26,7 +28,7 @@ IDS = ["a", "b", "c", "10", "9", "é", ""]
 
 def reference_units(files: list[str], min_rows: int) -> tuple[P.Unit, ...]:
     """The plan's units as the per-key Python loop computed them (before the columnar plan)."""
-    inputs, refused, _ = P._check_inputs(files, CONFIG)
+    inputs, refused, _ = _reference_check_inputs(files, CONFIG)
     keys = P._key_columns(CONFIG, pq.read_schema(files[0]).names)
     unit_of = P._group_files(inputs, min_rows)
     n_units = unit_of[-1] + 1
@@ -36,7 +38,7 @@ def reference_units(files: list[str], min_rows: int) -> tuple[P.Unit, ...]:
     for j, f in enumerate(files):
         if inputs[j].rows == 0 or j in refused:
             continue
-        k = P.row_keys(pq.read_table(f, columns=list(keys)), keys)
+        k = row_keys(pq.read_table(f, columns=list(keys)), keys)
         if not len(k):
             continue
         last = (

@@ -53,11 +53,13 @@ class FileProbe:
 
     Args:
         path: The file's local path or store URI.
+        footer: Its Parquet footer where the caller has read it already (the planning scan),
+            so that detection opens nothing.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, footer: pq.FileMetaData | None = None) -> None:
         self.path = path
-        self._footer: pq.FileMetaData | None = None
+        self._footer: pq.FileMetaData | None = footer
         self._footer_error: Exception | None = None
         self._first: tuple[Any] | None = None
 

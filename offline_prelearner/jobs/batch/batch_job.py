@@ -39,14 +39,16 @@ from ...config import Engine, PreLearnerConfig, check_engine
 from ...errors import JobFailed, OfflinePrelearnerError, error_from_dict, error_to_dict
 from ...io.fast_tensor import Layout, check_layout
 from ...replay.storage.memory import for_worker_process
-from ..commit import QUARANTINE, input_fingerprint
+from ..commit import QUARANTINE
 from ..preflight import ConfigLike, NodeCheck, job_config, prepare
 from ..records import FileRecord, JobStats, UnitRecord
 from ..session.ray_session import import_ray, init_ray, release_ray, worker_env
 from ..staging import Staging, staging_for
 from ..store_commit import CommittedWarning
 from .file_tally import per_file
-from .plan import Plan, plan_units, unit_key
+from .index import index_output
+from .plan import Plan, unit_key
+from .planner import plan_job, plans_on_ray, ray_scanner
 from .run import UnitJob, run_unit, units_by_node
 
 __all__ = ["JobFailed", "PipelineResult", "choose_engine", "run_pipeline"]
@@ -287,12 +289,19 @@ def _run_job(
     run, without ``out_dir``, stages in a temporary folder and commits nothing)."""
     clock = _Clock()
     resume = staging.resume
-    files, config, cls = prepare(path, config, prelearner)
-    plan = plan_units(files, config)
-    eng = choose_engine(engine, config, plan)
+    # Mixed formats are refused from the planning scan, which reads every footer anyway.
+    check = config.read.format in ("auto", "rows", "episodes", "sample_batches")
+    files, config, cls = prepare(path, config, prelearner, check_formats=False)
+    scanner = None
+    if plans_on_ray(engine, config):  # the files are scanned by Ray tasks on every node
+        clock.lap("plan")
+        init_ray(config)
+        clock.lap("engine_start")
+        scanner = ray_scanner(files)
     # The inputs as they are now: a resume reuses a unit only if its key (its parts and the
     # size, mtime and content fingerprint of every file it reads) is the one planned now.
-    fingerprints = tuple(input_fingerprint(f.path) for f in plan.files)
+    plan, fingerprints = plan_job(path, files, config, scanner, check_formats=check)
+    eng = choose_engine(engine, config, plan)
     seed = config.seed
     if seed is None:  # the interrupted run's (to resume), else fresh
         seed = staging.staged_seed() if resume else None
@@ -371,11 +380,12 @@ def _run_job(
         return PipelineResult(None, [], dataclasses.replace(stats, phases=dict(clock.phases)))
     # Holds the commit point; stats.json's phases have no commit or stop seconds yet.
     staging.commit(stats.to_dict(), sample_files, {QUARANTINE: quarantined})
+    written = [staging.output_file("samples", f.name) for f in sample_files]
+    index_output(staging.output_file(), written)  # after the commit point, like stats.json
     clock.lap("commit")
     _stop(clock)
     stats = dataclasses.replace(stats, phases=dict(clock.phases))
     _restate(staging, stats)
-    written = [staging.output_file("samples", f.name) for f in sample_files]
     return PipelineResult(os.fspath(out_dir), written, stats)
 
 
@@ -394,9 +404,11 @@ class _Clock:
         }
 
     def lap(self, phase: str) -> None:
-        """Ends ``phase`` now: the seconds since the last phase ended are its own."""
+        """Ends ``phase`` now: the seconds since the last phase ended are its own (added to
+        what it had: Ray's start, on a job that plans on Ray, comes between two parts of the
+        plan)."""
         now = time.perf_counter()
-        self.phases[phase] = round(now - self.last, 3)
+        self.phases[phase] = round((self.phases[phase] or 0.0) + now - self.last, 3)
         self.last = now
 
     def engine_and_units(self, began: float | None) -> None:
@@ -406,7 +418,7 @@ class _Clock:
         total = now - self.last
         since = total if began is None else time.time() - began  # the units' own seconds
         start = min(max(0.0, total - since), total)
-        self.phases["engine_start"] = round(start, 3)
+        self.phases["engine_start"] = round((self.phases["engine_start"] or 0.0) + start, 3)
         self.phases["units"] = round(total - start, 3)
         self.last = now
 

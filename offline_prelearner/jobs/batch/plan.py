@@ -28,7 +28,6 @@ a resume compares before it reuses the unit's record; :mod:`.run` runs a unit.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -38,87 +37,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from ...config import DEFAULT_LIMITS, DecodeLimits, PreLearnerConfig
-from ...errors import DataError
-from ...io.parquet_guard import check_drift, open_parquet
+from ...config import PreLearnerConfig
+from ...io.parquet_guard import check_drift
 from ...io.schema import load_schema
-from ...io.sources import read_table, whole_file_formats
-from ...io.stores import file_stat, input_file, open_random_access
-
-#: The names of JSON-lines inputs (read whole, with pyarrow's JSON reader; no Parquet footer).
-JSON_EXT = (".json", ".jsonl", ".ndjson")
-_SEP = "\x1f"  # between eps_id and agent_id in a key
-
-
-@dataclass(frozen=True)
-class InputFile:
-    """An input file as the plan saw it; a resume reuses work only if size and mtime still match."""
-
-    path: str
-    size: int
-    mtime_ns: int
-    rows: int | None  # from the Parquet footer; None for JSON lines
-
-    @classmethod
-    def stat(cls, path: str) -> InputFile:
-        """The file's size and modification time (no schema read).
-
-        Args:
-            path: The file's local path or store URI.
-
-        Returns:
-            The file as :meth:`checked` sees it with the default limits (a Parquet file's
-            footer is still read, for its row count).
-        """
-        return cls.checked(path)[0]
-
-    @classmethod
-    def checked(
-        cls, path: str, limits: DecodeLimits = DEFAULT_LIMITS
-    ) -> tuple[InputFile, pa.Schema | None, int | None]:
-        """The file and, for Parquet, its schema and the bytes its rows decode to (the row
-        groups' uncompressed sizes) from the footer, which is checked against ``limits``
-        (:mod:`~offline_prelearner.io.parquet_guard`: a DataError refuses a bomb).
-
-        Args:
-            path: The file's local path or store URI. ``.arrow`` files are counted from their
-                IPC footer; JSON lines and HDF5 are not opened (rows None).
-            limits: The decode bounds the Parquet footer is checked against.
-
-        Returns:
-            The file (rows None where no footer could be read: the reader names the file
-            later), the Parquet schema (else None) and the decoded bytes of its row groups
-            (else None).
-
-        Raises:
-            DataError: The footer claims more than ``limits`` allow.
-            FileNotFoundError: No such file.
-        """
-        st = file_stat(path)
-        schema = None
-        rows = None
-        decoded = None
-        if path.endswith(".arrow"):  # Minari's arrow backend: one episode per file
-            try:
-                with _arrow_source(path) as src:
-                    rows = pa.ipc.open_file(src).count_rows()
-            except (pa.ArrowInvalid, OSError):
-                rows = None
-        elif not path.endswith((*JSON_EXT, ".hdf5", ".h5")):
-            try:
-                pf = open_parquet(path, limits, size=st.st_size)
-                meta = pf.metadata
-                rows, schema = meta.num_rows, pf.schema_arrow
-                decoded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-            except (pa.ArrowInvalid, OSError):
-                rows = None  # the reader names the file when it fails on it
-        return cls(path, st.st_size, st.st_mtime_ns, rows), schema, decoded
-
-    def to_dict(self) -> dict[str, Any]:
-        """The file as a JSON-able dict (a unit record's inputs)."""
-        return dataclasses.asdict(self)
+from ...io.sources import whole_file_formats
+from .scan import InputFile, Scans, ScanSpec, ThreadScanner, file_keys
 
 
 @dataclass(frozen=True)
@@ -194,36 +118,6 @@ def _key_columns(config: PreLearnerConfig, names: list[str]) -> tuple[str, ...]:
     return (eps, agent) if agent is not None and agent in names else (eps,)
 
 
-def row_keys(table: pa.Table, key_columns: tuple[str, ...]) -> pa.Array:
-    """One string per row: the episode id, joined with the agent id where one is set.
-
-    Args:
-        table: The rows; must hold every column of ``key_columns``.
-        key_columns: The episode id column and, optionally, the agent id column
-            (:attr:`Plan.key_columns`). A column of Arrow's null type is left out; a null cell
-            is ``""``; a value that does not cast to a string is read as its bytes.
-
-    Returns:
-        A string array, one key per row (all ``""`` when no column has a type).
-    """
-    parts = []
-    for name in key_columns:
-        col = table.column(name)
-        if pa.types.is_null(col.type):
-            continue
-        try:
-            text = pc.cast(col, pa.string())
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            text = pc.cast(pc.cast(col, pa.binary()), pa.string(), safe=False)
-        parts.append(pc.fill_null(text, ""))
-    if not parts:
-        return pa.array([""] * table.num_rows, pa.string())
-    if len(parts) == 1:
-        return parts[0].combine_chunks() if isinstance(parts[0], pa.ChunkedArray) else parts[0]
-    joined = pc.binary_join_element_wise(*parts, _SEP)
-    return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
-
-
 #: Consecutive input files are grouped into one unit until it holds this many rows (small files,
 #: as RLlib's recorder writes them, would otherwise make units of a batch or less each).
 UNIT_MIN_ROWS = 1 << 17
@@ -240,39 +134,6 @@ def _group_files(inputs: tuple[InputFile, ...], min_rows: int) -> list[int]:
     return unit_of
 
 
-def _check_inputs(
-    files: list[str], config: PreLearnerConfig
-) -> tuple[tuple[InputFile, ...], set[int], float | None]:
-    """Every input as the plan sees it, its Parquet footer checked on this process (the driver,
-    on the Ray engine) before any unit opens it: against ``read.limits``
-    (:mod:`~offline_prelearner.io.parquet_guard`) and, for row data, the schemas against each
-    other (:func:`~offline_prelearner.io.parquet_guard.check_drift`). Under ``on_invalid="raise"``
-    a refusal ends the job here; under skip or quarantine the file's rows are unknown and the
-    unit that reads it refuses and counts it (returned: the indices of those files), and the
-    bytes a row decodes to on average (:attr:`Plan.row_bytes`)."""
-    limits = config.read.limits
-    inputs: list[InputFile] = []
-    schemas: list[pa.Schema | None] = []
-    refused: set[int] = set()
-    decoded_bytes = decoded_rows = 0
-    for i, f in enumerate(files):
-        try:
-            got, schema, decoded = InputFile.checked(f, limits)
-        except DataError:
-            if config.read.on_invalid == "raise":
-                raise
-            st = file_stat(f)
-            got, schema, decoded = InputFile(f, st.st_size, st.st_mtime_ns, None), None, None
-            refused.add(i)
-        inputs.append(got)
-        schemas.append(schema)
-        if decoded is not None and got.rows:
-            decoded_bytes, decoded_rows = decoded_bytes + decoded, decoded_rows + got.rows
-    if config.read.format == "rows":
-        check_drift(files, schemas)
-    return tuple(inputs), refused, (decoded_bytes / decoded_rows if decoded_rows else None)
-
-
 #: Overrides :data:`UNIT_MIN_ROWS` (more, smaller units: parallelism, fault tests).
 UNIT_MIN_ROWS_ENV = "OFFLINE_PRELEARNER_UNIT_MIN_ROWS"
 
@@ -280,6 +141,8 @@ UNIT_MIN_ROWS_ENV = "OFFLINE_PRELEARNER_UNIT_MIN_ROWS"
 def plan_units(files: list[str], config: PreLearnerConfig, min_rows: int | None = None) -> Plan:
     """The units of a job over ``files`` (name order); see the module docstring.
 
+    Each file is opened once, many at once on this process (:class:`~.scan.ThreadScanner`);
+    :func:`plan_scans` plans from scans made anywhere (Ray tasks, a dataset index).
     ``min_rows`` defaults to ``$OFFLINE_PRELEARNER_UNIT_MIN_ROWS``, else :data:`UNIT_MIN_ROWS`.
 
     Args:
@@ -300,10 +163,43 @@ def plan_units(files: list[str], config: PreLearnerConfig, min_rows: int | None 
         DataError: Under ``on_invalid="raise"``, a footer over ``read.limits``; for row data,
             schemas that drift between files.
     """
+    return plan_scans(ThreadScanner().scan(files, ScanSpec.of(config)), config, min_rows)
+
+
+def plan_scans(scans: Scans, config: PreLearnerConfig, min_rows: int | None = None) -> Plan:
+    """The units of a job from its files' scans (:mod:`.scan`): the same plan, byte for byte,
+    whichever scanner made them, as :func:`plan_units` describes.
+
+    Every footer was checked where it was scanned: against ``read.limits``
+    (:mod:`~offline_prelearner.io.parquet_guard`); under ``on_invalid="raise"`` the first
+    refusal in file order ends the job here; under skip or quarantine the file's rows are
+    unknown and the unit that reads it refuses and counts it. For row data the schemas are
+    checked against each other here (:func:`~offline_prelearner.io.parquet_guard.check_drift`,
+    once per distinct schema: a file whose schema an earlier file had adds nothing).
+
+    Args:
+        scans: One scan per input file, in name order.
+        config: The job's config (as :func:`plan_units` reads it).
+        min_rows: As :func:`plan_units`.
+
+    Returns:
+        The plan.
+
+    Raises:
+        DataError: As :func:`plan_units`; OSError: a file the scan could not open.
+    """
     if min_rows is None:
         min_rows = int(os.environ.get(UNIT_MIN_ROWS_ENV, UNIT_MIN_ROWS))
-    inputs, refused, row_bytes = _check_inputs(files, config)
+    scans.raise_first_error()
+    got = scans.files
+    files = [s.file.path for s in got]
+    inputs = tuple(s.file for s in got)
+    known = [(s.decoded, s.file.rows) for s in got if s.decoded is not None and s.file.rows]
+    decoded_rows = sum(r or 0 for _, r in known)
+    row_bytes = sum(d or 0 for d, _ in known) / decoded_rows if decoded_rows else None
     fmt = config.read.format
+    if fmt == "rows":
+        _check_drift(scans)
     if fmt in whole_file_formats():
         unit_of = _group_files(inputs, min_rows) if fmt == "minari" else list(range(len(files)))
         units = [
@@ -314,80 +210,93 @@ def plan_units(files: list[str], config: PreLearnerConfig, min_rows: int | None 
     if fmt != "rows":
         return Plan(inputs, (Unit(0, tuple(Part(i) for i in range(len(files)))),))
     # The columns of the first file that holds rows (an empty partition may hold none at all).
-    first = next((f.path for f in inputs if f.rows != 0), files[0])
-    try:
-        names = pq.read_schema(input_file(first)).names if not first.endswith(JSON_EXT) else []
-    except (pa.ArrowInvalid, OSError):
-        names = []
-    keys = _key_columns(config, names)
+    first = next((s for s in got if s.file.rows != 0), got[0])
+    keys = _key_columns(config, scans.names(first))
     if not keys:  # episodes are split at done flags within each file: a unit per file
         per_file = tuple(Unit(i, (Part(i),)) for i in range(len(files)))
         return Plan(inputs, per_file, row_bytes=row_bytes)
     unit_of = _group_files(inputs, min_rows)
     n_units = unit_of[-1] + 1
+    by_unit: list[list[int]] = [[] for _ in range(n_units)]
+    for i, u in enumerate(unit_of):
+        by_unit[u].append(i)
     foreign: list[list[str]] = [[] for _ in files]  # per file: keys owned by an earlier unit
     ahead: list[dict[int, tuple[list[str], int]]] = [{} for _ in range(n_units)]
-    for j, key, stop, o in _foreign_keys(files, inputs, refused, keys, unit_of, config):
+    table = _key_table(scans, keys, ScanSpec.of(config))
+    for j, key, stop, o in _foreign_keys(*table, unit_of):
         foreign[j].append(key)
-        got, end = ahead[o].get(j, ([], 0))
-        got.append(key)
-        ahead[o][j] = (got, max(end, stop + 1))
+        keys_in, end = ahead[o].get(j, ([], 0))
+        keys_in.append(key)
+        ahead[o][j] = (keys_in, max(end, stop + 1))
     units = []
     for u in range(n_units):
-        parts = [
-            Part(i, drop=tuple(sorted(foreign[i]))) for i in range(len(files)) if unit_of[i] == u
-        ]
+        parts = [Part(i, drop=tuple(sorted(foreign[i]))) for i in by_unit[u]]
         for j in sorted(ahead[u]):
-            got, end = ahead[u][j]
-            parts.append(Part(j, stop=end, keep=tuple(sorted(got))))
+            keys_in, end = ahead[u][j]
+            parts.append(Part(j, stop=end, keep=tuple(sorted(keys_in))))
         units.append(Unit(u, tuple(parts)))
     return Plan(inputs, tuple(units), keys, row_bytes=row_bytes)
 
 
-def _last_rows(k: pa.Array) -> tuple[pa.Array, np.ndarray]:
-    """The distinct keys of one file (first-seen order) and the last row of each."""
-    enc = pc.dictionary_encode(k)
-    codes = enc.indices.to_numpy(zero_copy_only=False)
-    last = np.full(len(enc.dictionary), -1, dtype=np.int64)
-    np.maximum.at(last, codes, np.arange(len(codes), dtype=np.int64))
-    return enc.dictionary, last
+def _check_drift(scans: Scans) -> None:
+    """:func:`~offline_prelearner.io.parquet_guard.check_drift` over the first file of each
+    distinct schema (a refused footer's schema is not compared, as before): a later file of a
+    schema already seen meets the same columns first seen at or before its twin, so it passes
+    or fails as its twin did."""
+    seen: set[str] = set()
+    files: list[str] = []
+    schemas: list[pa.Schema | None] = []
+    for s in scans.files:
+        if s.refused or s.schema is None or s.schema in seen:
+            continue
+        seen.add(s.schema)
+        files.append(s.file.path)
+        schemas.append(scans.schemas[s.schema])
+    check_drift(files, schemas)
 
 
-def _foreign_keys(
-    files: list[str],
-    inputs: tuple[InputFile, ...],
-    refused: set[int],
-    keys: tuple[str, ...],
-    unit_of: list[int],
-    config: PreLearnerConfig,
-) -> list[tuple[int, str, int, int]]:
-    """Each (file, key, last row of the key in the file, owning unit) where the key's episode
-    began in an earlier unit, in file order, keys in first-seen order within a file.
-
-    Columnar: each file's distinct keys with their last rows, then the owner of every key (the
-    unit of its first file) from one dictionary encoding over all of them; Python sees only the
-    keys that cross a unit boundary."""
+def _key_table(
+    scans: Scans, keys: tuple[str, ...], spec: ScanSpec
+) -> tuple[pa.Array | None, np.ndarray, np.ndarray]:
+    """Every file's distinct keys, one after another in file order (None: none at all), the
+    file of each and its last row there. A scan that read other columns than the plan's keys
+    (a file with an agent id column the first file lacks, JSON lines) is read again as the
+    serial plan read it (:func:`~.scan.file_keys`); an empty or refused file holds none."""
     seen: list[pa.Array] = []
     file_of: list[np.ndarray] = []
     stops: list[np.ndarray] = []
-    for j, f in enumerate(files):
-        if inputs[j].rows == 0 or j in refused:
+    for j, s in enumerate(scans.files):
+        if s.file.rows == 0 or s.refused:
             continue  # an empty partition: no episode starts or continues there
-        try:
-            table = read_table(f, columns=list(keys), limits=config.read.limits)
-        except DataError:
-            continue  # the unit that reads this file raises the error with its context
-        k = row_keys(table, keys)
-        if not len(k):
+        if s.key_columns == keys and s.keys is not None and s.last is not None:
+            distinct, last = s.keys, s.last
+        else:
+            got = file_keys(s.file.path, keys, spec)
+            if got is None:
+                continue  # the unit that reads this file raises the error with its context
+            distinct, last = got
+        if not len(distinct):
             continue
-        distinct, last = _last_rows(k)
         seen.append(distinct)
         stops.append(last)
         file_of.append(np.full(len(last), j, dtype=np.int64))
     if not seen:
-        return []
+        return None, np.zeros(0, np.int64), np.zeros(0, np.int64)
     every = pa.chunked_array(seen, pa.string()).combine_chunks()
-    file_at = np.concatenate(file_of)
+    return every, np.concatenate(file_of), np.concatenate(stops)
+
+
+def _foreign_keys(
+    every: pa.Array | None, file_at: np.ndarray, stop_at: np.ndarray, unit_of: list[int]
+) -> list[tuple[int, str, int, int]]:
+    """Each (file, key, last row of the key in the file, owning unit) where the key's episode
+    began in an earlier unit, in file order, keys in first-seen order within a file.
+
+    Columnar: the owner of every key (the unit of its first file) from one dictionary
+    encoding over every file's distinct keys (:func:`_key_table`); Python sees only the keys
+    that cross a unit boundary."""
+    if every is None:
+        return []
     unit_at = np.asarray(unit_of, dtype=np.int64)[file_at]
     codes = pc.dictionary_encode(every).indices.to_numpy(zero_copy_only=False)
     first = np.full(int(codes.max()) + 1, len(codes), dtype=np.int64)
@@ -395,7 +304,6 @@ def _foreign_keys(
     owner = unit_at[first[codes]]
     cross = np.flatnonzero(owner != unit_at)
     names = every.take(pa.array(cross)).to_pylist()
-    stop_at = np.concatenate(stops)
     return [
         (int(file_at[i]), name, int(stop_at[i]), int(owner[i]))
         for i, name in zip(cross, names, strict=True)
@@ -432,8 +340,3 @@ def unit_key(plan: Plan, unit: Unit, fingerprints: tuple[str, ...]) -> str:
             ).encode()
         )
     return h.hexdigest()
-
-
-def _arrow_source(path: str) -> Any:
-    """An Arrow IPC file to read: memory-mapped on the local disk, opened on a store."""
-    return open_random_access(path)

@@ -43,7 +43,8 @@ from ..records import FileRecord, UnitRecord
 from ..staged_file import StagedFile
 from ..staging import UnitOutput
 from .file_tally import FileTally
-from .plan import JSON_EXT, Part, Plan, Unit, row_keys, unit_key
+from .plan import Part, Plan, Unit, unit_key
+from .scan import JSON_EXT, row_keys
 
 
 # ====================================================================== reading
