@@ -55,13 +55,18 @@ class FileProbe:
         path: The file's local path or store URI.
         footer: Its Parquet footer where the caller has read it already (the planning scan),
             so that detection opens nothing.
+        schema: The footer's Arrow schema where the caller has it (else converted once, on
+            first use).
     """
 
-    def __init__(self, path: str, footer: pq.FileMetaData | None = None) -> None:
+    def __init__(
+        self, path: str, footer: pq.FileMetaData | None = None, schema: pa.Schema | None = None
+    ) -> None:
         self.path = path
         self._footer: pq.FileMetaData | None = footer
         self._footer_error: Exception | None = None
         self._first: tuple[Any] | None = None
+        self._schema = schema  # the footer's as Arrow, converted once (each detector asks)
 
     @property
     def is_json_lines(self) -> bool:
@@ -92,8 +97,10 @@ class FileProbe:
     @property
     def schema(self) -> pa.Schema | None:
         """The Parquet file's Arrow schema; None where :attr:`footer` is."""
-        footer = self.footer
-        return None if footer is None else footer.schema.to_arrow_schema()
+        if self._schema is None:
+            footer = self.footer
+            self._schema = None if footer is None else footer.schema.to_arrow_schema()
+        return self._schema
 
     @property
     def first_record(self) -> Any:

@@ -334,10 +334,12 @@ def _scan_other(path: str, spec: ScanSpec) -> FileScan:
     return FileScan(got, input_fingerprint(path), decoded=decoded, format=_format(path))
 
 
-def _format(path: str, footer: pq.FileMetaData | None = None) -> str | None:
+def _format(
+    path: str, footer: pq.FileMetaData | None = None, schema: pa.Schema | None = None
+) -> str | None:
     """The file's format as the mixed-format check tells it (None: cannot be told, or an
-    empty partition), from the footer already read where there is one."""
-    probe = FileProbe(path, footer) if footer is not None else None
+    empty partition), from the footer (and its Arrow schema) already read where there is one."""
+    probe = FileProbe(path, footer, schema) if footer is not None else None
     try:
         return format_of(path, empty=None, probe=probe)
     except (UnsupportedFormatError, OSError):
@@ -380,7 +382,7 @@ def _scan_parquet(path: str, spec: ScanSpec) -> tuple[FileScan, pa.Schema | None
             scan = FileScan(InputFile(path, size, mtime, None), fingerprint, format=_format(path))
             return scan, None
         sid = schema_id(schema)
-        fmt = _format(path, meta)
+        fmt = _format(path, meta, schema)
         try:
             check_footer(path, pf, size, mtime, spec.limits)
         except DataError as e:

@@ -167,10 +167,10 @@ def find_root(path: str | os.PathLike[str]) -> Path | None:
 
 def _root_of_file(path: str) -> Path | None:
     """The root of a data file ``<root>/data/chunk-*/<file>.parquet``, or None."""
-    p = Path(path)
-    if p.suffix != ".parquet" or len(p.parts) < 3 or p.parent.parent.name != "data":
-        return None
-    return find_root(p.parent.parent.parent)
+    parts = path.replace(os.sep, "/").rsplit("/", 3)  # [root, "data", chunk, file]
+    if len(parts) < 4 or parts[1] != "data" or not path.endswith(".parquet"):
+        return None  # decided on the string: every input file of every job is asked
+    return find_root(parts[0] or "/")
 
 
 def is_lerobot_file(path: str) -> bool:
