@@ -131,6 +131,7 @@ def test_the_docstring_draws_every_class_and_says_which_stand_outside_the_root()
         "_Bad",
         "OddDataWarning",
         "CommittedWarning",
+        "StaleIndexWarning",
     }
 
 

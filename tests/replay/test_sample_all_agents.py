@@ -162,7 +162,8 @@ def test_process_cli_local_engine(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=300, cwd=REPO,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    written = [pq.read_table(f).to_pydict() for f in sorted(out.rglob("*.parquet"))]
+    samples = sorted((out / "samples").rglob("*.parquet"))  # not out/_index.parquet
+    written = [pq.read_table(f).to_pydict() for f in samples]
     assert written
     got = transitions(written)
     assert sum(got.values()) == table.num_rows
