@@ -29,6 +29,7 @@ from ..plugins import import_object
 from ..prelearner import OfflinePreLearner
 
 __all__ = [
+    "MIXED_FORMAT_CHECKED",
     "ConfigLike",
     "NodeCheck",
     "job_config",
@@ -39,6 +40,10 @@ __all__ = [
 
 #: What the library's entry points take as ``config``.
 ConfigLike = PreLearnerConfig | Mapping[str, Any] | str | os.PathLike[str] | None
+
+#: The ``read.format`` values under which a mix of formats among the files is refused (with
+#: ``"auto"``, whose detection refuses it); a format read whole (Minari, D4RL) is not checked.
+MIXED_FORMAT_CHECKED = ("rows", "episodes", "sample_batches")
 
 
 def job_config(config: ConfigLike) -> PreLearnerConfig:
@@ -95,7 +100,7 @@ def resolve_config(
     if config.read.format == "auto":
         fmt = detect_format(files, check=check_formats)
         config = replace(config, read=replace(config.read, format=fmt))
-    elif check_formats and config.read.format in ("rows", "episodes", "sample_batches"):
+    elif check_formats and config.read.format in MIXED_FORMAT_CHECKED:
         check_one_format(files)
     return _declared_spaces(config, files)
 

@@ -40,7 +40,7 @@ from ...errors import JobFailed, OfflinePrelearnerError, error_from_dict, error_
 from ...io.fast_tensor import Layout, check_layout
 from ...replay.storage.memory import for_worker_process
 from ..commit import QUARANTINE
-from ..preflight import ConfigLike, NodeCheck, job_config, prepare
+from ..preflight import MIXED_FORMAT_CHECKED, ConfigLike, NodeCheck, job_config, prepare
 from ..records import FileRecord, JobStats, UnitRecord
 from ..session.ray_session import import_ray, init_ray, release_ray, worker_env
 from ..staging import Staging, staging_for
@@ -290,7 +290,7 @@ def _run_job(
     clock = _Clock()
     resume = staging.resume
     # Mixed formats are refused from the planning scan, which reads every footer anyway.
-    check = config.read.format in ("auto", "rows", "episodes", "sample_batches")
+    check = config.read.format in ("auto", *MIXED_FORMAT_CHECKED)
     files, config, cls = prepare(path, config, prelearner, check_formats=False)
     scanner = None
     if plans_on_ray(engine, config):  # the files are scanned by Ray tasks on every node
