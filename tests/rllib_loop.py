@@ -19,6 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from benchmarks._rllib import greedy_return  # PYTHONPATH is the repository (test_rllib.py)
+
 
 def _ray() -> None:
     import ray
@@ -29,28 +31,6 @@ def _ray() -> None:
 def _spaces(env_id: str) -> tuple[Any, Any]:
     env = gym.make(env_id)
     return env.observation_space, env.action_space
-
-
-def _evaluate(algo: Any, episodes: int = 5) -> float:
-    """Greedy mean return of the learner's module on CartPole-v1, seeds 100..."""
-    import torch
-    from ray.rllib.core.columns import Columns
-
-    module = algo.learner_group._learner.module["default_policy"]
-    env = gym.make("CartPole-v1")
-    returns = []
-    for i in range(episodes):
-        obs, _ = env.reset(seed=100 + i)
-        done, total = False, 0.0
-        while not done:
-            with torch.no_grad():
-                out = module.forward_inference({Columns.OBS: torch.as_tensor(obs[None])})
-            action = int(torch.argmax(out[Columns.ACTION_DIST_INPUTS][0]))
-            obs, reward, term, trunc, _ = env.step(action)
-            total += float(reward)
-            done = term or trunc
-        returns.append(total)
-    return float(np.mean(returns))
 
 
 def _losses(result: dict[str, Any]) -> dict[str, float]:
@@ -89,7 +69,7 @@ def bc(data: str, iterations: str) -> dict[str, Any]:
         for i in range(n):
             result = algo.train()
             if i >= n // 2:
-                returns.append(_evaluate(algo))
+                returns.append(greedy_return(algo))
         out[side] = {"returns": returns, "losses": _losses(result)}
         algo.stop()
     return out
