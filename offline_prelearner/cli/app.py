@@ -102,13 +102,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _our_warnings_in_one_line() -> None:
     """This package's warnings reach the console as ``offline-prelearner: warning: ...``, one
-    line each; other libraries' keep Python's format."""
+    line each; other libraries' keep Python's format, until a signal arrived.
+
+    After SIGINT / SIGTERM the job's line is the interrupt's; what other libraries warn while the
+    job unwinds is an echo of the interrupt itself (a Cython extension whose import the signal
+    cut short: "Cython module failed to patch module with custom type"), not news about the data,
+    so it is not printed."""
     shown = warnings.showwarning
 
     def show(message: Warning | str, category: type[Warning], *rest: object, **kw: object) -> None:
         if category.__module__.startswith("offline_prelearner"):
             print(f"offline-prelearner: warning: {message}", file=sys.stderr)
-        else:
+        elif interrupts.received() is None:
             shown(message, category, *rest, **kw)  # type: ignore[arg-type]
 
     if getattr(shown, "__module__", None) != __name__:

@@ -509,3 +509,42 @@ def test_a_kind_setting_for_another_kind_is_one_line_exit_2(tmp_path: Path, caps
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "buffer.prioritized is set but buffer.kind is 'uniform'" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_after_a_signal_other_libraries_warnings_are_not_printed(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C that cuts a Cython extension's import short makes Cython warn ("failed to patch
+    module with custom type"): the console keeps the interrupt's one line, and the warnings the
+    job printed before the signal."""
+    import signal
+    import sys
+    import warnings
+
+    from offline_prelearner.cli import app
+    from offline_prelearner.errors import OddDataWarning
+    from offline_prelearner.jobs.session import interrupts
+
+    def python_format(
+        message: object, category: type[Warning], *rest: object, **kw: object
+    ) -> None:
+        print(f"{category.__name__}: {message}", file=sys.stderr)
+
+    monkeypatch.setattr(warnings, "showwarning", python_format)
+    app._our_warnings_in_one_line()
+    previous = interrupts.install()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.warn("before the signal", RuntimeWarning, stacklevel=1)
+            with pytest.raises(interrupts.Interrupted):
+                signal.raise_signal(signal.SIGINT)
+            warnings.warn("Cython module failed to patch module", RuntimeWarning, stacklevel=1)
+            warnings.warn("ours, still shown", OddDataWarning, stacklevel=1)
+    finally:
+        interrupts.closing(130)
+        interrupts.restore(previous)
+    err = capsys.readouterr().err
+    assert "before the signal" in err
+    assert "Cython" not in err
+    assert "offline-prelearner: warning: ours, still shown" in err
