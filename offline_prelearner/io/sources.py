@@ -49,7 +49,15 @@ from .formats.registry import (
 )
 from .manifest import MANIFEST_FILE, SAMPLES, Manifest, ManifestFile
 from .parquet_guard import open_parquet
-from .stores import Location, StorageError, input_file, is_remote, join_path, locate
+from .stores import (
+    Location,
+    StorageError,
+    forget_listings,
+    input_file,
+    is_remote,
+    join_path,
+    locate,
+)
 
 __all__ = [
     "LISTING_REASONS",
@@ -120,8 +128,13 @@ def expand_paths(path: str | os.PathLike[str] | list[str]) -> list[str]:
             differs, an explicitly named file its folder's manifest does not list.
         UnsupportedFormatError: The path is (or holds) a ``process`` output.
     """
+    forget_listings()  # sizes a store's listing gives are the plan's for this expansion only
+    return _expand(path)
+
+
+def _expand(path: str | os.PathLike[str] | list[str]) -> list[str]:
     if isinstance(path, list):
-        return [f for p in path for f in expand_paths(p)]
+        return [f for p in path for f in _expand(p)]
     text = os.fspath(path)
     if text.lower().startswith("file://"):
         text = locate(text).path  # file:///data/x is the local path /data/x

@@ -46,6 +46,7 @@ __all__ = [
     "Location",
     "StorageError",
     "file_stat",
+    "forget_listings",
     "input_file",
     "is_remote",
     "join_path",
@@ -53,6 +54,7 @@ __all__ = [
     "open_random_access",
     "read_file",
     "storage_error",
+    "take_listed",
 ]
 
 #: Schemes served by pyarrow's own filesystems; any other ``scheme://`` goes through fsspec.
@@ -196,7 +198,10 @@ class Location:
             infos = []
         except OSError as e:
             raise storage_error(e, self) from None
-        files = sorted(i.path for i in infos if i.type == pafs.FileType.File)
+        found = [i for i in infos if i.type == pafs.FileType.File]
+        files = sorted(i.path for i in found)
+        if not self.local:
+            _remember_listing(self, found)
         if not files and not self.local and (why := self.missing()) != "not found":
             # S3 refuses to list a missing bucket; Azure lists a missing container as empty
             raise StorageError(f"{self.uri}: {why}")
@@ -434,6 +439,42 @@ class FileStat(NamedTuple):
 
     st_size: int
     st_mtime_ns: int
+
+
+#: What the latest listings of a store said of each file (URI -> size and mtime), for the
+#: plan's scan to take instead of asking the store again (:func:`take_listed`); bounded.
+_LISTED: dict[str, FileStat] = {}
+_LISTED_MAX = 1 << 18
+
+
+def _remember_listing(folder: Location, infos: list[pafs.FileInfo]) -> None:
+    if len(_LISTED) + len(infos) > _LISTED_MAX:
+        _LISTED.clear()
+    for i in infos:
+        _LISTED[folder.with_path(i.path).uri] = FileStat(int(i.size or 0), int(i.mtime_ns or 0))
+
+
+def forget_listings() -> None:
+    """Drops what earlier listings said (:func:`take_listed`): called when an input is expanded
+    anew, so a file named later is never given an old listing's size."""
+    _LISTED.clear()
+
+
+def take_listed(path: str) -> FileStat | None:
+    """The size and mtime a store's listing gave for ``path``, taken once (a second call, or a
+    path no listing of this process met, gives None): what :func:`file_stat` would ask the store
+    for with one more request per file, known already from the listing that named the file.
+
+    A listing's answer is as fresh as the listing: the plan takes it right after the listing
+    (the commit's checks of changed inputs ask the store again, they never take it).
+
+    Args:
+        path: A store URI as the listing named it (a local path: always None).
+
+    Returns:
+        The listing's size and mtime, or None.
+    """
+    return _LISTED.pop(path, None) if _LISTED else None
 
 
 def file_stat(path: str | os.PathLike[str]) -> os.stat_result | FileStat:

@@ -112,3 +112,32 @@ def test_mixed_formats_are_refused_from_the_scan_as_before(tmp_path: Path, fmt: 
     with pytest.raises(UnsupportedFormatError) as now:
         run_pipeline(str(tmp_path), {"format": fmt}, engine="local")
     assert str(now.value) == str(before.value) and "mixed formats" in str(now.value)
+
+
+def test_a_stores_listing_gives_the_scan_its_sizes_once(tmp_path: Path, s3_store: str) -> None:
+    """The listing that named a store's files told their sizes and mtimes: the scan takes them
+    from it instead of asking the store for each file again, once, and scans what asking gives;
+    a later expansion forgets them (a file named later is never given an old listing's size)."""
+    from offline_prelearner.io.sources import expand_paths
+    from offline_prelearner.io.stores import file_stat, locate, take_listed
+
+    local = write_files(tmp_path, [[("a", None)] * 7, [("a", None), ("b", None)], []], [False])
+    fs_loc = locate(s3_store)
+    for f in local:
+        with fs_loc.fs.open_output_stream(f"{fs_loc.path}/{Path(f).name}") as out:
+            out.write(Path(f).read_bytes())
+    files = expand_paths(s3_store)
+    asked = [file_stat(f) for f in files]
+    listed = [take_listed(f) for f in files]
+    assert [(s.st_size, s.st_mtime_ns) for s in listed if s] == [
+        (s.st_size, s.st_mtime_ns) for s in asked
+    ]
+    assert [take_listed(f) for f in files] == [None] * 3  # taken once
+    spec = ScanSpec.of(CONFIG)
+    with_listing = ThreadScanner(2).scan(files, spec, listed)
+    without = ThreadScanner(2).scan(files, spec, [None] * 3)
+    assert with_listing.files == without.files
+    assert plan_scans(with_listing, CONFIG, 1) == serial_plan(files, CONFIG, 1)
+    expand_paths(s3_store)
+    expand_paths(files[0])  # a new expansion: the folder's listing is forgotten
+    assert take_listed(files[1]) is None

@@ -38,7 +38,7 @@ from ...io.formats.registry import FileProbe
 from ...io.parquet_guard import check_footer, decoded_bytes, open_parquet, parse_footer
 from ...io.schema import load_schema
 from ...io.sources import format_of, read_table
-from ...io.stores import file_stat, is_remote, open_random_access
+from ...io.stores import FileStat, file_stat, is_remote, open_random_access, take_listed
 from ..commit import input_fingerprint
 
 __all__ = [
@@ -303,12 +303,16 @@ class Scans:
         return list(schema.names) if schema is not None else []
 
 
-def scan_file(path: str, spec: ScanSpec) -> tuple[FileScan, pa.Schema | None]:
+def scan_file(
+    path: str, spec: ScanSpec, listed: FileStat | None = None
+) -> tuple[FileScan, pa.Schema | None]:
     """One file, opened once (see the module docstring); its failure is in the scan.
 
     Args:
         path: The file's local path or store URI.
         spec: What to read.
+        listed: The file's size and mtime as the listing that named it gave them
+            (:func:`~offline_prelearner.io.stores.take_listed`); None: asked of the file.
 
     Returns:
         The scan and the file's schema (None without a footer).
@@ -316,7 +320,7 @@ def scan_file(path: str, spec: ScanSpec) -> tuple[FileScan, pa.Schema | None]:
     try:
         if path.endswith((*JSON_EXT, ".hdf5", ".h5", ".arrow")):
             return _scan_other(path, spec), None
-        return _scan_parquet(path, spec)
+        return _scan_parquet(path, spec, listed)
     except (DataError, OSError) as e:
         return FileScan(InputFile(path, 0, 0, None), None, error=e), None
 
@@ -364,8 +368,10 @@ def _read_tail(fh: Any, size: int) -> tuple[bytes, bytes] | None:
     return tail, tail[len(tail) - 8 - n :]
 
 
-def _scan_parquet(path: str, spec: ScanSpec) -> tuple[FileScan, pa.Schema | None]:
-    st = file_stat(path)
+def _scan_parquet(
+    path: str, spec: ScanSpec, listed: FileStat | None
+) -> tuple[FileScan, pa.Schema | None]:
+    st = listed if listed is not None else file_stat(path)
     size, mtime = st.st_size, st.st_mtime_ns
     with open_random_access(path) as fh:
         got = _read_tail(fh, size)
@@ -542,25 +548,30 @@ class ThreadScanner:
 
     workers: int | None = None
 
-    def scan(self, files: list[str], spec: ScanSpec) -> Scans:
+    def scan(
+        self, files: list[str], spec: ScanSpec, listed: list[FileStat | None] | None = None
+    ) -> Scans:
         """Scans ``files`` (see :class:`Scanner`).
 
         Args:
             files: The files, in name order.
             spec: What each scan reads.
+            listed: Each file's size and mtime from its listing, where known (None: those this
+                process's listings gave, :func:`~offline_prelearner.io.stores.take_listed`).
 
         Returns:
             One scan per file, in order.
         """
         workers = self.workers if self.workers is not None else default_workers(files)
+        known = listed if listed is not None else [take_listed(f) for f in files]
 
-        def one(f: str) -> tuple[FileScan, pa.Schema | None]:
-            return scan_file(f, spec)
+        def one(i: int) -> tuple[FileScan, pa.Schema | None]:
+            return scan_file(files[i], spec, known[i])
 
         if workers <= 1 or len(files) <= 1:
-            return _collect(map(one, files))
+            return _collect(map(one, range(len(files))))
         with ThreadPoolExecutor(workers, thread_name_prefix="plan-scan") as pool:
-            return _collect(pool.map(one, files, chunksize=16))
+            return _collect(pool.map(one, range(len(files)), chunksize=16))
 
 
 #: Files per Ray task of a :class:`RayScanner` (env ``OFFLINE_PRELEARNER_PLAN_BATCH``).
@@ -606,13 +617,16 @@ class RayScanner:
             name="_scan_files", num_cpus=1, max_retries=3, scheduling_strategy="SPREAD"
         )
         spec_ref = ray.put(spec)
-        batches = [files[i : i + batch] for i in range(0, len(files), batch)]
+        known = [take_listed(f) for f in files]
+        batches = [
+            (files[i : i + batch], known[i : i + batch]) for i in range(0, len(files), batch)
+        ]
         results: list[Scans | None] = [None] * len(batches)
         running: dict[Any, int] = {}
         nxt = 0
         while nxt < len(batches) or running:
             while nxt < len(batches) and len(running) < window:
-                running[task.remote(batches[nxt], spec_ref, self.threads)] = nxt
+                running[task.remote(*batches[nxt], spec_ref, self.threads)] = nxt
                 nxt += 1
             ready, _ = ray.wait(list(running), num_returns=1)
             for ref in ready:
@@ -627,13 +641,15 @@ class RayScanner:
         return Scans(tuple(scans), schemas)
 
 
-def _scan_task() -> Callable[[list[str], ScanSpec, int | None], Scans]:
+def _scan_task() -> Callable[[list[str], list[FileStat | None], ScanSpec, int | None], Scans]:
     """The Ray task of :class:`RayScanner`, made here so that Ray ships it by value (a worker
     imports this package inside the task, as the batch job's unit task does)."""
 
-    def _scan_files(files: list[str], spec: ScanSpec, threads: int | None) -> Scans:
+    def _scan_files(
+        files: list[str], listed: list[FileStat | None], spec: ScanSpec, threads: int | None
+    ) -> Scans:
         from offline_prelearner.jobs.batch.scan import ThreadScanner
 
-        return ThreadScanner(threads).scan(files, spec)
+        return ThreadScanner(threads).scan(files, spec, listed)
 
     return _scan_files
