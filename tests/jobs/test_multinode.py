@@ -148,6 +148,37 @@ def test_units_run_on_every_worker_node_and_the_output_is_a_clean_runs(
     _assert_same_output(out, reference)
 
 
+SCAN_ON_CLUSTER = """
+import json, sys
+import ray
+from offline_prelearner.config import PreLearnerConfig
+from offline_prelearner.jobs.batch.scan import RayScanner, ScanSpec, ThreadScanner
+ray.init(address=sys.argv[1], log_to_driver=False)
+files = sys.argv[2:]
+spec = ScanSpec.of(PreLearnerConfig().with_updates({"format": "rows"}))
+got = RayScanner(batch=2).scan(files, spec)
+same = got.files == ThreadScanner().scan(files, spec).files
+print(json.dumps({"nodes": got.nodes, "same": same}))
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_planning_scans_run_as_tasks_on_every_worker_node(
+    cluster: LocalCluster, dataset: Path
+) -> None:
+    """The plan's scans as Ray tasks (what a job over a store's files runs) spread over the
+    worker nodes, and scan what threads on the driver scan."""
+    files = [str(p) for p in sorted(dataset.glob("*.parquet"))]
+    cmd = [sys.executable, "-c", SCAN_ON_CLUSTER, cluster.address, *files]
+    proc = _run(cmd, _env(cluster))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["same"] is True
+    assert set(got["nodes"]) == {cluster.node_ids["w0"], cluster.node_ids["w1"]}, got
+    assert sum(got["nodes"].values()) == N_FILES
+
+
 @contextlib.contextmanager
 def _job(cmd: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
     """The CLI in a process group of its own; killed (the group) if still running at the end."""

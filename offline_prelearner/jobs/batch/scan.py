@@ -279,10 +279,12 @@ class FileScan:
 
 @dataclass(frozen=True)
 class Scans:
-    """The scans of a list of files, in its order, with the schemas they name (by id)."""
+    """The scans of a list of files, in its order, with the schemas they name (by id), and,
+    for scans run as Ray tasks, how many files each node scanned (by Ray node id)."""
 
     files: tuple[FileScan, ...]
     schemas: dict[str, pa.Schema]
+    nodes: dict[str, int] = field(default_factory=dict)
 
     def raise_first_error(self) -> None:
         """Raises the first file's error, in file order (what a serial plan met first)."""
@@ -633,12 +635,15 @@ class RayScanner:
                 results[running.pop(ref)] = ray.get(ref)
         scans: list[FileScan] = []
         schemas: dict[str, pa.Schema] = {}
+        nodes: dict[str, int] = {}
         for got in results:
             assert got is not None
             scans.extend(got.files)
             for k, v in got.schemas.items():
                 schemas.setdefault(k, v)
-        return Scans(tuple(scans), schemas)
+            for node, n in got.nodes.items():
+                nodes[node] = nodes.get(node, 0) + n
+        return Scans(tuple(scans), schemas, nodes)
 
 
 def _scan_task() -> Callable[[list[str], list[FileStat | None], ScanSpec, int | None], Scans]:
@@ -648,8 +653,12 @@ def _scan_task() -> Callable[[list[str], list[FileStat | None], ScanSpec, int | 
     def _scan_files(
         files: list[str], listed: list[FileStat | None], spec: ScanSpec, threads: int | None
     ) -> Scans:
-        from offline_prelearner.jobs.batch.scan import ThreadScanner
+        import ray
 
-        return ThreadScanner(threads).scan(files, spec, listed)
+        from offline_prelearner.jobs.batch.scan import Scans, ThreadScanner
+
+        got = ThreadScanner(threads).scan(files, spec, listed)
+        node = ray.get_runtime_context().get_node_id()
+        return Scans(got.files, got.schemas, {node: len(files)})
 
     return _scan_files
