@@ -20,7 +20,7 @@ import re
 import typing
 from typing import Any
 
-from griffe import Docstring, Parser
+from griffe import Docstring
 
 MARKER = "<!-- config-reference -->"
 #: ``<!-- cli-help: process -->``: that sub-command's ``--help``, as the installed CLI prints it.
@@ -107,7 +107,7 @@ def _table(
     title: str, cls: type, value: Any, prefix: str, fields: list[dataclasses.Field[Any]]
 ) -> str:
     """A heading, the class's summary and one row per field."""
-    doc = Docstring(_clean(cls.__doc__ or ""), lineno=1).parse(Parser.google)
+    doc = Docstring(_clean(cls.__doc__ or ""), lineno=1).parse("google")
     summary = next((s.value for s in doc if s.kind.value == "text"), "")
     meaning = {a.name: a.description for s in doc if s.kind.value == "attributes" for a in s.value}
     hints = _hints(cls)
