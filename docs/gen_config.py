@@ -23,6 +23,10 @@ from typing import Any
 from griffe import Docstring
 
 MARKER = "<!-- config-reference -->"
+#: A Sphinx role the older docstrings use (``:class:`~pkg.mod.Name```), as mkdocstrings renders it.
+ROLE = re.compile(
+    r":(?:class|meth|func|mod|data|attr|exc|obj):<code>(~?)(\.*)([\w.]+)(?:\s*&lt;([\w.]+)&gt;)?</code>"
+)
 #: ``<!-- cli-help: process -->``: that sub-command's ``--help``, as the installed CLI prints it.
 CLI_HELP = re.compile(r"<!-- cli-help: (\w+) -->")
 
@@ -40,6 +44,30 @@ def on_page_markdown(markdown: str, **kwargs: Any) -> str:
     if MARKER in markdown:
         markdown = markdown.replace(MARKER, config_reference())
     return CLI_HELP.sub(lambda m: cli_help(m.group(1)), markdown)
+
+
+def on_page_content(html: str, **kwargs: Any) -> str:
+    """Render the Sphinx roles of docstrings as code that links where the name is documented.
+
+    Args:
+        html: The page's HTML, API sections rendered.
+        **kwargs: What MkDocs passes besides; unused.
+
+    Returns:
+        The HTML, each ``:class:`x``` a ``<code>`` inside an optional cross-reference (a name
+        the site does not document, or a relative one, stays plain code).
+    """
+    return ROLE.sub(_role, html)
+
+
+def _role(m: re.Match[str]) -> str:
+    tilde, dots, name, target = m.groups()
+    shown = name.rsplit(".", 1)[-1] if tilde or dots else name
+    if target:  # :func:`title <target>`
+        name = target
+    if dots or not name.startswith("offline_prelearner."):
+        return f"<code>{shown}</code>"
+    return f'<autoref identifier="{name}" optional><code>{shown}</code></autoref>'
 
 
 def cli_help(command: str) -> str:
