@@ -2,8 +2,8 @@
 
 Each case runs ``tests/rllib_loop.py`` under RLlib's interpreter (the venv
 ``benchmarks/setup_rllib.sh`` builds, which installs this checkout editable); without it the tests
-skip with that reason. Ray starts with 2 CPUs and one map_batches actor, except for the README's
-block: RLlib's default 2 actors, Ray on 4 CPUs.
+skip with that reason. Ray starts with 2 CPUs and one map_batches actor, except for the
+block of docs/rllib.md: RLlib's default 2 actors, Ray on 4 CPUs.
 """
 
 from __future__ import annotations
@@ -273,14 +273,14 @@ def test_a_minari_dataset_trains_inside_rllib(grouped: dict[str, Any]) -> None:
 
 
 def test_the_readme_config_trains(tmp_path: Path) -> None:
-    # The "Inside RLlib" block of README.md as a user copies it, RLlib's defaults untouched (its
+    # The "Inside RLlib" block of docs/rllib.md as a user copies it, RLlib's defaults untouched (its
     # map_batches concurrency: 2 actors); its iteration and one more for the losses. The prelude
     # is what a 2-core machine needs: 2 actors of 1 CPU each plus Ray Data's read tasks; with
-    # num_cpus=2 the actors hold both CPUs and the first read task never starts (the README's
+    # num_cpus=2 the actors hold both CPUs and the first read task never starts (that page's
     # "Settings that matter").
-    readme = (REPO / "README.md").read_text()
-    m = re.search(r"^## Inside RLlib.*?^```python\n(.*?)^```$", readme, re.M | re.S)
-    assert m, "no python block under '## Inside RLlib' in README.md"
+    page = (REPO / "docs" / "rllib.md").read_text()
+    m = re.search(r"^# Inside RLlib.*?^```python\n(.*?)^```$", page, re.M | re.S)
+    assert m, "no python block under '# Inside RLlib' in docs/rllib.md"
     script = tmp_path / "readme_rllib.py"
     script.write_text(
         "import ray\nray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)\n"

@@ -361,9 +361,9 @@ def test_sample_all_unset_is_the_jobs_rule() -> None:
 def test_the_readme_config_example_loads(tmp_path: Any) -> None:
     from conftest import REPO
 
-    readme = (REPO / "README.md").read_text()
-    block = re.search(r"^## Configuration.*?^```yaml\n(.*?)^```$", readme, re.M | re.S)
-    assert block, "no yaml block under '## Configuration' in README.md"
+    page = (REPO / "docs" / "config.md").read_text()
+    block = re.search(r"^# Configuration.*?^```yaml\n(.*?)^```$", page, re.M | re.S)
+    assert block, "no yaml block under '# Configuration' in docs/config.md"
     path = tmp_path / "c.yaml"
     path.write_text(block.group(1))
     config = PreLearnerConfig.load(path)
