@@ -1,7 +1,9 @@
-"""Converting whole datasets: Minari / D4RL in, and Minari out (``convert --to minari``).
+"""Converting whole datasets: Minari / D4RL / LeRobot in, and Minari or LeRobot out
+(``convert --to minari``, ``convert --to lerobot``).
 
 :func:`convert_dataset` is what :func:`~.path.convert` hands over
-to when the input is a Minari dataset or a D4RL file, or the target is ``"minari"``. It reads
+to when the input is read whole (a Minari dataset, a D4RL file, a LeRobot dataset), or the
+target is ``"minari"`` or ``"lerobot"``. It reads
 every file in order with the format's reader (one reader, so readers that carry state across
 files -- old-stack batches -- work too), joins fragments, validates and de-duplicates like
 ``inspect``, then writes
@@ -11,7 +13,12 @@ files -- old-stack batches -- work too), joins fragments, validates and de-dupli
 * ``to="minari"``: a Minari dataset, ``data/metadata.json`` + ``data/main_data.hdf5``
   (:mod:`~offline_prelearner.io.formats.minari.writer`); ``minari.load_dataset(dataset_id)``
   opens it when ``out_dir`` is ``$MINARI_DATASETS_PATH/<dataset_id>``, and
-  ``minari.MinariDataset(out_dir + "/data")`` from anywhere.
+  ``minari.MinariDataset(out_dir + "/data")`` from anywhere;
+* ``to="lerobot"``: a LeRobot v3.0 dataset whose root is ``out_dir`` (``meta/``, ``data/``,
+  ``videos/``; :mod:`~offline_prelearner.io.formats.lerobot.writer`), at ``config.fps`` frames a
+  second, cameras encoded with ``config.video_codec``; ``LeRobotDataset(repo_id,
+  root=out_dir)`` opens it (``stats.json`` and ``_manifest.json`` beside ``meta/`` are not
+  LeRobot's and it does not look at them).
 
 **The env spec and the spaces** (:mod:`.dataset_info`) come from the source -- a Minari
 dataset's metadata, the spaces in msgpack episode records, or what an earlier ``convert`` put in
@@ -52,6 +59,7 @@ from ...episodes.ledger import EpisodeBatch
 from ...episodes.stitch import settle_open_episodes, stitch_fragments
 from ...episodes.validate import Validator
 from ...errors import ConfigError, SchemaError, Where
+from ...io.formats.lerobot.writer import write_lerobot_dataset
 from ...io.formats.minari.writer import infer_obs_space, infer_space, write_minari_dataset
 from ...io.formats.sample_batches.reader import DonesRule, SampleBatchesReader
 from ...io.readers import make_reader
@@ -74,21 +82,23 @@ Progress = Callable[[int, int, str, int], None]
 
 
 def wants_dataset_job(path: str | os.PathLike[str], to: str, read: ReadConfig | None) -> bool:
-    """Whether ``convert`` of ``path`` to ``to`` is this job's (Minari / D4RL in, Minari out).
+    """Whether ``convert`` of ``path`` to ``to`` is this job's (a whole dataset in, or Minari /
+    LeRobot out).
 
     Args:
         path: The input (a file, folder, glob or Minari dataset folder); looked at only when
             the format is not given (its files are listed to detect the format).
-        to: The target: ``"rows"``, ``"episodes"`` or ``"minari"``.
+        to: The target: ``"rows"``, ``"episodes"``, ``"minari"`` or ``"lerobot"``.
         read: The reader options; its ``format`` decides unless it is ``"auto"`` or
             ``"sample_batches"`` (the old-stack default, which a detected Minari dataset or D4RL
             file overrides); None: as ``"auto"``.
 
     Returns:
-        True for ``to="minari"`` or a Minari / D4RL input; False otherwise, also when the
+        True for ``to="minari"`` / ``"lerobot"`` or an input read whole (Minari, D4RL,
+        LeRobot); False otherwise, also when the
         format cannot be detected (the per-file job reports that).
     """
-    if to == "minari":
+    if to in ("minari", "lerobot"):
         return True
     return _format(path, read) in whole_file_formats()
 
@@ -155,8 +165,8 @@ def convert_dataset(
     layout, dones = config.layout, config.dones
     if resume:
         raise ConfigError(
-            "--resume: a conversion from or to Minari / D4RL is one unit of work, nothing "
-            "partial is kept; run without --resume"
+            "--resume: a conversion from or to Minari / D4RL / LeRobot is one unit of work, "
+            "nothing partial is kept; run without --resume"
         )
     given = info_from_env_id(env_id) if env_id is not None else DatasetInfo()
     read = config.read
@@ -181,6 +191,7 @@ def convert_dataset(
             **({"env_id": env_id} if env_id is not None else {}),
             **({"layout": layout} if layout != "rllib" and to == "rows" else {}),
             **({"dones": dones} if dones != "auto" else {}),
+            **({"fps": config.fps, "video_codec": config.video_codec} if to == "lerobot" else {}),
         },
         "inputs": inputs,
     }
@@ -326,6 +337,15 @@ def _write(
             eval_env_spec=info.eval_env_spec,
         )
         return [_entry(root, name, n) for name, n in _minari_files(root, episodes)]
+    if to == "lerobot":
+        files = write_lerobot_dataset(
+            root,
+            episodes,
+            fps=config.fps,
+            codec=config.video_codec,
+            task=info.env_id or "default",
+        )
+        return [_entry(root, name, n) for name, n in files]
     for ep in episodes:
         ep.id = str(ep.id)
     tables = (
