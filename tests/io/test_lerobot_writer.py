@@ -24,6 +24,7 @@ from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.errors import CommitError, ConfigError, SchemaError
 from offline_prelearner.io.fast_tensor import FastTensorType
 from offline_prelearner.io.formats.lerobot.writer import write_lerobot_dataset
+from offline_prelearner.io.output_schema import output_schema
 from offline_prelearner.io.readers import make_reader
 from offline_prelearner.io.sources import detect_format, expand_paths, read_table
 from offline_prelearner.jobs.convert import ConvertConfig, convert, convert_path
@@ -174,6 +175,9 @@ def test_layout_on_disk_is_lerobot_v30(converted: dict[str, Any]) -> None:
     assert "meta/info.json" in listed and manifest["config"]["video_codec"] == "lossless"
     job = json.loads((root / "stats.json").read_text())
     assert job["to"] == "lerobot" and job["balanced"] and job["episodes_written"] == 3
+    jsonschema = pytest.importorskip("jsonschema")
+    for kind, record in (("manifest", manifest), ("convert-stats", job)):
+        jsonschema.Draft202012Validator(output_schema(kind)).validate(record)
 
 
 def test_lerobot_fixture_to_rows_and_to_lerobot_again(tmp_path: Path) -> None:
