@@ -172,6 +172,12 @@ def test_layout_on_disk_is_lerobot_v30(converted: dict[str, Any]) -> None:
     assert json.loads(tasks.schema.metadata[b"pandas"])["index_columns"] == ["__index_level_0__"]
     stats = json.loads((root / "meta/stats.json").read_text())
     assert stats["observation.state"]["count"] == [25] and len(stats["action"]["q50"]) == 2
+    eps = converted["eps"]
+    pixels = np.concatenate(
+        [e.observations["pixels"][: len(e) + (0 if e.terminated else 1)] for e in eps]
+    ).reshape(-1, 3) / 255.0  # fmt: skip
+    for stat, want in (("std", pixels.std(0)), ("q10", np.quantile(pixels, 0.1, axis=0))):
+        np.testing.assert_allclose(np.ravel(stats["observation.pixels"][stat]), want)
     manifest = json.loads((root / "_manifest.json").read_text())
     listed = {f["name"] for f in manifest["files"]}
     assert "videos/observation.pixels/chunk-000/file-000.mp4" in listed

@@ -9,6 +9,7 @@ opens), written with pyarrow and PyAV; LeRobot itself is not needed.
                                               and frame range, per camera its video file and
                                               from/to timestamps, its stats (stats/<f>/<s>)
     meta/stats.json                           per feature: min, max, mean, std, count, q01..q99
+                                              (exact; a camera's from its pixel histograms)
     data/chunk-CCC/file-FFF.parquet           one row a frame
     videos/<camera>/chunk-CCC/file-FFF.mp4    one video a camera and data file, the episodes'
                                               frames one after the other (pts = frame / fps)
@@ -57,6 +58,7 @@ before anything is encoded.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Sequence
@@ -98,8 +100,6 @@ _EPISODES_FILE = "meta/episodes/chunk-000/file-000.parquet"
 #: Columns our reader derives from a LeRobot dataset: written afresh, never copied as extras.
 _DERIVED = ("timestamp", "frame_index", "episode_index", "index", "task_index", "task")
 _QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
-#: Image stats are taken over at most this many frames an episode (LeRobot samples too).
-_STAT_FRAMES = 100
 
 
 @dataclass(frozen=True)
@@ -283,49 +283,78 @@ def _arrow_column(values: np.ndarray) -> pa.Array:
     return out
 
 
-def _stats(values: np.ndarray, image: bool) -> dict[str, Any]:
-    """LeRobot's stats of one feature: per component (per channel, ``[C, 1, 1]`` in ``[0, 1]``
-    for an image) min, max, mean, std, q01..q99, and the frame count."""
+def _stats(values: np.ndarray) -> dict[str, Any]:
+    """LeRobot's stats of one numeric feature: per component min, max, mean, std, q01..q99
+    (numpy's linear quantiles), and the frame count."""
     count = len(values)
-    if image:
-        x = values.reshape(-1, values.shape[-1]).astype(np.float64) / 255.0  # [pixels, C]
-        shape: tuple[int, ...] = (values.shape[-1], 1, 1)
-    else:
-        x = values.reshape(count, -1).astype(np.float64)
-        shape = _lerobot_shape(tuple(values.shape[1:]))
-    if not len(x):
+    if not count:
         return {}
+    x = values.reshape(count, -1).astype(np.float64)
     out: dict[str, Any] = {
         "min": x.min(0), "max": x.max(0), "mean": x.mean(0), "std": x.std(0),
     }  # fmt: skip
-    qs = np.quantile(x, _QUANTILES, axis=0)
-    for q, row in zip(_QUANTILES, qs, strict=True):
+    for q, row in zip(_QUANTILES, np.quantile(x, _QUANTILES, axis=0), strict=True):
         out[f"q{round(q * 100):02d}"] = row
+    shape = _lerobot_shape(tuple(values.shape[1:]))
     res: dict[str, Any] = {k: v.reshape(shape).tolist() for k, v in out.items()}
     res["count"] = [count]
     return res
 
 
-def _image_sample(frames: np.ndarray) -> np.ndarray:
-    """At most :data:`_STAT_FRAMES` frames, evenly spaced (LeRobot samples frames for stats)."""
-    if len(frames) <= _STAT_FRAMES:
-        return frames
-    pick = np.linspace(0, len(frames) - 1, _STAT_FRAMES).round().astype(np.int64)
-    return np.asarray(frames[pick])
+def _histogram(frames: np.ndarray) -> np.ndarray:
+    """Per channel, how many pixels of ``frames`` (``uint8 [N, H, W, C]``) hold each value:
+    ``int64 [C, 256]``, one ``bincount`` a channel."""
+    flat = frames.reshape(-1, frames.shape[-1])
+    return np.stack([np.bincount(flat[:, c], minlength=256) for c in range(flat.shape[1])])
 
 
-def _encode(path: Path, frames: np.ndarray, fps: int, codec: str, name: str) -> str:
-    """``frames`` (``uint8 [N, H, W, 3]``) as one mp4, frame ``i`` at ``i / fps`` s; returns the
-    stream's pixel format."""
+def _image_stats(hist: np.ndarray, count: int) -> dict[str, Any]:
+    """LeRobot's stats of a camera over ``count`` frames from their :func:`_histogram`: per
+    channel (``[C, 1, 1]``, in ``[0, 1]``) min, max, mean, std and q01..q99, exactly what numpy
+    gives over every pixel (256 values: the quantiles are read off the cumulative counts)."""
+    if not count:
+        return {}
+    value = np.arange(256, dtype=np.float64) / 255.0
+    n = hist.sum(1).astype(np.float64)
+    mean = (hist * value).sum(1) / n
+    var = np.maximum((hist * value**2).sum(1) / n - mean**2, 0.0)
+    seen = hist > 0
+    out: dict[str, Any] = {
+        "min": value[seen.argmax(1)],
+        "max": value[255 - seen[:, ::-1].argmax(1)],
+        "mean": mean,
+        "std": np.sqrt(var),
+    }
+    cum = np.cumsum(hist, 1)
+    for q in _QUANTILES:
+        pos = q * (n - 1)
+        lo = np.floor(pos)
+        # the value at sorted position k: the first bin whose cumulative count exceeds k
+        hi = np.minimum(lo + 1, n - 1)
+        low = np.array([value[np.searchsorted(cum[c], lo[c], side="right")] for c in range(len(n))])
+        high = np.array(
+            [value[np.searchsorted(cum[c], hi[c], side="right")] for c in range(len(n))]
+        )
+        out[f"q{round(q * 100):02d}"] = low + (pos - lo) * (high - low)
+    shape = (len(hist), 1, 1)
+    res: dict[str, Any] = {k: np.asarray(v).reshape(shape).tolist() for k, v in out.items()}
+    res["count"] = [count]
+    return res
+
+
+def _encode(path: Path, episodes: list[np.ndarray], fps: int, codec: str, name: str) -> str:
+    """The episodes' frames (each ``uint8 [n, H, W, 3]``), one after the other, as one mp4:
+    frame ``i`` at ``i / fps`` s (no copy of them all is made); returns the stream's pixel
+    format."""
     av = import_av(f"encoding the camera video of {name!r}")
     encoder, pix_fmt, options = VIDEO_CODECS[codec]
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with av.open(str(path), "w") as container:
             stream = container.add_stream(encoder, rate=fps, options=dict(options))
-            stream.width, stream.height = int(frames.shape[2]), int(frames.shape[1])
+            stream.width, stream.height = int(episodes[0].shape[2]), int(episodes[0].shape[1])
             stream.pix_fmt = pix_fmt
-            for i, frame in enumerate(frames):
+            for i, frame in enumerate(itertools.chain.from_iterable(episodes)):
                 vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
                 vf.pts = i
                 container.mux(stream.encode(vf))
@@ -445,7 +474,8 @@ class _Out:
                 self.task_ids.setdefault(t, len(self.task_ids))
         self.written: list[tuple[str, int]] = []
         self.ep_rows: dict[str, list[Any]] = {}
-        self.stat_parts: dict[str, list[np.ndarray]] = {}  # images: sampled frames
+        self.stat_parts: dict[str, list[np.ndarray]] = {}  # a numeric feature's values
+        self.histograms: dict[str, np.ndarray] = {}  # a camera's, over the episodes so far
         self.pix_fmts: dict[str, str] = {}
         self.frames = 0  # written so far: the next frame's global index
         self.files = 0
@@ -458,7 +488,9 @@ class _Out:
         n_frames = np.array([_frames_of(e) for e in members], np.int64)
         starts = np.r_[0, np.cumsum(n_frames)[:-1]].astype(np.int64)
         total = int(n_frames.sum())
-        values = {f.name: _step_column(f, members) for f in self.features}
+        # cameras are not concatenated: each episode's frames are encoded (and counted) as held
+        values = {f.name: _step_column(f, members) for f in self.features if not f.video}
+        frames = {c.name: [c.values(e)[: _frames_of(e)] for e in members] for c in self.cameras}
         padded = [np.zeros(_frames_of(e) - len(e), np.float32) for e in members]
         values["next.reward"] = np.concatenate(
             [np.r_[np.asarray(e.rewards, np.float32), pad] for e, pad in zip(members, padded,
@@ -476,21 +508,20 @@ class _Out:
         values["task_index"] = np.array([self.task_ids[t] for t in texts], np.int64)
         data_name = _DATA_PATH.format(chunk_index=chunk, file_index=fidx)
         (self.base / data_name).parent.mkdir(parents=True, exist_ok=True)
-        video = {f.name for f in self.cameras}
-        table = pa.table({k: _arrow_column(v) for k, v in values.items() if k not in video})
+        table = pa.table({k: _arrow_column(v) for k, v in values.items()})
         pq.write_table(table, self.base / data_name, compression="snappy")
         self.written.append((data_name, total))
         for cam in self.cameras:
             name = _VIDEO_PATH.format(video_key=cam.name, chunk_index=chunk, file_index=fidx)
             self.pix_fmts[cam.name] = _encode(
-                self.base / name, values[cam.name], self.fps, self.codec, cam.name
+                self.base / name, frames[cam.name], self.fps, self.codec, cam.name
             )
             self.written.append((name, total))
         for j, k in enumerate(group):
             s, n = int(starts[j]), int(n_frames[j])
-            self._episode_row(
-                k, chunk, fidx, s, n, {name: v[s : s + n] for name, v in values.items()}
-            )
+            own = {name: v[s : s + n] for name, v in values.items()}
+            own.update({name: parts[j] for name, parts in frames.items()})
+            self._episode_row(k, chunk, fidx, s, n, own)
         self.frames += total
         self.files += 1
 
@@ -514,11 +545,16 @@ class _Out:
             row[f"videos/{cam.name}/from_timestamp"] = start / self.fps
             row[f"videos/{cam.name}/to_timestamp"] = (start + n) / self.fps
         for name, v in own.items():
-            image = name in self.pix_fmts
-            sample = _image_sample(v) if image else v
-            for stat, value in _stats(sample, image).items():
+            if name in self.pix_fmts:  # a camera: its histogram, summed over the episodes
+                hist = _histogram(v)
+                stats = _image_stats(hist, len(v))
+                total = self.histograms.get(name)
+                self.histograms[name] = hist if total is None else total + hist
+            else:
+                stats = _stats(v)
+                self.stat_parts.setdefault(name, []).append(v)
+            for stat, value in stats.items():
                 row[f"stats/{name}/{stat}"] = value
-            self.stat_parts.setdefault(name, []).append(sample)
         row["meta/episodes/chunk_index"] = 0
         row["meta/episodes/file_index"] = 0
         for key, value in row.items():
@@ -533,12 +569,9 @@ def _write_meta(out: _Out, robot_type: str | None, n_episodes: int) -> list[tupl
     empty = {"episode_index": pa.array([], pa.int64())}
     pq.write_table(pa.table(out.ep_rows or empty), base / _EPISODES_FILE)
     pq.write_table(_tasks_table(list(out.task_ids)), meta / "tasks.parquet")
-    video = {f.name for f in out.cameras}
-    stats = {
-        name: _stats(np.concatenate(parts), name in video)
-        for name, parts in out.stat_parts.items()
-        if parts
-    }
+    stats = {name: _stats(np.concatenate(parts)) for name, parts in out.stat_parts.items()}
+    for name, hist in out.histograms.items():
+        stats[name] = _image_stats(hist, out.frames)
     (meta / "stats.json").write_text(json.dumps(stats, indent=4))
     declared: dict[str, Any] = {}
     for f in out.features:
