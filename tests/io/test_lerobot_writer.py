@@ -198,13 +198,15 @@ def test_lerobot_fixture_to_rows_and_to_lerobot_again(tmp_path: Path) -> None:
     first = rows[0].observations
     assert isinstance(first, dict)
     np.testing.assert_array_equal(first["images.top"][:7], ref["observation.images.top"][:7])
+    for name in ("v30_av1", "v21_av1"):  # v2.1 in, v3.0 out
+        source = read_back(FIXTURES / name)
+        convert(FIXTURES / name, tmp_path / f"lr_{name}",
+                ConvertConfig("lerobot", fps=10, video_codec="lossless"))  # fmt: skip
+        again = read_back(tmp_path / f"lr_{name}")
+        assert_same_episodes(again, source)
+        for g, w in zip(again, source, strict=True):
+            assert g.extras["task"].tolist() == w.extras["task"].tolist()
     source = read_back(FIXTURES / "v30_av1")
-    convert(FIXTURES / "v30_av1", tmp_path / "lr",
-            ConvertConfig("lerobot", fps=10, video_codec="lossless"))  # fmt: skip
-    again = read_back(tmp_path / "lr")
-    assert_same_episodes(again, source)
-    for g, w in zip(again, source, strict=True):
-        assert g.extras["task"].tolist() == w.extras["task"].tolist()
     # several data files: the writer cuts between episodes, never inside one
     written = write_lerobot_dataset(tmp_path / "cut", source, fps=10, codec="lossless",
                                     frames_per_file=12)  # fmt: skip
@@ -279,8 +281,8 @@ for name in sys.argv[2:]:
     items = [ds[i] for i in range(len(ds))]
     out[name] = {
         "len": len(ds), "episodes": ds.num_episodes, "fps": ds.fps,
-        "pixels": [(it["observation.pixels"].numpy().transpose(1, 2, 0) * 255).round()
-                   .astype(np.uint8).tolist() for it in items],
+        "frames": {k: [(it[k].numpy().transpose(1, 2, 0) * 255).round().astype(np.uint8)
+                       .tolist() for it in items] for k in ds.meta.video_keys},
         "action": [it["action"].tolist() for it in items],
         "done": [bool(it["next.done"]) for it in items],
         "task": sorted({it["task"] for it in items}),
@@ -296,13 +298,17 @@ json.dump(out, sys.stdout)
 )
 def test_lerobot_opens_what_we_write(converted: dict[str, Any], tmp_path: Path) -> None:
     """LeRobot 0.4.4's ``LeRobotDataset`` (PyAV backend) opens the lossless and the default
-    (AV1) output; its frames of the lossless one are the source's bit for bit."""
+    (AV1) output; its frames of the lossless one are the source's bit for bit; LeRobot's own
+    two-camera dataset converted to LeRobot again (lossless) gives LeRobot the frames it
+    decoded from the original."""
     root = converted["base"]
     shutil.copytree(root / "lr_rows", tmp_path / "lossless")
     write_lerobot_dataset(tmp_path / "av1", source_episodes(32, smooth=True), fps=10)
+    convert_path(FIXTURES / "v30_av1", "lerobot", tmp_path / "again", fps=10,
+                 video_codec="lossless")  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_LEROBOT_HOME": str(tmp_path / "home")}
     done = subprocess.run(
-        [str(LEROBOT_PYTHON), "-c", LEROBOT_SCRIPT, str(tmp_path), "lossless", "av1"],
+        [str(LEROBOT_PYTHON), "-c", LEROBOT_SCRIPT, str(tmp_path), "lossless", "av1", "again"],
         capture_output=True, text=True, env=env, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
@@ -313,7 +319,12 @@ def test_lerobot_opens_what_we_write(converted: dict[str, Any], tmp_path: Path) 
     )
     lossless = got["lossless"]
     assert (lossless["len"], lossless["episodes"], lossless["fps"]) == (25, 3, 10)
-    np.testing.assert_array_equal(np.asarray(lossless["pixels"], np.uint8), frames)
+    pixels = lossless["frames"]["observation.pixels"]
+    np.testing.assert_array_equal(np.asarray(pixels, np.uint8), frames)
     assert lossless["done"].count(True) == 1 and lossless["task"] == ["default"]
     np.testing.assert_array_equal(np.asarray(lossless["action"], np.float32)[:9], eps[0].actions)
     assert got["av1"]["len"] == 25 and got["av1"]["episodes"] == 3
+    ref = np.load(FIXTURES / "v30_av1.frames.npz")
+    assert sorted(got["again"]["frames"]) == ["observation.images.top", "observation.images.wrist"]
+    for cam, decoded in got["again"]["frames"].items():
+        np.testing.assert_array_equal(np.asarray(decoded, np.uint8), ref[cam])
