@@ -65,9 +65,9 @@ def add_convert(sub: Any) -> None:
     c.add_argument(
         "--fps",
         type=int,
-        default=30,
+        default=None,
         help="--to lerobot: the dataset's frames per second (a frame's timestamp is its index "
-        "over fps; default 30)",
+        "over fps; default: a LeRobot source's, else 30)",
     )
     c.add_argument(
         "--video-codec",

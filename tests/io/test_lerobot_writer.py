@@ -191,7 +191,8 @@ def test_layout_on_disk_is_lerobot_v30(converted: dict[str, Any]) -> None:
 
 def test_lerobot_fixture_to_rows_and_to_lerobot_again(tmp_path: Path) -> None:
     """LeRobot's own dataset (two cameras, AV1, two tasks) -> rows (fast): its decoded frames;
-    -> lerobot (lossless): the same frames and each episode's task, several data files."""
+    -> lerobot (lossless): the same frames, each episode's task, its fps and robot type (v2.1
+    too); cut into several data files."""
     ref = np.load(FIXTURES / "v30_av1.frames.npz")
     convert_path(FIXTURES / "v30_av1", "rows", tmp_path / "rows", layout="fast")
     rows = read_back(tmp_path / "rows")
@@ -201,7 +202,10 @@ def test_lerobot_fixture_to_rows_and_to_lerobot_again(tmp_path: Path) -> None:
     for name in ("v30_av1", "v21_av1"):  # v2.1 in, v3.0 out
         source = read_back(FIXTURES / name)
         convert(FIXTURES / name, tmp_path / f"lr_{name}",
-                ConvertConfig("lerobot", fps=10, video_codec="lossless"))  # fmt: skip
+                ConvertConfig("lerobot", video_codec="lossless"))  # fmt: skip
+        info = json.loads((tmp_path / f"lr_{name}/meta/info.json").read_text())
+        was = json.loads((FIXTURES / name / "meta/info.json").read_text())
+        assert (info["fps"], info["robot_type"]) == (was["fps"], was["robot_type"])
         again = read_back(tmp_path / f"lr_{name}")
         assert_same_episodes(again, source)
         for g, w in zip(again, source, strict=True):

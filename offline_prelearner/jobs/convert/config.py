@@ -52,7 +52,7 @@ class ConvertConfig:
             ``<parent>/<name>``, or ``<name>`` where Minari refuses the parent as a namespace
             (:func:`~.dataset.default_dataset_id`).
         fps: ``to="lerobot"``: the dataset's frames per second (``info.json``'s ``fps``; a
-            frame's timestamp is its index over ``fps``).
+            frame's timestamp is its index over ``fps``); None: a LeRobot source's, else 30.
         video_codec: ``to="lerobot"``: how cameras are encoded: ``"av1"`` (LeRobot's default,
             lossy), ``"h264"`` (lossy) or ``"lossless"`` (H.264 RGB, qp 0: frames read back bit
             for bit).
@@ -67,7 +67,7 @@ class ConvertConfig:
     layout: Layout = "rllib"
     env_id: str | None = None
     dataset_id: str | None = None
-    fps: int = 30
+    fps: int | None = None
     video_codec: VideoCodec = "av1"
 
     def __post_init__(self) -> None:
@@ -78,7 +78,7 @@ class ConvertConfig:
         check_choice("dones", self.dones, ("auto", "terminated", "truncated"))
         check_int("rows_per_file", self.rows_per_file, 1, MAX_PER_FILE)
         check_int("episodes_per_file", self.episodes_per_file, 1, MAX_PER_FILE)
-        check_int("fps", self.fps, 1, 1_000_000)
+        check_int("fps", self.fps, 1, 1_000_000, none_ok=True)
         check_choice("video_codec", self.video_codec, tuple(VIDEO_CODECS))
         try:
             object.__setattr__(self, "layout", check_layout(self.layout))

@@ -16,7 +16,8 @@ files -- old-stack batches -- work too), joins fragments, validates and de-dupli
   ``minari.MinariDataset(out_dir + "/data")`` from anywhere;
 * ``to="lerobot"``: a LeRobot v3.0 dataset whose root is ``out_dir`` (``meta/``, ``data/``,
   ``videos/``; :mod:`~offline_prelearner.io.formats.lerobot.writer`), at ``config.fps`` frames a
-  second, cameras encoded with ``config.video_codec``; ``LeRobotDataset(repo_id,
+  second (None: a LeRobot source's, else 30), its robot type a LeRobot source's, cameras
+  encoded with ``config.video_codec``; ``LeRobotDataset(repo_id,
   root=out_dir)`` opens it (``stats.json`` and ``_manifest.json`` beside ``meta/`` are not
   LeRobot's and it does not look at them).
 
@@ -59,7 +60,7 @@ from ...episodes.ledger import EpisodeBatch
 from ...episodes.stitch import settle_open_episodes, stitch_fragments
 from ...episodes.validate import Validator
 from ...errors import ConfigError, SchemaError, Where
-from ...io.formats.lerobot.writer import write_lerobot_dataset
+from ...io.formats.lerobot.writer import DEFAULT_FPS, write_lerobot_dataset
 from ...io.formats.minari.writer import infer_obs_space, infer_space, write_minari_dataset
 from ...io.formats.sample_batches.reader import DonesRule, SampleBatchesReader
 from ...io.readers import make_reader
@@ -191,7 +192,8 @@ def convert_dataset(
             **({"env_id": env_id} if env_id is not None else {}),
             **({"layout": layout} if layout != "rllib" and to == "rows" else {}),
             **({"dones": dones} if dones != "auto" else {}),
-            **({"fps": config.fps, "video_codec": config.video_codec} if to == "lerobot" else {}),
+            **({"video_codec": config.video_codec} if to == "lerobot" else {}),
+            **({"fps": config.fps} if to == "lerobot" and config.fps is not None else {}),
         },
         "inputs": inputs,
     }
@@ -203,7 +205,8 @@ def convert_dataset(
             n_fragments = settle_open_episodes(batch, fragments, read.on_invalid)
             episodes = list(batch.columns.iter_episodes())  # the writers take one at a time
             info = _info(files, reader, given, episodes)
-            written = _write(staging.path, config, episodes, info, dataset_id)
+            source = getattr(reader, "about", None)  # a LeRobot dataset's fps, robot type
+            written = _write(staging.path, config, episodes, info, dataset_id, source)
         except BaseException:
             staging.discard()
             raise
@@ -323,6 +326,7 @@ def _write(
     episodes: list[Episode],
     info: DatasetInfo,
     dataset_id: str | None,
+    source: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     to = config.to
     if to == "minari":
@@ -338,12 +342,14 @@ def _write(
         )
         return [_entry(root, name, n) for name, n in _minari_files(root, episodes)]
     if to == "lerobot":
+        fps = (source or {}).get("fps")
         files = write_lerobot_dataset(
             root,
             episodes,
-            fps=config.fps,
+            fps=config.fps or (int(fps) if fps and float(fps).is_integer() else DEFAULT_FPS),
             codec=config.video_codec,
             task=info.env_id or "default",
+            robot_type=(source or {}).get("robot_type"),
         )
         return [_entry(root, name, n) for name, n in files]
     for ep in episodes:

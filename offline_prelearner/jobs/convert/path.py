@@ -104,7 +104,7 @@ def convert_path(
     dataset_id: str | None = None,
     layout: Layout = "rllib",
     env_id: str | None = None,
-    fps: int = 30,
+    fps: int | None = None,
     video_codec: VideoCodec = "av1",
 ) -> dict[str, Any]:
     """Converts the data under ``path`` to ``to``; commits it to ``out_dir`` and returns the stats.
@@ -139,7 +139,8 @@ def convert_path(
             which RLlib reads) or ``"fast"`` (:mod:`~offline_prelearner.io.fast_tensor`).
         env_id: A gymnasium env id whose registered spec is written with the data (Minari's
             ``env_spec``; rows / episodes file metadata); without it, the source's, if any.
-        fps: ``to="lerobot"``: the dataset's frames per second.
+        fps: ``to="lerobot"``: the dataset's frames per second; None: a LeRobot source's, else
+            30.
         video_codec: ``to="lerobot"``: ``"av1"`` (LeRobot's default), ``"h264"`` or
             ``"lossless"`` (see :class:`ConvertConfig`).
 

@@ -76,6 +76,7 @@ from ...optional import import_av
 
 __all__ = [
     "CODEBASE_VERSION",
+    "DEFAULT_FPS",
     "VIDEO_CODECS",
     "VideoCodec",
     "feature_name",
@@ -84,6 +85,8 @@ __all__ = [
 
 #: The LeRobot format written.
 CODEBASE_VERSION = "v3.0"
+#: ``convert --to lerobot``'s frames per second where neither ``--fps`` nor the source says.
+DEFAULT_FPS = 30
 VideoCodec = Literal["av1", "h264", "lossless"]
 #: ``--video-codec`` -> (PyAV encoder, pixel format, encoder options).
 VIDEO_CODECS: dict[str, tuple[str, str, dict[str, str]]] = {
