@@ -168,6 +168,10 @@ def test_layout_on_disk_is_lerobot_v30(converted: dict[str, Any]) -> None:
     data = pq.read_table(root / "data/chunk-000/file-000.parquet")
     assert data.column("next.done").to_pylist()[10:19] == [False] * 8 + [True]
     assert data.column("index").to_pylist() == list(range(25))
+    # a truncated episode's final frame: reward 0, the last action again (LeRobot's padding)
+    first = converted["eps"][0]
+    assert data.column("next.reward")[9].as_py() == 0.0
+    np.testing.assert_array_equal(data.column("action")[9].as_py(), first.actions[-1])
     tasks = pq.read_table(root / "meta/tasks.parquet")
     assert json.loads(tasks.schema.metadata[b"pandas"])["index_columns"] == ["__index_level_0__"]
     stats = json.loads((root / "meta/stats.json").read_text())

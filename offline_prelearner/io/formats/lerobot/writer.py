@@ -21,8 +21,9 @@ opens), written with pyarrow and PyAV; LeRobot itself is not needed.
   last action) has no frame -- LeRobot keeps none, and nothing bootstraps from it; our reader
   gives back a copy of the last frame's observation there;
 * truncated, or not done (a fragment): ``T + 1`` frames, the last one the final observation,
-  its action, reward and extras zeros (never read: our reader drops that frame's action, as
-  D4RL's rule says), ``next.done`` unset.
+  ``next.done`` unset, its reward 0, its action and extras the last step's again (LeRobot's
+  own padding past an episode's end repeats the last frame too; an episode of no step: zeros).
+  Our reader drops that frame's action, as D4RL's rule says.
 
 So ``rows -> lerobot -> rows`` (with a lossless codec) gives back every observation, action,
 reward and flag, except a terminated episode's terminal observation.
@@ -264,7 +265,8 @@ def _frames_of(ep: Episode) -> int:
 
 def _step_column(f: _Feature, eps: Sequence[Episode]) -> np.ndarray:
     """The feature's values of every frame of ``eps``: observations as they are (a terminated
-    episode's terminal one dropped), per-step values padded by a zero row on a final frame."""
+    episode's terminal one dropped), per-step values with the last step's again on a final
+    frame (zeros for an episode of no step)."""
     parts = []
     for ep in eps:
         a = f.values(ep)
@@ -272,7 +274,8 @@ def _step_column(f: _Feature, eps: Sequence[Episode]) -> np.ndarray:
         if len(a) >= n:
             parts.append(a[:n])
         else:
-            parts += [a, np.zeros((n - len(a), *a.shape[1:]), a.dtype)]
+            pad = a[-1:] if len(a) else np.zeros((1, *a.shape[1:]), a.dtype)
+            parts += [a, pad]
     return np.concatenate(parts) if parts else np.zeros((0, *f.shape), f.dtype)
 
 
