@@ -396,14 +396,22 @@ def _tasks_table(tasks: list[str]) -> pa.Table:
     return table.replace_schema_metadata({"pandas": json.dumps(pandas_meta)})
 
 
-def _frame_tasks(ep: Episode, default: str) -> list[str]:
-    """Each frame's task: the episode's ``task`` extra (its last value for a final frame)."""
+def _episode_tasks(ep: Episode, default: str) -> tuple[list[str], np.ndarray]:
+    """The episode's tasks in first-seen order, and each frame's position in that list: from
+    its ``task`` extra (the last step's for a final frame), else ``default`` for all."""
     n = _frames_of(ep)
     task = ep.extras.get("task")
-    if task is None:
-        return [default] * n
-    texts = [str(t) for t in np.asarray(task).tolist()]
-    return (texts + texts[-1:] * n)[:n] if texts else [default] * n
+    if task is None or not len(task):
+        return [default], np.zeros(n, np.int64)
+    uniq, first, inverse = np.unique(
+        np.asarray(task).astype(str), return_index=True, return_inverse=True
+    )
+    order = np.argsort(first)
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    local = rank[inverse.reshape(-1)]
+    local = np.r_[local, np.full(max(n - len(local), 0), local[-1])][:n]
+    return [str(t) for t in uniq[order]], local
 
 
 def write_lerobot_dataset(
@@ -449,7 +457,7 @@ def write_lerobot_dataset(
     for k, ep in enumerate(eps):
         _check_episode(ep, features, k)
     _check_cameras(features, codec)
-    out = _Out(Path(root), features, fps, codec, [_frame_tasks(ep, task) for ep in eps])
+    out = _Out(Path(root), features, fps, codec, [_episode_tasks(ep, task) for ep in eps])
     lengths = [_frames_of(ep) for ep in eps]
     group: list[int] = []
     rows = 0
@@ -469,15 +477,22 @@ class _Out:
     rows of ``meta/episodes`` and the frames each feature's stats are taken over."""
 
     def __init__(
-        self, base: Path, features: list[_Feature], fps: int, codec: str, tasks: list[list[str]]
+        self,
+        base: Path,
+        features: list[_Feature],
+        fps: int,
+        codec: str,
+        tasks: list[tuple[list[str], np.ndarray]],
     ) -> None:
         self.base, self.features, self.fps, self.codec = base, features, fps, codec
         self.cameras = [f for f in features if f.video]
-        self.frame_tasks = tasks
-        self.task_ids: dict[str, int] = {}
-        for texts in tasks:  # first-seen order
-            for t in dict.fromkeys(texts):
-                self.task_ids.setdefault(t, len(self.task_ids))
+        self.task_ids: dict[str, int] = {}  # first-seen order
+        self.episode_tasks = [texts for texts, _ in tasks]
+        #: each episode's frames' task_index
+        self.task_index: list[np.ndarray] = []
+        for texts, local in tasks:
+            ids = [self.task_ids.setdefault(t, len(self.task_ids)) for t in texts]
+            self.task_index.append(np.asarray(ids, np.int64)[local])
         self.written: list[tuple[str, int]] = []
         self.ep_rows: dict[str, list[Any]] = {}
         self.stat_parts: dict[str, list[np.ndarray]] = {}  # a numeric feature's values
@@ -510,8 +525,7 @@ class _Out:
         values["frame_index"] = frame_index
         values["episode_index"] = np.repeat(np.asarray(group, np.int64), n_frames)
         values["index"] = np.arange(self.frames, self.frames + total, dtype=np.int64)
-        texts = [t for k in group for t in self.frame_tasks[k]]
-        values["task_index"] = np.array([self.task_ids[t] for t in texts], np.int64)
+        values["task_index"] = np.concatenate([self.task_index[k] for k in group])
         data_name = _DATA_PATH.format(chunk_index=chunk, file_index=fidx)
         (self.base / data_name).parent.mkdir(parents=True, exist_ok=True)
         table = pa.table({k: _arrow_column(v) for k, v in values.items()})
@@ -538,7 +552,7 @@ class _Out:
         data file ``(chunk, fidx)``, its videos' time span, its stats (``own``: its values)."""
         row: dict[str, Any] = {
             "episode_index": k,
-            "tasks": list(dict.fromkeys(self.frame_tasks[k])),
+            "tasks": self.episode_tasks[k],
             "length": n,
             "data/chunk_index": chunk,
             "data/file_index": fidx,
