@@ -157,7 +157,8 @@ def test_layout_on_disk_is_lerobot_v30(converted: dict[str, Any]) -> None:
     feats = info["features"]
     assert feats["observation.pixels"]["dtype"] == "video"
     assert feats["observation.pixels"]["shape"] == [16, 16, 3]
-    assert feats["observation.pixels"]["info"]["video.codec"] == "h264"
+    cam = feats["observation.pixels"]["info"]
+    assert (cam["video.codec"], cam["video.pix_fmt"]) == ("h264", "gbrp")  # as the file holds
     assert feats["observation.state"] == {"dtype": "float32", "shape": [3], "names": None}
     assert feats["action"]["shape"] == [2] and feats["next.done"]["dtype"] == "bool"
     episodes = pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet").to_pylist()

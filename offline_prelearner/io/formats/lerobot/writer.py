@@ -350,8 +350,8 @@ def _image_stats(hist: np.ndarray, count: int) -> dict[str, Any]:
 
 def _encode(path: Path, episodes: list[np.ndarray], fps: int, codec: str, name: str) -> str:
     """The episodes' frames (each ``uint8 [n, H, W, 3]``), one after the other, as one mp4:
-    frame ``i`` at ``i / fps`` s (no copy of them all is made); returns the stream's pixel
-    format."""
+    frame ``i`` at ``i / fps`` s (no copy of them all is made); returns the pixel format the
+    file holds, as LeRobot's ``get_video_info`` reads it (libx264rgb stores ``gbrp``)."""
     av = import_av(f"encoding the camera video of {name!r}")
     encoder, pix_fmt, options = VIDEO_CODECS[codec]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -365,7 +365,8 @@ def _encode(path: Path, episodes: list[np.ndarray], fps: int, codec: str, name: 
                 vf.pts = i
                 container.mux(stream.encode(vf))
             container.mux(stream.encode(None))
-            return str(stream.pix_fmt)
+        with av.open(str(path)) as written:
+            return str(written.streams.video[0].pix_fmt)
     except av.error.FFmpegError as e:
         raise ConfigError(
             f"{path}: encoding camera {name!r} with {encoder} failed: {str(e).splitlines()[0]}"
