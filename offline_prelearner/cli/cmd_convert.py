@@ -22,12 +22,14 @@ def add_convert(sub: Any) -> None:
     c = sub.add_parser(
         "convert",
         help="convert data: rows, msgpack episodes and Minari to each other; old-stack "
-        "batches and D4RL to any of them",
+        "batches, D4RL and LeRobot to any of them; any of them to LeRobot",
         description="Converts PATH (detected: rows or msgpack episodes Parquet, old-stack\n"
-        "SampleBatch JSON/Parquet, a Minari dataset, a D4RL HDF5 file) to --to rows |\n"
-        "episodes | minari, committed to --out. rows, episodes and minari convert to each\n"
-        "other and back to the same episodes (Minari keeps no infos or agent ids);\n"
-        "old-stack and D4RL are input only. The env spec written is --env-id's, else the\n"
+        "SampleBatch JSON/Parquet, a Minari dataset, a D4RL HDF5 file, a LeRobot dataset)\n"
+        "to --to rows | episodes | minari | lerobot, committed to --out. rows, episodes and\n"
+        "minari convert to each other and back to the same episodes (Minari keeps no infos\n"
+        "or agent ids), and so does lerobot with --video-codec lossless (ids renumbered; a\n"
+        "terminated episode keeps no terminal observation); old-stack and D4RL are input\n"
+        "only. The env spec written is --env-id's, else the\n"
         "source's (Minari's metadata, or the one a previous convert wrote).",
     )
     add_common(
@@ -38,10 +40,12 @@ def add_convert(sub: Any) -> None:
     )
     c.add_argument(
         "--to",
-        choices=["rows", "episodes", "minari"],
+        choices=["rows", "episodes", "minari", "lerobot"],
         required=True,
         help="rows: RLlib's recorder row layout plus t; episodes: msgpack episode records; "
-        "minari: a Minari dataset (OUT/data/main_data.hdf5 + metadata.json)",
+        "minari: a Minari dataset (OUT/data/main_data.hdf5 + metadata.json); lerobot: a "
+        "LeRobot v3.0 dataset rooted at OUT (meta/, data/, videos/: image observations as "
+        "video), which LeRobotDataset(repo_id, root=OUT) opens",
     )
     c.add_argument(
         "--env-id",
@@ -57,6 +61,21 @@ def add_convert(sub: Any) -> None:
         help="--to minari: the dataset id written (default: OUT's parent/name, so "
         "--out ROOT/ns/name-v0 is minari.load_dataset('ns/name-v0') with "
         "MINARI_DATASETS_PATH=ROOT)",
+    )
+    c.add_argument(
+        "--fps",
+        type=int,
+        default=None,
+        help="--to lerobot: the dataset's frames per second (a frame's timestamp is its index "
+        "over fps; default: a LeRobot source's, else 30)",
+    )
+    c.add_argument(
+        "--video-codec",
+        choices=["av1", "h264", "lossless"],
+        default="av1",
+        help="--to lerobot: how image observations are encoded: av1 = LeRobot's default "
+        "(libsvtav1, lossy), h264 (libx264, lossy), lossless = H.264 RGB at qp 0 (frames read "
+        "back bit for bit, larger files)",
     )
     c.add_argument("--max-episode-steps", type=int, default=None, help=MAX_STEPS_HELP)
     c.add_argument(
@@ -129,6 +148,8 @@ def convert(args: argparse.Namespace) -> int:
         layout=args.layout,
         env_id=args.env_id,
         dataset_id=args.dataset_id,
+        fps=args.fps,
+        video_codec=args.video_codec,
     )
     stats = convert(
         args.path, args.out, config, progress, overwrite=args.overwrite, resume=args.resume

@@ -8,12 +8,13 @@ from typing import Literal
 from ...config import ReadConfig, check_choice, check_int
 from ...errors import ConfigError, shown
 from ...io.fast_tensor import Layout, check_layout
+from ...io.formats.lerobot.writer import VIDEO_CODECS, VideoCodec
 from ...io.formats.sample_batches.reader import DonesRule
 
 __all__ = ["TARGETS", "ConvertConfig", "Target"]
 
-Target = Literal["rows", "episodes", "minari"]
-TARGETS: tuple[Target, ...] = ("rows", "episodes", "minari")
+Target = Literal["rows", "episodes", "minari", "lerobot"]
+TARGETS: tuple[Target, ...] = ("rows", "episodes", "minari", "lerobot")
 
 #: The most rows (episodes) a written file may be asked to hold.
 MAX_PER_FILE = 2**31 - 1
@@ -31,7 +32,8 @@ class ConvertConfig:
 
     Attributes:
         to: ``"rows"`` (RLlib's recorder row layout plus ``t``), ``"episodes"`` (msgpack
-            ``SingleAgentEpisode`` records) or ``"minari"`` (a Minari dataset).
+            ``SingleAgentEpisode`` records), ``"minari"`` (a Minari dataset) or ``"lerobot"``
+            (a LeRobot v3.0 dataset, cameras as video: :mod:`~...io.formats.lerobot.writer`).
         read: The reader's options (``legacy_pickle``, ``schema``, ``limits``, ``on_invalid``);
             ``format="auto"`` (the default here) detects the input's format from the files.
         fragments: Episodes that never end within the data: ``"keep"`` writes them not done,
@@ -49,6 +51,11 @@ class ConvertConfig:
         dataset_id: ``to="minari"``: the Minari id written; None: ``out_dir``'s
             ``<parent>/<name>``, or ``<name>`` where Minari refuses the parent as a namespace
             (:func:`~.dataset.default_dataset_id`).
+        fps: ``to="lerobot"``: the dataset's frames per second (``info.json``'s ``fps``; a
+            frame's timestamp is its index over ``fps``); None: a LeRobot source's, else 30.
+        video_codec: ``to="lerobot"``: how cameras are encoded: ``"av1"`` (LeRobot's default,
+            lossy), ``"h264"`` (lossy) or ``"lossless"`` (H.264 RGB, qp 0: frames read back bit
+            for bit).
     """
 
     to: Target
@@ -60,6 +67,8 @@ class ConvertConfig:
     layout: Layout = "rllib"
     env_id: str | None = None
     dataset_id: str | None = None
+    fps: int | None = None
+    video_codec: VideoCodec = "av1"
 
     def __post_init__(self) -> None:
         check_choice("to", self.to, TARGETS)
@@ -69,6 +78,8 @@ class ConvertConfig:
         check_choice("dones", self.dones, ("auto", "terminated", "truncated"))
         check_int("rows_per_file", self.rows_per_file, 1, MAX_PER_FILE)
         check_int("episodes_per_file", self.episodes_per_file, 1, MAX_PER_FILE)
+        check_int("fps", self.fps, 1, 1_000_000, none_ok=True)
+        check_choice("video_codec", self.video_codec, tuple(VIDEO_CODECS))
         try:
             object.__setattr__(self, "layout", check_layout(self.layout))
         except ValueError as e:

@@ -1,7 +1,9 @@
-"""Converting whole datasets: Minari / D4RL in, and Minari out (``convert --to minari``).
+"""Converting whole datasets: Minari / D4RL / LeRobot in, and Minari or LeRobot out
+(``convert --to minari``, ``convert --to lerobot``).
 
 :func:`convert_dataset` is what :func:`~.path.convert` hands over
-to when the input is a Minari dataset or a D4RL file, or the target is ``"minari"``. It reads
+to when the input is read whole (a Minari dataset, a D4RL file, a LeRobot dataset), or the
+target is ``"minari"`` or ``"lerobot"``. It reads
 every file in order with the format's reader (one reader, so readers that carry state across
 files -- old-stack batches -- work too), joins fragments, validates and de-duplicates like
 ``inspect``, then writes
@@ -11,7 +13,13 @@ files -- old-stack batches -- work too), joins fragments, validates and de-dupli
 * ``to="minari"``: a Minari dataset, ``data/metadata.json`` + ``data/main_data.hdf5``
   (:mod:`~offline_prelearner.io.formats.minari.writer`); ``minari.load_dataset(dataset_id)``
   opens it when ``out_dir`` is ``$MINARI_DATASETS_PATH/<dataset_id>``, and
-  ``minari.MinariDataset(out_dir + "/data")`` from anywhere.
+  ``minari.MinariDataset(out_dir + "/data")`` from anywhere;
+* ``to="lerobot"``: a LeRobot v3.0 dataset whose root is ``out_dir`` (``meta/``, ``data/``,
+  ``videos/``; :mod:`~offline_prelearner.io.formats.lerobot.writer`), at ``config.fps`` frames a
+  second (None: a LeRobot source's, else 30), its robot type a LeRobot source's, cameras
+  encoded with ``config.video_codec``; ``LeRobotDataset(repo_id,
+  root=out_dir)`` opens it (``stats.json`` and ``_manifest.json`` beside ``meta/`` are not
+  LeRobot's and it does not look at them).
 
 **The env spec and the spaces** (:mod:`.dataset_info`) come from the source -- a Minari
 dataset's metadata, the spaces in msgpack episode records, or what an earlier ``convert`` put in
@@ -52,6 +60,7 @@ from ...episodes.ledger import EpisodeBatch
 from ...episodes.stitch import settle_open_episodes, stitch_fragments
 from ...episodes.validate import Validator
 from ...errors import ConfigError, SchemaError, Where
+from ...io.formats.lerobot.writer import DEFAULT_FPS, write_lerobot_dataset
 from ...io.formats.minari.writer import infer_obs_space, infer_space, write_minari_dataset
 from ...io.formats.sample_batches.reader import DonesRule, SampleBatchesReader
 from ...io.readers import make_reader
@@ -74,21 +83,23 @@ Progress = Callable[[int, int, str, int], None]
 
 
 def wants_dataset_job(path: str | os.PathLike[str], to: str, read: ReadConfig | None) -> bool:
-    """Whether ``convert`` of ``path`` to ``to`` is this job's (Minari / D4RL in, Minari out).
+    """Whether ``convert`` of ``path`` to ``to`` is this job's (a whole dataset in, or Minari /
+    LeRobot out).
 
     Args:
         path: The input (a file, folder, glob or Minari dataset folder); looked at only when
             the format is not given (its files are listed to detect the format).
-        to: The target: ``"rows"``, ``"episodes"`` or ``"minari"``.
+        to: The target: ``"rows"``, ``"episodes"``, ``"minari"`` or ``"lerobot"``.
         read: The reader options; its ``format`` decides unless it is ``"auto"`` or
             ``"sample_batches"`` (the old-stack default, which a detected Minari dataset or D4RL
             file overrides); None: as ``"auto"``.
 
     Returns:
-        True for ``to="minari"`` or a Minari / D4RL input; False otherwise, also when the
+        True for ``to="minari"`` / ``"lerobot"`` or an input read whole (Minari, D4RL,
+        LeRobot); False otherwise, also when the
         format cannot be detected (the per-file job reports that).
     """
-    if to == "minari":
+    if to in ("minari", "lerobot"):
         return True
     return _format(path, read) in whole_file_formats()
 
@@ -155,8 +166,8 @@ def convert_dataset(
     layout, dones = config.layout, config.dones
     if resume:
         raise ConfigError(
-            "--resume: a conversion from or to Minari / D4RL is one unit of work, nothing "
-            "partial is kept; run without --resume"
+            "--resume: a conversion from or to Minari / D4RL / LeRobot is one unit of work, "
+            "nothing partial is kept; run without --resume"
         )
     given = info_from_env_id(env_id) if env_id is not None else DatasetInfo()
     read = config.read
@@ -181,6 +192,8 @@ def convert_dataset(
             **({"env_id": env_id} if env_id is not None else {}),
             **({"layout": layout} if layout != "rllib" and to == "rows" else {}),
             **({"dones": dones} if dones != "auto" else {}),
+            **({"video_codec": config.video_codec} if to == "lerobot" else {}),
+            **({"fps": config.fps} if to == "lerobot" and config.fps is not None else {}),
         },
         "inputs": inputs,
     }
@@ -192,7 +205,8 @@ def convert_dataset(
             n_fragments = settle_open_episodes(batch, fragments, read.on_invalid)
             episodes = list(batch.columns.iter_episodes())  # the writers take one at a time
             info = _info(files, reader, given, episodes)
-            written = _write(staging.path, config, episodes, info, dataset_id)
+            source = getattr(reader, "about", None)  # a LeRobot dataset's fps, robot type
+            written = _write(staging.path, config, episodes, info, dataset_id, source)
         except BaseException:
             staging.discard()
             raise
@@ -312,6 +326,7 @@ def _write(
     episodes: list[Episode],
     info: DatasetInfo,
     dataset_id: str | None,
+    source: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     to = config.to
     if to == "minari":
@@ -326,6 +341,17 @@ def _write(
             eval_env_spec=info.eval_env_spec,
         )
         return [_entry(root, name, n) for name, n in _minari_files(root, episodes)]
+    if to == "lerobot":
+        fps = (source or {}).get("fps")
+        files = write_lerobot_dataset(
+            root,
+            episodes,
+            fps=config.fps or (int(fps) if fps and float(fps).is_integer() else DEFAULT_FPS),
+            codec=config.video_codec,
+            task=info.env_id or "default",
+            robot_type=(source or {}).get("robot_type"),
+        )
+        return [_entry(root, name, n) for name, n in files]
     for ep in episodes:
         ep.id = str(ep.id)
     tables = (

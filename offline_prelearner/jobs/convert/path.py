@@ -4,7 +4,7 @@ One dispatch on (source format, target) in :func:`convert` (:func:`convert_path`
 keyword form):
 
 =========================  ==========================  ==========================================
-source                     ``to="rows"``/``"episodes"``  ``to="minari"``
+source                     ``to="rows"``/``"episodes"``  ``to="minari"`` / ``"lerobot"``
 =========================  ==========================  ==========================================
 ``rows`` (RLlib rows)      rows: layout change          :mod:`.dataset` (one unit)
                            (:mod:`.relayout`);
@@ -12,7 +12,8 @@ source                     ``to="rows"``/``"episodes"``  ``to="minari"``
 ``episodes`` (msgpack)     units (:mod:`.by_file`)      :mod:`.dataset`
 ``sample_batches``         units                        :mod:`.dataset`
 (old stack)
-``minari``, ``d4rl``       :mod:`.dataset`      :mod:`.dataset`
+``minari``, ``d4rl``,      :mod:`.dataset`      :mod:`.dataset`
+``lerobot``
 =========================  ==========================  ==========================================
 
 Rows input with ``to="rows"`` is a layout change, file by file, done by
@@ -72,6 +73,7 @@ from typing import Any, Literal
 from ...config import ReadConfig, check_on_invalid
 from ...errors import ConfigError, UnsupportedFormatError
 from ...io.fast_tensor import Layout
+from ...io.formats.lerobot.writer import VideoCodec
 from ...io.formats.sample_batches.reader import DonesRule
 from ...io.sources import check_one_format, detect_format, expand_paths
 from ...io.stores import locate
@@ -102,6 +104,8 @@ def convert_path(
     dataset_id: str | None = None,
     layout: Layout = "rllib",
     env_id: str | None = None,
+    fps: int | None = None,
+    video_codec: VideoCodec = "av1",
 ) -> dict[str, Any]:
     """Converts the data under ``path`` to ``to``; commits it to ``out_dir`` and returns the stats.
 
@@ -111,8 +115,9 @@ def convert_path(
     Args:
         path: A file, a directory (recursive, name order) or a glob of data files: rows or
             msgpack episodes Parquet, old-stack JSON lines (or Parquet with one SampleBatch per
-            row), a Minari dataset (folder or id) or a D4RL HDF5 file.
-        to: ``"rows"``, ``"episodes"`` or ``"minari"`` (see the module docstring).
+            row), a Minari dataset (folder or id), a D4RL HDF5 file or a LeRobot dataset.
+        to: ``"rows"``, ``"episodes"``, ``"minari"`` or ``"lerobot"`` (see the module
+            docstring).
         out_dir: Must be absent or empty unless ``overwrite``; the job's output appears there
             whole, or not at all.
         read_config: Reader options (``legacy_pickle``, ``schema``, ``limits``...). Its
@@ -134,11 +139,16 @@ def convert_path(
             which RLlib reads) or ``"fast"`` (:mod:`~offline_prelearner.io.fast_tensor`).
         env_id: A gymnasium env id whose registered spec is written with the data (Minari's
             ``env_spec``; rows / episodes file metadata); without it, the source's, if any.
+        fps: ``to="lerobot"``: the dataset's frames per second; None: a LeRobot source's, else
+            30.
+        video_codec: ``to="lerobot"``: ``"av1"`` (LeRobot's default), ``"h264"`` or
+            ``"lossless"`` (see :class:`ConvertConfig`).
 
     Returns:
         The job's stats (also written to ``out_dir/stats.json``).
 
-    A Minari dataset or D4RL file as input, or ``to="minari"``, is converted by
+    A Minari / LeRobot dataset or D4RL file as input, or ``to="minari"`` / ``"lerobot"``, is
+    converted by
     :func:`~.dataset.convert_dataset`.
 
     Raises:
@@ -153,6 +163,7 @@ def convert_path(
     config = ConvertConfig(
         to, read, fragments=fragments, dones=dones, rows_per_file=rows_per_file,
         episodes_per_file=episodes_per_file, layout=layout, env_id=env_id, dataset_id=dataset_id,
+        fps=fps, video_codec=video_codec,
     )  # fmt: skip
     return convert(path, out_dir, config, progress, overwrite=overwrite, resume=resume)
 
