@@ -160,7 +160,8 @@ def _nearest(
         )
         raise DataError(
             f"frame {i} of the episode is at t={q[i]:.4f}s in the video, but {why} (tolerance "
-            f"{tolerance_s}s; {len(bad)} frame(s) of the episode without a video frame)",
+            f"{tolerance_s}s, read.limits.video_tolerance_s; {len(bad)} frame(s) of the episode "
+            "without a video frame)",
             Where(file=path, episode_id=episode, timestep=i),
             reason="bad_video",
         )
