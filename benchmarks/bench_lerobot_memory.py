@@ -154,8 +154,8 @@ def main() -> int:
         if not (root / "meta/info.json").is_file():
             t0 = time.perf_counter()
             write_dataset(root, e, args.length)
-            print(json.dumps({"wrote": str(root.relative_to(REPO)),
-                              "seconds": round(time.perf_counter() - t0, 1)}), flush=True)  # fmt: skip
+            took = round(time.perf_counter() - t0, 1)
+            print(json.dumps({"wrote": str(root.relative_to(REPO)), "seconds": took}), flush=True)
         roots[e] = root
     trees = {"this": REPO, **({"before": args.before.resolve()} if args.before else {})}
     got: dict[tuple[str, int], list[float]] = {}

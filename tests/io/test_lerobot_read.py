@@ -156,7 +156,7 @@ BROKEN: dict[str, tuple[str, Callable[[Path], None], list[str]]] = {
             "t=7",
             "the video ends",
         ],
-    ),  # fmt: skip
+    ),
     "missing_video": (
         "v30_av1",
         _missing_video,
@@ -173,7 +173,7 @@ BROKEN: dict[str, tuple[str, Callable[[Path], None], list[str]]] = {
             "nearest frame is at",
             "read.limits.video_tolerance_s",
         ],
-    ),  # fmt: skip
+    ),
     "short_episode": (
         "v30_av1",
         _short_episode,
