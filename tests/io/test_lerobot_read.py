@@ -270,3 +270,17 @@ def test_missing_video_on_s3_exits_2_naming_it(
     err = capsys.readouterr().err.strip()
     assert "missing" in err and f"{uri}/videos/observation.images.front" in err
     assert "episode 0" in err and len(err.splitlines()) == 1
+
+
+def test_skip_passes_over_the_piece_with_a_broken_video(
+    copy: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under ``--on-invalid skip`` the data file whose video is missing (v2.1: one episode's)
+    is counted rejected with its line; the other episodes are processed."""
+    root = copy("v21_av1")
+    _v21_missing_video(root)
+    argv = ["process", str(root), "--out", str(tmp_path / "out"), "--engine", "local", "--json"]
+    assert main([*argv, "--on-invalid", "skip"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["files_read"], d["files_rejected"], d["episodes_kept"]) == (3, 1, 2)
+    assert d["samples_written"] == 15 and d["rows_balance"]

@@ -387,7 +387,7 @@ def _check_totals(info: dict[str, Any], info_path: str, episodes: dict[int, Any]
                 f"info.json says {name} {said!r}, the episodes metadata holds {found} "
                 f"({'episodes' if name == 'total_episodes' else 'frames in its episode lengths'})",
                 Where(file=info_path),
-                reason="inconsistent",
+                reason="unreadable_file",
             )
 
 
@@ -644,7 +644,7 @@ def _step_table(
                     f"camera {cam.key!r} frames are {list(decoded.shape[1:])}, info.json says "
                     f"{list(cam.shape)}",
                     Where(file=video, episode_id=ep),
-                    reason="bad_video",
+                    reason="unreadable_file",
                 )
             frames[s:e] = decoded
         fld, arr = fixed_binary_column(cam.key, frames)
@@ -694,7 +694,7 @@ def _check_lengths(
                 raise DataError(
                     f"episode {ep}'s rows are not consecutive in the data file",
                     Where(file=path, episode_id=int(ep), row=int(starts[i])),
-                    reason="inconsistent",
+                    reason="unreadable_file",
                 )
             seen.add(ep)
     for s, e, ep in zip(starts.tolist(), ends.tolist(), ids.tolist(), strict=True):
@@ -710,7 +710,7 @@ def _check_lengths(
                 f"episode {ep} has {e - s} frames in the data file, the episodes metadata says "
                 f"length {got['length']}",
                 Where(file=path, episode_id=int(ep), row=s),
-                reason="inconsistent",
+                reason="unreadable_file",
             )
 
 

@@ -49,7 +49,7 @@ def _open_video(path: str) -> Any:
         return io.BufferedReader(loc.open_input_file(), buffer_size=STORE_BUFFER_BYTES)
     except StorageError as e:
         raise DataError(
-            f"cannot open the video: {e}", Where(file=path), reason="bad_video"
+            f"cannot open the video: {e}", Where(file=path), reason="unreadable_file"
         ) from None
 
 
@@ -73,7 +73,7 @@ def decode_episode(
         ``uint8 [len(times), H, W, 3]`` (rgb24), frame ``i`` the one nearest ``times[i]``.
 
     Raises:
-        DataError: The file is missing or not a video (reason ``bad_video``), or a query time
+        DataError: The file is missing or not a video, or a query time
             has no frame within ``tolerance_s`` (a video shorter than its timestamps, or a
             timestamp off the frame grid): one line naming the file, the episode and the frame.
         UnsupportedFormatError: PyAV is not installed.
@@ -82,7 +82,7 @@ def decode_episode(
     if source is None:
         raise DataError(
             "the episode's video file is missing", Where(file=path, episode_id=episode),
-            reason="bad_video",
+            reason="unreadable_file",
         )  # fmt: skip
     n = len(times)
     if n == 0:
@@ -123,7 +123,7 @@ def _decode(
         raise DataError(
             f"cannot decode the video: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
             Where(file=path, episode_id=episode),
-            reason="bad_video",
+            reason="unreadable_file",
         ) from None
     return _nearest(kept_t, kept, times, tolerance_s, path, episode)
 
@@ -142,7 +142,7 @@ def _nearest(
         raise DataError(
             f"no frame at or after t={float(times[0]):.4f}s: the video ends before the episode",
             Where(file=path, episode_id=episode, timestep=0),
-            reason="bad_video",
+            reason="unreadable_file",
         )
     at = np.asarray(kept_t)
     q = np.asarray(times, np.float64)
@@ -163,7 +163,7 @@ def _nearest(
             f"{tolerance_s}s, read.limits.video_tolerance_s; {len(bad)} frame(s) of the episode "
             "without a video frame)",
             Where(file=path, episode_id=episode, timestep=i),
-            reason="bad_video",
+            reason="unreadable_file",
         )
     frames = np.stack(kept)
     return frames[pick] if not np.array_equal(pick, np.arange(len(kept))) else frames
