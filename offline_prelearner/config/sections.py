@@ -80,6 +80,10 @@ class DecodeLimits:
             to 20,000-700,000x (so the default, 2,000, is 10x either way).
         max_parquet_row_group_bytes: Bytes one Parquet row group may decode to in memory
             (8 GiB: 130k rows of 84x84x4 frames stacked twice).
+        video_tolerance_s: LeRobot datasets: the largest distance, in seconds, accepted between
+            a frame's ``timestamp`` and the video frame decoded for it (LeRobot's
+            ``tolerance_s``, whose default is 1e-4); farther is an error naming the video,
+            the episode and the frame.
     """
 
     max_decompressed_bytes: int = 1 << 30
@@ -87,6 +91,7 @@ class DecodeLimits:
     max_array_bytes: int = 1 << 30
     max_parquet_expansion: float = 2000.0
     max_parquet_row_group_bytes: int = 1 << 33
+    video_tolerance_s: float = 1e-4
 
     def __post_init__(self) -> None:
         # A limit is a number, checked before any decoding relies on it: "lots" or true is

@@ -193,7 +193,7 @@ class _Listing:
         data_dir = find_data_dir(text) if loc.local else None  # a local id too
         if data_dir is not None:
             return minari_files(data_dir)
-        if loc.local and find_root(text) is not None:  # a LeRobot dataset: its data files
+        if find_root(text) is not None:  # a LeRobot dataset (local or on a store): its data files
             return lerobot_files(text)
         if loc.local:
             p = Path(text)

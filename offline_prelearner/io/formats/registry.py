@@ -152,6 +152,14 @@ class InputFormat:
             for a format whose files are not Parquet or JSON-lines tables; None: they are.
         fallback: Detection tries this format after every other one (``rows``: any Parquet or
             JSON-lines table).
+        split_file: For a ``whole_file`` format whose files hold many episodes:
+            ``split_file(path, limits) -> pieces``, each piece the episode keys (strings) of
+            consecutive whole episodes that one unit of a batch job reads together, so that a
+            unit's memory is bounded whatever the file holds (LeRobot v3.0's data files); None:
+            a file is one unit.
+        read_episodes: With ``split_file``: ``read_episodes(path, limits, keys) -> (table,
+            rows)``, the step table of those episodes of a file and each of its rows' number
+            in the file.
     """
 
     name: str
@@ -161,6 +169,10 @@ class InputFormat:
     whole_file: bool = False
     read_table: Callable[[str, DecodeLimits], pa.Table] | None = None
     fallback: bool = False
+    split_file: Callable[[str, DecodeLimits], list[tuple[str, ...]]] | None = None
+    read_episodes: Callable[[str, DecodeLimits, tuple[str, ...]], tuple[pa.Table, Any]] | None = (
+        None
+    )
 
 
 _FORMATS: dict[str, InputFormat] = {}

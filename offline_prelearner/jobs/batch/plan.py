@@ -20,7 +20,10 @@ unit over all files, in order (correct, not parallel). Data without an episode i
 at done flags) has one unit per file. Minari and D4RL files hold whole episodes and are read
 whole (:func:`~offline_prelearner.io.sources.whole_file_formats`): a D4RL file is a unit, and
 Minari's episode files (arrow / parquet: a folder per episode) are grouped into units like row
-files (an hdf5 dataset is one file, so one unit).
+files (an hdf5 dataset is one file, so one unit). A whole-file format that cuts its files into
+pieces of whole episodes (:attr:`~offline_prelearner.io.formats.registry.InputFormat.split_file`:
+a LeRobot data file, whose frames decode to far more than the file) has a unit per piece, which
+reads those episodes only (its part's ``keep``).
 
 Each unit's key (:func:`unit_key`: its parts and the identity of every file they read) is what
 a resume compares before it reuses the unit's record; :mod:`.run` runs a unit.
@@ -39,6 +42,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...config import PreLearnerConfig
+from ...errors import DataError
+from ...io.formats.registry import InputFormat, input_format
 from ...io.parquet_guard import check_drift
 from ...io.schema import load_schema
 from ...io.sources import whole_file_formats
@@ -78,6 +83,9 @@ class Plan:
     units: tuple[Unit, ...]
     key_columns: tuple[str, ...] = ()  # eps_id [, agent_id] columns; () = no ownership
     whole_files: bool = False  # each file is read as one table (Minari, D4RL)
+    #: The whole-file format whose parts with ``keep`` are pieces of a file, read with its
+    #: ``read_episodes`` (LeRobot); None: parts of whole files are the whole file.
+    piece_format: str | None = None
     #: Bytes an input row decodes to, on average over the Parquet inputs' footers (None: no
     #: footer said): what sizes a unit's chunks under ``ray.batch_size="auto"``
     #: (:meth:`~offline_prelearner.config.RayConfig.batch_rows`).
@@ -200,6 +208,11 @@ def plan_scans(scans: Scans, config: PreLearnerConfig, min_rows: int | None = No
     fmt = config.read.format
     if fmt == "rows":
         _check_drift(scans)
+    spec = input_format(fmt)
+    if spec is not None and spec.whole_file and spec.split_file is not None:
+        pieces = [p for i, f in enumerate(files) for p in _pieces(spec, i, f, config)]
+        units = [Unit(k, (p,)) for k, p in enumerate(pieces)]
+        return Plan(inputs, tuple(units), whole_files=True, row_bytes=row_bytes, piece_format=fmt)
     if fmt in whole_file_formats():
         unit_of = _group_files(inputs, min_rows) if fmt == "minari" else list(range(len(files)))
         units = [
@@ -236,6 +249,20 @@ def plan_scans(scans: Scans, config: PreLearnerConfig, min_rows: int | None = No
             parts.append(Part(j, stop=end, keep=tuple(sorted(keys_in))))
         units.append(Unit(u, tuple(parts)))
     return Plan(inputs, tuple(units), keys, row_bytes=row_bytes)
+
+
+def _pieces(spec: InputFormat, i: int, path: str, config: PreLearnerConfig) -> list[Part]:
+    """File ``i``'s parts, a piece of whole episodes each (``spec.split_file``); the whole file
+    as one part where it holds no rows, or, under ``on_invalid`` skip or quarantine, where it
+    cannot be split (its unit then meets the error, and counts it)."""
+    assert spec.split_file is not None
+    try:
+        pieces = spec.split_file(path, config.read.limits)
+    except DataError:
+        if config.read.on_invalid == "raise":
+            raise
+        pieces = []
+    return [Part(i, keep=p) for p in pieces] if pieces else [Part(i)]
 
 
 def _check_drift(scans: Scans) -> None:

@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from ...config import DEFAULT_LIMITS, DecodeLimits, PreLearnerConfig
 from ...errors import DataError, Where
 from ...io.fast_tensor import Layout, parquet_dictionary_columns
+from ...io.formats.registry import input_format
 from ...io.formats.rows.writer import columns_to_table
 from ...io.quarantine import quarantine_table
 from ...io.sources import read_table
@@ -60,7 +61,8 @@ def read_part(
             ``drop`` (by :func:`~.plan.row_keys`).
         batch_size: Rows per chunk read; None reads the file in one chunk. Filtering may leave
             a chunk smaller; an empty one is not yielded. A whole-file plan (Minari, D4RL)
-            reads the file as one chunk regardless.
+            reads the file as one chunk regardless; a piece of one (LeRobot: a part with
+            ``keep``) reads those episodes of the file as one chunk.
         limits: The decode bounds for the file.
 
     Yields:
@@ -72,6 +74,10 @@ def read_part(
     path = plan.files[part.file].path
     step = batch_size or 1 << 62
     if plan.whole_files:
+        spec = input_format(plan.piece_format) if plan.piece_format else None
+        if part.keep is not None and spec is not None and spec.read_episodes is not None:
+            yield spec.read_episodes(path, limits, part.keep)  # a piece: those episodes
+            return
         table = read_table(path, limits=limits)
         yield table, np.arange(table.num_rows, dtype=np.int64)
         return

@@ -9,19 +9,48 @@ forward to its last, and picks for each query the same frame by the same rule. D
 keyframe is deterministic, so the pixels are those LeRobot returns (its float ``/ 255`` aside:
 we keep the ``uint8`` frames, ``[T, H, W, 3]``, channels last as images are stored here).
 
+A video on a store (``s3://...``) is read through the store's ``pyarrow`` filesystem as a file
+object PyAV opens (buffered, :data:`STORE_BUFFER_BYTES`), not copied to a local file first: a
+v3.0 video holds many episodes (LeRobot cuts them at 200-500 MB), a batch job reads it in
+pieces of whole episodes, and each piece then fetches only the bytes from the keyframe before
+its first frame to its last, where a local copy would fetch the whole file once per piece (and
+need the disk to hold it). Memory stays one buffer a video.
+
 PyAV is imported on first use (the ``video`` extra).
 """
 
 from __future__ import annotations
 
+import io
 import os
+from typing import Any
 
 import numpy as np
 
 from ....errors import DataError, Where
 from ...optional import import_av
+from ...stores import StorageError, is_remote, locate
 
-__all__ = ["decode_episode"]
+__all__ = ["STORE_BUFFER_BYTES", "decode_episode"]
+
+#: The read buffer of a video read from a store: one ranged request per this many bytes.
+STORE_BUFFER_BYTES = 1 << 20
+
+
+def _open_video(path: str) -> Any:
+    """The video as PyAV opens it: a local path as it is, a store's file as a buffered file
+    object of its filesystem; a missing file is None."""
+    if not is_remote(path):
+        return path if os.path.isfile(path) else None
+    loc = locate(path)
+    try:
+        if not loc.is_file():
+            return None
+        return io.BufferedReader(loc.open_input_file(), buffer_size=STORE_BUFFER_BYTES)
+    except StorageError as e:
+        raise DataError(
+            f"cannot open the video: {e}", Where(file=path), reason="unreadable_file"
+        ) from None
 
 
 def decode_episode(
@@ -34,7 +63,7 @@ def decode_episode(
     """The frames of one episode of a camera: for each query time, the nearest decoded frame.
 
     Args:
-        path: The mp4 file (a local path).
+        path: The mp4 file: a local path or a store's URI.
         times: The episode's frame times in the file, seconds, ascending (LeRobot: its
             ``timestamp`` column plus the episode's ``from_timestamp``).
         tolerance_s: The largest distance accepted between a query time and its frame.
@@ -44,25 +73,38 @@ def decode_episode(
         ``uint8 [len(times), H, W, 3]`` (rgb24), frame ``i`` the one nearest ``times[i]``.
 
     Raises:
-        DataError: The file is missing or not a video (reason ``bad_video``), or a query time
+        DataError: The file is missing or not a video, or a query time
             has no frame within ``tolerance_s`` (a video shorter than its timestamps, or a
             timestamp off the frame grid): one line naming the file, the episode and the frame.
         UnsupportedFormatError: PyAV is not installed.
     """
-    if not os.path.isfile(path):
+    source = _open_video(path)
+    if source is None:
         raise DataError(
             "the episode's video file is missing", Where(file=path, episode_id=episode),
-            reason="bad_video",
+            reason="unreadable_file",
         )  # fmt: skip
     n = len(times)
     if n == 0:
+        if not isinstance(source, str):
+            source.close()
         return np.zeros((0, 0, 0, 3), np.uint8)
+    try:
+        return _decode(source, path, np.asarray(times, np.float64), tolerance_s, episode)
+    finally:
+        if not isinstance(source, str):
+            source.close()
+
+
+def _decode(
+    source: Any, path: str, times: np.ndarray, tolerance_s: float, episode: int | None
+) -> np.ndarray:
     av = import_av(f"decoding the camera video {os.path.basename(path)!r}")
     first, last = float(times[0]), float(times[-1])
     kept_t: list[float] = []
     kept: list[np.ndarray] = []
     try:
-        with av.open(path) as container:
+        with av.open(source) as container:
             stream = container.streams.video[0]
             base = stream.time_base
             # One seek: the keyframe at or before the first frame (a frame's margin below it).
@@ -77,11 +119,11 @@ def decode_episode(
                 kept.append(frame.to_ndarray(format="rgb24"))
                 if t >= last:
                     break
-    except (av.error.FFmpegError, IndexError, ValueError) as e:
+    except (av.error.FFmpegError, IndexError, ValueError, OSError) as e:
         raise DataError(
             f"cannot decode the video: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
             Where(file=path, episode_id=episode),
-            reason="bad_video",
+            reason="unreadable_file",
         ) from None
     return _nearest(kept_t, kept, times, tolerance_s, path, episode)
 
@@ -100,7 +142,7 @@ def _nearest(
         raise DataError(
             f"no frame at or after t={float(times[0]):.4f}s: the video ends before the episode",
             Where(file=path, episode_id=episode, timestep=0),
-            reason="bad_video",
+            reason="unreadable_file",
         )
     at = np.asarray(kept_t)
     q = np.asarray(times, np.float64)
@@ -118,9 +160,10 @@ def _nearest(
         )
         raise DataError(
             f"frame {i} of the episode is at t={q[i]:.4f}s in the video, but {why} (tolerance "
-            f"{tolerance_s}s; {len(bad)} frame(s) of the episode without a video frame)",
+            f"{tolerance_s}s, read.limits.video_tolerance_s; {len(bad)} frame(s) of the episode "
+            "without a video frame)",
             Where(file=path, episode_id=episode, timestep=i),
-            reason="bad_video",
+            reason="unreadable_file",
         )
     frames = np.stack(kept)
     return frames[pick] if not np.array_equal(pick, np.arange(len(kept))) else frames
