@@ -202,7 +202,7 @@ def test_drift_is_judged_for_few_episodes_and_says_what_the_test_can_see() -> No
 
 def test_drift_p_values_against_the_exact_permutation_distribution() -> None:
     """The sampled null of 8 episodes gives the p-value that every one of the 8! orders gives
-    (Spearman's rho is the correlation of ranks: a plain loop over the 40,320 orders)."""
+    (Spearman's rho is the correlation of ranks, computed for each of the 40,320 orders)."""
     import itertools
 
     v = np.array([3.0, 1, 4, 1, 5, 9, 2, 6])
@@ -210,7 +210,9 @@ def test_drift_p_values_against_the_exact_permutation_distribution() -> None:
     assert r.tolist() == [4.0, 1.5, 5.0, 1.5, 6.0, 8.0, 3.0, 7.0]
     x = np.arange(8.0)
     rho = np.corrcoef(r, x)[0, 1]
-    every = [np.corrcoef(r[list(p)], x)[0, 1] for p in itertools.permutations(range(8))]
+    orders = r[np.array(list(itertools.permutations(range(8))))]  # every order, one a row
+    dev = orders - orders.mean(axis=1, keepdims=True)
+    every = dev @ (x - x.mean()) / (np.linalg.norm(dev, axis=1) * np.linalg.norm(x - x.mean()))
     exact = np.mean(np.abs(every) >= abs(rho) - 1e-12)
     got = drift(v)
     assert got.rho == pytest.approx(rho)
