@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from ..config import SampleConfig
 from .cmd_inspect import add_reading, progress_bar, reading
 from .options import add_common, out_path
 
@@ -37,6 +38,13 @@ def add_report(sub: Any) -> None:
         default=None,
         help="also write each chart as DIR/<chart>.png (for a paper or an issue)",
     )
+    r.add_argument(
+        "--gamma",
+        type=float,
+        default=SampleConfig.gamma,
+        help="discount of the discounted return shown beside each episode's return, in [0, 1] "
+        f"(default: {SampleConfig.gamma}, the n-step samples')",
+    )
     r.set_defaults(func=report)
 
 
@@ -51,8 +59,8 @@ def report(args: argparse.Namespace) -> int:
         0, or 2 when every row was rejected (the page is written all the same).
 
     Raises:
-        ConfigError: vl-convert-python is missing, or ``--on-invalid quarantine`` has no
-            ``--quarantine-dir``.
+        ConfigError: vl-convert-python is missing, ``--on-invalid quarantine`` has no
+            ``--quarantine-dir``, or ``--gamma`` is outside ``[0, 1]``.
     """
     from ..report import report as write_report
 
@@ -65,6 +73,7 @@ def report(args: argparse.Namespace) -> int:
         png_dir=args.png,
         quarantine_dir=args.quarantine_dir,
         progress=progress_bar,
+        gamma=args.gamma,
     )
     d = done.summary
     print(

@@ -192,7 +192,7 @@ def inspect_path(
             continue
         # Old-stack JSON lines through the reader's own parser: its errors name the line.
         got = by_line(f) if by_line is not None else reader.read(table, source=f)
-        tally.read(f, got.ledger.rows_in if table is None else table.num_rows, got)
+        tally.read(f, got.ledger.rows_in, got)  # the reader's rows: a Minari step, not a table row
         _extend(total, got, read.on_invalid, f)
         if progress is not None:
             progress(i + 1, len(files), f)

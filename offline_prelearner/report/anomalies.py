@@ -1,29 +1,56 @@
 """The anomalies a person should read first, in words ("obs[2] is constant").
 
 Each check looks at the inspection's counts or the collected statistics and says what is odd,
-with the numbers; nothing here changes the data or the counts.
+with the numbers; nothing here changes the data or the counts. Each :class:`Finding` also names
+the table rows it explains (``cells``: a dimension's name in the observation table, a file in
+the files table): the page highlights exactly those rows, so every highlighted row is listed
+under the anomalies.
 """
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .collect import Collector, LeafStats
+from .drift import Drift
+from .numbers import human
 
-__all__ = ["DRIFT_EPISODES", "anomalies", "dim_name", "drift"]
+__all__ = ["Finding", "anomalies", "dim_name"]
 
-#: Episodes needed before drift is judged (a tenth at each end, at least 10 episodes each).
-DRIFT_EPISODES = 100
+#: Dimensions (or files) named one by one in a sentence; more are counted ("and 3 more").
+NAMED = 16
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One anomaly.
+
+    Attributes:
+        text: The sentence.
+        cells: The table rows it explains: dimension names of the observation table
+            (``obs[2]``, ``obs.pixels[channel 1]``, ``actions``, ``rewards``) and files of the
+            files table (their paths as the table shows them).
+    """
+
+    text: str
+    cells: tuple[str, ...] = ()
 
 
 def _n(k: int, one: str, many: str | None = None) -> str:
-    return f"{k} {one if k == 1 else (many or one + 's')}"
+    return f"{k:,} {one if k == 1 else (many or one + 's')}"
 
 
 def _g(x: float) -> str:
-    return f"{x:.4g}"
+    return human(float(x))
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(names[:NAMED])
+    return shown + (f" and {len(names) - NAMED} more" if len(names) > NAMED else "")
 
 
 def dim_name(leaf: LeafStats, d: int) -> str:
@@ -46,125 +73,163 @@ def dim_name(leaf: LeafStats, d: int) -> str:
     return f"{leaf.name}[{', '.join(map(str, np.unravel_index(d, leaf.shape)))}]"
 
 
-def drift(values: np.ndarray) -> tuple[float, float] | None:
-    """``(mean of the first tenth, mean of the last tenth)`` of a per-episode series where they
-    differ by more than the series' standard deviation, and by more than 20 % of the larger
-    one's magnitude; None otherwise, or under :data:`DRIFT_EPISODES` episodes.
-
-    Args:
-        values: One value per episode, in recording order.
-
-    Returns:
-        The two means, or None.
-    """
-    v = np.asarray(values, np.float64)
-    v = v[np.isfinite(v)]
-    if len(v) < DRIFT_EPISODES:
-        return None
-    k = len(v) // 10
-    first, last = float(v[:k].mean()), float(v[-k:].mean())
-    gap = abs(last - first)
-    if gap > v.std() and gap > 0.2 * max(abs(first), abs(last)):
-        return first, last
-    return None
-
-
-def _counts(d: dict[str, Any]) -> list[str]:
+def _counts(d: dict[str, Any]) -> list[Finding]:
     out = []
     if d["not_done"]:
         verb = "ends" if d["not_done"] == 1 else "end"
-        out.append(f"{_n(d['not_done'], 'episode')} {verb} without a done flag")
+        out.append(Finding(f"{_n(d['not_done'], 'episode')} {verb} without a done flag"))
     for reason, rows in d["rejected"].items():
         eps = d["rejected_episodes"].get(reason, 0)
-        out.append(f"{_n(rows, 'row')} rejected: {reason} ({_n(eps, 'episode')})")
+        out.append(Finding(f"{_n(rows, 'row')} rejected: {reason} ({_n(eps, 'episode')})"))
     if d["duplicates"]:
-        out.append(
+        dup = (
             f"{_n(d['duplicates'], 'duplicate episode')} dropped ({_n(d['duplicate_rows'], 'row')})"
         )
+        out.append(Finding(dup))
     if d["files_unreadable"]:
-        out.append(f"{_n(len(d['files_unreadable']), 'file')} could not be read")
+        files = list(d["files_unreadable"])
+        names = _names([os.path.basename(f) for f in files])
+        out.append(Finding(f"{_n(len(files), 'file')} could not be read: {names}", tuple(files)))
+    lossy = [
+        f
+        for f in d.get("per_file", [])
+        if not f["error"] and (f["rows_rejected"] or f["rows_duplicate"])
+    ]
+    if lossy:
+        each = [
+            f"{os.path.basename(f['file'])} ("
+            + ", ".join(
+                f"{_n(f[k], 'row')} {w}"
+                for k, w in (("rows_rejected", "rejected"), ("rows_duplicate", "duplicate"))
+                if f[k]
+            )
+            + ")"
+            for f in lossy
+        ]
+        out.append(
+            Finding(
+                f"{_n(len(lossy), 'file')} lost rows: {_names(each)}",
+                tuple(f["file"] for f in lossy),
+            )
+        )
     if not d["rows_balance"]:
-        out.append("rows do not balance: rows in != kept + rejected + duplicate")
+        out.append(Finding("rows do not balance: rows in != kept + rejected + duplicate"))
     if d["rows"] and not d["episodes"]:
-        out.append("no episode was kept")
+        out.append(Finding("no episode was kept"))
     return out
 
 
-def _leaf(leaf: LeafStats) -> list[str]:
+def channel_counts(leaf: LeafStats) -> np.ndarray | None:
+    """Values outside the declared space per table row of the leaf: per dimension, or per
+    channel of an image (its pixels summed); None where no space bounds the leaf.
+
+    Args:
+        leaf: The leaf's statistics.
+
+    Returns:
+        One count per row of the observation table, or None.
+    """
+    oob = leaf.out_of_space
+    if oob is None or oob.count is None:
+        return None
+    if leaf.image:
+        per_channel: np.ndarray = np.asarray(oob.count).reshape(-1, max(leaf.moments.dims, 1))
+        return np.asarray(per_channel.sum(axis=0))
+    return np.asarray(oob.count)
+
+
+def _constant(leaf: LeafStats) -> list[Finding]:
     m = leaf.moments
-    out = []
-    const = np.flatnonzero(m.constant)
-    if len(const) and leaf.name == "rewards":
-        out.append(f"every reward is {_g(m.min[0])}")
-    elif len(const) and not leaf.image:
-        if len(const) <= 4:
-            out += [f"{dim_name(leaf, d)} is constant ({_g(m.min[d])})" for d in const.tolist()]
-        else:
-            out.append(f"{leaf.name}: {len(const)} of {m.dims} dimensions are constant")
-    elif len(const) == m.dims and m.dims:
-        out.append(f"{leaf.name} is constant ({_g(m.min[0])}) in every frame")
+    const = np.flatnonzero(m.constant).tolist()
+    if not const:
+        return []
+    names = [dim_name(leaf, d) for d in const]
+    if leaf.name == "rewards":
+        return [Finding(f"every reward is {_g(m.min[0])}", tuple(names))]
+    if leaf.image and len(const) == m.dims:
+        return [Finding(f"{leaf.name} is constant ({_g(m.min[0])}) in every frame", tuple(names))]
+    tail = " in every frame" if leaf.image else ""
+    if len(const) <= 4:
+        return [
+            Finding(f"{n} is constant ({_g(m.min[d])}){tail}", (n,))
+            for n, d in zip(names, const, strict=True)
+        ]
+    return [
+        Finding(
+            f"{leaf.name}: {len(const)} of {m.dims} dimensions are constant: {_names(names)}",
+            tuple(names),
+        )
+    ]
+
+
+def _leaf(leaf: LeafStats, *, constant: bool = True) -> list[Finding]:
+    m = leaf.moments
+    out = _constant(leaf) if constant else []
     for d in np.flatnonzero(m.nan + m.posinf + m.neginf).tolist():
         parts = [(m.nan[d], "NaN"), (m.posinf[d], "+inf"), (m.neginf[d], "-inf")]
-        held = " and ".join(f"{k} {w}" for k, w in parts if k)
-        out.append(f"{dim_name(leaf, d)} holds {held}")
-    oob = leaf.out_of_space
-    if oob is not None and oob.count is not None and oob.count.any():
-        where = np.flatnonzero(oob.count)
+        held = " and ".join(f"{k:,} {w}" for k, w in parts if k)
+        out.append(Finding(f"{dim_name(leaf, d)} holds {held}", (dim_name(leaf, d),)))
+    counts = channel_counts(leaf)
+    if counts is not None and counts.any():
+        where = np.flatnonzero(counts).tolist()
+        names = [dim_name(leaf, d) for d in where]
+        oob = leaf.out_of_space
+        assert oob is not None
         if leaf.image or len(where) > 4:
+            total = _n(int(counts.sum()), "value")
             out.append(
-                f"{leaf.name}: {_n(int(oob.count.sum()), 'value')} outside the declared space"
+                Finding(
+                    f"{leaf.name}: {total} outside the declared space, in {_names(names)}",
+                    tuple(names),
+                )
             )
         else:
-            lo = np.broadcast_to(oob.low.reshape(-1), oob.count.shape)
-            hi = np.broadcast_to(oob.high.reshape(-1), oob.count.shape)
+            lo = np.broadcast_to(oob.low.reshape(-1), counts.shape)
+            hi = np.broadcast_to(oob.high.reshape(-1), counts.shape)
             out += [
-                f"{dim_name(leaf, d)}: {_n(int(oob.count[d]), 'value')} outside the declared "
-                f"space [{_g(lo[d])}, {_g(hi[d])}]"
-                for d in where.tolist()
+                Finding(
+                    f"{n}: {_n(int(counts[d]), 'value')} outside the declared "
+                    f"space [{_g(lo[d])}, {_g(hi[d])}]",
+                    (n,),
+                )
+                for n, d in zip(names, where, strict=True)
             ]
     return out
 
 
-def _actions(c: Collector) -> list[str]:
+def _actions(c: Collector) -> list[Finding]:
     counts = c.discrete_actions
-    if counts is None:
+    if counts is None or c.actions is None:
         return []
     unused = [k for k, v in counts.items() if v == 0]
-    out = []
     used = [k for k, v in counts.items() if v]
-    if len(used) == 1 and len(counts) > 1:
-        out.append(f"only one action is ever taken: {used[0]}")
-    elif unused:
+    if len(used) == 1:
+        return [Finding(f"only one action is ever taken: {used[0]}", (dim_name(c.actions, 0),))]
+    if unused:
         shown = ", ".join(map(str, unused[:8])) + (" ..." if len(unused) > 8 else "")
-        out.append(f"{_n(len(unused), 'action')} of the declared space never taken: {shown}")
-    return out
+        return [Finding(f"{_n(len(unused), 'action')} of the declared space never taken: {shown}")]
+    return []
 
 
-def anomalies(d: dict[str, Any], c: Collector) -> list[str]:
+def anomalies(d: dict[str, Any], c: Collector, drifts: list[Drift] | None = None) -> list[Finding]:
     """Everything odd about a dataset, one sentence each, the most serious first.
 
     Args:
         d: ``inspect --json``'s dict for the dataset.
         c: The statistics collected over its kept episodes.
+        drifts: The verdicts on the per-episode series (:func:`~.drift.drift`); each one found
+            is a sentence.
 
     Returns:
-        The sentences (empty: nothing odd).
+        The findings (empty: nothing odd).
     """
     out = _counts(d)
     for leaf in c.leaves.values():
         out += _leaf(leaf)
-    if c.actions is not None:
-        discrete = c.discrete_actions is not None  # "only one action" says it for those
-        out += [s for s in _leaf(c.actions) if not (discrete and "is constant" in s)]
+    if c.actions is not None:  # discrete ones: "only one action" says a constant one
+        out += _leaf(c.actions, constant=c.discrete_actions is None)
     out += _actions(c)
     if c.rewards is not None:
         out += _leaf(c.rewards)
-    returns = drift(c.episode_returns)
-    if returns is not None:
-        out.append(f"returns drift from {_g(returns[0])} to {_g(returns[1])} over the recording")
-    lengths = drift(c.episode_lengths)
-    if lengths is not None:
-        out.append(
-            f"episode lengths drift from {_g(lengths[0])} to {_g(lengths[1])} over the recording"
-        )
+    out += [Finding(v.sentence()) for v in drifts or [] if v.found]
     return out

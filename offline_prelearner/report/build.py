@@ -18,13 +18,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..config import ReadConfig, ValidateConfig
+from ..config.checks import check_float
 from ..errors import ConfigError
 from ..io.sources import expand_paths
 from ..jobs.inspection import inspect_path
 from .anomalies import anomalies
-from .collect import Collector, chunks
+from .card import card
+from .collect import GAMMA, Collector, chunks
+from .drift import Drift, drift
 from .frames import png_data_uri
+from .numbers import round_sig
 from .page import render
 from .sections import observation_rows, sections
 
@@ -91,6 +97,13 @@ class ReportResult:
         charts: The chart ids, in page order.
         pngs: The PNG files written (``png_dir``), one per chart.
         seconds: The whole report's time (``summary["seconds"]`` is the reading's).
+        card: The dataset card (:func:`~.card.card`: Minari's or LeRobot's metadata, spaces).
+        drift: The drift verdicts, ``{"returns": ..., "lengths": ...}``
+            (:meth:`~.drift.Drift.to_dict`: rho, p, the ends' means, the verdict and, when
+            episodes are few, the test's power in words).
+        gamma: The discount of the discounted return.
+        returns: ``{"return": stats, "discounted_return": stats}`` over the kept episodes
+            (``min``, ``mean``, ``max``, ``std``; None where none was kept).
     """
 
     out: Path
@@ -99,6 +112,42 @@ class ReportResult:
     charts: list[str]
     pngs: list[Path] = field(default_factory=list)
     seconds: float = 0.0
+    card: dict[str, Any] = field(default_factory=dict)
+    drift: dict[str, dict[str, Any]] = field(default_factory=dict)
+    gamma: float = GAMMA
+    returns: dict[str, dict[str, float] | None] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What was written, as a JSON-able dict (paths as strings).
+
+        Returns:
+            The fields by name.
+        """
+        return {
+            "out": str(self.out),
+            "summary": self.summary,
+            "anomalies": self.anomalies,
+            "charts": self.charts,
+            "pngs": [str(p) for p in self.pngs],
+            "seconds": round(self.seconds, 4),
+            "card": self.card,
+            "drift": self.drift,
+            "gamma": self.gamma,
+            "returns": self.returns,
+        }
+
+
+def _stats(a: np.ndarray) -> dict[str, float] | None:
+    """min, mean, max, std of the finite values, rounded as the page writes them (None: none)."""
+    a = a[np.isfinite(a)]
+    if a.size == 0:
+        return None
+    return {
+        "min": round_sig(float(a.min())),
+        "mean": round_sig(float(a.mean())),
+        "max": round_sig(float(a.max())),
+        "std": round_sig(float(a.std())),
+    }
 
 
 def _declared(files: list[str]) -> tuple[Any, Any]:
@@ -118,10 +167,12 @@ def _declared(files: list[str]) -> tuple[Any, Any]:
         return None, None  # type not read): no declaration; a file that cannot be read raises
 
 
-def _spaces(path: str, validate: ValidateConfig, declared: tuple[Any, Any]) -> tuple[Any, Any]:
+def _spaces(
+    files: list[str], validate: ValidateConfig, declared: tuple[Any, Any]
+) -> tuple[Any, Any]:
     """The observation and action spaces to hold the data against: the config's, else the data's
     own (a msgpack record's, a Minari dataset's, a ``convert``'s metadata)."""
-    obs, act = _declared(expand_paths(path))
+    obs, act = _declared(files)
     obs = validate.observation_space or declared[0] or obs
     act = validate.action_space or declared[1] or act
     return obs, act
@@ -136,11 +187,13 @@ def report(
     png_dir: str | os.PathLike[str] | None = None,
     quarantine_dir: str | os.PathLike[str] | None = None,
     progress: Callable[[int, int, str], None] | None = None,
+    gamma: float = GAMMA,
 ) -> ReportResult:
     """Writes one self-contained HTML page about the dataset under ``path`` (no network fetch:
     the scripts, the chart specs and their data are inline): the summary ``inspect`` gives, the
     anomalies in words, episode lengths and returns (and their drift), actions, observations per
-    leaf and dimension, rewards, and the per-file accounting.
+    leaf and dimension, rewards, and the per-file accounting; above them the dataset card
+    (Minari's or LeRobot's metadata, the spaces).
 
     Args:
         path: A file, a folder or a glob, in any format this package reads.
@@ -152,16 +205,19 @@ def report(
         png_dir: Also write each chart as ``<chart id>.png`` into this folder.
         quarantine_dir: With ``on_invalid="quarantine"``: where rejected rows go.
         progress: ``progress(i, n, file)`` after each file read (``inspect``'s progress).
+        gamma: The discount of the discounted return shown beside each episode's return
+            (``sum_t gamma**t * r_t``), in ``[0, 1]``; default 0.99, the n-step samples'.
 
     Returns:
         What was written, and the summary.
 
     Raises:
         ConfigError: vl-convert-python is not installed (``pip install
-            'offline-prelearner[report]'``).
+            'offline-prelearner[report]'``), or ``gamma`` is outside ``[0, 1]``.
         DataError: Bad input under ``on_invalid="raise"`` (naming file, column, episode, row).
     """
     start = time.perf_counter()
+    gamma = check_float("gamma", gamma, 0.0, 1.0)
     vlc = _vl_convert()  # before the reading: a missing extra is one line, at once
     javascript = _javascript()
     read = read or ReadConfig(format="auto", on_invalid="skip")
@@ -169,11 +225,16 @@ def report(
     found = inspect_path(path, read, validate, quarantine_dir=quarantine_dir, progress=progress)
     d = found.to_dict()
     episodes = found.batch.columns
-    obs_space, act_space = _spaces(os.fspath(path), validate, found.batch.declared_spaces)
-    c = Collector(len(episodes), obs_space, act_space)
+    files = expand_paths(os.fspath(path))
+    obs_space, act_space = _spaces(files, validate, found.batch.declared_spaces)
+    c = Collector(len(episodes), obs_space, act_space, gamma=gamma)
     for chunk in chunks(episodes):
         c.add(chunk)
-    words = anomalies(d, c)
+    drifts: dict[str, Drift] = {
+        "returns": drift(c.episode_returns, "returns"),
+        "lengths": drift(c.episode_lengths, "episode lengths"),
+    }
+    findings = anomalies(d, c, list(drifts.values()))
     parts = sections(c)
     frames = {
         name: [png_data_uri(f) for f in leaf.frames]
@@ -181,7 +242,23 @@ def report(
         if leaf.frames
     }
     d_page = {k: v for k, v in d.items() if k != "episode_stats"}
-    text = render(d_page, words, parts, observation_rows(c), frames, javascript)
+    about = card(d_page, files, obs_space, act_space)
+    returns = {
+        "return": _stats(c.episode_returns),
+        "discounted_return": _stats(c.episode_discounted_returns),
+    }
+    text = render(
+        d_page,
+        findings,
+        parts,
+        observation_rows(c),
+        frames,
+        javascript,
+        card=about,
+        drifts=drifts,
+        returns=returns,
+        gamma=gamma,
+    )
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
@@ -197,8 +274,12 @@ def report(
     return ReportResult(
         out=target,
         summary=d_page,
-        anomalies=words,
+        anomalies=[f.text for f in findings],
         charts=[ch.name for ch in charts],
         pngs=pngs,
         seconds=time.perf_counter() - start,
+        card=about,
+        drift={k: v.to_dict() for k, v in drifts.items()},
+        gamma=gamma,
+        returns=returns,
     )

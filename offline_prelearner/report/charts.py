@@ -4,7 +4,8 @@ Vega-Lite, because one spec is both the interactive chart in the page (vega-embe
 every mark, its data inline as JSON) and the PNG of ``--png`` (``vl_convert.vegalite_to_png``,
 no browser). Data are binned here, in numpy, so a spec holds a few hundred values at most
 whatever the dataset's size, and the number of marks a chart draws is known (``marks``: the
-browser tests count them).
+browser tests count them). The values are rounded as a person would write them (:mod:`.numbers`):
+a tooltip shows ``22.52``, not ``22.52252252252252``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from .numbers import round_sig, round_to_step
 
 __all__ = ["Chart", "bars", "binned", "chart_id", "points"]
 
@@ -51,9 +54,14 @@ def chart_id(text: str) -> str:
     return re.sub(r"[^0-9A-Za-z]+", "_", text).strip("_") or "chart"
 
 
-def _num(x: float) -> float | None:
-    """A float for JSON (None for NaN / inf, which JSON cannot hold)."""
-    return float(x) if np.isfinite(x) else None
+def _num(x: float, step: float | None = None) -> float | int | None:
+    """A float for JSON, rounded (to the decimals that tell values ``step`` apart, else to
+    four significant digits); None for NaN / inf, which JSON cannot hold."""
+    if isinstance(x, int | np.integer):  # a count stays an integer
+        return int(x)
+    if not np.isfinite(x):
+        return None
+    return round_sig(float(x)) if step is None else round_to_step(float(x), step)
 
 
 def _spec(values: list[dict[str, Any]], mark: dict[str, Any], encoding: dict[str, Any]) -> Any:
@@ -90,8 +98,8 @@ def binned(
     """
     values = [
         {
-            "from": _num(b[0]),
-            "to": _num(b[1]),
+            "from": _num(b[0], b[1] - b[0]),
+            "to": _num(b[1], b[1] - b[0]),
             "count": b[2],
             **({} if groups is None else {"group": groups[b[3]]}),  # type: ignore[misc]
         }
@@ -150,7 +158,7 @@ def points(
         The chart; one mark per point with a finite y.
     """
     values = [
-        {"x": _num(a), "y": _num(b), **({} if groups is None else {"group": g})}
+        {"x": _num(a, 1.0), "y": _num(b), **({} if groups is None else {"group": g})}
         for a, b, g in zip(x.tolist(), y.tolist(), groups or [""] * len(x), strict=True)
         if np.isfinite(b)
     ]

@@ -4,7 +4,8 @@
 bounded size (:func:`chunks`: a few MB of observations each), concatenates each chunk's columns
 once and feeds them to the streaming accumulators of :mod:`.stats`: per observation leaf and
 dimension, per action dimension (and the count of each discrete action), per-step rewards. Per
-episode it keeps two numbers (length, return) and a module code, as ``inspect`` itself does.
+episode it keeps three numbers (length, return, discounted return) and a module code, as
+``inspect`` itself does.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from ..config import SampleConfig
 from ..episodes import observations as O
 from ..episodes.episode_columns import EpisodeColumns
 from ..spaces import leaf_spaces
@@ -33,6 +35,8 @@ SAMPLED_DIMS = 16
 MAX_DISCRETE = 256
 #: Sample frames shown per image leaf.
 FRAMES = 8
+#: The discount of the discounted return (``report --gamma``): the n-step samples' default.
+GAMMA: float = SampleConfig.gamma
 
 
 def is_image(step_shape: tuple[int, ...]) -> bool:
@@ -179,6 +183,8 @@ class Collector:
         observation_space: The declared observation space, if any.
         action_space: The declared action space, if any.
         seed: The samples' seed.
+        gamma: The discount of each episode's discounted return, ``sum_t gamma**t * r_t`` (t
+            from 0 at the episode's first step), in ``[0, 1]``.
     """
 
     def __init__(
@@ -187,8 +193,10 @@ class Collector:
         observation_space: gym.Space[Any] | None = None,
         action_space: gym.Space[Any] | None = None,
         seed: int = 0,
+        gamma: float = GAMMA,
     ) -> None:
         self.total = episodes
+        self.gamma = gamma
         self.obs_spaces = {} if observation_space is None else leaf_spaces(observation_space)
         self.action_space = action_space
         self.seed = seed
@@ -198,6 +206,7 @@ class Collector:
         self.action_counts: dict[float, int] | None = {}
         self.lengths: list[np.ndarray] = []
         self.returns: list[np.ndarray] = []
+        self.discounted: list[np.ndarray] = []
         self.group_codes: list[np.ndarray] = []
         self.groups: dict[str, int] = {}
         self.seen = 0
@@ -231,11 +240,19 @@ class Collector:
         lengths = chunk.length
         starts = np.cumsum(lengths) - lengths
         returns = np.zeros(n)
+        discounted = np.zeros(n)
         has = lengths > 0
         if rewards.size:  # each episode's sum, one vector op over the chunk's rewards
-            returns[has] = np.add.reduceat(rewards.astype(np.float64), starts[has])
+            r = rewards.astype(np.float64)
+            returns[has] = np.add.reduceat(r, starts[has])
+            t = np.arange(len(r)) - np.repeat(starts, lengths)  # step within its episode
+            with np.errstate(under="ignore"):
+                discounted[has] = np.add.reduceat(
+                    r * self.gamma ** t.astype(np.float64), starts[has]
+                )
         self.lengths.append(lengths)
         self.returns.append(returns)
+        self.discounted.append(discounted)
         codes = np.zeros(n, np.int64)
         keys = [m if m is not None else a for m, a in zip(chunk.modules, chunk.agents, strict=True)]
         if any(k is not None for k in keys) or self.groups:
@@ -285,6 +302,11 @@ class Collector:
     def episode_returns(self) -> np.ndarray:
         """Every kept episode's return, in order."""
         return np.concatenate(self.returns) if self.returns else np.zeros(0)
+
+    @property
+    def episode_discounted_returns(self) -> np.ndarray:
+        """Every kept episode's discounted return (:attr:`gamma`), in order."""
+        return np.concatenate(self.discounted) if self.discounted else np.zeros(0)
 
     @property
     def episode_groups(self) -> np.ndarray:

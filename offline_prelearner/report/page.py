@@ -4,13 +4,23 @@ The page's contract, which the browser tests read:
 
 * each chart is ``<div class="chart" data-chart="NAME" data-marks="N"></div>``: NAME its stable id
   (:mod:`.sections`), N the data marks it draws (bars, points; absent where unknown);
-* the summary is ``<dl id="summary">`` with one ``<dd data-key="KEY">VALUE</dd>`` per number:
-  KEY a key of ``inspect --json``'s dict (nested keys joined with dots: ``rejected.bad_order``,
-  ``length.mean``), VALUE the value as JSON writes it (a plain number, floats as Python's repr,
-  ``true``/``false``), strings as they are (``format``, ``schema``); ``seconds`` is this run's
-  reading time (another ``inspect`` run takes its own), every other value is the same in any run;
-  a nested dict's keys appear only when it holds any (``rejected.*`` only for rejected rows);
-* the anomalies are ``<ul id="anomalies">``, one ``<li>`` each; the files ``<table id="per-file">``;
+* the summary is ``<dl id="summary">`` with one ``<dd data-key="KEY" data-value="VALUE">TEXT</dd>``
+  per number: KEY a key of ``inspect --json``'s dict (nested keys joined with dots:
+  ``rejected.bad_order``, ``length.mean``), VALUE the value as JSON writes it (a plain number,
+  floats as Python's repr, ``true``/``false``), strings as they are (``format``, ``schema``), TEXT
+  the value as a person reads it (:func:`~.numbers.human`: ``22.52``, ``5,000``, ``yes``);
+  ``seconds`` is this run's reading time (another ``inspect`` run takes its own), every other
+  value is the same in any run; a nested dict's keys appear only when it holds any
+  (``rejected.*`` only for rejected rows);
+* the dataset card is ``<dl id="dataset-card">``, one ``<dd data-key="KEY">TEXT</dd>`` per entry
+  (:mod:`.card`: ``dataset_id``, ``env_id``, ``algorithm``, ``fps``, ``cameras``...);
+* the anomalies are ``<ul id="anomalies">``, one ``<li data-cells="JSON">`` each, JSON the list of
+  table rows it explains (:class:`~.anomalies.Finding`); a row of ``<table
+  id="observation-stats">`` (by its name) or of ``<table id="per-file">`` (by its file) is
+  highlighted (``class=bad``) exactly when an anomaly names it;
+* the drift verdicts are ``<p class="drift" data-series="returns|lengths">``, each followed,
+  when episodes are few, by ``<p class="power">`` (what the test can see); the returns are
+  ``<table id="returns">`` (the return and the discounted return, ``data-gamma`` its gamma);
 * once every chart has rendered (every ``vegaEmbed`` promise resolved) the page sets
   ``window.reportReady = true``; a failure goes to ``console.error`` and ``window.reportFailure``.
 """
@@ -22,7 +32,11 @@ import json
 import re
 from typing import Any
 
+from .anomalies import Finding
+from .card import LABELS, card_text
 from .charts import Chart
+from .drift import Drift
+from .numbers import human
 from .sections import Section
 
 __all__ = ["SUMMARY_KEYS", "render", "summary_items"]
@@ -56,8 +70,9 @@ def _value(v: Any) -> str:
     return v if isinstance(v, str) else json.dumps(v)
 
 
-def summary_items(d: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """``(key, label, value)`` of the summary, from ``inspect --json``'s dict.
+def summary_items(d: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """``(key, label, value, text)`` of the summary, from ``inspect --json``'s dict: the value
+    as JSON writes it, the text as a person reads it.
 
     Args:
         d: The dict.
@@ -69,9 +84,9 @@ def summary_items(d: dict[str, Any]) -> list[tuple[str, str, str]]:
     for key, label in SUMMARY_KEYS.items():
         v = d.get(key)
         if isinstance(v, dict):
-            out += [(f"{key}.{k}", f"{label}: {k}", _value(x)) for k, x in v.items()]
+            out += [(f"{key}.{k}", f"{label}: {k}", _value(x), human(x)) for k, x in v.items()]
         elif v is not None:
-            out.append((key, label, _value(v)))
+            out.append((key, label, _value(v), human(v)))
     return out
 
 
@@ -86,13 +101,9 @@ def _script_safe(text: str) -> str:
 
 
 def _num(x: Any) -> str:
-    if x is None:
-        return "-"
     if isinstance(x, bool):
         return "yes" if x else ""
-    if isinstance(x, float):
-        return f"{x:.6g}"
-    return str(x)
+    return human(x)
 
 
 _CSS = """
@@ -106,6 +117,8 @@ dl#summary dt{color:#555} dl#summary dd{margin:0;font-variant-numeric:tabular-nu
 table{border-collapse:collapse;font-variant-numeric:tabular-nums}
 td,th{border:1px solid #ddd;padding:2px 8px;text-align:right}
 td:first-child,th:first-child{text-align:left} tr.bad td{background:#fdecea}
+dl#dataset-card{display:grid;grid-template-columns:max-content auto;gap:2px 16px}
+dl#dataset-card dt{color:#555} dl#dataset-card dd{margin:0} p.power{color:#555}
 .frames img{image-rendering:pixelated;width:96px;margin:2px;border:1px solid #ccc}
 """
 
@@ -138,16 +151,48 @@ def _chart(c: Chart) -> str:
 
 def _summary(d: dict[str, Any]) -> str:
     rows = "".join(
-        f'<dt>{_e(label)}</dt><dd data-key="{_e(key)}">{_e(value)}</dd>'
-        for key, label, value in summary_items(d)
+        f'<dt>{_e(label)}</dt><dd data-key="{_e(key)}" data-value="{_e(value)}">{_e(text)}</dd>'
+        for key, label, value, text in summary_items(d)
     )
     return f'<dl id="summary">{rows}</dl>'
 
 
-def _anomalies(items: list[str]) -> str:
+def _card(items: dict[str, Any]) -> str:
+    rows = "".join(
+        f'<dt>{_e(LABELS.get(k, k))}</dt><dd data-key="{_e(k)}">{_e(card_text(k, v))}</dd>'
+        for k, v in items.items()
+    )
+    return f'<dl id="dataset-card">{rows}</dl>'
+
+
+def _anomalies(items: list[Finding]) -> str:
     if not items:
         return '<ul id="anomalies"></ul><p class="none">Nothing odd found.</p>'
-    return '<ul id="anomalies">' + "".join(f"<li>{_e(a)}</li>" for a in items) + "</ul>"
+    return (
+        '<ul id="anomalies">'
+        + "".join(
+            f'<li data-cells="{_e(json.dumps(list(a.cells)))}">{_e(a.text)}</li>' for a in items
+        )
+        + "</ul>"
+    )
+
+
+def _drift(drifts: dict[str, Drift]) -> str:
+    out = []
+    for key, v in drifts.items():
+        out.append(f'<p class="drift" data-series="{_e(key)}">{_e(v.verdict())}</p>')
+        power = v.power() if v.judged else None
+        if power is not None:
+            out.append(f'<p class="power" data-series="{_e(key)}">{_e(power)}</p>')
+    return "".join(out)
+
+
+def _returns(returns: dict[str, dict[str, float] | None], gamma: float) -> str:
+    cols = ["", "min", "mean", "max", "std"]
+    labels = {"return": "return", "discounted_return": f"discounted return (gamma = {gamma:g})"}
+    rows = [[labels[k], *(s[c] for c in cols[1:])] for k, s in returns.items() if s is not None]
+    table = _table("returns", cols, rows, [False] * len(rows))
+    return table.replace('<table id="returns">', f'<table id="returns" data-gamma="{gamma:g}">')
 
 
 def _table(table_id: str, cols: list[str], rows: list[list[Any]], bad: list[bool]) -> str:
@@ -167,17 +212,16 @@ def _worst_first(per_file: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(per_file, key=badness)
 
 
-def _per_file(per_file: list[dict[str, Any]]) -> str:
+def _per_file(per_file: list[dict[str, Any]], flagged: set[str]) -> str:
     cols = ["file", "format", "rows_read", "rows_kept", "rows_rejected", "rows_duplicate", "error"]
     files = _worst_first(per_file)
     rows = [[f[c] for c in cols] for f in files]
-    bad = [bool(f["error"] or f["rows_rejected"] or f["rows_duplicate"]) for f in files]
-    return _table("per-file", cols, rows, bad)
+    return _table("per-file", cols, rows, [f["file"] in flagged for f in files])
 
 
-def _observations(rows: list[dict[str, Any]]) -> str:
+def _observations(rows: list[dict[str, Any]], flagged: set[str]) -> str:
     cols = ["name", "dtype", "min", "mean", "max", "std", "nan", "inf", "constant", "out_of_space"]
-    bad = [bool(r["nan"] or r["inf"] or r["constant"] or r["out_of_space"]) for r in rows]
+    bad = [r["name"] in flagged for r in rows]
     return _table("observation-stats", cols, [[r[c] for c in cols] for r in rows], bad)
 
 
@@ -193,26 +237,37 @@ def _frames(frames: dict[str, list[str]]) -> str:
 
 def render(
     d: dict[str, Any],
-    anomalies: list[str],
+    anomalies: list[Finding],
     sections: list[Section],
     observation_rows: list[dict[str, Any]],
     frames: dict[str, list[str]],
     javascript: str,
+    *,
+    card: dict[str, Any],
+    drifts: dict[str, Drift],
+    returns: dict[str, dict[str, float] | None],
+    gamma: float,
 ) -> str:
     """The page.
 
     Args:
         d: ``inspect --json``'s dict (the summary and the per-file table).
-        anomalies: The sentences for the top.
+        anomalies: The findings for the top; the table rows they name are highlighted.
         sections: The chart sections.
         observation_rows: The observation table (:func:`~.sections.observation_rows`).
         frames: Per image leaf, ``data:`` URIs of sample frames.
         javascript: The Vega, Vega-Lite and vega-embed bundle, inlined.
+        card: The dataset card (:func:`~.card.card`).
+        drifts: The drift verdicts by series (``returns``, ``lengths``).
+        returns: ``return`` and ``discounted_return`` statistics (min, mean, max, std), None
+            where no episode was kept.
+        gamma: The discounted return's discount.
 
     Returns:
         The HTML text.
     """
     specs = {c.name: c.spec for s in sections for c in s.charts}
+    flagged = {cell for a in anomalies for cell in a.cells}
     parts = [
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
         f"<title>offline-prelearner report: {_e(d['path'])}</title>",
@@ -220,6 +275,8 @@ def render(
         f'<h1>Dataset report</h1><p class="path">{_e(d["path"])}</p>',
         "<h2>Anomalies</h2>",
         _anomalies(anomalies),
+        "<h2>Dataset</h2><p>What the dataset declares about itself, and its spaces.</p>",
+        _card(card),
         "<h2>Summary</h2>",
         _summary(d),
     ]
@@ -227,13 +284,16 @@ def render(
         if not s.charts and s.title != "Observations":
             continue
         parts.append(f"<h2>{_e(s.title)}</h2><p>{_e(s.about)}</p>")
+        if s.title == "Episodes":
+            parts += [_returns(returns, gamma), _drift(drifts)]
         if s.title == "Observations":
-            parts += [_observations(observation_rows), _frames(frames)]
+            parts += [_observations(observation_rows, flagged), _frames(frames)]
         parts.append('<div class="charts">' + "".join(_chart(c) for c in s.charts) + "</div>")
     parts += [
-        "<h2>Files</h2><p>Every input file, the worst first: rows read, kept, rejected, duplicate, "
-        "and the error that made it unreadable.</p>",
-        _per_file(d["per_file"]),
+        "<h2>Files</h2><p>Every input file, the worst first: rows read (counted as the summary "
+        "counts them: the columns add up to its numbers), kept, rejected, duplicate, and the "
+        "error that made it unreadable.</p>",
+        _per_file(d["per_file"], flagged),
         '<script type="application/json" id="report-specs">'
         f"{_script_safe(json.dumps(specs))}</script>",
         f"<script>{_script_safe(javascript)}</script>",

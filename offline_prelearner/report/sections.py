@@ -2,9 +2,9 @@
 observation table.
 
 Chart ids (``data-chart`` in the page, the file names of ``--png``): ``episode_length``,
-``episode_return``, ``return_by_episode``, ``episodes_by_module`` (multi-agent data),
-``actions`` (discrete) or ``actions_<d>`` (continuous, per dimension), ``obs_<leaf>_<d>`` (per
-observation dimension), ``reward_step``, ``reward_episode``.
+``episode_return``, ``episode_discounted_return``, ``return_by_episode``, ``episodes_by_module``
+(multi-agent data), ``actions`` (discrete) or ``actions_<d>`` (continuous, per dimension),
+``obs_<leaf>_<d>`` (per observation dimension), ``reward_step``, ``reward_episode``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .anomalies import dim_name
+from .anomalies import channel_counts, dim_name
 from .charts import Chart, bars, binned, chart_id, points
 from .collect import SAMPLED_DIMS, Collector, LeafStats
 from .stats import grouped_histogram, histogram, thin
@@ -67,6 +67,19 @@ def _episodes(c: Collector) -> Section:
         if finite.size:
             lo, hi = finite.min(), finite.max()
             charts.append(_hist("episode_return", "Episode return", rets, "return", lo, hi, per))
+            disc = c.episode_discounted_returns
+            fin = disc[np.isfinite(disc)]
+            charts.append(
+                _hist(
+                    "episode_discounted_return",
+                    f"Discounted return (gamma = {c.gamma:g})",
+                    disc,
+                    "discounted return",
+                    fin.min(),
+                    fin.max(),
+                    per,
+                )
+            )
         if len(names) > 1:
             xs, ys, gs = [], [], []
             for k, g in enumerate(names):  # per module: its own episodes, thinned
@@ -226,10 +239,7 @@ def sections(c: Collector) -> list[Section]:
 
 def _leaf_rows(leaf: LeafStats) -> list[dict[str, Any]]:
     m = leaf.moments
-    oob = leaf.out_of_space
-    counts = None if oob is None or oob.count is None else oob.count
-    if leaf.image and counts is not None:
-        counts = np.array([counts.sum()])
+    counts = channel_counts(leaf)
     std = m.std
     const = m.constant
     return [
@@ -243,7 +253,7 @@ def _leaf_rows(leaf: LeafStats) -> list[dict[str, Any]]:
             "nan": int(m.nan[d]),
             "inf": int(m.posinf[d] + m.neginf[d]),
             "constant": bool(const[d]),
-            "out_of_space": None if counts is None else int(counts[d] if d < len(counts) else 0),
+            "out_of_space": None if counts is None else int(counts[d]),
         }
         for d in range(m.dims)
     ]

@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 
 from offline_prelearner.episodes.episode import Episode
 from offline_prelearner.episodes.episode_columns import EpisodeColumns
-from offline_prelearner.report.anomalies import anomalies, drift
+from offline_prelearner.report.anomalies import anomalies
 from offline_prelearner.report.collect import Collector, chunks
+from offline_prelearner.report.drift import ALPHA, drift, ranks
 from offline_prelearner.report.frames import to_png
+from offline_prelearner.report.numbers import human, round_sig, round_to_step
 from offline_prelearner.report.stats import Moments, OutOfBounds, Sample, histogram, thin
 
 VALUES = st.one_of(
@@ -165,9 +167,67 @@ def test_thin_is_means_of_equal_runs(ys: list[float], n: int) -> None:
 
 
 def test_drift() -> None:
-    assert drift(np.linspace(180, 20, 200)) == pytest.approx((172.4, 27.6), abs=0.1)
-    assert drift(np.random.default_rng(0).normal(100, 10, 500)) is None
-    assert drift(np.linspace(180, 20, 50)) is None  # too few episodes to say
+    down = drift(np.linspace(180, 20, 200))
+    assert down.found and (down.first, down.last) == pytest.approx((172.4, 27.6), abs=0.1)
+    assert not drift(np.random.default_rng(0).normal(100, 10, 500)).found
+    assert drift(np.linspace(180, 20, 50)).found  # 50 episodes: judged too
+    assert down.power() is None  # 200 episodes: no caveat
+
+
+def test_drift_is_judged_for_few_episodes_and_says_what_the_test_can_see() -> None:
+    # Issue 35: 40 episodes whose returns go from 20 to 500.
+    rng = np.random.default_rng(1)
+    rising = drift(np.linspace(20, 500, 40) + rng.normal(0, 30, 40))
+    assert rising.found and rising.rho > 0.9 and rising.p < 0.001 and rising.ends == 10
+    assert rising.sentence().startswith("returns drift from ")
+    assert "40 episodes" in rising.sentence()
+    # D4RL's human sets have 25 episodes: judged; noise is not a drift; the power in words.
+    noise = drift(rng.normal(100, 30, 25))
+    assert noise.judged and not noise.found and noise.ends == 8
+    power = noise.power()
+    assert power is not None and power.startswith("With 25 episodes")
+    assert f"{noise.critical:.2f}" in power and "may go unseen" in power
+    assert 0.3 < noise.critical < 0.5  # a rank correlation of 0.4 is what 25 episodes can see
+    # 5 episodes: only a steady rise can be told from chance (p = 2/5! exactly).
+    five = drift(np.array([1.0, 2, 3, 4, 5]))
+    assert five.found and five.p == pytest.approx(2 / 120) and five.critical == pytest.approx(1)
+    four = drift(np.array([1.0, 2, 3, 40]))  # 4: no order reaches 5 %, not judged
+    assert not four.judged and not four.found and "too few" in (four.power() or "")
+    assert "not judged" in four.verdict()
+    # A significant but tiny trend over many episodes is not reported.
+    big = drift(rng.normal(100, 10, 5000) + np.linspace(0, 2, 5000))
+    assert big.p < ALPHA and not big.found
+    assert not drift(np.full(30, 7.0)).found  # constant: no order at all
+
+
+def test_drift_p_values_against_the_exact_permutation_distribution() -> None:
+    """The sampled null of 8 episodes gives the p-value that every one of the 8! orders gives
+    (Spearman's rho is the correlation of ranks, computed for each of the 40,320 orders)."""
+    import itertools
+
+    v = np.array([3.0, 1, 4, 1, 5, 9, 2, 6])
+    r = ranks(v)
+    assert r.tolist() == [4.0, 1.5, 5.0, 1.5, 6.0, 8.0, 3.0, 7.0]
+    x = np.arange(8.0)
+    rho = np.corrcoef(r, x)[0, 1]
+    orders = r[np.array(list(itertools.permutations(range(8))))]  # every order, one a row
+    dev = orders - orders.mean(axis=1, keepdims=True)
+    every = dev @ (x - x.mean()) / (np.linalg.norm(dev, axis=1) * np.linalg.norm(x - x.mean()))
+    exact = np.mean(np.abs(every) >= abs(rho) - 1e-12)
+    got = drift(v)
+    assert got.rho == pytest.approx(rho)
+    assert got.p == pytest.approx(exact, abs=0.02)  # 2,000 seeded orders
+
+
+def test_numbers_are_rounded_as_a_person_writes_them() -> None:
+    assert human(5000 / 222) == "22.52"
+    assert human(7971) == "7,971" and human(12345.6) == "12,346" and human(4.0) == "4"
+    assert human(2 / 3) == "0.6667" and human(-0.5) == "-0.5" and human(1.5e-7) == "1.500e-07"
+    assert human(float("nan")) == "NaN" and human(True) == "yes" and human(None) == "-"
+    assert round_sig(22.52252252252252) == 22.52 and round_sig(0.0) == 0.0
+    edges = np.linspace(0.1, 0.1 + 1e-3, 31)  # narrow bins keep the decimals that part them
+    rounded = [round_to_step(e, edges[1] - edges[0]) for e in edges]
+    assert rounded == sorted(set(rounded))
 
 
 def _summary(**kw: object) -> dict:
@@ -204,19 +264,59 @@ def test_anomalies_in_words() -> None:
         )
     box = gym.spaces.Box(-5.0, 5.0, (3,), np.float32)
     c = _collect(eps, box, gym.spaces.Discrete(4))
-    words = anomalies(_summary(not_done=12, rejected={"nan": 30}, rejected_episodes={"nan": 3}), c)
+    found = anomalies(
+        _summary(not_done=12, rejected={"nan": 30}, rejected_episodes={"nan": 3}),
+        c,
+        [drift(c.episode_returns), drift(c.episode_lengths, "episode lengths")],
+    )
+    words = [f.text for f in found]
     assert words[0] == "12 episodes end without a done flag"
     assert "30 rows rejected: nan (3 episodes)" in words
     assert "obs[1] is constant (2)" in words
     assert "obs[2] holds 1 NaN" in words
     assert "1 action of the declared space never taken: 3" in words
-    assert "returns drift from 191.8 to 29.75 over the recording" in words
+    assert any(w.startswith("returns drift from 191.8 to 29.75 over the recording") for w in words)
+    assert not any("lengths drift" in w for w in words)  # every episode has 5 steps
     assert any(w.startswith("obs[0]:") and "outside the declared space [-5, 5]" in w for w in words)
+    cells = {cell for f in found for cell in f.cells}
+    assert {"obs[0]", "obs[1]", "obs[2]"} <= cells  # the table rows they explain
 
 
 def test_nothing_odd_says_nothing() -> None:
     eps = [make_episode(6, id=i, seed=i) for i in range(8)]
-    assert anomalies(_summary(), _collect(eps)) == []
+    c = _collect(eps)
+    assert anomalies(_summary(), c, [drift(c.episode_returns)]) == []
+
+
+def test_every_constant_image_channel_is_listed() -> None:
+    """Issue 35: a constant channel was highlighted in the table but not listed."""
+    eps = []
+    for i in range(3):
+        frames = np.random.default_rng(i).integers(0, 256, (5, 8, 8, 3), dtype=np.uint8)
+        frames[..., 2] = 0  # the blue channel is always 0
+        eps.append(
+            Episode(
+                id=i,
+                observations=frames,
+                actions=np.arange(4) % 2,
+                rewards=np.ones(4) * i,
+                terminated=True,
+            )
+        )
+    found = anomalies(_summary(), _collect(eps))
+    assert [f.text for f in found] == ["obs[channel 2] is constant (0) in every frame"]
+    assert found[0].cells == ("obs[channel 2]",)
+
+
+def test_discounted_returns_equal_a_loop_over_each_episode() -> None:
+    eps = [make_episode(n, id=i, seed=i) for i, n in enumerate([1, 7, 2, 30, 0])]
+    for gamma in (0.0, 0.9, 1.0):
+        c = Collector(len(eps), gamma=gamma)
+        for chunk in chunks(EpisodeColumns.from_episodes(eps)):
+            c.add(chunk)
+        loop = [sum(gamma**t * float(r) for t, r in enumerate(e.rewards)) for e in eps]
+        np.testing.assert_allclose(c.episode_discounted_returns, loop, rtol=1e-12)
+    np.testing.assert_allclose(c.episode_discounted_returns, c.episode_returns)  # gamma 1
 
 
 def test_chunks_cover_every_episode_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
