@@ -39,6 +39,7 @@ episode ``e`` would have in the assembled array.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -533,6 +534,31 @@ class EpisodeColumns:
             agents=[self.agents[i] for i in pick],
             modules=[self.modules[i] for i in pick],
             infos=None if self.infos is None else [self.infos[i] for i in pick],
+        )
+
+    def take(self, idx: np.ndarray) -> EpisodeColumns:
+        """The episodes at ``idx``, in that order, in arrays of their own (copied): unlike
+        :meth:`select`, the result holds only these episodes' rows, so joining many such parts
+        (:meth:`concat`) copies each row once.
+
+        Args:
+            idx: Int indices of episodes of this table.
+
+        Returns:
+            A compact table of the chosen episodes.
+        """
+        sel = self.select(np.asarray(idx, np.int64))
+        n = sel.length.astype(np.int64)
+        steps = sel.step_rows()
+        obs = self.obs[steps] if self.last_obs is not None else self.obs[sel.obs_rows()]
+        return dataclasses.replace(
+            sel,
+            obs=obs,
+            actions=self.actions[steps],
+            rewards=self.rewards[steps],
+            extras={k: v[steps] for k, v in self.extras.items()},
+            obs_at=np.cumsum(n + 1) - (n + 1),
+            step_at=np.cumsum(n) - n,
         )
 
     def step_rows(self, lo: int = 0, hi: int | None = None) -> np.ndarray | slice:

@@ -46,21 +46,32 @@ def stitch_fragments(batch: EpisodeBatch, on_invalid: OnInvalid = "raise") -> Ep
     for i, key in enumerate(keys):  # only batches with repeated keys get here
         groups[key].append(i)
     t0, t1, done = cols.t_started.tolist(), cols.t_end.tolist(), cols.done.tolist()
+    # In first-seen order: runs of episodes kept as they are (one compact part per run), and
+    # each joined chain a part of its own; every row is copied once.
     parts: list[EpisodeColumns] = []
+    run: list[int] = []
     rows: list[int] = []
     out = EpisodeBatch(ledger=batch.ledger, rejections=batch.rejections)
     out.declared_spaces = batch.declared_spaces
     for idx in groups.values():
         for chain in _chains(sorted(idx, key=lambda i: (t0[i], i)), t0, t1, done):
             n = int(src[chain].sum())
+            if len(chain) == 1:
+                run.append(chain[0])
+                rows.append(n)
+                continue
             try:
-                parts.append(
-                    EpisodeColumns.join_fragments([cols.select(np.array([i])) for i in chain])
-                )
+                joined = EpisodeColumns.join_fragments([cols.select(np.array([i])) for i in chain])
             except DataError as e:
                 out.reject(e, n, episodes=1, policy=on_invalid)
                 continue
+            if run:
+                parts.append(cols.take(np.array(run)))
+                run = []
+            parts.append(joined)
             rows.append(n)
+    if run:
+        parts.append(cols.take(np.array(run)))
     out.add(EpisodeColumns.concat(parts), rows)
     return out
 
