@@ -35,7 +35,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -392,7 +392,11 @@ def _tasks_v3(path: Path, limits: DecodeLimits | None) -> dict[int, str]:
 
 
 def read_lerobot_file(
-    path: str, limits: DecodeLimits, tolerance_s: float = DEFAULT_TOLERANCE_S
+    path: str,
+    limits: DecodeLimits,
+    tolerance_s: float = DEFAULT_TOLERANCE_S,
+    *,
+    cameras: Literal["decode", "index"] = "decode",
 ) -> pa.Table:
     """One data file of a LeRobot dataset as a step table (see the module docstring): its
     columns, the observations as one struct column ``obs`` with every camera decoded.
@@ -402,6 +406,9 @@ def read_lerobot_file(
         limits: Bounds for the Parquet files.
         tolerance_s: The largest distance accepted between a frame's timestamp and its video
             frame (LeRobot's ``tolerance_s``).
+        cameras: ``"decode"``: each camera leaf holds the decoded frames; ``"index"``: it holds
+            each frame's LeRobot ``index`` (int64), a reference that
+            :class:`~.frames.VideoFrames` decodes where a sample needs it.
 
     Returns:
         The step table, one row a frame, in the file's order.
@@ -419,6 +426,7 @@ def read_lerobot_file(
     meta = load_meta(root, limits)
     table = open_parquet(path, limits).read()
     need = ["episode_index", "frame_index", "timestamp", "action"]
+    need += ["index"] if cameras == "index" and meta.cameras else []
     missing = [c for c in need if c not in table.column_names]
     if missing:
         raise SchemaError(f"a LeRobot data file without {missing}", Where(file=path))
@@ -431,7 +439,7 @@ def read_lerobot_file(
         if key.startswith("observation.") and (feat or {}).get("dtype") != "video":
             leaves[key] = table.column(key).combine_chunks()
     ts = table.column("timestamp").to_numpy().astype(np.float64)
-    for cam in meta.cameras:
+    for cam in meta.cameras if cameras == "decode" else ():
         frames = np.empty((n, *cam.shape), np.uint8)
         for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
             ep = int(eid[s])
@@ -456,6 +464,9 @@ def read_lerobot_file(
             frames[s:e] = decoded
         fld, arr = fixed_binary_column(cam.key, frames)
         leaves[cam.key] = (fld, arr)
+    if cameras == "index":
+        for cam in meta.cameras:
+            leaves[cam.key] = table.column("index").combine_chunks().cast(pa.int64())
     if not leaves:
         raise SchemaError("a LeRobot dataset without observation.* features", Where(file=path))
     cols: dict[str, Any] = {"obs": _struct(leaves)}
