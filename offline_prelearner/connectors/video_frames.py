@@ -36,6 +36,8 @@ class DecodeVideoFrames(Connector):
         tolerance_s: The largest distance accepted between a frame's timestamp and its video
             frame (LeRobot's ``tolerance_s``).
         max_open_files: Video files kept open at once.
+        decoder_threads: Decoder threads per open file (1: best for short decodes of small
+            frames; 0: FFmpeg's choice).
     """
 
     name = "decode_video_frames"
@@ -47,9 +49,14 @@ class DecodeVideoFrames(Connector):
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         tolerance_s: float = DEFAULT_TOLERANCE_S,
         max_open_files: int = DEFAULT_MAX_OPEN_FILES,
+        decoder_threads: int = 1,
     ) -> None:
         self.frames = VideoFrames(
-            root, cache_bytes=cache_bytes, tolerance_s=tolerance_s, max_open_files=max_open_files
+            root,
+            cache_bytes=cache_bytes,
+            tolerance_s=tolerance_s,
+            max_open_files=max_open_files,
+            decoder_threads=decoder_threads,
         )
 
     def __repr__(self) -> str:

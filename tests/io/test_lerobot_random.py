@@ -9,6 +9,7 @@ does. Real committed data, real PyAV, nothing mocked."""
 
 from __future__ import annotations
 
+import pickle
 import shutil
 from pathlib import Path
 
@@ -105,6 +106,9 @@ def test_random_index_sets_equal_lerobot_loader(
             np.testing.assert_array_equal(got, ref[cam][q])
     assert frames.stats.restarts == 0 and frames.stats.seeks > 0
     assert (frames.stats.hits > 0) == (cache_bytes > 0)
+    again = pickle.loads(pickle.dumps(frames))  # as a Ray actor gets it: no cache, no files
+    assert again.stats.cached_bytes == 0 and not again._open
+    np.testing.assert_array_equal(again.frames(cam, q), ref[cam][q])
 
 
 @settings(
@@ -120,7 +124,8 @@ def test_request_sequences_equal_plain_decode_and_cache_stays_bounded(
     want = plain[(name, cam)]
     frame_bytes = want[0].nbytes
     bound = data.draw(st.sampled_from([0, frame_bytes, 3 * frame_bytes, 8 * frame_bytes, 1 << 30]))
-    frames = VideoFrames(HERE / name, cache_bytes=bound)
+    threads = data.draw(st.sampled_from([0, 1, 2]))
+    frames = VideoFrames(HERE / name, cache_bytes=bound, decoder_threads=threads)
     for _ in range(data.draw(st.integers(1, 4))):
         q = np.asarray(data.draw(st.lists(st.integers(0, len(want) - 1), min_size=1, max_size=12)))
         np.testing.assert_array_equal(frames.frames(cam, q), want[q])
