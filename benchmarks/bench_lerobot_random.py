@@ -87,15 +87,16 @@ ds = LeRobotDataset("bench/random96", root=root, video_backend="pyav",
 setup = time.perf_counter() - t0
 idx = np.load(starts)
 digests = np.empty(len(idx), np.uint64)
-seconds = 0.0
+seconds = cpu = 0.0
 for j, i in enumerate(idx.tolist()):
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     item = ds[i]
     seconds += time.perf_counter() - t0
+    cpu += time.process_time() - c0
     x = (item[cam] * 255).round().to(torch.uint8).permute(0, 2, 3, 1).contiguous().numpy()
     digests[j] = int.from_bytes(hashlib.blake2b(x.tobytes(), digest_size=8).digest(), "little")
 np.save(out, digests)
-print(json.dumps({"n": len(idx), "seconds": seconds, "setup_s": setup}))
+print(json.dumps({"n": len(idx), "seconds": seconds, "cpu_seconds": cpu, "setup_s": setup}))
 """
 
 
@@ -119,17 +120,19 @@ def worker_ours(args: argparse.Namespace) -> dict[str, Any]:
     decode = DecodeVideoFrames(args.root, cache_bytes=args.cache_bytes)
     setup = time.perf_counter() - t0
     leaf = f"obs.{CAMERA.removeprefix('observation.')}"
-    starts, digests, seconds = [], [], 0.0
+    starts, digests, seconds, cpu = [], [], 0.0, 0.0
     for _ in range(args.batches):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         refs = buf.sample(args.batch)
         seconds += time.perf_counter() - t0
+        cpu += time.process_time() - c0
         starts.append(refs[leaf][:, -1].copy())  # each sample's start frame (LeRobot index)
         if args.draw_only:
             continue
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         batch = decode(refs)
         seconds += time.perf_counter() - t0
+        cpu += time.process_time() - c0
         digests += [_digest(s) for s in batch[leaf]]
     if args.starts_out:
         np.save(args.starts_out, np.concatenate(starts))
@@ -139,6 +142,7 @@ def worker_ours(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "n": args.batches * args.batch,
         "seconds": seconds,
+        "cpu_seconds": cpu,
         "setup_s": round(setup, 3),
         "cache_bytes": args.cache_bytes,
         "frames_decoded": s.decoded,
@@ -170,7 +174,8 @@ def _line(impl: str, got: dict[str, Any]) -> dict[str, Any]:
         "unit": "samples/s",
         "seconds": round(got["seconds"], 3),
         "peak_mem_mb": None,
-        **{k: v for k, v in got.items() if k != "seconds"},
+        "cpu_samples_per_s": round(got["n"] / got["cpu_seconds"], 1),
+        **{k: round(v, 3) if isinstance(v, float) else v for k, v in got.items() if k != "seconds"},
         "loadavg_1m": round(os.getloadavg()[0], 2),
     }
 
@@ -242,8 +247,13 @@ def main() -> int:
         ("ours/lerobot", (BENCH, "ours"), (BENCH, "lerobot")),
         ("ours_small_cache/lerobot", (BENCH, "ours_small_cache"), (BENCH, "lerobot")),
     ]
-    for line in summarize_rounds(lines, pairs):
+    summary = summarize_rounds(lines, pairs)
+    for line in summary:
         emit(line)
+    cpu = {x["impl"]: x["cpu_samples_per_s"] for x in summary if "cpu_samples_per_s" in x}
+    for impl in ("ours", "ours_small_cache"):  # process CPU time: steadier on a shared machine
+        ratio = round(cpu[impl] / cpu["lerobot"], 2)
+        emit({"bench": f"{impl}/lerobot", "impl": "ratio", "ratio_cpu": ratio, "cpu": cpu})
     return 0
 
 
