@@ -21,6 +21,7 @@ from ..errors import SchemaError
 from ..io.formats.lerobot.dataset import DEFAULT_TOLERANCE_S
 from ..io.formats.lerobot.frames import DEFAULT_CACHE_BYTES, DEFAULT_MAX_OPEN_FILES, VideoFrames
 from ..replay.batch import SampleBatch
+from ..replay.units.sequence import SEQ_LENS
 from .base import DEFAULT_CONTEXT, Connector, ConnectorContext
 
 __all__ = ["DecodeVideoFrames"]
@@ -71,7 +72,8 @@ class DecodeVideoFrames(Connector):
             ctx: Unused.
 
         Returns:
-            The batch with each such column ``uint8 [*refs.shape, H, W, 3]``.
+            The batch with each such column ``uint8 [*refs.shape, H, W, 3]`` (a sequence's
+            padding steps, past ``seq_lens``, zero frames: nothing is decoded for them).
 
         Raises:
             SchemaError: A camera's column is missing from the batch, or is not integer.
@@ -79,6 +81,7 @@ class DecodeVideoFrames(Connector):
         """
         out = SampleBatch._trusted(batch.to_dict())
         out.info = batch.info
+        seq_lens = batch.get(SEQ_LENS)
         for camera in self.frames.cameras:
             leaf = camera.removeprefix("observation.")
             names = [n for n in (f"{C.OBS}.{leaf}", f"{C.NEW_OBS}.{leaf}") if n in batch]
@@ -94,9 +97,28 @@ class DecodeVideoFrames(Connector):
                         f"column {n} holds {r.dtype}, not frame references (int): were the "
                         "episodes read with cameras='index'?"
                     )
-            flat = self.frames.frames(camera, np.concatenate([r.ravel() for r in refs]))
+            real = [_real(r, seq_lens) for r in refs]
+            wanted = [r.ravel() if m is None else r[m] for r, m in zip(refs, real, strict=True)]
+            flat = self.frames.frames(camera, np.concatenate(wanted))
             at = 0
-            for n, r in zip(names, refs, strict=True):
-                out.set_trusted(n, flat[at : at + r.size].reshape(*r.shape, *flat.shape[1:]))
-                at += r.size
+            for n, r, m, w in zip(names, refs, real, wanted, strict=True):
+                got = flat[at : at + w.size]
+                at += w.size
+                if m is None:
+                    out.set_trusted(n, got.reshape(*r.shape, *flat.shape[1:]))
+                else:  # a sequence's padding steps: zero frames, as a buffer of frames pads
+                    full = np.zeros((*r.shape, *flat.shape[1:]), flat.dtype)
+                    full[m] = got
+                    out.set_trusted(n, full)
         return out
+
+
+def _real(refs: np.ndarray, seq_lens: np.ndarray | None) -> np.ndarray | None:
+    """Where a sequence batch's references are real steps (``[B, W, ...]``, step ``w`` real
+    while ``w < seq_lens``), or None where every reference is (not a sequence, no padding)."""
+    if seq_lens is None or refs.ndim < 2:
+        return None
+    steps = np.arange(refs.shape[1]) < np.asarray(seq_lens)[:, None]
+    if steps.all():
+        return None
+    return np.broadcast_to(steps.reshape(*steps.shape, *(1,) * (refs.ndim - 2)), refs.shape)

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from offline_prelearner import EpisodeReplayBuffer, FrameStack, NStep
+from offline_prelearner import EpisodeReplayBuffer, FrameStack, NStep, Sequence
 from offline_prelearner.config import DEFAULT_LIMITS, ReadConfig
 from offline_prelearner.connectors.video_frames import DecodeVideoFrames
 from offline_prelearner.errors import DataError
@@ -31,6 +31,7 @@ from offline_prelearner.io.formats.lerobot.dataset import (
 )
 from offline_prelearner.io.formats.lerobot.frames import VideoFrames, reference_episodes
 from offline_prelearner.io.readers import make_reader
+from offline_prelearner.replay.units.base import SampleUnit
 
 av = pytest.importorskip("av")
 
@@ -170,12 +171,21 @@ def test_cache_bound_counts_decodes() -> None:
     assert two.stats.peak_cached_bytes <= 2 * window
 
 
-@pytest.mark.parametrize("name", ["v30_av1", "v21_av1", "v30_h264"])
-def test_buffer_of_references_samples_the_decoded_buffers_batches(name: str) -> None:
-    """n-step samples with 4-frame stacks from a buffer holding frame references, decoded by the
-    connector, equal the samples of the same buffer filled with decoded frames: every column,
-    row for row (the same seed draws the same steps)."""
-    unit = FrameStack(4, NStep(3))
+@pytest.mark.parametrize(
+    ("name", "unit"),
+    [
+        ("v30_av1", FrameStack(4, NStep(3))),
+        ("v21_av1", FrameStack(4, NStep(3))),
+        ("v30_h264", FrameStack(4, NStep(3))),
+        ("v30_av1", FrameStack(2, Sequence(3))),  # [B, W, k] references
+    ],
+)
+def test_buffer_of_references_samples_the_decoded_buffers_batches(
+    name: str, unit: SampleUnit
+) -> None:
+    """Samples (n-step with 4-frame stacks; stacked sequences) from a buffer holding frame
+    references, decoded by the connector, equal the samples of the same buffer filled with
+    decoded frames: every column, row for row (the same seed draws the same steps)."""
     refs_buf = EpisodeReplayBuffer(1000, unit=unit, seed=3)
     for cols in reference_episodes(HERE / name):
         refs_buf.add(cols)
@@ -191,7 +201,8 @@ def test_buffer_of_references_samples_the_decoded_buffers_batches(name: str) -> 
         for k in want:
             np.testing.assert_array_equal(got[k], want[k], err_msg=k)
         leaf = CAMERAS[name][0].removeprefix("observation.")
-        assert got[f"obs.{leaf}"].shape[:2] == (32, 4) and got[f"obs.{leaf}"].dtype == np.uint8
+        assert got[f"obs.{leaf}"].dtype == np.uint8 and got[f"obs.{leaf}"].shape[0] == 32
+        assert got[f"obs.{leaf}"].shape[-4] == unit.k  # type: ignore[attr-defined]
 
 
 def test_errors_name_the_file_episode_and_frame(tmp_path: Path) -> None:
