@@ -76,7 +76,8 @@ class DecodeVideoFrames(Connector):
             padding steps, past ``seq_lens``, zero frames: nothing is decoded for them).
 
         Raises:
-            SchemaError: A camera's column is missing from the batch, or is not integer.
+            SchemaError: A camera's column is missing from the batch, or does not hold signed
+                integers (references).
             DataError: A reference cannot be decoded (see :meth:`VideoFrames.frames`).
         """
         out = SampleBatch._trusted(batch.to_dict())
@@ -92,7 +93,7 @@ class DecodeVideoFrames(Connector):
                 )
             refs = [np.asarray(batch[n]) for n in names]
             for n, r in zip(names, refs, strict=True):
-                if r.dtype.kind not in "iu":
+                if r.dtype.kind != "i":  # references are int64; decoded frames uint8
                     raise SchemaError(
                         f"column {n} holds {r.dtype}, not frame references (int): were the "
                         "episodes read with cameras='index'?"

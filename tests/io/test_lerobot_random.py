@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from offline_prelearner import EpisodeReplayBuffer, FrameStack, NStep, Sequence
 from offline_prelearner.config import DEFAULT_LIMITS, ReadConfig
 from offline_prelearner.connectors.video_frames import DecodeVideoFrames
-from offline_prelearner.errors import DataError
+from offline_prelearner.errors import DataError, SchemaError
 from offline_prelearner.io.formats.lerobot.dataset import (
     lerobot_files,
     load_meta,
@@ -226,3 +226,19 @@ def test_errors_name_the_file_episode_and_frame(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"frame 1 of the episode .* nearest frame") as e:
         VideoFrames(root).frames(cam, [19, 20])
     assert "episode 2" in str(e.value)
+
+
+def test_connector_refuses_decoded_or_missing_camera_columns() -> None:
+    """A batch whose camera columns hold pixels (episodes read without references) or lack a
+    camera is refused in one line naming the column."""
+    reader = make_reader(ReadConfig(format="lerobot"))
+    f = lerobot_files(HERE / "v30_h264")[0]
+    buf = EpisodeReplayBuffer(100, seed=0)
+    buf.add(reader.read(read_lerobot_file(f, DEFAULT_LIMITS), source=f).columns)
+    decode = DecodeVideoFrames(HERE / "v30_h264")
+    batch = buf.sample(4)
+    with pytest.raises(SchemaError, match=r"obs\.images\.front holds uint8.*cameras=.index."):
+        decode(batch)
+    del batch["obs.images.front"], batch["new_obs.images.front"]
+    with pytest.raises(SchemaError, match=r"no column obs\.images\.front"):
+        decode(batch)
