@@ -119,18 +119,21 @@ def test_random_index_sets_equal_lerobot_loader(
 def test_request_sequences_equal_plain_decode_and_cache_stays_bounded(
     data: st.DataObject, plain: dict[tuple[str, str], np.ndarray]
 ) -> None:
-    """Any sequence of requests, under any cache bound, gives the plain loop's frames; the cache
-    never holds more bytes than its bound."""
+    """Any sequence of requests, under any cache bound, decoder threads and open-file bound,
+    gives the plain loop's frames; the cache never holds more bytes than its bound."""
     name, cam = data.draw(st.sampled_from(PAIRS))
     want = plain[(name, cam)]
     frame_bytes = want[0].nbytes
     bound = data.draw(st.sampled_from([0, frame_bytes, 3 * frame_bytes, 8 * frame_bytes, 1 << 30]))
     threads = data.draw(st.sampled_from([0, 1, 2]))
-    frames = VideoFrames(HERE / name, cache_bytes=bound, decoder_threads=threads)
+    open_files = data.draw(st.integers(1, 3))  # v2.1: 3 files a camera, closed and reopened
+    frames = VideoFrames(
+        HERE / name, cache_bytes=bound, decoder_threads=threads, max_open_files=open_files
+    )
     for _ in range(data.draw(st.integers(1, 4))):
         q = np.asarray(data.draw(st.lists(st.integers(0, len(want) - 1), min_size=1, max_size=12)))
         np.testing.assert_array_equal(frames.frames(cam, q), want[q])
-        assert frames.stats.cached_bytes <= bound
+        assert frames.stats.cached_bytes <= bound and len(frames._open) <= open_files
     assert frames.stats.peak_cached_bytes <= bound and frames.stats.restarts == 0
 
 
