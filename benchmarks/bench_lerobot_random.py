@@ -1,8 +1,9 @@
 """Random n-step samples with 4-frame stacks from video: ours vs LeRobot's own random access.
 
 Issue 34's second target. One dataset written by LeRobot 0.4.4 itself (``LeRobotDataset.create``
-with its defaults: one 96x96 camera, AV1, a keyframe every 2 frames, 30 fps; ``--episodes``
-episodes of ``--length`` frames) under ``.bench/lerobot-bench/`` (git-ignored); then, in
+with its defaults: one 96x96 camera, AV1, a keyframe every 2 frames (``--gop N``: every N, its
+encoder's ``g``), 30 fps; ``--episodes`` episodes of ``--length`` frames) under
+``.bench/lerobot-bench/`` (git-ignored); then, in
 interleaved rounds (A B C, C B A, ...), each side in a fresh process, the same samples:
 
 * ``ours``: an ``EpisodeReplayBuffer`` holding the episodes with frame references in the camera
@@ -57,7 +58,11 @@ import sys, numpy as np
 from pathlib import Path
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 root = Path(sys.argv[1])
-episodes, length, fps = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+episodes, length, fps, gop = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+if gop:  # a keyframe every `gop` frames instead of LeRobot's default (2)
+    import functools
+    import lerobot.datasets.lerobot_dataset as lrd
+    lrd.encode_video_frames = functools.partial(lrd.encode_video_frames, g=gop)
 feats = {"observation.state": {"dtype": "float32", "shape": (4,), "names": None},
          "action": {"dtype": "float32", "shape": (2,), "names": None},
          "observation.images.cam": {"dtype": "video", "shape": (96, 96, 3),
@@ -187,6 +192,9 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--batches", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--gop", type=int, default=0, help="a keyframe every GOP frames (0: LeRobot's default, 2)"
+    )
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
@@ -199,15 +207,18 @@ def main() -> int:
         print(json.dumps(worker_ours(args)), flush=True)
         return 0
 
-    root = REPO / f".bench/lerobot-bench/random96-{args.episodes}x{args.length}"
+    gop = f"-g{args.gop}" if args.gop else ""
+    root = REPO / f".bench/lerobot-bench/random96-{args.episodes}x{args.length}{gop}"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     if not (root / "meta/info.json").is_file():
         log(f"writing the dataset with LeRobot: {root}")
         make = [str(LEROBOT_PY), "-c", _MAKE, str(root), str(args.episodes), str(args.length)]
-        subprocess.run([*make, str(FPS)], check=True, capture_output=True, cwd="/", env=env)
+        make += [str(FPS), str(args.gop)]
+        subprocess.run(make, check=True, capture_output=True, cwd="/", env=env)
     sizes = {"episodes": args.episodes, "length": args.length, "batch": args.batch}
     sizes.update(batches=args.batches, rounds=args.rounds)
-    emit(header(__file__, **sizes, camera="96x96 AV1, a keyframe every 2 frames, 30 fps"))
+    camera = f"96x96 AV1, a keyframe every {args.gop or 2} frames, 30 fps"
+    emit(header(__file__, **sizes, camera=camera))
     tmp = Path(tempfile.mkdtemp(prefix="bench_lerobot_random_"))
     starts = {}
     for r in range(args.rounds):  # the rounds' samples, drawn once (the seed fixes them)
