@@ -47,7 +47,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -564,7 +564,9 @@ def split_lerobot_file(
     return pieces
 
 
-def read_lerobot_file(path: str, limits: DecodeLimits) -> pa.Table:
+def read_lerobot_file(
+    path: str, limits: DecodeLimits, *, cameras: Literal["decode", "index"] = "decode"
+) -> pa.Table:
     """One data file of a LeRobot dataset as a step table (see the module docstring): its
     columns, the observations as one struct column ``obs`` with every camera decoded.
 
@@ -573,6 +575,9 @@ def read_lerobot_file(path: str, limits: DecodeLimits) -> pa.Table:
         limits: Bounds for the Parquet files; ``video_tolerance_s``, the largest distance
             accepted between a frame's timestamp and its video frame (LeRobot's
             ``tolerance_s``).
+        cameras: ``"decode"``: each camera leaf holds the decoded frames; ``"index"``: it holds
+            each frame's LeRobot ``index`` (int64), a reference that
+            :class:`~.frames.VideoFrames` decodes where a sample needs it.
 
     Returns:
         The step table, one row a frame, in the file's order.
@@ -583,11 +588,15 @@ def read_lerobot_file(path: str, limits: DecodeLimits) -> pa.Table:
             the episode's timestamps or has no frame within the tolerance of one.
         SchemaError: The file lacks a column the step table needs.
     """
-    return read_lerobot_episodes(path, limits)[0]
+    return read_lerobot_episodes(path, limits, cameras=cameras)[0]
 
 
 def read_lerobot_episodes(
-    path: str, limits: DecodeLimits, episodes: tuple[str, ...] | None = None
+    path: str,
+    limits: DecodeLimits,
+    episodes: tuple[str, ...] | None = None,
+    *,
+    cameras: Literal["decode", "index"] = "decode",
 ) -> tuple[pa.Table, np.ndarray]:
     """Some episodes of a data file as a step table (:func:`read_lerobot_file`), only their
     frames decoded: a piece of :func:`split_lerobot_file`.
@@ -596,6 +605,7 @@ def read_lerobot_episodes(
         path: A data file, local or on a store.
         limits: As :func:`read_lerobot_file`.
         episodes: The episode indexes to read (as strings); None: every episode of the file.
+        cameras: As :func:`read_lerobot_file`.
 
     Returns:
         The step table and, per row, its row number in the file (int64).
@@ -607,6 +617,7 @@ def read_lerobot_episodes(
     meta = load_meta(root, limits)
     table = _open_data(path, limits)
     need = ["episode_index", "frame_index", "timestamp", "action"]
+    need += ["index"] if cameras == "index" and meta.cameras else []
     missing = [c for c in need if c not in table.column_names]
     if missing:
         raise SchemaError(f"a LeRobot data file without {missing}", Where(file=path))
@@ -616,11 +627,16 @@ def read_lerobot_episodes(
         mask = pc.is_in(table.column("episode_index"), value_set=want)
         rows = rows[mask.to_numpy(zero_copy_only=False)]
         table = table.take(pa.array(rows))
-    return _step_table(path, root, meta, table, limits.video_tolerance_s), rows
+    return _step_table(path, root, meta, table, limits.video_tolerance_s, cameras), rows
 
 
 def _step_table(
-    path: str, root: str, meta: LeRobotMeta, table: pa.Table, tolerance_s: float
+    path: str,
+    root: str,
+    meta: LeRobotMeta,
+    table: pa.Table,
+    tolerance_s: float,
+    cameras: Literal["decode", "index"] = "decode",
 ) -> pa.Table:
     eid = table.column("episode_index").to_numpy()
     n = len(eid)
@@ -632,7 +648,7 @@ def _step_table(
         if key.startswith("observation.") and (feat or {}).get("dtype") != "video":
             leaves[key] = table.column(key).combine_chunks()
     ts = table.column("timestamp").to_numpy().astype(np.float64)
-    for cam in meta.cameras:
+    for cam in meta.cameras if cameras == "decode" else ():
         frames = np.empty((n, *cam.shape), np.uint8)
         for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
             ep = int(eid[s])
@@ -649,6 +665,9 @@ def _step_table(
             frames[s:e] = decoded
         fld, arr = fixed_binary_column(cam.key, frames)
         leaves[cam.key] = (fld, arr)
+    if cameras == "index":
+        for cam in meta.cameras:
+            leaves[cam.key] = table.column("index").combine_chunks().cast(pa.int64())
     if not leaves:
         raise SchemaError("a LeRobot dataset without observation.* features", Where(file=path))
     cols: dict[str, Any] = {"obs": _struct(leaves)}
