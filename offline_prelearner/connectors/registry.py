@@ -71,6 +71,12 @@ def _gae() -> type[Connector]:
     return GAE
 
 
+def _decode_video_frames() -> type[Connector]:
+    from .video_frames import DecodeVideoFrames
+
+    return DecodeVideoFrames
+
+
 _REGISTRY: dict[str, Callable[[], type[Connector]]] = {
     "returns_to_go": _returns_to_go,  # episodes: discounted returns-to-go
     "gae": _gae,  # episodes: advantages and value targets
@@ -78,6 +84,7 @@ _REGISTRY: dict[str, Callable[[], type[Connector]]] = {
     "flatten_obs": _flatten_obs,  # batches: [B, ...] -> [B, n]
     "one_hot_actions": _one_hot_actions,  # batches
     "cast": _cast,  # batches: dtypes
+    "decode_video_frames": _decode_video_frames,  # batches: LeRobot frame references -> frames
 }
 
 

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from offline_prelearner import EpisodeReplayBuffer, FrameStack, NStep, Sequence
 from offline_prelearner.config import DEFAULT_LIMITS, ReadConfig
+from offline_prelearner.connectors import build_pipeline
 from offline_prelearner.connectors.video_frames import DecodeVideoFrames
 from offline_prelearner.errors import DataError, SchemaError
 from offline_prelearner.io.formats.lerobot.dataset import (
@@ -196,7 +197,9 @@ def test_buffer_of_references_samples_the_decoded_buffers_batches(
     reader = make_reader(ReadConfig(format="lerobot"))
     for f in lerobot_files(HERE / name):
         frames_buf.add(reader.read(read_lerobot_file(f, DEFAULT_LIMITS), source=f).columns)
-    decode = DecodeVideoFrames(HERE / name)
+    # by its registered name, as a config's connector list names it
+    decode = build_pipeline([{"name": "decode_video_frames", "root": str(HERE / name)}])
+    assert decode.names == ["decode_video_frames"]
     for _ in range(3):
         got = decode(refs_buf.sample(32))
         want = frames_buf.sample(32)
