@@ -62,7 +62,8 @@ def test_process_says_a_few_lines_and_json_says_everything(
                            "--overwrite")  # fmt: skip
     assert code == 0 and len(printed.splitlines()) == 1
     summary = json.loads(printed)
-    assert (summary["rows_in"], summary["samples_written"], summary["out"]) == (5000, 5000, str(out))
+    got = (summary["rows_in"], summary["samples_written"], summary["out"])
+    assert got == (5000, 5000, str(out))
 
 
 def test_process_names_what_it_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
