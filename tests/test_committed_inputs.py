@@ -323,7 +323,7 @@ def test_old_stack_convert_then_process(
     assert [Path(f["file"]).name for f in got["per_file"]] == stats["files_written"]
 
 
-def test_process_output_is_refused_by_every_command(
+def test_process_output_is_refused_by_every_command_but_inspect(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "p"
@@ -333,12 +333,16 @@ def test_process_output_is_refused_by_every_command(
     for argv in (
         ("process", str(out), "--out", str(tmp_path / "p2")),
         ("process", str(out / "samples"), "--out", str(tmp_path / "p3")),
-        ("inspect", str(out)),
         ("convert", str(out), "--to", "rows", "--out", str(tmp_path / "c")),
+        ("report", str(out), "--out", str(tmp_path / "r.html")),
     ):
         line = refused(capsys, *argv)
         assert "samples 'process' wrote" in line and repr(str(out)) in line, line
-    assert not (tmp_path / "p2").exists()
+    assert not (tmp_path / "p2").exists() and not (tmp_path / "r.html").exists()
+    # inspect describes them (what a job produced), without reading them as experience
+    assert main(["inspect", str(out), "--json"]) == 0
+    described = json.loads(capsys.readouterr().out)
+    assert described["kind"] == "samples" and described["rows"] == doc["samples_written"]
 
 
 def test_a_missing_listed_file_is_one_line_naming_it(
