@@ -85,11 +85,13 @@ def convert_lines(stats: Mapping[str, Any], out: str) -> list[str]:
     balanced = bool(stats["balanced"])
     rows_in = int(stats["rows_in"])
     written = int(stats.get("rows_out", rows_in))
+    episodes = stats.get("episodes_written")  # a rows -> rows relayout builds no episodes
+    what = f"{_n(int(episodes), 'episode')}, " if episodes is not None else ""
+    layout = f", layout {stats['layout']}" if stats.get("layout") else ""
     head = (
-        f"{_n(int(stats['episodes_written']), 'episode')}, {_n(rows_in, 'row')} -> "
-        f"{written:,} written as {stats['to']} ({_n(len(stats['files_written']), 'file')}) in "
-        f"{out} ({stats['seconds']:.1f} s); "
-        f"{'every row accounted for' if balanced else 'see below'}"
+        f"{what}{_n(rows_in, 'row')} -> {written:,} written as {stats['to']} "
+        f"({_n(len(stats['files_written']), 'file')}{layout}) in {out} "
+        f"({stats['seconds']:.1f} s); {'every row accounted for' if balanced else 'see below'}"
     )
     lines = [head]
     lines += _ledger(

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import posixpath
 import re
 import time
 from collections.abc import Callable
@@ -185,14 +186,16 @@ def convert_dataset(
         "inputs": inputs,
     }
     # The job owns --out until it is committed or failed (ownership.OutLock).
-    with LocalStaging(out, job, overwrite=overwrite, files_dir="") as staging, output_storage(out):
+    files_dir = "" if to == "minari" else to  # Minari's data/ folder, else OUT/rows or OUT/episodes
+    staging = LocalStaging(out, job, overwrite=overwrite, files_dir=files_dir)
+    with staging, output_storage(out):
         staging.open()
         try:
             batch, reader = _read_all(files, read, progress, dones)
             n_fragments = settle_open_episodes(batch, fragments, read.on_invalid)
             episodes = list(batch.columns.iter_episodes())  # the writers take one at a time
             info = _info(files, reader, given, episodes)
-            written = _write(staging.path, config, episodes, info, dataset_id)
+            written = _write(staging.samples, config, episodes, info, dataset_id)
         except BaseException:
             staging.discard()
             raise
@@ -204,7 +207,7 @@ def convert_dataset(
             "files_in": len(files),
             "to": to,
             "out_dir": str(out),
-            "files_written": [f["name"] for f in written],
+            "files_written": [posixpath.join(files_dir, f["name"]) for f in written],  # under OUT
             "rows_in": led.rows_in,
             "rows_out": int(batch.source_rows.sum()),
             "rows_rejected": dict(sorted(led.rows_rejected.items())),
