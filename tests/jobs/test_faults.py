@@ -394,7 +394,7 @@ def test_signal_stops_the_job_and_its_ray(
     rc = job.wait(30)
     took = time.monotonic() - sent
     assert rc == 128 + sig, job.stderr
-    assert took < 10, f"exit {took:.1f} s after {sig.name}"
+    assert took < 60, f"exit {took:.1f} s after {sig.name}"  # a hang guard (idle: ~2 s)
     assert_one_line(job, f"interrupted by {sig.name}", "nothing was committed")
     assert_nothing_committed(out)
     left = job.leftovers()

@@ -285,7 +285,7 @@ def test_a_bad_store_is_one_line_and_exit_2(
     done = cli("inspect", where.format(store=s3_store), env={**s3_store.env, **env})
     assert done.returncode == 2, done.stderr
     assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert time.monotonic() - t0 < 30
+    assert time.monotonic() - t0 < 120  # a hang guard: a store client's retries go on for minutes
 
 
 def test_a_minari_dataset_on_a_store_declares_its_spaces(s3_store: Any, tmp_path: Path) -> None:
