@@ -188,7 +188,7 @@ NUL_ID = "ab\x00cd"
 
 def eps_ids(folder: Path) -> set[str]:
     return {
-        i for f in sorted(folder.glob("*.parquet")) for i in pq.read_table(f)["eps_id"].to_pylist()
+        i for f in sorted(folder.rglob("*.parquet")) for i in pq.read_table(f)["eps_id"].to_pylist()
     }
 
 

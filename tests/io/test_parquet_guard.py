@@ -93,9 +93,7 @@ print(json.dumps(out))
 
 
 @pytest.mark.parametrize("make", sorted(BOMBS))
-def test_a_parquet_bomb_is_refused_by_every_reader_within_200_mb(
-    tmp_path: Path, make: str
-) -> None:
+def test_a_parquet_bomb_is_refused_by_every_reader_within_200_mb(tmp_path: Path, make: str) -> None:
     path = mc.MAKERS[make](tmp_path)
     assert path.stat().st_size < 100_000  # KBs that claim (or hold) gigabytes
     res = subprocess.run(

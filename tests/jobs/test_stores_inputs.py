@@ -120,8 +120,8 @@ def test_convert_and_config_from_a_store(s3_store: Any, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     local = cli("convert", str(DATA / "episodes"), "--to", "rows", "--out", str(tmp_path / "l"))
     assert local.returncode == 0, local.stderr
-    a = [pq.read_table(f) for f in sorted((tmp_path / "l").glob("*.parquet"))]
-    b = [pq.read_table(f) for f in sorted((tmp_path / "r").glob("*.parquet"))]
+    a = [pq.read_table(f) for f in sorted((tmp_path / "l" / "rows").glob("*.parquet"))]
+    b = [pq.read_table(f) for f in sorted((tmp_path / "r" / "rows").glob("*.parquet"))]
     assert a and len(a) == len(b) and all(x.equals(y) for x, y in zip(a, b, strict=True))
     out = tmp_path / "p"
     done = cli(
