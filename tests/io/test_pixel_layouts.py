@@ -152,7 +152,7 @@ def test_convert_keeps_row_groups_read_in_pieces(tmp_path: Path) -> None:
     src.mkdir()
     pq.write_table(table, src / "part-00000.parquet", row_group_size=READ_ROWS * 2 + 7)
     convert_path(src, "rows", tmp_path / "fast", layout="fast")
-    out = pq.ParquetFile(tmp_path / "fast" / "rows-00000-00000.parquet")
+    out = pq.ParquetFile(tmp_path / "fast" / "rows" / "rows-00000-00000.parquet")
     before = pq.ParquetFile(src / "part-00000.parquet").metadata
     sizes = [before.row_group(g).num_rows for g in range(before.num_row_groups)]
     assert [out.metadata.row_group(g).num_rows for g in range(out.num_row_groups)] == sizes

@@ -352,7 +352,7 @@ def test_convert_into_a_store_is_valid(
             "--on-invalid", "quarantine")  # fmt: skip
     stats, manifest = check_convert(out)
     (q,) = manifest["quarantine"]
-    assert manifest["files_dir"] == "" and manifest["job_id"] in q["name"]
+    assert manifest["files_dir"] == "episodes" and manifest["job_id"] in q["name"]
     assert stats["quarantine_file"] == f"{out}/{q['name']}"  # where the store holds it
 
 
