@@ -93,9 +93,9 @@ def test_committed_folder_read_through_its_manifest(store: Any, tmp_path: Path) 
     assert done.returncode == 0, done.stderr
     remote = upload(out, f"{store}/episodes")
     locate(f"{remote}/stray.parquet").write_bytes((out / "stats.json").read_bytes())
-    listed = [f"{remote}/{os.path.basename(f)}" for f in expand_paths(str(out))]
-    assert expand_paths(remote) == listed
-    assert expand_paths(f"{remote}/*.parquet") == listed
+    listed = [f"{remote}/episodes/{os.path.basename(f)}" for f in expand_paths(str(out))]
+    assert expand_paths(remote) == listed  # the data under its folder, OUT/episodes
+    assert expand_paths(f"{remote}/episodes/*.parquet") == listed
     with pytest.raises(Exception, match="does not list it"):
         expand_paths(f"{remote}/stray.parquet")
 
