@@ -204,7 +204,7 @@ def test_sigint_is_130_and_commits_nothing(s3_store: str, data: Path) -> None:
     try:
         _wait_for_units(out, proc, 1)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=120)  # a hang guard
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
