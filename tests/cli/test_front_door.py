@@ -174,10 +174,11 @@ def test_every_data_folder_opens_in_other_readers(outputs: dict[str, Path]) -> N
 
 
 @pytest.mark.ray
-def test_ray_data_opens_each_data_folder(outputs: dict[str, Path], ray_local: Any) -> None:
-    for name, rows in (("samples", 5000), ("rows", 5000), ("episodes", 222)):
-        folder = outputs[name] / name
-        assert ray_local.data.read_parquet(str(folder)).count() == rows, name
+def test_ray_data_opens_a_data_folder(outputs: dict[str, Path], ray_local: Any) -> None:
+    """One read (a Ray Data job costs seconds): the folder convert wrote, beside stats.json and
+    the manifest before it had a data folder of its own."""
+    ds = ray_local.data.read_parquet(str(outputs["rows"] / "rows"))
+    assert ds.count() == 5000 and "eps_id" in ds.schema().names
 
 
 def _optional(module: str) -> Any:
