@@ -97,7 +97,7 @@ def make_inputs(work: Path, rows: int, seed: int) -> tuple[Path, Path]:
     if not (row_dir.is_dir() and list(row_dir.glob("*.parquet"))):
         C.log(f"making {rows:,} rows under {row_dir}")
         make_rows(row_dir, rows, 4, seed)
-    if not (ep_dir.is_dir() and list(ep_dir.glob("*.parquet"))):
+    if not (ep_dir.is_dir() and list(ep_dir.rglob("*.parquet"))):
         C.log(f"converting them to msgpack episodes under {ep_dir} (this checkout's convert)")
         code = "import sys; from offline_prelearner.cli import main; sys.exit(main(sys.argv[1:]))"
         cmd = [sys.executable, "-c", code, "convert", str(row_dir), "--to", "episodes"]
@@ -107,8 +107,9 @@ def make_inputs(work: Path, rows: int, seed: int) -> tuple[Path, Path]:
 
 
 def load_tables(directory: Path, per_table: int, value_column: bool) -> list[pa.Table]:
-    """Every file of ``directory`` in name order, cut into tables of ``per_table`` rows."""
-    files = sorted(directory.glob("*.parquet"))
+    """Every Parquet file under ``directory`` in name order (a convert output's are in its data
+    folder, ``episodes/``), cut into tables of ``per_table`` rows."""
+    files = sorted(directory.rglob("*.parquet"))
     whole = pa.concat_tables(pq.read_table(f) for f in files).combine_chunks()
     if value_column:  # a per-step value estimate, as RLlib records for PPO (GAE reads it)
         rng = np.random.default_rng(0)

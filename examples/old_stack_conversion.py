@@ -4,17 +4,17 @@ Run from the repository root::
 
     python examples/old_stack_conversion.py
 
-It converts files RLlib 2.60's old-stack JsonWriter wrote (``../shared/data/rllib-2.60``, or the
-folder ``OFFLINE_PRELEARNER_SHARED_DATA`` names); without them it says so and exits. The same
-from the command line::
+It converts the small old-stack sample shipped in ``datasets/cartpole-v1-old-stack`` (6 CartPole
+episodes laid out as RLlib's old-stack ``JsonWriter`` writes them, plain and with packed
+``obs``; its ``make_old_stack.py`` says how they were made). The same from the command line::
 
-    offline-prelearner convert OLD.json --to rows --out DIR
-    offline-prelearner convert OLD_compressed.json --to episodes --out DIR --legacy-pickle
+    offline-prelearner convert datasets/cartpole-v1-old-stack/old_stack.json --to rows --out DIR
+    offline-prelearner convert datasets/cartpole-v1-old-stack/old_stack_compressed.json \
+        --to episodes --out DIR --legacy-pickle
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -24,12 +24,9 @@ import pyarrow.parquet as pq
 
 import offline_prelearner as op
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(
-    os.environ.get("OFFLINE_PRELEARNER_SHARED_DATA") or ROOT.parent / "shared/data/rllib-2.60"
-)
-PLAIN = SHARED / "cartpole-v1_old_stack_json_uncompressed.json"
-COMPRESSED = SHARED / "cartpole-v1_old_stack_json_compressed.json"
+DATA = Path(__file__).resolve().parents[1] / "datasets" / "cartpole-v1-old-stack"
+PLAIN = DATA / "old_stack.json"
+COMPRESSED = DATA / "old_stack_compressed.json"
 
 
 def read_back(files: list[str], fmt: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -39,9 +36,6 @@ def read_back(files: list[str], fmt: str) -> dict[str, tuple[np.ndarray, np.ndar
 
 
 def main() -> int:
-    if not PLAIN.exists():
-        print(f"skipped: no old-stack data at {SHARED} (set OFFLINE_PRELEARNER_SHARED_DATA)")
-        return 0
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         as_rows = op.convert_path(PLAIN, "rows", out / "rows")

@@ -4,7 +4,8 @@ The public API, grouped by stage (everything is also importable from its module)
 
     read       ReadConfig, ColumnSchema, load_schema, make_reader, register_reader,
                InputFormat, register_format (a format detected from its files)
-    samples    read_samples, to_numpy, to_torch (any tensor layout -> numpy / torch)
+    samples    read_samples, to_numpy, to_torch (any tensor layout -> numpy / torch),
+               torch_dataset (a torch Dataset of a samples folder or of the learner stream)
     episodes   Episode, EpisodeColumns, EpisodeBatch, Ledger
     check      ValidateConfig, Validator, Deduplicator
     replay     EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer, MixInReplayBuffer,
@@ -15,8 +16,10 @@ The public API, grouped by stage (everything is also importable from its module)
     batches    SampleBatch, MultiAgentBatch
     run        PreLearnerConfig, OfflinePreLearner, run_pipeline, iter_learner_batches,
                split_learner_batches, epoch_learner_batches (shuffled epochs that resume),
-               convert_path, feed_shards, start_feed, FeedStats
-    look       report (one HTML page about a dataset; the ``report`` extra)
+               convert_path, record (a gymnasium env -> offline data), feed_shards,
+               start_feed, FeedStats
+    look       inspect (what a dataset or a job's output holds: ``inspect --json``'s dict),
+               report (one HTML page about a dataset; the ``report`` extra)
     errors     OfflinePrelearnerError and its subclasses; Interrupted, ContractError and the
                warnings OddDataWarning, CommittedWarning, StaleIndexWarning (the tree:
                offline_prelearner.errors)
@@ -62,6 +65,9 @@ from .io.readers import make_reader, register_reader
 from .io.samples import read_samples, to_numpy, to_torch
 from .io.schema import ColumnSchema, load_schema
 from .jobs.convert.path import convert_path
+from .jobs.inspection import inspect
+from .jobs.record import record
+from .jobs.torch_data import torch_dataset
 from .prelearner import OfflinePreLearner
 from .replay import (
     EpisodeReplayBuffer,
@@ -102,6 +108,7 @@ __all__ = [  # noqa: RUF022  (grouped by stage, like the docstring)
     "read_samples",
     "to_numpy",
     "to_torch",
+    "torch_dataset",
     # episodes
     "Episode",
     "EpisodeBatch",
@@ -142,10 +149,12 @@ __all__ = [  # noqa: RUF022  (grouped by stage, like the docstring)
     "epoch_learner_batches",
     "feed_shards",
     "iter_learner_batches",
+    "record",
     "run_pipeline",
     "split_learner_batches",
     "start_feed",
     # look (the page's charts need the report extra, imported when report runs)
+    "inspect",
     "report",
     # errors (the tree in offline_prelearner/errors.py)
     "ColumnValueError",

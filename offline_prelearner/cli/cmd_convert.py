@@ -9,6 +9,7 @@ from typing import Any
 
 from ..config import ReadConfig
 from .options import MAX_STEPS_HELP, add_commit_flags, add_common, add_layout, out_path
+from .summaries import convert_lines
 
 __all__ = ["add_convert", "convert"]
 
@@ -105,7 +106,11 @@ def add_convert(sub: Any) -> None:
         default=None,
         help="column schema of rows / old-stack input (default: rllib / rllib_old_stack)",
     )
-    c.add_argument("--json", action="store_true", help="print the stats on one line")
+    c.add_argument(
+        "--json",
+        action="store_true",
+        help="print the whole stats as one JSON line (default: a few lines for a person)",
+    )
     add_layout(
         c,
         "rllib",
@@ -120,7 +125,8 @@ def convert(args: argparse.Namespace) -> int:
 
     Args:
         args: The parsed ``convert`` arguments: the input, ``--to``, ``--out``, the reading
-            options and the commit flags (``--overwrite``, ``--resume``).
+            options, the commit flags (``--overwrite``, ``--resume``) and ``--json`` (the whole
+            stats as one JSON line; else a few lines).
 
     Returns:
         0 (a failure raises, and the CLI turns it into its one line and exit code).
@@ -154,7 +160,7 @@ def convert(args: argparse.Namespace) -> int:
     stats = convert(
         args.path, args.out, config, progress, overwrite=args.overwrite, resume=args.resume
     )
-    print(json.dumps(stats, indent=None if args.json else 2))
+    print(json.dumps(stats) if args.json else "\n".join(convert_lines(stats, args.out)))
     if args.to == "minari" and stats.get("env_spec") is None:
         sys.stderr.write(
             "offline-prelearner: the Minari dataset has no env_spec (the source has none): "

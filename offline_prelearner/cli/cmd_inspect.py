@@ -143,6 +143,7 @@ def _print_report(d: dict[str, Any]) -> None:
         f"{'yes' if d['rows_balance'] else 'NO'}",
     ]
     lines += _dataset_lines(d)
+    lines += _job_line(d.get("job"))
     if d["files_unreadable"]:
         lines.append(f"unreadable  {', '.join(d['files_unreadable'])}")
     if d["quarantine_file"]:
@@ -154,6 +155,48 @@ def _print_report(d: dict[str, Any]) -> None:
             f"{f['rows_kept']}  rejected {f['rows_rejected']}  duplicate "
             f"{f['rows_duplicate']}{error}"
         )
+    print("\n".join(lines))
+
+
+def _job_line(job: dict[str, Any] | None) -> list[str]:
+    """Who wrote a committed folder: the command, its job id and when, from what."""
+    if not job:
+        return []
+    what = f" --to {job['to']}" if job.get("to") else ""
+    layout = f", layout {job['layout']}" if job.get("layout") else ""
+    rows = f", {job['input_rows']:,} rows" if job.get("input_rows") is not None else ""
+    return [
+        f"job         {job['command']}{what} {job['job_id']} at {job['committed_at']} "
+        f"(offline_prelearner {job['version']}; from {job['inputs']} {job['input_format']} "
+        f"files{rows}{layout}; engine {job['engine']})"
+    ]
+
+
+def _print_samples(d: dict[str, Any]) -> None:
+    """A ``process`` output, described (:func:`~..jobs.outputs.describe_samples`)."""
+    sample, stats = d["sample"], d["stats"] or {}
+    width = max(map(len, d["columns"]), default=0)
+    lines = [
+        f"path        {d['path']}  (samples 'process' wrote: {d['files']} files, "
+        f"{d['bytes']:,} bytes)",
+        f"rows        {d['rows']:,} samples"
+        + (f" from {d['episodes']:,} episodes" if d["episodes"] is not None else ""),
+        f"sampling    unit {sample['unit']}, n_step {sample['n_step']}, gamma {sample['gamma']}, "
+        f"frame_stack {sample['frame_stack']}, sample_all {sample['sample_all']}",
+        "n_step      "
+        + (", ".join(f"{k}: {v:,} rows" for k, v in d["n_step"].items()) or "- (no n_step column)"),
+        "modules     " + (", ".join(f"{k}: {v:,} rows" for k, v in d["modules"].items()) or "-"),
+    ]
+    if stats:
+        lines.append(
+            f"ledger      {stats['rows_in']:,} rows read -> {stats['samples_written']:,} samples; "
+            f"every row accounted for: {'yes' if stats['rows_balance'] else 'NO'}"
+        )
+    lines += _job_line(d["job"])
+    lines.append(f"columns     {len(d['columns'])}")
+    lines += [
+        f"  {k:<{width}}  shape {v['shape']}  dtype {v['dtype']}" for k, v in d["columns"].items()
+    ]
     print("\n".join(lines))
 
 
@@ -180,8 +223,9 @@ def _dataset_lines(d: dict[str, Any]) -> list[str]:
 
 
 def inspect(args: argparse.Namespace) -> int:
-    """The ``inspect`` sub-command: reads the input as a job would, prints what it found (or JSON
-    with ``--json``) and returns the exit code.
+    """The ``inspect`` sub-command: reads the input as a job would (or describes the samples
+    folder ``process`` wrote), prints what it found (or JSON with ``--json``) and returns the
+    exit code.
 
     Args:
         args: The parsed ``inspect`` arguments (PATH, the reading options, ``--json``).
@@ -192,22 +236,23 @@ def inspect(args: argparse.Namespace) -> int:
     Raises:
         ConfigError: ``--on-invalid quarantine`` without a ``--quarantine-dir`` folder.
     """
-    from ..jobs.inspection import inspect_path
+    from ..jobs.inspection import inspect_any
 
     read, validate = reading(args)
-    report = inspect_path(
+    d, report = inspect_any(
         args.path,
         read,
         validate,
         quarantine_dir=args.quarantine_dir,
         progress=None if args.json else progress_bar,
     )
-    d = report.to_dict()
     if args.json:
         print(json.dumps(d))
+    elif report is None:
+        _print_samples(d)
     else:
         _print_report(d)
-    if d["rows"] and not d["episodes"] and d["rejected"]:
+    if report is not None and d["rows"] and not d["episodes"] and d["rejected"]:
         rejections = report.batch.rejections
         first = f"; the first: {rejections[0].error}" if rejections else ""
         print(

@@ -19,6 +19,7 @@ from .options import (
     format_choices,
     out_path,
 )
+from .summaries import process_lines
 
 __all__ = ["add_process", "parse_set", "process"]
 
@@ -70,7 +71,11 @@ def add_process(sub: Any) -> None:
         "retried when a worker dies) or auto (local for inputs under 64 MiB without a "
         "cluster address; default)",
     )
-    pr.add_argument("--json", action="store_true", help="print the summary on one line")
+    pr.add_argument(
+        "--json",
+        action="store_true",
+        help="print the whole summary as one JSON line (default: a few lines for a person)",
+    )
     add_layout(pr, "auto", "small arrays open in any tool, frames stay fast")
     pr.set_defaults(func=process)
 
@@ -116,9 +121,9 @@ def process(args: argparse.Namespace) -> int:
     Args:
         args: The parsed ``process`` command line: ``path``, ``out``, ``config``, ``set``,
             ``format``, ``schema``, ``max_episode_steps``, ``prelearner``, ``engine``, ``address``,
-            ``layout``, ``json`` and the common and commit flags (``on_invalid``,
-            ``legacy_pickle``, ``overwrite``, ``resume``). Flags left unset keep the config
-            file's values.
+            ``layout``, ``json`` (the whole summary as one JSON line; else a few lines) and the
+            common and commit flags (``on_invalid``, ``legacy_pickle``, ``overwrite``,
+            ``resume``). Flags left unset keep the config file's values.
 
     Returns:
         0; a failure raises, and :func:`~.exits.run_command` turns it into the exit status.
@@ -164,9 +169,12 @@ def process(args: argparse.Namespace) -> int:
         )
     finally:
         progress.close()  # a bar left drawn would swallow the start of an error's line
-    summary = result.job_stats.summary()
-    summary["out"] = args.out
-    print(json.dumps(summary, indent=None if args.json else 2))
+    if args.json:
+        summary = result.job_stats.summary()
+        summary["out"] = args.out
+        print(json.dumps(summary))
+    else:
+        print("\n".join(process_lines(result.job_stats.to_dict(), args.out)))
     open_eps = result.job_stats.pending_fragments
     if open_eps and config.sample.sample_all:
         print(

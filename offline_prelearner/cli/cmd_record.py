@@ -64,20 +64,17 @@ def record(args: argparse.Namespace) -> int:
     Returns:
         0 (a failure raises, and the CLI turns it into its one line and exit code).
     """
-    from ..jobs.record import record_env, write_recording
+    from ..jobs.record import record as record_to
 
-    rec = record_env(args.env, args.steps, policy=args.policy, seed=args.seed)
-    files = write_recording(
-        rec, args.out, fmt=args.format, rows_per_file=args.rows_per_file, layout=args.layout
+    summary = record_to(
+        args.env,
+        args.steps,
+        args.out,
+        fmt=args.format,
+        policy=args.policy,
+        seed=args.seed,
+        rows_per_file=args.rows_per_file,
+        layout=args.layout,
     )
-    summary = {
-        "env": args.env,
-        "format": args.format,
-        "policy": args.policy,
-        "seed": args.seed,
-        "steps": sum(len(e) for e in rec.episodes),
-        "episodes": len(rec.episodes),
-        "files": files,
-    }
     print(json.dumps(summary, indent=None if args.json else 2))
     return 0

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
 from ..config import SampleConfig
 from .cmd_inspect import add_reading, progress_bar, reading
 from .options import add_common, out_path
+from .summaries import report_lines
 
 __all__ = ["add_report", "report"]
 
@@ -45,6 +47,12 @@ def add_report(sub: Any) -> None:
         help="discount of the discounted return shown beside each episode's return, in [0, 1] "
         f"(default: {SampleConfig.gamma}, the n-step samples')",
     )
+    r.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON line (the page, its charts, anomalies and inspect's summary) "
+        "instead of a line for a person",
+    )
     r.set_defaults(func=report)
 
 
@@ -53,7 +61,8 @@ def report(args: argparse.Namespace) -> int:
     PNGs) and returns the exit code.
 
     Args:
-        args: The parsed arguments.
+        args: The parsed arguments (``--json``: one JSON line, the page's path, charts,
+            anomalies and ``inspect --json``'s summary; else a line or two for a person).
 
     Returns:
         0, or 2 when every row was rejected (the page is written all the same).
@@ -76,11 +85,17 @@ def report(args: argparse.Namespace) -> int:
         gamma=args.gamma,
     )
     d = done.summary
-    print(
-        f"wrote {done.out} ({d['episodes']} episodes, {len(done.charts)} charts, "
-        f"{len(done.anomalies)} anomalies) in {done.seconds:.1f} s"
-        + (f"; {len(done.pngs)} PNGs in {args.png}" if args.png else "")
-    )
+    about = {
+        "out": str(done.out),
+        "episodes": d["episodes"],
+        "charts": done.charts,
+        "anomalies": done.anomalies,
+        "png_dir": args.png,
+        "pngs": [str(p) for p in done.pngs],
+        "seconds": round(done.seconds, 3),
+        "summary": d,
+    }
+    print(json.dumps(about) if args.json else "\n".join(report_lines(about)))
     if d["rows"] and not d["episodes"] and d["rejected"]:
         print(
             f"offline-prelearner report: error: every row was rejected ({d['rejected']})",

@@ -7,6 +7,7 @@ column, so a learner loop needs no knowledge of how the file was laid out::
     import offline_prelearner as op
 
     cols = op.read_samples("out/")                       # {column: np.ndarray}, every file
+    cols = op.read_samples("s3://bucket/out")            # a store's URI, as the CLI takes it
     cols = op.read_samples("out/", columns=["obs", "actions", "rewards"])
     batch = op.to_torch(cols)                            # {column: torch.Tensor}
     cols = op.to_numpy(table)                            # a pyarrow Table / RecordBatch
@@ -21,16 +22,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from ..errors import UnsupportedFormatError
 from .arrow_numpy import column_to_numpy
 from .manifest import MANIFEST_FILE, Manifest
 from .parquet_guard import open_parquet
+from .stores import locate
 
 if TYPE_CHECKING:
     import torch
@@ -77,10 +79,12 @@ def read_samples(
     """Every row of Parquet samples (or rows) as numpy arrays, one per column.
 
     Args:
-        path: A Parquet file, a folder, or a list of them. A folder that holds
-            ``_manifest.json`` (a ``process``, ``convert`` or ``record`` output) gives the files
-            its manifest lists, checked present and of their recorded size; any other folder gives
-            its ``*.parquet`` files (recursively, in name order, ``_`` and ``.`` names skipped).
+        path: A Parquet file, a folder, or a list of them: local paths or store URIs
+            (``s3://bucket/out``, ``gs://``, ``az://``...), as the CLI takes them. A folder that
+            holds ``_manifest.json`` (a ``process``, ``convert`` or ``record`` output) gives the
+            files its manifest lists, checked present and of their recorded size; any other
+            folder gives its ``*.parquet`` files (recursively, in name order, ``_`` and ``.``
+            names skipped).
         columns: The columns to read, in this order (default: all). Only these are read from
             the files.
 
@@ -150,26 +154,32 @@ def to_torch(
 
 
 def _files(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+    """The Parquet files of ``path`` (a local path or a store URI: the same rules on both)."""
     if not isinstance(path, str | os.PathLike):
         return [f for p in path for f in _files(p)]
-    p = Path(path)
-    if p.is_dir():
-        if (p / MANIFEST_FILE).is_file():
-            return Manifest.read(p).checked_paths()
-        files = sorted(
-            str(f)
-            for f in p.rglob("*")
-            if f.suffix in _PARQUET
-            and f.is_file()
-            and not any(part.startswith(("_", ".")) for part in f.relative_to(p).parts)
-        )
+    text = os.fspath(path)
+    loc = locate(text)  # a URI stays a URI ("s3://b/out"; a pathlib.Path would make "s3:/b/out")
+    kind = loc.info().type
+    if kind == pafs.FileType.Directory:
+        if loc.join(MANIFEST_FILE).is_file():
+            return Manifest.read(text).checked_paths()
+        base = loc.path.rstrip("/\\") + ("/" if not loc.local else os.sep)
+        files = [
+            f.uri
+            for f in loc.walk()
+            if f.path.endswith(_PARQUET)
+            and not any(
+                part.startswith(("_", "."))
+                for part in f.path[len(base) :].replace("\\", "/").split("/")
+            )
+        ]
         if not files:
-            raise FileNotFoundError(f"no Parquet files in {str(p)!r}")
+            raise FileNotFoundError(f"no Parquet files in {loc.uri!r}")
         return files
-    if not p.exists():
-        raise FileNotFoundError(f"no file or folder at {str(p)!r}")
-    if p.suffix not in _PARQUET:
+    if kind == pafs.FileType.NotFound:
+        raise FileNotFoundError(f"no file or folder at {loc.uri!r}")
+    if not loc.path.endswith(_PARQUET):
         raise UnsupportedFormatError(
-            f"read_samples reads Parquet files (.parquet, .pq), not {str(p)!r}"
+            f"read_samples reads Parquet files (.parquet, .pq), not {loc.uri!r}"
         )
-    return [str(p)]
+    return [loc.uri]

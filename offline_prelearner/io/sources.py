@@ -240,9 +240,10 @@ class _Listing:
             if manifest.content == SAMPLES:
                 raise UnsupportedFormatError(
                     f"{folder!r} holds the samples 'process' wrote (learner-ready rows with their "
-                    "n-step fields, not recorded experience), which process, inspect, convert and "
+                    "n-step fields, not recorded experience), which process, convert, report and "
                     "the learner stream do not read again: train on them as they are (the files "
-                    f"its {MANIFEST_FILE} lists), or give the dataset they were made from"
+                    f"its {MANIFEST_FILE} lists; inspect describes them), or give the dataset "
+                    "they were made from"
                 )
             got = _Committed(manifest, {self._key(f.path): f for f in manifest.files})
             self._manifests[key] = got

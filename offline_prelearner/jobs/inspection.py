@@ -25,12 +25,14 @@ from ..episodes.ledger import EpisodeBatch
 from ..episodes.stitch import stitch_fragments
 from ..episodes.validate import Validator
 from ..errors import DataError, EpisodeValidationError, Where
+from ..io.manifest import SAMPLES
 from ..io.quarantine import write_quarantine
 from ..io.readers import make_reader
 from ..io.schema import load_schema
 from ..io.sources import detect_format, expand_paths, read_table
+from .outputs import committed_output, describe_samples, job_of
 
-__all__ = ["InspectReport", "inspect_path"]
+__all__ = ["InspectReport", "inspect", "inspect_any", "inspect_path"]
 
 _JSON_EXT = (".json", ".jsonl", ".ndjson")
 
@@ -223,6 +225,76 @@ def inspect_path(
         per_file=tally.to_list(),
         dataset=getattr(reader, "about", None),
     )
+
+
+def inspect(
+    path: str | os.PathLike[str],
+    read: ReadConfig | None = None,
+    validate: ValidateConfig | None = None,
+    *,
+    quarantine_dir: str | os.PathLike[str] | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> dict[str, Any]:
+    """What a dataset, or a folder a job of this package wrote, holds: the dict that
+    ``offline-prelearner inspect --json`` prints.
+
+    A dataset (any input format, or a ``convert`` output) is read as a job reads it
+    (:func:`inspect_path`): ``kind`` is ``"dataset"``, and a committed folder adds ``job`` (who
+    wrote it, from its manifest). A ``process`` output (its folder, its ``samples`` folder or
+    its manifest) is described without being read as experience
+    (:func:`~.outputs.describe_samples`): ``kind`` is ``"samples"``.
+
+    Args:
+        path: A file, a folder, a glob or a Minari dataset; a local path or a store URI
+            (``s3://bucket/data``), as the CLI takes it.
+        read: Reader options, as :func:`inspect_path` takes them (default: detected format,
+            bad rows skipped and counted, as the CLI does).
+        validate: The checks episodes must pass (default: every check).
+        quarantine_dir: With ``read.on_invalid == "quarantine"``: where refused rows go.
+        progress: ``progress(files done, files, file)`` after each file read.
+
+    Returns:
+        The JSON-able description (see docs/api.md, "op.inspect").
+
+    Raises:
+        FileNotFoundError: Nothing matches ``path``.
+        UnsupportedFormatError: The format cannot be told, or the files hold several formats.
+        DataError: Bad data under ``on_invalid="raise"``; a listed file of a committed folder
+            that is missing or changed size.
+    """
+    read = read or ReadConfig(format="auto", on_invalid="skip")
+    return inspect_any(path, read, validate, quarantine_dir=quarantine_dir, progress=progress)[0]
+
+
+def inspect_any(
+    path: str | os.PathLike[str],
+    read: ReadConfig | None = None,
+    validate: ValidateConfig | None = None,
+    *,
+    quarantine_dir: str | os.PathLike[str] | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> tuple[dict[str, Any], InspectReport | None]:
+    """:func:`inspect`'s dict, with the report it was made from (None for a samples folder,
+    which is described, not read): the CLI's first refused row comes from it.
+
+    Args:
+        path: As :func:`inspect`.
+        read: As :func:`inspect_path` (None: its default).
+        validate: As :func:`inspect_path`.
+        quarantine_dir: As :func:`inspect_path`.
+        progress: As :func:`inspect_path`.
+
+    Returns:
+        ``(description, report or None)``.
+    """
+    manifest = committed_output(path)
+    if manifest is not None and manifest.content == SAMPLES:
+        return describe_samples(manifest, path), None
+    report = inspect_path(path, read, validate, quarantine_dir=quarantine_dir, progress=progress)
+    d = {"kind": "dataset", **report.to_dict()}
+    if manifest is not None:
+        d["job"] = job_of(manifest)
+    return d, report
 
 
 def _extend(total: EpisodeBatch, got: EpisodeBatch, policy: OnInvalid, file: str | None) -> None:

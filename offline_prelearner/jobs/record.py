@@ -24,7 +24,7 @@ from ..episodes.episode import Episode
 from ..errors import ConfigError
 from ..io.fast_tensor import Layout
 
-__all__ = ["HEURISTICS", "Recording", "record_env", "write_recording"]
+__all__ = ["HEURISTICS", "Recording", "record", "record_env", "write_recording"]
 
 Policy = Callable[[np.ndarray, np.random.Generator], Any]
 
@@ -214,3 +214,49 @@ def write_recording(
         path = join_path(os.fspath(out_dir), name)
         paths.append(write_parquet(table.slice(k * per_file, per_file), path))
     return paths
+
+
+def record(
+    env_id: str,
+    steps: int,
+    out: str | os.PathLike[str],
+    *,
+    fmt: str = "rows",
+    policy: str = "random",
+    seed: int = 0,
+    rows_per_file: int = 0,
+    layout: Layout = "rllib",
+) -> dict[str, Any]:
+    """Records ``steps`` env steps of ``env_id`` into ``out``: ``offline-prelearner record``.
+
+    Args:
+        env_id: A gymnasium id (``"CartPole-v1"``).
+        steps: Env steps in all (at least 1); the last episode is cut there, truncated.
+        out: The folder (made if missing) or a store's prefix (``s3://bucket/prefix``).
+        fmt: ``"rows"`` (RLlib's recorder rows, plus ``t``) or ``"episodes"`` (msgpack
+            episodes).
+        policy: ``"random"`` or ``"heuristic"`` (see :func:`record_env`).
+        seed: Seeds the env, the policy and the episode ids: the same seed records the same
+            data.
+        rows_per_file: With ``"rows"``, > 0 splits the rows into files of that many rows,
+            cutting through episodes as RLlib's recorder does; 0: one file.
+        layout: ``"rllib"`` (a dataset RLlib may read) or ``"fast"`` (our readers only).
+
+    Returns:
+        What ``record --json`` prints: ``env``, ``format``, ``policy``, ``seed``, ``steps``,
+        ``episodes`` and ``files`` (the paths or URIs written).
+
+    Raises:
+        ConfigError: As :func:`record_env` and :func:`write_recording`.
+    """
+    rec = record_env(env_id, steps, policy=policy, seed=seed)
+    files = write_recording(rec, out, fmt=fmt, rows_per_file=rows_per_file, layout=layout)
+    return {
+        "env": env_id,
+        "format": fmt,
+        "policy": policy,
+        "seed": seed,
+        "steps": sum(len(e) for e in rec.episodes),
+        "episodes": len(rec.episodes),
+        "files": files,
+    }

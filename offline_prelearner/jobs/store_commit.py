@@ -790,7 +790,9 @@ def publish(local: str, staging: StoreStaging) -> dict[str, Any]:
         out["files_dir"] = job_id
     if manifest.get(_QUARANTINE) is not None:
         out[_QUARANTINE] = renamed[_QUARANTINE]
-    stats = _stats_on_store(stats, root, staging, dict(uploads), renamed["files"])
+    stats = _stats_on_store(
+        stats, root, staging, dict(uploads), renamed["files"], out.get("files_dir")
+    )
     staging.commit_manifest(out, stats)
     return stats
 
@@ -801,14 +803,17 @@ def _stats_on_store(
     staging: StoreStaging,
     uploaded: dict[str, str],
     files: list[dict[str, Any]],
+    files_dir: str | None,
 ) -> dict[str, Any]:
     """``stats`` of the local job as the store holds it: ``out_dir`` the store's ``out``, the
-    quarantine file its URI there, ``files_written`` the names the manifest lists."""
+    quarantine file its URI there, ``files_written`` the files the manifest lists, as paths
+    under ``out`` (its ``files_dir`` joined to their names)."""
     stats = dict(stats)
     if "out_dir" in stats:
         stats["out_dir"] = staging.out
     if "files_written" in stats:
-        stats["files_written"] = [f["name"] for f in files]
+        under = files_dir or ""
+        stats["files_written"] = [posixpath.join(under, f["name"]) for f in files]
     qfile = stats.get("quarantine_file")
     if isinstance(qfile, str):
         rel = os.path.relpath(qfile, root.path).replace(os.sep, "/")

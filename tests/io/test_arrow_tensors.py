@@ -205,7 +205,7 @@ def test_convert_relayouts_fixed_shape_tensors(
         capsys, "convert", str(tensor_rows), "--to", "rows", "--layout", "fast", "--out", str(out)
     )
     assert code == 0, err
-    files = sorted(out.glob("*.parquet"))
+    files = sorted((out / "rows").glob("*.parquet"))  # convert's data folder
     table = pq.read_table(files[0])
     assert isinstance(table.schema.field("obs").type, op.io.fast_tensor.FastTensorType)
     src = pq.read_table(sorted(tensor_rows.glob("*.parquet"))[0])

@@ -39,9 +39,10 @@ BOMBS = {
 }
 
 # Every reader of a Parquet file, in a fresh process capped at 5 GB of address space (a bomb
-# that got through would fail there, not take the machine): time and peak RSS of each refusal.
+# that got through would fail there, not take the machine): each refusal and the peak RSS (the
+# bound is memory, not seconds: a loaded machine is slow, not wrong).
 _PROBE = r"""
-import json, resource, sys, time
+import json, resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (5 << 30, 5 << 30))
 def peak():
     # VmHWM: this program's peak RSS. getrusage's ru_maxrss also counts the forking process's
@@ -53,7 +54,6 @@ def peak():
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 def attempt(read):
-    t = time.perf_counter()
     try:
         read()
         got = None
@@ -61,7 +61,7 @@ def attempt(read):
         got = str(e)
     except BaseException as e:
         got = f"{type(e).__name__}: {e}"
-    return {"seconds": time.perf_counter() - t, "error": got}
+    return {"error": got}
 
 from offline_prelearner.errors import DataError
 from offline_prelearner.io.parquet_guard import open_parquet
@@ -93,9 +93,7 @@ print(json.dumps(out))
 
 
 @pytest.mark.parametrize("make", sorted(BOMBS))
-def test_a_parquet_bomb_is_refused_by_every_reader_in_under_a_second_and_200_mb(
-    tmp_path: Path, make: str
-) -> None:
+def test_a_parquet_bomb_is_refused_by_every_reader_within_200_mb(tmp_path: Path, make: str) -> None:
     path = mc.MAKERS[make](tmp_path)
     assert path.stat().st_size < 100_000  # KBs that claim (or hold) gigabytes
     res = subprocess.run(
@@ -112,7 +110,6 @@ def test_a_parquet_bomb_is_refused_by_every_reader_in_under_a_second_and_200_mb(
         error = got[reader]["error"]
         assert error is not None and error.startswith("refused Parquet file"), (reader, error)
         assert path.name in error and BOMBS[make] in error and "\n" not in error, (reader, error)
-        assert got[reader]["seconds"] < 1.0, (reader, got[reader])
     assert got["plan_units"]["error"] == got["read_table"]["error"]  # the driver's check
     assert got["relayout"]["error"] is not None and path.name in got["relayout"]["error"]
     # The whole process, the guard alone (Python and pyarrow are ~90 MB of it), then what the

@@ -74,7 +74,7 @@ def test_convert_writes_the_fast_layout(layouts: tuple[Path, Path]) -> None:
     manifest = json.loads((fast / "_manifest.json").read_text())
     assert manifest["layout"] == "fast"
     for src, out in zip(
-        sorted(rllib.glob("*.parquet")), sorted(fast.glob("*.parquet")), strict=True
+        sorted(rllib.glob("*.parquet")), sorted((fast / "rows").glob("*.parquet")), strict=True
     ):
         a, b = pq.read_table(src), pq.read_table(out)
         assert a.num_rows == b.num_rows
@@ -109,7 +109,7 @@ def test_convert_writes_the_fast_layout(layouts: tuple[Path, Path]) -> None:
 )
 def test_every_pixel_sample_equal(layouts: tuple[Path, Path], updates: dict[str, object]) -> None:
     rllib, fast = layouts
-    a, b = _samples(rllib, updates), _samples(fast, updates)
+    a, b = _samples(rllib, updates), _samples(fast / "rows", updates)
     assert a.keys() == b.keys()
     for k in a:
         assert a[k].dtype == b[k].dtype, k
@@ -136,7 +136,7 @@ def test_cli_layout_flags(tmp_path: Path, layouts: tuple[Path, Path]) -> None:
         )
         == 0
     )
-    files = sorted((tmp_path / "f").glob("rows-*.parquet"))
+    files = sorted((tmp_path / "f" / "rows").glob("rows-*.parquet"))
     assert files and isinstance(pq.read_schema(files[0]).field("new_obs").type, FastTensorType)
 
 
@@ -152,7 +152,7 @@ def test_convert_keeps_row_groups_read_in_pieces(tmp_path: Path) -> None:
     src.mkdir()
     pq.write_table(table, src / "part-00000.parquet", row_group_size=READ_ROWS * 2 + 7)
     convert_path(src, "rows", tmp_path / "fast", layout="fast")
-    out = pq.ParquetFile(tmp_path / "fast" / "rows-00000-00000.parquet")
+    out = pq.ParquetFile(tmp_path / "fast" / "rows" / "rows-00000-00000.parquet")
     before = pq.ParquetFile(src / "part-00000.parquet").metadata
     sizes = [before.row_group(g).num_rows for g in range(before.num_row_groups)]
     assert [out.metadata.row_group(g).num_rows for g in range(out.num_row_groups)] == sizes

@@ -29,7 +29,7 @@ LEGACY = ReadConfig(format="sample_batches", legacy_pickle=True)
 
 
 def read_back(out: Path, to: str) -> list[Episode]:
-    files = sorted(out.glob(f"{to}-*.parquet"))
+    files = sorted((out / to).glob(f"{to}-*.parquet"))  # the data lies under OUT/<to>/
     if to == "rows":
         r: Any = RowsReader(ReadConfig(format="rows"))
     else:
@@ -195,8 +195,8 @@ def test_rllib_reads_converted_output(tmp_path: Path, shared_data: Path) -> None
         [
             str(RLLIB_PYTHON),
             str(script),
-            str(tmp_path / "rows" / "rows-00000-00000.parquet"),
-            str(tmp_path / "eps" / "episodes-00000-00000.parquet"),
+            str(tmp_path / "rows" / "rows" / "rows-00000-00000.parquet"),
+            str(tmp_path / "eps" / "episodes" / "episodes-00000-00000.parquet"),
         ],
         capture_output=True,
         text=True,

@@ -183,13 +183,14 @@ def test_units_stitch_across_files_and_the_manifest_lists_every_file(
     assert stats["rows_in"] == stats["rows_out"] == 295
     assert json.loads((out / STATS_FILE).read_text()) == stats
     m = json.loads((out / MANIFEST_FILE).read_text())
-    assert m["complete"] and m["config"]["to"] == to and m["files_dir"] == ""
-    assert [f["name"] for f in m["files"]] == stats["files_written"]
-    assert sorted(p.name for p in out.glob("*.parquet")) == sorted(stats["files_written"])
+    assert m["complete"] and m["config"]["to"] == to and m["files_dir"] == to  # OUT/<to>/
+    assert [f"{to}/{f['name']}" for f in m["files"]] == stats["files_written"]
+    written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.parquet"))
+    assert written == sorted(stats["files_written"])
     assert sum(f["rows"] for f in m["files"]) == (295 if to == "rows" else 12)
     assert [i["path"] for i in m["inputs"]] == sorted(str(p) for p in (tmp_path / "in").iterdir())
     # output-01 holds only a piece of r1 (owned by output-00's unit): its unit writes nothing
-    assert not any(n.startswith(f"{to}-00001-") for n in stats["files_written"])
+    assert not any(n.startswith(f"{to}/{to}-00001-") for n in stats["files_written"])
     assert not staging_path(out).exists()
 
 
@@ -385,7 +386,7 @@ def test_resume_redoes_a_unit_whose_staged_file_was_damaged(
     with pytest.raises(DataError):
         convert_path(tmp_path / "in", "rows", tmp_path / "out")
     paths[4].write_bytes(good)
-    staged = staging_path(tmp_path / "out") / "rows-00002-00000.parquet"
+    staged = staging_path(tmp_path / "out") / "rows" / "rows-00002-00000.parquet"
     staged.write_bytes(staged.read_bytes()[:-10])
     stats = convert_path(tmp_path / "in", "rows", tmp_path / "out", resume=True)
     assert stats["units_reused"] == 2
@@ -470,7 +471,8 @@ def test_resume_without_an_interrupted_job_is_refused(tmp_path: Path, shared_dat
 def test_reads_legacy_compressed_as_one_unit(tmp_path: Path, shared_data: Path) -> None:
     read = ReadConfig(format="sample_batches", legacy_pickle=True)
     stats = convert_path(shared_data / PACKED, "episodes", tmp_path / "out", read)
-    assert stats["units"] == 1 and stats["files_written"] == ["episodes-00000-00000.parquet"]
+    assert stats["units"] == 1
+    assert stats["files_written"] == ["episodes/episodes-00000-00000.parquet"]
 
 
 # ---------------------------------------------------------------------------------------------

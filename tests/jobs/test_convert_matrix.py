@@ -317,7 +317,7 @@ def test_converted_files_carry_no_machine_path(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
     _convert(ROWS, "episodes", tmp_path / "e", env_id="CartPole-v1")
-    f = next(p for p in sorted((tmp_path / "e").glob("*.parquet")))
+    f = next(p for p in sorted((tmp_path / "e" / "episodes").glob("*.parquet")))
     meta = pq.read_schema(f).metadata
     got = json.loads(meta[b"offline_prelearner.dataset"])
     assert json.loads(got["env_spec"])["id"] == "CartPole-v1"

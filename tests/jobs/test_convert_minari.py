@@ -100,7 +100,7 @@ def test_minari_to_rllib_layouts(
     stats = convert_path(case.path, to, tmp_path / "out")
     _, truth = load_ground_truth(case.truth)
     assert stats["rows_out"] == stats["rows_in"] == sum(len(e["rewards"]) for e in truth)
-    back = read_all(f"{tmp_path}/out/{to}-*.parquet", to).episodes
+    back = read_all(f"{tmp_path}/out/{to}/{to}-*.parquet", to).episodes
     for got, want in zip(sorted(back, key=lambda e: int(e.id)), truth, strict=True):
         np.testing.assert_allclose(got.observations, want["observations"])
         np.testing.assert_allclose(got.actions, want["actions"])

@@ -84,7 +84,7 @@ def test_cli_rows_from_msgpack_episodes_of_two_observation_dtypes(tmp_path: Path
         pq.write_table(episodes_to_table([ep]), src / f"{ep.id}.parquet")
     out = tmp_path / "out"
     assert main(["convert", str(src), "--to", "rows", "--out", str(out)]) == 0
-    got = _read_rows(sorted(out.glob("rows-*.parquet")))
+    got = _read_rows(sorted((out / "rows").glob("rows-*.parquet")))
     assert sorted(got) == ["f32", "i64"]
     for ep in eps:
         _assert_exact(got[str(ep.id)], ep)

@@ -391,10 +391,10 @@ def test_signal_stops_the_job_and_its_ray(
     committed = job.units_committed()
     sent = time.monotonic()
     job.proc.send_signal(sig)
-    rc = job.wait(30)
+    rc = job.wait(90)
     took = time.monotonic() - sent
     assert rc == 128 + sig, job.stderr
-    assert took < 10, f"exit {took:.1f} s after {sig.name}"
+    assert took < 60, f"exit {took:.1f} s after {sig.name}"  # a hang guard (idle: ~2 s)
     assert_one_line(job, f"interrupted by {sig.name}", "nothing was committed")
     assert_nothing_committed(out)
     left = job.leftovers()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import posixpath
 import shutil
 import warnings
 from collections.abc import Iterator
@@ -114,7 +115,8 @@ def check_convert(out: Path | str) -> tuple[dict[str, Any], dict[str, Any]]:
     assert_valid("manifest", manifest, out)
     assert manifest["content"] == "dataset" and manifest["to"] == stats["to"]
     assert manifest.get("layout") == stats.get("layout")
-    assert [f["name"] for f in manifest["files"]] == stats["files_written"]
+    under = manifest["files_dir"]  # files_written: paths under the output
+    assert [posixpath.join(under, f["name"]) for f in manifest["files"]] == stats["files_written"]
     assert stats["out_dir"] == str(out)  # on a store its URI, not the local folder converted into
     return stats, manifest
 
@@ -350,7 +352,7 @@ def test_convert_into_a_store_is_valid(
             "--on-invalid", "quarantine")  # fmt: skip
     stats, manifest = check_convert(out)
     (q,) = manifest["quarantine"]
-    assert manifest["files_dir"] == "" and manifest["job_id"] in q["name"]
+    assert manifest["files_dir"] == "episodes" and manifest["job_id"] in q["name"]
     assert stats["quarantine_file"] == f"{out}/{q['name']}"  # where the store holds it
 
 

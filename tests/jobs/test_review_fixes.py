@@ -51,7 +51,8 @@ def test_convert_into_a_store_commits_stats_naming_the_store(
     (q,) = manifest["quarantine"]
     assert stats["out_dir"] == out
     assert stats["quarantine_file"] == f"{out}/{q['name']}"
-    assert stats["files_written"] == [f["name"] for f in manifest["files"]]
+    under = manifest["files_dir"]  # files_written: paths under the output
+    assert stats["files_written"] == [f"{under}/{f['name']}" for f in manifest["files"]]
     assert str(cache) not in json.dumps(stats)  # nothing names the local folder
     with locate(stats["quarantine_file"]).open_input_file() as fh:
         assert pq.read_table(fh).num_rows == sum(stats["rows_rejected"].values())
@@ -67,7 +68,8 @@ def test_convert_to_minari_on_a_store_names_the_store(
     stats = json.loads(locate(out).join("stats.json").read_bytes())
     manifest = json.loads(locate(out).join("_manifest.json").read_bytes())
     assert stats["out_dir"] == out
-    assert stats["files_written"] == [f["name"] for f in manifest["files"]]
+    under = manifest["files_dir"]  # Minari's fixed names, in a folder named by the job
+    assert stats["files_written"] == [f"{under}/{f['name']}" for f in manifest["files"]]
 
 
 def test_iter_manifest_files_of_a_store_output_yields_its_uris(
@@ -78,7 +80,7 @@ def test_iter_manifest_files_of_a_store_output_yields_its_uris(
     convert(str(EPISODES), out, ConvertConfig(to="rows"))
     manifest = json.loads(locate(out).join("_manifest.json").read_bytes())
     files = list(iter_manifest_files(out))
-    assert files == [f"{out}/{f['name']}" for f in manifest["files"]]
+    assert files == [f"{out}/rows/{f['name']}" for f in manifest["files"]]
     rows = 0
     for uri in files:
         with locate(uri).open_input_file() as fh:
@@ -91,7 +93,7 @@ def test_iter_manifest_files_of_a_local_output_yields_its_paths(tmp_path: Path) 
     convert(str(EPISODES), str(out), ConvertConfig(to="rows"))
     manifest = json.loads((out / "_manifest.json").read_text())
     assert [str(p) for p in iter_manifest_files(out)] == [
-        str(out / f["name"]) for f in manifest["files"]
+        str(out / "rows" / f["name"]) for f in manifest["files"]
     ]
 
 

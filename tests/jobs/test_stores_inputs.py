@@ -93,9 +93,9 @@ def test_committed_folder_read_through_its_manifest(store: Any, tmp_path: Path) 
     assert done.returncode == 0, done.stderr
     remote = upload(out, f"{store}/episodes")
     locate(f"{remote}/stray.parquet").write_bytes((out / "stats.json").read_bytes())
-    listed = [f"{remote}/{os.path.basename(f)}" for f in expand_paths(str(out))]
-    assert expand_paths(remote) == listed
-    assert expand_paths(f"{remote}/*.parquet") == listed
+    listed = [f"{remote}/episodes/{os.path.basename(f)}" for f in expand_paths(str(out))]
+    assert expand_paths(remote) == listed  # the data under its folder, OUT/episodes
+    assert expand_paths(f"{remote}/episodes/*.parquet") == listed
     with pytest.raises(Exception, match="does not list it"):
         expand_paths(f"{remote}/stray.parquet")
 
@@ -120,8 +120,8 @@ def test_convert_and_config_from_a_store(s3_store: Any, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     local = cli("convert", str(DATA / "episodes"), "--to", "rows", "--out", str(tmp_path / "l"))
     assert local.returncode == 0, local.stderr
-    a = [pq.read_table(f) for f in sorted((tmp_path / "l").glob("*.parquet"))]
-    b = [pq.read_table(f) for f in sorted((tmp_path / "r").glob("*.parquet"))]
+    a = [pq.read_table(f) for f in sorted((tmp_path / "l" / "rows").glob("*.parquet"))]
+    b = [pq.read_table(f) for f in sorted((tmp_path / "r" / "rows").glob("*.parquet"))]
     assert a and len(a) == len(b) and all(x.equals(y) for x, y in zip(a, b, strict=True))
     out = tmp_path / "p"
     done = cli(
@@ -285,7 +285,7 @@ def test_a_bad_store_is_one_line_and_exit_2(
     done = cli("inspect", where.format(store=s3_store), env={**s3_store.env, **env})
     assert done.returncode == 2, done.stderr
     assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert time.monotonic() - t0 < 30
+    assert time.monotonic() - t0 < 120  # a hang guard: a store client's retries go on for minutes
 
 
 def test_a_minari_dataset_on_a_store_declares_its_spaces(s3_store: Any, tmp_path: Path) -> None:

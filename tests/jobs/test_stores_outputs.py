@@ -204,7 +204,7 @@ def test_sigint_is_130_and_commits_nothing(s3_store: str, data: Path) -> None:
     try:
         _wait_for_units(out, proc, 1)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=120)  # a hang guard
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -373,7 +373,8 @@ def test_convert_to_s3_commits_the_local_output(
     local = tmp_path / "local"
     convert_path(str(src), "rows", str(local))
     want = json.loads((local / "_manifest.json").read_text())
-    table = _sorted(pa.concat_tables(pq.read_table(local / f["name"]) for f in want["files"]))
+    under = local / want["files_dir"]  # the data folder, OUT/rows
+    table = _sorted(pa.concat_tables(pq.read_table(under / f["name"]) for f in want["files"]))
 
     out = f"{s3_store}/conv"
     for overwrite in (False, True):
@@ -383,10 +384,11 @@ def test_convert_to_s3_commits_the_local_output(
             (f["rows"], f["sha256"]) for f in want["files"]
         ]  # the same bytes, under names with the job's id
         assert all(m["job_id"] in f["name"] for f in m["files"])
+        assert m["files_dir"] == "rows"
         assert listing(out) == sorted(
-            ["_manifest.json", "stats.json", *(f["name"] for f in m["files"])]
+            ["_manifest.json", "stats.json", *(f"rows/{f['name']}" for f in m["files"])]
         )
-        root = locate(out)
+        root = locate(out).join("rows")
         got = []
         for f in m["files"]:
             with root.join(f["name"]).open_input_file() as fh:

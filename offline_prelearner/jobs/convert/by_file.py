@@ -123,7 +123,9 @@ def convert_by_file(
     out = Path(out_dir)
     inputs = [input_identity(f) for f in files]
     job = _describe(config, inputs)
-    staging = LocalStaging(out, job, overwrite=overwrite, resume=resume, files_dir="")
+    # The data goes under OUT/<to>/, apart from stats.json and the manifest: a reader that
+    # opens a folder (pandas, polars, Ray Data...) opens OUT/rows (or OUT/episodes) as it is.
+    staging = LocalStaging(out, job, overwrite=overwrite, resume=resume, files_dir=config.to)
     # The job owns --out until it is committed or failed (ownership.OutLock).
     with staging, output_storage(out):
         fmt = config.read.format
@@ -152,7 +154,7 @@ def _convert_units(
     records += _run_units(job, staging, inputs, records, progress, info)
 
     qfile = _merge_quarantine(staging, records)
-    data = [f for r in records for f in r["files"] if f.get("kind") != _QUARANTINE]
+    data = [f for r in records for f in r["files"]]
     tot = _sum_counts(r["counts"] for r in records)
     seconds = time.perf_counter() - start
     stats = {
@@ -163,7 +165,7 @@ def _convert_units(
         "format": fmt,
         "to": to,
         "out_dir": str(out),
-        "files_written": [f["name"] for f in data],
+        "files_written": [f"{staging.files_dir}/{f['name']}" for f in data],  # under OUT
         "records_read": tot["records_read"],
         "records_rejected": dict(sorted(tot["records_rejected"].items())),
         "rows_in": tot["rows_in"],
@@ -248,12 +250,15 @@ def _reusable(kept: dict[int, dict[str, Any]], files: list[str]) -> list[dict[st
 
 def _drop_unused(staging: LocalStaging, kept: list[dict[str, Any]]) -> None:
     """Removes what the staging folder holds beyond the reused units (later units are redone)."""
-    root = staging.path
-    names = {f["name"] for r in kept for f in r["files"]}
-    found = [*root.glob("*.parquet"), *root.glob(".*.tmp-*"), *(root / _QUARANTINE).glob("*")]
-    for p in found:
-        if p.relative_to(root).as_posix() not in names:
-            p.unlink()
+    data = {f["name"] for r in kept for f in r["files"]}
+    quarantined = {f["name"] for r in kept for f in r.get(_QUARANTINE, [])}
+    for folder, names, found in (
+        (staging.samples, data, [*staging.samples.glob("*.parquet")]),
+        (staging.path, quarantined, [*(staging.path / _QUARANTINE).glob("*")]),
+    ):
+        for p in [*found, *folder.glob(".*.tmp-*")]:
+            if p.relative_to(folder).as_posix() not in names:
+                p.unlink()
     for p in staging.units.glob("unit-*.json"):
         if int(p.stem.split("-")[1]) >= len(kept):
             p.unlink()
@@ -482,18 +487,21 @@ def _commit_unit(
         else episode_tables(episodes, job.episodes_per_file, info)
     )
     k = unit.index
-    written: list[dict[str, Any]] = []
+    written: list[dict[str, Any]] = []  # data files, under files_dir (OUT/<to>/)
+    quarantined: list[dict[str, Any]] = []  # under the output (OUT/quarantine/)
     try:
         for i, table in enumerate(tables):
             written.append(
-                write_parquet_atomic(staging.path, f"{job.to}-{k:05d}-{i:05d}.parquet", table)
+                write_parquet_atomic(staging.samples, f"{job.to}-{k:05d}-{i:05d}.parquet", table)
             )
         if job.read.on_invalid == "quarantine":
             q = _write_unit_quarantine(staging.path, k, batch)
             if q is not None:
-                written.append(q)
+                quarantined.append(q)
     except BaseException:
         for f in written:
+            (staging.samples / f["name"]).unlink(missing_ok=True)
+        for f in quarantined:
             (staging.path / f["name"]).unlink(missing_ok=True)
         raise
     led = batch.ledger  # what stitching and settling refused; the reader's is in unit.read
@@ -519,6 +527,7 @@ def _commit_unit(
         "inputs": inputs[k : last + 1],
         "to_end": bool(unit.open),
         "files": written,
+        _QUARANTINE: quarantined,
         "counts": counts,
         "reaches": {_key_text(key): f for key, f in unit.reaches.items()},
         "idle_after": unit.idle_after,
@@ -576,12 +585,7 @@ def _merge_quarantine(
     staging: LocalStaging, records: list[dict[str, Any]]
 ) -> dict[str, Any] | None:
     """The units' quarantine files as one ``quarantine/quarantine.parquet`` (unit order)."""
-    parts = [
-        staging.path / f["name"]
-        for r in records
-        for f in r["files"]
-        if f.get("kind") == _QUARANTINE
-    ]
+    parts = [staging.path / f["name"] for r in records for f in r.get(_QUARANTINE, [])]
     if not parts:
         return None
     name = f"{_QUARANTINE}/{_QUARANTINE}.parquet"

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import posixpath
 import re
 import time
 from collections.abc import Callable
@@ -198,7 +199,11 @@ def convert_dataset(
         "inputs": inputs,
     }
     # The job owns --out until it is committed or failed (ownership.OutLock).
-    with LocalStaging(out, job, overwrite=overwrite, files_dir="") as staging, output_storage(out):
+    # A dataset's own layout at OUT's root (Minari's data/, LeRobot's meta/ data/ videos/), else
+    # the data under OUT/rows or OUT/episodes
+    files_dir = "" if to in ("minari", "lerobot") else to
+    staging = LocalStaging(out, job, overwrite=overwrite, files_dir=files_dir)
+    with staging, output_storage(out):
         staging.open()
         try:
             batch, reader = _read_all(files, read, progress, dones)
@@ -206,7 +211,7 @@ def convert_dataset(
             episodes = list(batch.columns.iter_episodes())  # the writers take one at a time
             info = _info(files, reader, given, episodes)
             source = getattr(reader, "about", None)  # a LeRobot dataset's fps, robot type
-            written = _write(staging.path, config, episodes, info, dataset_id, source)
+            written = _write(staging.samples, config, episodes, info, dataset_id, source)
         except BaseException:
             staging.discard()
             raise
@@ -218,7 +223,7 @@ def convert_dataset(
             "files_in": len(files),
             "to": to,
             "out_dir": str(out),
-            "files_written": [f["name"] for f in written],
+            "files_written": [posixpath.join(files_dir, f["name"]) for f in written],  # under OUT
             "rows_in": led.rows_in,
             "rows_out": int(batch.source_rows.sum()),
             "rows_rejected": dict(sorted(led.rows_rejected.items())),

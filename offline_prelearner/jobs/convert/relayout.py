@@ -161,7 +161,7 @@ def relayout_rows(
         "inputs": inputs,
     }
     out = Path(out_dir)
-    staging = LocalStaging(out, job, overwrite=overwrite, resume=resume, files_dir="")
+    staging = LocalStaging(out, job, overwrite=overwrite, resume=resume, files_dir="rows")
     # The job owns --out until it is committed or failed (ownership.OutLock).
     with staging, output_storage(out):
         return _relayout_all(staging, files, inputs, layout, progress, workers, start)
@@ -193,7 +193,7 @@ def _relayout_all(
             progress(len(records), len(files), files[k], rows_done)
 
     names = {k: f"rows-{k:05d}-00000.parquet" for k in todo}
-    root = str(staging.path)
+    root = str(staging.samples)
     if n_workers <= 1:
         for k in todo:
             finish(k, _relayout_file(files[k], root, names[k], layout))
@@ -216,7 +216,7 @@ def _relayout_all(
         "to": "rows",
         "layout": layout,
         "out_dir": str(out),
-        "files_written": [f["name"] for f in data],
+        "files_written": [f"{staging.files_dir}/{f['name']}" for f in data],  # under OUT
         "rows_in": rows,
         "rows_out": rows,
         "balanced": True,
