@@ -142,7 +142,7 @@ def test_lossless_round_trip_gives_the_same_episodes(
     back = converted["base"] / f"back_{source}"
     assert_same_episodes(read_back(back), converted["plain" if source == "episodes" else "eps"])
     # the frames are in the fast tensor layout
-    schema = pq.read_schema(next(back.glob("rows-*.parquet")))
+    schema = pq.read_schema(next((back / "rows").glob("rows-*.parquet")))
     leaf = "image" if source == "episodes" else "pixels"
     assert isinstance(schema.field("obs").type.field(leaf).type, FastTensorType)
 
