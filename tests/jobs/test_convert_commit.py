@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from conftest import REPO
 from test_convert import assert_same_episodes, read_back
@@ -26,6 +27,7 @@ from offline_prelearner.cli import main
 from offline_prelearner.config import ReadConfig
 from offline_prelearner.errors import DataError, DecodeError
 from offline_prelearner.io.formats.sample_batches.reader import SampleBatchesReader
+from offline_prelearner.jobs.batch.index import INDEX_FILE
 from offline_prelearner.jobs.commit import MANIFEST_FILE, STATS_FILE
 from offline_prelearner.jobs.convert import convert_path
 from offline_prelearner.jobs.ownership import CommitError, staging_path
@@ -133,11 +135,12 @@ def stream_files(folder: Path, n_files: int, steps_per_file: int, seed: int = 0)
 # outputs
 # ---------------------------------------------------------------------------------------------
 def output(out: Path) -> dict[str, bytes]:
-    """Every file of a committed output except stats and manifest (which hold times), by name."""
+    """Every file of a committed output except stats, manifest and index (which hold times),
+    by name."""
     return {
         p.relative_to(out).as_posix(): p.read_bytes()
         for p in sorted(out.rglob("*"))
-        if p.is_file() and p.name not in (STATS_FILE, MANIFEST_FILE)
+        if p.is_file() and p.name not in (STATS_FILE, MANIFEST_FILE, INDEX_FILE)
     }
 
 
@@ -186,8 +189,11 @@ def test_units_stitch_across_files_and_the_manifest_lists_every_file(
     assert m["complete"] and m["config"]["to"] == to and m["files_dir"] == to  # OUT/<to>/
     assert [f"{to}/{f['name']}" for f in m["files"]] == stats["files_written"]
     written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.parquet"))
-    assert written == sorted(stats["files_written"])
+    assert written == sorted(["_index.parquet", *stats["files_written"]])  # the index: after
     assert sum(f["rows"] for f in m["files"]) == (295 if to == "rows" else 12)
+    # the index, written after the commit, describes the files the manifest lists
+    index = pq.read_table(out / INDEX_FILE)
+    assert sorted(index.column("path").to_pylist()) == sorted(stats["files_written"])
     assert [i["path"] for i in m["inputs"]] == sorted(str(p) for p in (tmp_path / "in").iterdir())
     # output-01 holds only a piece of r1 (owned by output-00's unit): its unit writes nothing
     assert not any(n.startswith(f"{to}/{to}-00001-") for n in stats["files_written"])

@@ -172,9 +172,9 @@ def test_process_commits_the_same_bytes_with_and_without_an_index(
 
         scan_file = S.scan_file
 
-        def no_scan(path: str, spec: ScanSpec) -> Any:
+        def no_scan(path: str, spec: ScanSpec, listed: Any = None) -> Any:
             assert not path.startswith(str(d)), f"{path} was scanned: the index covers it"
-            return scan_file(path, spec)  # the output's own index, written after its commit
+            return scan_file(path, spec, listed)  # the output's own index, written after its commit
 
         monkeypatch.setattr(S, "scan_file", no_scan)
         indexed = run_pipeline(d, settings, out_dir=tmp_path / "b", engine="local")

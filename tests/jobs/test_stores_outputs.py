@@ -386,7 +386,12 @@ def test_convert_to_s3_commits_the_local_output(
         assert all(m["job_id"] in f["name"] for f in m["files"])
         assert m["files_dir"] == "rows"
         assert listing(out) == sorted(
-            ["_manifest.json", "stats.json", *(f"rows/{f['name']}" for f in m["files"])]
+            [
+                "_index.parquet",  # written after the commit, beside the manifest
+                "_manifest.json",
+                "stats.json",
+                *(f"rows/{f['name']}" for f in m["files"]),
+            ]
         )
         root = locate(out).join("rows")
         got = []

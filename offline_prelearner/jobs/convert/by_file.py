@@ -61,6 +61,7 @@ from ...io.formats.sample_batches.reader import SampleBatchesReader
 from ...io.quarantine import write_quarantine
 from ...io.readers import make_reader
 from ...io.sources import is_empty_parquet, read_table
+from ..batch.index import index_output
 from ..commit import LocalStaging, file_sha256, input_identity, write_parquet_atomic
 from ..dataset_info import DatasetInfo, info_from_env_id, info_of_files
 from ..ownership import output_storage
@@ -192,6 +193,10 @@ def _convert_units(
     if to == "rows":  # the layout the rows were written in, as a rows -> rows convert records it
         extra["layout"] = job.layout
     staging.commit(stats, data, extra)
+    # after the commit point, as process writes it: a later job over OUT plans from it
+    index_output(
+        staging.output_file(), [staging.output_file(*w.split("/")) for w in stats["files_written"]]
+    )
     return stats
 
 

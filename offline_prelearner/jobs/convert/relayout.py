@@ -34,6 +34,7 @@ from ...io.fast_tensor import FAST_TENSOR_NAME, Layout, check_layout
 from ...io.fast_tensor import parquet_dictionary_columns as dictionary
 from ...io.formats.rows.writer import columns_to_table
 from ...io.parquet_guard import open_parquet
+from ..batch.index import index_output
 from ..commit import LocalStaging, file_sha256, input_identity
 from ..file_batches import READ_ROWS, has_list_cells
 from ..ownership import output_storage
@@ -226,4 +227,8 @@ def _relayout_all(
         "rows_per_s": round(rows / seconds, 1) if seconds > 0 else None,
     }
     staging.commit(stats, data, {"to": "rows", "layout": layout})
+    # after the commit point, as process writes it: a later job over OUT plans from it
+    index_output(
+        staging.output_file(), [staging.output_file(*w.split("/")) for w in stats["files_written"]]
+    )
     return stats
