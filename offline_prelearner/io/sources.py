@@ -642,10 +642,26 @@ def format_of(
         raise UnsupportedFormatError(
             f"cannot detect the format of {first!r}: not JSON lines of SampleBatch records"
         )
+    if _holds_json_lines(first):
+        raise UnsupportedFormatError(
+            f"cannot detect the format of {first!r}: it holds JSON lines but is not named as "
+            f"such; rename it to end in .json (or {', '.join(JSON_LINES_SUFFIXES[1:])})"
+        )
+    why = " ".join(str(probe.footer_error).split())  # pyarrow's message may span lines
     raise UnsupportedFormatError(
-        f"cannot detect the format of {first!r}: not a Parquet or JSON-lines file "
-        f"({probe.footer_error})"
+        f"cannot detect the format of {first!r}: not a Parquet or JSON-lines file ({why})"
     )
+
+
+def _holds_json_lines(path: str) -> bool:
+    """Whether a file (not named as JSON lines, and not Parquet) starts with a JSON object on
+    its first line: JSON lines under another name."""
+    try:
+        with open_bytes(path) as fh:
+            first = fh.readline(1 << 20).strip()
+        return isinstance(json.loads(first), dict)
+    except (OSError, ValueError, DataError):
+        return False
 
 
 def read_table(
