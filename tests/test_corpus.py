@@ -496,7 +496,7 @@ CASES: list[Case] = [
     refuse("renamed-column-in-one-file", "renamed_column_in_one_file", PROCESS,
            "b.parquet", "'rewards'", "'reward'"),
     data_refusal("ragged-list-of-lists-obs", "ragged_list_obs", PROCESS,
-                 "ragged-obs.parquet", "'obs'", "row 41 has 3", todo="issue 36: two rows named"),
+                 "ragged-obs.parquet", "'obs'", "row 41 has 3"),
     refuse("garbled-parquet-footer", "garbled_parquet_footer", PROCESS, "garbled.parquet"),
     refuse("json-lines-named-parquet", "json_lines_named_parquet", PROCESS,
            "lines.parquet", "JSON lines", ".json"),
