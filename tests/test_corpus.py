@@ -492,7 +492,7 @@ CASES: list[Case] = [
            {"rows_in": 59, "rows_rejected.nan_action": 18, "rows_balance": True}, todo=FINITE),
     refuse("minari-dataset-id-minari-refuses", "good_rows",
            "convert {in} --to minari --out {out} --json --dataset-id ../../../../evil/x-v0",
-           "--dataset-id", "'../../../../evil/x-v0'", todo="issue 36: Minari refuses the id"),
+           "--dataset-id", "'../../../../evil/x-v0'"),
     refuse("renamed-column-in-one-file", "renamed_column_in_one_file", PROCESS,
            "b.parquet", "'rewards'", "'reward'"),
     data_refusal("ragged-list-of-lists-obs", "ragged_list_obs", PROCESS,
