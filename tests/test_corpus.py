@@ -112,8 +112,6 @@ def accept(id: str, make: str, cmd: str, counts: Mapping[str, Any], **kw: Any) -
 
 
 # Reasons shared by several cases: one line of the to-do list each.
-OUT_NONFINITE = "issue 36: the n-step sums are not checked"
-FINITE = "issue 36: finite checks on observations and actions are off"
 LZ4_ROWS = "issue 36: the rows of a line refused for its lz4 frame are not counted"
 DOTTED = "issue 36: --set does not reach a field of read.limits"
 
@@ -476,20 +474,19 @@ CASES: list[Case] = [
            "twice.parquet", "'rewards'", "2 times"),
     data_refusal("n-step-return-overflows", "rewards_near_float_max",
                  PROCESS + " --set n_step=3", "huge-rewards.parquet", "'rewards'", EP0, "t=0",
-                 "not finite", todo=OUT_NONFINITE),
+                 "not finite"),
     accept("n-step-return-overflows-skip", "rewards_near_float_max",
            PROCESS_SKIP + " --set n_step=3",
-           {"rows_in": 59, "samples_nonfinite": 55, "samples_written": 4}, todo=OUT_NONFINITE),
-    data_refusal("nan-obs", "nan_obs", PROCESS, "nan-obs.parquet", "'obs'", EP0, "t=0",
-                 todo=FINITE),
+           {"rows_in": 59, "samples_nonfinite": 55, "samples_written": 4}),
+    data_refusal("nan-obs", "nan_obs", PROCESS, "nan-obs.parquet", "'obs'", EP0, "t=0"),
     accept("nan-obs-skip", "nan_obs", PROCESS_SKIP,
-           {"rows_in": 59, "rows_rejected.nan_obs": 18, "rows_balance": True}, todo=FINITE),
-    data_refusal("inf-new-obs", "inf_new_obs", PROCESS, "inf-new-obs.parquet", "obs", EP0,
-                 "not finite", todo=FINITE),
+           {"rows_in": 59, "rows_rejected.nan_obs": 18, "rows_balance": True}),
+    data_refusal("inf-new-obs", "inf_new_obs", PROCESS, "inf-new-obs.parquet", "'obs'", EP0,
+                 "t=18 (the last step's new_obs)", "non-finite"),
     data_refusal("nan-action", "nan_action", PROCESS, "nan-action.parquet", "'actions'", EP0,
-                 "t=5", todo=FINITE),
+                 "t=5"),
     accept("nan-action-skip", "nan_action", PROCESS_SKIP,
-           {"rows_in": 59, "rows_rejected.nan_action": 18, "rows_balance": True}, todo=FINITE),
+           {"rows_in": 59, "rows_rejected.nan_action": 18, "rows_balance": True}),
     refuse("minari-dataset-id-minari-refuses", "good_rows",
            "convert {in} --to minari --out {out} --json --dataset-id ../../../../evil/x-v0",
            "--dataset-id", "'../../../../evil/x-v0'"),

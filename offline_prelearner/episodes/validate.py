@@ -318,9 +318,16 @@ class Validator:
                 ok[good] &= _none_per_episode(bad, obs_bounds)
             if "obs" in self._spaces and not self._space_clear("obs", obs):
                 ok[good] = False
-        if "actions" in self._spaces and ok.any():
+        finite_actions = cfg.check_finite_actions and held.actions_kind() in "fc"
+        if (finite_actions or "actions" in self._spaces) and ok.any():
             good = np.flatnonzero(ok)
-            if not self._space_clear("actions", held.actions(good)):
+            actions = held.actions(good)
+            if finite_actions:
+                act_bounds = np.zeros(len(good) + 1, np.int64)
+                np.cumsum(n[good], out=act_bounds[1:])
+                bad = ~np.isfinite(actions).reshape(len(actions), -1).all(axis=1)
+                ok[good] &= _none_per_episode(bad, act_bounds)
+            if "actions" in self._spaces and not self._space_clear("actions", actions):
                 ok[good] = False
         return ok
 
@@ -405,6 +412,18 @@ class Validator:
         error = self._check_obs(ep)
         if error is not None:
             return error
+        actions = ep.actions
+        if (
+            cfg.check_finite_actions
+            and isinstance(actions, np.ndarray)
+            and actions.dtype.kind in "fc"
+        ):
+            i = _first_bad(np.isfinite(actions)) if n > 0 else None
+            if i is not None:
+                t = ep.t_started + i
+                return _error(
+                    ep, "nan_action", f"action at t={t} has a non-finite value", "actions", t
+                )
         if "actions" in self._spaces and n > 0:  # an empty action array has no shape to check
             error = self._check_space(ep, "actions", ep.actions)
             if error is not None:
@@ -499,8 +518,9 @@ class Validator:
             i = _first_bad(np.isfinite(obs))
             if i is not None:
                 t = ep.t_started + i
+                last = " (the last step's new_obs)" if i == len(ep) else ""
                 return _error(
-                    ep, "nan_obs", f"observation at t={t} has a non-finite value", "obs", t
+                    ep, "nan_obs", f"observation at t={t}{last} has a non-finite value", "obs", t
                 )
         return self._check_space(ep, "obs", obs) if "obs" in self._spaces else None
 
@@ -589,6 +609,11 @@ class _Held:
     def observations(self, which: np.ndarray) -> np.ndarray:
         """The observations of episodes ``which`` (ascending), concatenated."""
         return self.cols.select(which + self.start).observations()
+
+    def actions_kind(self) -> str:
+        """The actions' dtype kind (``"f"`` for float actions; ``"O"`` for anything else)."""
+        actions = self.cols.actions
+        return actions.dtype.kind if isinstance(actions, np.ndarray) else "O"
 
     def actions(self, which: np.ndarray) -> np.ndarray:
         """The actions of episodes ``which`` concatenated."""
