@@ -113,7 +113,6 @@ def accept(id: str, make: str, cmd: str, counts: Mapping[str, Any], **kw: Any) -
 
 # Reasons shared by several cases: one line of the to-do list each.
 LZ4_ROWS = "issue 36: the rows of a line refused for its lz4 frame are not counted"
-DOTTED = "issue 36: --set does not reach a field of read.limits"
 
 
 def data_refusal(id: str, make: str, cmd: str, *err: str, **kw: Any) -> Case:
@@ -511,11 +510,10 @@ CASES: list[Case] = [
            PROCESS_SKIP + " --legacy-pickle",
            {"rows_in": 45, "rows_rejected.corrupt_lz4": 16, "rows_balance": True}, todo=LZ4_ROWS),
     accept("set-limit-dotted", "good_rows",
-           PROCESS + " --set read.limits.max_decompressed_bytes=1048576", {"rows_in": 59},
-           todo=DOTTED),
+           PROCESS + " --set read.limits.max_decompressed_bytes=1048576", {"rows_in": 59}),
     refuse("set-limit-dotted-zero", "good_rows",
            PROCESS + " --set read.limits.max_decompressed_bytes=0",
-           "read.limits.max_decompressed_bytes", "[1, 1099511627776]", "found 0", todo=DOTTED),
+           "read.limits.max_decompressed_bytes", "[1, 1099511627776]", "found 0"),
 ]
 # fmt: on
 

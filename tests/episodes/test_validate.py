@@ -109,7 +109,8 @@ def test_the_policy_is_checked_where_the_validator_is_given_it() -> None:
 
 def test_config_defaults() -> None:
     cfg = ValidateConfig()
-    assert (cfg.require_done, cfg.check_finite_rewards, cfg.check_finite_obs) == (True, True, False)
+    assert (cfg.require_done, cfg.check_finite_rewards) == (True, True)
+    assert (cfg.check_finite_obs, cfg.check_finite_actions) == (True, True)  # issue 36
     assert (cfg.min_length, Validator(cfg).on_invalid) == (1, "raise")
 
 
