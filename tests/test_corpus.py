@@ -112,7 +112,6 @@ def accept(id: str, make: str, cmd: str, counts: Mapping[str, Any], **kw: Any) -
 
 
 # Reasons shared by several cases: one line of the to-do list each.
-LZ4_ROWS = "issue 36: the rows of a line refused for its lz4 frame are not counted"
 
 
 def data_refusal(id: str, make: str, cmd: str, *err: str, **kw: Any) -> Case:
@@ -506,10 +505,10 @@ CASES: list[Case] = [
     accept("old-stack-corrupt-lz4-convert", "old_stack_corrupt_lz4",
            CONVERT + " --legacy-pickle --on-invalid skip",
            {"rows_in": 45, "rows_rejected.corrupt_lz4": 16, "records_rejected.corrupt_lz4": 1,
-            "balanced": True}, todo=LZ4_ROWS),
+            "balanced": True}),
     accept("old-stack-corrupt-lz4-process", "old_stack_corrupt_lz4",
            PROCESS_SKIP + " --legacy-pickle",
-           {"rows_in": 45, "rows_rejected.corrupt_lz4": 16, "rows_balance": True}, todo=LZ4_ROWS),
+           {"rows_in": 45, "rows_rejected.corrupt_lz4": 16, "rows_balance": True}),
     accept("set-limit-dotted", "good_rows",
            PROCESS + " --set read.limits.max_decompressed_bytes=1048576", {"rows_in": 59}),
     refuse("set-limit-dotted-zero", "good_rows",
