@@ -40,7 +40,7 @@ from .episodes.dedupe import Deduplicator
 from .episodes.episode_columns import EpisodeColumns
 from .episodes.fragment_bank import OpenFragments
 from .episodes.ledger import EpisodeBatch, Ledger, Rejection
-from .episodes.validate import Validator
+from .episodes.validate import Validator, all_finite
 from .errors import ConfigError, DataError, EmptyBufferError, Where
 from .io.readers import Batch, Reader, make_reader
 from .plugins import import_object
@@ -355,9 +355,9 @@ class OfflinePreLearner:
                 continue
             if not cfg.check_finite_actions and name == C.ACTIONS:
                 continue
-            ok = np.isfinite(col).reshape(len(col), -1).all(axis=1)
-            if ok.all():
+            if all_finite(col):
                 continue
+            ok = np.isfinite(col).reshape(len(col), -1).all(axis=1)
             first = first or name
             mask = ~ok if mask is None else mask | ~ok
         return None if mask is None or first is None else _Nonfinite(mask, first)
