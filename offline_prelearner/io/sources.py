@@ -358,8 +358,10 @@ def _local_kind(path: str) -> pafs.FileType:
     blocks or never ends), a path that is not there is NotFound (a glob, perhaps)."""
     try:
         mode = os.stat(path).st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        return pafs.FileType.NotFound
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP):
+            return pafs.FileType.NotFound  # as Path.is_file / is_dir answer it: a glob, perhaps
+        raise
     if stat.S_ISDIR(mode):
         return pafs.FileType.Directory
     _refuse_if_not_regular(path, mode)
