@@ -35,12 +35,13 @@ import numpy as np
 from .config import PreLearnerConfig
 from .connectors.base import ConnectorContext, ConnectorPipeline
 from .connectors.registry import build_pipeline
+from .episodes import columns as C
 from .episodes.dedupe import Deduplicator
 from .episodes.episode_columns import EpisodeColumns
 from .episodes.fragment_bank import OpenFragments
 from .episodes.ledger import EpisodeBatch, Ledger, Rejection
-from .episodes.validate import Validator
-from .errors import ConfigError, DataError, EmptyBufferError
+from .episodes.validate import Validator, all_finite
+from .errors import ConfigError, DataError, EmptyBufferError, Where
 from .io.readers import Batch, Reader, make_reader
 from .plugins import import_object
 from .replay.batch import MultiAgentBatch, SampleBatch
@@ -81,7 +82,13 @@ class OfflinePreLearner:
         self._seen: set[tuple[Any, Any]] = set()  # (eps_id, agent_id) of episodes kept
         #: What the last call refused (the batch job counts it per input file).
         self.last_rejections: list[Rejection] = []
-        self.counters = {"batches": 0, "samples": 0, "fragments_added": 0, "not_ready": 0}
+        self.counters = {
+            "batches": 0,
+            "samples": 0,
+            "fragments_added": 0,
+            "not_ready": 0,
+            "samples_nonfinite": 0,
+        }
         #: sample_all: the fragments of episodes still open, joined by ``t`` in any order.
         self._pending = OpenFragments()
         #: Modules whose buffer keys episodes by (episode id, agent id) (see ``_buffer_for``).
@@ -299,6 +306,62 @@ class OfflinePreLearner:
             out[module_id] = self.connectors(sb, ctx)
         return MultiAgentBatch(out, env_steps=batch.env_steps)
 
+    def check_output(self, batch: MultiAgentBatch) -> MultiAgentBatch:
+        """What the job writes, checked finite: finite inputs can still sum to inf (rewards near
+        the float maximum over an n-step window) or a connector can divide by zero.
+
+        Every float column of every module's batch is checked in one vector pass each, except
+        observations and actions where the user turned their input check off
+        (``validate.check_finite_obs`` / ``check_finite_actions``: NaN there is data they
+        admit). Under ``read.on_invalid="raise"`` the first non-finite value is a DataError
+        naming the column, episode and ``t``; under skip or quarantine the samples holding one
+        are dropped and counted (``stats()["samples_nonfinite"]``, ``stats.json``).
+
+        Args:
+            batch: The train batch after :meth:`run_connectors`.
+
+        Returns:
+            ``batch``, or a copy without the non-finite samples (skip, quarantine).
+
+        Raises:
+            DataError: A non-finite value under ``raise`` (``reason="nonfinite_sample"``).
+        """
+        out = {}
+        dropped = 0
+        for module_id, sb in batch.policy_batches.items():
+            bad = self._nonfinite_samples(sb)
+            if bad is None:
+                out[module_id] = sb
+                continue
+            if self.config.read.on_invalid == "raise":
+                raise _nonfinite_error(sb, bad)
+            keep = ~bad.mask
+            dropped += int(bad.mask.sum())
+            out[module_id] = SampleBatch._trusted({k: v[keep] for k, v in sb.items()})
+        if not dropped:
+            return batch
+        self.counters["samples_nonfinite"] += dropped
+        return MultiAgentBatch(out, env_steps=batch.env_steps)
+
+    def _nonfinite_samples(self, sb: SampleBatch) -> _Nonfinite | None:
+        """The samples of ``sb`` holding a non-finite value in a checked column, or None."""
+        cfg = self.config.validate
+        mask: np.ndarray | None = None
+        first: str | None = None
+        for name, col in sb.items():
+            if not isinstance(col, np.ndarray) or col.dtype.kind not in "fc" or not col.size:
+                continue
+            if not cfg.check_finite_obs and name.startswith((C.OBS, C.NEW_OBS)):
+                continue
+            if not cfg.check_finite_actions and name == C.ACTIONS:
+                continue
+            if all_finite(col):
+                continue
+            ok = np.isfinite(col).reshape(len(col), -1).all(axis=1)
+            first = first or name
+            mask = ~ok if mask is None else mask | ~ok
+        return None if mask is None or first is None else _Nonfinite(mask, first)
+
     def to_output(self, batch: MultiAgentBatch) -> Iterator[dict[str, np.ndarray]]:
         """One dict of numpy columns per module, with a ``module_id`` column (Arrow-friendly).
 
@@ -323,7 +386,7 @@ class OfflinePreLearner:
         else:
             self.add_to_buffers(columns)
             result = self.sample()
-        result = self.run_connectors(result)
+        result = self.check_output(self.run_connectors(result))
         self.counters["batches"] += 1
         self.counters["samples"] += sum(len(b) for b in result.policy_batches.values())
         yield from self.to_output(result)
@@ -465,3 +528,28 @@ def _cast_like(columns: EpisodeColumns, like: EpisodeColumns) -> EpisodeColumns:
     if last is not None:
         last = last.astype(like.obs.dtype, copy=False)
     return replace(columns, obs=obs, actions=actions, rewards=rewards, extras=extras, last_obs=last)
+
+
+class _Nonfinite:
+    """Which samples of a batch hold a non-finite value (``mask``), and the first column met."""
+
+    def __init__(self, mask: np.ndarray, column: str) -> None:
+        self.mask, self.column = mask, column
+
+
+def _nonfinite_error(sb: SampleBatch, bad: _Nonfinite) -> DataError:
+    """The refusal of the first sample with a non-finite value in ``bad.column``."""
+    col = np.asarray(sb[bad.column])
+    rows = np.flatnonzero(~np.isfinite(col).reshape(len(col), -1).all(axis=1))
+    i = int(rows[0])
+    ids, ts = sb.get(C.EPS_ID), sb.get(C.T)
+    episode = None if ids is None else ids[i]
+    t = None if ts is None else int(ts[i])
+    value = col[i] if col.ndim == 1 else "a value"
+    return DataError(
+        f"a sample to write is not finite: {bad.column} is {value} ({len(rows)} samples); the "
+        "input is finite, so the job's own arithmetic overflowed (an n-step return summing "
+        "rewards near the float maximum, or a connector's normalisation): rescale the rewards",
+        Where(column=bad.column, episode_id=episode, timestep=t),
+        reason="nonfinite_sample",
+    )

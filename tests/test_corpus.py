@@ -453,6 +453,68 @@ CASES: list[Case] = [
            {"rows_in": 976, "rows_balance": True, "files_rejected": 0}),
     accept("drift-rewards-int64", "drift_rewards_int64", PROCESS,
            {"rows_in": 976, "rows_balance": True, "files_rejected": 0}),
+    # issue 36: the last hostile inputs --------------------------------------------------------
+    # No hang (a FIFO is refused before it is opened, wherever its path comes from), no
+    # traceback, no silent inf or merged id (docs/hostile_inputs.md says what each one does).
+    refuse("manifest-lists-fifo-inspect", "manifest_lists_fifo", INSPECT,
+           "zz-pipe.parquet", "not a regular file"),
+    refuse("manifest-lists-fifo-process", "manifest_lists_fifo", PROCESS,
+           "zz-pipe.parquet", "not a regular file"),
+    refuse("fifo-named-directly", "fifo_named_directly", PROCESS,
+           "pipe.parquet", "not a regular file"),
+    refuse("fifo-in-folder", "fifo_in_folder", PROCESS,
+           "zz-pipe.parquet", "not a regular file"),
+    refuse("fifo-as-config", "fifo_as_config", PROCESS + " --config {tmp}/config.yaml",
+           "config.yaml", "not a regular file"),
+    refuse("parquet-duplicate-column", "parquet_duplicate_column", PROCESS,
+           "twice.parquet", "'rewards'", "2 times"),
+    refuse("parquet-duplicate-column-inspect", "parquet_duplicate_column", INSPECT_RAISE,
+           "twice.parquet", "'rewards'", "2 times"),
+    data_refusal("n-step-return-overflows", "rewards_near_float_max",
+                 PROCESS + " --set n_step=3", "huge-rewards.parquet", "'rewards'", EP0, "t=0",
+                 "not finite"),
+    accept("n-step-return-overflows-skip", "rewards_near_float_max",
+           PROCESS_SKIP + " --set n_step=3",
+           {"rows_in": 59, "samples_nonfinite": 55, "samples_written": 4}),
+    data_refusal("nan-obs", "nan_obs", PROCESS, "nan-obs.parquet", "'obs'", EP0, "t=0"),
+    accept("nan-obs-skip", "nan_obs", PROCESS_SKIP,
+           {"rows_in": 59, "rows_rejected.nan_obs": 18, "rows_balance": True}),
+    data_refusal("inf-new-obs", "inf_new_obs", PROCESS, "inf-new-obs.parquet", "'obs'", EP0,
+                 "t=18 (the last step's new_obs)", "non-finite"),
+    data_refusal("nan-action", "nan_action", PROCESS, "nan-action.parquet", "'actions'", EP0,
+                 "t=5"),
+    accept("nan-action-skip", "nan_action", PROCESS_SKIP,
+           {"rows_in": 59, "rows_rejected.nan_action": 18, "rows_balance": True}),
+    refuse("minari-dataset-id-minari-refuses", "good_rows",
+           "convert {in} --to minari --out {out} --json --dataset-id ../../../../evil/x-v0",
+           "--dataset-id", "'../../../../evil/x-v0'"),
+    refuse("renamed-column-in-one-file", "renamed_column_in_one_file", PROCESS,
+           "b.parquet", "'rewards'", "'reward'"),
+    data_refusal("ragged-list-of-lists-obs", "ragged_list_obs", PROCESS,
+                 "ragged-obs.parquet", "'obs'", "row 41 has 3"),
+    refuse("garbled-parquet-footer", "garbled_parquet_footer", PROCESS, "garbled.parquet"),
+    refuse("json-lines-named-parquet", "json_lines_named_parquet", PROCESS,
+           "lines.parquet", "JSON lines", ".json"),
+    data_refusal("binary-eps-ids", "binary_eps_ids", PROCESS,
+                 "binary-ids.parquet", "'eps_id'", "row 0", "not UTF-8", "b'\\xff1'"),
+    accept("binary-eps-ids-skip", "binary_eps_ids", PROCESS_SKIP,
+           {"rows_in": 59, "rows_rejected.bad_id": 59, "rows_balance": True}),
+    data_refusal("episodes-is-terminated-text", "episodes_is_terminated_text", PROCESS,
+                 "yes.parquet", "row 2", "is_terminated", "'yes'"),
+    accept("episodes-is-terminated-text-skip", "episodes_is_terminated_text", PROCESS_SKIP,
+           {"rows_in": 6, "rows_rejected.bad_episode_state": 1, "episodes_kept": 5}),
+    accept("old-stack-corrupt-lz4-convert", "old_stack_corrupt_lz4",
+           CONVERT + " --legacy-pickle --on-invalid skip",
+           {"rows_in": 45, "rows_rejected.corrupt_lz4": 16, "records_rejected.corrupt_lz4": 1,
+            "balanced": True}),
+    accept("old-stack-corrupt-lz4-process", "old_stack_corrupt_lz4",
+           PROCESS_SKIP + " --legacy-pickle",
+           {"rows_in": 45, "rows_rejected.corrupt_lz4": 16, "rows_balance": True}),
+    accept("set-limit-dotted", "good_rows",
+           PROCESS + " --set read.limits.max_decompressed_bytes=1048576", {"rows_in": 59}),
+    refuse("set-limit-dotted-zero", "good_rows",
+           PROCESS + " --set read.limits.max_decompressed_bytes=0",
+           "read.limits.max_decompressed_bytes", "[1, 1099511627776]", "found 0"),
 ]
 # fmt: on
 
@@ -588,7 +650,7 @@ def test_the_corpus_is_large_and_well_formed() -> None:
     assert {c.make for c in CASES} == set(mc.MAKERS), "every maker is used by a case"
     for c in CASES:
         assert (c.exit == 0) == bool(c.counts) and (c.exit == 0) != bool(c.err), c.id
-        assert c.todo is None or c.todo.startswith("issue 13: "), c.id
+        assert c.todo is None or c.todo.startswith(("issue 13: ", "issue 36: ")), c.id
 
 
 def test_lookup_reads_key_paths() -> None:

@@ -7,6 +7,7 @@ through :mod:`.files`.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 from collections.abc import Callable, Mapping
@@ -139,7 +140,9 @@ class PreLearnerConfig:
         Args:
             updates: ``{name: value}``: a flat field name (``"n_step"``, ``"alpha"``,
                 ``"on_invalid"``), ``"section.field"``, ``"section.kind.field"``
-                (``"buffer.prioritized.alpha"``), a kind's whole sub-section as a mapping
+                (``"buffer.prioritized.alpha"``), a field of a nested settings mapping
+                (``"read.limits.max_decompressed_bytes"``, as a YAML file nests it; the other
+                limits stay as they were), a kind's whole sub-section as a mapping
                 (``"buffer.prioritized": {"alpha": 0.7}``), or an earlier version's spelling.
 
         Returns:
@@ -161,6 +164,14 @@ class PreLearnerConfig:
                         f"unknown config section {sec!r} in {key!r}{hint} "
                         f"(sections: {', '.join(sorted(sections))})"
                     )
+                nested = self._nested_field(sec, rest)
+                if nested is not None:  # read.limits.max_decompressed_bytes, as YAML nests it
+                    name, sub = nested
+                    merged = sections[sec].get(name)
+                    if not isinstance(merged, dict):
+                        merged = dataclasses.asdict(getattr(getattr(self, sec), name))
+                    sections[sec][name] = {**merged, sub: value}
+                    continue
                 if rest not in _spellings(sec):
                     known = sorted(f"{sec}.{n}" for n in _spellings(sec, old=False))
                     close = difflib.get_close_matches(key, known, n=3)
@@ -180,6 +191,15 @@ class PreLearnerConfig:
         changes: dict[str, Any] = dict(top)
         changes.update(_sections(given, {n: getattr(self, n) for n in SECTIONS}))
         return replace(self, **changes)
+
+    def _nested_field(self, section: str, rest: str) -> tuple[str, str] | None:
+        """``("limits", "max_decompressed_bytes")`` for ``rest`` naming a field of a section's
+        field that is itself a settings dataclass (``read.limits``), else None."""
+        name, dot, sub = rest.partition(".")
+        value = getattr(getattr(self, section), name, None) if dot else None
+        if value is None or not dataclasses.is_dataclass(value) or isinstance(value, type):
+            return None
+        return (name, sub) if sub in {f.name for f in dataclasses.fields(value)} else None
 
     def for_job(self, job: JobKind) -> PreLearnerConfig:
         """The config as ``job`` runs it: ``sample.sample_all = None`` (the default) made the

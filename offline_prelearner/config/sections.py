@@ -163,8 +163,13 @@ class ValidateConfig:
         require_done: Every episode must be terminated or truncated. Turn off for streams of
             fragments (an episode cut across batches), where a not-done fragment is kept.
         check_finite_rewards: Reject episodes with a NaN or infinite reward.
-        check_finite_obs: Reject episodes with a NaN or infinite observation. Off by default: some
-            environments legitimately emit NaN (e.g. a missing sensor reading).
+        check_finite_obs: Reject episodes with a NaN or infinite observation (reason
+            ``nan_obs``). On by default (issue 36): a NaN written into the samples poisons every
+            gradient it meets; turn it off for an environment that emits NaN on purpose (a
+            missing sensor reading) and a learner that masks it.
+        check_finite_actions: Reject episodes with a NaN or infinite float action (reason
+            ``nan_action``); on by default, like ``check_finite_obs``. Integer actions cannot be
+            NaN and are not looked at.
         observation_space: A gymnasium space every observation must lie in, or None. NaN passes
             a Box's bounds check (``check_finite_obs`` decides about NaN). With None, the space
             the data declares (a msgpack record's ``_observation_space``) is enforced instead,
@@ -176,13 +181,19 @@ class ValidateConfig:
 
     require_done: bool = True
     check_finite_rewards: bool = True
-    check_finite_obs: bool = False
+    check_finite_obs: bool = True
+    check_finite_actions: bool = True
     observation_space: gym.Space[Any] | None = None
     action_space: gym.Space[Any] | None = None
     min_length: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("require_done", "check_finite_rewards", "check_finite_obs"):
+        for name in (
+            "require_done",
+            "check_finite_rewards",
+            "check_finite_obs",
+            "check_finite_actions",
+        ):
             check_bool(f"validate.{name}", getattr(self, name))
         for name in ("observation_space", "action_space"):
             value = getattr(self, name)

@@ -470,8 +470,8 @@ class Episode:
                 observations=_buffer_array(state["observations"], "obs", eid),
                 actions=_buffer_array(state["actions"], "actions", eid),
                 rewards=_buffer_array(state["rewards"], "rewards", eid),
-                terminated=bool(state.get("is_terminated", False)),
-                truncated=bool(state.get("is_truncated", False)),
+                terminated=_flag(state, "is_terminated", eid),
+                truncated=_flag(state, "is_truncated", eid),
                 agent_id=state.get("agent_id"),
                 module_id=state.get("module_id"),
                 t_started=state.get("t_started"),
@@ -563,6 +563,24 @@ def _unlookback(buffer_state: Mapping[str, Any]) -> Any:
     if lookback < 0:
         raise DecodeError(f"lookback must be >= 0, found {lookback}", reason="bad_episode_state")
     return data[lookback:] if lookback else data
+
+
+def _flag(state: Mapping[str, Any], key: str, eid: Any) -> bool:
+    """A done flag of an episode state: a bool (or numpy's), absent or None as False; any other
+    value (``"yes"``, 1, a list) is refused rather than read through ``bool()`` as True."""
+    value = state.get(key)
+    if value is None:
+        return False
+    if isinstance(value, np.ndarray) and value.shape == () and value.dtype == np.bool_:
+        value = value[()]
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    raise DecodeError(
+        f"{key} must be a bool, found {type(value).__name__} {shown}",
+        Where(column=key, episode_id=eid),
+        reason="bad_episode_state",
+    )
 
 
 def _buffer_array(buffer_state: Any, column: str, eid: Any) -> np.ndarray:

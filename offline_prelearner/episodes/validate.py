@@ -31,7 +31,7 @@ from .episode import Episode
 from .episode_columns import EpisodeColumns
 from .ledger import EpisodeBatch
 
-__all__ = ["Miss", "OddDataWarning", "SpaceCheck", "Validator"]
+__all__ = ["Miss", "OddDataWarning", "SpaceCheck", "Validator", "all_finite"]
 
 
 # ---------------------------------------------------------------------------- space checks
@@ -309,18 +309,23 @@ class Validator:
         if composite:
             if cfg.check_finite_obs or "obs" in self._spaces:
                 ok[good] &= self._leaves_clear(held, good, n[good], shape)
-        elif (cfg.check_finite_obs and np.dtype(dtype).kind in "fc") or "obs" in self._spaces:
-            obs = held.observations(good)
-            if cfg.check_finite_obs and obs.dtype.kind in "fc":
-                obs_bounds = np.zeros(len(good) + 1, np.int64)
-                np.cumsum(n[good] + 1, out=obs_bounds[1:])
-                bad = ~np.isfinite(obs).reshape(len(obs), -1).all(axis=1)
-                ok[good] &= _none_per_episode(bad, obs_bounds)
-            if "obs" in self._spaces and not self._space_clear("obs", obs):
-                ok[good] = False
-        if "actions" in self._spaces and ok.any():
+        else:
+            if cfg.check_finite_obs and np.dtype(dtype).kind in "fc":
+                ok &= held.obs_finite()  # in place: no gather of the observations
+            if "obs" in self._spaces and ok.any():
+                good = np.flatnonzero(ok)
+                if not self._space_clear("obs", held.observations(good)):
+                    ok[good] = False
+        finite_actions = cfg.check_finite_actions and held.actions_kind() in "fc"
+        if (finite_actions or "actions" in self._spaces) and ok.any():
             good = np.flatnonzero(ok)
-            if not self._space_clear("actions", held.actions(good)):
+            actions = held.actions(good)
+            if finite_actions:
+                act_bounds = np.zeros(len(good) + 1, np.int64)
+                np.cumsum(n[good], out=act_bounds[1:])
+                bad = ~np.isfinite(actions).reshape(len(actions), -1).all(axis=1)
+                ok[good] &= _none_per_episode(bad, act_bounds)
+            if "actions" in self._spaces and not self._space_clear("actions", actions):
                 ok[good] = False
         return ok
 
@@ -405,6 +410,18 @@ class Validator:
         error = self._check_obs(ep)
         if error is not None:
             return error
+        actions = ep.actions
+        if (
+            cfg.check_finite_actions
+            and isinstance(actions, np.ndarray)
+            and actions.dtype.kind in "fc"
+        ):
+            i = _first_bad(np.isfinite(actions)) if n > 0 else None
+            if i is not None:
+                t = ep.t_started + i
+                return _error(
+                    ep, "nan_action", f"action at t={t} has a non-finite value", "actions", t
+                )
         if "actions" in self._spaces and n > 0:  # an empty action array has no shape to check
             error = self._check_space(ep, "actions", ep.actions)
             if error is not None:
@@ -499,8 +516,9 @@ class Validator:
             i = _first_bad(np.isfinite(obs))
             if i is not None:
                 t = ep.t_started + i
+                last = " (the last step's new_obs)" if i == len(ep) else ""
                 return _error(
-                    ep, "nan_obs", f"observation at t={t} has a non-finite value", "obs", t
+                    ep, "nan_obs", f"observation at t={t}{last} has a non-finite value", "obs", t
                 )
         return self._check_space(ep, "obs", obs) if "obs" in self._spaces else None
 
@@ -590,10 +608,50 @@ class _Held:
         """The observations of episodes ``which`` (ascending), concatenated."""
         return self.cols.select(which + self.start).observations()
 
+    def obs_finite(self) -> np.ndarray:
+        """Per held episode: every observation finite. One pass over the observation arrays
+        where they lie (each row once), counted per episode by its rows' range."""
+        cols, lo = self.cols, self.start
+        obs = cols.obs
+        if all_finite(obs) and (cols.last_obs is None or all_finite(cols.last_obs)):
+            return np.ones(len(self), bool)
+        bad = np.zeros(len(obs) + 1, np.int64)
+        np.cumsum(~np.isfinite(obs).reshape(len(obs), -1).all(axis=1), out=bad[1:])
+        n = cols.length[lo:]
+        if cols.last_obs is None:  # assembled: length + 1 rows from obs_at
+            at = cols.obs_at[lo:]
+            return np.asarray(bad[at + n + 1] == bad[at])
+        at = cols.step_at[lo:]  # split: length rows from step_at, then last_obs[e]
+        last = cols.last_obs[lo : len(cols)]
+        last_ok = np.isfinite(last).reshape(len(last), -1).all(axis=1)
+        return np.asarray((bad[at + n] == bad[at]) & last_ok)
+
+    def actions_kind(self) -> str:
+        """The actions' dtype kind (``"f"`` for float actions; ``"O"`` for anything else)."""
+        actions = self.cols.actions
+        return actions.dtype.kind if isinstance(actions, np.ndarray) else "O"
+
     def actions(self, which: np.ndarray) -> np.ndarray:
         """The actions of episodes ``which`` concatenated."""
         sel = self.cols.select(which + self.start)
         return np.asarray(sel.actions[sel.step_rows()])
+
+
+def all_finite(x: np.ndarray) -> bool:
+    """Whether every value of the float array ``x`` is finite, in one pass and no temporary
+    array: the sum is finite then (a NaN or an infinity makes it NaN or infinite); a sum that
+    overflows from finite values alone is looked at value by value.
+
+    Args:
+        x: A float (or complex) array.
+
+    Returns:
+        True when no value is NaN or infinite.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(x.sum()):
+            return True
+    return bool(np.isfinite(x).all())
 
 
 def _none_per_episode(bad: np.ndarray, bounds: np.ndarray) -> np.ndarray:

@@ -354,7 +354,7 @@ def _chunked(column: pa.ChunkedArray, shape: _Meta) -> np.ndarray:
         try:
             parts.append(_convert(chunk, shape))
         except _Bad as bad:
-            raise bad.shifted(partial(np.add, base)) from None
+            raise _shifted(bad, partial(np.add, base)) from None
         base += len(chunk)
     try:
         return np.concatenate(parts)
@@ -480,8 +480,18 @@ def _list(arr: pa.Array) -> np.ndarray:
     try:
         inner = _convert(values)
     except _Bad as bad:
-        raise bad.shifted(lambda r: r // max(size, 1)) from None
+        raise _shifted(bad, lambda r: r // max(size, 1)) from None
     return inner.reshape((n, size, *inner.shape[1:]))
+
+
+def _shifted(bad: _Bad, fn: Callable[[np.ndarray], np.ndarray]) -> _Bad:
+    """``bad`` one level up (a chunk's rows to the column's, list values to their lists), its
+    message naming the row it names there (``row 83`` of the inner values is ``row 41``)."""
+    out = bad.shifted(fn)
+    if bad.rows is not None and len(bad.rows) and out.rows is not None and len(out.rows):
+        old, new = f"row {int(bad.rows[0])}", f"row {int(out.rows[0])}"
+        out = _Bad(out.message.replace(old, new, 1), out.reason, out.rows)
+    return out
 
 
 def _tensor(storage: pa.Array, shape: tuple[int, ...]) -> np.ndarray:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..errors import DataError, Where
-from .stores import is_remote, join_path, locate
+from .stores import is_remote, join_path, locate, not_regular, open_local
 
 __all__ = [
     "MANIFEST_FILE",
@@ -101,7 +101,7 @@ class Manifest:
             if remote:
                 data = json.loads(locate(path).read_bytes())
             else:
-                with open(path, "rb") as fh:
+                with open_local(path) as fh:
                     data = json.loads(fh.read())
         except ValueError as e:
             raise _bad(path, f"is not JSON ({str(e).splitlines()[0]})") from None
@@ -137,12 +137,18 @@ class Manifest:
         Raises:
             FileNotFoundError: A listed file is missing (named, with the manifest).
             DataError: A listed file's size differs from the recorded one (``reason`` =
-                ``"manifest_mismatch"``).
+                ``"manifest_mismatch"``), or it is not a regular file (a FIFO, a device: reading
+                it would block; ``reason="not_regular_file"``).
         """
         sizes = _store_sizes(self.folder) if is_remote(self.folder) else None
         for f in self.files:
             try:
-                size = os.stat(f.path).st_size if sizes is None else sizes[f.path]
+                if sizes is None:
+                    st = os.stat(f.path)
+                    refused = not_regular(f.path, st.st_mode)  # a FIFO of the recorded 0 bytes
+                    if refused is not None:
+                        raise refused
+                size = st.st_size if sizes is None else sizes[f.path]
             except (FileNotFoundError, KeyError):
                 raise FileNotFoundError(
                     f"{f.path!r} is listed in {self.path!r} but missing: the folder changed "
@@ -193,7 +199,7 @@ def verify_checksums(folder: str | os.PathLike[str]) -> list[str]:
         if f.sha256 is None:
             continue
         h = hashlib.sha256()
-        with locate(f.path).open_input_stream() if is_remote(f.path) else open(f.path, "rb") as fh:
+        with locate(f.path).open_input_stream() if is_remote(f.path) else open_local(f.path) as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
         if h.hexdigest() != f.sha256:

@@ -26,6 +26,7 @@ group, the column and what it claims.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import os
@@ -153,9 +154,19 @@ def check_parquet(
         limits: ``max_parquet_expansion`` and ``max_parquet_row_group_bytes``.
 
     Raises:
-        DataError: ``reason="unreadable_file"``, naming the file, the row group and the column.
+        DataError: ``reason="unreadable_file"``, naming the file, the row group and the column;
+            also for a column name the schema holds twice (Arrow cannot select it by name).
     """
     meta = pf.metadata
+    names = meta.schema.to_arrow_schema().names
+    if len(set(names)) != len(names):  # Arrow's table.column(name) raises a KeyError on it
+        twice = next(n for n in names if names.count(n) > 1)
+        raise DataError(
+            f"refused Parquet file: column {twice!r} appears {names.count(twice)} times in its "
+            "schema; a column is named once (rename or drop the copies)",
+            Where(file=path, column=twice),
+            reason="unreadable_file",
+        )
     claimed = int(meta.num_rows)
     groups = [int(meta.row_group(i).num_rows) for i in range(meta.num_row_groups)]
     if claimed != sum(groups) or claimed < 0:
@@ -422,7 +433,8 @@ def check_drift(files: list[str], schemas: list[pa.Schema | None]) -> None:
     follow; refusing them would refuse inputs that both engines read alike today). Types that
     do not join (integer and string actions, a list beside a scalar) are refused. A column
     missing from a file, or of Arrow's null type there (RLlib's unset ``agent_id``), agrees with
-    any.
+    any, unless the file holds a column of a close name instead (``reward`` where the files
+    before it hold ``rewards``): that is a renamed column, refused naming both names.
 
     Args:
         files: The input's files, in planning order (the first file of a column is the one the
@@ -436,6 +448,8 @@ def check_drift(files: list[str], schemas: list[pa.Schema | None]) -> None:
     for path, schema in zip(files, schemas, strict=True):
         if schema is None:
             continue
+        if first:
+            _check_renamed(path, schema, first)
         for field in schema:
             if pa.types.is_null(field.type):
                 continue
@@ -462,6 +476,27 @@ def check_drift(files: list[str], schemas: list[pa.Schema | None]) -> None:
                 field.name,
                 f"is {a[0]} in {ref_path!r} and {b[0]} in {path!r}, which pyarrow cannot join "
                 "into one column",
+            )
+
+
+def _check_renamed(path: str, schema: pa.Schema, first: dict[str, tuple[pa.Field, str]]) -> None:
+    """Refuses a file that lacks a column the files before it hold and holds one of a close
+    name instead (``reward`` for ``rewards``): read by name, its rows would be nulls there."""
+    names = set(schema.names)
+    new = [n for n in schema.names if n not in first]
+    if not new:
+        return
+    for name, (_, ref_path) in first.items():
+        if name in names:
+            continue
+        close = difflib.get_close_matches(name, new, n=1, cutoff=0.8)
+        if close:
+            raise DataError(
+                f"the input's files disagree: column {name!r} of {ref_path!r} is missing here, "
+                f"which has {close[0]!r} instead (renamed?); one input names its columns alike "
+                "(rename it in the odd files, or give each kind as its own input)",
+                Where(file=path, column=name),
+                reason="schema_drift",
             )
 
 

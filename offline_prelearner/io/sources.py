@@ -30,7 +30,6 @@ import json
 import os
 import stat
 from collections.abc import Iterator
-from pathlib import Path
 from typing import NamedTuple, NoReturn, overload
 
 import pyarrow as pa
@@ -57,6 +56,7 @@ from .stores import (
     is_remote,
     join_path,
     locate,
+    not_regular,
 )
 
 __all__ = [
@@ -195,17 +195,7 @@ class _Listing:
             return minari_files(data_dir)
         if find_root(text) is not None:  # a LeRobot dataset (local or on a store): its data files
             return lerobot_files(text)
-        if loc.local:
-            p = Path(text)
-            kind = (
-                pafs.FileType.File
-                if p.is_file()
-                else pafs.FileType.Directory
-                if p.is_dir()
-                else pafs.FileType.NotFound
-            )
-        else:
-            kind = loc.info().type
+        kind = _local_kind(text) if loc.local else loc.info().type
         if kind == pafs.FileType.File:
             return self.named_file(text)
         if kind == pafs.FileType.Directory:
@@ -370,8 +360,30 @@ class _Listing:
         return files
 
 
+def _local_kind(path: str) -> pafs.FileType:
+    """A local path's kind through symlinks; a FIFO, device or socket is refused (reading one
+    blocks or never ends), a path that is not there is NotFound (a glob, perhaps)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP):
+            return pafs.FileType.NotFound  # as Path.is_file / is_dir answer it: a glob, perhaps
+        raise
+    if stat.S_ISDIR(mode):
+        return pafs.FileType.Directory
+    _refuse_if_not_regular(path, mode)
+    return pafs.FileType.File
+
+
+def _refuse_if_not_regular(path: str, mode: int) -> None:
+    refused = not_regular(path, mode)
+    if refused is not None:
+        raise refused
+
+
 def _local_size(f: str) -> int | None:
-    """A glob's local match's size (through a symlink), None for a folder or the like."""
+    """A glob's local match's size (through a symlink), None for a folder; a match with a data
+    file's name that is a FIFO, device or socket is refused."""
     try:
         st = os.lstat(f)
         if stat.S_ISLNK(st.st_mode):
@@ -380,6 +392,10 @@ def _local_size(f: str) -> int | None:
         if _is_data_file_name(os.path.basename(f)):
             _dangling(f)
         return None
+    if stat.S_ISDIR(st.st_mode):
+        return None
+    if _is_data_file_name(os.path.basename(f)):
+        _refuse_if_not_regular(f, st.st_mode)
     return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
@@ -465,13 +481,16 @@ def _walk_local(top: str) -> tuple[list[str], list[str]]:
                 stack.append((e.path, {**above, key: e.path}, via))
             elif is_file:
                 files.append(e.path)
-            elif e.is_symlink():
+            else:
                 try:
-                    os.stat(e.path)
+                    mode = e.stat().st_mode
                 except OSError as err:
                     if err.errno == errno.ELOOP:
                         _loop(e.path, e.path)
-                _dangling(e.path)
+                    if e.is_symlink():
+                        _dangling(e.path)
+                    raise
+                _refuse_if_not_regular(e.path, mode)  # a FIFO, a device, a socket
     return files, committed
 
 
@@ -632,10 +651,26 @@ def format_of(
         raise UnsupportedFormatError(
             f"cannot detect the format of {first!r}: not JSON lines of SampleBatch records"
         )
+    if _holds_json_lines(first):
+        raise UnsupportedFormatError(
+            f"cannot detect the format of {first!r}: it holds JSON lines but is not named as "
+            f"such; rename it to end in .json (or {', '.join(JSON_LINES_SUFFIXES[1:])})"
+        )
+    why = " ".join(str(probe.footer_error).split())  # pyarrow's message may span lines
     raise UnsupportedFormatError(
-        f"cannot detect the format of {first!r}: not a Parquet or JSON-lines file "
-        f"({probe.footer_error})"
+        f"cannot detect the format of {first!r}: not a Parquet or JSON-lines file ({why})"
     )
+
+
+def _holds_json_lines(path: str) -> bool:
+    """Whether a file (not named as JSON lines, and not Parquet) starts with a JSON object on
+    its first line: JSON lines under another name."""
+    try:
+        with open_bytes(path) as fh:
+            first = fh.readline(1 << 20).strip()
+        return isinstance(json.loads(first), dict)
+    except (OSError, ValueError, DataError):
+        return False
 
 
 def read_table(

@@ -32,14 +32,15 @@ import os
 import posixpath
 import re
 import socket
+import stat
 import threading
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 import pyarrow.fs as pafs
 
-from ..errors import StorageError, _NotFound
+from ..errors import DataError, StorageError, Where, _NotFound
 
 __all__ = [
     "REMOTE_SCHEMES",
@@ -51,6 +52,8 @@ __all__ = [
     "is_remote",
     "join_path",
     "locate",
+    "not_regular",
+    "open_local",
     "open_random_access",
     "read_file",
     "storage_error",
@@ -412,6 +415,67 @@ def open_random_access(path: str | os.PathLike[str]) -> Any:
     return loc.open_input_file()
 
 
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (a named pipe: reading it waits for a writer)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+)
+
+
+def not_regular(path: str | os.PathLike[str], mode: int) -> DataError | None:
+    """The refusal of a local path that is not a regular file (by its ``st_mode``), or None.
+
+    Reading a FIFO blocks until a writer comes, and a device may never end: no path is opened
+    to read data or a config before it is known to be a regular file.
+
+    Args:
+        path: The path, as the user named it (the error names it).
+        mode: Its ``st_mode`` (from ``os.stat``, through symlinks).
+
+    Returns:
+        None for a regular file, else the DataError to raise (``reason="not_regular_file"``).
+    """
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in _KINDS if test(mode)), f"of mode {stat.filemode(mode)}")
+    return DataError(
+        f"not a regular file: it is {kind}; give the path of a file",
+        Where(file=os.fspath(path)),
+        reason="not_regular_file",
+    )
+
+
+def open_local(path: str | os.PathLike[str]) -> BinaryIO:
+    """A local file opened to read bytes, refused unless it is a regular file.
+
+    The open itself cannot block: it is non-blocking (a FIFO opens at once without a writer),
+    then ``fstat`` of the opened file decides, so a path swapped for a FIFO after a check is
+    refused too. A regular file is handed back in blocking mode.
+
+    Args:
+        path: A local path.
+
+    Returns:
+        The file, opened ``"rb"`` (the caller closes it).
+
+    Raises:
+        FileNotFoundError, PermissionError: As ``open`` raises them.
+        DataError: Not a regular file (:func:`not_regular`).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        refused = not_regular(path, os.fstat(fd).st_mode)
+        if refused is not None:
+            raise refused
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_file(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
     """A small file's bytes (a config), from the local disk or a store, read the same way.
 
@@ -430,7 +494,7 @@ def read_file(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
     loc = locate(text)
     if not loc.local:
         return loc.read_bytes(limit)
-    with open(loc.path if "://" in text else text, "rb") as fh:
+    with open_local(loc.path if "://" in text else text) as fh:
         return fh.read() if limit is None else fh.read(limit + 1)
 
 

@@ -36,7 +36,14 @@ __all__ = [
 _T = TypeVar("_T")
 
 #: The prelearner's counters a unit's stats carry, summed into the job's (0 where absent).
-COUNTERS = ("batches", "samples", "fragments_added", "not_ready", "pending_fragments")
+COUNTERS = (
+    "batches",
+    "samples",
+    "fragments_added",
+    "not_ready",
+    "pending_fragments",
+    "samples_nonfinite",
+)
 
 
 def _take(data: Mapping[str, Any], key: str, kind: type[_T] | tuple[type, ...], where: str) -> Any:

@@ -369,3 +369,22 @@ def test_the_readme_config_example_loads(tmp_path: Any) -> None:
     config = PreLearnerConfig.load(path)
     assert config.buffer.prioritized == PrioritizedConfig(alpha=0.7, beta=0.5)
     assert config.read.on_invalid == "skip" and config.sample.n_step == 3
+
+
+def test_set_reaches_a_field_of_read_limits_as_yaml_does() -> None:
+    """Issue 36: ``--set read.limits.max_decompressed_bytes=0`` was "unknown config field"
+    though the YAML form worked; now the dotted form is the YAML form, refusals included, and
+    the limits not named stay as they were."""
+    from offline_prelearner.config import PreLearnerConfig
+
+    cfg = PreLearnerConfig().with_updates({"read.limits": {"max_array_bytes": 4096}})
+    cfg = cfg.with_updates({"read.limits.max_decompressed_bytes": 1 << 20})
+    assert cfg.read.limits.max_decompressed_bytes == 1 << 20
+    assert cfg.read.limits.max_array_bytes == 4096
+    yaml_form = PreLearnerConfig.coerce({"read": {"limits": {"max_decompressed_bytes": 1 << 20}}})
+    dotted = PreLearnerConfig().with_updates({"read.limits.max_decompressed_bytes": 1 << 20})
+    assert dotted.read.limits == yaml_form.read.limits
+    with pytest.raises(ConfigError, match=r"read\.limits\.max_decompressed_bytes must be"):
+        PreLearnerConfig().with_updates({"read.limits.max_decompressed_bytes": 0})
+    with pytest.raises(ConfigError, match=r"unknown config field 'read\.limits\.max_bytes'"):
+        PreLearnerConfig().with_updates({"read.limits.max_bytes": 1})

@@ -1157,6 +1157,206 @@ def drift_rewards_int64(d: Path) -> Path:
     return _drifting(d, _with_column(second, "rewards", pa.field("rewards", pa.int64()), rewards))
 
 
+# ---------------------------------------------------------------------------------------------
+# issue 36: the last hostile inputs (no hang, no traceback, no silent inf or lossy id)
+# ---------------------------------------------------------------------------------------------
+_UNBLOCK = """
+import os, sys, time
+fifo, seconds = sys.argv[1], float(sys.argv[2])
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        break
+    except OSError:  # ENXIO: no reader yet (or ever: the fix refuses it unopened)
+        time.sleep(0.5)
+        continue
+    os.close(fd)
+"""
+
+
+def _unblock_fifo(fifo: Path, seconds: float = 300) -> None:
+    """A watchdog for ``seconds``: whenever a reader opens ``fifo``, a writer opens and closes
+    it, so a reader blocked in ``open`` sees end-of-file and a regression fails instead of
+    hanging the suite. A process of its own: the blocked reader may hold the GIL."""
+    import subprocess
+
+    subprocess.Popen(
+        [sys.executable, "-c", _UNBLOCK, str(fifo), str(seconds)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def _fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    _unblock_fifo(path)
+    return path
+
+
+@maker
+def manifest_lists_fifo(d: Path) -> Path:
+    """A committed dataset folder whose ``_manifest.json`` lists a FIFO (recorded as 0 bytes)
+    beside a good file: opening the FIFO to read blocks until a writer comes."""
+    out = d / "data"
+    good = write_rows(clean_rows(2), out / "good.parquet")
+    _fifo(out / "zz-pipe.parquet")
+    files = [
+        {"name": "good.parquet", "rows": 34, "bytes": good.stat().st_size},
+        {"name": "zz-pipe.parquet", "rows": 0, "bytes": 0},
+    ]
+    manifest = {"content": "dataset", "files_dir": "", "files": files}
+    (out / "_manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+@maker
+def fifo_named_directly(d: Path) -> Path:
+    """A FIFO given as the input path."""
+    return _fifo(d / "pipe.parquet")
+
+
+@maker
+def fifo_in_folder(d: Path) -> Path:
+    """A FIFO with a data file's name in a folder of good files."""
+    out = d / "data"
+    write_rows(clean_rows(2), out / "good.parquet")
+    _fifo(out / "zz-pipe.parquet")
+    return out
+
+
+@maker
+def fifo_as_config(d: Path) -> Path:
+    """A FIFO given as the config file."""
+    _fifo(d / "config.yaml")
+    return write_rows(clean_rows(), d / "good.parquet")
+
+
+@maker
+def parquet_duplicate_column(d: Path) -> Path:
+    """Two columns named ``rewards`` in one Parquet file."""
+    table = pa.Table.from_pylist(clean_rows(), schema=rows_schema())
+    table = table.append_column("rewards", table.column("rewards"))
+    path = d / "twice.parquet"
+    pq.write_table(table, path)
+    return path
+
+
+@maker
+def rewards_near_float_max(d: Path) -> Path:
+    """Finite rewards of 1e308: three summed (n_step=3) overflow float64 to inf."""
+    rows = clean_rows()
+    for r in rows:
+        r["rewards"] = 1e308
+    return write_rows(rows, d / "huge-rewards.parquet")
+
+
+@maker
+def nan_obs(d: Path) -> Path:
+    """A NaN in the first observation of the first episode (row 0: no step before it)."""
+    rows = clean_rows()
+    rows[0]["obs"] = [rows[0]["obs"][0], float("nan"), *rows[0]["obs"][2:]]
+    return write_rows(rows, d / "nan-obs.parquet")
+
+
+@maker
+def inf_new_obs(d: Path) -> Path:
+    """An infinite value in the last next-observation of the first episode (row 17, t=17)."""
+    rows = clean_rows()
+    rows[17]["new_obs"] = [float("inf"), *rows[17]["new_obs"][1:]]
+    return write_rows(rows, d / "inf-new-obs.parquet")
+
+
+@maker
+def nan_action(d: Path) -> Path:
+    """Float actions (a Box action space) with a NaN at row 5."""
+    rows = clean_rows()
+    for r in rows:
+        r["actions"] = [float(r["actions"])]
+    rows[5]["actions"] = [float("nan")]
+    return write_untyped(rows, d / "nan-action.parquet")
+
+
+@maker
+def renamed_column_in_one_file(d: Path) -> Path:
+    """Two files of one input: ``rewards`` in the first, ``reward`` in the second."""
+    first, second = _shipped_halves()
+    second = second.rename_columns(["reward" if n == "rewards" else n for n in second.column_names])
+    (d / "data").mkdir()
+    pq.write_table(first, d / "data" / "a.parquet")
+    pq.write_table(second, d / "data" / "b.parquet")
+    return d / "data"
+
+
+@maker
+def ragged_list_obs(d: Path) -> Path:
+    """Observations as lists of lists (a (2, 2) grid per step); the one at row 41 has a row of
+    three values."""
+    rows = clean_rows()
+    for r in rows:
+        o, n = r["obs"], r["new_obs"]
+        r["obs"], r["new_obs"] = [o[:2], o[2:]], [n[:2], n[2:]]
+    rows[41]["obs"] = [rows[41]["obs"][0], [*rows[41]["obs"][1], 0.5]]
+    return write_untyped(rows, d / "ragged-obs.parquet")
+
+
+@maker
+def garbled_parquet_footer(d: Path) -> Path:
+    """A good file whose footer's bytes are overwritten (its length and magic kept)."""
+    path = write_rows(clean_rows(), d / "garbled.parquet")
+    raw = bytearray(path.read_bytes())
+    n = struct.unpack("<I", raw[-8:-4])[0]
+    start = len(raw) - 8 - n
+    raw[start + 8 : start + 40] = b"\xff" * 32
+    path.write_bytes(bytes(raw))
+    return path
+
+
+@maker
+def json_lines_named_parquet(d: Path) -> Path:
+    """Old-stack JSON lines in a file named ``.parquet``."""
+    return write_lines(old_stack_lines(), d / "lines.parquet")
+
+
+@maker
+def binary_eps_ids(d: Path) -> Path:
+    """A binary ``eps_id`` column: two episodes whose ids differ only in non-UTF-8 bytes
+    (``ff 31`` and ``fe 31``: both are U+FFFD '1' once decoded with replacement)."""
+    rows = clean_rows()
+    ids = list(dict.fromkeys(r["eps_id"] for r in rows))
+    names = {ids[0]: b"\xff1", ids[1]: b"\xfe1"}
+    for r in rows:
+        r["eps_id"] = names.get(r["eps_id"], r["eps_id"].encode())
+    schema = rows_schema()
+    schema = schema.set(schema.get_field_index("eps_id"), pa.field("eps_id", pa.binary()))
+    return write_rows(rows, d / "binary-ids.parquet", schema)
+
+
+@maker
+def episodes_is_terminated_text(d: Path) -> Path:
+    """An episode record whose ``is_terminated`` is the string ``"yes"``."""
+    items = episode_items()
+    st = state(items[2])
+    st["is_terminated"] = "yes"
+    items[2] = packb(st)
+    return write_items(items, d / "yes.parquet")
+
+
+@maker
+def old_stack_corrupt_lz4(d: Path) -> Path:
+    """Old-stack lines with packed (base64 lz4) obs; line 2's is a corrupt lz4 frame."""
+    lines = old_stack_lines()
+    for ln in lines:
+        ln["obs"] = legacy_cell(np.asarray(ln["obs"], np.float32))
+    frame = bytearray(lz4.frame.compress(pickle.dumps(np.zeros((15, 4), np.float32))))
+    frame[20:40] = b"\xff" * 20
+    lines[1]["obs"] = base64.b64encode(bytes(frame)).decode()
+    return write_lines(lines, d / "corrupt-lz4.json")
+
+
 def main(argv: list[str]) -> int:
     """Writes every case into ``OUT_DIR/<maker>/`` (skipping those whose RLlib files are absent)."""
     if len(argv) != 1:

@@ -109,7 +109,8 @@ def test_the_policy_is_checked_where_the_validator_is_given_it() -> None:
 
 def test_config_defaults() -> None:
     cfg = ValidateConfig()
-    assert (cfg.require_done, cfg.check_finite_rewards, cfg.check_finite_obs) == (True, True, False)
+    assert (cfg.require_done, cfg.check_finite_rewards) == (True, True)
+    assert (cfg.check_finite_obs, cfg.check_finite_actions) == (True, True)  # issue 36
     assert (cfg.min_length, Validator(cfg).on_invalid) == (1, "raise")
 
 
@@ -222,8 +223,36 @@ def test_non_finite_obs_rejected_only_when_asked() -> None:
     ep = make_episode("n", obs=obs, t_started=100)
     err = the_error(ep, check_finite_obs=True)
     assert err.reason == "nan_obs" and err.where.timestep == 103 and err.where.column == "obs"
-    # Off (the default), NaN is legal, also inside a bounded Box.
-    assert len(run([ep], "raise", observation_space=BOX4).episodes) == 1
+    assert the_error(ep).reason == "nan_obs"  # on by default since issue 36
+    # Off, NaN is legal, also inside a bounded Box.
+    assert len(run([ep], "raise", observation_space=BOX4, check_finite_obs=False).episodes) == 1
+
+
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("where", [0, 3, 5])  # first, middle, the final observation
+def test_the_vector_finite_check_finds_each_bad_observation(split: bool, where: int) -> None:
+    """Issue 36: observations are checked where they lie (no gather), in both layouts (one
+    ``[n+1]`` run per episode, or ``[n]`` steps plus a separate final observation); the
+    episode holding the NaN is the one rejected, its neighbours kept."""
+    obs = np.zeros((6, 4), np.float32)  # make_episode's dtype and shape
+    obs[where, 2] = np.inf if where == 5 else np.nan
+    eps = [make_episode("a", 5), make_episode("b", 5, obs=obs), make_episode("c", 5)]
+    cols = EpisodeColumns.from_episodes(eps, split=split)
+    validator = Validator(ValidateConfig(), "skip")
+    validator.validate(make_batch([make_episode("first")]))  # fixes the obs spec: vector path
+    out = validator.validate(EpisodeBatch(cols, [5, 5, 5], Ledger()))
+    assert [out.columns.episode(i).id for i in range(len(out.columns))] == ["a", "c"]
+    assert reasons(out) == {"nan_obs": 1}
+
+
+def test_a_nan_float_action_is_rejected_by_default() -> None:
+    actions = np.zeros((4, 2), np.float32)
+    actions[2, 1] = np.nan
+    err = the_error(make_episode("f", actions=actions, t_started=10))
+    assert err.reason == "nan_action" and err.where.timestep == 12
+    assert err.where.column == "actions"
+    ok = run([make_episode("f", actions=actions)], "raise", check_finite_actions=False)
+    assert len(ok.episodes) == 1
 
 
 def test_obs_outside_box_names_timestep_index_and_bounds() -> None:

@@ -121,3 +121,36 @@ def test_a_failure_part_way_leaves_the_given_folder_as_it_was(tmp_path: Path) ->
     assert sorted(p.name for p in (tmp_path / "ds").iterdir()) == ["README"]
     write_minari_dataset(tmp_path / "ds", [episode("a", 3)], "test/part-v0")
     assert (tmp_path / "ds" / "data" / "metadata.json").is_file()
+
+
+_IDS = [
+    "cartpole-v0",
+    "ns/cartpole-v0",
+    "a/b/c-v12",
+    "déjà_vu-v1",
+    "name",
+    "ns/name",
+    "x-v0",
+    "../../../../evil/x-v0",
+    "ns/../x-v0",
+    "a/x-v0",
+    "/ns/x-v0",
+    "ns//x-v0",
+    "ns/x-v0/",
+    "my.data/x-v0",
+    "ns:1/x-v0",
+    "x-v0\n",
+    "",
+    "x v0",
+]
+
+
+@pytest.mark.parametrize("dataset_id", _IDS)
+def test_the_id_check_admits_exactly_what_minari_accepts(dataset_id: str) -> None:
+    """Issue 36: ``../../../../evil/x-v0`` was admitted and written (exit 0), and then Minari
+    refused the dataset ("Malformed dataset ID"). The check is ours, asked of Minari's parser."""
+    from minari.dataset.minari_dataset import DATASET_ID_RE
+
+    from offline_prelearner.io.formats.minari.writer import is_minari_id
+
+    assert is_minari_id(dataset_id) == (DATASET_ID_RE.fullmatch(dataset_id) is not None)

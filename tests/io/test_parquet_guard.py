@@ -304,12 +304,17 @@ def _outcome(path: Path, out: Path, engine: str) -> dict[str, Any]:
 
 @pytest.mark.ray
 @pytest.mark.slow
-@pytest.mark.parametrize("make", [*_DRIFT, "parquet_forged_row_count"])
+@pytest.mark.parametrize(
+    "make",
+    [*_DRIFT, "parquet_forged_row_count", "renamed_column_in_one_file", "parquet_duplicate_column"],
+)
 def test_both_engines_give_the_same_answer(ray_local: Any, tmp_path: Path, make: str) -> None:
     """``process`` over files that disagree (or a bomb): the same refusal line on both engines
     (from planning, on the driver), or the same stats and samples. On d952779 the obs shape
     was refused by the local engine and a traceback (exit 1) on Ray; integer and string actions
-    a traceback on both."""
+    a traceback on both. On ed48b1c a column renamed in one file (``reward``) was a null value
+    in a double column, without the file on Ray; a column twice in a file a KeyError
+    traceback."""
     (tmp_path / "in").mkdir()
     path = mc.MAKERS[make](tmp_path / "in")
     local = _outcome(path, tmp_path / "local", "local")

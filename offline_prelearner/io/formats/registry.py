@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...config import DecodeLimits, ReadConfig
-from ..stores import is_remote, locate
+from ..stores import is_remote, locate, open_local
 from .base import Reader
 
 __all__ = [
@@ -130,7 +130,7 @@ def open_bytes(path: str) -> Any:
     """
     if is_remote(path):
         return io.BufferedReader(locate(path).open_input_file())
-    return open(path, "rb")
+    return open_local(path)
 
 
 @dataclass(frozen=True)

@@ -110,10 +110,14 @@ def init_ray(config: PreLearnerConfig) -> None:
     try:
         with _our_sigterm_handler():
             ctx = ray.init(address=address or "local", **kwargs)
-    except (ConnectionError, RuntimeError) as e:
-        if not address:
-            raise
-        raise ConfigError(_connect_failure(address, e)) from None
+    except Exception as e:
+        if address and isinstance(e, ConnectionError | RuntimeError):
+            raise ConfigError(_connect_failure(address, e)) from None
+        if not address and _start_timed_out(e):
+            with contextlib.suppress(Exception):
+                ray.shutdown()  # what started of it (the reaper ends the rest)
+            raise ConfigError(_start_failure(e)) from None
+        raise
     finally:
         os.environ.pop(reaper.OWNER_ENV, None)
     with contextlib.suppress(AttributeError, KeyError, TypeError):
@@ -281,6 +285,30 @@ def _auto_address() -> str | None:
     finally:
         quiet.setLevel(level)
     return found if isinstance(found, str) and found else None
+
+
+def _start_timed_out(error: BaseException) -> bool:
+    """Whether a local ``ray.init`` failed because its processes did not come up in time (Ray
+    raises a bare Exception, "The current node timed out during startup", or a TimeoutError)."""
+    return isinstance(error, TimeoutError) or "timed out" in str(error).lower()
+
+
+def _start_failure(error: BaseException) -> str:
+    """One line for a local Ray that did not start in time: Ray's reason, and what to do (the
+    command exits 2: nothing was read, and the remedy is the user's choice of engine or
+    cluster, as for a cluster that cannot be reached).
+
+    Args:
+        error: What ``ray.init`` raised.
+
+    Returns:
+        The line, without the command's prefix.
+    """
+    return (
+        f"Ray did not start: {type(error).__name__}: {_gist(error)} (a loaded machine starts "
+        "Ray's processes slowly); run again when it is less loaded, use --engine local, or "
+        "give ray.address of a running cluster"
+    )
 
 
 def _connect_failure(address: str, error: BaseException) -> str:

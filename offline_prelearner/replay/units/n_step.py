@@ -36,6 +36,12 @@ if TYPE_CHECKING:
 __all__ = ["FixedNStepTable", "NStep"]
 
 
+#: The n-step sums may overflow float64 (rewards near the float maximum): numpy's warning is
+#: silenced here because the job checks every value it writes and refuses or counts it in one
+#: line (``OfflinePreLearner.check_output``, ``samples_nonfinite``).
+_OVERFLOW_CHECKED = np.errstate(over="ignore")
+
+
 @dataclass(frozen=True)
 class NStep:
     """n-step transitions with discount ``gamma``; ``n`` an int or an inclusive ``(lo, hi)``.
@@ -84,6 +90,7 @@ class NStep:
             return FixedNStepTable(self)
         return None
 
+    @_OVERFLOW_CHECKED
     def expand(
         self,
         slots: np.ndarray,
@@ -154,6 +161,7 @@ class NStep:
         out[C.N_STEP] = m.astype(np.int32)
         return SampleBatch._trusted(out)
 
+    @_OVERFLOW_CHECKED
     def expand_all(self, steps: AllSteps) -> SampleBatch | None:
         """Every step of whole episodes as an n-step transition, straight from their columns:
         what a buffer holding just them gives for the same steps drawn in order
@@ -237,6 +245,7 @@ class FixedNStepTable:
         """
         return first - (self.n - 1)
 
+    @_OVERFLOW_CHECKED
     def on_add(self, storage: EpisodeStorage, slots: np.ndarray) -> None:
         """Computes the values of ``slots`` (valid starts of the storage as it is now).
 

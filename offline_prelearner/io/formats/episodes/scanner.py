@@ -340,6 +340,8 @@ class EpisodeScanner:
                 plan.fields[key] = value
                 return pos + len(enc)
         value, pos = self._decode(buf, pos, end)
+        if not isinstance(value, bool | np.bool_):
+            raise Fallback  # "yes", 1...: the general path refuses it, naming the value
         plan.fields[key] = bool(value)
         return pos
 

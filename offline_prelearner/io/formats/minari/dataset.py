@@ -46,7 +46,7 @@ import pyarrow.parquet as pq
 from ....episodes.observations import nest
 from ....errors import DataError, SchemaError, UnsupportedFormatError, Where
 from ...optional import import_h5py
-from ...stores import Location, file_stat, input_file, is_remote, join_path, locate
+from ...stores import Location, file_stat, input_file, is_remote, join_path, locate, open_local
 
 __all__ = [
     "EXTRAS_KEY",
@@ -328,7 +328,7 @@ def _parse_metadata(path: str) -> MinariMetadata:
         if is_remote(path):
             meta = json.loads(locate(path).read_bytes())
         else:
-            with open(path) as fh:
+            with open_local(path) as fh:
                 meta = json.load(fh)  # Python's json reads Minari's Infinity / -Infinity tokens
     except ValueError as e:
         raise SchemaError(f"Minari metadata is not JSON: {e}", Where(file=path)) from None

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -47,9 +48,15 @@ import numpy as np
 from ....episodes.episode import Episode
 from ....errors import ConfigError, UnsupportedFormatError, shown
 from ...optional import import_h5py
-from .dataset import _ID, space_to_minari
+from .dataset import space_to_minari
 
-__all__ = ["MINARI_WRITE_VERSION", "infer_obs_space", "infer_space", "write_minari_dataset"]
+__all__ = [
+    "MINARI_WRITE_VERSION",
+    "infer_obs_space",
+    "infer_space",
+    "is_minari_id",
+    "write_minari_dataset",
+]
 
 #: The Minari version whose layout is written (``minari_version`` in the metadata).
 MINARI_WRITE_VERSION = "0.5.4"
@@ -209,6 +216,25 @@ def _write_observations(h5: _H5, group: Any, ep: Episode, paths: dict[str, str])
         h5.dataset(group, h5path, leaves[path])
 
 
+#: Minari 0.5.4's dataset id (its ``DATASET_ID_RE``), restated: an optional namespace of two or
+#: more of letters, digits, ``_`` and ``-`` (``/`` inside), then ``/``; a name of those; an
+#: optional ``-vN``. No ``.``, ``:`` or ``..``: Minari's loader refuses them ("Malformed dataset
+#: ID"), whatever the writer would do.
+_MINARI_ID = re.compile(r"(?:[-\w][-\w/]*[-\w]/)?[-\w]+(?:-v\d+)?")
+
+
+def is_minari_id(dataset_id: str) -> bool:
+    """Whether Minari 0.5.4 accepts ``dataset_id`` (what the writer admits, nothing more).
+
+    Args:
+        dataset_id: The id, e.g. ``ns/cartpole-v0``.
+
+    Returns:
+        True where Minari's own id pattern matches the whole id.
+    """
+    return _MINARI_ID.fullmatch(dataset_id) is not None
+
+
 def write_minari_dataset(
     folder: str | os.PathLike[str],
     episodes: Iterable[Episode],
@@ -248,10 +274,11 @@ def write_minari_dataset(
         UnsupportedFormatError: h5py is missing, a space or dtype cannot be written, or the
             episodes' extra columns differ or contain ``"/"``.
     """
-    if not _ID.match(dataset_id) or ("/" in dataset_id and len(dataset_id.split("/")[0]) < 2):
+    if not is_minari_id(dataset_id):
         raise ConfigError(
-            f"dataset_id {dataset_id!r} is not a Minari id: (namespace/)name(-vN), "
-            "a namespace of at least 2 characters"
+            f"dataset_id {dataset_id!r} is not a Minari id: (namespace/)name(-vN) of letters, "
+            "digits, '_' and '-' ('/' inside the namespace), a namespace of at least 2 "
+            "characters (--dataset-id)"
         )
     h5py = import_h5py("writing a Minari dataset")
     data = Path(folder) / "data"

@@ -11,6 +11,8 @@ from itertools import compress
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ....episodes import columns as C
 from ....errors import DataError, SchemaError, Where
@@ -147,10 +149,45 @@ def factorize_column(
     Raises:
         SchemaError: The column holds non-scalars or a type Arrow cannot hash.
     """
+    raw = frame.raw(col)
+    if isinstance(raw, pa.ChunkedArray) and (
+        pa.types.is_binary(raw.type) or pa.types.is_large_binary(raw.type)
+    ):
+        _refuse_non_utf8(raw, col, source)
     try:
-        return factorize(frame.raw(col))
+        return factorize(raw)
     except SchemaError as e:
         raise e.at(file=source, column=col) from None
+
+
+def _refuse_non_utf8(ids: pa.ChunkedArray, col: str, source: str | None) -> None:
+    """Refuses an id column of bytes that are not all UTF-8: ids are written as text, and bytes
+    decoded with replacement would merge two ids (``ff 31`` and ``fe 31`` are both U+FFFD '1').
+    One vector validation; the first bad row is looked for only when there is one."""
+    try:
+        pc.cast(ids, pa.string())  # a safe cast validates UTF-8
+        return
+    except pa.ArrowInvalid:
+        pass
+    row, value = next(
+        (i, v) for i, v in enumerate(ids.to_pylist()) if v is not None and not _utf8(v)
+    )
+    shown = repr(value) if len(value) <= 32 else repr(value[:32])[:-1] + "...'"
+    raise SchemaError(
+        f"episode or agent ids are bytes that are not UTF-8 text ({shown} at row {row}); ids "
+        "are kept as text, and bytes decoded with replacement would merge distinct ids: "
+        "rewrite the column as text (e.g. hex)",
+        Where(file=source, column=col, row=row),
+        reason="bad_id",
+    )
+
+
+def _utf8(value: bytes) -> bool:
+    try:
+        value.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def locate(

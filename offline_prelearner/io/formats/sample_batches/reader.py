@@ -58,7 +58,7 @@ from ....episodes import columns as C
 from ....episodes.ledger import EpisodeBatch
 from ....errors import ConfigError, DataError, DecodeError, Where
 from ...schema import load_schema
-from ...stores import is_remote, locate
+from ...stores import is_remote, locate, open_local
 from ..rows.reader import RowsReader
 from .records import BadRecord, Parsed, Part, _Decoder, arrow_parts, object_parts
 
@@ -168,7 +168,7 @@ class SampleBatchesReader:
         if is_remote(path):
             data = locate(path).read_bytes()
         else:
-            with open(path, "rb") as fh:
+            with open_local(path) as fh:
                 data = fh.read()
         fast = _arrow_json(data)
         if fast is not None:

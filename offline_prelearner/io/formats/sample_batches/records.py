@@ -344,19 +344,23 @@ def _differ(
 
 
 def _guess_rows(obj: Any) -> int:
-    """Steps a refused record held, when it can be told (its obs list), else 0."""
+    """Steps a refused record held, when it can be told (its obs list, else its longest list
+    column: a packed obs that failed to decode leaves the rewards), else 0."""
     if isinstance(obj, dict):
         obj = obj.get("value", obj) if set(obj) == {"value"} else obj
-        if isinstance(obj, dict) and isinstance(obj.get("obs"), list):
-            return len(obj["obs"])
         pb = obj.get("policy_batches") if isinstance(obj, dict) else None
         if isinstance(pb, dict):
-            return sum(
-                len(c["obs"])
-                for c in pb.values()
-                if isinstance(c, dict) and isinstance(c.get("obs"), list)
-            )
+            return sum(_steps_of(c) for c in pb.values())
+        return _steps_of(obj)
     return 0
+
+
+def _steps_of(columns: Any) -> int:
+    if not isinstance(columns, dict):
+        return 0
+    if isinstance(columns.get("obs"), list):
+        return len(columns["obs"])
+    return max((len(v) for v in columns.values() if isinstance(v, list)), default=0)
 
 
 def _objects(values: list[Any]) -> np.ndarray:
@@ -463,7 +467,10 @@ def arrow_parts(
         if ref is None:
             continue
         n = lengths[ref]
-        steps[present] += np.maximum(n[present], 0)
+        # A record whose obs could not be decoded (a corrupt lz4 frame) still held the steps
+        # its other columns hold: counted as rejected rows, not lost from the ledger.
+        held = np.max(np.stack(list(lengths.values())), axis=0)
+        steps[present] += np.maximum(np.where(n >= 0, n, held)[present], 0)
         _refuse_unequal_lengths(pid, lengths, ref, present, where_of, bad)
         prepared.append((pid, cols, present, n, decoded))
     while True:  # each pass refuses the records a failing column names; few passes
