@@ -113,6 +113,10 @@ def grouped(
         made = record_minari_dataset(tmp_path_factory.mktemp("minari"), "cartpole/random-v0",
                                      "arrow", seed=0)  # fmt: skip
         cases["minari"] = ["minari", str(made.path / "data")]
+    # Training cases too: one RLlib import for all (each process of its own cost ~10 s more).
+    cases["bc"] = ["bc", "datasets/cartpole-v1-heuristic/rows", "20"]
+    cases["marwil_cql"] = ["marwil_cql", "datasets/cartpole-v1/rows", str(pendulum), "2"]
+    cases["marwil_exact"] = ["marwil_exact", "datasets/cartpole-v1/rows", "default", "6"]
     got = dict(_run("many", json.dumps(cases), timeout=900))
     got["learner_columns_dir"] = columns
     return got
@@ -135,7 +139,7 @@ def _split_episode_files(folder: Path) -> list[int]:
 def _grouped(grouped: dict[str, Any], name: str) -> Any:
     got = grouped[name]
     if "error" in got:
-        pytest.fail(f"{GROUPED[name][0]} raised in RLlib's venv:\n{got['error']}")
+        pytest.fail(f"{name} raised in RLlib's venv:\n{got['error']}")
     return got["result"]
 
 
@@ -162,18 +166,20 @@ def pendulum(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_bc_trains_in_rllibs_loop_at_least_as_well_as_rllibs_prelearner() -> None:
+def test_bc_trains_in_rllibs_loop_at_least_as_well_as_rllibs_prelearner(
+    grouped: dict[str, Any],
+) -> None:
     # The heuristic CartPole set (6 episodes of 500 steps): cloning it can beat random (~22).
     # 20 iterations of 5 updates (256 samples); the mean greedy return over the last 10.
-    got = _run("bc", "datasets/cartpole-v1-heuristic/rows", "20")
+    got = _grouped(grouped, "bc")
     ours, rllib = np.mean(got["ours"]["returns"]), np.mean(got["rllib"]["returns"])
     assert ours >= rllib, got
     assert ours > 4 * 22, got
     assert all(math.isfinite(v) for v in got["ours"]["losses"].values()), got
 
 
-def test_marwil_and_cql_train_with_finite_losses(pendulum: Path) -> None:
-    got = _run("marwil_cql", "datasets/cartpole-v1/rows", str(pendulum), "2")
+def test_marwil_and_cql_train_with_finite_losses(grouped: dict[str, Any]) -> None:
+    got = _grouped(grouped, "marwil_cql")
     for name in ("marwil", "cql"):
         assert len(got[name]) == 2, got
         for losses in got[name]:
@@ -353,12 +359,14 @@ def test_a_later_pass_never_joins_what_an_earlier_pass_left_in_the_bank(
     assert bank["duplicates"] == bank["held_fragments"] > 0, got
 
 
-def test_marwil_value_targets_are_exact_at_rllibs_default_concurrency() -> None:
+def test_marwil_value_targets_are_exact_at_rllibs_default_concurrency(
+    grouped: dict[str, Any],
+) -> None:
     # MARWIL through Algorithm.train() with RLlib's default map_batches concurrency (2 actors):
     # every learner row's value target equals the discounted return of a plain loop over the
     # raw rows, except the rows of the one truncated episode (7 steps), whose targets bootstrap
     # from the value function by design; after 6 iterations every step has been trained on.
-    got = _run("marwil_exact", "datasets/cartpole-v1/rows", "default", "6", timeout=900)
+    got = _grouped(grouped, "marwil_exact")
     assert got["rows"] == 5000, got
     assert got["covered"] == 5000, got
     assert got["truncated_rows"] == 7, got
