@@ -161,7 +161,7 @@ def test_rows_parquet_convert_wrote_carries_its_spaces(tmp_path, capsys):
     except SystemExit as e:
         assert not e.code
     capsys.readouterr()
-    (path,) = (tmp_path / "rows").rglob("*.parquet")
+    (path,) = (tmp_path / "rows" / "rows").glob("*.parquet")  # OUT/rows: the data folder
     table = pq.read_table(path)
     assert table.schema.metadata and b"offline_prelearner.dataset" in table.schema.metadata
     ids = table.column("eps_id").to_pylist()
