@@ -40,6 +40,7 @@ from ...optional import import_av
 from ...parquet_guard import open_parquet
 from .dataset import DEFAULT_TOLERANCE_S, Camera, lerobot_files, load_meta, read_lerobot_file
 from .reader import LeRobotReader
+from .video import nearest_frames, off_grid
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -261,24 +262,14 @@ class VideoFrames:
                 "the video has no frames", Where(file=video.path, episode_id=int(episode[0])),
                 reason="bad_video",
             )  # fmt: skip
-        right = np.clip(np.searchsorted(at, t), 0, len(at) - 1)
-        left = np.maximum(right - 1, 0)
-        pick = np.where(np.abs(at[left] - t) <= np.abs(at[right] - t), left, right)
-        bad = np.flatnonzero(~(np.abs(at[pick] - t) < self.tolerance_s))
+        pick, bad = nearest_frames(at, t, self.tolerance_s)
         if len(bad):
             i = int(bad[0])
             ep = int(episode[i])
             # the frame's place in its episode (an error path: a pass over the index is fine)
             step = int(np.count_nonzero(self._index[self._episode == ep] < self._index[pos[i]]))
-            why = (
-                f"the video ends at t={at[-1]:.4f}s"
-                if t[i] > at[-1]
-                else f"the nearest frame is at t={at[pick[i]]:.4f}s"
-            )
             raise DataError(
-                f"frame {step} of the episode is at t={t[i]:.4f}s in the video, but {why} "
-                f"(tolerance {self.tolerance_s}s; {len(bad)} requested frame(s) without a video "
-                "frame)",
+                off_grid(at, t, pick, i, step, self.tolerance_s, len(bad)),
                 Where(file=video.path, episode_id=ep, timestep=step),
                 reason="bad_video",
             )

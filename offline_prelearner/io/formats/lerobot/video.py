@@ -146,24 +146,64 @@ def _nearest(
         )
     at = np.asarray(kept_t)
     q = np.asarray(times, np.float64)
-    right = np.clip(np.searchsorted(at, q), 0, len(at) - 1)
-    left = np.maximum(right - 1, 0)
-    pick = np.where(np.abs(at[left] - q) <= np.abs(at[right] - q), left, right)
-    gap = np.abs(at[pick] - q)
-    bad = np.flatnonzero(~(gap < tolerance_s))  # LeRobot 0.4: strictly within
+    pick, bad = nearest_frames(at, q, tolerance_s)
     if len(bad):
         i = int(bad[0])
-        why = (
-            f"the video ends at t={at[-1]:.4f}s"
-            if q[i] > at[-1]
-            else f"the nearest frame is at t={at[pick[i]]:.4f}s"
-        )
         raise DataError(
-            f"frame {i} of the episode is at t={q[i]:.4f}s in the video, but {why} (tolerance "
-            f"{tolerance_s}s, read.limits.video_tolerance_s; {len(bad)} frame(s) of the episode "
-            "without a video frame)",
+            off_grid(at, q, pick, i, i, tolerance_s, len(bad)),
             Where(file=path, episode_id=episode, timestep=i),
             reason="unreadable_file",
         )
     frames = np.stack(kept)
     return frames[pick] if not np.array_equal(pick, np.arange(len(kept))) else frames
+
+
+def nearest_frames(
+    at: np.ndarray, q: np.ndarray, tolerance_s: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """LeRobot's rule for which video frame a timestamp is: the nearest (the earlier of two at
+    equal distance, as its ``argmin`` takes the first), accepted strictly within
+    ``tolerance_s``.
+
+    Args:
+        at: The video's frame times, seconds, ascending (at least one).
+        q: The query times, seconds.
+        tolerance_s: The largest distance accepted (exclusive, as LeRobot 0.4 compares).
+
+    Returns:
+        Per query the index of its frame in ``at``, and the positions of the queries whose
+        nearest frame is farther than ``tolerance_s``.
+    """
+    right = np.clip(np.searchsorted(at, q), 0, len(at) - 1)
+    left = np.maximum(right - 1, 0)
+    pick = np.where(np.abs(at[left] - q) <= np.abs(at[right] - q), left, right)
+    return pick, np.flatnonzero(~(np.abs(at[pick] - q) < tolerance_s))
+
+
+def off_grid(
+    at: np.ndarray, q: np.ndarray, pick: np.ndarray, i: int, frame: int, tolerance_s: float,
+    n_bad: int,
+) -> str:  # fmt: skip
+    """The one line for query ``i`` that has no frame within the tolerance (:func:`nearest_frames`).
+
+    Args:
+        at: The video's frame times.
+        q: The query times.
+        pick: Each query's nearest frame.
+        i: The query to name.
+        frame: Its frame number in its episode.
+        tolerance_s: The tolerance.
+        n_bad: How many queries have no frame.
+
+    Returns:
+        The message (the caller names file and episode).
+    """
+    why = (
+        f"the video ends at t={at[-1]:.4f}s"
+        if q[i] > at[-1]
+        else f"the nearest frame is at t={at[pick[i]]:.4f}s"
+    )
+    return (
+        f"frame {frame} of the episode is at t={q[i]:.4f}s in the video, but {why} (tolerance "
+        f"{tolerance_s}s, read.limits.video_tolerance_s; {n_bad} frame(s) without a video frame)"
+    )
