@@ -187,9 +187,10 @@ NUL_ID = "ab\x00cd"
 
 
 def eps_ids(folder: Path) -> set[str]:
-    return {
-        i for f in sorted(folder.rglob("*.parquet")) for i in pq.read_table(f)["eps_id"].to_pylist()
-    }
+    """The episode ids of a folder's data files (not ``_index.parquet``: names starting with
+    ``_`` are not data, as pyarrow and Ray Data read a folder)."""
+    files = [f for f in sorted(folder.rglob("*.parquet")) if not f.name.startswith("_")]
+    return {i for f in files for i in pq.read_table(f)["eps_id"].to_pylist()}
 
 
 def test_a_nul_byte_in_eps_id_round_trips_through_rows_and_episodes(
