@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ..config import ReadConfig
+from ..io.formats.lerobot.writer import VIDEO_CODECS
 from .options import MAX_STEPS_HELP, add_commit_flags, add_common, add_layout, out_path
 from .summaries import convert_lines
 
@@ -72,7 +73,7 @@ def add_convert(sub: Any) -> None:
     )
     c.add_argument(
         "--video-codec",
-        choices=["av1", "h264", "lossless"],
+        choices=list(VIDEO_CODECS),
         default="av1",
         help="--to lerobot: how image observations are encoded: av1 = LeRobot's default "
         "(libsvtav1, lossy), h264 (libx264, lossy), lossless = H.264 RGB at qp 0 (frames read "
@@ -83,8 +84,8 @@ def add_convert(sub: Any) -> None:
         "--out",
         type=out_path,
         required=True,
-        help="output directory (rows-*/episodes-*.parquet, stats.json, _manifest.json); "
-        "must be absent or empty",
+        help="output directory (rows/ or episodes/ with the data files, or the Minari or LeRobot "
+        "dataset's own layout; stats.json, _manifest.json); must be absent or empty",
     )
     add_commit_flags(c)
     c.add_argument(
