@@ -80,6 +80,14 @@ Ray: two algorithms in one Ray can deadlock for CPUs). JSON lines (``_common.py`
   ``data_wait_s`` (``MiniBatchRayDataIterator.__iter__``: waiting for and unpacking Ray Data's
   next batch, the prelearner's actors run meanwhile) and ``rest_s``.
 
+* ``--ceiling``: after its timed iterations each run times as many again with the Learner's
+  batches held in memory (the mapped dataset's batches as torch tensors, taken before the clock
+  starts, handed to RLlib's Learner through the ``iter_torch_batches`` call it makes on a Ray
+  Data iterator): the same ``Algorithm.train()`` with a data path that costs nothing, so the most
+  any prelearner could reach. Round lines gain ``ceiling_steps_per_s``; ratio lines
+  ``ceiling_over_rllib`` / ``ceiling_over_ours`` (each process's ceiling over its own steps/s,
+  timed one after the other in the same process: paired in load).
+
 A run that fails or hangs (``--timeout`` per run) gives a ``skipped`` line with the reason and the
 tail of its stderr.
 """
@@ -238,11 +246,50 @@ def _child_run(job: dict[str, Any]) -> dict[str, Any]:
     }
     if prof is not None:
         out["profile"] = _profile_split(prof, sum(walls))
+    if job.get("ceiling"):
+        out["ceiling_walls"], out["ceiling_steps"] = _ceiling(algo, job["iterations"])
     if algo_name == "bc":
         out["greedy_return"] = greedy_return(algo)
     algo.stop()
     ray.shutdown()
     return out
+
+
+class _HeldBatches:
+    """Learner batches held in the driver as torch tensors, handed out as RLlib's Learner asks a
+    Ray Data iterator for them (``iter_torch_batches``): a data path that costs nothing."""
+
+    def __init__(self, batches: list[dict[str, Any]]) -> None:
+        self.batches = batches
+
+    def iter_torch_batches(self, **_: Any) -> list[dict[str, Any]]:
+        return self.batches
+
+
+def _ceiling(algo: Any, iterations: int) -> tuple[list[float], list[int]]:
+    """The same ``Algorithm.train()`` with a data path that costs nothing: each timed iteration's
+    seconds and steps when the Learner's batches come from memory (the mapped dataset's batches,
+    taken once before the clock starts). No prelearner can make an iteration faster than this:
+    what remains is RLlib's learner update and its per-iteration bookkeeping."""
+    config = algo.config
+    size = config.train_batch_size_per_learner
+    need = iterations * config.dataset_num_iters_per_learner
+    batches: list[dict[str, Any]] = []
+    for batch in algo.offline_data.data.iter_torch_batches(batch_size=size):
+        if len(next(iter(batch.values()))) == size:
+            batches.append(batch)
+        if len(batches) >= need:
+            break
+    algo.offline_data.batch_iterators = [_HeldBatches(batches)]
+    algo.learner_group._learner.iterator = None  # the Learner keeps its first iterator otherwise
+    algo.train()  # the first iteration on held batches builds RLlib's iterator over them
+    walls, steps = [], []
+    for _ in range(iterations):
+        t1 = time.perf_counter()
+        result = algo.train()
+        walls.append(time.perf_counter() - t1)
+        steps.append(int(result["learners"]["__all_modules__"]["num_env_steps_trained"]))
+    return walls, steps
 
 
 def _raw_batches(path: str, size: int) -> list[dict[str, np.ndarray]]:
@@ -381,6 +428,11 @@ def _round_line(algo: str, setting: str, side: str, run: dict[str, Any]) -> Any:
         ray_init_s=round(run["ray_init_s"], 2),
     )
     line["loadavg_1m"] = run["loadavg_1m"]
+    if "ceiling_walls" in run:
+        line["ceiling_steps_per_s"] = round(
+            sum(run["ceiling_steps"]) / sum(run["ceiling_walls"]), 1
+        )
+        line["ceiling_iteration_s"] = [round(w, 3) for w in run["ceiling_walls"]]
     if "greedy_return" in run:
         line["greedy_return"] = round(run["greedy_return"], 1)
     return line
@@ -467,6 +519,10 @@ def _run_line(algo: str, setting: str, side: str, runs: list[dict[str, Any]], fr
         first_iteration_s_rounds=[round(x, 2) for x in per["first_iteration_s"]],
         loadavg_rounds=per["loadavg"],
     )
+    if all("ceiling_walls" in r for r in runs):
+        ceil = [sum(r["ceiling_steps"]) / sum(r["ceiling_walls"]) for r in runs]
+        line["ceiling_steps_per_s"] = round(_median(ceil), 1)
+        line["ceiling_steps_per_s_rounds"] = [round(x, 1) for x in ceil]
     if algo == "bc":
         by_seed = {str(r["seed"]): round(r["greedy_return"], 1) for r in runs}
         line["greedy_return"] = round(float(np.mean([r["greedy_return"] for r in runs])), 1)
@@ -501,6 +557,16 @@ def _ratio_line(bench: str, ours: list[dict[str, Any]], theirs: list[dict[str, A
         line[f"ratio_{name}_median_of_rounds"] = round(_median(per), 3)
         line[f"ratio_{name}_rounds"] = [round(x, 3) for x in per]
     line["ratio"] = line["ratio_steps_per_s"]
+    if all("ceiling_walls" in run for run in (*ours, *theirs)):
+        # The most any prelearner could reach: the same process's Algorithm.train() with its
+        # batches from memory, timed right after its own timed iterations (paired in time).
+        def ceiling(run: dict[str, Any]) -> float:
+            return float(sum(run["ceiling_steps"]) / sum(run["ceiling_walls"]))
+
+        for name, runs in (("rllib", t), ("ours", o)):
+            per = [ceiling(runs[r]) / rate(runs[r]) for r in both]
+            line[f"ceiling_over_{name}"] = round(_median(per), 3)
+            line[f"ceiling_over_{name}_rounds"] = [round(x, 3) for x in per]
     line["loadavg_rounds"] = [[t[r]["loadavg_1m"], o[r]["loadavg_1m"]] for r in both]
     return line
 
@@ -525,6 +591,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--cql-iterations", type=int, default=5, help="CQL's timed iterations (5)")
     parser.add_argument("--profile", action="store_true", help="cProfile the timed iterations")
+    parser.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="after the timed iterations, time as many with batches held in memory (the most "
+        "any prelearner could reach)",
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run (300)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -593,6 +665,7 @@ def main(argv: list[str] | None = None) -> int:
                             "seed": seed if algo == "bc" else 0,
                             "iterations": args.cql_iterations if algo == "cql" else args.iterations,
                             "profile": args.profile,
+                            "ceiling": args.ceiling,
                         }
                         got = _run_once(job, r, args.timeout, command)
                         if got is not None:
