@@ -230,14 +230,17 @@ def _child_run(job: dict[str, Any]) -> dict[str, Any]:
     walls, steps = [], []
     if prof is not None:
         prof.enable()
+    cpu0 = time.process_time()
     for _ in range(job["iterations"]):
         t1 = time.perf_counter()
         result = algo.train()
         walls.append(time.perf_counter() - t1)
         steps.append(int(result["learners"]["__all_modules__"]["num_env_steps_trained"]))
+    cpu = time.process_time() - cpu0
     if prof is not None:
         prof.disable()
     out: dict[str, Any] = {
+        "cpu_s": cpu,
         "ray_init_s": ray_init_s,
         "build_s": build_s,
         "first_iteration_s": first,
@@ -247,7 +250,9 @@ def _child_run(job: dict[str, Any]) -> dict[str, Any]:
     if prof is not None:
         out["profile"] = _profile_split(prof, sum(walls))
     if job.get("ceiling"):
-        out["ceiling_walls"], out["ceiling_steps"] = _ceiling(algo, job["iterations"])
+        out["ceiling_walls"], out["ceiling_steps"], out["ceiling_cpu_s"] = _ceiling(
+            algo, job["iterations"]
+        )
     if algo_name == "bc":
         out["greedy_return"] = greedy_return(algo)
     algo.stop()
@@ -266,7 +271,7 @@ class _HeldBatches:
         return self.batches
 
 
-def _ceiling(algo: Any, iterations: int) -> tuple[list[float], list[int]]:
+def _ceiling(algo: Any, iterations: int) -> tuple[list[float], list[int], float]:
     """The same ``Algorithm.train()`` with a data path that costs nothing: each timed iteration's
     seconds and steps when the Learner's batches come from memory (the mapped dataset's batches,
     taken once before the clock starts). No prelearner can make an iteration faster than this:
@@ -284,12 +289,13 @@ def _ceiling(algo: Any, iterations: int) -> tuple[list[float], list[int]]:
     algo.learner_group._learner.iterator = None  # the Learner keeps its first iterator otherwise
     algo.train()  # the first iteration on held batches builds RLlib's iterator over them
     walls, steps = [], []
+    cpu0 = time.process_time()
     for _ in range(iterations):
         t1 = time.perf_counter()
         result = algo.train()
         walls.append(time.perf_counter() - t1)
         steps.append(int(result["learners"]["__all_modules__"]["num_env_steps_trained"]))
-    return walls, steps
+    return walls, steps, time.process_time() - cpu0
 
 
 def _raw_batches(path: str, size: int) -> list[dict[str, np.ndarray]]:
@@ -433,6 +439,8 @@ def _round_line(algo: str, setting: str, side: str, run: dict[str, Any]) -> Any:
             sum(run["ceiling_steps"]) / sum(run["ceiling_walls"]), 1
         )
         line["ceiling_iteration_s"] = [round(w, 3) for w in run["ceiling_walls"]]
+        line["ceiling_cpu_s"] = round(run["ceiling_cpu_s"], 3)
+    line["cpu_s"] = round(run["cpu_s"], 3)
     if "greedy_return" in run:
         line["greedy_return"] = round(run["greedy_return"], 1)
     return line
@@ -540,6 +548,9 @@ def _ratio_line(bench: str, ours: list[dict[str, Any]], theirs: list[dict[str, A
     def rate(run: dict[str, Any]) -> float:
         return float(sum(run["steps"]) / sum(run["walls"]))
 
+    def cpu_per_step(run: dict[str, Any]) -> float:
+        return float(run["cpu_s"] / sum(run["steps"]))
+
     def med_it(run: dict[str, Any]) -> float:
         return _median([s / w for s, w in zip(run["steps"], run["walls"], strict=True)])
 
@@ -563,10 +574,21 @@ def _ratio_line(bench: str, ours: list[dict[str, Any]], theirs: list[dict[str, A
         def ceiling(run: dict[str, Any]) -> float:
             return float(sum(run["ceiling_steps"]) / sum(run["ceiling_walls"]))
 
+        def cpu_ratio(run: dict[str, Any]) -> float:
+            # driver CPU seconds per step, own timed iterations over the ceiling's
+            own = run["cpu_s"] / sum(run["steps"])
+            return float(own / (run["ceiling_cpu_s"] / sum(run["ceiling_steps"])))
+
         for name, runs in (("rllib", t), ("ours", o)):
             per = [ceiling(runs[r]) / rate(runs[r]) for r in both]
             line[f"ceiling_over_{name}"] = round(_median(per), 3)
             line[f"ceiling_over_{name}_rounds"] = [round(x, 3) for x in per]
+            per = [cpu_ratio(runs[r]) for r in both]
+            line[f"ceiling_over_{name}_cpu"] = round(_median(per), 3)
+            line[f"ceiling_over_{name}_cpu_rounds"] = [round(x, 3) for x in per]
+        line["ratio_cpu_per_step"] = round(
+            _median([cpu_per_step(t[r]) / cpu_per_step(o[r]) for r in both]), 3
+        )
     line["loadavg_rounds"] = [[t[r]["loadavg_1m"], o[r]["loadavg_1m"]] for r in both]
     return line
 
