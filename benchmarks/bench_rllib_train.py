@@ -276,6 +276,59 @@ def _ceiling(algo: Any, iterations: int) -> tuple[list[float], list[int], float]
     seconds and steps when the Learner's batches come from memory (the mapped dataset's batches,
     taken once before the clock starts). No prelearner can make an iteration faster than this:
     what remains is RLlib's learner update and its per-iteration bookkeeping."""
+    _hold(algo, iterations)
+    walls, steps = [], []
+    cpu0 = time.process_time()
+    for _ in range(iterations):
+        t1 = time.perf_counter()
+        result = algo.train()
+        walls.append(time.perf_counter() - t1)
+        steps.append(int(result["learners"]["__all_modules__"]["num_env_steps_trained"]))
+    return walls, steps, time.process_time() - cpu0
+
+
+def _child_paired(job: dict[str, Any]) -> dict[str, Any]:
+    """Both sides and the ceiling in one process, interleaved iteration by iteration.
+
+    For the algorithms that map their data once (``materialize_mapped_data=True``: BC and CQL at
+    RLlib's defaults), a timed iteration is the Learner and Ray Data's iterator over the mapped
+    blocks, never a prelearner call, so the two sides' algorithms can be built in one Ray (each
+    maps its data in its first ``train()``; the map actors are gone afterwards) and timed in
+    turns: rllib, ours, held (ours's Learner fed from memory: the ceiling), the order rotated
+    every round. Every figure is then paired with the others under the same load.
+    """
+    import ray
+
+    algo_name = job["algo"]
+    ray.init(num_cpus=NUM_CPUS["defaults"], include_dashboard=False, log_to_driver=False)
+    algos = {}
+    for side in SIDES:
+        algos[side] = _config(algo_name, "defaults", side, job["data"], job["seed"]).build_algo()
+        algos[side].train()
+    held = _config(algo_name, "defaults", "ours", job["data"], job["seed"]).build_algo()
+    held.train()
+    _hold(held, job["iterations"])
+    algos["held"] = held
+    order = ["rllib", "ours", "held"]
+    walls: dict[str, list[float]] = {k: [] for k in order}
+    steps: dict[str, list[int]] = {k: [] for k in order}
+    cpu: dict[str, float] = dict.fromkeys(order, 0.0)
+    for i in range(job["iterations"]):
+        turn = order[i % 3 :] + order[: i % 3]
+        for side in turn:
+            t0, c0 = time.perf_counter(), time.process_time()
+            result = algos[side].train()
+            walls[side].append(time.perf_counter() - t0)
+            cpu[side] += time.process_time() - c0
+            steps[side].append(int(result["learners"]["__all_modules__"]["num_env_steps_trained"]))
+    for a in algos.values():
+        a.stop()
+    ray.shutdown()
+    return {"walls": walls, "steps": steps, "cpu_s": cpu}
+
+
+def _hold(algo: Any, iterations: int) -> None:
+    """Hands ``algo``'s Learner its mapped batches from memory from now on (see _HeldBatches)."""
     config = algo.config
     size = config.train_batch_size_per_learner
     need = iterations * config.dataset_num_iters_per_learner
@@ -288,14 +341,43 @@ def _ceiling(algo: Any, iterations: int) -> tuple[list[float], list[int], float]
     algo.offline_data.batch_iterators = [_HeldBatches(batches)]
     algo.learner_group._learner.iterator = None  # the Learner keeps its first iterator otherwise
     algo.train()  # the first iteration on held batches builds RLlib's iterator over them
-    walls, steps = [], []
-    cpu0 = time.process_time()
-    for _ in range(iterations):
-        t1 = time.perf_counter()
-        result = algo.train()
-        walls.append(time.perf_counter() - t1)
-        steps.append(int(result["learners"]["__all_modules__"]["num_env_steps_trained"]))
-    return walls, steps, time.process_time() - cpu0
+
+
+def _paired_lines(algo: str, got: dict[str, Any], command: str) -> list[dict[str, Any]]:
+    """The paired run's lines: per side the median iteration, and the ratios of medians."""
+    lines: list[dict[str, Any]] = []
+    med: dict[str, float] = {}
+    for side, walls in got["walls"].items():
+        rates = [s / w for s, w in zip(got["steps"][side], walls, strict=True)]
+        med[side] = _median(rates)
+        line = C.record(
+            f"rllib_train.{algo}.paired",
+            side if side != "held" else "ceiling",
+            n=int(sum(got["steps"][side])),
+            timing=C.Timing((sum(walls),)),
+            unit="env_steps/s",
+            iterations=len(walls),
+            median_iteration_steps_per_s=round(med[side], 1),
+            cpu_s_per_1k_steps=round(1000 * got["cpu_s"][side] / sum(got["steps"][side]), 4),
+        )
+        line.update(loadavg_1m=got["loadavg_1m"], command=command)
+        lines.append(line)
+    cpu = {k: got["cpu_s"][k] / sum(got["steps"][k]) for k in med}
+    lines.append(
+        {
+            "bench": f"rllib_train.{algo}.paired",
+            "impl": "ratio",
+            "ratio": round(med["ours"] / med["rllib"], 3),
+            "ratio_median_iteration_steps_per_s": round(med["ours"] / med["rllib"], 3),
+            "ceiling_over_rllib": round(med["held"] / med["rllib"], 3),
+            "ceiling_over_ours": round(med["held"] / med["ours"], 3),
+            "ratio_cpu_per_step": round(cpu["rllib"] / cpu["ours"], 3),
+            "ceiling_over_rllib_cpu": round(cpu["rllib"] / cpu["held"], 3),
+            "loadavg_1m": got["loadavg_1m"],
+            "command": command,
+        }
+    )
+    return lines
 
 
 def _raw_batches(path: str, size: int) -> list[dict[str, np.ndarray]]:
@@ -620,11 +702,22 @@ def main(argv: list[str] | None = None) -> int:
         "any prelearner could reach)",
     )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run (300)")
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="BC/CQL at RLlib's defaults: both sides and the ceiling in one process, timed in "
+        "turns iteration by iteration (robust to a loaded machine); one line set per round",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         job = json.loads(args.child)
-        got = _child_fraction(job) if job.get("fraction") else _child_run(job)
+        if job.get("fraction"):
+            got = _child_fraction(job)
+        elif job.get("paired"):
+            got = _child_paired(job)
+        else:
+            got = _child_run(job)
         got["loadavg_1m"] = round(os.getloadavg()[0], 2)
         print(json.dumps(got), flush=True)
         return 0
@@ -654,6 +747,25 @@ def main(argv: list[str] | None = None) -> int:
         if "cql" in args.algos:
             C.log("recording Pendulum-v1 (3,000 steps) for CQL")
             data["cql"] = _record_pendulum(Path(tmp))
+        if args.paired:
+            for r in range(rounds):
+                for algo in args.algos:
+                    C.log(f"round {r + 1}/{rounds}: {algo} paired")
+                    iterations = args.cql_iterations if algo == "cql" else args.iterations
+                    job = {
+                        "paired": True,
+                        "algo": algo,
+                        "data": data[algo],
+                        "seed": args.seeds[r % len(args.seeds)] if algo == "bc" else 0,
+                        "iterations": iterations,
+                    }
+                    got, why = _spawn(job, args.timeout)
+                    if got is None:
+                        C.emit({"bench": f"rllib_train.{algo}.paired", "skipped": why})
+                        continue
+                    for line in _paired_lines(algo, got, command):
+                        C.emit({**line, "round": r})
+            return 0
         fractions: dict[str, dict[str, float]] = {}
         for algo in args.algos:
             C.log(f"{algo}: real fraction of learner rows, each side, outside Ray")
