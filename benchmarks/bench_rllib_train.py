@@ -80,14 +80,6 @@ Ray: two algorithms in one Ray can deadlock for CPUs). JSON lines (``_common.py`
   ``data_wait_s`` (``MiniBatchRayDataIterator.__iter__``: waiting for and unpacking Ray Data's
   next batch, the prelearner's actors run meanwhile) and ``rest_s``.
 
-* ``--ceiling``: after its timed iterations each run times as many again with the Learner's
-  batches held in memory (the mapped dataset's batches as torch tensors, taken before the clock
-  starts, handed to RLlib's Learner through the ``iter_torch_batches`` call it makes on a Ray
-  Data iterator): the same ``Algorithm.train()`` with a data path that costs nothing, so the most
-  any prelearner could reach. Round lines gain ``ceiling_steps_per_s``; ratio lines
-  ``ceiling_over_rllib`` / ``ceiling_over_ours`` (each process's ceiling over its own steps/s,
-  timed one after the other in the same process: paired in load).
-
 A run that fails or hangs (``--timeout`` per run) gives a ``skipped`` line with the reason and the
 tail of its stderr.
 """
@@ -117,6 +109,8 @@ from _rllib import greedy_return
 ALGOS = ("bc", "marwil", "cql")
 SETTINGS = ("defaults", "c1", "materialized")
 SIDES = ("rllib", "ours")
+#: --paired's sides: ours_data is our prelearner with RLlibOfflineData as offline_data_class.
+PAIRED_SIDES = ("rllib", "ours", "ours_data")
 BATCH = 256
 #: CQL's batch (as tests/test_rllib.py): its update costs ~10 GFLOP per 256 rows on the CPU.
 CQL_BATCH = 128
@@ -177,8 +171,12 @@ def _config(algo: str, setting: str, side: str, data: str, seed: int = 0) -> Any
             .training(train_batch_size_per_learner=CQL_BATCH, lr=None)
         )
         ours = RLlibPreLearner.configure()
-    if side == "ours":
+    if side in ("ours", "ours_data"):
         kwargs["prelearner_class"] = ours
+    if side == "ours_data":
+        from offline_prelearner.rllib import RLlibOfflineData
+
+        kwargs["offline_data_class"] = RLlibOfflineData
     return config.learners(num_learners=0).offline_data(**kwargs).debugging(seed=seed)
 
 
@@ -249,10 +247,6 @@ def _child_run(job: dict[str, Any]) -> dict[str, Any]:
     }
     if prof is not None:
         out["profile"] = _profile_split(prof, sum(walls))
-    if job.get("ceiling"):
-        out["ceiling_walls"], out["ceiling_steps"], out["ceiling_cpu_s"] = _ceiling(
-            algo, job["iterations"]
-        )
     if algo_name == "bc":
         out["greedy_return"] = greedy_return(algo)
     algo.stop()
@@ -260,119 +254,82 @@ def _child_run(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-class _HeldBatches:
-    """Learner batches held in the driver as torch tensors, handed out as RLlib's Learner asks a
-    Ray Data iterator for them (``iter_torch_batches``): a data path that costs nothing."""
-
-    def __init__(self, batches: list[dict[str, Any]]) -> None:
-        self.batches = batches
-
-    def iter_torch_batches(self, **_: Any) -> list[dict[str, Any]]:
-        return self.batches
-
-
-def _ceiling(algo: Any, iterations: int) -> tuple[list[float], list[int], float]:
-    """The same ``Algorithm.train()`` with a data path that costs nothing: each timed iteration's
-    seconds and steps when the Learner's batches come from memory (the mapped dataset's batches,
-    taken once before the clock starts). No prelearner can make an iteration faster than this:
-    what remains is RLlib's learner update and its per-iteration bookkeeping."""
-    _hold(algo, iterations)
-    walls, steps = [], []
-    cpu0 = time.process_time()
-    for _ in range(iterations):
-        t1 = time.perf_counter()
-        result = algo.train()
-        walls.append(time.perf_counter() - t1)
-        steps.append(int(result["learners"]["__all_modules__"]["num_env_steps_trained"]))
-    return walls, steps, time.process_time() - cpu0
-
-
 def _child_paired(job: dict[str, Any]) -> dict[str, Any]:
-    """Both sides and the ceiling in one process, interleaved iteration by iteration.
+    """Three sides in one process, timed in turns block by block.
 
     For the algorithms that map their data once (``materialize_mapped_data=True``: BC and CQL at
-    RLlib's defaults), a timed iteration is the Learner and Ray Data's iterator over the mapped
-    blocks, never a prelearner call, so the two sides' algorithms can be built in one Ray (each
-    maps its data in its first ``train()``; the map actors are gone afterwards) and timed in
-    turns: rllib, ours, held (ours's Learner fed from memory: the ceiling), the order rotated
-    every round. Every figure is then paired with the others under the same load.
+    RLlib's defaults) a timed iteration is the Learner and the path its batches take, never a
+    prelearner call, so the sides' algorithms can share one Ray (each maps its data in its first
+    ``train()``; its map actors are gone afterwards) and take turns: ``rllib`` (RLlib's
+    prelearner and OfflineData), ``ours`` (our prelearner, RLlib's OfflineData: Ray Data's
+    iterator hands every batch) and ``ours_data`` (our prelearner and
+    :class:`~offline_prelearner.rllib.RLlibOfflineData`: the batches from memory), the order
+    rotated every block of ``block`` iterations, so every figure is paired with the others under
+    the same load. Blocks, not single iterations: Ray Data's iterator prefetches in a thread, so
+    a side's next batch would be made during the other sides' turns; a block leaves that to its
+    first batch. The driver's CPU seconds per block (all threads) are the load-robust figure.
     """
     import ray
 
     algo_name = job["algo"]
     ray.init(num_cpus=NUM_CPUS["defaults"], include_dashboard=False, log_to_driver=False)
     algos = {}
-    for side in SIDES:
+    for side in PAIRED_SIDES:
         algos[side] = _config(algo_name, "defaults", side, job["data"], job["seed"]).build_algo()
         algos[side].train()
-    held = _config(algo_name, "defaults", "ours", job["data"], job["seed"]).build_algo()
-    held.train()
-    _hold(held, job["iterations"])
-    algos["held"] = held
-    order = ["rllib", "ours", "held"]
+    order = list(PAIRED_SIDES)
     walls: dict[str, list[float]] = {k: [] for k in order}
     steps: dict[str, list[int]] = {k: [] for k in order}
-    cpu: dict[str, float] = dict.fromkeys(order, 0.0)
-    for i in range(job["iterations"]):
+    cpu: dict[str, list[float]] = {k: [] for k in order}
+    block = job["block"]
+    for i in range(max(1, job["iterations"] // block)):
         turn = order[i % 3 :] + order[: i % 3]
         for side in turn:
+            n = 0
             t0, c0 = time.perf_counter(), time.process_time()
-            result = algos[side].train()
+            for _ in range(block):
+                result = algos[side].train()
+                n += int(result["learners"]["__all_modules__"]["num_env_steps_trained"])
             walls[side].append(time.perf_counter() - t0)
-            cpu[side] += time.process_time() - c0
-            steps[side].append(int(result["learners"]["__all_modules__"]["num_env_steps_trained"]))
+            cpu[side].append(time.process_time() - c0)
+            steps[side].append(n)
     for a in algos.values():
         a.stop()
     ray.shutdown()
     return {"walls": walls, "steps": steps, "cpu_s": cpu}
 
 
-def _hold(algo: Any, iterations: int) -> None:
-    """Hands ``algo``'s Learner its mapped batches from memory from now on (see _HeldBatches)."""
-    config = algo.config
-    size = config.train_batch_size_per_learner
-    need = iterations * config.dataset_num_iters_per_learner
-    batches: list[dict[str, Any]] = []
-    for batch in algo.offline_data.data.iter_torch_batches(batch_size=size):
-        if len(next(iter(batch.values()))) == size:
-            batches.append(batch)
-        if len(batches) >= need:
-            break
-    algo.offline_data.batch_iterators = [_HeldBatches(batches)]
-    algo.learner_group._learner.iterator = None  # the Learner keeps its first iterator otherwise
-    algo.train()  # the first iteration on held batches builds RLlib's iterator over them
-
-
 def _paired_lines(algo: str, got: dict[str, Any], command: str) -> list[dict[str, Any]]:
-    """The paired run's lines: per side the median iteration, and the ratios of medians."""
+    """The paired run's lines: per side the median block, and the ratios of the medians."""
     lines: list[dict[str, Any]] = []
-    med: dict[str, float] = {}
+    rate: dict[str, float] = {}
+    cpu: dict[str, float] = {}
     for side, walls in got["walls"].items():
-        rates = [s / w for s, w in zip(got["steps"][side], walls, strict=True)]
-        med[side] = _median(rates)
+        steps = got["steps"][side]
+        rate[side] = _median([s / w for s, w in zip(steps, walls, strict=True)])
+        cpu[side] = _median([c / s for c, s in zip(got["cpu_s"][side], steps, strict=True)])
         line = C.record(
             f"rllib_train.{algo}.paired",
-            side if side != "held" else "ceiling",
-            n=int(sum(got["steps"][side])),
+            side,
+            n=int(sum(steps)),
             timing=C.Timing((sum(walls),)),
             unit="env_steps/s",
-            iterations=len(walls),
-            median_iteration_steps_per_s=round(med[side], 1),
-            cpu_s_per_1k_steps=round(1000 * got["cpu_s"][side] / sum(got["steps"][side]), 4),
+            blocks=len(walls),
+            median_block_steps_per_s=round(rate[side], 1),
+            block_steps_per_s=[round(s / w, 1) for s, w in zip(steps, walls, strict=True)],
+            median_block_cpu_ms_per_1k_steps=round(1e6 * cpu[side], 1),
         )
         line.update(loadavg_1m=got["loadavg_1m"], command=command)
         lines.append(line)
-    cpu = {k: got["cpu_s"][k] / sum(got["steps"][k]) for k in med}
     lines.append(
         {
             "bench": f"rllib_train.{algo}.paired",
             "impl": "ratio",
-            "ratio": round(med["ours"] / med["rllib"], 3),
-            "ratio_median_iteration_steps_per_s": round(med["ours"] / med["rllib"], 3),
-            "ceiling_over_rllib": round(med["held"] / med["rllib"], 3),
-            "ceiling_over_ours": round(med["held"] / med["ours"], 3),
-            "ratio_cpu_per_step": round(cpu["rllib"] / cpu["ours"], 3),
-            "ceiling_over_rllib_cpu": round(cpu["rllib"] / cpu["held"], 3),
+            "ratio": round(rate["ours_data"] / rate["rllib"], 3),
+            "ratio_ours_data": round(rate["ours_data"] / rate["rllib"], 3),
+            "ratio_ours": round(rate["ours"] / rate["rllib"], 3),
+            "ratio_cpu_per_step_ours_data": round(cpu["rllib"] / cpu["ours_data"], 3),
+            "ratio_cpu_per_step_ours": round(cpu["rllib"] / cpu["ours"], 3),
             "loadavg_1m": got["loadavg_1m"],
             "command": command,
         }
@@ -516,12 +473,6 @@ def _round_line(algo: str, setting: str, side: str, run: dict[str, Any]) -> Any:
         ray_init_s=round(run["ray_init_s"], 2),
     )
     line["loadavg_1m"] = run["loadavg_1m"]
-    if "ceiling_walls" in run:
-        line["ceiling_steps_per_s"] = round(
-            sum(run["ceiling_steps"]) / sum(run["ceiling_walls"]), 1
-        )
-        line["ceiling_iteration_s"] = [round(w, 3) for w in run["ceiling_walls"]]
-        line["ceiling_cpu_s"] = round(run["ceiling_cpu_s"], 3)
     line["cpu_s"] = round(run["cpu_s"], 3)
     if "greedy_return" in run:
         line["greedy_return"] = round(run["greedy_return"], 1)
@@ -609,10 +560,6 @@ def _run_line(algo: str, setting: str, side: str, runs: list[dict[str, Any]], fr
         first_iteration_s_rounds=[round(x, 2) for x in per["first_iteration_s"]],
         loadavg_rounds=per["loadavg"],
     )
-    if all("ceiling_walls" in r for r in runs):
-        ceil = [sum(r["ceiling_steps"]) / sum(r["ceiling_walls"]) for r in runs]
-        line["ceiling_steps_per_s"] = round(_median(ceil), 1)
-        line["ceiling_steps_per_s_rounds"] = [round(x, 1) for x in ceil]
     if algo == "bc":
         by_seed = {str(r["seed"]): round(r["greedy_return"], 1) for r in runs}
         line["greedy_return"] = round(float(np.mean([r["greedy_return"] for r in runs])), 1)
@@ -650,27 +597,6 @@ def _ratio_line(bench: str, ours: list[dict[str, Any]], theirs: list[dict[str, A
         line[f"ratio_{name}_median_of_rounds"] = round(_median(per), 3)
         line[f"ratio_{name}_rounds"] = [round(x, 3) for x in per]
     line["ratio"] = line["ratio_steps_per_s"]
-    if all("ceiling_walls" in run for run in (*ours, *theirs)):
-        # The most any prelearner could reach: the same process's Algorithm.train() with its
-        # batches from memory, timed right after its own timed iterations (paired in time).
-        def ceiling(run: dict[str, Any]) -> float:
-            return float(sum(run["ceiling_steps"]) / sum(run["ceiling_walls"]))
-
-        def cpu_ratio(run: dict[str, Any]) -> float:
-            # driver CPU seconds per step, own timed iterations over the ceiling's
-            own = run["cpu_s"] / sum(run["steps"])
-            return float(own / (run["ceiling_cpu_s"] / sum(run["ceiling_steps"])))
-
-        for name, runs in (("rllib", t), ("ours", o)):
-            per = [ceiling(runs[r]) / rate(runs[r]) for r in both]
-            line[f"ceiling_over_{name}"] = round(_median(per), 3)
-            line[f"ceiling_over_{name}_rounds"] = [round(x, 3) for x in per]
-            per = [cpu_ratio(runs[r]) for r in both]
-            line[f"ceiling_over_{name}_cpu"] = round(_median(per), 3)
-            line[f"ceiling_over_{name}_cpu_rounds"] = [round(x, 3) for x in per]
-        line["ratio_cpu_per_step"] = round(
-            _median([cpu_per_step(t[r]) / cpu_per_step(o[r]) for r in both]), 3
-        )
     line["loadavg_rounds"] = [[t[r]["loadavg_1m"], o[r]["loadavg_1m"]] for r in both]
     return line
 
@@ -695,18 +621,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--cql-iterations", type=int, default=5, help="CQL's timed iterations (5)")
     parser.add_argument("--profile", action="store_true", help="cProfile the timed iterations")
-    parser.add_argument(
-        "--ceiling",
-        action="store_true",
-        help="after the timed iterations, time as many with batches held in memory (the most "
-        "any prelearner could reach)",
-    )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run (300)")
     parser.add_argument(
         "--paired",
         action="store_true",
-        help="BC/CQL at RLlib's defaults: both sides and the ceiling in one process, timed in "
-        "turns iteration by iteration (robust to a loaded machine); one line set per round",
+        help="BC/CQL at RLlib's defaults: rllib, ours and ours_data (+ RLlibOfflineData) in one "
+        "process, timed in turns block by block (robust to a loaded machine); lines per round",
+    )
+    parser.add_argument(
+        "--block", type=int, default=5, help="--paired: iterations a side runs in a turn (5)"
     )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -758,6 +681,7 @@ def main(argv: list[str] | None = None) -> int:
                         "data": data[algo],
                         "seed": args.seeds[r % len(args.seeds)] if algo == "bc" else 0,
                         "iterations": iterations,
+                        "block": args.block,
                     }
                     got, why = _spawn(job, args.timeout)
                     if got is None:
@@ -799,7 +723,6 @@ def main(argv: list[str] | None = None) -> int:
                             "seed": seed if algo == "bc" else 0,
                             "iterations": args.cql_iterations if algo == "cql" else args.iterations,
                             "profile": args.profile,
-                            "ceiling": args.ceiling,
                         }
                         got = _run_once(job, r, args.timeout, command)
                         if got is not None:

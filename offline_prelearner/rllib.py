@@ -94,7 +94,7 @@ from .io.schema import load_schema
 from .prelearner import OfflinePreLearner
 from .replay.replay_buffer import EpisodeReplayBuffer
 
-__all__ = ["RLlibPreLearner", "config_from_rllib"]
+__all__ = ["RLlibOfflineData", "RLlibPreLearner", "config_from_rllib"]
 
 _log = logging.getLogger(__name__)
 #: The Ray namespace of the fragment banks (named per configured class).
@@ -482,6 +482,129 @@ class RLlibPreLearner(_RLlibOfflinePreLearner):
         counters["episodes_from_bank"] = counters.get("episodes_from_bank", 0) + len(done)
         counters["bank_duplicates"] = counters.get("bank_duplicates", 0) + duplicates
         return list(done)
+
+
+class RLlibOfflineData(OfflineData):
+    """RLlib's ``OfflineData`` that hands a Learner its mapped batches from memory.
+
+    Pass it as ``offline_data_class`` (with either prelearner class). Where RLlib maps the
+    dataset once (``materialize_mapped_data=True``: BC's and CQL's default, MARWIL's with that
+    setting) its Learner still pulls every batch through Ray Data's iterator, one execution per
+    pass: block fetch, format conversion to torch, and a stats call to Ray Data's stats actor per
+    batch, a third or more of a BC iteration on a CPU (benchmarks/README.md, "Training through
+    RLlib"). This class hands the Learner an iterator whose ``iter_torch_batches`` cuts the
+    mapped dataset into the batches Ray Data would (same size, same order, the last one shorter
+    unless ``drop_last``) once, in the Learner's process, as torch tensors on the Learner's
+    device, and hands out the same list every pass: what the Learner trains on is what RLlib's
+    path gives it, batch for batch.
+
+    It holds the batches only where that is safe, and otherwise does what RLlib's class does:
+    one iterator (``num_shards <= 1``: a local Learner or one remote Learner, which builds the
+    batches in its own process from the materialized blocks), mapped data materialized, the
+    materialized size at most :attr:`max_bytes` (larger sets stay in Ray's object store, with a
+    log line saying why), and no ``iter_torch_batches`` option it does not know.
+
+    Args:
+        config: RLlib's ``AlgorithmConfig`` (OfflineData's own argument).
+    """
+
+    #: The most bytes of mapped data held in a Learner's memory (the materialized dataset's
+    #: ``size_bytes()``); a subclass may change it.
+    max_bytes: ClassVar[int] = 2 * 1024**3
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self._held: _HeldBatches | None = None
+        self._hold_checked = False
+
+    def sample(
+        self,
+        num_samples: int,
+        return_iterator: bool = False,
+        num_shards: int = 1,
+        module_state: dict[str, Any] | None = None,
+    ) -> Any:
+        """RLlib's ``sample``; where a Learner asks for an iterator over data mapped once, one
+        whose batches come from memory (see the class docstring).
+
+        Args:
+            num_samples: Rows per batch (RLlib's ``train_batch_size_per_learner``).
+            return_iterator: Whether the Learner(s) get iterators (RLlib's offline loop).
+            num_shards: How many Learners share the data.
+            module_state: The RLModule's state for the prelearners (RLlib's argument).
+
+        Returns:
+            What RLlib's ``OfflineData.sample`` returns, its iterator replaced by the held one
+            where the class docstring says.
+        """
+        got = super().sample(
+            num_samples,
+            return_iterator=return_iterator,
+            num_shards=num_shards,
+            module_state=module_state,
+        )
+        if not return_iterator or num_shards > 1 or not self.materialize_mapped_data:
+            return got
+        if not self._hold_checked:
+            self._hold_checked = True
+            size = self.data.size_bytes()
+            if size <= self.max_bytes:
+                self._held = _HeldBatches(self.data)
+            else:
+                _log.info(
+                    "the mapped data (%s bytes) is over RLlibOfflineData.max_bytes (%s): the "
+                    "Learner reads it through Ray Data's iterator",
+                    f"{size:,}",
+                    f"{self.max_bytes:,}",
+                )
+        return [self._held] if self._held is not None else got
+
+
+class _HeldBatches:
+    """A materialized dataset's batches as a Learner asks Ray Data's iterator for them
+    (``iter_torch_batches``), made once in the process that asks and handed out again on every
+    later call. Pickles as the dataset (block references), never as the tensors."""
+
+    #: iter_torch_batches options the held list honours; any other goes to Ray Data.
+    _KNOWN = frozenset({"drop_last", "prefetch_batches"})
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+        self._lists: dict[tuple[int, str, bool], list[dict[str, Any]]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"dataset": self.dataset}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.dataset = state["dataset"]
+        self._lists = {}
+
+    def iter_torch_batches(self, *, batch_size: int, device: Any = None, **kwargs: Any) -> Any:
+        """The dataset's batches of ``batch_size`` rows as dicts of torch tensors on ``device``.
+
+        Args:
+            batch_size: Rows per batch (the last batch of a pass is shorter unless
+                ``drop_last``).
+            device: The torch device the Learner trains on (None: CPU).
+            **kwargs: Ray Data's other ``iter_torch_batches`` options: ``drop_last`` is
+                honoured, ``prefetch_batches`` means nothing for batches in memory; with any
+                other the call goes to Ray Data as it is.
+
+        Returns:
+            A list (each ``iter()`` of it is one pass), or Ray Data's iterable where an option
+            asks for what only Ray Data does.
+        """
+        if set(kwargs) - self._KNOWN:
+            return self.dataset.iter_torch_batches(batch_size=batch_size, device=device, **kwargs)
+        drop_last = bool(kwargs.get("drop_last", False))
+        key = (batch_size, str(device), drop_last)
+        if key not in self._lists:
+            self._lists[key] = list(
+                self.dataset.iter_torch_batches(
+                    batch_size=batch_size, device=device, drop_last=drop_last
+                )
+            )
+        return self._lists[key]
 
 
 def _map_concurrency(config: Any) -> int:
