@@ -579,13 +579,13 @@ class _HeldBatches:
         self.dataset = state["dataset"]
         self._lists = {}
 
-    def iter_torch_batches(self, *, batch_size: int, device: Any = None, **kwargs: Any) -> Any:
+    def iter_torch_batches(self, *, batch_size: int, device: Any = "auto", **kwargs: Any) -> Any:
         """The dataset's batches of ``batch_size`` rows as dicts of torch tensors on ``device``.
 
         Args:
             batch_size: Rows per batch (the last batch of a pass is shorter unless
                 ``drop_last``).
-            device: The torch device the Learner trains on (None: CPU).
+            device: The torch device the Learner trains on (Ray Data's ``"auto"`` by default).
             **kwargs: Ray Data's other ``iter_torch_batches`` options: ``drop_last`` is
                 honoured, ``prefetch_batches`` means nothing for batches in memory; with any
                 other the call goes to Ray Data as it is.
