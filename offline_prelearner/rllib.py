@@ -541,7 +541,7 @@ class RLlibOfflineData(OfflineData):
             num_samples,
             return_iterator=return_iterator,
             num_shards=num_shards,
-            module_state=module_state,
+            module_state=module_state,  # type: ignore[arg-type]  # RLlib: None by default
         )
         if not return_iterator or num_shards > 1 or not self.materialize_mapped_data:
             return got
