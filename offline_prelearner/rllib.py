@@ -498,6 +498,12 @@ class RLlibOfflineData(OfflineData):
     device, and hands out the same list every pass: what the Learner trains on is what RLlib's
     path gives it, batch for batch.
 
+    With :class:`RLlibPreLearner` and ``to_learner="episodes"`` it maps the data once even where
+    the algorithm maps it every pass (MARWIL's default): each pass would map the same whole
+    episodes with the same module state (OfflineData reads it once, at its first map), so only
+    the order of a pass's batches and the restart of the map actors at every pass (seconds each)
+    differ.
+
     It holds the batches only where that is safe, and otherwise does what RLlib's class does:
     one iterator (``num_shards <= 1``: a local Learner or one remote Learner, which builds the
     batches in its own process from the materialized blocks), mapped data materialized, the
@@ -516,6 +522,22 @@ class RLlibOfflineData(OfflineData):
         super().__init__(config)
         self._held: _HeldBatches | None = None
         self._hold_checked = False
+        pre = self.prelearner_class
+        if (
+            not self.materialize_mapped_data
+            and isinstance(pre, type)
+            and issubclass(pre, RLlibPreLearner)
+            and getattr(pre, "to_learner", None) == "episodes"
+        ):
+            # Every pass maps to the same learner rows: the whole episodes of the data, through
+            # the learner connector with the module state OfflineData read once, at its first
+            # map. Mapping once instead of once a pass changes nothing a Learner sees but the
+            # order of a pass's batches, and removes the restart of the map actors each pass.
+            self.materialize_mapped_data = True
+            _log.info(
+                "RLlibOfflineData maps whole episodes once (as materialize_mapped_data=True): "
+                "every pass would map them to the same learner rows"
+            )
 
     def sample(
         self,

@@ -70,7 +70,7 @@ def _same_batches(got: list[dict[str, Any]], ref: list[dict[str, Any]]) -> None:
 def trained(ray_session: Any) -> Any:
     """BC with our prelearner and RLlibOfflineData after three iterations (the first maps)."""
     algo = _algo(PRELEARNERS["ours"])
-    results = [algo.train() for _ in range(3)]
+    results = [algo.train() for _ in range(2)]
     yield algo, results
     algo.stop()
 
@@ -125,19 +125,20 @@ def test_rllibs_iterator_over_held_batches_restarts_each_pass(trained: Any) -> N
 
 
 def test_over_max_bytes_the_learner_reads_through_ray_data(
-    ray_session: Any, caplog: pytest.LogCaptureFixture
+    trained: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    small = type("SmallOfflineData", (RLlibOfflineData,), {"max_bytes": 1})
-    algo = _algo(PRELEARNERS["ours"], small)
+    algo, _ = trained
+    od = algo.offline_data
+    held, od._held, od._hold_checked, od.max_bytes = od._held, None, False, 1
     try:
         with caplog.at_level(logging.INFO, logger="offline_prelearner.rllib"):
-            result = algo.train()
-        assert algo.offline_data._held is None
-        assert not isinstance(algo.learner_group._learner.iterator._iterator, _HeldBatches)
-        assert result["learners"]["__all_modules__"]["num_env_steps_trained"] == 5 * BATCH
+            got = od.sample(BATCH, return_iterator=True)
+        assert len(got) == 1 and not isinstance(got[0], _HeldBatches)
+        assert got[0] is od.batch_iterators  # RLlib's own iterator over the mapped data
+        assert od._held is None
         assert any("over RLlibOfflineData.max_bytes (1)" in r.getMessage() for r in caplog.records)
     finally:
-        algo.stop()
+        od._held, od.max_bytes = held, RLlibOfflineData.max_bytes
 
 
 def test_shards_and_held_batches_pickle_as_the_dataset(trained: Any) -> None:
@@ -157,3 +158,51 @@ def test_shards_and_held_batches_pickle_as_the_dataset(trained: Any) -> None:
         again.iter_torch_batches(batch_size=BATCH),
         held.iter_torch_batches(batch_size=BATCH, device="cpu"),
     )
+
+
+def test_marwil_with_whole_episodes_maps_once_and_trains_from_held_batches(
+    ray_session: Any,
+) -> None:
+    # MARWIL maps every pass by default (materialize_mapped_data=False); with our whole
+    # episodes every pass maps to the same rows, so RLlibOfflineData maps once and holds them:
+    # 5,000 rows of 222 episodes -> 5,222 learner rows (MARWIL's one extra step per episode),
+    # each pass the same, no map actor restarted after the first iteration.
+    from ray.rllib.algorithms.marwil import MARWILConfig
+
+    rows = ROWS.parent.parent / "cartpole-v1" / "rows"
+    config = (
+        MARWILConfig()
+        .environment(observation_space=ENV.observation_space, action_space=ENV.action_space)
+        .training(train_batch_size_per_learner=BATCH, beta=1.0)
+        .learners(num_learners=0)
+        .offline_data(
+            input_=[str(rows)],
+            dataset_num_iters_per_learner=5,
+            map_batches_kwargs={"concurrency": 1},
+            prelearner_class=RLlibPreLearner.configure(to_learner="episodes"),
+            offline_data_class=RLlibOfflineData,
+        )
+        .debugging(seed=0)
+    )
+    assert config.materialize_mapped_data is False  # MARWIL's default
+    algo = config.build_algo()
+    try:
+        steps = [
+            algo.train()["learners"]["__all_modules__"]["num_env_steps_trained"]
+            for _ in range(6)  # 30 updates of <= 256 rows: more than a pass of 5,222 rows
+        ]
+        od = algo.offline_data
+        assert od.materialize_mapped_data is True
+        held = algo.learner_group._learner.iterator._iterator
+        assert isinstance(held, _HeldBatches) and held.dataset is od.data
+        assert od.data.count() == 5_000 + 222
+        assert sum(steps) > 5_222
+        mask = np.concatenate(
+            [
+                b["default_policy/loss_mask"].numpy()
+                for b in held.iter_torch_batches(batch_size=BATCH)
+            ]
+        )
+        assert int(mask.sum()) == 5_000  # every real transition once a pass, padding masked
+    finally:
+        algo.stop()
