@@ -620,6 +620,13 @@ def main(argv: list[str] | None = None) -> int:
         help="CQL's settings, of those --settings names (default: defaults only)",
     )
     parser.add_argument("--cql-iterations", type=int, default=5, help="CQL's timed iterations (5)")
+    parser.add_argument(
+        "--sides",
+        nargs="+",
+        choices=PAIRED_SIDES,
+        default=list(SIDES),
+        help="rllib, ours, ours_data (our prelearner + RLlibOfflineData); default rllib ours",
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the timed iterations")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run (300)")
     parser.add_argument(
@@ -702,6 +709,8 @@ def main(argv: list[str] | None = None) -> int:
                     fractions[algo][side] = float("nan")
                 else:
                     fractions[algo][side] = share[side]["real_fraction"]
+                    # ours_data: our prelearner (the same rows), RLlibOfflineData
+                    fractions[algo]["ours_data"] = fractions[algo].get("ours", float("nan"))
                     line.update({"impl": "data", "side": side, "rows_in": share["rows_in"]})
                     line.update(share[side])
                     line["real_fraction"] = round(line["real_fraction"], 4)
@@ -712,7 +721,7 @@ def main(argv: list[str] | None = None) -> int:
             seed = args.seeds[r % len(args.seeds)]
             for algo in args.algos:
                 for setting in _settings(algo, args):
-                    order = SIDES if r % 2 == 0 else SIDES[::-1]
+                    order = args.sides if r % 2 == 0 else args.sides[::-1]
                     for side in order:
                         C.log(f"round {r + 1}/{rounds}: {algo} {setting} {side}")
                         job = {
@@ -731,18 +740,21 @@ def main(argv: list[str] | None = None) -> int:
     for algo in args.algos:
         for setting in _settings(algo, args):
             bench = f"rllib_train.{algo}.{setting}"
-            for side in SIDES:
+            for side in args.sides:
                 if runs.get((algo, setting, side)):
                     frac = fractions[algo][side]
                     line = _run_line(algo, setting, side, runs[algo, setting, side], frac)
                     line["command"] = command
                     C.emit(line)
-            if runs.get((algo, setting, "ours")) and runs.get((algo, setting, "rllib")):
-                ratio = _ratio_line(
-                    bench, runs[algo, setting, "ours"], runs[algo, setting, "rllib"]
-                )
-                ratio["command"] = command
-                C.emit(ratio)
+            for side in args.sides:
+                if side == "rllib" or not runs.get((algo, setting, side)):
+                    continue
+                if runs.get((algo, setting, "rllib")):
+                    ratio = _ratio_line(
+                        bench, runs[algo, setting, side], runs[algo, setting, "rllib"]
+                    )
+                    ratio.update(side=side, command=command)
+                    C.emit(ratio)
     return 0
 
 
