@@ -22,10 +22,13 @@ import pyarrow.parquet as pq
 from benchmarks._rllib import greedy_return  # PYTHONPATH is the repository (test_rllib.py)
 
 
-def _ray() -> None:
+def _ray(num_cpus: int = 2) -> None:
+    """Ray for a case: its own (``num_cpus`` logical CPUs) when the case runs alone; in
+    :func:`many`, the one Ray all its cases share (4 CPUs), already started."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    if not ray.is_initialized():
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
 
 
 def _spaces(env_id: str) -> tuple[Any, Any]:
@@ -298,9 +301,7 @@ def marwil_exact(data: str, concurrency: str, iterations: str) -> dict[str, Any]
                 module_id=module_id, config=config, batch=batch, fwd_out=fwd_out
             )
 
-    import ray
-
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    _ray(4)
     obs_space, act_space = _spaces("CartPole-v1")
     kwargs = {} if concurrency == "default" else {"concurrency": int(concurrency)}
     config = (
@@ -369,7 +370,7 @@ def cover(data: str, concurrency: str, epochs: str, dead: str = "") -> dict[str,
 
     from offline_prelearner.rllib import RLlibPreLearner
 
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    _ray(4)
     table = pq.ParquetDataset(sorted(glob.glob(os.path.join(data, "*.parquet")))).read()
     removed = 0
     if dead:
@@ -466,17 +467,17 @@ CASES = {
 
 
 def many(cases: str) -> dict[str, Any]:
-    """Several cases in this one process (RLlib imported once), each with a Ray of its own:
-    ``cases`` is a JSON object ``{name: [case, *args]}``; each name maps to ``{"result": ...}``
-    or, where the case raised, ``{"error": its traceback}`` (the others still run)."""
+    """Several cases in this one process (RLlib imported once) and one Ray (4 logical CPUs,
+    started once: each start and shutdown costs ~5 s, and its idle workers serve the next case's
+    tasks): ``cases`` is a JSON object ``{name: [case, *args]}``; each name maps to
+    ``{"result": ...}`` or, where the case raised, ``{"error": its traceback}`` (the others
+    still run). The cases share nothing else: each builds its own algorithm, dataset and
+    prelearner class (a class of its own, so a fragment bank of its own)."""
     import traceback
 
-    import ray
-
+    _ray(4)
     out: dict[str, Any] = {}
     for name, (case, *args) in json.loads(cases).items():
-        if ray.is_initialized():
-            ray.shutdown()
         try:
             out[name] = {"result": CASES[case](*args)}
         except Exception:

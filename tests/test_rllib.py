@@ -186,9 +186,18 @@ def test_marwil_and_cql_train_with_finite_losses(grouped: dict[str, Any]) -> Non
             assert all(isinstance(v, float) and math.isfinite(v) for v in losses.values()), got
 
 
+@pytest.fixture(scope="module")
+def pendulum_job(pendulum: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``process --set n_step=3 --set gamma=0.99`` on :func:`pendulum`: its samples folder (one
+    run for both learner batches that are held against it)."""
+    out = tmp_path_factory.mktemp("pendulum_job") / "job"
+    _cli("process", str(pendulum), "--out", str(out), "--set", "n_step=3", "--set", "gamma=0.99")
+    return out / "samples"
+
+
 @pytest.mark.parametrize("own_piece", [False, True], ids=["columns", "episode_per_sample"])
 def test_the_learner_batch_holds_the_batch_jobs_transitions(
-    grouped: dict[str, Any], pendulum: Path, tmp_path: Path, own_piece: bool
+    grouped: dict[str, Any], pendulum_job: Path, own_piece: bool
 ) -> None:
     # CQL with n_step=3: every transition once (sample_all) through RLlib's learner connector,
     # against `process --set n_step=3` on the same files, column by column (rows in any order).
@@ -202,19 +211,7 @@ def test_the_learner_batch_holds_the_batch_jobs_transitions(
         k.removeprefix("default_policy/"): np.asarray(v)
         for k, v in json.loads(learner_json.read_text()).items()
     }
-    _cli(
-        "process",
-        str(pendulum),
-        "--out",
-        str(tmp_path / "job"),
-        "--set",
-        "n_step=3",
-        "--set",
-        "gamma=0.99",
-    )
-    job_table = pa.concat_tables(
-        pq.read_table(f) for f in sorted((tmp_path / "job" / "samples").glob("*.parquet"))
-    )
+    job_table = pa.concat_tables(pq.read_table(f) for f in sorted(pendulum_job.glob("*.parquet")))
     job = {}
     for name in ("obs", "new_obs", "actions", "rewards", "terminateds", "truncateds", "n_step"):
         col = job_table.column(name).to_pylist()
