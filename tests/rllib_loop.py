@@ -453,7 +453,42 @@ def sharing(data: str) -> dict[str, Any]:
     return out
 
 
+def contract(folder: str) -> dict[str, Any]:
+    """The tests of ``folder`` (tests/rllib_contract) run by RLlib's pytest in this process:
+    pytest's exit code, how many passed, and the node ids of those that were skipped or failed
+    (with the end of each failure's report); expected failures (xfail) are in none of these."""
+    import pytest
+
+    class Tally:
+        def __init__(self) -> None:
+            self.passed = 0
+            self.skipped: list[str] = []
+            self.failed: list[str] = []
+
+        def pytest_runtest_logreport(self, report: Any) -> None:
+            if hasattr(report, "wasxfail"):  # xfailed or xpassed: pytest's summary, not these
+                return
+            if report.skipped:
+                self.skipped.append(report.nodeid)
+            elif report.failed:
+                self.failed.append(
+                    f"{report.nodeid} ({report.when}):\n{report.longreprtext[-1500:]}"
+                )
+            elif report.when == "call":
+                self.passed += 1
+
+    tally = Tally()
+    code = pytest.main(["-q", "-p", "no:cacheprovider", folder], plugins=[tally])
+    return {
+        "exit": int(code),
+        "passed": tally.passed,
+        "skipped": tally.skipped,
+        "failed": tally.failed,
+    }
+
+
 CASES = {
+    "contract": contract,
     "marwil_exact": marwil_exact,
     "cover": cover,
     "sharing": sharing,

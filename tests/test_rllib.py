@@ -2,8 +2,10 @@
 
 Each case runs ``tests/rllib_loop.py`` under RLlib's interpreter (the venv
 ``benchmarks/setup_rllib.sh`` builds, which installs this checkout editable); without it the tests
-skip with that reason. Ray starts with 2 CPUs and one map_batches actor, except for the
-block of docs/rllib.md: RLlib's default 2 actors, Ray on 4 CPUs.
+skip with that reason. Most cases, and RLlib's pytest on tests/rllib_contract, run in one process
+(the ``grouped`` fixture) on one Ray of 4 logical CPUs; BC's comparison with RLlib's prelearner
+runs alone, on 2 CPUs, and the block of docs/rllib.md as a user runs it: RLlib's default 2
+actors, Ray on 4 CPUs. The cases run one map_batches actor unless they say otherwise.
 """
 
 from __future__ import annotations
@@ -118,6 +120,8 @@ def grouped(
     # which earlier cases in the process would move.
     cases["marwil_cql"] = ["marwil_cql", "datasets/cartpole-v1/rows", str(pendulum), "2"]
     cases["marwil_exact"] = ["marwil_exact", "datasets/cartpole-v1/rows", "default", "6"]
+    # RLlib's contract (tests/rllib_contract) by RLlib's pytest, last, in this process too.
+    cases["contract"] = ["contract", "tests/rllib_contract"]
     got = dict(_run("many", json.dumps(cases), timeout=900))
     got["learner_columns_dir"] = columns
     return got
@@ -303,21 +307,13 @@ def test_the_readme_config_trains(tmp_path: Path) -> None:
     assert "policy_loss" in proc.stdout
 
 
-def test_rllibs_offline_prelearner_contract() -> None:
-    # tests/rllib_contract, run by RLlib's own interpreter and pytest: RLlib 2.60's class and
-    # ours against the contract RLlib's offline stack relies on, on data RLlib writes itself.
-    proc = subprocess.run(
-        [str(RLLIB_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/rllib_contract"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=_env(),
-        timeout=900,
-    )
-    tail = proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert proc.returncode == 0, tail
-    summary = proc.stdout.strip().splitlines()[-1]
-    assert re.search(r"\b\d+ passed\b", summary) and "skipped" not in summary, summary
+def test_rllibs_offline_prelearner_contract(grouped: dict[str, Any]) -> None:
+    # tests/rllib_contract, run by RLlib's own interpreter and pytest (in the grouped process):
+    # RLlib 2.60's class and ours against the contract RLlib's offline stack relies on, on data
+    # RLlib writes itself. Every test passes; none skips.
+    got = _grouped(grouped, "contract")
+    assert got["exit"] == 0 and not got["failed"], "\n".join(got["failed"]) or got
+    assert got["passed"] > 0 and not got["skipped"], got
 
 
 @pytest.mark.parametrize("concurrency", ["1", "default"])
