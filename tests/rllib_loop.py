@@ -7,6 +7,7 @@ case's result as JSON; the test asserts on it.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import math
@@ -20,6 +21,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmarks._rllib import greedy_return  # PYTHONPATH is the repository (test_rllib.py)
+
+#: What starts the line of the result (JSON) on stdout: Ray's driver prints lines of its own
+#: there at any moment (the raylet's warnings), before or after it.
+RESULT = "rllib_loop result: "
 
 
 def _ray(num_cpus: int = 2) -> None:
@@ -510,6 +515,8 @@ def many(cases: str) -> dict[str, Any]:
     prelearner class (a class of its own, so a fragment bank of its own)."""
     import traceback
 
+    import ray
+
     _ray(4)
     out: dict[str, Any] = {}
     for name, (case, *args) in json.loads(cases).items():
@@ -517,6 +524,12 @@ def many(cases: str) -> dict[str, Any]:
             out[name] = {"result": CASES[case](*args)}
         except Exception:
             out[name] = {"error": traceback.format_exc()[-4000:]}
+        # What a case's own Ray took down with it: its fragment banks (detached actors, one per
+        # prelearner class with to_learner="episodes"). Ray Data's own named actors stay.
+        for actor in ray.util.list_named_actors(all_namespaces=True):
+            if actor["namespace"] == "offline_prelearner":
+                with contextlib.suppress(ValueError):
+                    ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]))
     return out
 
 
@@ -528,4 +541,4 @@ if __name__ == "__main__":
             return repr(x)
         return x
 
-    print(json.dumps(result, default=_clean))
+    print(RESULT + json.dumps(result, default=_clean), flush=True)

@@ -27,6 +27,7 @@ from conftest import rllib_python
 REPO = Path(__file__).resolve().parents[1]
 RLLIB_PYTHON = rllib_python()
 LOOP = REPO / "tests" / "rllib_loop.py"
+RESULT = "rllib_loop result: "  # what starts rllib_loop.py's line of the result (its RESULT)
 
 pytestmark = [
     pytest.mark.ray,
@@ -93,7 +94,10 @@ def _run(*args: str, timeout: int = 600) -> Any:
         timeout=timeout,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    # Ray's driver prints lines of its own on stdout too (the raylet's warnings), at any moment.
+    found = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT)]
+    assert found, f"no result line in the output:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return json.loads(found[-1].removeprefix(RESULT))
 
 
 #: The cases that run together in one RLlib process (the ``grouped`` fixture): RLlib's import
