@@ -7,6 +7,7 @@ case's result as JSON; the test asserts on it.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import math
@@ -21,11 +22,18 @@ import pyarrow.parquet as pq
 
 from benchmarks._rllib import greedy_return  # PYTHONPATH is the repository (test_rllib.py)
 
+#: What starts the line of the result (JSON) on stdout: Ray's driver prints lines of its own
+#: there at any moment (the raylet's warnings), before or after it.
+RESULT = "rllib_loop result: "
 
-def _ray() -> None:
+
+def _ray(num_cpus: int = 2) -> None:
+    """Ray for a case: its own (``num_cpus`` logical CPUs) when the case runs alone; in
+    :func:`many`, the one Ray all its cases share (4 CPUs), already started."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    if not ray.is_initialized():
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
 
 
 def _spaces(env_id: str) -> tuple[Any, Any]:
@@ -298,9 +306,7 @@ def marwil_exact(data: str, concurrency: str, iterations: str) -> dict[str, Any]
                 module_id=module_id, config=config, batch=batch, fwd_out=fwd_out
             )
 
-    import ray
-
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    _ray(4)
     obs_space, act_space = _spaces("CartPole-v1")
     kwargs = {} if concurrency == "default" else {"concurrency": int(concurrency)}
     config = (
@@ -369,7 +375,7 @@ def cover(data: str, concurrency: str, epochs: str, dead: str = "") -> dict[str,
 
     from offline_prelearner.rllib import RLlibPreLearner
 
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    _ray(4)
     table = pq.ParquetDataset(sorted(glob.glob(os.path.join(data, "*.parquet")))).read()
     removed = 0
     if dead:
@@ -452,7 +458,42 @@ def sharing(data: str) -> dict[str, Any]:
     return out
 
 
+def contract(folder: str) -> dict[str, Any]:
+    """The tests of ``folder`` (tests/rllib_contract) run by RLlib's pytest in this process:
+    pytest's exit code, how many passed, and the node ids of those that were skipped or failed
+    (with the end of each failure's report); expected failures (xfail) are in none of these."""
+    import pytest
+
+    class Tally:
+        def __init__(self) -> None:
+            self.passed = 0
+            self.skipped: list[str] = []
+            self.failed: list[str] = []
+
+        def pytest_runtest_logreport(self, report: Any) -> None:
+            if hasattr(report, "wasxfail"):  # xfailed or xpassed: pytest's summary, not these
+                return
+            if report.skipped:
+                self.skipped.append(report.nodeid)
+            elif report.failed:
+                self.failed.append(
+                    f"{report.nodeid} ({report.when}):\n{report.longreprtext[-1500:]}"
+                )
+            elif report.when == "call":
+                self.passed += 1
+
+    tally = Tally()
+    code = pytest.main(["-q", "-p", "no:cacheprovider", folder], plugins=[tally])
+    return {
+        "exit": int(code),
+        "passed": tally.passed,
+        "skipped": tally.skipped,
+        "failed": tally.failed,
+    }
+
+
 CASES = {
+    "contract": contract,
     "marwil_exact": marwil_exact,
     "cover": cover,
     "sharing": sharing,
@@ -466,21 +507,29 @@ CASES = {
 
 
 def many(cases: str) -> dict[str, Any]:
-    """Several cases in this one process (RLlib imported once), each with a Ray of its own:
-    ``cases`` is a JSON object ``{name: [case, *args]}``; each name maps to ``{"result": ...}``
-    or, where the case raised, ``{"error": its traceback}`` (the others still run)."""
+    """Several cases in this one process (RLlib imported once) and one Ray (4 logical CPUs,
+    started once: each start and shutdown costs ~5 s, and its idle workers serve the next case's
+    tasks): ``cases`` is a JSON object ``{name: [case, *args]}``; each name maps to
+    ``{"result": ...}`` or, where the case raised, ``{"error": its traceback}`` (the others
+    still run). The cases share nothing else: each builds its own algorithm, dataset and
+    prelearner class (a class of its own, so a fragment bank of its own)."""
     import traceback
 
     import ray
 
+    _ray(4)
     out: dict[str, Any] = {}
     for name, (case, *args) in json.loads(cases).items():
-        if ray.is_initialized():
-            ray.shutdown()
         try:
             out[name] = {"result": CASES[case](*args)}
         except Exception:
             out[name] = {"error": traceback.format_exc()[-4000:]}
+        # What a case's own Ray took down with it: its fragment banks (detached actors, one per
+        # prelearner class with to_learner="episodes"). Ray Data's own named actors stay.
+        for actor in ray.util.list_named_actors(all_namespaces=True):
+            if actor["namespace"] == "offline_prelearner":
+                with contextlib.suppress(ValueError):
+                    ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]))
     return out
 
 
@@ -492,4 +541,4 @@ if __name__ == "__main__":
             return repr(x)
         return x
 
-    print(json.dumps(result, default=_clean))
+    print(RESULT + json.dumps(result, default=_clean), flush=True)

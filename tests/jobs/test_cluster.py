@@ -271,7 +271,11 @@ def test_process_without_the_clusters_token_is_a_one_line_error(
 ) -> None:
     # Ray 2.60 sends a token to an explicit address only with RAY_AUTH_MODE=token set (it never
     # enables token auth by itself for an explicit address), so this is what a user meets first.
-    proc = _process(tmp_path, "--address", cluster.address, timeout=JOB_TIMEOUT_S)
+    # Ray tries the GCS RAY_NUM_REDIS_GET_RETRIES times (20 by default, ~1 s apart) before it
+    # gives up, on a rejected token as on a GCS still starting: the same error after 3 tries, not
+    # 20 (the wait measured 21 s of this test's 22 on the 2-core CI machine).
+    env = {"RAY_NUM_REDIS_GET_RETRIES": "3"}
+    proc = _process(tmp_path, "--address", cluster.address, env=env, timeout=JOB_TIMEOUT_S)
     assert proc.returncode != 0
     errors = [x for x in proc.stderr.splitlines() if "offline-prelearner process: error" in x]
     assert len(errors) == 1 and "RAY_AUTH" in errors[0], proc.stderr[-3000:]

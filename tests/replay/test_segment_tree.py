@@ -86,7 +86,7 @@ def update_sequences(draw, values=dyadic, max_capacity=70):
 # -- properties ------------------------------------------------------------------------------------
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     update_sequences(values=st.floats(0.0, 1e6, allow_nan=False, allow_infinity=False)), top_widths
 )
@@ -106,7 +106,7 @@ def test_sum_tree_root_is_sum_of_leaves_after_any_updates(case, top_width):
     assert (fresh._tree == tree._tree).all()  # every stored node, not only the total
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     update_sequences(values=st.floats(-1e9, 1e9, allow_nan=False) | st.just(math.inf)), top_widths
 )
@@ -121,7 +121,7 @@ def test_min_tree_root_is_min_of_leaves_after_any_updates(case, top_width):
         assert tree.get(np.arange(capacity)).tolist() == leaves
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(update_sequences(), top_widths, st.data())
 def test_find_prefixsum_matches_loop_reference(case, top_width, data):
     capacity, batches = case
@@ -333,7 +333,7 @@ def test_large_tree_incremental_updates_match_fresh_build_and_cumsum():
 # -- the public batched operations a sampler uses ------------------------------------------------
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(update_sequences(), top_widths, st.data())
 def test_find_with_values_matches_loop_reference(case, top_width, data):
     capacity, batches = case
@@ -352,7 +352,7 @@ def test_find_with_values_matches_loop_reference(case, top_width, data):
     assert (prefixes == before).all()  # not modified
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     st.integers(1, 40).flatmap(
         lambda cap: st.tuples(
@@ -418,7 +418,7 @@ def fill_batches(draw):
     return capacity, batches
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(fill_batches(), top_widths, st.data())
 def test_fill_constant_matches_loop_reference_and_a_fresh_build(case, top_width, data):
     capacity, batches = case

@@ -109,11 +109,16 @@ def _write_json(out: Path, compress: list[str]) -> None:
 
 @pytest.fixture(scope="session")
 def ray_session() -> Any:
+    """Ray for the session: a 2-CPU instance of its own, or, run inside ``tests/rllib_loop.py``'s
+    grouped process (``contract`` case), the Ray that process already runs (left running)."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
-    ray.shutdown()
+    if started:
+        ray.shutdown()
 
 
 @pytest.fixture(scope="session")
