@@ -279,9 +279,14 @@ def minari(data_dir: str) -> dict[str, Any]:
     return {"losses": _losses(result), "trained": float(trained)}
 
 
-def marwil_exact(data: str, concurrency: str, iterations: str) -> dict[str, Any]:
+def marwil_exact(
+    data: str, concurrency: str, iterations: str, data_class: str = "rllib"
+) -> dict[str, Any]:
     """MARWIL through Algorithm.train() with ``to_learner="episodes"`` at ``concurrency``
-    map_batches actors ("default": RLlib's own default, 2): every learner row's value target
+    map_batches actors ("default": RLlib's own default, 2), with RLlib's ``OfflineData``
+    (``data_class`` "rllib") or ``RLlibOfflineData`` ("held": mapped once, the Learner's batches
+    from memory; ``held`` says whether the Learner's iterator was the held one, ``mapped_rows``
+    counts a pass's learner rows): every learner row's value target
     (the rows with the loss mask) against the discounted return of a plain loop over the raw
     rows, matched by observation. The learner records what ``compute_loss_for_module`` gets;
     the rows of a truncated episode (``trained_truncated`` of those trained) bootstrap from the
@@ -291,7 +296,7 @@ def marwil_exact(data: str, concurrency: str, iterations: str) -> dict[str, Any]
     from ray.rllib.core.columns import Columns
     from ray.rllib.evaluation.postprocessing import Postprocessing
 
-    from offline_prelearner.rllib import RLlibPreLearner
+    from offline_prelearner.rllib import RLlibOfflineData, RLlibPreLearner, _HeldBatches
 
     seen: list[tuple[np.ndarray, np.ndarray]] = []
 
@@ -318,6 +323,7 @@ def marwil_exact(data: str, concurrency: str, iterations: str) -> dict[str, Any]
             dataset_num_iters_per_learner=5,
             map_batches_kwargs=kwargs,
             prelearner_class=RLlibPreLearner.configure(to_learner="episodes"),
+            **({"offline_data_class": RLlibOfflineData} if data_class == "held" else {}),
         )
         .training(train_batch_size_per_learner=256, beta=1.0, gamma=0.99, learner_class=Recording)
         .debugging(seed=0)
@@ -325,6 +331,8 @@ def marwil_exact(data: str, concurrency: str, iterations: str) -> dict[str, Any]
     algo = config.build_algo()
     for _ in range(int(iterations)):
         algo.train()
+    held = isinstance(algo.learner_group._learner.iterator._iterator, _HeldBatches)
+    mapped_rows = algo.offline_data.data.count() if held else None
     algo.stop()
     # The plain loop: rows grouped by episode in file order, returns-to-go backwards.
     table = pq.ParquetDataset(sorted(glob.glob(os.path.join(data, "*.parquet")))).read()
@@ -360,6 +368,8 @@ def marwil_exact(data: str, concurrency: str, iterations: str) -> dict[str, Any]
         "rows": len(want),
         "trained_truncated": trained_truncated,  # rows of truncated episodes: bootstrapped
         "truncated_rows": len(cut),
+        "held": held,
+        "mapped_rows": mapped_rows,
     }
 
 

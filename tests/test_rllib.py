@@ -142,6 +142,9 @@ def grouped(
     # which earlier cases in the process would move.
     cases["marwil_cql"] = ["marwil_cql", "datasets/cartpole-v1/rows", str(pendulum), "2"]
     cases["marwil_exact"] = ["marwil_exact", "datasets/cartpole-v1/rows", "default", "6"]
+    cases["marwil_exact_held"] = [
+        "marwil_exact", "datasets/cartpole-v1/rows", "default", "6", "held"
+    ]  # fmt: skip
     # RLlib's contract (tests/rllib_contract) by RLlib's pytest, last, in this process too.
     cases["contract"] = ["contract", "tests/rllib_contract"]
     got = dict(_run("many", json.dumps(cases), timeout=900))
@@ -384,6 +387,22 @@ def test_marwil_value_targets_are_exact_at_rllibs_default_concurrency(
     assert got["rows"] == 5000, got
     assert got["covered"] == 5000, got
     assert got["truncated_rows"] == 7, got
+    assert got["exact"] == got["trained"] - got["trained_truncated"], got
+
+
+def test_marwil_with_rllib_offline_data_trains_on_held_exact_episodes(
+    grouped: dict[str, Any],
+) -> None:
+    # MARWIL at its defaults (materialize_mapped_data=False, RLlib's 2 map actors) with both of
+    # our classes: RLlibOfflineData maps the whole episodes once (5,000 rows -> 5,222 learner
+    # rows, MARWIL's one extra step per episode), the Learner trains from the held batches, and
+    # every value target is still the plain loop's discounted return (6 iterations of 5 x 256
+    # rows: more than a pass, so the second pass is the held list again).
+    got = _grouped(grouped, "marwil_exact_held")
+    assert got["held"] is True, got
+    assert got["mapped_rows"] == 5_000 + 222, got
+    assert got["rows"] == 5000 and got["covered"] == 5000, got
+    assert got["trained"] > 5000, got
     assert got["exact"] == got["trained"] - got["trained_truncated"], got
 
 
