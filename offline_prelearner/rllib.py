@@ -493,10 +493,11 @@ class RLlibOfflineData(OfflineData):
     pass: block fetch, format conversion to torch, and a stats call to Ray Data's stats actor per
     batch, a third or more of a BC iteration on a CPU (benchmarks/README.md, "Training through
     RLlib"). This class hands the Learner an iterator whose ``iter_torch_batches`` cuts the
-    mapped dataset into the batches Ray Data would (same size, same order, the last one shorter
-    unless ``drop_last``) once, in the Learner's process, as torch tensors on the Learner's
-    device, and hands out the same list every pass: what the Learner trains on is what RLlib's
-    path gives it, batch for batch.
+    mapped dataset into the batches Ray Data would (same size, the last one shorter unless
+    ``drop_last``; a pass in the order Ray Data's iterator handed them, which may swap blocks
+    between passes where its prefetch threads finish out of order) once, in the Learner's
+    process, as torch tensors on the Learner's device, and hands out the same list every pass:
+    what the Learner trains on is the batches RLlib's path gives it.
 
     With :class:`RLlibPreLearner` and ``to_learner="episodes"`` it maps the data once even where
     the algorithm maps it every pass (MARWIL's default): each pass would map the same whole
