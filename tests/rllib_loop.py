@@ -502,7 +502,48 @@ def contract(folder: str) -> dict[str, Any]:
     }
 
 
+def remote_learner(data: str, iterations: str) -> dict[str, Any]:
+    """BC with both of our classes and one remote Learner (``num_learners=1``): the Learner
+    actor receives the held iterator pickled as the dataset and cuts its batches in its own
+    process. What each iteration trained, and what the Learner actor's iterator holds."""
+    from ray.rllib.algorithms.bc import BCConfig
+
+    from offline_prelearner.rllib import RLlibOfflineData, RLlibPreLearner
+
+    _ray(4)
+    obs_space, act_space = _spaces("CartPole-v1")
+    config = (
+        BCConfig()
+        .environment(observation_space=obs_space, action_space=act_space)
+        .training(train_batch_size_per_learner=256, lr=1e-2)
+        .learners(num_learners=1)
+        .offline_data(
+            input_=[os.path.abspath(data)],
+            dataset_num_iters_per_learner=5,
+            map_batches_kwargs={"concurrency": 1},
+            prelearner_class=RLlibPreLearner.configure(),
+            offline_data_class=RLlibOfflineData,
+        )
+        .debugging(seed=0)
+    )
+    algo = config.build_algo()
+    trained = [
+        int(algo.train()["learners"]["__all_modules__"]["num_env_steps_trained"])
+        for _ in range(int(iterations))
+    ]
+
+    def iterator(learner: Any) -> tuple[str, list[int], int]:
+        held = learner.iterator._iterator
+        lists = getattr(held, "_lists", {})
+        return type(held).__name__, [len(v) for v in lists.values()], os.getpid()
+
+    remote = [r.get() for r in algo.learner_group.foreach_learner(iterator)]
+    algo.stop()
+    return {"trained": trained, "remote": remote, "driver_pid": os.getpid()}
+
+
 CASES = {
+    "remote_learner": remote_learner,
     "contract": contract,
     "marwil_exact": marwil_exact,
     "cover": cover,

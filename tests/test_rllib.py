@@ -142,6 +142,7 @@ def grouped(
     # which earlier cases in the process would move.
     cases["marwil_cql"] = ["marwil_cql", "datasets/cartpole-v1/rows", str(pendulum), "2"]
     cases["marwil_exact"] = ["marwil_exact", "datasets/cartpole-v1/rows", "default", "6"]
+    cases["remote_learner"] = ["remote_learner", "datasets/cartpole-v1-heuristic/rows", "3"]
     cases["marwil_exact_held"] = [
         "marwil_exact", "datasets/cartpole-v1/rows", "default", "6", "held"
     ]  # fmt: skip
@@ -404,6 +405,19 @@ def test_marwil_with_rllib_offline_data_trains_on_held_exact_episodes(
     assert got["rows"] == 5000 and got["covered"] == 5000, got
     assert got["trained"] > 5000, got
     assert got["exact"] == got["trained"] - got["trained_truncated"], got
+
+
+def test_a_remote_learner_cuts_the_held_batches_in_its_own_process(
+    grouped: dict[str, Any],
+) -> None:
+    # num_learners=1: the Learner is a Ray actor; RLlibOfflineData's iterator reaches it pickled
+    # as the mapped dataset and the actor cuts its 256-row batches there (3,072 mapped rows: 12),
+    # then trains 5 of them per iteration.
+    got = _grouped(grouped, "remote_learner")
+    assert got["trained"] == [5 * 256] * 3, got
+    ((kind, lists, pid),) = got["remote"]
+    assert kind == "_HeldBatches" and lists == [12], got
+    assert pid != got["driver_pid"], got
 
 
 def test_the_effective_map_batches_concurrency_and_t_are_read_as_rllib_sets_them(
