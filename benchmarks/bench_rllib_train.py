@@ -283,7 +283,8 @@ def _child_paired(job: dict[str, Any]) -> dict[str, Any]:
     cpu: dict[str, list[float]] = {k: [] for k in order}
     block = job["block"]
     for i in range(max(1, job["iterations"] // block)):
-        turn = order[i % 3 :] + order[: i % 3]
+        k = i % len(order)
+        turn = order[k:] + order[:k]
         for side in turn:
             n = 0
             t0, c0 = time.perf_counter(), time.process_time()
@@ -577,9 +578,6 @@ def _ratio_line(bench: str, ours: list[dict[str, Any]], theirs: list[dict[str, A
     def rate(run: dict[str, Any]) -> float:
         return float(sum(run["steps"]) / sum(run["walls"]))
 
-    def cpu_per_step(run: dict[str, Any]) -> float:
-        return float(run["cpu_s"] / sum(run["steps"]))
-
     def med_it(run: dict[str, Any]) -> float:
         return _median([s / w for s, w in zip(run["steps"], run["walls"], strict=True)])
 
@@ -709,13 +707,13 @@ def main(argv: list[str] | None = None) -> int:
                     fractions[algo][side] = float("nan")
                 else:
                     fractions[algo][side] = share[side]["real_fraction"]
-                    # ours_data: our prelearner (the same rows), RLlibOfflineData
-                    fractions[algo]["ours_data"] = fractions[algo].get("ours", float("nan"))
                     line.update({"impl": "data", "side": side, "rows_in": share["rows_in"]})
                     line.update(share[side])
                     line["real_fraction"] = round(line["real_fraction"], 4)
                 line.update(loadavg_1m=round(os.getloadavg()[0], 2), command=command)
                 C.emit(line)
+            # ours_data: our prelearner (the same learner rows), RLlibOfflineData
+            fractions[algo]["ours_data"] = fractions[algo]["ours"]
         runs: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
         for r in range(rounds):
             seed = args.seeds[r % len(args.seeds)]
@@ -746,13 +744,10 @@ def main(argv: list[str] | None = None) -> int:
                     line = _run_line(algo, setting, side, runs[algo, setting, side], frac)
                     line["command"] = command
                     C.emit(line)
+            theirs = runs.get((algo, setting, "rllib"))
             for side in args.sides:
-                if side == "rllib" or not runs.get((algo, setting, side)):
-                    continue
-                if runs.get((algo, setting, "rllib")):
-                    ratio = _ratio_line(
-                        bench, runs[algo, setting, side], runs[algo, setting, "rllib"]
-                    )
+                if side != "rllib" and theirs and runs.get((algo, setting, side)):
+                    ratio = _ratio_line(bench, runs[algo, setting, side], theirs)
                     ratio.update(side=side, command=command)
                     C.emit(ratio)
     return 0
